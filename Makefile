@@ -1,0 +1,30 @@
+# The targets are the commands README.md shows. Each installs what it needs into .venv.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: install test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+
+## test: the whole test suite (starts its own redis-server; installs it with apt-get if missing)
+test: install
+	@command -v redis-server >/dev/null 2>&1 || sh .ci/install-redis
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check mailer workers tests benchmarks
+	$(BIN)/ruff format --check mailer workers tests benchmarks
+	$(BIN)/mypy
+
+bench: install
+	@command -v redis-server >/dev/null 2>&1 || sh .ci/install-redis
+	$(BIN)/python -m benchmarks.limiter
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
