@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
+from mailer import REFERENCE_POLICY, Limiter, ManualClock, Policy
 from tests.servers import RedisServer
 
 
@@ -35,3 +36,39 @@ def own_redis() -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
     server.cleanup()
+
+
+LimiterFactory = Callable[..., Limiter]
+
+
+@pytest.fixture(params=["memory", "redis"])
+def backend_url(request: pytest.FixtureRequest) -> str:
+    """Each shared-suite test runs once per backend: the in-process dict and a real Redis."""
+    if request.param == "memory":
+        return "memory://"
+    return str(request.getfixturevalue("redis_url"))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """A clock that moves only when the test says so, starting at a round epoch second."""
+    return ManualClock(1_700_000_000.0)
+
+
+@pytest.fixture
+def make_limiter(backend_url: str, clock: ManualClock) -> Iterator[LimiterFactory]:
+    """Build limiters on the test's backend with the test's clock; closes them afterwards."""
+    made: list[Limiter] = []
+
+    def make(policy: str | Policy = REFERENCE_POLICY, **options: object) -> Limiter:
+        if isinstance(policy, str):
+            policy = Policy.parse(policy, name="recipient")
+        options.setdefault("clock", clock)
+        options.setdefault("secret", "test-secret")
+        limiter = Limiter.from_url(backend_url, policy, **options)  # type: ignore[arg-type]
+        made.append(limiter)
+        return limiter
+
+    yield make
+    for limiter in made:
+        limiter.close()

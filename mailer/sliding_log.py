@@ -1,0 +1,137 @@
+"""The sliding-log algorithm, pure: one decision over every tier of a policy, no I/O, no clock.
+
+A key's log is its admission times in milliseconds, oldest first, each with a 48-bit tag
+derived from the mail id (0 for none). Only the newest ``max(limit)`` entries younger than
+``max(window)`` matter, so a log holds at most ``max(limit)`` past entries, plus any bookings
+still in the future (kept so that a deferred mail finds its slot).
+
+Appending an entry at ``x`` (never before the newest entry) breaks tier ``(L, W)`` only if the
+log has ``n >= L`` entries and ``ts[n-L] > x - W``. So the earliest admissible time is::
+
+    t* = max(now, ts[-1], max over tiers with n >= L of ts[n-L] + W)
+
+This module is the reference the Redis script (``backends/lua/sliding_log.lua``) mirrors line
+for line; the shared test suite checks that both give identical answers on the same traces.
+Raw answers are tuples ``(allowed, booked, at_ms, wait_ms, tier_index, *remaining)`` with
+``tier_index`` 1-based (0: none), the Redis script's reply format.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Sequence
+
+#: A raw answer: (allowed, booked, at_ms, wait_ms, tier_index, *remaining), all ints.
+RawDecision = tuple[int, ...]
+
+
+class TierSpec:
+    """The numbers of a policy that the algorithm needs, precomputed once per limiter."""
+
+    __slots__ = ("limits", "max_limit", "max_window_ms", "pairs", "windows")
+
+    def __init__(self, pairs: Sequence[tuple[int, int]]) -> None:
+        self.pairs = tuple(pairs)
+        self.limits = tuple(limit for limit, _ in self.pairs)
+        self.windows = tuple(window for _, window in self.pairs)
+        self.max_limit = max(self.limits)
+        self.max_window_ms = max(self.windows)
+
+
+def prune(ts: list[int], tags: list[int], now_ms: int, max_window_ms: int) -> None:
+    """Drop, in place, the entries that no window ending at or after ``now_ms`` can see."""
+    cut = bisect_right(ts, now_ms - max_window_ms)
+    if cut:
+        del ts[:cut]
+        del tags[:cut]
+
+
+def remaining(ts: list[int], at_ms: int, spec: TierSpec) -> tuple[int, ...]:
+    """Per tier, how many more entries the window ending at ``at_ms`` holds (bookings count)."""
+    n = len(ts)
+    return tuple(
+        max(0, limit - (n - bisect_right(ts, at_ms - window))) for limit, window in spec.pairs
+    )
+
+
+def earliest(ts: list[int], now_ms: int, spec: TierSpec) -> tuple[int, int]:
+    """Return ``(t*, tier_index)``: the earliest admissible time and the 1-based binding tier.
+
+    The binding tier is the one whose own wait is longest (the first such on ties); 0 when no
+    tier makes the attempt wait (allowed now, or only the order of booked entries binds).
+    """
+    n = len(ts)
+    t = now_ms
+    if n and ts[-1] > t:
+        t = ts[-1]
+    tier = 0
+    bind_t = now_ms
+    index = 0
+    for limit, window in spec.pairs:
+        index += 1
+        if n >= limit:
+            candidate = ts[n - limit] + window
+            if candidate > bind_t:
+                bind_t = candidate
+                tier = index
+    if bind_t > t:
+        t = bind_t
+    return t, tier
+
+
+def acquire(
+    ts: list[int], tags: list[int], now_ms: int, spec: TierSpec, tag: int, max_wait_ms: int
+) -> RawDecision:
+    """Decide for one attempt and record it in ``ts``/``tags`` (in place) if admitted or booked.
+
+    ``ts`` must already be pruned for ``now_ms``. A non-zero ``tag`` already in the log returns
+    that entry's slot and consumes nothing (idempotent per mail id).
+    """
+    if tag:
+        for i, existing in enumerate(tags):
+            if existing == tag:
+                at = ts[i]
+                wait = at - now_ms if at > now_ms else 0
+                return (int(at <= now_ms), int(at > now_ms), at, wait, 0, *remaining(ts, at, spec))
+    t, tier = earliest(ts, now_ms, spec)
+    if t == now_ms:
+        _append(ts, tags, now_ms, tag, now_ms, spec.max_limit)
+        return (1, 0, now_ms, 0, 0, *remaining(ts, now_ms, spec))
+    if 0 < t - now_ms <= max_wait_ms:
+        _append(ts, tags, t, tag, now_ms, spec.max_limit)
+        return (0, 1, t, t - now_ms, tier, *remaining(ts, t, spec))
+    return (0, 0, t, t - now_ms, tier, *remaining(ts, now_ms, spec))
+
+
+def peek(ts: list[int], now_ms: int, spec: TierSpec) -> RawDecision:
+    """Answer as :func:`acquire` would for a fresh attempt, without recording anything."""
+    t, tier = earliest(ts, now_ms, spec)
+    if t == now_ms:
+        return (1, 0, now_ms, 0, 0, *remaining(ts, now_ms, spec))
+    return (0, 0, t, t - now_ms, tier, *remaining(ts, now_ms, spec))
+
+
+def release(ts: list[int], tags: list[int], tag: int) -> bool:
+    """Remove, in place, the entry tagged ``tag``; return whether there was one."""
+    for i, existing in enumerate(tags):
+        if existing == tag:
+            del ts[i]
+            del tags[i]
+            return True
+    return False
+
+
+def _append(ts: list[int], tags: list[int], at_ms: int, tag: int, now_ms: int, max_limit: int) -> None:
+    """Append, then drop the oldest entries beyond ``max_limit`` that are not in the future.
+
+    Only the newest ``max_limit`` entries matter for limits; future bookings are kept anyway so
+    that a deferred mail finds its booking when it wakes (idempotency).
+    """
+    ts.append(at_ms)
+    tags.append(tag)
+    extra = len(ts) - max_limit
+    if extra > 0:
+        extra = min(extra, bisect_right(ts, now_ms))
+        if extra > 0:
+            del ts[:extra]
+            del tags[:extra]
