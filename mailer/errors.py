@@ -40,3 +40,77 @@ def mask_url(url: str) -> str:
         host = f"[{host}]"
     netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+class InvalidAddress(MailguardError, ValueError):
+    """A recipient address that cannot be used: drop the mail, retrying never helps.
+
+    The message says what is wrong (e.g. "domain part is empty") and never repeats the address,
+    so it is safe for logs.
+    """
+
+
+class InvalidMessage(MailguardError, ValueError):
+    """A mail that cannot be built: a bad header, a too long body, a template that fails.
+
+    The message names the field but never repeats its content. Retrying never helps: fix the
+    caller or the template.
+    """
+
+
+class UnknownKind(InvalidMessage, KeyError):
+    """A mail kind that no registry knows. Also a ``KeyError``, so ``Kinds`` is a true mapping."""
+
+    def __str__(self) -> str:
+        # KeyError would show the repr of its argument; the message is already readable.
+        return str(self.args[0]) if self.args else ""
+
+
+class SendError(MailguardError):
+    """The transport could not hand the mail over.
+
+    ``code`` is the last SMTP reply code (``None`` when no reply came, e.g. connection refused),
+    ``reply`` the reply text with recipient addresses masked, ``attempts`` how many times the
+    transport tried. Subclasses tell whether another try later may succeed.
+    """
+
+    advice = "see the reply"
+
+    def __init__(
+        self, reason: str, *, code: int | None = None, reply: str = "", attempts: int = 1
+    ) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.code = code
+        self.reply = reply
+        self.attempts = attempts
+
+    def __str__(self) -> str:
+        reply = f" (SMTP {self.code} {self.reply!r})" if self.code is not None else ""
+        plural = "" if self.attempts == 1 else "s"
+        return f"{self.reason}{reply} after {self.attempts} attempt{plural}; {self.advice}"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep code, reply and attempts when the error is pickled (result backends, processes).
+        state = {"code": self.code, "reply": self.reply, "attempts": self.attempts}
+        return (type(self), (self.reason,), state)
+
+
+class TransientSendError(SendError):
+    """The server deferred the mail (4xx), dropped the connection or timed out, and the
+    transport's retries ran out. Sending again later may succeed.
+
+    Caveat: a connection lost right after the message data was sent leaves it unknown whether
+    the server kept the mail; a later try may then deliver it twice.
+    """
+
+    advice = "try again later"
+
+
+class PermanentSendError(SendError):
+    """The server refused the mail for good (5xx) or the transport is misconfigured.
+
+    Never retry: the same mail would be refused again.
+    """
+
+    advice = "do not retry; fix the address, the message or the transport settings"

@@ -1,0 +1,184 @@
+"""Recipient addresses: validate and normalise an address, and derive its rate-limit key.
+
+The address to send to is normalised only in ways every mail server agrees with (surrounding
+whitespace gone, domain lower-cased and IDNA-encoded). The *limit key* goes further so that
+``Ada+1@Gmail.com`` and ``a.d.a@googlemail.com`` share one budget; the mail itself still goes to
+the address as given.
+
+>>> normalise_address(" Ada+news@Example.COM ")
+Recipient(address='Ada+news@example.com', limit_key='ada@example.com', smtputf8=False)
+
+Syntax only: no DNS lookup ever happens, so a valid address may still bounce.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from email_validator import EmailNotValidError, validate_email
+
+from mailer.errors import InvalidAddress
+
+#: Longest address in octets (RFC 5321 path limit less the angle brackets).
+MAX_ADDRESS_LENGTH = 254
+#: Longest local part in octets (RFC 5321).
+MAX_LOCAL_LENGTH = 64
+
+#: Providers that ignore dots in the local part (``a.da@gmail.com`` is ``ada@gmail.com``).
+DEFAULT_DOTLESS_DOMAINS = frozenset({"gmail.com", "googlemail.com"})
+#: Domains that are another name for the same mailboxes.
+DEFAULT_DOMAIN_ALIASES: Mapping[str, str] = MappingProxyType({"googlemail.com": "gmail.com"})
+
+_FORBIDDEN = ("\r", "\n", "\0")
+# Parenthesised details from email-validator may quote a domain label; counts are harmless.
+_DETAIL_RE = re.compile(r"\s*\((?![0-9]+ (?:character|byte))[^)]*\)")
+
+
+def _default_aliases() -> Mapping[str, str]:
+    return DEFAULT_DOMAIN_ALIASES
+
+
+@dataclass(frozen=True)
+class AddressRules:
+    """How the limit key is derived from an address; the address sent to is never changed.
+
+    - ``strip_tags``: drop everything from the first ``tag_separator`` in the local part
+      (``ada+1`` -> ``ada``), unless that would leave it empty. On by default.
+    - ``lowercase_local``: case-fold the local part. On by default: almost every provider treats
+      it case-insensitively, and a stricter key only ever limits more, never less.
+    - ``dotless_domains``: domains (after ``domain_aliases``) whose local part dots are dropped.
+    - ``domain_aliases``: domain -> canonical domain, e.g. ``googlemail.com`` -> ``gmail.com``.
+    - ``allow_smtputf8``: accept non-ASCII local parts (the server must support SMTPUTF8).
+    - ``allow_test_domains``: accept the reserved ``.test`` domain (for test suites only).
+
+    Do not use these rules to decide where mail goes: they merge mailboxes that some providers
+    keep apart, which is right for a budget and wrong for delivery.
+    """
+
+    strip_tags: bool = True
+    tag_separator: str = "+"
+    lowercase_local: bool = True
+    dotless_domains: frozenset[str] = DEFAULT_DOTLESS_DOMAINS
+    domain_aliases: Mapping[str, str] = field(default_factory=_default_aliases, hash=False)
+    allow_smtputf8: bool = True
+    allow_test_domains: bool = False
+
+    def __post_init__(self) -> None:
+        if len(self.tag_separator) != 1 or self.tag_separator in "@.\r\n\0 ":
+            raise ValueError("tag_separator must be one character other than '@', '.' or space")
+        # Copies, so a caller changing its own set or dict later cannot change the rules.
+        domains: Iterable[str] = self.dotless_domains
+        object.__setattr__(self, "dotless_domains", frozenset(d.lower() for d in domains))
+        aliases = {k.lower(): v.lower() for k, v in self.domain_aliases.items()}
+        object.__setattr__(self, "domain_aliases", MappingProxyType(aliases))
+
+
+DEFAULT_RULES = AddressRules()
+
+
+@dataclass(frozen=True, slots=True)
+class Recipient:
+    """A validated recipient.
+
+    ``address`` is what to send to: ASCII with a Punycode domain whenever the local part is
+    ASCII, else the Unicode form (then ``smtputf8`` is true and the server must support it).
+    ``limit_key`` is what the rate limiter counts; it is not an address to send to.
+    """
+
+    address: str
+    limit_key: str
+    smtputf8: bool
+
+
+def normalise_address(text: str, rules: AddressRules = DEFAULT_RULES) -> Recipient:
+    """Validate ``text`` as a recipient address and return the normalised :class:`Recipient`.
+
+    Surrounding whitespace is removed; CR, LF and NUL anywhere are refused. Lengths are counted
+    in UTF-8 octets after normalisation: at most 254 for the address, 64 for the local part.
+    Display names (``Ada <ada@example.com>``), quoted local parts and IP-literal domains are
+    refused. Normalising a normalised address returns it unchanged.
+
+    Raises :class:`~mailer.errors.InvalidAddress` with a message that does not contain the
+    address.
+    """
+    if not isinstance(text, str):
+        raise InvalidAddress(f"address must be a str, got {type(text).__name__}")
+    for char in _FORBIDDEN:
+        if char in text:
+            raise InvalidAddress(f"address contains a forbidden control character {char!r}")
+    stripped = text.strip()
+    _precheck(stripped)
+    try:
+        valid = validate_email(
+            stripped,
+            check_deliverability=False,
+            allow_smtputf8=rules.allow_smtputf8,
+            allow_quoted_local=False,
+            allow_domain_literal=False,
+            allow_display_name=False,
+            allow_empty_local=False,
+            test_environment=rules.allow_test_domains,
+        )
+    except EmailNotValidError as exc:
+        raise InvalidAddress(_safe_reason(str(exc), stripped)) from None
+    local = valid.local_part
+    domain = valid.ascii_domain.lower()
+    address = valid.ascii_email or valid.normalized
+    if len(address.encode("utf-8")) > MAX_ADDRESS_LENGTH:
+        raise InvalidAddress(f"address is longer than {MAX_ADDRESS_LENGTH} octets")
+    if len(local.encode("utf-8")) > MAX_LOCAL_LENGTH:
+        raise InvalidAddress(f"local part is longer than {MAX_LOCAL_LENGTH} octets")
+    return Recipient(
+        address=address,
+        limit_key=limit_key(local, domain, rules),
+        smtputf8=valid.ascii_email is None,
+    )
+
+
+def limit_key(local: str, domain: str, rules: AddressRules = DEFAULT_RULES) -> str:
+    """Return the rate-limit key of an already validated ``local@domain`` under ``rules``.
+
+    ``domain`` should be the lower-case ASCII (Punycode) domain, as in :class:`Recipient`.
+    """
+    domain = rules.domain_aliases.get(domain, domain)
+    if rules.strip_tags:
+        head = local.split(rules.tag_separator, 1)[0]
+        local = head or local
+    if rules.lowercase_local:
+        local = local.casefold()
+    if domain in rules.dotless_domains:
+        local = local.replace(".", "") or local
+    return f"{local}@{domain}"
+
+
+def _precheck(text: str) -> None:
+    """Refuse the common mistakes with precise messages before the full validator runs."""
+    if not text:
+        raise InvalidAddress("address is empty")
+    if len(text) > MAX_ADDRESS_LENGTH:
+        # Characters are never fewer than octets, so this is already too long in octets.
+        raise InvalidAddress(f"address is longer than {MAX_ADDRESS_LENGTH} octets")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidAddress("address contains a lone surrogate (not valid Unicode)") from None
+    if "@" not in text:
+        raise InvalidAddress("address has no @-sign")
+    local, _, domain = text.rpartition("@")
+    if not local:
+        raise InvalidAddress("local part (before the @-sign) is empty")
+    if not domain:
+        raise InvalidAddress("domain part (after the @-sign) is empty")
+
+
+def _safe_reason(reason: str, address: str) -> str:
+    """Return email-validator's ``reason`` without anything that could quote the address."""
+    reason = _DETAIL_RE.sub("", reason)
+    local, _, domain = address.rpartition("@")
+    leaks = [part for part in (address, local, domain) if len(part) >= 3 and part in reason]
+    if leaks:
+        return "address is not valid"
+    return f"address is not valid: {reason[:1].lower()}{reason[1:]}"
