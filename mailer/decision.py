@@ -25,7 +25,7 @@ class Decision(NamedTuple):
       an existing slot of the same mail id was returned, or when only the order of already
       booked mails binds.
     - ``remaining``: per tier of the policy (sorted by window), how many more admissions the
-      window ending at ``at`` (or now, when refused) still holds, bookings included.
+      window ending now (at ``at`` for a booked mail) still holds, bookings included.
     """
 
     allowed: bool

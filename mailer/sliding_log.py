@@ -1,9 +1,10 @@
 """The sliding-log algorithm, pure: one decision over every tier of a policy, no I/O, no clock.
 
 A key's log is its admission times in milliseconds, oldest first, each with a 48-bit tag
-derived from the mail id (0 for none). Only the newest ``max(limit)`` entries younger than
-``max(window)`` matter, so a log holds at most ``max(limit)`` past entries, plus any bookings
-still in the future (kept so that a deferred mail finds its slot).
+derived from the mail id (0 for none). Entries older than the longest window are pruned; since
+no window ever holds more than its limit, a log holds at most the longest window's limit of past
+entries (10 for the reference policy), plus the bookings still in the future. Nothing else is
+trimmed: dropping an entry a window can still see would let a later ``release`` over-admit.
 
 Appending an entry at ``x`` (never before the newest entry) breaks tier ``(L, W)`` only if the
 log has ``n >= L`` entries and ``ts[n-L] > x - W``. So the earliest admissible time is::
@@ -92,13 +93,16 @@ def acquire(
             if existing == tag:
                 at = ts[i]
                 wait = at - now_ms if at > now_ms else 0
-                return (int(at <= now_ms), int(at > now_ms), at, wait, 0, *remaining(ts, at, spec))
+                seen = at if at > now_ms else now_ms
+                return (int(at <= now_ms), int(at > now_ms), at, wait, 0, *remaining(ts, seen, spec))
     t, tier = earliest(ts, now_ms, spec)
     if t == now_ms:
-        _append(ts, tags, now_ms, tag, now_ms, spec.max_limit)
+        ts.append(now_ms)
+        tags.append(tag)
         return (1, 0, now_ms, 0, 0, *remaining(ts, now_ms, spec))
     if 0 < t - now_ms <= max_wait_ms:
-        _append(ts, tags, t, tag, now_ms, spec.max_limit)
+        ts.append(t)
+        tags.append(tag)
         return (0, 1, t, t - now_ms, tier, *remaining(ts, t, spec))
     return (0, 0, t, t - now_ms, tier, *remaining(ts, now_ms, spec))
 
@@ -119,19 +123,3 @@ def release(ts: list[int], tags: list[int], tag: int) -> bool:
             del tags[i]
             return True
     return False
-
-
-def _append(ts: list[int], tags: list[int], at_ms: int, tag: int, now_ms: int, max_limit: int) -> None:
-    """Append, then drop the oldest entries beyond ``max_limit`` that are not in the future.
-
-    Only the newest ``max_limit`` entries matter for limits; future bookings are kept anyway so
-    that a deferred mail finds its booking when it wakes (idempotency).
-    """
-    ts.append(at_ms)
-    tags.append(tag)
-    extra = len(ts) - max_limit
-    if extra > 0:
-        extra = min(extra, bisect_right(ts, now_ms))
-        if extra > 0:
-            del ts[:extra]
-            del tags[:extra]

@@ -261,3 +261,14 @@ def test_unknown_url_scheme_is_refused() -> None:
         Limiter.from_url("mongodb://u:secret@host/db", Policy.parse("1/1s"))
     with pytest.raises(ValueError, match=r"\*\*\*"):
         Limiter.from_url("ftp://u:secret@host/", Policy.parse("1/1s"))
+
+
+def test_new_mail_never_jumps_ahead_of_a_booking(make_limiter: LimiterFactory) -> None:
+    """After two bookings are released, a new mail is booked after the remaining later booking."""
+    limiter = make_limiter("2/10s")
+    for mail_id in ("a", "b", "b1", "b2", "b3"):
+        limiter.acquire(ADA, mail_id=mail_id, max_wait=DAY)
+    assert limiter.release(ADA, "b1") and limiter.release(ADA, "b2")
+    decision = limiter.acquire(ADA, mail_id="c", max_wait=DAY)
+    assert decision.booked and decision.retry_after_ms == 20_000  # b3's time, not 10 s
+    assert decision.tier is None  # no tier binds: only the order of bookings

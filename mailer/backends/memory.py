@@ -100,7 +100,13 @@ class MemoryBackend:
     def release(self, key: str, tag: int) -> bool:
         with self._lock:
             log = self._logs.get(key)
-            if log is None or not sliding_log.release(log.ts, log.tags, tag):
+            if log is None:
+                return False
+            now = to_ms(self._clock())
+            sliding_log.prune(log.ts, log.tags, now, self._spec.max_window_ms)
+            if not sliding_log.release(log.ts, log.tags, tag):
+                if not log.ts:
+                    del self._logs[key]
                 return False
             if not log.ts:
                 del self._logs[key]

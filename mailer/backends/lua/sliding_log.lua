@@ -13,13 +13,14 @@ ARGV[4]   max_wait in milliseconds; > 0 books the earliest admissible slot when 
 ARGV[5..] the tiers sorted by window: limit_1, window_ms_1, limit_2, window_ms_2, ...
 
 Value: a string, big-endian. base (6 bytes, epoch ms) then, per entry oldest first, offset from
-base (4 bytes, ms) and tag (6 bytes). At most max(limit) past entries (plus bookings still in the
-future), none older than now - max(window): 106 bytes for the reference policy 1/60s, 5/1h, 10/24h. Rewritten whole on
+base (4 bytes, ms) and tag (6 bytes). Entries older than now - max(window) are dropped; as no window
+holds more than its limit, that leaves at most the longest window's limit of past entries plus
+future bookings: 106 bytes for a full log of the reference policy 1/60s, 5/1h, 10/24h. Rewritten whole on
 every change with a PX TTL that ends when the newest entry leaves the longest window.
 
 Reply, acquire and peek: {allowed, booked, at_ms, wait_ms, tier, remaining_1, ...} where tier is
 the 1-based index of the binding tier (0: none) and remaining_i the room left in tier i's window
-ending at at_ms (now, when refused), bookings included. Release: 1 if an entry was removed, else 0.
+ending now (at the booked time, for a booking), bookings included. Release: 1 if an entry was removed, else 0.
 ]]
 
 local key = KEYS[1]
@@ -35,12 +36,11 @@ local tag = tonumber(ARGV[3])
 local max_wait = tonumber(ARGV[4])
 
 local limits, windows, ntiers = {}, {}, 0
-local max_limit, max_window = 0, 0
+local max_window = 0
 for i = 5, #ARGV, 2 do
   ntiers = ntiers + 1
   local limit, window = tonumber(ARGV[i]), tonumber(ARGV[i + 1])
   limits[ntiers], windows[ntiers] = limit, window
-  if limit > max_limit then max_limit = limit end
   if window > max_window then max_window = window end
 end
 
@@ -97,16 +97,6 @@ end
 local function append(at)
   n = n + 1
   ts[n], tags[n] = at, tag
-  -- Drop the oldest entries beyond max_limit, but never a booking still in the future.
-  local extra = 0
-  while extra < n - max_limit and ts[extra + 1] <= now do extra = extra + 1 end
-  if extra > 0 then
-    local kept_ts, kept_tags = {}, {}
-    for j = extra + 1, n do
-      kept_ts[j - extra], kept_tags[j - extra] = ts[j], tags[j]
-    end
-    ts, tags, n = kept_ts, kept_tags, n - extra
-  end
   store()
 end
 
@@ -127,9 +117,8 @@ if mode == 'a' and tag ~= 0 then
   for j = 1, n do
     if tags[j] == tag then
       local at = ts[j]
-      local allowed, booked = 0, 0
-      if at <= now then allowed = 1 else booked = 1 end
-      return reply(allowed, booked, at, 0, remaining(at))
+      if at <= now then return reply(1, 0, at, 0, remaining(now)) end
+      return reply(0, 1, at, 0, remaining(at))
     end
   end
 end

@@ -1,0 +1,195 @@
+"""Outgoing mails: the :class:`Mail` data and how it becomes an ``EmailMessage``.
+
+A ``Mail`` carries already rendered text; building checks every header for CR, LF and NUL (header
+injection) and every field against :class:`MessageLimits`. The ``Message-ID`` comes from the
+mail id, so a mail sent twice by a redelivered task carries the same id both times and the
+duplicate can be recognised downstream.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from email.utils import formatdate, parseaddr
+from types import MappingProxyType
+
+from mailer.errors import InvalidMessage
+
+#: Used in the Message-ID when the sender has no usable domain.
+FALLBACK_DOMAIN = "mailguard.invalid"
+
+#: Headers the builder sets itself, or that would add recipients behind the limiter's back.
+RESERVED_HEADERS = frozenset(
+    {
+        "bcc",
+        "cc",
+        "content-transfer-encoding",
+        "content-type",
+        "date",
+        "from",
+        "message-id",
+        "mime-version",
+        "resent-bcc",
+        "resent-cc",
+        "resent-to",
+        "sender",
+        "subject",
+        "to",
+    }
+)
+
+_FORBIDDEN = ("\r", "\n", "\0")
+# RFC 5322 field names: printable ASCII except the colon.
+_HEADER_NAME_RE = re.compile(r"^[!-9;-~]+$")
+# Characters kept as they are in the id part of a Message-ID (a subset of dot-atom text).
+_ID_UNSAFE_RE = re.compile(r"[^A-Za-z0-9_\-]")
+_DOMAIN_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$")
+
+
+def _no_headers() -> Mapping[str, str]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class MessageLimits:
+    """Size caps checked when a message is built.
+
+    Subject and header values in characters (998 is the RFC 5322 line limit), bodies in UTF-8
+    bytes each (text and HTML separately; 1 MiB by default). Raise them only if the mail
+    server accepts larger messages.
+    """
+
+    max_subject_chars: int = 998
+    max_header_chars: int = 998
+    max_headers: int = 50
+    max_body_bytes: int = 1024 * 1024
+
+
+DEFAULT_LIMITS = MessageLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class Mail:
+    """One mail to one recipient, with its text already rendered.
+
+    ``to`` is the normalised address (``Recipient.address``). ``mail_id`` is the stable id of
+    the ``send_mail`` call (at most 255 characters). ``sender`` is the From header, an address
+    or ``"Name <address>"``. ``headers`` are extra headers such as ``Reply-To`` or
+    ``List-Unsubscribe``; the reserved ones (:data:`RESERVED_HEADERS`) are refused.
+    """
+
+    to: str
+    subject: str
+    body: str
+    mail_id: str
+    sender: str
+    html: str | None = None
+    headers: Mapping[str, str] = field(default_factory=_no_headers, hash=False)
+
+    def __post_init__(self) -> None:
+        # A copy, so the caller's dict cannot change a frozen Mail afterwards.
+        object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)))
+
+
+def message_id(mail_id: str, sender: str) -> str:
+    """Return the ``Message-ID`` for ``mail_id``: ``<{id}@{sender's domain}>``.
+
+    The same mail id always gives the same Message-ID. Characters outside ``A-Z a-z 0-9 _ -``
+    become ``_`` and a short hash of the original id is appended, so different ids never
+    share a Message-ID. Without a usable sender domain, ``mailguard.invalid`` is used.
+    """
+    if not isinstance(mail_id, str) or not mail_id or len(mail_id) > 255:
+        raise InvalidMessage("mail_id must be a str of 1 to 255 characters")
+    _check_header_value("mail_id", mail_id, 255)
+    local = _ID_UNSAFE_RE.sub("_", mail_id)
+    if local != mail_id:
+        digest = hashlib.blake2b(mail_id.encode("utf-8", "surrogatepass"), digest_size=4)
+        local = f"{local}.{digest.hexdigest()}"
+    return f"<{local}@{_sender_domain(sender)}>"
+
+
+def build_message(
+    mail: Mail, *, limits: MessageLimits = DEFAULT_LIMITS, now: float | None = None
+) -> EmailMessage:
+    """Build the ``EmailMessage`` for ``mail``: text/plain, or multipart/alternative with HTML.
+
+    ``now`` (seconds since the epoch, from the caller's clock) sets the ``Date`` header; without
+    it there is no ``Date`` and the submission server adds one. Raises
+    :class:`~mailer.errors.InvalidMessage` naming the bad field, never quoting its content.
+    """
+    _check_header_value("to", mail.to, limits.max_header_chars)
+    _check_header_value("sender", mail.sender, limits.max_header_chars)
+    _check_header_value("subject", mail.subject, limits.max_subject_chars)
+    _check_body("body", mail.body, limits.max_body_bytes)
+    if mail.html is not None:
+        _check_body("html", mail.html, limits.max_body_bytes)
+    if len(mail.headers) > limits.max_headers:
+        raise InvalidMessage(f"headers: more than {limits.max_headers} extra headers")
+    for name, value in mail.headers.items():
+        _check_header_name(name)
+        _check_header_value(f"header {name!r}", value, limits.max_header_chars)
+
+    message = EmailMessage()
+    message["From"] = mail.sender
+    message["To"] = mail.to
+    message["Subject"] = mail.subject
+    message["Message-ID"] = message_id(mail.mail_id, mail.sender)
+    if now is not None:
+        message["Date"] = formatdate(now, usegmt=True)
+    for name, value in mail.headers.items():
+        try:
+            message[name] = value
+        except (ValueError, TypeError, IndexError):
+            # The header registry parses structured headers such as Reply-To.
+            raise InvalidMessage(f"header {name!r} has a value that cannot be parsed") from None
+    message.set_content(mail.body)
+    if mail.html is not None:
+        message.add_alternative(mail.html, subtype="html")
+    return message
+
+
+def _check_header_value(name: str, value: object, max_chars: int) -> None:
+    if not isinstance(value, str):
+        raise InvalidMessage(f"{name} must be a str, got {type(value).__name__}")
+    for char in _FORBIDDEN:
+        if char in value:
+            raise InvalidMessage(f"{name} contains a forbidden control character {char!r}")
+    if len(value) > max_chars:
+        raise InvalidMessage(f"{name} is longer than {max_chars} characters")
+    if not value.strip() and name != "subject":
+        raise InvalidMessage(f"{name} is empty")
+
+
+def _check_header_name(name: object) -> None:
+    if not isinstance(name, str) or not _HEADER_NAME_RE.match(name) or len(name) > 76:
+        raise InvalidMessage("header names must be 1 to 76 printable ASCII characters, no colon")
+    if name.lower() in RESERVED_HEADERS:
+        raise InvalidMessage(f"header {name!r} is set by mailguard and cannot be given")
+
+
+def _check_body(name: str, value: object, max_bytes: int) -> None:
+    if not isinstance(value, str):
+        raise InvalidMessage(f"{name} must be a str, got {type(value).__name__}")
+    if "\0" in value:
+        raise InvalidMessage(f"{name} contains a NUL character")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidMessage(f"{name} is not valid Unicode (lone surrogate)") from None
+    if size > max_bytes:
+        raise InvalidMessage(f"{name} is larger than {max_bytes} bytes")
+
+
+def _sender_domain(sender: str) -> str:
+    """The lower-case ASCII domain of the sender's address, or the fallback domain."""
+    _, address = parseaddr(sender)
+    domain = address.rpartition("@")[2].strip().lower()
+    if domain and not domain.isascii():
+        try:
+            domain = domain.encode("idna").decode("ascii")
+        except UnicodeError:
+            return FALLBACK_DOMAIN
+    return domain if _DOMAIN_RE.match(domain) else FALLBACK_DOMAIN
