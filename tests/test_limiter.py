@@ -271,4 +271,4 @@ def test_new_mail_never_jumps_ahead_of_a_booking(make_limiter: LimiterFactory) -
     assert limiter.release(ADA, "b1") and limiter.release(ADA, "b2")
     decision = limiter.acquire(ADA, mail_id="c", max_wait=DAY)
     assert decision.booked and decision.retry_after_ms == 20_000  # b3's time, not 10 s
-    assert decision.tier is None  # no tier binds: only the order of bookings
+    assert decision.tier == Tier(2, 10_000)  # the full tier, though the order binds longer
