@@ -41,7 +41,9 @@ RESERVED_HEADERS = frozenset(
     }
 )
 
-_FORBIDDEN = ("\r", "\n", "\0")
+# NUL and everything str.splitlines() treats as a line break: the email package refuses them in
+# headers, and a bare CR or LF is how header injection starts.
+_FORBIDDEN = ("\r", "\n", "\0", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
 # RFC 5322 field names: printable ASCII except the colon.
 _HEADER_NAME_RE = re.compile(r"^[!-9;-~]+$")
 # Characters kept as they are in the id part of a Message-ID (a subset of dot-atom text).
@@ -186,6 +188,8 @@ def _check_body(name: str, value: object, max_bytes: int) -> None:
 def _sender_domain(sender: str) -> str:
     """The lower-case ASCII domain of the sender's address, or the fallback domain."""
     _, address = parseaddr(sender)
+    if "@" not in address:
+        return FALLBACK_DOMAIN
     domain = address.rpartition("@")[2].strip().lower()
     if domain and not domain.isascii():
         try:
