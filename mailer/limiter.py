@@ -119,7 +119,9 @@ class Limiter:
             (self._hasher.storage_key(check_key(k)), mail_tag(m))
             for k, m in zip(keys, ids, strict=True)
         ]
-        return [self._decision(raw) for raw in self.backend.acquire_many(items, _max_wait_ms(max_wait))]
+        return [
+            self._decision(raw) for raw in self.backend.acquire_many(items, _max_wait_ms(max_wait))
+        ]
 
     def peek(self, key: str) -> Decision:
         """Answer as :meth:`acquire` would for a fresh mail now, consuming nothing.

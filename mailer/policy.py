@@ -1,7 +1,7 @@
 """Rate-limit policies: a named list of tiers ``limit / window`` enforced together.
 
->>> Policy.parse("1/60s, 5/1h, 10/24h", name="recipient").tiers
-(Tier(limit=1, window_ms=60000), Tier(limit=5, window_ms=3600000), Tier(limit=10, window_ms=86400000))
+>>> str(Policy.parse("10/24h, 1/60s, 5/1h", name="recipient"))
+'1/1m, 5/1h, 10/1d'
 """
 
 from __future__ import annotations
@@ -65,7 +65,9 @@ class Policy:
                     f"tier {tier}: at most {MAX_LIMIT} per window of at most 31d are supported"
                 )
             if tier.window_ms in seen:
-                raise ValueError(f"duplicate tier: two tiers with window {_format_ms(tier.window_ms)}")
+                raise ValueError(
+                    f"duplicate tier: two tiers with window {_format_ms(tier.window_ms)}"
+                )
             seen.add(tier.window_ms)
         object.__setattr__(self, "tiers", tuple(sorted(self.tiers, key=lambda t: t.window_ms)))
 
@@ -123,7 +125,9 @@ def _parse_tier(part: str) -> Tier:
     if window_ms <= 0:
         raise ValueError(f"bad tier {part.strip()!r}: window must be positive")
     if window_ms != window_ms.to_integral_value():
-        raise ValueError(f"bad tier {part.strip()!r}: window must be a whole number of milliseconds")
+        raise ValueError(
+            f"bad tier {part.strip()!r}: window must be a whole number of milliseconds"
+        )
     return Tier(limit=limit, window_ms=int(window_ms))
 
 

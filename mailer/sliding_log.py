@@ -67,20 +67,17 @@ def earliest(ts: list[int], now_ms: int, spec: TierSpec) -> tuple[int, int]:
         t = ts[-1]
     tier = 0
     bind_t = now_ms
-    index = 0
-    for limit, window in spec.pairs:
-        index += 1
+    for index, (limit, window) in enumerate(spec.pairs, start=1):
         if n >= limit:
             candidate = ts[n - limit] + window
             if candidate > bind_t:
                 bind_t = candidate
                 tier = index
-    if bind_t > t:
-        t = bind_t
+    t = max(t, bind_t)
     return t, tier
 
 
-def acquire(
+def acquire(  # noqa: PLR0917 - mirrors the Lua script's argument list
     ts: list[int], tags: list[int], now_ms: int, spec: TierSpec, tag: int, max_wait_ms: int
 ) -> RawDecision:
     """Decide for one attempt and record it in ``ts``/``tags`` (in place) if admitted or booked.
@@ -94,7 +91,14 @@ def acquire(
                 at = ts[i]
                 wait = at - now_ms if at > now_ms else 0
                 seen = at if at > now_ms else now_ms
-                return (int(at <= now_ms), int(at > now_ms), at, wait, 0, *remaining(ts, seen, spec))
+                return (
+                    int(at <= now_ms),
+                    int(at > now_ms),
+                    at,
+                    wait,
+                    0,
+                    *remaining(ts, seen, spec),
+                )
     t, tier = earliest(ts, now_ms, spec)
     if t == now_ms:
         ts.append(now_ms)

@@ -21,7 +21,7 @@ def redis_server() -> Iterator[RedisServer]:
 
 @pytest.fixture
 def redis_url(redis_server: RedisServer) -> Iterator[str]:
-    """URL of the session's redis-server, flushed before each test (restarted if a test stopped it)."""
+    """URL of the session's redis-server, flushed before each test (restarted if it was stopped)."""
     if redis_server.process is None or not redis_server.ping():
         redis_server.start()
     client = redis.Redis.from_url(redis_server.url)

@@ -47,12 +47,18 @@ class RedisServer:
         self.process = subprocess.Popen(
             [
                 binary,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--save", "",
-                "--appendonly", "no",
-                "--dir", str(self.dir),
-                "--logfile", str(self.dir / "redis.log"),
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.dir),
+                "--logfile",
+                str(self.dir / "redis.log"),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -64,16 +70,19 @@ class RedisServer:
             if self.ping():
                 return self
             time.sleep(0.02)
-        log = (self.dir / "redis.log").read_text(errors="replace")[-2000:] if (
-            self.dir / "redis.log"
-        ).exists() else ""
+        log = (
+            (self.dir / "redis.log").read_text(errors="replace")[-2000:]
+            if (self.dir / "redis.log").exists()
+            else ""
+        )
         self.stop()
         raise RuntimeError(f"redis-server on port {self.port} did not start:\n{log}")
 
     def ping(self) -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(
-            ("127.0.0.1", self.port), timeout=0.5
-        ) as sock:
+        with (
+            contextlib.suppress(OSError),
+            socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock,
+        ):
             sock.sendall(b"PING\r\n")
             return sock.recv(16).startswith(b"+PONG")
         return False

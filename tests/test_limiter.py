@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mailer import Limiter, ManualClock, Tier
+from mailer import Limiter, ManualClock, Policy, Tier
 from tests.conftest import LimiterFactory
 
 ADA = "ada@example.com"
@@ -23,7 +23,7 @@ def test_first_mail_is_allowed_and_reports_room_left(make_limiter: LimiterFactor
 def test_second_mail_within_a_minute_waits_exactly_the_minute(
     make_limiter: LimiterFactory, clock: ManualClock
 ) -> None:
-    """Given one mail sent, a mail 15.25 s later is refused with 44.75 s to wait on the 1/60s tier."""
+    """Given one mail sent, a mail 15.25 s later is refused: 44.75 s to wait on the 1/60s tier."""
     limiter = make_limiter()
     limiter.acquire(ADA)
     clock.advance(15.25)
@@ -76,7 +76,7 @@ def test_binding_tier_is_the_one_with_the_longest_wait(
 
 
 def test_day_tier_binds_after_ten_mails(make_limiter: LimiterFactory, clock: ManualClock) -> None:
-    """Ten mails spread over hours fill the day tier; the eleventh waits for the first to age out."""
+    """Ten mails hours apart fill the day tier; the eleventh waits for the first to age out."""
     limiter = make_limiter()
     for _ in range(10):
         assert limiter.acquire(ADA).allowed
@@ -96,8 +96,6 @@ def test_keys_do_not_interfere(make_limiter: LimiterFactory) -> None:
 
 def test_policies_with_different_names_do_not_share_counts(make_limiter: LimiterFactory) -> None:
     """Two limiters on the same storage with differently named policies count separately."""
-    from mailer import Policy
-
     one = make_limiter(Policy.parse("1/60s", name="recipient"))
     other = make_limiter(Policy.parse("1/60s", name="domain"))
     assert one.acquire(ADA).allowed
@@ -112,8 +110,18 @@ def test_reservations_give_ten_distinct_ordered_slots(make_limiter: LimiterFacto
     assert decisions[0].allowed
     assert all(d.booked for d in decisions[1:])
     offsets = [d.at_ms - decisions[0].at_ms for d in decisions]
-    assert offsets == [0, 60_000, 120_000, 180_000, 240_000, 3_600_000, 3_660_000, 3_720_000,
-                       3_780_000, 3_840_000]
+    assert offsets == [
+        0,
+        60_000,
+        120_000,
+        180_000,
+        240_000,
+        3_600_000,
+        3_660_000,
+        3_720_000,
+        3_780_000,
+        3_840_000,
+    ]
     assert [d.retry_after_ms for d in decisions] == offsets
 
 
@@ -221,7 +229,10 @@ def test_acquire_many_matches_single_calls(make_limiter: LimiterFactory) -> None
     keys = ["a@x.org", "b@x.org", "a@x.org", "c@x.org", "a@x.org"]
     decisions = limiter.acquire_many(keys, mail_ids=[f"m{i}" for i in range(5)], max_wait=DAY)
     assert [(d.allowed, d.booked, d.retry_after_ms) for d in decisions] == [
-        (True, False, 0), (True, False, 0), (False, True, 60_000), (True, False, 0),
+        (True, False, 0),
+        (True, False, 0),
+        (False, True, 60_000),
+        (True, False, 0),
         (False, True, 120_000),
     ]
     assert limiter.acquire_many([]) == []
@@ -255,8 +266,6 @@ def test_bad_mail_ids_are_refused(make_limiter: LimiterFactory, mail_id: str) ->
 
 def test_unknown_url_scheme_is_refused() -> None:
     """A URL of no supported scheme raises ValueError naming the supported ones."""
-    from mailer import Policy
-
     with pytest.raises(ValueError, match=r"memory://, redis://"):
         Limiter.from_url("mongodb://u:secret@host/db", Policy.parse("1/1s"))
     with pytest.raises(ValueError, match=r"\*\*\*"):

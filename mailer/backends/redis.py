@@ -80,7 +80,9 @@ class RedisBackend:
             for key, tag in items:
                 pipe.evalsha(SCRIPT_SHA, 1, key, "a", now, tag, max_wait_ms, *self._tiers)
             answers = pipe.execute(raise_on_error=False)
-            missing = [i for i, a in enumerate(answers) if isinstance(a, redis.exceptions.NoScriptError)]
+            missing = [
+                i for i, a in enumerate(answers) if isinstance(a, redis.exceptions.NoScriptError)
+            ]
             if missing:
                 # A NOSCRIPT reply means that command did not run: run just those again.
                 self._client.script_load(SCRIPT)
