@@ -1,0 +1,39 @@
+"""Durations written by people, such as ``300``, ``5m``, ``24h``, ``1d`` or ``500ms``.
+
+>>> parse_duration("5m"), parse_duration("500ms"), parse_duration("90")
+(300.0, 0.5, 90.0)
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_UNITS_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_RE = re.compile(r"^\s*(?P<num>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(?P<unit>[a-z]*)\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Return the duration ``text`` in seconds.
+
+    A non-negative number with an optional unit among ``ms, s, m, h, d``; no unit means
+    seconds. One number and one unit only (``1h30m`` is refused; write ``90m``). Raises
+    ``ValueError`` saying what is wrong; for configuration, not for per-mail input.
+    """
+    if not isinstance(text, str):
+        raise ValueError(f"duration must be a str, got {type(text).__name__}")
+    match = _DURATION_RE.match(text.lower())
+    if match is None:
+        raise ValueError(
+            f"bad duration {text.strip()[:40]!r}: expected a number with an optional unit "
+            "(ms, s, m, h, d) such as '300', '5m' or '24h'"
+        )
+    unit = match["unit"] or "s"
+    if unit not in _UNITS_S:
+        raise ValueError(
+            f"bad duration {text.strip()[:40]!r}: unknown unit {unit!r}, use ms, s, m, h or d"
+        )
+    seconds = float(match["num"]) * _UNITS_S[unit]
+    if not math.isfinite(seconds):
+        raise ValueError(f"bad duration {text.strip()[:40]!r}: too large")
+    return seconds

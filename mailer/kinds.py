@@ -1,0 +1,266 @@
+"""Kinds of mail: templates for subject and body, and how long a mail may wait for its slot.
+
+A login code is useless after five minutes, a notice is still worth sending tomorrow: the kind's
+``max_wait`` (seconds) is how long a mail may wait for its rate-limit slot before it is dropped.
+
+Templates are Jinja2 in a sandbox (they may come from configuration), with ``StrictUndefined``
+(a missing variable is an error, never an empty string); only the HTML template autoescapes.
+Text given by the caller is used as is, never rendered, so user input cannot inject template
+code.
+The sandbox stops templates from reaching Python internals; it does not bound their CPU time or
+output size, so templates must come from people who run the service, never from its users.
+
+Configuration problems (a bad template, a bad duration) raise ``ValueError``; problems of one
+mail (an unknown kind, a missing variable) raise :class:`~mailer.errors.InvalidMessage`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any
+
+from jinja2 import StrictUndefined, Template, TemplateError, UndefinedError, meta
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import SandboxedEnvironment
+
+from mailer.durations import parse_duration
+from mailer.errors import InvalidMessage, UnknownKind
+
+#: Prefix of the environment variables read by :meth:`Kinds.from_env`.
+ENV_PREFIX = "MAILGUARD_KIND_"
+
+DAY = 86400.0
+
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+# Longest suffix first, so that ``..._MAX_WAIT`` is never read as a kind named ``..._MAX``.
+_ENV_FIELDS = (
+    ("_MAX_WAIT", "max_wait"),
+    ("_SUBJECT", "subject"),
+    ("_BODY", "body"),
+    ("_HTML", "html"),
+)
+
+_TEXT_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
+_HTML_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=True)
+
+
+@lru_cache(maxsize=256)
+def _compile(source: str, *, html: bool) -> Template:
+    return (_HTML_ENV if html else _TEXT_ENV).from_string(source)
+
+
+@lru_cache(maxsize=256)
+def _variables(source: str, *, html: bool) -> frozenset[str]:
+    env = _HTML_ENV if html else _TEXT_ENV
+    return frozenset(meta.find_undeclared_variables(env.parse(source)))
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A kind of mail.
+
+    ``subject``, ``body`` and ``html`` are Jinja2 templates (``None``: the caller must give that
+    text, except ``html`` which is optional). ``max_wait`` is in seconds, ``0`` meaning "send
+    now or drop". Templates are compiled on construction, so a syntax error raises
+    ``ValueError`` at configuration time, not when the first mail goes out.
+    """
+
+    name: str
+    subject: str | None = None
+    body: str | None = None
+    html: str | None = None
+    max_wait: float = DAY
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise ValueError(
+                f"bad kind name {str(self.name)[:70]!r}: 1-64 of a-z, 0-9 and _, starting with "
+                "a letter"
+            )
+        if isinstance(self.max_wait, bool) or not isinstance(self.max_wait, (int, float)):
+            raise ValueError(f"kind {self.name!r}: max_wait must be a number of seconds")
+        if not math.isfinite(self.max_wait) or self.max_wait < 0:
+            raise ValueError(f"kind {self.name!r}: max_wait must be finite and not negative")
+        object.__setattr__(self, "max_wait", float(self.max_wait))
+        for field in ("subject", "body", "html"):
+            source = getattr(self, field)
+            if source is None:
+                continue
+            if not isinstance(source, str):
+                raise ValueError(f"kind {self.name!r}: {field} template must be a str")
+            try:
+                _compile(source, html=field == "html")
+            except TemplateError as exc:
+                raise ValueError(
+                    f"kind {self.name!r}: {field} template does not compile: {exc}"
+                ) from None
+
+
+#: Built-in kinds: ``default`` needs the caller's subject and body and may wait a day, ``code``
+#: is a one-time code that is worthless after five minutes, ``notice`` may wait a day.
+BUILTIN_KINDS = (
+    Kind("default", max_wait=DAY),
+    Kind("code", subject="Your code", body="Your code is {{ code }}", max_wait=300.0),
+    Kind("notice", max_wait=DAY),
+)
+
+
+class Kinds(Mapping[str, Kind]):
+    """An immutable registry of kinds by name.
+
+    Looking up an unknown name raises :class:`~mailer.errors.UnknownKind`, which is both an
+    ``InvalidMessage`` (drop the mail) and a ``KeyError`` (so ``in`` and ``get`` work).
+    """
+
+    __slots__ = ("_kinds",)
+
+    def __init__(self, kinds: Iterable[Kind] = ()) -> None:
+        self._kinds: dict[str, Kind] = {}
+        for kind in kinds:
+            if not isinstance(kind, Kind):
+                raise TypeError(f"expected Kind, got {type(kind).__name__}")
+            self._kinds[kind.name] = kind
+
+    @classmethod
+    def defaults(cls) -> Kinds:
+        """The built-in kinds: ``default``, ``code`` and ``notice``."""
+        return cls(BUILTIN_KINDS)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], *, base: Kinds | None = None) -> Kinds:
+        """Return ``base`` (the built-ins by default) changed by ``MAILGUARD_KIND_*`` variables.
+
+        ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` is a duration (``300``, ``5m``, ``24h``, ``1d``,
+        ``500ms``); ``..._SUBJECT``, ``..._BODY`` and ``..._HTML`` are templates, an empty value
+        removing the template. ``<NAME>`` is the kind name in upper case; a new name adds a kind
+        (waiting up to a day unless ``MAX_WAIT`` says otherwise). Pass ``os.environ``. Raises
+        ``ValueError`` naming the variable on any bad or unknown setting.
+        """
+        changes: dict[str, dict[str, Any]] = {}
+        for variable in sorted(environ):
+            if not variable.startswith(ENV_PREFIX):
+                continue
+            name, field = _split_env_name(variable)
+            value = environ[variable]
+            if field == "max_wait":
+                try:
+                    changes.setdefault(name, {})[field] = parse_duration(value)
+                except ValueError as exc:
+                    raise ValueError(f"{variable}: {exc}") from None
+            else:
+                changes.setdefault(name, {})[field] = value or None
+        registry = dict((base if base is not None else cls.defaults())._kinds)
+        for name, fields in changes.items():
+            try:
+                old = registry.get(name)
+                registry[name] = replace(old, **fields) if old else Kind(name, **fields)
+            except ValueError as exc:
+                raise ValueError(f"{ENV_PREFIX}{name.upper()}_*: {exc}") from None
+        return cls(registry.values())
+
+    def with_kind(self, kind: Kind) -> Kinds:
+        """Return a new registry with ``kind`` added, replacing any kind of the same name."""
+        return Kinds([*self._kinds.values(), kind])
+
+    def __getitem__(self, name: str) -> Kind:
+        try:
+            return self._kinds[name]
+        except (KeyError, TypeError):
+            known = ", ".join(sorted(self._kinds)) or "none"
+            shown = name[:64] if isinstance(name, str) else type(name).__name__
+            raise UnknownKind(f"unknown kind {shown!r}; known: {known}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._kinds)
+
+    def __len__(self) -> int:
+        return len(self._kinds)
+
+    def __repr__(self) -> str:
+        return f"Kinds({sorted(self._kinds)!r})"
+
+
+def _split_env_name(variable: str) -> tuple[str, str]:
+    """``MAILGUARD_KIND_PASSWORD_RESET_MAX_WAIT`` -> ``("password_reset", "max_wait")``."""
+    rest = variable[len(ENV_PREFIX) :]
+    for suffix, field in _ENV_FIELDS:
+        if rest.endswith(suffix) and len(rest) > len(suffix):
+            return rest[: -len(suffix)].lower(), field
+    known = ", ".join(suffix.lstrip("_") for suffix, _ in _ENV_FIELDS)
+    raise ValueError(
+        f"{variable}: unknown setting, expected {ENV_PREFIX}<NAME>_ and one of {known}"
+    )
+
+
+def render(
+    kind: Kind,
+    subject: str | None,
+    body: str | None,
+    html: str | None,
+    context: Mapping[str, Any],
+) -> tuple[str, str, str | None]:
+    """Return ``(subject, body, html)`` for one mail of ``kind``.
+
+    Each text given by the caller is used as is; each one left ``None`` is rendered from the
+    kind's template with ``context``. A subject or body that is neither given nor templated, a
+    variable missing from ``context`` or a failing template raises
+    :class:`~mailer.errors.InvalidMessage` naming the kind, the field and the variable, never
+    the values. ``html`` is ``None`` when neither given nor templated.
+    """
+    final_subject = _text(kind, "subject", subject, kind.subject, context)
+    final_body = _text(kind, "body", body, kind.body, context)
+    if html is not None:
+        final_html: str | None = _given(kind, "html", html)
+    elif kind.html is not None:
+        final_html = _render(kind, "html", kind.html, context)
+    else:
+        final_html = None
+    return final_subject, final_body, final_html
+
+
+def _text(
+    kind: Kind, field: str, given: str | None, template: str | None, context: Mapping[str, Any]
+) -> str:
+    if given is not None:
+        return _given(kind, field, given)
+    if template is None:
+        raise InvalidMessage(f"kind {kind.name!r} has no {field} template; give a {field}")
+    return _render(kind, field, template, context)
+
+
+def _given(kind: Kind, field: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidMessage(
+            f"kind {kind.name!r}: {field} must be a str, not {type(value).__name__}"
+        )
+    return value
+
+
+def _render(kind: Kind, field: str, source: str, context: Mapping[str, Any]) -> str:
+    is_html = field == "html"
+    missing = sorted(_variables(source, html=is_html) - set(context))
+    if missing:
+        names = ", ".join(repr(name) for name in missing)
+        plural = "s" if len(missing) > 1 else ""
+        raise InvalidMessage(
+            f"kind {kind.name!r}: {field} template needs variable{plural} {names}, missing from "
+            "the context"
+        )
+    try:
+        return _compile(source, html=is_html).render(context)
+    except UndefinedError as exc:
+        raise InvalidMessage(f"kind {kind.name!r}: {field} template: {exc}") from None
+    except SecurityError:
+        raise InvalidMessage(
+            f"kind {kind.name!r}: {field} template tried an operation the sandbox forbids"
+        ) from None
+    except Exception as exc:
+        # Any failure inside a template (a TypeError, a division by zero) is a bad mail, not a
+        # crash of the worker; the values involved are not repeated.
+        raise InvalidMessage(
+            f"kind {kind.name!r}: {field} template failed with {type(exc).__name__}"
+        ) from None
