@@ -26,24 +26,23 @@ class KeyHasher:
     production (``MAILGUARD_SECRET``), the same on every worker.
     """
 
-    __slots__ = ("_key", "_person", "_prefix")
+    __slots__ = ("_base", "_prefix")
 
     def __init__(self, secret: str | bytes | None, namespace: str, policy_name: str) -> None:
         if not namespace or any(c in namespace for c in "{}\0\r\n "):
             raise ValueError(f"bad namespace {namespace!r}: no spaces or braces")
         raw = secret.encode() if isinstance(secret, str) else (secret or _UNKEYED)
-        self._key = raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
-        self._person = policy_name.encode()[:16]
+        key = raw if len(raw) <= 64 else hashlib.blake2b(raw).digest()
+        person = hashlib.blake2b(policy_name.encode(), digest_size=16).digest()
+        # Keyed once; each digest copies this state (cheaper than keying anew).
+        self._base = hashlib.blake2b(digest_size=12, key=key, person=person)
         self._prefix = namespace + ":{"
 
     def digest(self, key: str) -> bytes:
         """Return the 12-byte keyed hash of a validated ``key``."""
-        return hashlib.blake2b(
-            key.encode("utf-8", "surrogatepass"),
-            digest_size=12,
-            key=self._key,
-            person=self._person,
-        ).digest()
+        state = self._base.copy()
+        state.update(key.encode("utf-8", "surrogatepass"))
+        return state.digest()
 
     def storage_key(self, key: str) -> str:
         """Return the storage key for ``key``: ``<namespace>:{<16 base64url chars>}``."""

@@ -19,7 +19,7 @@ from mailer.backends.memory import MemoryBackend
 from mailer.clock import Clock
 from mailer.decision import Decision
 from mailer.errors import mask_url
-from mailer.keys import KeyHasher, check_key, mail_tag
+from mailer.keys import MAX_KEY_LENGTH, KeyHasher, check_key, mail_tag
 from mailer.policy import Policy
 from mailer.sliding_log import RawDecision, TierSpec
 
@@ -48,6 +48,7 @@ class Limiter:
         self.backend = backend
         self._hasher = KeyHasher(secret, namespace, policy.name)
         self._tiers = policy.tiers
+        self._key = self._hasher.digest if backend.keys_as_digest else self._hasher.storage_key
 
     @classmethod
     def from_url(
@@ -96,10 +97,12 @@ class Limiter:
         Raises ``ValueError`` for a bad key, mail id or max_wait, and
         :class:`mailer.errors.BackendUnavailable` when the storage cannot be reached.
         """
-        storage_key = self._hasher.storage_key(check_key(key))
-        return self._decision(
-            self.backend.acquire(storage_key, mail_tag(mail_id), _max_wait_ms(max_wait))
-        )
+        # The common case (a str key, no mail id, no wait) skips the helper calls: hot path.
+        if type(key) is not str or not 0 < len(key) <= MAX_KEY_LENGTH:
+            check_key(key)
+        tag = 0 if mail_id is None else mail_tag(mail_id)
+        wait_ms = 0 if max_wait == 0.0 else _max_wait_ms(max_wait)
+        return self._decision(self.backend.acquire(self._key(key), tag, wait_ms))
 
     def acquire_many(
         self,
@@ -116,7 +119,7 @@ class Limiter:
             raise ValueError("mail_ids must have one entry per key")
         ids: Sequence[str | None] = mail_ids if mail_ids is not None else [None] * len(keys)
         items = [
-            (self._hasher.storage_key(check_key(k)), mail_tag(m))
+            (self._key(check_key(k)), mail_tag(m))
             for k, m in zip(keys, ids, strict=True)
         ]
         return [
@@ -128,18 +131,18 @@ class Limiter:
 
         For a web form that wants to say "try again in 42 s" before enqueueing.
         """
-        return self._decision(self.backend.peek(self._hasher.storage_key(check_key(key))))
+        return self._decision(self.backend.peek(self._key(check_key(key))))
 
     def release(self, key: str, mail_id: str) -> bool:
         """Give back the admission or booking of ``mail_id``; return whether there was one.
 
         For a mail that failed for good: the recipient should not pay for our failure.
         """
-        return self.backend.release(self._hasher.storage_key(check_key(key)), mail_tag(mail_id))
+        return self.backend.release(self._key(check_key(key)), mail_tag(mail_id))
 
     def reset(self, key: str) -> None:
         """Forget every admission and booking of ``key``."""
-        self.backend.reset(self._hasher.storage_key(check_key(key)))
+        self.backend.reset(self._key(check_key(key)))
 
     def close(self) -> None:
         """Release the backend's connections (memory: forget everything)."""
@@ -147,14 +150,21 @@ class Limiter:
 
     def _decision(self, raw: RawDecision) -> Decision:
         tier_index = raw[4]
-        return Decision(
-            bool(raw[0]),
-            bool(raw[1]),
-            raw[2],
-            raw[3],
-            self._tiers[tier_index - 1] if tier_index else None,
-            tuple(raw[5:]),
+        return _new_decision(
+            (
+                raw[0] == 1,
+                raw[1] == 1,
+                raw[2],
+                raw[3],
+                self._tiers[tier_index - 1] if tier_index else None,
+                raw[5:],
+            )
         )
+
+
+def _new_decision(fields: tuple[object, ...]) -> Decision:
+    # tuple.__new__ skips NamedTuple's Python-level __new__: a measurable share of a memory call.
+    return tuple.__new__(Decision, fields)
 
 
 def _max_wait_ms(max_wait: float) -> int:

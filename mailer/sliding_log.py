@@ -50,9 +50,11 @@ def prune(ts: list[int], tags: list[int], now_ms: int, max_window_ms: int) -> No
 def remaining(ts: list[int], at_ms: int, spec: TierSpec) -> tuple[int, ...]:
     """Per tier, how many more entries the window ending at ``at_ms`` holds (bookings count)."""
     n = len(ts)
-    return tuple(
-        max(0, limit - (n - bisect_right(ts, at_ms - window))) for limit, window in spec.pairs
-    )
+    out = []
+    for limit, window in spec.pairs:
+        room = limit - n + bisect_right(ts, at_ms - window)
+        out.append(room if room > 0 else 0)
+    return tuple(out)
 
 
 def earliest(ts: list[int], now_ms: int, spec: TierSpec) -> tuple[int, int]:

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from mailer.sliding_log import RawDecision
 
 
 class Backend(Protocol):
-    """Storage for sliding logs. Keys arrive already hashed; tags are 48-bit ints (0: none).
+    """Storage for sliding logs. Keys arrive hashed (see ``keys_as_digest``); tags are 48-bit ints.
 
     Every method is one atomic step over every tier of the policy the backend was built with.
     Answers are raw tuples (see :mod:`mailer.sliding_log`); :class:`mailer.Limiter` turns them
@@ -17,17 +17,19 @@ class Backend(Protocol):
     """
 
     url: str
+    #: True: keys arrive as the 12-byte digest (bytes); False: as ``<namespace>:{<hash>}`` text.
+    keys_as_digest: bool
 
-    def acquire(self, key: str, tag: int, max_wait_ms: int) -> RawDecision: ...
+    def acquire(self, key: Any, tag: int, max_wait_ms: int) -> RawDecision: ...
 
     def acquire_many(
-        self, items: Sequence[tuple[str, int]], max_wait_ms: int
+        self, items: Sequence[tuple[Any, int]], max_wait_ms: int
     ) -> list[RawDecision]: ...
 
-    def peek(self, key: str) -> RawDecision: ...
+    def peek(self, key: Any) -> RawDecision: ...
 
-    def release(self, key: str, tag: int) -> bool: ...
+    def release(self, key: Any, tag: int) -> bool: ...
 
-    def reset(self, key: str) -> None: ...
+    def reset(self, key: Any) -> None: ...
 
     def close(self) -> None: ...

@@ -28,8 +28,8 @@ def _after_fork_in_child() -> None:
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
-#: How many idle logs one call may evict, so that eviction work stays bounded per call.
-_EVICT_PER_CALL = 4
+#: Every this many acquires, up to twice as many idle logs are evicted (bounded work per call).
+_EVICT_EVERY = 32
 
 
 class _Log:
@@ -44,26 +44,28 @@ class _Log:
 class MemoryBackend:
     """Sliding logs in a dict, thread-safe, with an injected clock and bounded memory.
 
-    A log is forgotten once its newest entry has left the longest window (checked for a few
-    logs per call, oldest written first), so memory is bounded by the keys written within the
-    longest window plus the booking horizon, as Redis TTLs would bound it.
+    A log is forgotten once its newest entry has left the longest window (checked every 32
+    calls for up to 64 logs, least recently written first), so memory is bounded by the keys
+    written within the longest window plus the booking horizon, as Redis TTLs would bound it.
     """
 
     url = "memory://"
+    keys_as_digest = True
 
     def __init__(self, spec: TierSpec, clock: Clock | None = None) -> None:
         self._spec = spec
         self._clock = clock or system_clock
-        self._logs: OrderedDict[str, _Log] = OrderedDict()
+        self._logs: OrderedDict[bytes, _Log] = OrderedDict()
         self._lock = threading.Lock()
         self._generation = _fork_generation
         self._warned = False
+        self._until_evict = _EVICT_EVERY
 
     def __len__(self) -> int:
         """How many keys are held now (idle ones may linger until evicted)."""
         return len(self._logs)
 
-    def acquire(self, key: str, tag: int, max_wait_ms: int) -> RawDecision:
+    def acquire(self, key: bytes, tag: int, max_wait_ms: int) -> RawDecision:
         if self._generation != _fork_generation:
             self._warn_forked()
         spec = self._spec
@@ -73,7 +75,7 @@ class MemoryBackend:
             log = logs.get(key)
             if log is None:
                 log = logs[key] = _Log()
-            else:
+            elif log.ts and log.ts[0] <= now - spec.max_window_ms:
                 sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
             answer = sliding_log.acquire(log.ts, log.tags, now, spec, tag, max_wait_ms)
             if answer[0] or answer[1]:
@@ -81,13 +83,18 @@ class MemoryBackend:
                 logs.move_to_end(key)
             elif not log.ts:
                 del logs[key]
-            self._evict(now)
+            self._until_evict -= 1
+            if not self._until_evict:
+                self._until_evict = _EVICT_EVERY
+                self._evict(now)
             return answer
 
-    def acquire_many(self, items: Sequence[tuple[str, int]], max_wait_ms: int) -> list[RawDecision]:
+    def acquire_many(
+        self, items: Sequence[tuple[bytes, int]], max_wait_ms: int
+    ) -> list[RawDecision]:
         return [self.acquire(key, tag, max_wait_ms) for key, tag in items]
 
-    def peek(self, key: str) -> RawDecision:
+    def peek(self, key: bytes) -> RawDecision:
         with self._lock:
             now = to_ms(self._clock())
             log = self._logs.get(key)
@@ -97,7 +104,7 @@ class MemoryBackend:
             sliding_log.prune(ts, list(log.tags), now, self._spec.max_window_ms)
             return sliding_log.peek(ts, now, self._spec)
 
-    def release(self, key: str, tag: int) -> bool:
+    def release(self, key: bytes, tag: int) -> bool:
         with self._lock:
             log = self._logs.get(key)
             if log is None:
@@ -112,7 +119,7 @@ class MemoryBackend:
                 del self._logs[key]
             return True
 
-    def reset(self, key: str) -> None:
+    def reset(self, key: bytes) -> None:
         with self._lock:
             self._logs.pop(key, None)
 
@@ -122,7 +129,7 @@ class MemoryBackend:
 
     def _evict(self, now_ms: int) -> None:
         logs = self._logs
-        for _ in range(_EVICT_PER_CALL):
+        for _ in range(2 * _EVICT_EVERY):
             if not logs:
                 return
             key, log = next(iter(logs.items()))

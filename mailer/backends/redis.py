@@ -47,6 +47,8 @@ class RedisBackend:
     A script missing from the server's cache (restart, ``SCRIPT FLUSH``) is loaded again.
     """
 
+    keys_as_digest = False
+
     def __init__(
         self,
         spec: TierSpec,
