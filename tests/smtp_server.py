@@ -1,0 +1,164 @@
+"""A real SMTP server for the tests: aiosmtpd on 127.0.0.1 that records what it receives.
+
+The handler can be told to answer the next DATA or RCPT commands with an error reply (``451 try
+later``, ``550 no``), to refuse DATA for good, or to demand a login, so transport tests exercise
+the real SMTP conversation of ``smtplib``, not a mock of it.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import threading
+from collections import deque
+from dataclasses import dataclass
+from email.message import EmailMessage
+from typing import Any
+
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import SMTP as SMTPServer
+from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
+
+from tests.servers import free_port
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """One message the server accepted: the envelope and the parsed content."""
+
+    mail_from: str
+    rcpt_tos: tuple[str, ...]
+    content: bytes
+
+    @property
+    def message(self) -> EmailMessage:
+        parsed = email.message_from_bytes(self.content, policy=email.policy.default)
+        assert isinstance(parsed, EmailMessage)
+        return parsed
+
+
+class RecordingHandler:
+    """aiosmtpd handler: records delivered messages; plays back planned error replies."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.delivered: list[Delivered] = []
+        self._data_replies: deque[str] = deque()
+        self._rcpt_replies: deque[str] = deque()
+        self.permanent_data_reply: str | None = None
+        self.data_commands = 0
+        self.rcpt_commands = 0
+        self.logins: list[tuple[bytes, bytes]] = []
+
+    async def handle_RCPT(
+        self,
+        server: SMTPServer,
+        session: Session,
+        envelope: Envelope,
+        address: str,
+        rcpt_options: list[str],
+    ) -> str:
+        with self._lock:
+            self.rcpt_commands += 1
+            if self._rcpt_replies:
+                return self._rcpt_replies.popleft()
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
+        with self._lock:
+            self.data_commands += 1
+            if self._data_replies:
+                return self._data_replies.popleft()
+            if self.permanent_data_reply is not None:
+                return self.permanent_data_reply
+            content = envelope.original_content or b""
+            self.delivered.append(
+                Delivered(
+                    mail_from=str(envelope.mail_from),
+                    rcpt_tos=tuple(envelope.rcpt_tos),
+                    content=content,
+                )
+            )
+        return "250 2.0.0 Message accepted for delivery"
+
+    def reply_to_data(self, reply: str, times: int = 1) -> None:
+        with self._lock:
+            self._data_replies.extend([reply] * times)
+
+    def reply_to_rcpt(self, reply: str, times: int = 1) -> None:
+        with self._lock:
+            self._rcpt_replies.extend([reply] * times)
+
+
+class SmtpTestServer:
+    """An aiosmtpd ``Controller`` on 127.0.0.1 with a free port and a :class:`RecordingHandler`.
+
+    ``credentials`` (user, password) makes the server offer AUTH without TLS (local tests only)
+    and accept only that pair. Use as a context manager or call ``start`` and ``stop``.
+    """
+
+    def __init__(self, credentials: tuple[str, str] | None = None) -> None:
+        self.handler = RecordingHandler()
+        self.port = free_port()
+        self._credentials = credentials
+        options: dict[str, Any] = {}
+        if credentials is not None:
+            options = {"authenticator": self._authenticate, "auth_require_tls": False}
+        self.controller = Controller(
+            self.handler, hostname="127.0.0.1", port=self.port, ready_timeout=10.0, **options
+        )
+        self.running = False
+
+    @property
+    def url(self) -> str:
+        return f"smtp://127.0.0.1:{self.port}"
+
+    @property
+    def delivered(self) -> list[Delivered]:
+        with self.handler._lock:
+            return list(self.handler.delivered)
+
+    def start(self) -> SmtpTestServer:
+        self.controller.start()
+        self.running = True
+        return self
+
+    def stop(self) -> None:
+        if self.running:
+            self.controller.stop()
+            self.running = False
+
+    def __enter__(self) -> SmtpTestServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def fail_data(self, reply: str = "451 4.3.0 try later", times: int = 1) -> None:
+        """Answer the next ``times`` DATA commands with ``reply`` instead of accepting."""
+        self.handler.reply_to_data(reply, times)
+
+    def fail_rcpt(self, reply: str = "451 4.2.1 try later", times: int = 1) -> None:
+        """Answer the next ``times`` RCPT commands with ``reply`` instead of accepting."""
+        self.handler.reply_to_rcpt(reply, times)
+
+    def refuse_data(self, reply: str = "550 5.7.1 no") -> None:
+        """Answer every DATA command with ``reply`` from now on."""
+        self.handler.permanent_data_reply = reply
+
+    def _authenticate(
+        self,
+        server: SMTPServer,
+        session: Session,
+        envelope: Envelope,
+        mechanism: str,
+        auth_data: Any,
+    ) -> AuthResult:
+        assert self._credentials is not None
+        if not isinstance(auth_data, LoginPassword):
+            return AuthResult(success=False, handled=False)
+        self.handler.logins.append((auth_data.login, auth_data.password))
+        user, password = self._credentials
+        ok = auth_data.login == user.encode() and auth_data.password == password.encode()
+        return AuthResult(success=ok, handled=False)
