@@ -1,0 +1,67 @@
+"""What every transport offers: ``send(message) -> SendReceipt``, or a ``SendError``."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import getaddresses
+from typing import Protocol, runtime_checkable
+
+#: Headers whose addresses a transport sends to (and masks in replies and logs).
+RECIPIENT_HEADERS = ("To", "Cc", "Bcc")
+
+
+@dataclass(frozen=True, slots=True)
+class SendReceipt:
+    """The server accepted the message.
+
+    ``code`` and ``reply`` are the SMTP reply to the message data (recipient addresses
+    masked), ``attempts`` how many tries it took (1 when the first one worked).
+    """
+
+    message_id: str | None
+    code: int
+    reply: str
+    attempts: int = 1
+
+
+@runtime_checkable
+class Transport(Protocol):
+    """Hands one message to a mail server.
+
+    ``send`` returns a :class:`SendReceipt` or raises
+    :class:`~mailer.errors.TransientSendError` (may work later) or
+    :class:`~mailer.errors.PermanentSendError` (never retry). Transports retry transient
+    failures themselves, so a caller does not add its own short retry loop.
+    """
+
+    def send(self, message: EmailMessage) -> SendReceipt:
+        """Send ``message`` to the addresses in its To, Cc and Bcc headers."""
+        ...
+
+
+def recipients_of(message: EmailMessage) -> list[str]:
+    """The addresses in the message's To, Cc and Bcc headers."""
+    values = [str(v) for name in RECIPIENT_HEADERS for v in message.get_all(name, [])]
+    return [address for _, address in getaddresses(values) if address]
+
+
+def recipient_hash(address: str) -> str:
+    """A short, stable hash of ``address`` (case-insensitive) for logs: 12 hex characters.
+
+    Not keyed: anyone who guesses the address can confirm it. Good for telling log lines apart,
+    not for hiding an address from someone who already suspects it.
+    """
+    return hashlib.blake2b(
+        address.strip().lower().encode("utf-8", "surrogatepass"), digest_size=6
+    ).hexdigest()
+
+
+def mask_addresses(text: str, addresses: list[str]) -> str:
+    """Return ``text`` with every given address replaced by ``[recipient]`` (any case)."""
+    for address in sorted(set(addresses), key=len, reverse=True):
+        if address:
+            text = re.sub(re.escape(address), "[recipient]", text, flags=re.IGNORECASE)
+    return text

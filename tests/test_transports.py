@@ -1,0 +1,482 @@
+"""Transports: SMTP against a real aiosmtpd server, the memory and the console transports."""
+
+from __future__ import annotations
+
+import io
+import logging
+import pickle
+import socket
+import threading
+from collections.abc import Iterator
+from email.message import EmailMessage
+
+import pytest
+
+from mailer.errors import MailguardError, PermanentSendError, SendError, TransientSendError
+from mailer.message import Mail, build_message
+from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport, Transport
+from mailer.transports.base import mask_addresses, recipient_hash
+from tests.servers import free_port
+from tests.smtp_fixtures import smtp_server
+from tests.smtp_server import SmtpTestServer
+
+# Re-exported so pytest finds the fixture here until tests/conftest.py imports it.
+__all__ = ["smtp_server"]
+
+RECIPIENT = "ada.lovelace@example.com"
+MAIL_ID = "0b8e2a5c-6f1e-4c57-9d0c-2a4f7e1b9c33"
+
+
+class Sleeps:
+    """An injected sleep that records the waits instead of waiting."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def __call__(self, seconds: float) -> None:
+        self.waits.append(seconds)
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    """A fresh recording sleep per test."""
+    return Sleeps()
+
+
+def _message(to: str = RECIPIENT, mail_id: str = MAIL_ID, html: str | None = None) -> EmailMessage:
+    return build_message(
+        Mail(
+            to=to,
+            subject="Your code",
+            body="Your code is 482913\n",
+            mail_id=mail_id,
+            sender="Mailguard <noreply@sender.example>",
+            html=html,
+        )
+    )
+
+
+def _transport(url: str, sleeps: Sleeps, **options: object) -> SmtpTransport:
+    return SmtpTransport.from_url(url, sleep=sleeps, **options)  # type: ignore[arg-type]
+
+
+# --- SMTP against the real server -------------------------------------------------------------
+
+
+def test_smtp_250_delivers_exactly_one_mail(smtp_server: SmtpTestServer, sleeps: Sleeps) -> None:
+    """A 250 reply gives a receipt after one attempt and the server holds exactly one mail."""
+    receipt = _transport(smtp_server.url, sleeps).send(_message())
+    assert receipt.code == 250
+    assert receipt.attempts == 1
+    assert "accepted" in receipt.reply
+    assert len(smtp_server.delivered) == 1
+    delivered = smtp_server.delivered[0]
+    assert delivered.rcpt_tos == (RECIPIENT,)
+    assert delivered.mail_from == "noreply@sender.example"
+    assert sleeps.waits == []
+
+
+def test_smtp_message_id_arrives_intact(smtp_server: SmtpTestServer, sleeps: Sleeps) -> None:
+    """The Message-ID derived from the mail id is the one the server receives."""
+    receipt = _transport(smtp_server.url, sleeps).send(_message())
+    expected = f"<{MAIL_ID}@sender.example>"
+    assert receipt.message_id == expected
+    assert smtp_server.delivered[0].message["Message-ID"] == expected
+
+
+def test_smtp_html_mail_arrives_as_multipart_alternative(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """A mail with HTML reaches the server as multipart/alternative with both parts."""
+    _transport(smtp_server.url, sleeps).send(_message(html="<p>Your code is 482913</p>"))
+    received = smtp_server.delivered[0].message
+    assert received.get_content_type() == "multipart/alternative"
+    html = received.get_body(preferencelist=("html",))
+    assert html is not None
+    assert "482913" in html.get_content()
+
+
+def test_smtp_451_twice_then_250_delivers_once_after_three_attempts(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """Two 451 replies to DATA are retried; the third try delivers exactly one mail."""
+    smtp_server.fail_data("451 4.3.0 try later", times=2)
+    receipt = _transport(smtp_server.url, sleeps).send(_message())
+    assert receipt.attempts == 3
+    assert len(smtp_server.delivered) == 1
+    assert smtp_server.handler.data_commands == 3
+    assert len(sleeps.waits) == 2
+
+
+def test_smtp_waits_are_random_exponential_and_capped(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """Each wait lies between 0 and min(wait_max, wait_multiplier * 2**n) seconds."""
+    smtp_server.fail_data(times=4)
+    transport = _transport(smtp_server.url, sleeps, wait_multiplier=0.5, wait_max=1.5)
+    transport.send(_message())
+    assert len(sleeps.waits) == 4
+    for n, wait in enumerate(sleeps.waits, start=1):
+        assert 0 <= wait <= min(1.5, 0.5 * 2**n)
+
+
+def test_smtp_451_at_rcpt_is_retried_then_delivered(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """A 4xx refusal of the recipient (SMTPRecipientsRefused) is retried, then delivered once."""
+    smtp_server.fail_rcpt("451 4.2.1 mailbox busy", times=1)
+    receipt = _transport(smtp_server.url, sleeps).send(_message())
+    assert receipt.attempts == 2
+    assert smtp_server.handler.rcpt_commands == 2
+    assert len(smtp_server.delivered) == 1
+
+
+def test_smtp_550_at_data_fails_permanently_after_one_attempt(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """A 5xx reply to DATA raises PermanentSendError at once; nothing is delivered."""
+    smtp_server.refuse_data("550 5.7.1 no")
+    with pytest.raises(PermanentSendError) as info:
+        _transport(smtp_server.url, sleeps).send(_message())
+    assert info.value.code == 550
+    assert info.value.reply == "5.7.1 no"
+    assert info.value.attempts == 1
+    assert smtp_server.handler.data_commands == 1
+    assert smtp_server.delivered == []
+    assert sleeps.waits == []
+
+
+def test_smtp_550_at_rcpt_fails_permanently_without_echoing_the_address(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """A 5xx refusal of the recipient is permanent; the address in the reply is masked."""
+    smtp_server.fail_rcpt(f"550 5.1.1 <{RECIPIENT.upper()}>: no such user", times=5)
+    with pytest.raises(PermanentSendError) as info:
+        _transport(smtp_server.url, sleeps).send(_message())
+    assert info.value.code == 550
+    assert info.value.attempts == 1
+    assert "lovelace" not in str(info.value).lower()
+    assert "[recipient]" in info.value.reply
+    assert smtp_server.delivered == []
+
+
+def test_smtp_retries_run_out_with_transient_error(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """Persistent 451 replies stop after ``max_attempts`` with TransientSendError and the code."""
+    smtp_server.fail_data("451 4.3.0 try later", times=10)
+    with pytest.raises(TransientSendError) as info:
+        _transport(smtp_server.url, sleeps, max_attempts=3).send(_message())
+    assert info.value.code == 451
+    assert info.value.attempts == 3
+    assert "after 3 attempts" in str(info.value)
+    assert smtp_server.handler.data_commands == 3
+    assert smtp_server.delivered == []
+
+
+def test_smtp_server_down_is_transient(sleeps: Sleeps) -> None:
+    """A refused connection is retried and ends in TransientSendError without an SMTP code."""
+    port = free_port()
+    with pytest.raises(TransientSendError) as info:
+        _transport(f"smtp://127.0.0.1:{port}", sleeps, max_attempts=3).send(_message())
+    assert info.value.code is None
+    assert info.value.attempts == 3
+    assert "Connection" in str(info.value)
+    assert len(sleeps.waits) == 2
+
+
+def test_smtp_server_stopped_mid_test_is_transient(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """After the server stops, sends fail transiently; before, they worked."""
+    transport = _transport(smtp_server.url, sleeps, max_attempts=2)
+    transport.send(_message())
+    smtp_server.stop()
+    with pytest.raises(TransientSendError):
+        transport.send(_message())
+    assert len(smtp_server.delivered) == 1
+
+
+@pytest.fixture
+def hanging_server() -> Iterator[int]:
+    """A TCP server on 127.0.0.1 that accepts connections and never says a word."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.05)  # so the thread notices ``stop`` quickly
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            accepted.append(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield int(listener.getsockname()[1])
+    stop.set()
+    thread.join(timeout=5)
+    listener.close()
+    for conn in accepted:
+        conn.close()
+
+
+def test_smtp_timeout_is_transient(hanging_server: int, sleeps: Sleeps) -> None:
+    """A server that never greets times out; the timeout is retried and ends transient."""
+    url = f"smtp://127.0.0.1:{hanging_server}?timeout=0.2"
+    with pytest.raises(TransientSendError) as info:
+        _transport(url, sleeps, max_attempts=2).send(_message())
+    assert info.value.attempts == 2
+    assert "timed out" in str(info.value)
+
+
+def test_smtp_dropped_connection_is_transient(sleeps: Sleeps) -> None:
+    """A server that closes the connection at once gives SMTPServerDisconnected, retried."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    port = int(listener.getsockname()[1])
+
+    def hang_up(times: int) -> None:
+        for _ in range(times):
+            conn, _ = listener.accept()
+            conn.close()
+
+    thread = threading.Thread(target=hang_up, args=(2,), daemon=True)
+    thread.start()
+    try:
+        with pytest.raises(TransientSendError) as info:
+            _transport(f"smtp://127.0.0.1:{port}", sleeps, max_attempts=2).send(_message())
+    finally:
+        thread.join(timeout=5)
+        listener.close()
+    assert info.value.attempts == 2
+    assert "SMTPServerDisconnected" in str(info.value)
+
+
+def test_smtp_login_uses_url_decoded_credentials(sleeps: Sleeps) -> None:
+    """User and password from the URL are percent-decoded before AUTH, and the mail goes out."""
+    with SmtpTestServer(credentials=("ada@corp", "p@ss:w/rd")) as server:
+        url = f"smtp://ada%40corp:p%40ss%3Aw%2Frd@127.0.0.1:{server.port}"
+        receipt = _transport(url, sleeps).send(_message())
+        assert receipt.code == 250
+        assert server.handler.logins == [(b"ada@corp", b"p@ss:w/rd")]
+        assert len(server.delivered) == 1
+
+
+def test_smtp_bad_password_is_permanent_and_never_shown(sleeps: Sleeps) -> None:
+    """A 535 login refusal is permanent; neither the error nor the repr shows the password."""
+    with SmtpTestServer(credentials=("ada", "right")) as server:
+        transport = _transport(f"smtp://ada:wrong-secret@127.0.0.1:{server.port}", sleeps)
+        with pytest.raises(PermanentSendError) as info:
+            transport.send(_message())
+        assert info.value.code == 535
+        assert info.value.attempts == 1
+        assert "wrong-secret" not in str(info.value)
+        assert "wrong-secret" not in repr(transport)
+        assert server.delivered == []
+
+
+def test_smtp_starttls_without_server_support_is_permanent(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """Asking for STARTTLS from a server that does not offer it fails at once, never in clear."""
+    with pytest.raises(PermanentSendError, match="STARTTLS") as info:
+        _transport(smtp_server.url + "?starttls=1", sleeps).send(_message())
+    assert info.value.attempts == 1
+    assert smtp_server.delivered == []
+
+
+def test_smtp_international_recipient_uses_smtputf8(
+    smtp_server: SmtpTestServer, sleeps: Sleeps
+) -> None:
+    """A non-ASCII local part is delivered with SMTPUTF8 and arrives unchanged."""
+    _transport(smtp_server.url, sleeps).send(_message(to="jörg@bücher.ch"))
+    assert smtp_server.delivered[0].rcpt_tos == ("jörg@bücher.ch",)
+
+
+def test_smtp_logs_never_contain_the_recipient(
+    smtp_server: SmtpTestServer, sleeps: Sleeps, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Retry and failure log lines name the Message-ID, never the recipient address."""
+    smtp_server.fail_rcpt(f"451 4.2.1 <{RECIPIENT}> busy", times=1)
+    smtp_server.refuse_data(f"554 5.6.0 rejected for {RECIPIENT}")
+    with (
+        caplog.at_level(logging.WARNING, logger="mailer.transports.smtp"),
+        pytest.raises(PermanentSendError),
+    ):
+        _transport(smtp_server.url, sleeps).send(_message())
+    assert len(caplog.records) == 2
+    assert MAIL_ID in caplog.text
+    assert "lovelace" not in caplog.text.lower()
+
+
+def test_smtp_message_without_recipient_is_refused_without_connecting(sleeps: Sleeps) -> None:
+    """A message with no To, Cc or Bcc fails permanently before any connection is made."""
+    message = _message()
+    del message["To"]
+    with pytest.raises(PermanentSendError, match="no To"):
+        _transport(f"smtp://127.0.0.1:{free_port()}", sleeps).send(message)
+
+
+# --- URLs ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "security", "port", "timeout"),
+    [
+        ("smtp://mail.example", "plain", 25, 30.0),
+        ("smtp://mail.example:2525?timeout=5", "plain", 2525, 5.0),
+        ("smtps://mail.example", "ssl", 465, 30.0),
+        ("smtp+starttls://mail.example", "starttls", 587, 30.0),
+        ("smtp://mail.example:587?starttls=1", "starttls", 587, 30.0),
+        ("smtp://mail.example?starttls=0", "plain", 25, 30.0),
+        ("smtp://[::1]:2525", "plain", 2525, 30.0),
+    ],
+)
+def test_from_url_reads_scheme_port_and_options(
+    url: str, security: str, port: int, timeout: float
+) -> None:
+    """Schemes choose TLS mode and default port; query options set STARTTLS and timeout."""
+    transport = SmtpTransport.from_url(url)
+    assert (transport.security, transport.port, transport.timeout) == (security, port, timeout)
+
+
+@pytest.mark.parametrize(
+    ("url", "match"),
+    [
+        ("http://mail.example", "scheme"),
+        ("smtp://", "no host"),
+        ("smtp://mail.example:port", "port"),
+        ("smtps://mail.example?starttls=1", "already uses TLS"),
+        ("smtp://mail.example?starttls=maybe", "starttls must be"),
+        ("smtp://mail.example?timeout=-1", "timeout"),
+        ("smtp://mail.example?retries=3", "unknown option 'retries'"),
+    ],
+)
+def test_from_url_refuses_bad_urls(url: str, match: str) -> None:
+    """Bad SMTP URLs raise ValueError saying which part is wrong."""
+    with pytest.raises(ValueError, match=match):
+        SmtpTransport.from_url(url)
+
+
+def test_from_url_errors_mask_the_password() -> None:
+    """A bad URL's error message shows the password as ***."""
+    with pytest.raises(ValueError) as info:
+        SmtpTransport.from_url("smtp://ada:hunter2@mail.example?bogus=1")
+    assert "hunter2" not in str(info.value)
+    assert "***" in str(info.value)
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def test_send_errors_survive_pickling() -> None:
+    """Code, reply and attempts come back after a pickle round trip (result backends)."""
+    error = TransientSendError("deferred", code=451, reply="later", attempts=3)
+    copy = pickle.loads(pickle.dumps(error))  # noqa: S301 (bytes we just made)
+    assert (type(copy), copy.code, copy.reply, copy.attempts) == (
+        TransientSendError,
+        451,
+        "later",
+        3,
+    )
+    assert str(copy) == str(error)
+
+
+def test_send_errors_share_a_base() -> None:
+    """Both send errors are SendError and MailguardError, so callers can catch one type."""
+    assert issubclass(TransientSendError, SendError)
+    assert issubclass(PermanentSendError, SendError)
+    assert issubclass(SendError, MailguardError)
+
+
+def test_mask_addresses_is_case_insensitive() -> None:
+    """Every spelling of a recipient in a reply is masked."""
+    assert mask_addresses("550 <ADA@Example.com> unknown", ["ada@example.com"]) == (
+        "550 <[recipient]> unknown"
+    )
+
+
+# --- memory and console ------------------------------------------------------------------------
+
+
+def test_transports_satisfy_the_protocol() -> None:
+    """All three transports are structurally Transports."""
+    assert isinstance(MemoryTransport(), Transport)
+    assert isinstance(ConsoleTransport(io.StringIO()), Transport)
+    assert isinstance(SmtpTransport("127.0.0.1"), Transport)
+
+
+def test_memory_transport_keeps_sent_messages() -> None:
+    """Sent messages are kept in order and returned as a copy."""
+    transport = MemoryTransport()
+    receipt = transport.send(_message(mail_id="m1"))
+    transport.send(_message(mail_id="m2"))
+    assert receipt.code == 250
+    assert [m["Message-ID"] for m in transport.sent] == [
+        "<m1@sender.example>",
+        "<m2@sender.example>",
+    ]
+    transport.sent.clear()
+    assert len(transport.sent) == 2
+
+
+def test_memory_transport_fails_the_next_n_sends() -> None:
+    """Planned failures come first, transient or permanent, then sends work again."""
+    transport = MemoryTransport()
+    transport.fail_next(2)
+    transport.fail_next(1, permanent=True)
+    with pytest.raises(TransientSendError):
+        transport.send(_message())
+    with pytest.raises(TransientSendError) as transient:
+        transport.send(_message())
+    with pytest.raises(PermanentSendError) as permanent:
+        transport.send(_message())
+    transport.send(_message())
+    assert (transient.value.code, permanent.value.code) == (451, 550)
+    assert transport.attempts == 4
+    assert len(transport.sent) == 1
+
+
+def test_memory_transport_is_thread_safe() -> None:
+    """Sends from many threads are all kept, none lost."""
+    transport = MemoryTransport()
+    message = _message()
+
+    def send_many() -> None:
+        for _ in range(100):
+            transport.send(message)
+
+    threads = [threading.Thread(target=send_many) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(transport.sent) == 800
+    assert transport.attempts == 800
+
+
+def test_console_transport_prints_a_summary_without_the_address() -> None:
+    """The console line has the Message-ID, subject and recipient hash, not the address."""
+    stream = io.StringIO()
+    receipt = ConsoleTransport(stream).send(_message())
+    line = stream.getvalue()
+    assert receipt.code == 250
+    assert f"<{MAIL_ID}@sender.example>" in line
+    assert "Your code" in line
+    assert recipient_hash(RECIPIENT) in line
+    assert "lovelace" not in line.lower()
+    assert line.count("\n") == 1
+
+
+def test_recipient_hash_ignores_case_and_whitespace() -> None:
+    """The log hash of an address does not depend on its case or surrounding spaces."""
+    assert recipient_hash(" Ada@Example.com ") == recipient_hash("ada@example.com")
+    assert len(recipient_hash("ada@example.com")) == 12
