@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.smtp_server import SmtpTestServer
+from tests.smtp_server import SmtpTestServer, TestCertificate
 
 
 @pytest.fixture
@@ -17,3 +17,9 @@ def smtp_server() -> Iterator[SmtpTestServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def test_certificate(tmp_path_factory: pytest.TempPathFactory) -> TestCertificate:
+    """A self-signed certificate for 127.0.0.1, made once per session with ``openssl``."""
+    return TestCertificate.create(tmp_path_factory.mktemp("smtp-tls"))

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import email
 import email.policy
+import ssl
+import subprocess
 import threading
 from collections import deque
 from dataclasses import dataclass
 from email.message import EmailMessage
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
@@ -91,20 +94,69 @@ class RecordingHandler:
             self._rcpt_replies.extend([reply] * times)
 
 
+@dataclass(frozen=True)
+class TestCertificate:
+    """A self-signed certificate for 127.0.0.1 made with the ``openssl`` command line tool."""
+
+    __test__ = False  # not a test class, despite the name
+
+    cert: Path
+    key: Path
+
+    @classmethod
+    def create(cls, directory: Path) -> TestCertificate:
+        cert, key = directory / "cert.pem", directory / "key.pem"
+        subprocess.run(
+            [
+                "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                "-keyout", str(key), "-out", str(cert),
+            ],
+            check=True,
+            capture_output=True,
+        )  # fmt: skip
+        return cls(cert=cert, key=key)
+
+    def server_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.cert, self.key)
+        return context
+
+    def client_context(self) -> ssl.SSLContext:
+        """A client context that trusts this certificate (and nothing else)."""
+        return ssl.create_default_context(cafile=str(self.cert))
+
+
 class SmtpTestServer:
     """An aiosmtpd ``Controller`` on 127.0.0.1 with a free port and a :class:`RecordingHandler`.
 
-    ``credentials`` (user, password) makes the server offer AUTH without TLS (local tests only)
-    and accept only that pair. Use as a context manager or call ``start`` and ``stop``.
+    ``credentials`` (user, password) makes the server offer AUTH (without TLS only when ``tls``
+    is ``None``: local tests) and accept only that pair. ``tls`` is ``"implicit"`` (smtps) or
+    ``"starttls"``, with ``cert`` from :meth:`TestCertificate.create`. Use as a context manager
+    or call ``start`` and ``stop``.
     """
 
-    def __init__(self, credentials: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        credentials: tuple[str, str] | None = None,
+        *,
+        tls: Literal["implicit", "starttls"] | None = None,
+        cert: TestCertificate | None = None,
+    ) -> None:
         self.handler = RecordingHandler()
         self.port = free_port()
         self._credentials = credentials
         options: dict[str, Any] = {}
         if credentials is not None:
-            options = {"authenticator": self._authenticate, "auth_require_tls": False}
+            # aiosmtpd only knows about STARTTLS; with implicit TLS the session is encrypted
+            # from the start, so AUTH must not wait for a STARTTLS that never comes.
+            require_tls = tls == "starttls"
+            options = {"authenticator": self._authenticate, "auth_require_tls": require_tls}
+        if tls is not None:
+            if cert is None:
+                raise ValueError("a TLS test server needs a TestCertificate")
+            context = cert.server_context()
+            options["ssl_context" if tls == "implicit" else "tls_context"] = context
         self.controller = Controller(
             self.handler, hostname="127.0.0.1", port=self.port, ready_timeout=10.0, **options
         )

@@ -9,6 +9,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from email.message import EmailMessage
+from typing import Literal
 
 import pytest
 
@@ -17,11 +18,11 @@ from mailer.message import Mail, build_message
 from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport, Transport
 from mailer.transports.base import mask_addresses, recipient_hash
 from tests.servers import free_port
-from tests.smtp_fixtures import smtp_server
-from tests.smtp_server import SmtpTestServer
+from tests.smtp_fixtures import smtp_server, test_certificate
+from tests.smtp_server import SmtpTestServer, TestCertificate
 
-# Re-exported so pytest finds the fixture here until tests/conftest.py imports it.
-__all__ = ["smtp_server"]
+# Re-exported so pytest finds the fixtures here until tests/conftest.py imports them.
+__all__ = ["smtp_server", "test_certificate"]
 
 RECIPIENT = "ada.lovelace@example.com"
 MAIL_ID = "0b8e2a5c-6f1e-4c57-9d0c-2a4f7e1b9c33"
@@ -293,6 +294,42 @@ def test_smtp_starttls_without_server_support_is_permanent(
     assert smtp_server.delivered == []
 
 
+@pytest.mark.parametrize(("tls", "scheme"), [("implicit", "smtps"), ("starttls", "smtp+starttls")])
+def test_smtp_tls_modes_deliver_and_log_in(
+    tls: Literal["implicit", "starttls"],
+    scheme: str,
+    test_certificate: TestCertificate,
+    sleeps: Sleeps,
+) -> None:
+    """smtps:// (implicit TLS) and STARTTLS both log in over TLS and deliver one mail."""
+    with SmtpTestServer(("ada", "s3cret"), tls=tls, cert=test_certificate) as server:
+        transport = SmtpTransport.from_url(
+            f"{scheme}://ada:s3cret@127.0.0.1:{server.port}",
+            sleep=sleeps,
+            ssl_context=test_certificate.client_context(),
+        )
+        receipt = transport.send(_message())
+        assert receipt.code == 250
+        assert server.handler.logins == [(b"ada", b"s3cret")]
+        assert len(server.delivered) == 1
+
+
+@pytest.mark.parametrize(("tls", "scheme"), [("implicit", "smtps"), ("starttls", "smtp+starttls")])
+def test_smtp_untrusted_certificate_is_permanent(
+    tls: Literal["implicit", "starttls"],
+    scheme: str,
+    test_certificate: TestCertificate,
+    sleeps: Sleeps,
+) -> None:
+    """A certificate the client does not trust fails at once, nothing is sent or retried."""
+    with SmtpTestServer(tls=tls, cert=test_certificate) as server:
+        transport = SmtpTransport.from_url(f"{scheme}://127.0.0.1:{server.port}", sleep=sleeps)
+        with pytest.raises(PermanentSendError, match="CERTIFICATE_VERIFY_FAILED") as info:
+            transport.send(_message())
+        assert info.value.attempts == 1
+        assert server.delivered == []
+
+
 def test_smtp_international_recipient_uses_smtputf8(
     smtp_server: SmtpTestServer, sleeps: Sleeps
 ) -> None:
@@ -312,9 +349,10 @@ def test_smtp_logs_never_contain_the_recipient(
         pytest.raises(PermanentSendError),
     ):
         _transport(smtp_server.url, sleeps).send(_message())
-    assert len(caplog.records) == 2
-    assert MAIL_ID in caplog.text
-    assert "lovelace" not in caplog.text.lower()
+    ours = [r.getMessage() for r in caplog.records if r.name == "mailer.transports.smtp"]
+    assert len(ours) == 2
+    assert all(MAIL_ID in line for line in ours)
+    assert "lovelace" not in " ".join(ours).lower()
 
 
 def test_smtp_message_without_recipient_is_refused_without_connecting(sleeps: Sleeps) -> None:

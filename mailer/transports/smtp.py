@@ -73,8 +73,10 @@ class SmtpTransport:
     seconds at most, capped at ``wait_max``). ``sleep`` is how waiting happens (tests pass a
     function that does not sleep).
 
-    Caveat: if the connection drops after the message data went out but before the server
-    answered, the retry may deliver the mail a second time; SMTP gives no way to know.
+    Caveats: if the connection drops after the message data went out but before the server
+    answered, the retry may deliver the mail a second time; SMTP gives no way to know. With
+    ``security="plain"`` a username and password travel unencrypted: use ``ssl`` or
+    ``starttls`` for any server that is not on the same host.
     """
 
     def __init__(
