@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from mailer import BackendUnavailable, Limiter, ManualClock, Policy
-from mailer.backends.redis import SCRIPT_SHA
+from mailer.backends.redis import RedisBackend
 from tests.servers import RedisServer
 
 ADA = "ada@example.com"
@@ -87,15 +87,17 @@ def test_server_clock_decides_not_the_clients(
 def test_script_is_reloaded_after_script_flush(redis_url: str) -> None:
     """After SCRIPT FLUSH (or a restart) the next decision loads the script again and succeeds."""
     limiter = Limiter.from_url(redis_url, REFERENCE, secret="s")
+    assert isinstance(limiter.backend, RedisBackend)
+    sha = limiter.backend.script_sha
     client = _client(redis_url)
     assert limiter.acquire(ADA).allowed
     client.script_flush()
-    assert client.script_exists(SCRIPT_SHA) == [False]
+    assert client.script_exists(sha) == [False]
     assert limiter.acquire(ADA).refused
     client.script_flush()
     decisions = limiter.acquire_many([ADA, "bob@example.com"])
     assert [d.allowed for d in decisions] == [False, True]
-    assert client.script_exists(SCRIPT_SHA) == [True]
+    assert client.script_exists(sha) == [True]
     limiter.close()
     client.close()
 

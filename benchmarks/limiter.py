@@ -1,0 +1,233 @@
+"""Limiter benchmark: a program, not a test. Run with ``make bench``; prints one table.
+
+Every figure is measured in this run, contenders interleaved round by round, and given as a
+ratio to a floor measured on the same connection in the same rounds:
+
+- Redis decisions/s and p50/p99, for one hot key (mostly refused) and for 10 000 distinct keys
+  (mostly admitted), against a no-op ``EVALSHA`` round trip (``return 0``, one key).
+- Redis bytes per key with a full reference-policy log (10 admissions): ``MEMORY USAGE`` and the
+  ``used_memory`` delta over 10 000 keys; a plain sorted-set log of the same content for scale.
+- Memory backend decisions/s, one thread, reference policy over 10 000 keys, against a floor of
+  one locked dict lookup per call.
+- ``acquire_many`` of 100 keys against 100 single ``acquire`` calls.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+import redis
+
+from mailer import Limiter, ManualClock, Policy
+from mailer.policy import REFERENCE_POLICY
+from tests.servers import RedisServer
+
+ROUNDS = 5
+CALLS_PER_ROUND = 2_000
+DISTINCT_KEYS = 10_000
+POLICY = Policy.parse(REFERENCE_POLICY, name="recipient")
+
+
+def _timed(call: Callable[[int], object], count: int, offset: int = 0) -> list[float]:
+    out = []
+    clock = time.perf_counter
+    for i in range(offset, offset + count):
+        start = clock()
+        call(i)
+        out.append(clock() - start)
+    return out
+
+
+def _summary(latencies: list[float]) -> tuple[float, float, float]:
+    qs = statistics.quantiles(latencies, n=100)
+    return len(latencies) / sum(latencies), qs[49] * 1e6, qs[98] * 1e6
+
+
+def bench_redis_decisions(url: str) -> list[tuple[str, float, float, float]]:
+    client = redis.Redis.from_url(url)
+    noop = client.script_load("return 0")
+    hot = Limiter.from_url(url, POLICY, secret="bench", namespace="hot")
+    distinct = Limiter.from_url(url, POLICY, secret="bench", namespace="distinct")
+    hot_key = "hot@example.com"
+    keys = [f"user{i}@example.com" for i in range(DISTINCT_KEYS * ROUNDS)]
+    hot.acquire(hot_key)  # from now on the hot key is refused (1 per minute)
+    samples: dict[str, list[float]] = {"floor": [], "hot": [], "distinct": []}
+    for r in range(ROUNDS):
+        samples["floor"] += _timed(lambda i: client.evalsha(noop, 1, hot_key), CALLS_PER_ROUND)
+        samples["hot"] += _timed(lambda i: hot.acquire(hot_key), CALLS_PER_ROUND)
+        samples["distinct"] += _timed(
+            lambda i: distinct.acquire(keys[i]), CALLS_PER_ROUND, offset=r * DISTINCT_KEYS
+        )
+    hot.close()
+    distinct.close()
+    client.close()
+    return [(name, *_summary(lat)) for name, lat in samples.items()]
+
+
+def bench_redis_memory(url: str) -> dict[str, float]:
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    clock = ManualClock(1_700_000_000.0)
+    limiter = Limiter.from_url(url, POLICY, clock=clock, secret="bench")
+    keys = [f"user{i}@example.com" for i in range(DISTINCT_KEYS)]
+    before = client.info("memory")["used_memory"]
+    for _ in range(10):  # ten admissions per key, an hour apart: a full reference log
+        for start in range(0, DISTINCT_KEYS, 500):
+            batch = keys[start : start + 500]
+            ids = [str(uuid.uuid4()) for _ in batch]
+            assert all(d.allowed for d in limiter.acquire_many(batch, mail_ids=ids))
+        clock.advance(3_600)
+    after = client.info("memory")["used_memory"]
+    usage = client.memory_usage(limiter.storage_key(keys[0]))
+    limiter.close()
+
+    client.flushall()
+    before_z = client.info("memory")["used_memory"]
+    pipe = client.pipeline(transaction=False)
+    for i in range(DISTINCT_KEYS):
+        key = f"mailguard:{{{uuid.uuid4().hex[:16]}}}"
+        pipe.zadd(key, {str(uuid.uuid4()): 1_700_000_000_000 + j * 3_600_000 for j in range(10)})
+        pipe.pexpire(key, 86_400_000)
+        if i % 500 == 499:
+            pipe.execute()
+    pipe.execute()
+    after_z = client.info("memory")["used_memory"]
+    zkey = client.randomkey()
+    zusage = client.memory_usage(zkey)
+    client.flushall()
+    client.close()
+    return {
+        "usage": float(usage),
+        "delta": (after - before) / DISTINCT_KEYS,
+        "zset_usage": float(zusage),
+        "zset_delta": (after_z - before_z) / DISTINCT_KEYS,
+    }
+
+
+def bench_memory_backend() -> tuple[float, float]:
+    clock = ManualClock(1_700_000_000.0)
+    limiter = Limiter.from_url("memory://", POLICY, clock=clock, secret="bench")
+    keys = [f"user{i}@example.com" for i in range(DISTINCT_KEYS)]
+    lock = threading.Lock()
+    table = {k: 1 for k in keys}
+
+    def floor(key: str) -> object:
+        with lock:
+            return table.get(key)
+
+    rates: dict[str, list[float]] = {"memory": [], "floor": []}
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        for key in keys:
+            floor(key)
+        rates["floor"].append(DISTINCT_KEYS / (time.perf_counter() - start))
+        start = time.perf_counter()
+        for key in keys:
+            limiter.acquire(key)
+        rates["memory"].append(DISTINCT_KEYS / (time.perf_counter() - start))
+        clock.advance(61)  # the next pass mixes admissions and refusals across the tiers
+    return statistics.median(rates["memory"]), statistics.median(rates["floor"])
+
+
+def bench_acquire_many(url: str) -> tuple[float, float]:
+    limiter = Limiter.from_url(url, POLICY, secret="bench", namespace="many")
+    keys = [f"user{i}@example.com" for i in range(100)]
+    singles, batches = [], []
+    for _ in range(ROUNDS * 4):
+        start = time.perf_counter()
+        for key in keys:
+            limiter.acquire(key)
+        singles.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        limiter.acquire_many(keys)
+        batches.append(time.perf_counter() - start)
+    limiter.close()
+    return statistics.median(singles), statistics.median(batches)
+
+
+def _machine() -> str:
+    cpu = "unknown cpu"
+    try:
+        with open("/proc/cpuinfo") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if "model name" in line)
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def main() -> None:
+    server = RedisServer().start()
+    try:
+        version = redis.Redis.from_url(server.url).info("server")["redis_version"]
+        print(f"machine: {_machine()}, redis-server {version} on loopback")
+        decisions = bench_redis_decisions(server.url)
+        memory = bench_redis_memory(server.url)
+        single, batch = bench_acquire_many(server.url)
+    finally:
+        server.cleanup()
+    mem_rate, mem_floor = bench_memory_backend()
+
+    floor_rate = decisions[0][1]
+    rows = [("measure", "value", "floor / ratio", "target", "met")]
+    for name, rate, p50, p99 in decisions[1:]:
+        ratio = rate / floor_rate
+        rows.append(
+            (
+                f"redis {name} key{'s' if name == 'distinct' else ''}: decisions/s (p50, p99 us)",
+                f"{rate:,.0f} ({p50:.0f}, {p99:.0f})",
+                f"{floor_rate:,.0f} no-op EVALSHA / {ratio:.2f}",
+                ">= 0.85",
+                "yes" if ratio >= 0.85 else "no",
+            )
+        )
+    rows.append(
+        (
+            "redis bytes/key, full reference log: MEMORY USAGE",
+            f"{memory['usage']:.0f}",
+            f"sorted set {memory['zset_usage']:.0f} / {memory['usage'] / memory['zset_usage']:.2f}",
+            "<= 200",
+            "yes" if memory["usage"] <= 200 else "no",
+        )
+    )
+    rows.append(
+        (
+            "redis bytes/key, used_memory delta over 10 000 keys",
+            f"{memory['delta']:.0f}",
+            f"sorted set {memory['zset_delta']:.0f} / {memory['delta'] / memory['zset_delta']:.2f}",
+            "<= 200",
+            "yes" if memory["delta"] <= 200 else "no",
+        )
+    )
+    rows.append(
+        (
+            "memory backend decisions/s, 1 thread, 10 000 keys",
+            f"{mem_rate:,.0f}",
+            f"{mem_floor:,.0f} locked dict get / {mem_rate / mem_floor:.2f}",
+            ">= 200,000",
+            "yes" if mem_rate >= 200_000 else "no",
+        )
+    )
+    rows.append(
+        (
+            "acquire_many(100) vs 100 acquire calls (ms)",
+            f"{batch * 1e3:.2f}",
+            f"{single * 1e3:.2f} / {single / batch:.1f}x",
+            ">= 5x",
+            "yes" if single / batch >= 5 else "no",
+        )
+    )
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for n, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+if __name__ == "__main__":
+    main()
