@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint bench clean
+.PHONY: install test lint bench demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,8 +18,8 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check mailer workers tests benchmarks
-	$(BIN)/ruff format --check mailer workers tests benchmarks
+	$(BIN)/ruff check mailer workers tests benchmarks examples
+	$(BIN)/ruff format --check mailer workers tests benchmarks examples
 	$(BIN)/mypy
 
 bench: install
@@ -28,3 +28,7 @@ bench: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+## demo: the main job on embedded defaults (memory limiter, simulated clock; no Redis)
+demo: install
+	$(BIN)/python -m examples.burst
