@@ -118,10 +118,7 @@ class Limiter:
         if mail_ids is not None and len(mail_ids) != len(keys):
             raise ValueError("mail_ids must have one entry per key")
         ids: Sequence[str | None] = mail_ids if mail_ids is not None else [None] * len(keys)
-        items = [
-            (self._key(check_key(k)), mail_tag(m))
-            for k, m in zip(keys, ids, strict=True)
-        ]
+        items = [(self._key(check_key(k)), mail_tag(m)) for k, m in zip(keys, ids, strict=True)]
         return [
             self._decision(raw) for raw in self.backend.acquire_many(items, _max_wait_ms(max_wait))
         ]

@@ -1,1 +1,4 @@
-"""Celery wiring for mailguard: the app and the ``send_mail`` task. The only place Celery is used."""
+"""Celery wiring for mailguard: the Celery app and the ``send_mail`` task.
+
+This package is the only place that imports Celery.
+"""
