@@ -157,7 +157,7 @@ class Kinds(Mapping[str, Kind]):
         for name, fields in changes.items():
             try:
                 old = registry.get(name)
-                registry[name] = replace(old, **fields) if old else Kind(name, **fields)
+                registry[name] = replace(old, **fields) if old is not None else Kind(name, **fields)
             except ValueError as exc:
                 raise ValueError(f"{ENV_PREFIX}{name.upper()}_*: {exc}") from None
         return cls(registry.values())

@@ -1,9 +1,9 @@
 """Outgoing mails: the :class:`Mail` data and how it becomes an ``EmailMessage``.
 
-A ``Mail`` carries already rendered text; building checks every header for CR, LF and NUL (header
-injection) and every field against :class:`MessageLimits`. The ``Message-ID`` comes from the
-mail id, so a mail sent twice by a redelivered task carries the same id both times and the
-duplicate can be recognised downstream.
+A ``Mail`` carries already rendered text; building checks every header value for CR, LF, NUL
+and other line breaks (header injection) and every field against :class:`MessageLimits`. The
+``Message-ID`` comes from the mail id, so a mail sent twice by a redelivered task carries the
+same id both times and the duplicate can be recognised downstream.
 """
 
 from __future__ import annotations
