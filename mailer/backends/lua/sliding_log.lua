@@ -10,7 +10,8 @@ KEYS[1]   the subject's log, "<namespace>:{<keyed hash>}". The {hash tag} keeps 
           subject's data in one Redis Cluster slot.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the entry tagged ARGV[3]
 ARGV[2]   now in epoch milliseconds, or "" to read the server's TIME (production: one clock
-          for every worker, whatever the clients' clocks say)
+          for every worker, whatever the clients' clocks say). A given time (tests and
+          simulations) adds an hour to every TTL, as simulated and real time drift apart.
 ARGV[3]   tag: a 48-bit integer derived from the mail id; 0 when the caller gave none
 ARGV[4]   max_wait in milliseconds; > 0 books the earliest admissible slot when it is at most
           this far away (reservations), 0 refuses instead
@@ -35,12 +36,14 @@ local max_window = windows[ntiers]
 
 local key = KEYS[1]
 local mode = ARGV[1]
-local now
+local now, ttl_slack = 0, 0
 if ARGV[2] == '' then
   local time = redis.call('TIME')
   now = time[1] * 1000 + math.floor(time[2] / 1000)
 else
-  now = tonumber(ARGV[2])
+  -- A client clock is a simulation: its time and Redis's expiry clock drift apart, so keys
+  -- get an hour more, lest they expire mid-test while the simulated clock stands still.
+  now, ttl_slack = tonumber(ARGV[2]), 3600000
 end
 local tag = tonumber(ARGV[3])
 
@@ -78,7 +81,7 @@ if mode == 'r' then
     local base = ts[1]
     local parts = {struct.pack('>I6', base)}
     for j = 1, n do parts[j + 1] = struct.pack('>I4I6', ts[j] - base, tags[j]) end
-    redis.call('SET', key, table.concat(parts), 'PX', ts[n] + max_window - now)
+    redis.call('SET', key, table.concat(parts), 'PX', ts[n] + max_window - now + ttl_slack)
   end
   return 1
 end
@@ -120,7 +123,7 @@ if record then
   local base = ts[1]
   local parts = {struct.pack('>I6', base)}
   for j = 1, n do parts[j + 1] = struct.pack('>I4I6', ts[j] - base, tags[j]) end
-  redis.call('SET', key, table.concat(parts), 'PX', ts[n] + max_window - now)
+  redis.call('SET', key, table.concat(parts), 'PX', ts[n] + max_window - now + ttl_slack)
 end
 
 local wait = 0
