@@ -14,7 +14,7 @@ install: $(BIN)/python
 
 ## test: the whole test suite (starts its own redis-server; installs it with apt-get if missing)
 test: install
-	@command -v redis-server >/dev/null 2>&1 || sh .ci/install-redis
+	@sh .ci/install-redis
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
@@ -23,7 +23,7 @@ lint: install
 	$(BIN)/mypy
 
 bench: install
-	@command -v redis-server >/dev/null 2>&1 || sh .ci/install-redis
+	@sh .ci/install-redis
 	$(BIN)/python -m benchmarks.limiter
 
 clean:

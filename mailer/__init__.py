@@ -3,21 +3,47 @@
 The library part: it never imports Celery (``workers`` wires it into Celery).
 """
 
+from mailer.address import AddressRules, Recipient, normalise_address
 from mailer.clock import Clock, ManualClock, system_clock
 from mailer.decision import Decision
-from mailer.errors import BackendUnavailable, MailguardError
+from mailer.durations import parse_duration
+from mailer.errors import (
+    BackendUnavailable,
+    InvalidAddress,
+    InvalidMessage,
+    MailguardError,
+    PermanentSendError,
+    SendError,
+    TransientSendError,
+)
+from mailer.kinds import Kind, Kinds, render
 from mailer.limiter import Limiter
+from mailer.message import Mail, build_message
 from mailer.policy import REFERENCE_POLICY, Policy, Tier
 
 __all__ = [
     "REFERENCE_POLICY",
+    "AddressRules",
     "BackendUnavailable",
     "Clock",
     "Decision",
+    "InvalidAddress",
+    "InvalidMessage",
+    "Kind",
+    "Kinds",
     "Limiter",
+    "Mail",
     "MailguardError",
     "ManualClock",
+    "PermanentSendError",
     "Policy",
+    "Recipient",
+    "SendError",
     "Tier",
+    "TransientSendError",
+    "build_message",
+    "normalise_address",
+    "parse_duration",
+    "render",
     "system_clock",
 ]

@@ -9,6 +9,9 @@ import redis
 
 from mailer import REFERENCE_POLICY, Limiter, ManualClock, Policy
 from tests.servers import RedisServer
+from tests.smtp_fixtures import smtp_server, test_certificate
+
+__all__ = ["smtp_server", "test_certificate"]  # fixtures shared by the whole suite
 
 
 @pytest.fixture(scope="session")

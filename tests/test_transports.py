@@ -18,11 +18,9 @@ from mailer.message import Mail, build_message
 from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport, Transport
 from mailer.transports.base import mask_addresses, recipient_hash
 from tests.servers import free_port
-from tests.smtp_fixtures import smtp_server, test_certificate
 from tests.smtp_server import SmtpTestServer, TestCertificate
 
 # Re-exported so pytest finds the fixtures here until tests/conftest.py imports them.
-__all__ = ["smtp_server", "test_certificate"]
 
 RECIPIENT = "ada.lovelace@example.com"
 MAIL_ID = "0b8e2a5c-6f1e-4c57-9d0c-2a4f7e1b9c33"
