@@ -1,0 +1,60 @@
+"""What became of a mail: an :class:`Outcome`, plain data stored in the Celery result backend."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
+
+Status = Literal["sent", "deferred", "dropped", "failed"]
+
+#: Reasons a mail is dropped or failed, or waits.
+INVALID = "invalid"
+RATE_LIMITED = "rate_limited"
+BOOKED = "booked"
+LIMITER_UNAVAILABLE = "limiter_unavailable"
+IN_FLIGHT = "in_flight"
+SMTP_TRANSIENT = "smtp_transient"
+SMTP_PERMANENT = "smtp_permanent"
+RETRIES_EXHAUSTED = "retries_exhausted"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One mail's state. Times are epoch seconds, ``wait`` seconds.
+
+    ``recipient`` is a keyed hash of the normalised address, never the address. ``tier`` is the
+    binding tier as text (``"1/1m"``). ``attempts`` counts SMTP tries over all runs,
+    ``deferrals`` the times the task was put off. ``smtp_code`` / ``smtp_reply`` are the last
+    server reply (addresses masked).
+    """
+
+    status: Status
+    mail_id: str
+    kind: str
+    reason: str | None = None
+    recipient: str | None = None
+    tier: str | None = None
+    wait: float | None = None
+    due: float | None = None
+    attempts: int = 0
+    deferrals: int = 0
+    smtp_code: int | None = None
+    smtp_reply: str | None = None
+    message_id: str | None = None
+    detail: str | None = None
+    decided_at: float | None = None
+    sent_at: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (what ``AsyncResult(mail_id).get()`` returns)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Outcome:
+        """The inverse of :meth:`as_dict`; unknown keys are ignored."""
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def but(self, **changes: Any) -> Outcome:
+        """A copy with ``changes``."""
+        return replace(self, **changes)

@@ -1,0 +1,171 @@
+"""Settings from environment variables, all prefixed ``MAILGUARD_``; defaults need nothing installed.
+
+With no environment at all everything runs inside one process: a memory broker with an
+in-process worker, the memory limiter, the console transport. A deployment sets the URLs.
+
+| variable | default | meaning |
+|---|---|---|
+| ``MAILGUARD_BROKER_URL`` | ``memory://`` | Celery broker (``redis://…``, ``amqp://…``) |
+| ``MAILGUARD_RESULT_BACKEND`` | ``cache+memory://`` | where outcomes are stored (``redis://…``) |
+| ``MAILGUARD_LIMITER_URL`` | ``memory://`` | limiter storage (``redis://…`` for several processes) |
+| ``MAILGUARD_LEDGER_URL`` | the limiter URL | where sent-markers and send claims live |
+| ``MAILGUARD_SMTP_URL`` | ``console://`` | ``smtp://host:port``, ``smtps://user:pass@host``, ``?starttls=1``; ``console://``, ``memory://`` |
+| ``MAILGUARD_POLICY`` | ``1/60s, 5/1h, 10/24h`` | tiers per recipient |
+| ``MAILGUARD_SECRET`` | none | keys the hash of every stored address: set it, the same everywhere |
+| ``MAILGUARD_SENDER`` | ``mailguard@localhost`` | the From header |
+| ``MAILGUARD_FAIL_MODE`` | ``fail_closed`` | limiter down: ``fail_closed`` defers, ``fail_open`` sends unguarded |
+| ``MAILGUARD_QUEUE`` | ``mail`` | the kombu queue of ``send_mail`` |
+| ``MAILGUARD_MAX_COUNTDOWN`` | ``10m`` | longest single deferral; longer waits hop |
+| ``MAILGUARD_SEND_RETRIES`` | ``5`` | Celery-level retries after the transport gave up on a transient error |
+| ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
+| ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |
+| ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
+| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
+
+Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The broker's
+``visibility_timeout`` is derived: ``2 * MAX_COUNTDOWN + 5m``, so no countdown ever outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mailer.durations import parse_duration
+from mailer.kinds import Kinds
+from mailer.policy import REFERENCE_POLICY, Policy
+
+PREFIX = "MAILGUARD_"
+FailMode = Literal["fail_closed", "fail_open"]
+
+#: The variables :meth:`Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).
+KNOWN = frozenset(
+    PREFIX + name
+    for name in (
+        "BROKER_URL",
+        "RESULT_BACKEND",
+        "LIMITER_URL",
+        "LEDGER_URL",
+        "SMTP_URL",
+        "POLICY",
+        "SECRET",
+        "SENDER",
+        "FAIL_MODE",
+        "QUEUE",
+        "MAX_COUNTDOWN",
+        "SEND_RETRIES",
+        "RETRY_BACKOFF",
+        "CLAIM_LEASE",
+        "SMTP_ATTEMPTS",
+    )
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a mailguard worker is configured with. Durations in seconds."""
+
+    broker_url: str = "memory://"
+    result_backend: str = "cache+memory://"
+    limiter_url: str = "memory://"
+    ledger_url: str | None = None
+    smtp_url: str = "console://"
+    policy: Policy = field(default_factory=lambda: Policy.parse(REFERENCE_POLICY, name="recipient"))
+    secret: str | None = None
+    sender: str = "mailguard@localhost"
+    fail_mode: FailMode = "fail_closed"
+    queue: str = "mail"
+    max_countdown: float = 600.0
+    send_retries: int = 5
+    retry_backoff: float = 30.0
+    claim_lease: float = 300.0
+    smtp_attempts: int = 3
+    kinds: Kinds = field(default_factory=Kinds.defaults)
+
+    def __post_init__(self) -> None:
+        if self.fail_mode not in ("fail_closed", "fail_open"):
+            raise ValueError(f"fail mode must be fail_closed or fail_open, got {self.fail_mode!r}")
+        if self.max_countdown < 1 or self.retry_backoff <= 0 or self.claim_lease < 1:
+            raise ValueError("max countdown and claim lease must be >= 1 s, backoff > 0")
+        if self.send_retries < 0 or self.smtp_attempts < 1:
+            raise ValueError("send retries must be >= 0 and SMTP attempts >= 1")
+
+    @property
+    def visibility_timeout(self) -> float:
+        """Seconds the Redis broker waits before handing an unacknowledged task out again."""
+        return 2 * self.max_countdown + 300.0
+
+    @property
+    def effective_ledger_url(self) -> str:
+        """The ledger's URL: its own setting, else the limiter's."""
+        return self.ledger_url or self.limiter_url
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Read ``MAILGUARD_*`` variables (``os.environ`` by default).
+
+        Raises ``ValueError`` naming the variable for a bad value or an unknown
+        ``MAILGUARD_`` name (a typo must not silently fall back to a default).
+        """
+        env = os.environ if environ is None else environ
+        unknown = sorted(
+            name
+            for name in env
+            if name.startswith(PREFIX)
+            and name not in KNOWN
+            and not name.startswith(PREFIX + "KIND_")
+        )
+        if unknown:
+            raise ValueError(f"unknown setting {unknown[0]}; known: {', '.join(sorted(KNOWN))}")
+        values: dict[str, object] = {}
+
+        def text(name: str, attr: str) -> None:
+            if (value := env.get(PREFIX + name)) is not None and value != "":
+                values[attr] = value
+
+        def duration(name: str, attr: str) -> None:
+            if (value := env.get(PREFIX + name)) is not None and value != "":
+                try:
+                    values[attr] = parse_duration(value)
+                except ValueError as exc:
+                    raise ValueError(f"{PREFIX}{name}: {exc}") from None
+
+        def integer(name: str, attr: str) -> None:
+            if (value := env.get(PREFIX + name)) is not None and value != "":
+                try:
+                    values[attr] = int(value)
+                except ValueError:
+                    raise ValueError(f"{PREFIX}{name}: {value!r} is not a whole number") from None
+
+        for name, attr in (
+            ("BROKER_URL", "broker_url"),
+            ("RESULT_BACKEND", "result_backend"),
+            ("LIMITER_URL", "limiter_url"),
+            ("LEDGER_URL", "ledger_url"),
+            ("SMTP_URL", "smtp_url"),
+            ("SECRET", "secret"),
+            ("SENDER", "sender"),
+            ("FAIL_MODE", "fail_mode"),
+            ("QUEUE", "queue"),
+        ):
+            text(name, attr)
+        for name, attr in (
+            ("MAX_COUNTDOWN", "max_countdown"),
+            ("RETRY_BACKOFF", "retry_backoff"),
+            ("CLAIM_LEASE", "claim_lease"),
+        ):
+            duration(name, attr)
+        integer("SEND_RETRIES", "send_retries")
+        integer("SMTP_ATTEMPTS", "smtp_attempts")
+        if policy := env.get(PREFIX + "POLICY"):
+            try:
+                values["policy"] = Policy.parse(policy, name="recipient")
+            except ValueError as exc:
+                raise ValueError(f"{PREFIX}POLICY: {exc}") from None
+        values["kinds"] = Kinds.from_env(env)
+        try:
+            return cls(**values)  # type: ignore[arg-type]
+        except ValueError as exc:
+            raise ValueError(f"mailguard settings: {exc}") from None
