@@ -1,0 +1,60 @@
+"""Build the guard's parts from :class:`~mailer.settings.Settings`: limiter, ledger, transport."""
+
+from __future__ import annotations
+
+import sys
+from urllib.parse import urlsplit
+
+from mailer.guard import Guard, GuardConfig
+from mailer.ledger import Ledger, MemoryLedger, RedisLedger
+from mailer.limiter import Limiter
+from mailer.settings import Settings
+from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport
+from mailer.transports.base import Transport
+
+
+def build_limiter(settings: Settings) -> Limiter:
+    """The limiter on ``settings.limiter_url`` with the policy and secret."""
+    return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
+
+
+def build_ledger(settings: Settings, limiter: Limiter) -> Ledger:
+    """The ledger on the ledger URL; shares the limiter's Redis client when the URLs match."""
+    url = settings.effective_ledger_url
+    if urlsplit(url).scheme == "memory":
+        return MemoryLedger()
+    from mailer.backends.redis import RedisBackend, client_from_url  # noqa: PLC0415
+
+    backend = limiter.backend
+    if isinstance(backend, RedisBackend) and url == settings.limiter_url:
+        return RedisLedger(backend.client, url)
+    return RedisLedger(client_from_url(url), url)
+
+
+def build_transport(settings: Settings) -> Transport:
+    """``console://`` (stderr), ``memory://`` (kept in the process) or an SMTP URL."""
+    scheme = urlsplit(settings.smtp_url).scheme
+    if scheme == "console":
+        return ConsoleTransport(sys.stderr)
+    if scheme == "memory":
+        return MemoryTransport()
+    return SmtpTransport.from_url(settings.smtp_url, max_attempts=settings.smtp_attempts)
+
+
+def build_guard(settings: Settings) -> Guard:
+    """A guard wired from ``settings``: one per process (build it after a fork, not before)."""
+    limiter = build_limiter(settings)
+    return Guard(
+        limiter,
+        build_ledger(settings, limiter),
+        build_transport(settings),
+        kinds=settings.kinds,
+        config=GuardConfig(
+            sender=settings.sender,
+            fail_open=settings.fail_mode == "fail_open",
+            max_countdown=settings.max_countdown,
+            send_retries=settings.send_retries,
+            retry_backoff=settings.retry_backoff,
+            claim_lease=settings.claim_lease,
+        ),
+    )

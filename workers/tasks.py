@@ -1,0 +1,98 @@
+"""``send_mail``: the Celery task that carries out the guard's steps. The only Celery-aware code.
+
+>>> send_mail.delay("ada@example.com", subject="Your code", body="493 112")   # doctest: +SKIP
+>>> send_mail.delay("ada@example.com", kind="code", context={"code": "493112"})  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+from celery import Task
+from celery.exceptions import Ignore
+
+from mailer.factory import build_guard
+from mailer.guard import Fail, Finish, Guard, Later, MailRequest, Progress
+from workers.app import app, settings
+
+
+class MailFailed(Exception):  # noqa: N818 - the task's FAILURE result, named for what happened
+    """The mail failed for good; ``args[0]`` is the outcome dict (status ``failed``)."""
+
+
+_guard: Guard | None = None
+_guard_pid = 0
+_guard_lock = threading.Lock()
+
+
+def guard() -> Guard:
+    """This process's guard, built on first use (after the prefork pool forked)."""
+    global _guard, _guard_pid  # noqa: PLW0603 - one guard per process
+    with _guard_lock:
+        if _guard is None or _guard_pid != os.getpid():
+            _guard, _guard_pid = build_guard(settings), os.getpid()
+        return _guard
+
+
+class GuardedTask(Task):  # type: ignore[misc]
+    """Keeps addresses out of the broker's and the worker's logs (``argsrepr``/``kwargsrepr``)."""
+
+    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        options.setdefault("argsrepr", "(<redacted>)")
+        options.setdefault("kwargsrepr", "{<redacted>}")
+        return super().apply_async(args, kwargs, **options)
+
+
+@app.task(
+    bind=True,
+    base=GuardedTask,
+    name="mailguard.send_mail",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=None,  # deferrals are unlimited; the guard counts SMTP retries itself
+    throws=(MailFailed,),
+)
+def send_mail(
+    self: Task,
+    to: str,
+    subject: str | None = None,
+    body: str | None = None,
+    *,
+    html: str | None = None,
+    kind: str = "default",
+    context: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+    mail_id: str | None = None,
+    _progress: dict[str, int] | None = None,
+) -> dict[str, Any]:
+    """Send one mail to ``to``, or defer it to its booked slot, or drop it; exactly once.
+
+    ``subject``/``body`` left out are rendered from ``kind``'s templates with ``context``.
+    ``mail_id`` defaults to this task's id and stays the same over every deferral. Returns the
+    outcome dict (status ``sent`` or ``dropped``); a failed mail raises :class:`MailFailed`.
+    While deferred, ``AsyncResult(id).state == "DEFERRED"`` with the outcome as ``info``.
+    """
+    mail_id = mail_id or self.request.id
+    request = MailRequest(
+        to=to,
+        mail_id=mail_id,
+        subject=subject,
+        body=body,
+        html=html,
+        kind=kind,
+        context=context,
+        headers=headers,
+    )
+    step = guard().process(request, Progress.from_dict(_progress))
+    if isinstance(step, Finish):
+        return step.outcome.as_dict()
+    if isinstance(step, Fail):
+        raise MailFailed(step.outcome.as_dict())
+    assert isinstance(step, Later)
+    self.update_state(state="DEFERRED", meta=step.outcome.as_dict())
+    again = dict(self.request.kwargs or {})
+    again.update(mail_id=mail_id, _progress=step.progress.as_dict())
+    self.retry(countdown=step.countdown, kwargs=again, throw=False)
+    raise Ignore()
