@@ -18,7 +18,7 @@ from mailer.guard import Fail, Finish, Guard, Later, MailRequest, Progress
 from workers.app import app, settings
 
 
-class MailFailed(Exception):  # noqa: N818 - the task's FAILURE result, named for what happened
+class MailFailed(Exception):
     """The mail failed for good; ``args[0]`` is the outcome dict (status ``failed``)."""
 
 
@@ -29,7 +29,7 @@ _guard_lock = threading.Lock()
 
 def guard() -> Guard:
     """This process's guard, built on first use (after the prefork pool forked)."""
-    global _guard, _guard_pid  # noqa: PLW0603 - one guard per process
+    global _guard, _guard_pid
     with _guard_lock:
         if _guard is None or _guard_pid != os.getpid():
             _guard, _guard_pid = build_guard(settings), os.getpid()
