@@ -233,8 +233,14 @@ class Guard:
                 ),
                 progress,
             )
+        # due: the slot this mail holds (now, or the booking it woke up for)
         return self._send(
-            request.mail_id, recipient.limit_key, message, base, progress, guarded=True
+            request.mail_id,
+            recipient.limit_key,
+            message,
+            base.but(due=step.at),
+            progress,
+            guarded=True,
         )
 
     def _limiter_down(self, base: Outcome, progress: Progress, exc: Exception) -> Step:

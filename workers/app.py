@@ -49,12 +49,15 @@ app = create_app(settings)
 
 @signals.worker_init.connect
 def _refuse_memory_limiter_in_prefork(sender: Any = None, **_: Any) -> None:
-    """A memory limiter in a prefork pool of several processes would not limit: refuse to start."""
+    """A memory limiter in a prefork pool of several processes would not limit: refuse to start.
+
+    SystemExit, not an exception: Celery logs and swallows exceptions raised by signal handlers.
+    """
     pool = str(getattr(sender, "pool_cls", ""))
     concurrency = int(getattr(sender, "concurrency", 1) or 1)
     if settings.limiter_url.startswith("memory:") and "prefork" in pool and concurrency > 1:
-        raise RuntimeError(
-            "MAILGUARD_LIMITER_URL is memory:// but the worker runs a prefork pool of "
+        raise SystemExit(
+            "mailguard: MAILGUARD_LIMITER_URL is memory:// but the worker runs a prefork pool of "
             f"{concurrency} processes, each of which would limit on its own. Use a redis:// "
             "limiter, or --pool threads / --pool solo."
         )

@@ -1,0 +1,132 @@
+"""A real Celery worker in a subprocess (``celery -A workers.app worker``), configured by env.
+
+Tests start it against their own redis-server and aiosmtpd, read its log, stop it, or kill its
+main process or a pool child with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from celery import Celery
+
+from mailer.settings import Settings
+from workers.app import create_app
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def worker_env(redis_url: str, smtp_url: str, **extra: str) -> dict[str, str]:
+    """MAILGUARD_* variables for a worker on ``redis_url`` (db 0 limiter, 1 broker, 2 results)."""
+    base = redis_url.rsplit("/", 1)[0]
+    env = {
+        "MAILGUARD_BROKER_URL": f"{base}/1",
+        "MAILGUARD_RESULT_BACKEND": f"{base}/2",
+        "MAILGUARD_LIMITER_URL": f"{base}/0",
+        "MAILGUARD_SMTP_URL": smtp_url,
+        "MAILGUARD_POLICY": "1/1s, 3/5s, 5/20s",
+        "MAILGUARD_SECRET": "test-secret",
+        "MAILGUARD_SENDER": "mailguard@example.org",
+        "MAILGUARD_RETRY_BACKOFF": "200ms",
+        "MAILGUARD_SMTP_ATTEMPTS": "2",
+    }
+    env.update(extra)
+    return env
+
+
+def client_app(env: dict[str, str]) -> Celery:
+    """A Celery app in the test process with the worker's configuration, to enqueue and read."""
+    return create_app(Settings.from_env(env))
+
+
+class CeleryWorker:
+    """``celery -A workers.app worker`` as a subprocess with ``env`` on top of this process's."""
+
+    def __init__(
+        self, env: dict[str, str], *, pool: str = "prefork", concurrency: int = 2, name: str = "w1"
+    ) -> None:
+        self.env = (
+            {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
+            | env
+            | {"PYTHONPATH": str(ROOT)}
+        )
+        self.pool = pool
+        self.concurrency = concurrency
+        self.name = name
+        self.log_path = Path(tempfile.mkdtemp(prefix="mailguard-worker-")) / "worker.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> CeleryWorker:
+        self.log_path.write_text("")
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers.app",
+                "worker",
+                "--pool",
+                self.pool,
+                "--concurrency",
+                str(self.concurrency),
+                "--hostname",
+                f"{self.name}@%h",
+                "--loglevel",
+                "INFO",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            env=self.env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if "ready." in self.log():
+                return self
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        output = self.log()[-3000:]
+        self.kill()
+        raise RuntimeError(f"celery worker did not become ready:\n{output}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def children(self) -> list[int]:
+        """PIDs of the pool's child processes."""
+        assert self.process is not None
+        path = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children")
+        return [int(pid) for pid in path.read_text().split()]
+
+    def kill_child(self) -> None:
+        """SIGKILL one pool child (the main process replaces it)."""
+        os.kill(self.children()[0], signal.SIGKILL)
+
+    def kill(self) -> None:
+        """SIGKILL the main process and its children at once, as a crash would."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Warm shutdown (SIGTERM); SIGKILL if it takes longer than ``timeout`` seconds."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
