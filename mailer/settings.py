@@ -20,10 +20,13 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |
 | ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
+| ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * MAX_COUNTDOWN + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
 | ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The broker's
-``visibility_timeout`` is derived: ``2 * MAX_COUNTDOWN + 5m``, so no countdown ever outlives it.
+``visibility_timeout`` is derived: ``2 * MAX_COUNTDOWN + 5m``, so no countdown ever outlives it
+(a Redis broker hands a task out again once it has been unacknowledged that long). Setting it
+lower makes redeliveries happen; the ledger still keeps them from sending twice.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ KNOWN = frozenset(
         "RETRY_BACKOFF",
         "CLAIM_LEASE",
         "SMTP_ATTEMPTS",
+        "VISIBILITY_TIMEOUT",
     )
 )
 
@@ -82,6 +86,7 @@ class Settings:
     retry_backoff: float = 30.0
     claim_lease: float = 300.0
     smtp_attempts: int = 3
+    visibility_timeout_override: float | None = None
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -95,6 +100,8 @@ class Settings:
     @property
     def visibility_timeout(self) -> float:
         """Seconds the Redis broker waits before handing an unacknowledged task out again."""
+        if self.visibility_timeout_override is not None:
+            return self.visibility_timeout_override
         return 2 * self.max_countdown + 300.0
 
     @property
@@ -155,6 +162,7 @@ class Settings:
             ("MAX_COUNTDOWN", "max_countdown"),
             ("RETRY_BACKOFF", "retry_backoff"),
             ("CLAIM_LEASE", "claim_lease"),
+            ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
         ):
             duration(name, attr)
         integer("SEND_RETRIES", "send_retries")
