@@ -46,10 +46,20 @@ def client_app(env: dict[str, str]) -> Celery:
 
 
 class CeleryWorker:
-    """``celery -A workers.app worker`` as a subprocess with ``env`` on top of this process's."""
+    """``celery -A workers.app worker`` as a subprocess with ``env`` on top of this process's.
+
+    ``app_module`` is the ``-A`` argument: another module exposing the same app (with more tasks
+    registered on it, as the guard benchmark does) may be given instead of ``workers.app``.
+    """
 
     def __init__(
-        self, env: dict[str, str], *, pool: str = "prefork", concurrency: int = 2, name: str = "w1"
+        self,
+        env: dict[str, str],
+        *,
+        pool: str = "prefork",
+        concurrency: int = 2,
+        name: str = "w1",
+        app_module: str = "workers.app",
     ) -> None:
         self.env = (
             {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
@@ -59,6 +69,7 @@ class CeleryWorker:
         self.pool = pool
         self.concurrency = concurrency
         self.name = name
+        self.app_module = app_module
         self.log_path = Path(tempfile.mkdtemp(prefix="mailguard-worker-")) / "worker.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -71,7 +82,7 @@ class CeleryWorker:
                 "-m",
                 "celery",
                 "-A",
-                "workers.app",
+                self.app_module,
                 "worker",
                 "--pool",
                 self.pool,
