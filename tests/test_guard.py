@@ -1,0 +1,241 @@
+"""The guard without Celery: validate, ledger, limiter, plan and send, on in-process parts."""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from mailer import Kinds, Limiter, ManualClock, Policy
+from mailer.guard import Fail, Finish, Guard, GuardConfig, Later, MailRequest, Progress
+from mailer.ledger import MemoryLedger, RedisLedger
+from mailer.outcomes import Outcome
+from mailer.plan import Defer, Drop, Send, plan
+from mailer.transports import MemoryTransport
+from tests.servers import RedisServer
+
+ADA = "ada@example.com"
+
+
+def make_guard(clock: ManualClock, **config: object) -> tuple[Guard, MemoryTransport]:
+    limiter = Limiter.from_url(
+        "memory://", Policy.parse("1/60s, 5/1h, 10/24h", name="recipient"), clock=clock
+    )
+    transport = MemoryTransport()
+    guard = Guard(
+        limiter,
+        MemoryLedger(clock),
+        transport,
+        kinds=Kinds.defaults(),
+        config=GuardConfig(**config),  # type: ignore[arg-type]
+        clock=clock,
+    )
+    return guard, transport
+
+
+def req(mail_id: str, to: object = ADA, **fields: object) -> MailRequest:
+    fields.setdefault("subject", "Hello")
+    fields.setdefault("body", "World")
+    return MailRequest(to=to, mail_id=mail_id, **fields)  # type: ignore[arg-type]
+
+
+def test_plan_maps_decisions_to_steps(clock: ManualClock) -> None:
+    """Allowed sends, booked defers (hopping past max_countdown), refused drops."""
+    limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=clock)
+    assert isinstance(plan(limiter.acquire("k", mail_id="a"), max_countdown=30), Send)
+    booked = plan(limiter.acquire("k", mail_id="b", max_wait=3600), max_countdown=30)
+    assert booked == Defer(
+        countdown=30, due=clock.now + 60, wait=60, tier=limiter.policy.tiers[0], hop=True
+    )
+    short = plan(limiter.acquire("j", mail_id="c", max_wait=3600), max_countdown=30)
+    assert isinstance(short, Send)
+    dropped = plan(limiter.acquire("k", mail_id="d", max_wait=10), max_countdown=30)
+    assert isinstance(dropped, Drop) and dropped.reason == "rate_limited" and dropped.wait == 120
+
+
+def test_first_mail_is_sent_with_a_full_outcome(clock: ManualClock) -> None:
+    """A valid first mail is sent; the outcome has the recipient hash, never the address."""
+    guard, transport = make_guard(clock)
+    step = guard.process(req("m1", to="  Ada@Example.COM "))
+    assert isinstance(step, Finish)
+    outcome = step.outcome
+    assert outcome.status == "sent" and outcome.attempts == 1 and outcome.smtp_code == 250
+    assert outcome.recipient is not None and "ada" not in outcome.recipient.lower()
+    assert outcome.message_id == "<m1@localhost>"
+    assert [m["To"] for m in transport.sent] == ["Ada@example.com"]
+
+
+def test_second_mail_is_deferred_to_its_booked_slot_then_sent(clock: ManualClock) -> None:
+    """The second mail waits exactly the minute; run again then, it is sent, not re-booked."""
+    guard, transport = make_guard(clock)
+    guard.process(req("m1"))
+    clock.advance(10)
+    step = guard.process(req("m2"))
+    assert isinstance(step, Later)
+    assert step.countdown == 50 and step.outcome.status == "deferred"
+    assert step.outcome.reason == "booked" and step.outcome.tier == "1/1m"
+    assert step.progress.deferrals == 1
+    clock.advance(step.countdown)
+    again = guard.process(req("m2"), step.progress)
+    assert isinstance(again, Finish) and again.outcome.status == "sent"
+    assert again.outcome.deferrals == 1 and again.outcome.due == clock.now
+    assert len(transport.sent) == 2
+
+
+def test_long_waits_hop(clock: ManualClock) -> None:
+    """A wait longer than max_countdown is cut into hops that keep the same booking."""
+    guard, _ = make_guard(clock, max_countdown=20)
+    guard.process(req("m1"))
+    first = guard.process(req("m2"))
+    assert isinstance(first, Later) and first.countdown == 20 and first.outcome.wait == 60
+    clock.advance(20)
+    second = guard.process(req("m2"), first.progress)
+    assert isinstance(second, Later) and second.countdown == 20 and second.outcome.wait == 40
+    assert second.outcome.due == first.outcome.due
+
+
+def test_code_mail_beyond_its_tolerance_is_dropped(clock: ManualClock) -> None:
+    """A login code that would wait an hour (max 5 minutes) is dropped with tier and wait."""
+    guard, transport = make_guard(clock)
+    for i in range(5):
+        guard.process(req(f"n{i}", kind="notice"), None)
+        clock.advance(60)
+    step = guard.process(req("code", kind="code", subject=None, body=None, context={"code": "1"}))
+    assert isinstance(step, Finish)
+    assert (step.outcome.status, step.outcome.reason) == ("dropped", "rate_limited")
+    assert step.outcome.tier == "5/1h" and step.outcome.wait == 3600 - 300
+    assert len(transport.sent) == 5
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "detail"),
+    [
+        ({"to": "no-at-sign"}, "@"),
+        ({"to": None}, ""),
+        ({"to": "a@example.com\r\nBcc: b@example.com"}, ""),
+        ({"subject": "x\nBcc: evil@example.com"}, "subject"),
+        ({"kind": "code", "subject": None, "body": None, "context": {}}, "code"),
+        ({"kind": "nope"}, "nope"),
+        ({"context": ["not", "a", "mapping"]}, "context"),
+        ({"headers": {"Bcc": "evil@example.com"}}, "Bcc"),
+    ],
+)
+def test_invalid_input_is_dropped_not_raised(
+    clock: ManualClock, request_fields: dict[str, object], detail: str
+) -> None:
+    """Bad input of every kind ends as dropped/invalid, with a reason, and sends nothing."""
+    guard, transport = make_guard(clock)
+    step = guard.process(req("bad", **request_fields))
+    assert isinstance(step, Finish)
+    assert (step.outcome.status, step.outcome.reason) == ("dropped", "invalid")
+    assert detail in (step.outcome.detail or "")
+    assert transport.sent == []
+
+
+def test_recorded_mail_is_not_sent_again(clock: ManualClock) -> None:
+    """A mail id whose outcome is recorded returns that outcome and sends nothing."""
+    guard, transport = make_guard(clock)
+    first = guard.process(req("once"))
+    again = guard.process(req("once"))
+    assert isinstance(first, Finish) and isinstance(again, Finish)
+    assert again.outcome == first.outcome and len(transport.sent) == 1
+
+
+def test_mail_claimed_by_another_worker_waits(clock: ManualClock) -> None:
+    """While another worker holds the claim, the mail is deferred (in_flight), not sent."""
+    guard, transport = make_guard(clock, claim_lease=30)
+    assert guard.ledger.claim("busy", "other-worker", 30)
+    step = guard.process(req("busy"))
+    assert isinstance(step, Later) and step.outcome.reason == "in_flight"
+    clock.advance(31)  # the other worker died: its lease ran out
+    assert isinstance(guard.process(req("busy")), Finish)
+    assert len(transport.sent) == 1
+
+
+def test_transient_errors_retry_then_fail_and_release(clock: ManualClock) -> None:
+    """Transient failures come back Later with backoff; past the budget: failed, slot released."""
+    guard, transport = make_guard(clock, send_retries=2, retry_backoff=10)
+    transport.fail_next(3)
+    progress = None
+    countdowns = []
+    for _ in range(2):
+        step = guard.process(req("flaky"), progress)
+        assert isinstance(step, Later) and step.outcome.reason == "smtp_transient"
+        countdowns.append(step.countdown)
+        progress = step.progress
+    assert countdowns == [10, 20]
+    final = guard.process(req("flaky"), progress)
+    assert isinstance(final, Fail) and final.outcome.reason == "retries_exhausted"
+    assert final.outcome.attempts == 3
+    assert guard.limiter.peek(ADA).allowed, "the failed mail's slot was given back"
+
+
+def test_permanent_error_fails_at_once_and_releases(clock: ManualClock) -> None:
+    """A 550 fails the mail on the first try and gives the recipient's slot back."""
+    guard, transport = make_guard(clock)
+    transport.fail_next(1, permanent=True)
+    step = guard.process(req("rejected"))
+    assert isinstance(step, Fail)
+    assert (step.outcome.reason, step.outcome.smtp_code, step.outcome.attempts) == (
+        "smtp_permanent",
+        550,
+        1,
+    )
+    assert guard.limiter.peek(ADA).allowed
+
+
+def test_limiter_down_defers_with_backoff_or_sends_unguarded(own_redis: RedisServer) -> None:
+    """fail_closed defers (doubling waits) while Redis is down; fail_open sends, marked."""
+    clock = ManualClock()
+    policy = Policy.parse("1/60s")
+    for fail_open in (False, True):
+        limiter = Limiter.from_url(own_redis.url, policy, secret="s")
+        transport = MemoryTransport()
+        guard = Guard(
+            limiter,
+            MemoryLedger(clock),
+            transport,
+            clock=clock,
+            config=GuardConfig(fail_open=fail_open, retry_backoff=5),
+        )
+        own_redis.stop()
+        step = guard.process(req(f"down-{fail_open}"))
+        if fail_open:
+            assert isinstance(step, Finish) and step.outcome.detail == "sent unguarded"
+            assert len(transport.sent) == 1
+        else:
+            assert isinstance(step, Later) and step.outcome.reason == "limiter_unavailable"
+            again = guard.process(req("down-False"), step.progress)
+            assert isinstance(again, Later) and (step.countdown, again.countdown) == (5, 10)
+            assert transport.sent == []
+        own_redis.start()
+        limiter.close()
+
+
+def test_progress_round_trips_and_ignores_junk() -> None:
+    """Progress survives the task's kwargs (JSON) and a malformed value starts from zero."""
+    progress = Progress(attempts=3, send_failures=1, limiter_failures=2, deferrals=4)
+    assert Progress.from_dict(progress.as_dict()) == progress
+    assert Progress.from_dict(None) == Progress()
+    assert Progress.from_dict("junk") == Progress()  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_ledger_claims_and_records(backend: str, redis_url: str) -> None:
+    """One claim at a time; the owner may renew; a recorded outcome drops the claim."""
+    clock = ManualClock()
+    ledger = (
+        MemoryLedger(clock)
+        if backend == "memory"
+        else RedisLedger(redis.Redis.from_url(redis_url), redis_url)
+    )
+    assert ledger.claim("m", "w1", 60)
+    assert not ledger.claim("m", "w2", 60)
+    ledger.unclaim("m", "w2")  # not the owner: no effect
+    assert not ledger.claim("m", "w2", 60)
+    ledger.unclaim("m", "w1")
+    assert ledger.claim("m", "w2", 60)
+    assert ledger.recorded("m") is None
+    outcome = Outcome(status="sent", mail_id="m", kind="default", attempts=1)
+    ledger.record(outcome)
+    assert ledger.recorded("m") == outcome
+    assert ledger.claim("m", "w3", 60), "recording dropped the claim"

@@ -1,0 +1,113 @@
+"""Settings from MAILGUARD_* variables, and the embedded defaults that need nothing installed."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mailer.settings import Settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_no_environment_means_one_process_on_memory() -> None:
+    """With no variables: memory broker, memory limiter, console transport, reference policy."""
+    settings = Settings.from_env({})
+    assert (settings.broker_url, settings.limiter_url, settings.smtp_url) == (
+        "memory://",
+        "memory://",
+        "console://",
+    )
+    assert str(settings.policy) == "1/1m, 5/1h, 10/1d"
+    assert settings.fail_mode == "fail_closed"
+    assert settings.visibility_timeout == 2 * 600 + 300
+    assert set(settings.kinds) == {"default", "code", "notice"}
+
+
+def test_variables_are_read() -> None:
+    """Every documented variable changes its setting; durations accept units."""
+    settings = Settings.from_env(
+        {
+            "MAILGUARD_BROKER_URL": "redis://h:1/1",
+            "MAILGUARD_RESULT_BACKEND": "redis://h:1/2",
+            "MAILGUARD_LIMITER_URL": "redis://h:1/0",
+            "MAILGUARD_SMTP_URL": "smtps://u:p@mail:465",
+            "MAILGUARD_POLICY": "2/1s, 4/1m",
+            "MAILGUARD_SECRET": "k",
+            "MAILGUARD_SENDER": "noreply@example.org",
+            "MAILGUARD_FAIL_MODE": "fail_open",
+            "MAILGUARD_QUEUE": "mails",
+            "MAILGUARD_MAX_COUNTDOWN": "2m",
+            "MAILGUARD_SEND_RETRIES": "7",
+            "MAILGUARD_RETRY_BACKOFF": "1.5s",
+            "MAILGUARD_CLAIM_LEASE": "90",
+            "MAILGUARD_SMTP_ATTEMPTS": "4",
+            "MAILGUARD_KIND_CODE_MAX_WAIT": "90s",
+            "MAILGUARD_KIND_WELCOME_SUBJECT": "Welcome {{ name }}",
+        }
+    )
+    assert (
+        settings.limiter_url == "redis://h:1/0"
+        and settings.effective_ledger_url == settings.limiter_url
+    )
+    assert str(settings.policy) == "2/1s, 4/1m" and settings.fail_mode == "fail_open"
+    assert (settings.max_countdown, settings.retry_backoff, settings.claim_lease) == (120, 1.5, 90)
+    assert (settings.send_retries, settings.smtp_attempts, settings.queue) == (7, 4, "mails")
+    assert settings.visibility_timeout == 2 * 120 + 300
+    assert settings.kinds["code"].max_wait == 90 and "welcome" in settings.kinds
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"MAILGUARD_POLICY": "1/5x"}, "MAILGUARD_POLICY: bad tier"),
+        ({"MAILGUARD_MAX_COUNTDOWN": "soon"}, "MAILGUARD_MAX_COUNTDOWN"),
+        ({"MAILGUARD_SEND_RETRIES": "many"}, "MAILGUARD_SEND_RETRIES"),
+        ({"MAILGUARD_FAIL_MODE": "maybe"}, "fail_closed or fail_open"),
+        ({"MAILGUARD_LIMITTER_URL": "redis://"}, "unknown setting MAILGUARD_LIMITTER_URL"),
+    ],
+)
+def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:
+    """A bad value or a misspelt variable raises ValueError naming it."""
+    with pytest.raises(ValueError, match=message):
+        Settings.from_env(env)
+
+
+def test_embedded_defaults_send_a_mail_in_one_process() -> None:
+    """With no MAILGUARD_* variables, send_mail.delay(addr) runs on an in-process worker."""
+    script = (
+        "import json\n"
+        "from workers.app import app\n"
+        "from workers.tasks import send_mail\n"
+        "from workers.inprocess import inprocess_worker\n"
+        "with inprocess_worker(app):\n"
+        "    first = send_mail.delay('ada@example.com', kind='code', context={'code': '42'})\n"
+        "    second = send_mail.delay('ada@example.com', subject='s', body='b')\n"
+        "    outcome = first.get(timeout=20)\n"
+        "    import time\n"
+        "    deadline = time.monotonic() + 20\n"
+        "    while second.state == 'PENDING' and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "    print(json.dumps([outcome, second.state, second.info]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    first, second_state, second_info = json.loads(done.stdout.strip().splitlines()[-1])
+    assert first["status"] == "sent" and first["kind"] == "code"
+    assert second_state == "DEFERRED" and second_info["tier"] == "1/1m"
+    assert "message-id=" in done.stderr, "the console transport printed the mail"
+    assert "ada@example.com" not in done.stderr, "no address in clear in the output"
