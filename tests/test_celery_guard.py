@@ -49,7 +49,7 @@ def test_burst_sends_defers_to_booked_slots_and_drops_the_excess(
     stack: tuple[Celery, CeleryWorker, SmtpTestServer],
 ) -> None:
     """12 mails at once: 1 sent now, 4 at their booked times (±0.5 s), 7 dropped; one each."""
-    app, _, smtp = stack
+    app, worker, smtp = stack
     results = [
         app.send_task(TASK, args=["Ada@Example.com"], kwargs={"kind": "burst", "context": {"n": i}})
         for i in range(12)
@@ -74,6 +74,7 @@ def test_burst_sends_defers_to_booked_slots_and_drops_the_excess(
     assert len(smtp.delivered) == 5, "exactly one mail per sent outcome"
     assert {d.rcpt_tos for d in smtp.delivered} == {("Ada@example.com",)}
     assert all("ada" not in str(o["recipient"]).lower() for o in outcomes)
+    assert "ada@example.com" not in worker.log().lower(), "no address in the worker's log"
 
 
 def test_recipients_do_not_interfere(stack: tuple[Celery, CeleryWorker, SmtpTestServer]) -> None:
