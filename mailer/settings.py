@@ -21,6 +21,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |
 | ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * MAX_COUNTDOWN + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
+| ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
 | ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The broker's
@@ -63,6 +64,7 @@ KNOWN = frozenset(
         "CLAIM_LEASE",
         "SMTP_ATTEMPTS",
         "VISIBILITY_TIMEOUT",
+        "RESTORE_INTERVAL",
     )
 )
 
@@ -87,6 +89,7 @@ class Settings:
     claim_lease: float = 300.0
     smtp_attempts: int = 3
     visibility_timeout_override: float | None = None
+    restore_interval: float | None = None
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -94,6 +97,8 @@ class Settings:
             raise ValueError(f"fail mode must be fail_closed or fail_open, got {self.fail_mode!r}")
         if self.max_countdown < 1 or self.retry_backoff <= 0 or self.claim_lease < 1:
             raise ValueError("max countdown and claim lease must be >= 1 s, backoff > 0")
+        if self.restore_interval is not None and self.restore_interval <= 0:
+            raise ValueError("restore interval must be > 0")
         if self.send_retries < 0 or self.smtp_attempts < 1:
             raise ValueError("send retries must be >= 0 and SMTP attempts >= 1")
 
@@ -163,6 +168,7 @@ class Settings:
             ("RETRY_BACKOFF", "retry_backoff"),
             ("CLAIM_LEASE", "claim_lease"),
             ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
+            ("RESTORE_INTERVAL", "restore_interval"),
         ):
             duration(name, attr)
         integer("SEND_RETRIES", "send_retries")

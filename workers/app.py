@@ -17,6 +17,16 @@ from mailer.settings import Settings
 settings = Settings.from_env()
 
 
+def transport_options(config: Settings) -> dict[str, Any]:
+    """The broker's transport options: the visibility timeout and, if set, the restore sweep."""
+    options: dict[str, Any] = {"visibility_timeout": config.visibility_timeout}
+    if config.restore_interval is not None:
+        # kombu sweeps every ``interval`` s but scans only every ``throttle``-th sweep: scan each.
+        options["unacked_restore_interval"] = config.restore_interval
+        options["unacked_restore_throttle"] = 1
+    return options
+
+
 def create_app(config: Settings) -> Celery:
     """A Celery app for ``config`` with mailguard's safe defaults."""
     celery = Celery("mailguard", broker=config.broker_url, backend=config.result_backend)
@@ -35,7 +45,7 @@ def create_app(config: Settings) -> Celery:
         accept_content=["json"],
         result_accept_content=["json"],
         # No countdown may outlive the Redis broker's visibility timeout (no duplicate delivery).
-        broker_transport_options={"visibility_timeout": config.visibility_timeout},
+        broker_transport_options=transport_options(config),
         result_expires=7 * 86_400,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
