@@ -35,10 +35,7 @@ def mask_url(url: str) -> str:
     if parts.password is None:
         return url
     user = parts.username or ""
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{user}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    netloc = f"{user}:***@{parts.netloc.rpartition('@')[2]}"  # host and port as written
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 

@@ -26,7 +26,7 @@ from mailer.sliding_log import RawDecision, TierSpec
 #: The longest ``max_wait`` a booking may reach, in seconds (7 days).
 MAX_WAIT = 7 * 86_400.0
 
-_REDIS_SCHEMES = ("redis", "rediss", "unix")
+_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel")
 
 
 class Limiter:
@@ -60,7 +60,9 @@ class Limiter:
         namespace: str = "mailguard",
         secret: str | bytes | None = None,
     ) -> Limiter:
-        """Build a limiter on ``memory://``, ``redis://``, ``rediss://`` or ``unix://`` storage.
+        """Build a limiter on ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
+        ``redis+cluster://`` or ``redis+sentinel://`` storage (see
+        :func:`mailer.backends.redis.client_from_url` for the URL forms).
 
         ``clock`` returns epoch seconds. The memory backend reads it (default: the system
         clock). The Redis backend reads the server's ``TIME`` unless a clock is given; give one
@@ -79,7 +81,7 @@ class Limiter:
         else:
             raise ValueError(
                 f"unsupported limiter URL {mask_url(str(url))!r}: use memory://, redis://, "
-                "rediss:// or unix://"
+                "rediss://, unix://, redis+cluster:// or redis+sentinel://"
             )
         return cls(policy, backend, namespace=namespace, secret=secret)
 

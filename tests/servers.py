@@ -7,12 +7,27 @@ started the fixture fails the test (it never skips): a missing server is a broke
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+
+def cluster_port() -> int:
+    """A free port P <= 55535 whose cluster bus port P + 10000 is free too."""
+    for _ in range(200):
+        port = random.randint(20_000, 55_000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10_000))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
 
 
 def free_port() -> int:
@@ -28,8 +43,9 @@ class RedisServer:
     The port stays the same across restarts so that clients built from ``url`` reconnect.
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
         self.port = port or free_port()
+        self.extra_args = extra_args
         self.dir = Path(tempfile.mkdtemp(prefix="mailguard-redis-"))
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -59,6 +75,7 @@ class RedisServer:
                 str(self.dir),
                 "--logfile",
                 str(self.dir / "redis.log"),
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -101,3 +118,96 @@ class RedisServer:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class RedisClusterServers:
+    """Three cluster-enabled redis-servers joined into one Redis Cluster (no replicas)."""
+
+    def __init__(self) -> None:
+        self.nodes = [
+            RedisServer(
+                cluster_port(),
+                extra_args=("--cluster-enabled", "yes", "--cluster-node-timeout", "2000"),
+            )
+            for _ in range(3)
+        ]
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
+
+    def start(self, timeout: float = 20.0) -> RedisClusterServers:
+        for node in self.nodes:
+            node.start()
+        subprocess.run(
+            [
+                "redis-cli",
+                "--cluster",
+                "create",
+                *(f"127.0.0.1:{node.port}" for node in self.nodes),
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            check=True,
+            capture_output=True,
+            timeout=timeout,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = [
+                subprocess.run(
+                    ["redis-cli", "-p", str(node.port), "cluster", "info"],
+                    capture_output=True,
+                    text=True,
+                    timeout=5,
+                    check=False,
+                ).stdout
+                for node in self.nodes
+            ]
+            if all("cluster_state:ok" in state for state in states):
+                return self
+            time.sleep(0.1)
+        raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
+
+    def cleanup(self) -> None:
+        for node in self.nodes:
+            node.cleanup()
+
+
+class RedisSentinel:
+    """A redis-server in sentinel mode watching ``master`` under the service name ``mymaster``."""
+
+    def __init__(self, master: RedisServer, service: str = "mymaster") -> None:
+        self.master = master
+        self.service = service
+        self.server = RedisServer()
+        config = self.server.dir / "sentinel.conf"
+        config.write_text(
+            f"port {self.server.port}\nbind 127.0.0.1\n"
+            f"sentinel monitor {service} 127.0.0.1 {master.port} 1\n"
+            f"sentinel down-after-milliseconds {service} 1000\n"
+        )
+        self.config = config
+
+    @property
+    def url(self) -> str:
+        return f"redis+sentinel://127.0.0.1:{self.server.port}/{self.service}/0"
+
+    def start(self, timeout: float = 10.0) -> RedisSentinel:
+        binary = shutil.which("redis-server")
+        assert binary is not None
+        self.server.process = subprocess.Popen(
+            [binary, str(self.config), "--sentinel", "--logfile", str(self.server.dir / "s.log")],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.server.ping():
+                return self
+            time.sleep(0.05)
+        raise RuntimeError("redis sentinel did not start")
+
+    def cleanup(self) -> None:
+        self.server.cleanup()

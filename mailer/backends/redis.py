@@ -12,21 +12,24 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.exceptions
 
 from mailer.clock import Clock, to_ms
-from mailer.errors import BackendUnavailable
+from mailer.errors import BackendUnavailable, mask_url
 from mailer.sliding_log import RawDecision, TierSpec
 
 #: The script's text with the policy markers in place; :func:`compile_script` fills them.
 SCRIPT_TEMPLATE = resources.files("mailer.backends").joinpath("lua/sliding_log.lua").read_text()
 
 _UNAVAILABLE = (
-    redis.exceptions.ConnectionError,
+    redis.exceptions.ConnectionError,  # includes sentinel's MasterNotFoundError
     redis.exceptions.TimeoutError,
     redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.ClusterError,
 )
 
 
@@ -41,14 +44,58 @@ def compile_script(spec: TierSpec) -> tuple[str, str]:
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
 
 
-def client_from_url(url: str, **options: Any) -> redis.Redis:
-    """Build a redis-py client for ``redis://``, ``rediss://`` or ``unix://`` URLs.
+#: URL schemes this module understands.
+SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel")
+
+
+def client_from_url(url: str, **options: Any) -> Any:
+    """Build a redis-py client from a URL.
+
+    - ``redis://[:password@]host:port/db``, ``rediss://`` (TLS), ``unix:///path?db=0``
+    - ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS): Redis Cluster, any node
+      as the entry point; every key of one subject shares a hash tag, so one slot.
+    - ``redis+sentinel://[:password@]host:port[,host:port...]/service[/db]``: the current
+      master of ``service`` as told by the sentinels, followed across failovers.
 
     Timeouts default to 2 s (connect and reply), so an outage is reported quickly.
     """
     options.setdefault("socket_connect_timeout", 2.0)
     options.setdefault("socket_timeout", 2.0)
+    scheme = urlsplit(url).scheme
+    if scheme.endswith("+cluster"):
+        from redis.cluster import RedisCluster  # noqa: PLC0415 - only for cluster URLs
+
+        return RedisCluster.from_url(url.replace("+cluster", "", 1), **options)
+    if scheme == "redis+sentinel":
+        return _sentinel_master(url, **options)
     return redis.Redis.from_url(url, **options)
+
+
+def _sentinel_master(url: str, **options: Any) -> Any:
+    from redis.sentinel import Sentinel  # noqa: PLC0415 - only for sentinel URLs
+
+    parts = urlsplit(url)
+    hosts_part = parts.netloc.rsplit("@", 1)[-1]
+    password = (
+        unquote(parts.netloc.rsplit("@", 1)[0].split(":", 1)[-1]) if "@" in parts.netloc else None
+    )
+    sentinels = []
+    for host_port in hosts_part.split(","):
+        host, _, port = host_port.rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"bad sentinel address {host_port!r} in {mask_url(url)}")
+        sentinels.append((host.strip("[]"), int(port)))
+    path = [p for p in parts.path.split("/") if p]
+    if not path:
+        raise ValueError(f"sentinel URL {mask_url(url)} names no service: .../<service>[/db]")
+    db = int(path[1]) if len(path) > 1 else 0
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        sentinels,
+        socket_timeout=options["socket_timeout"],
+        socket_connect_timeout=options["socket_connect_timeout"],
+    )
+    master = sentinel.master_for  # redis-py leaves these two untyped
+    return master(path[0], db=db, password=password, **options)  # type: ignore[no-untyped-call]
 
 
 class RedisBackend:
@@ -66,15 +113,17 @@ class RedisBackend:
         url: str,
         *,
         clock: Clock | None = None,
-        client: redis.Redis | None = None,
+        client: Any = None,
     ) -> None:
         self.url = url
         self._client = client if client is not None else client_from_url(url)
+        # Redis Cluster refuses EVALSHA in pipelines: acquire_many then goes key by key.
+        self._pipelined = not type(self._client).__name__.endswith("Cluster")
         self._clock = clock
         self.script, self.script_sha = compile_script(spec)
 
     @property
-    def client(self) -> redis.Redis:
+    def client(self) -> Any:
         """The redis-py client (shared connection pool)."""
         return self._client
 
@@ -87,6 +136,8 @@ class RedisBackend:
     def acquire_many(self, items: Sequence[tuple[str, int]], max_wait_ms: int) -> list[RawDecision]:
         if not items:
             return []
+        if not self._pipelined:
+            return [self.acquire(key, tag, max_wait_ms) for key, tag in items]
         with self._translate():
             now = self._now()
             pipe = self._client.pipeline(transaction=False)
