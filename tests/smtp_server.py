@@ -7,6 +7,7 @@ the real SMTP conversation of ``smtplib``, not a mock of it.
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import ssl
@@ -49,7 +50,9 @@ class RecordingHandler:
         self._data_replies: deque[str] = deque()
         self._rcpt_replies: deque[str] = deque()
         self.permanent_data_reply: str | None = None
+        self._data_delays: deque[float] = deque()
         self.data_commands = 0
+        self.data_aborted = 0  # DATA sessions whose client went away before the reply
         self.rcpt_commands = 0
         self.logins: list[tuple[bytes, bytes]] = []
 
@@ -71,6 +74,22 @@ class RecordingHandler:
     async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
         with self._lock:
             self.data_commands += 1
+            delay = self._data_delays.popleft() if self._data_delays else 0.0
+        if delay:
+            # A slow server: the client has sent the whole message and waits for the reply. If it
+            # goes away meanwhile, aiosmtpd cancels this coroutine: nothing is accepted (a server
+            # commits to a message only with its 250 reply, RFC 5321 4.1.1.4).
+            try:
+                await asyncio.sleep(delay)
+            except asyncio.CancelledError:
+                with self._lock:
+                    self.data_aborted += 1
+                raise
+            if server.transport is None or server.transport.is_closing():
+                with self._lock:
+                    self.data_aborted += 1
+                return "451 4.3.0 client gone"
+        with self._lock:
             if self._data_replies:
                 return self._data_replies.popleft()
             if self.permanent_data_reply is not None:
@@ -88,6 +107,10 @@ class RecordingHandler:
     def reply_to_data(self, reply: str, times: int = 1) -> None:
         with self._lock:
             self._data_replies.extend([reply] * times)
+
+    def delay_data(self, seconds: float, times: int = 1) -> None:
+        with self._lock:
+            self._data_delays.extend([seconds] * times)
 
     def reply_to_rcpt(self, reply: str, times: int = 1) -> None:
         with self._lock:
@@ -194,6 +217,13 @@ class SmtpTestServer:
     def fail_rcpt(self, reply: str = "451 4.2.1 try later", times: int = 1) -> None:
         """Answer the next ``times`` RCPT commands with ``reply`` instead of accepting."""
         self.handler.reply_to_rcpt(reply, times)
+
+    def slow_data(self, seconds: float, times: int = 1) -> None:
+        """Wait ``seconds`` before answering the next ``times`` DATA commands.
+
+        A client that disconnects meanwhile has sent nothing: the message is not recorded.
+        """
+        self.handler.delay_data(seconds, times)
 
     def refuse_data(self, reply: str = "550 5.7.1 no") -> None:
         """Answer every DATA command with ``reply`` from now on."""
