@@ -260,7 +260,7 @@ class Guard:
             progress,
         )
 
-    def _send(
+    def _send(  # noqa: PLR0911 - one return per outcome reads best here
         self,
         mail_id: str,
         limit_key: str,
@@ -279,8 +279,15 @@ class Guard:
                     base.but(status="deferred", reason=why.IN_FLIGHT, wait=IN_FLIGHT_WAIT),
                     progress,
                 )
+            # Another copy may have sent and recorded it since we looked (record drops its claim).
+            done = self.ledger.recorded(mail_id)
         except BackendUnavailable as exc:
+            self._unclaim(mail_id, owner)
             return self._limiter_down(base, progress, exc)
+        if done is not None:
+            self._unclaim(mail_id, owner)
+            log.info("mail %s already %s; nothing sent again", mail_id, done.status)
+            return Finish(done)
         try:
             receipt = self.transport.send(message)
         except PermanentSendError as exc:
