@@ -25,6 +25,7 @@ lint: install
 bench: install
 	@sh .ci/install-redis
 	$(BIN)/python -m benchmarks.limiter
+	$(BIN)/python -m benchmarks.guard
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
