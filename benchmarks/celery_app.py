@@ -10,7 +10,8 @@ With ``BENCH_TIMINGS_DIR`` set, each pool process appends one line per mail to
 ``<dir>/<pid>.txt`` (one unbuffered ``write``): ``<kind> <mail id> total=<s> <part>=<s> ...``.
 For ``send_mail`` (kind ``guarded``) ``total`` is the time inside ``Guard.process`` and the parts
 the time within it in the transport's ``send``, ``build_message``, ``Limiter.acquire`` and each
-ledger method; for ``bench.unguarded`` ``total`` is the task body, with ``build`` and ``send``.
+ledger method (summed over its calls; ``n.<part>`` counts them); for ``bench.unguarded``
+``total`` is the task body, with ``build`` and ``send``.
 Wrapping costs a few ``perf_counter`` calls per mail, on both sides.
 """
 
@@ -54,6 +55,7 @@ def _timed(part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         finally:
             _spent[part] = _spent.get(part, 0.0) + (_clock() - start)
+            _spent[f"n.{part}"] = _spent.get(f"n.{part}", 0) + 1
 
     return wrapper
 
@@ -61,7 +63,7 @@ def _timed(part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 def _emit(kind: str, mail_id: str, total: float) -> None:
     if TIMINGS_DIR is None:
         return
-    parts = " ".join(f"{part}={seconds:.9f}" for part, seconds in _spent.items())
+    parts = " ".join(f"{part}={value:.9g}" for part, value in _spent.items())
     line = f"{kind} {mail_id} total={total:.9f} {parts}\n"
     fd = os.open(
         os.path.join(TIMINGS_DIR, f"{os.getpid()}.txt"), os.O_WRONLY | os.O_CREAT | os.O_APPEND

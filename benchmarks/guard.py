@@ -249,6 +249,9 @@ def main() -> None:
     # The guard's own time: what the unguarded task does not do.
     own = [t["total"] - t.get("send", 0) - t.get("build", 0) for t in g_t]
     ledger = [sum(v for k, v in t.items() if k.startswith("ledger.")) for t in g_t]
+    ledger_calls = {
+        m: statistics.median(t.get(f"n.ledger.{m}", 0) for t in g_t) for m in LEDGER_CALLS
+    }
     other = [o - t.get("acquire", 0) - lg for o, t, lg in zip(own, g_t, ledger, strict=True)]
     rt_g, rt_u = runtimes[GUARDED], runtimes[UNGUARDED]
     commands = {task: sum(b.commands for b in batches[task]) / mails for task in batches}
@@ -290,9 +293,11 @@ def main() -> None:
             "other: validate, render, outcome, log",
         ),
         _row(
-            "  ledger recorded / claim / record, p50 (us)",
+            "  ledger "
+            + " / ".join(f"{m} x{ledger_calls[m]:.0f}" for m in LEDGER_CALLS)
+            + ", p50 (us)",
             " / ".join(us([t.get(f"ledger.{m}", 0) for t in g_t]) for m in LEDGER_CALLS),
-            "GET / SET NX PX / MULTI SET DEL EXEC",
+            "GET / SET NX PX / MULTI SET DEL EXEC; summed over calls",
         ),
         _row(
             "build_message p50 (us), in both tasks",
