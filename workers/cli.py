@@ -1,0 +1,586 @@
+"""The ``mailguard`` command: run a worker, send, inspect and reset a recipient, simulate a policy.
+
+Configured by the same ``MAILGUARD_*`` variables as the worker (see :mod:`mailer.settings`).
+Exit codes: 0 done, 1 refused or not found (a dropped mail, an unknown mail id, a server that
+cannot be reached), 2 bad usage or input (a malformed address, an unknown kind, a bad policy, a
+broken CSV line). Every error is one line on stderr; ``--debug`` shows the traceback instead.
+Addresses are never printed: a recipient is shown as its keyed hash, as in the outcomes.
+
+Celery is imported only by the commands that need it (``worker``, ``send``, ``outcome``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NoReturn
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from mailer.address import normalise_address
+from mailer.durations import parse_duration
+from mailer.errors import BackendUnavailable, InvalidAddress, InvalidMessage, MailguardError
+from mailer.kinds import Kinds, render
+from mailer.limiter import Limiter
+from mailer.policy import MAX_LIMIT, Policy, Tier
+from mailer.settings import Settings
+
+TASK = "mailguard.send_mail"
+#: Exit codes.
+OK, REFUSED, USAGE = 0, 1, 2
+
+
+class Refused(click.ClickException):
+    """A problem the user can act on, printed as one line; exit code 1 (refused, not found)."""
+
+    exit_code = REFUSED
+
+
+class BadInput(Refused):
+    """Bad usage or input, printed as one line; exit code 2."""
+
+    exit_code = USAGE
+
+
+def fail(message: str, exit_code: int = REFUSED) -> NoReturn:
+    """Stop the command: ``message`` on stderr as one line, then exit with ``exit_code``."""
+    raise (BadInput if exit_code == USAGE else Refused)(message)
+
+
+class _Cli(click.Group):
+    """A group whose every error is one line on stderr (no usage block, no traceback)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        debug = "--debug" in argv[: argv.index("--") if "--" in argv else len(argv)]
+        try:
+            code = super().main(
+                argv, prog_name or "mailguard", complete_var, standalone_mode=False, **extra
+            )
+        except click.exceptions.Abort:
+            _error("aborted")
+            code = REFUSED
+        except click.UsageError as exc:
+            where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
+            _error(f"{where}{exc.format_message()} (see --help)")
+            code = USAGE
+        except click.ClickException as exc:
+            _error(exc.format_message())
+            code = exc.exit_code
+        except Exception as exc:
+            if debug:
+                raise
+            _error(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")
+            code = REFUSED
+        code = code if isinstance(code, int) else OK
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+
+def _error(message: str) -> None:
+    text = " ".join(str(message).split())  # one line, whatever the message holds
+    click.echo(f"mailguard: error: {text}", err=True)
+
+
+def _console() -> Console:
+    return Console(highlight=False, soft_wrap=True, width=max(100, Console().width))
+
+
+def _settings() -> Settings:
+    try:
+        return Settings.from_env()
+    except ValueError as exc:
+        fail(str(exc), USAGE)
+
+
+@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+def main(debug: bool) -> None:
+    """mailguard: a Celery guard for outbound mail, exact rate limits per recipient.
+
+    Configured by MAILGUARD_* environment variables, as the worker is.
+    """
+
+
+@main.command(
+    short_help="Run a Celery worker with mailguard's app.",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    add_help_option=False,
+)
+@click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
+def worker(celery_args: tuple[str, ...]) -> None:
+    """Run a Celery worker with mailguard's app: mailguard worker [celery worker options].
+
+    Options go to `celery worker` as they are, e.g. --concurrency 4 --pool threads; see
+    `mailguard worker --help-celery`. With a memory:// limiter use --pool threads or solo.
+    """
+    if celery_args and celery_args[0] in ("-h", "--help"):
+        click.echo(click.get_current_context().get_help())
+        return
+    args = ["--help" if a == "--help-celery" else a for a in celery_args]
+    _settings()
+    from workers.app import app  # noqa: PLC0415 - Celery only for the commands that need it
+
+    app.worker_main(["worker", *args])
+
+
+@main.command(short_help="Enqueue a mail; print its mail id (--wait: its outcome).")
+@click.argument("address")
+@click.option("--subject", help="Subject (else the kind's template).")
+@click.option("--body", help="Text body (else the kind's template).")
+@click.option("--kind", default="default", show_default=True, help="Kind of mail.")
+@click.option("--context", "context_json", help='Template variables as JSON: \'{"code": "1"}\'.')
+@click.option("--mail-id", help="Mail id (default: a new task id); one mail per id, ever.")
+@click.option("--wait", is_flag=True, help="Wait for the outcome and print it.")
+@click.option(
+    "--timeout",
+    default=60.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="With --wait: give up waiting after this many seconds (the mail still goes).",
+)
+def send(  # noqa: PLR0917 - click passes each option as a parameter
+    address: str,
+    subject: str | None,
+    body: str | None,
+    kind: str,
+    context_json: str | None,
+    mail_id: str | None,
+    wait: bool,
+    timeout: float,
+) -> None:
+    """Enqueue a mail to ADDRESS and print its mail id.
+
+    The input is checked first (address, kind, templates), so a mail the worker would drop
+    as invalid is refused here. Exit 1 if --wait ends with the mail dropped or failed.
+    """
+    settings = _settings()
+    _recipient(address)
+    context = _context(context_json)
+    try:
+        render(settings.kinds[kind], subject, body, None, context)
+    except InvalidMessage as exc:
+        fail(str(exc), USAGE)
+    if settings.broker_url.startswith("memory:"):
+        fail(
+            "MAILGUARD_BROKER_URL is memory://, which no worker outside this process can read; "
+            "set it to the workers' broker (redis://...)",
+        )
+    app, send_mail = _celery()
+    options: dict[str, Any] = {"task_id": mail_id} if mail_id else {}
+    kwargs = {"subject": subject, "body": body, "kind": kind, "context": context}
+    try:
+        result = send_mail.apply_async(args=[address], kwargs=kwargs, retry=False, **options)
+    except Exception as exc:
+        fail(f"cannot enqueue on the broker {_mask(settings.broker_url)}: {exc}")
+    click.echo(result.id)
+    if wait:
+        _wait(app, result.id, timeout)
+
+
+@main.command(short_help="Show a mail's state and outcome.")
+@click.argument("mail_id")
+@click.option("--json", "as_json", is_flag=True, help="Print state and outcome as JSON.")
+def outcome(mail_id: str, as_json: bool) -> None:
+    """The state and outcome of MAIL_ID from the result backend (exit 1: unknown id)."""
+    app, _ = _celery()
+    state, meta = _state(app, mail_id)
+    if state == "PENDING":
+        fail(f"no outcome for mail id {mail_id!r}: unknown, expired, or not yet taken by a worker")
+    _show_outcome(mail_id, state, meta, as_json)
+
+
+@main.command(short_help="Show a recipient's budget per tier and next free slot.")
+@click.argument("address")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(address: str, as_json: bool) -> None:
+    """ADDRESS's budget: per tier used/limit, when the next mail may go, booked sends.
+
+    Reads the configured limiter (MAILGUARD_LIMITER_URL, a shared redis://) without
+    consuming anything. The address is shown only as the hash the outcomes carry.
+    """
+    settings = _settings()
+    key = _recipient(address)
+    limiter = _shared_limiter(settings)
+    try:
+        decision = limiter.peek(key)
+        now_ms = decision.at_ms - decision.retry_after_ms
+        booked = _bookings(settings, key, now_ms)
+        hashed = limiter.storage_key(key)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    finally:
+        limiter.close()
+    tiers: list[dict[str, Any]] = [
+        {"tier": str(tier), "used": tier.limit - room, "limit": tier.limit}
+        for tier, room in zip(settings.policy.tiers, decision.remaining, strict=True)
+    ]
+    report = {
+        "recipient": hashed,
+        "policy": str(settings.policy),
+        "allowed_now": decision.allowed,
+        "next_at": decision.at,
+        "wait": decision.retry_after,
+        "binding_tier": str(decision.tier) if decision.tier else None,
+        "booked": booked,
+        "tiers": tiers,
+    }
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+        return
+    console = _console()
+    console.print(f"recipient  {hashed}  (keyed hash; the address is never shown)")
+    console.print(f"policy     {settings.policy}")
+    if decision.allowed:
+        console.print("next mail  now")
+    else:
+        why = f", bound by {decision.tier}" if decision.tier else ", after the booked sends"
+        console.print(
+            f"next mail  in {_duration(decision.retry_after)} (at {_when(decision.at)}){why}"
+        )
+    console.print(f"booked     {booked} future send{'' if booked == 1 else 's'}")
+    table = Table(
+        "tier",
+        "used / limit",
+        "room",
+        box=box.SIMPLE,
+        caption="used: sends and bookings in the window",
+    )
+    for row, room in zip(tiers, decision.remaining, strict=True):
+        table.add_row(str(row["tier"]), f"{row['used']} / {row['limit']}", str(room))
+    console.print(table)
+
+
+@main.command(short_help="Forget a recipient's sends and bookings.")
+@click.argument("address")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def reset(address: str, yes: bool) -> None:
+    """Forget every send and booking of ADDRESS in the limiter (its budget starts afresh).
+
+    Mails already deferred still wake at their time and then ask the limiter again.
+    """
+    settings = _settings()
+    key = _recipient(address)
+    limiter = _shared_limiter(settings)
+    try:
+        hashed = limiter.storage_key(key)
+        if not yes and not click.confirm(
+            f"Forget every send and booking of recipient {hashed}?", err=True
+        ):
+            fail("not reset")
+        limiter.reset(key)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    finally:
+        limiter.close()
+    click.echo(f"reset {hashed}")
+
+
+@main.command(short_help="Replay traffic through a policy on a virtual clock.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="Trace to replay.")
+@click.option(
+    "--pattern",
+    type=click.Choice(["day", "steady", "bursts", "abuse"]),
+    help="Generated trace (default: day, a day of mixed traffic with one abused address).",
+)
+@click.option("--recipients", default=1000, show_default=True, type=click.IntRange(1, 1_000_000))
+@click.option("--hours", default=24.0, show_default=True, type=click.FloatRange(min=0.001))
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the pattern.")
+@click.option("--policy", "policy_text", help="Tiers, e.g. '1/60s, 5/1h' (default: configured).")
+@click.option(
+    "--max-wait",
+    "max_waits",
+    multiple=True,
+    metavar="KIND=DURATION",
+    help="Override a kind's tolerance, e.g. code=2m (repeatable).",
+)
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG chart.")
+@click.option("--top", default=5, show_default=True, type=click.IntRange(0, 100))
+def simulate(  # noqa: PLR0917 - click passes each option as a parameter
+    csv_path: str | None,
+    pattern: str | None,
+    recipients: int,
+    hours: float,
+    seed: int,
+    policy_text: str | None,
+    max_waits: tuple[str, ...],
+    plot_path: str | None,
+    top: int,
+) -> None:
+    """Replay traffic through the real limiter on a virtual clock: what a policy would do.
+
+    A CSV trace has rows time,recipient[,kind] (time in seconds from the start) or use a
+    generated --pattern. With neither it runs the built-in example: a day of mixed traffic
+    for 1000 recipients with one abused address.
+    """
+    from mailer import simulate as sim  # noqa: PLC0415 - loaded only for this command
+
+    settings = _settings()
+    if csv_path and pattern:
+        fail("give --csv or --pattern, not both", USAGE)
+    policy = settings.policy
+    if policy_text is not None:
+        try:
+            policy = Policy.parse(policy_text, name="recipient")
+        except ValueError as exc:
+            fail(f"--policy: {exc}", USAGE)
+    kinds = _with_waits(settings.kinds, max_waits)
+    started = time.perf_counter()
+    try:
+        if csv_path:
+            attempts = sim.read_csv_file(csv_path, kinds=kinds)
+            source = f"trace {click.format_filename(csv_path)}"
+        else:
+            attempts = sim.generate(
+                pattern or "day", recipients=recipients, duration=hours * 3600, seed=seed
+            )
+            source = f"pattern {pattern or 'day'}"
+    except OSError as exc:
+        fail(f"cannot read {csv_path}: {exc.strerror}", USAGE)
+    except ValueError as exc:
+        fail(str(exc), USAGE)
+    try:
+        report = sim.simulate(attempts, policy, kinds)
+    except ValueError as exc:
+        fail(str(exc), USAGE)
+    elapsed = time.perf_counter() - started
+    _show_report(report, source, elapsed, top)
+    if plot_path:
+        try:
+            sim.plot(report, plot_path)
+        except RuntimeError as exc:
+            fail(str(exc))
+        except OSError as exc:
+            fail(f"cannot write {plot_path}: {exc.strerror}")
+        click.echo(f"plot written to {click.format_filename(plot_path)}")
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def _recipient(address: str) -> str:
+    """The limit key of ``address``, as the worker derives it; a bad address is exit 2."""
+    try:
+        return normalise_address(address).limit_key
+    except InvalidAddress as exc:
+        fail(f"bad address: {exc}", USAGE)
+
+
+def _context(text: str | None) -> dict[str, Any]:
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        fail(f"--context is not valid JSON: {exc}", USAGE)
+    if not isinstance(value, dict):
+        fail('--context must be a JSON object such as \'{"code": "1234"}\'', USAGE)
+    return value
+
+
+def _with_waits(kinds: Kinds, overrides: tuple[str, ...]) -> Kinds:
+    from dataclasses import replace  # noqa: PLC0415
+
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--max-wait {item!r}: expected KIND=DURATION such as code=2m", USAGE)
+        try:
+            kinds = kinds.with_kind(replace(kinds[name.strip()], max_wait=parse_duration(value)))
+        except (ValueError, MailguardError) as exc:
+            fail(f"--max-wait {item!r}: {exc}", USAGE)
+    return kinds
+
+
+def _shared_limiter(settings: Settings) -> Limiter:
+    if settings.limiter_url.startswith("memory:"):
+        fail(
+            "MAILGUARD_LIMITER_URL is memory://: each worker process keeps its own counts, "
+            "which this command cannot see; set the workers' shared redis:// limiter URL"
+        )
+    try:
+        return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
+    except ValueError as exc:
+        fail(f"MAILGUARD_LIMITER_URL: {exc}", USAGE)
+
+
+def _bookings(settings: Settings, key: str, now_ms: int) -> int:
+    """How many of ``key``'s log entries lie after ``now_ms``: its booked future sends.
+
+    ``peek`` reports the room per tier "in the window ending now, bookings included". A probe
+    policy with the same name (so the same stored key) and one tier (MAX_LIMIT, longest
+    window W), peeked at ``now + W``, counts exactly the entries after ``now``. Reads only.
+    """
+    window = settings.policy.max_window_ms
+    probe = Policy((Tier(MAX_LIMIT, window),), name=settings.policy.name)
+    at = (now_ms + window) / 1000
+    limiter = Limiter.from_url(
+        settings.limiter_url, probe, clock=lambda: at, secret=settings.secret
+    )
+    try:
+        return MAX_LIMIT - limiter.peek(key).remaining[0]
+    finally:
+        limiter.close()
+
+
+def _celery() -> tuple[Any, Any]:
+    _settings()
+    from workers.app import app  # noqa: PLC0415 - Celery only when needed
+    from workers.tasks import send_mail  # noqa: PLC0415
+
+    return app, send_mail
+
+
+def _state(app: Any, mail_id: str) -> tuple[str, Any]:
+    result = app.AsyncResult(mail_id)
+    try:
+        state = result.state
+        meta = result.info
+    except Exception as exc:
+        fail(f"cannot read the result backend {_mask(app.conf.result_backend)}: {exc}")
+    if isinstance(meta, BaseException):  # a failed mail: MailFailed(outcome dict)
+        meta = meta.args[0] if meta.args and isinstance(meta.args[0], Mapping) else str(meta)
+    return state, meta
+
+
+def _wait(app: Any, mail_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    shown = None
+    while True:
+        state, meta = _state(app, mail_id)
+        if state in ("SUCCESS", "FAILURE"):
+            break
+        if state == "DEFERRED" and isinstance(meta, Mapping) and meta.get("due") != shown:
+            shown = meta.get("due")
+            tier = f", tier {meta['tier']}" if meta.get("tier") else ""
+            due = f" until {_when(float(shown))}" if shown else ""
+            click.echo(f"deferred{due} ({meta.get('reason')}{tier})", err=True)
+        if time.monotonic() >= deadline:
+            fail(f"no outcome within {timeout:g} s (state {state}); see `mailguard outcome`")
+        time.sleep(0.2)
+    _show_outcome(mail_id, state, meta, as_json=False)
+    status_ = meta.get("status") if isinstance(meta, Mapping) else None
+    if status_ != "sent":
+        raise click.exceptions.Exit(REFUSED)
+
+
+def _show_outcome(mail_id: str, state: str, meta: Any, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps({"mail_id": mail_id, "state": state, "outcome": meta}, indent=2))
+        return
+    table = Table(
+        "field", "value", title=f"mail {mail_id}: {state}", title_justify="left", box=box.SIMPLE
+    )
+    if isinstance(meta, Mapping):
+        for name, value in meta.items():
+            if value is None or name == "mail_id":
+                continue
+            shown = str(value)
+            if name in ("due", "decided_at", "sent_at") and isinstance(value, (int, float)):
+                shown = _when(float(value))
+            elif name == "wait" and isinstance(value, (int, float)):
+                shown = _duration(float(value))
+            table.add_row(name, shown)
+    else:
+        table.add_row("info", str(meta))
+    _console().print(table)
+
+
+def _show_report(report: Any, source: str, elapsed: float, top: int) -> None:
+    console = _console()
+    total = report.total
+    console.print(
+        f"policy {report.policy}; {source}: {total.attempts:,} attempts to "
+        f"{report.recipients:,} recipients over {report.duration / 3600:.1f} h; "
+        f"simulated in {elapsed:.2f} s"
+    )
+    waits = ", ".join(f"{k} {_duration(v)}" for k, v in sorted(report.max_waits.items()))
+    console.print(f"max wait per kind: {waits}")
+    table = Table(title="per kind", title_justify="left", box=box.SIMPLE)
+    for column in ("kind", "attempts", "delivered", "on time", "deferred"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for column in ("late p50", "late p95", "late max", "dropped"):
+        table.add_column(column, justify="right")
+    for name, summary in [*report.per_kind.items(), ("all", total)]:
+        table.add_row(name, *_summary_cells(summary), end_section=name == "all")
+    console.print(table)
+    tiers = Table(title="per binding tier", title_justify="left", box=box.SIMPLE)
+    tiers.add_column("tier")
+    for column in ("deferred", "late p50", "late p95", "late max", "dropped"):
+        tiers.add_column(column, justify="right")
+    for name, summary in report.per_tier.items():
+        cells = _summary_cells(summary)
+        tiers.add_row(name, cells[3], *cells[4:])
+    console.print(tiers)
+    if top:
+        recipients = Table(
+            title="most limited recipients (keyed hash)", title_justify="left", box=box.SIMPLE
+        )
+        recipients.add_column("recipient")
+        for column in ("attempts", "delivered", "on time", "deferred"):
+            recipients.add_column(column, justify="right")
+        for column in ("late p50", "late p95", "late max", "dropped"):
+            recipients.add_column(column, justify="right")
+        for label, summary in report.top_recipients(top):
+            recipients.add_row(label, *_summary_cells(summary))
+        console.print(recipients)
+
+
+def _summary_cells(summary: Any) -> list[str]:
+    def late(value: float | None) -> str:
+        return "-" if value is None else _duration(value)
+
+    return [
+        f"{summary.attempts:,}",
+        f"{summary.delivered:,}",
+        f"{summary.sent:,}",
+        f"{summary.deferred:,}",
+        late(summary.lateness_p50),
+        late(summary.lateness_p95),
+        late(summary.lateness_max),
+        f"{summary.dropped:,}",
+    ]
+
+
+def _duration(seconds: float) -> str:
+    """``0.25 s``, ``42 s``, ``4m 59s``, ``19h 00m``, ``2d 03h``."""
+    if seconds < 10:
+        return f"{seconds:.3g} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours:02d}h"
+
+
+def _when(epoch: float) -> str:
+    return dt.datetime.fromtimestamp(epoch, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _mask(url: str) -> str:
+    from mailer.errors import mask_url  # noqa: PLC0415
+
+    return mask_url(url)
+
+
+if __name__ == "__main__":
+    main()
