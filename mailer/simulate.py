@@ -322,8 +322,8 @@ def generate(
     - ``abuse``: one ``notice`` per recipient at a random time, and one address sent a
       ``code`` every 10 s for the first two hours.
 
-    Deterministic for a given ``seed``. Addresses are ``user00042@example.com`` and, for the
-    abused one, ``target@example.org``.
+    Deterministic for a given ``seed``; times are whole milliseconds. Addresses are
+    ``user00042@example.com`` and, for the abused one, ``target@example.org``.
     """
     if pattern not in _GENERATORS:
         raise ValueError(f"unknown pattern {pattern[:40]!r}; known: {', '.join(PATTERNS)}")
@@ -335,7 +335,8 @@ def generate(
     addresses = [f"user{i:05d}@example.com" for i in range(recipients)]
     attempts = _GENERATORS[pattern](rng, addresses, duration)
     attempts.sort(key=lambda a: a.time)
-    return [a for a in attempts if a.time < duration]
+    # Whole milliseconds, the limiter's resolution: send times are then exact.
+    return [Attempt(round(a.time, 3), a.recipient, a.kind) for a in attempts if a.time < duration]
 
 
 ABUSED = "target@example.org"
