@@ -107,7 +107,7 @@ def _settings() -> Settings:
         fail(str(exc), USAGE)
 
 
-@click.group(cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(name="mailguard", cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 def main(debug: bool) -> None:
     """mailguard: a Celery guard for outbound mail, exact rate limits per recipient.
