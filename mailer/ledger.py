@@ -24,6 +24,16 @@ from mailer.clock import Clock, system_clock
 from mailer.errors import BackendUnavailable
 from mailer.outcomes import Outcome
 
+#: Errors that mean the ledger's Redis cannot answer now (as for the limiter's): down, hanging past
+#: the socket timeout, a read-only replica after a failover, a cluster without quorum.
+_UNAVAILABLE = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ReadOnlyError,
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.ClusterError,
+)
+
 #: How long a recorded outcome is kept, in seconds (7 days: longer than any deferral).
 SENT_TTL = 7 * 86_400
 
@@ -109,14 +119,14 @@ class RedisLedger:
         claim_key, _ = self._keys(mail_id)
         try:
             return bool(self._client.set(claim_key, owner, nx=True, px=int(lease * 1000)))
-        except redis.exceptions.ConnectionError as exc:
+        except _UNAVAILABLE as exc:
             raise BackendUnavailable(self._url, exc) from exc
 
     def unclaim(self, mail_id: str, owner: str) -> None:
         claim_key, _ = self._keys(mail_id)
         try:
             self._unclaim(keys=[claim_key], args=[owner])
-        except redis.exceptions.ConnectionError as exc:
+        except _UNAVAILABLE as exc:
             raise BackendUnavailable(self._url, exc) from exc
 
     def record(self, outcome: Outcome) -> None:
@@ -126,13 +136,13 @@ class RedisLedger:
             pipe.set(sent_key, json.dumps(outcome.as_dict()), ex=SENT_TTL)
             pipe.delete(claim_key)
             pipe.execute()
-        except redis.exceptions.ConnectionError as exc:
+        except _UNAVAILABLE as exc:
             raise BackendUnavailable(self._url, exc) from exc
 
     def recorded(self, mail_id: str) -> Outcome | None:
         _, sent_key = self._keys(mail_id)
         try:
             raw = self._client.get(sent_key)
-        except redis.exceptions.ConnectionError as exc:
+        except _UNAVAILABLE as exc:
             raise BackendUnavailable(self._url, exc) from exc
         return None if raw is None else Outcome.from_dict(json.loads(raw))
