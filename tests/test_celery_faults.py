@@ -11,6 +11,7 @@ recorded is the documented at-least-once window of ``mailer/ledger.py``; it is n
 from __future__ import annotations
 
 import re
+import signal
 import time
 from collections.abc import Callable, Iterator
 
@@ -269,4 +270,30 @@ def test_limiter_and_ledger_down_fail_open_still_sends_nothing(
     assert smtp_server.handler.rcpt_commands == 0 and smtp_server.delivered == []
     own_redis.start()
     assert result.get(timeout=15)["detail"] is None, "sent guarded once the limiter is back"
+    assert len(smtp_server.delivered) == 1
+
+
+def test_limiter_redis_frozen_defers_then_sends(
+    redis_url: str,
+    own_redis: RedisServer,
+    smtp_server: SmtpTestServer,
+    workers: list[CeleryWorker],
+    apps: list[Celery],
+) -> None:
+    """A limiter Redis that hangs (SIGSTOP, socket timeouts) defers like one that is down."""
+    env = limiter_down_env(redis_url, own_redis, smtp_server)
+    start(workers, env, concurrency=1)
+    app = client_app(env)
+    apps.append(app)
+    assert own_redis.process is not None
+    own_redis.process.send_signal(signal.SIGSTOP)
+    try:
+        result = app.send_task(TASK, args=["fay@example.com"], kwargs={"subject": "s", "body": "b"})
+        poll(lambda: result.state != "PENDING", 10, "the first run to end")
+        assert result.state == "DEFERRED", (result.state, result.info)
+        assert result.info["reason"] == "limiter_unavailable"
+        assert smtp_server.handler.rcpt_commands == 0
+    finally:
+        own_redis.process.send_signal(signal.SIGCONT)
+    assert result.get(timeout=15)["status"] == "sent"
     assert len(smtp_server.delivered) == 1
