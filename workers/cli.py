@@ -505,7 +505,7 @@ def _show_report(report: Any, source: str, elapsed: float, top: int) -> None:
     total = report.total
     console.print(
         f"policy {report.policy}; {source}: {total.attempts:,} attempts to "
-        f"{report.recipients:,} recipients over {report.duration / 3600:.1f} h; "
+        f"{report.recipients:,} recipients over {_duration(report.duration)}; "
         f"simulated in {elapsed:.2f} s"
     )
     waits = ", ".join(f"{k} {_duration(v)}" for k, v in sorted(report.max_waits.items()))
