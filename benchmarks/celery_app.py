@@ -80,7 +80,7 @@ def _instrument() -> None:
     mailer.guard.build_message = _timed("build", mailer.guard.build_message)  # type: ignore[attr-defined]
     Limiter.acquire = _timed("acquire", Limiter.acquire)  # type: ignore[method-assign]
     for ledger in (RedisLedger, MemoryLedger):
-        for name in ("recorded", "claim", "record", "unclaim"):
+        for name in ("begin", "record", "unclaim"):
             setattr(ledger, name, _timed(f"ledger.{name}", getattr(ledger, name)))
     process = Guard.process
 

@@ -22,6 +22,7 @@ from mailer.errors import (
     InvalidAddress,
     InvalidMessage,
     PermanentSendError,
+    SendError,
     TransientSendError,
 )
 from mailer.kinds import Kinds, render
@@ -29,7 +30,7 @@ from mailer.ledger import Ledger
 from mailer.limiter import Limiter
 from mailer.message import Mail, build_message, message_id
 from mailer.outcomes import Outcome
-from mailer.plan import Defer, Drop, plan
+from mailer.plan import Defer, Drop, Send, plan
 from mailer.transports.base import Transport
 
 log = logging.getLogger("mailguard")
@@ -191,25 +192,47 @@ class Guard:
             return Finish(base.but(reason=why.INVALID, detail=str(exc)))
         base = base.but(recipient=hashed, message_id=message_id(request.mail_id, mail.sender))
 
+        # One atomic ledger step: already sent (return that), claimed by us, or held by another.
+        owner = uuid.uuid4().hex
         try:
-            done = self.ledger.recorded(request.mail_id)
-            if done is not None:
-                log.info("mail %s already %s; nothing sent again", request.mail_id, done.status)
-                return Finish(done)
+            begun = self.ledger.begin(request.mail_id, owner, self.config.claim_lease)
+        except BackendUnavailable as exc:
+            # Without the ledger no run can promise "once": defer, whatever the fail mode.
+            return self._limiter_down(base, progress, exc)
+        if isinstance(begun, Outcome):
+            log.info("mail %s already %s; nothing sent again", request.mail_id, begun.status)
+            return Finish(begun)
+        if not begun:
+            log.info("mail %s is being sent by another run; checking again later", request.mail_id)
+            return Later(
+                IN_FLIGHT_WAIT,
+                base.but(status="deferred", reason=why.IN_FLIGHT, wait=IN_FLIGHT_WAIT),
+                progress,
+            )
+        try:
             decision = self.limiter.acquire(
                 recipient.limit_key, mail_id=request.mail_id, max_wait=min(kind.max_wait, 7 * 86400)
             )
         except BackendUnavailable as exc:
             if not self.config.fail_open:
+                self._unclaim(request.mail_id, owner)
                 return self._limiter_down(base, progress, exc)
             log.warning(
                 "mail %s: limiter unavailable, sending unguarded (fail_open)", request.mail_id
             )
             return self._send(
-                request.mail_id, recipient.limit_key, message, base, progress, guarded=False
+                request.mail_id,
+                recipient.limit_key,
+                owner,
+                message,
+                base=base,
+                progress=progress,
+                guarded=False,
             )
 
         step = plan(decision, max_countdown=self.config.max_countdown)
+        if not isinstance(step, Send):
+            self._unclaim(request.mail_id, owner)
         if isinstance(step, Drop):
             tier = str(step.tier) if step.tier else None
             log.info(
@@ -237,9 +260,10 @@ class Guard:
         return self._send(
             request.mail_id,
             recipient.limit_key,
+            owner,
             message,
-            base.but(due=step.at),
-            progress,
+            base=base.but(due=step.at),
+            progress=progress,
             guarded=True,
         )
 
@@ -260,50 +284,24 @@ class Guard:
             progress,
         )
 
-    def _send(  # noqa: PLR0911 - one return per outcome reads best here
+    def _send(
         self,
         mail_id: str,
         limit_key: str,
+        owner: str,
         message: Any,
+        *,
         base: Outcome,
         progress: Progress,
-        *,
         guarded: bool,
     ) -> Step:
-        owner = uuid.uuid4().hex
-        try:
-            if not self.ledger.claim(mail_id, owner, self.config.claim_lease):
-                log.info("mail %s is being sent by another worker; checking again later", mail_id)
-                return Later(
-                    IN_FLIGHT_WAIT,
-                    base.but(status="deferred", reason=why.IN_FLIGHT, wait=IN_FLIGHT_WAIT),
-                    progress,
-                )
-            # Another copy may have sent and recorded it since we looked (record drops its claim).
-            done = self.ledger.recorded(mail_id)
-        except BackendUnavailable as exc:
-            self._unclaim(mail_id, owner)
-            return self._limiter_down(base, progress, exc)
-        if done is not None:
-            self._unclaim(mail_id, owner)
-            log.info("mail %s already %s; nothing sent again", mail_id, done.status)
-            return Finish(done)
+        """Send under the claim ``owner`` holds; record, retry later, or fail for good."""
         try:
             receipt = self.transport.send(message)
         except PermanentSendError as exc:
-            attempts = progress.attempts + exc.attempts
             self._give_back(mail_id, limit_key, owner, guarded)
             log.warning("mail %s failed: permanent SMTP error %s", mail_id, exc.code)
-            return Fail(
-                base.but(
-                    status="failed",
-                    reason=why.SMTP_PERMANENT,
-                    attempts=attempts,
-                    smtp_code=exc.code,
-                    smtp_reply=exc.reply,
-                    detail=exc.reason,
-                )
-            )
+            return _failed(base, why.SMTP_PERMANENT, progress.attempts + exc.attempts, exc)
         except TransientSendError as exc:
             attempts = progress.attempts + exc.attempts
             progress = replace(
@@ -312,16 +310,7 @@ class Guard:
             if progress.send_failures > self.config.send_retries:
                 self._give_back(mail_id, limit_key, owner, guarded)
                 log.warning("mail %s failed: transient SMTP errors, retries exhausted", mail_id)
-                return Fail(
-                    base.but(
-                        status="failed",
-                        reason=why.RETRIES_EXHAUSTED,
-                        attempts=attempts,
-                        smtp_code=exc.code,
-                        smtp_reply=exc.reply,
-                        detail=exc.reason,
-                    )
-                )
+                return _failed(base, why.RETRIES_EXHAUSTED, attempts, exc)
             self._unclaim(mail_id, owner)
             countdown = min(
                 self.config.retry_backoff * 2 ** (progress.send_failures - 1),
@@ -374,3 +363,16 @@ class Guard:
             self.ledger.unclaim(mail_id, owner)
         except BackendUnavailable:
             log.warning("mail %s: claim left to expire (ledger unavailable)", mail_id)
+
+
+def _failed(base: Outcome, reason: str, attempts: int, exc: SendError) -> Fail:
+    return Fail(
+        base.but(
+            status="failed",
+            reason=reason,
+            attempts=attempts,
+            smtp_code=exc.code,
+            smtp_reply=exc.reply,
+            detail=exc.reason,
+        )
+    )

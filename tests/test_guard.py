@@ -143,7 +143,7 @@ def test_recorded_mail_is_not_sent_again(clock: ManualClock) -> None:
 def test_mail_claimed_by_another_worker_waits(clock: ManualClock) -> None:
     """While another worker holds the claim, the mail is deferred (in_flight), not sent."""
     guard, transport = make_guard(clock, claim_lease=30)
-    assert guard.ledger.claim("busy", "other-worker", 30)
+    assert guard.ledger.begin("busy", "other-worker", 30) is True
     step = guard.process(req("busy"))
     assert isinstance(step, Later) and step.outcome.reason == "in_flight"
     clock.advance(31)  # the other worker died: its lease ran out
@@ -221,21 +221,22 @@ def test_progress_round_trips_and_ignores_junk() -> None:
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])
 def test_ledger_claims_and_records(backend: str, redis_url: str) -> None:
-    """One claim at a time; the owner may renew; a recorded outcome drops the claim."""
+    """One claim at a time; the owner may renew; a recorded outcome answers every begin."""
     clock = ManualClock()
     ledger = (
         MemoryLedger(clock)
         if backend == "memory"
         else RedisLedger(redis.Redis.from_url(redis_url), redis_url)
     )
-    assert ledger.claim("m", "w1", 60)
-    assert not ledger.claim("m", "w2", 60)
+    assert ledger.begin("m", "w1", 60) is True
+    assert ledger.begin("m", "w2", 60) is False
+    assert ledger.begin("m", "w1", 60) is True, "the owner renews its claim"
     ledger.unclaim("m", "w2")  # not the owner: no effect
-    assert not ledger.claim("m", "w2", 60)
+    assert ledger.begin("m", "w2", 60) is False
     ledger.unclaim("m", "w1")
-    assert ledger.claim("m", "w2", 60)
+    assert ledger.begin("m", "w2", 60) is True
     assert ledger.recorded("m") is None
     outcome = Outcome(status="sent", mail_id="m", kind="default", attempts=1)
     ledger.record(outcome)
     assert ledger.recorded("m") == outcome
-    assert ledger.claim("m", "w3", 60), "recording dropped the claim"
+    assert ledger.begin("m", "w3", 60) == outcome, "a sent mail is never claimed again"

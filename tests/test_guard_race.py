@@ -6,20 +6,20 @@ from collections.abc import Callable
 
 from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Finish, Guard, MailRequest, Step
-from mailer.ledger import MemoryLedger
+from mailer.ledger import Begun, MemoryLedger
 from mailer.transports import MemoryTransport
 
 
 class InterleavingLedger(MemoryLedger):
-    """A memory ledger that runs ``before_claim`` once, just before the next claim is taken."""
+    """A memory ledger that runs ``before_claim`` once, just before the next begin."""
 
     before_claim: Callable[[], None] | None = None
 
-    def claim(self, mail_id: str, owner: str, lease: float) -> bool:
+    def begin(self, mail_id: str, owner: str, lease: float) -> Begun:
         hook, self.before_claim = self.before_claim, None
         if hook is not None:
             hook()
-        return super().claim(mail_id, owner, lease)
+        return super().begin(mail_id, owner, lease)
 
 
 def test_a_copy_that_finished_between_check_and_claim_is_not_sent_again(
