@@ -113,9 +113,10 @@ class Limiter:
         mail_ids: Sequence[str | None] | None = None,
         max_wait: float = 0.0,
     ) -> list[Decision]:
-        """:meth:`acquire` for many keys in one round trip (a Redis pipeline); answers in order.
+        """:meth:`acquire` for many keys in one round trip (one script call); answers in order.
 
-        Each key's decision is atomic on its own; the batch as a whole is not a transaction.
+        Each key's decision is atomic on its own; rely on nothing more (on Redis Cluster, and in
+        the memory backend, the keys are decided one after the other).
         """
         if mail_ids is not None and len(mail_ids) != len(keys):
             raise ValueError("mail_ids must have one entry per key")

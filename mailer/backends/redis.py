@@ -117,7 +117,8 @@ class RedisBackend:
     ) -> None:
         self.url = url
         self._client = client if client is not None else client_from_url(url)
-        # Redis Cluster refuses EVALSHA in pipelines: acquire_many then goes key by key.
+        # Keys of different subjects may live in different Cluster slots: acquire_many then
+        # goes key by key there, and in one multi-key script call elsewhere.
         self._pipelined = not type(self._client).__name__.endswith("Cluster")
         self._clock = clock
         self.script, self.script_sha = compile_script(spec)
@@ -134,32 +135,15 @@ class RedisBackend:
         return tuple(self._call(key, "a", tag, max_wait_ms))
 
     def acquire_many(self, items: Sequence[tuple[str, int]], max_wait_ms: int) -> list[RawDecision]:
+        """All keys in one script call (one round trip); key by key on Redis Cluster."""
         if not items:
             return []
         if not self._pipelined:
             return [self.acquire(key, tag, max_wait_ms) for key, tag in items]
-        with self._translate():
-            now = self._now()
-            pipe = self._client.pipeline(transaction=False)
-            for key, tag in items:
-                pipe.evalsha(self.script_sha, 1, key, "a", now, tag, max_wait_ms)
-            answers = pipe.execute(raise_on_error=False)
-            missing = [
-                i for i, a in enumerate(answers) if isinstance(a, redis.exceptions.NoScriptError)
-            ]
-            if missing:
-                # A NOSCRIPT reply means that command did not run: run just those again.
-                self._client.script_load(self.script)
-                pipe = self._client.pipeline(transaction=False)
-                for i in missing:
-                    key, tag = items[i]
-                    pipe.evalsha(self.script_sha, 1, key, "a", now, tag, max_wait_ms)
-                for i, answer in zip(missing, pipe.execute(raise_on_error=False), strict=True):
-                    answers[i] = answer
-            for answer in answers:
-                if isinstance(answer, Exception):
-                    raise answer
-            return [tuple(answer) for answer in answers]
+        keys = [key for key, _ in items]
+        args = ["m", "" if self._clock is None else to_ms(self._clock()), max_wait_ms]
+        args += [tag for _, tag in items]
+        return [tuple(answer) for answer in self._evalsha(keys, args)]
 
     def peek(self, key: str) -> RawDecision:
         return tuple(self._call(key, "p", 0, 0))
@@ -173,16 +157,23 @@ class RedisBackend:
 
     def close(self) -> None:
         self._client.close()
+        # A sentinel-managed client also holds connections to the sentinels.
+        manager = getattr(getattr(self._client, "connection_pool", None), "sentinel_manager", None)
+        for sentinel in getattr(manager, "sentinels", ()):
+            sentinel.close()
 
     def _call(self, key: str, mode: str, tag: int, max_wait_ms: int) -> Any:
-        # try/except inline rather than _translate(): this is the hot path.
         now = "" if self._clock is None else to_ms(self._clock())
+        return self._evalsha([key], [mode, now, tag, max_wait_ms])
+
+    def _evalsha(self, keys: list[str], args: list[Any]) -> Any:
+        # try/except inline rather than _translate(): this is the hot path.
         try:
             try:
-                return self._client.evalsha(self.script_sha, 1, key, mode, now, tag, max_wait_ms)
-            except redis.exceptions.NoScriptError:
+                return self._client.evalsha(self.script_sha, len(keys), *keys, *args)
+            except redis.exceptions.NoScriptError:  # the command did not run: load, run again
                 self._client.script_load(self.script)
-                return self._client.evalsha(self.script_sha, 1, key, mode, now, tag, max_wait_ms)
+                return self._client.evalsha(self.script_sha, len(keys), *keys, *args)
         except _UNAVAILABLE as exc:
             raise BackendUnavailable(self.url, exc) from exc
 

@@ -8,7 +8,8 @@ its own script (its own SHA) and no call carries the policy.
 
 KEYS[1]   the subject's log, "<namespace>:{<keyed hash>}". The {hash tag} keeps all of one
           subject's data in one Redis Cluster slot.
-ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the entry tagged ARGV[3]
+ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the entry tagged ARGV[3],
+          "m" acquire for every key: KEYS[1..n], ARGV[3] max_wait, ARGV[4..3+n] their tags
 ARGV[2]   now in epoch milliseconds, or "" to read the server's TIME (production: one clock
           for every worker, whatever the clients' clocks say). A given time (tests and
           simulations) adds an hour to every TTL, as simulated and real time drift apart.
@@ -23,7 +24,7 @@ plus future bookings: 106 bytes for a full log of the reference policy 1/60s, 5/
 Rewritten whole on every change with a PX TTL that ends when the newest entry leaves the longest
 window.
 
-Reply, acquire and peek: {allowed, booked, at_ms, wait_ms, tier, remaining_1, ...} where tier is
+Reply, acquire and peek (for "m": one such reply per key, in order): {allowed, booked, at_ms, wait_ms, tier, remaining_1, ...} where tier is
 the 1-based index of the binding tier (0: none) and remaining_i the room left in tier i's window
 ending now (at the booked time, for a booking), bookings included. Release: 1 if an entry was
 removed, else 0.
@@ -34,7 +35,6 @@ local windows = {--[[WINDOWS]]}
 local ntiers = #limits
 local max_window = windows[ntiers]
 
-local key = KEYS[1]
 local mode = ARGV[1]
 local now, ttl_slack = 0, 0
 if ARGV[2] == '' then
@@ -45,7 +45,9 @@ else
   -- get an hour more, lest they expire mid-test while the simulated clock stands still.
   now, ttl_slack = tonumber(ARGV[2]), 3600000
 end
-local tag = tonumber(ARGV[3])
+
+-- One decision for one key; `tag` 0 means no mail id.
+local function decide(key, mode, tag, max_wait)
 
 -- Decode in one unpack, keeping only the entries a window ending at or after now can see.
 local ts, tags, n = {}, {}, 0
@@ -112,7 +114,7 @@ if not found then
   at = t
   if t == now then
     allowed, tier, record = 1, 0, mode == 'a'
-  elseif mode == 'a' and t - now <= tonumber(ARGV[4]) then
+  elseif mode == 'a' and t - now <= max_wait then
     booked, seen, record = 1, t, true
   end
 end
@@ -139,3 +141,11 @@ for i = 1, ntiers do
   reply[5 + i] = room
 end
 return reply
+end
+
+if mode == 'm' then
+  local max_wait, replies = tonumber(ARGV[3]), {}
+  for i = 1, #KEYS do replies[i] = decide(KEYS[i], 'a', tonumber(ARGV[3 + i]), max_wait) end
+  return replies
+end
+return decide(KEYS[1], mode, tonumber(ARGV[3]), tonumber(ARGV[4]))
