@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mailer.settings import Settings
+from workers.tasks import send_mail
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,3 +112,11 @@ def test_embedded_defaults_send_a_mail_in_one_process() -> None:
     assert second_state == "DEFERRED" and second_info["tier"] == "1/1m"
     assert "message-id=" in done.stderr, "the console transport printed the mail"
     assert "ada@example.com" not in done.stderr, "no address in clear in the output"
+
+
+def test_arguments_a_worker_could_not_decode_are_refused_at_enqueue() -> None:
+    """A context kombu would misread as a typed value is refused by delay(), not left PENDING."""
+    with pytest.raises(ValueError, match="cannot travel as JSON"):
+        send_mail.delay("a@example.com", context={"__type__": "nope", "__value__": 1})
+    with pytest.raises(ValueError, match="cannot travel as JSON"):
+        send_mail.delay("a@example.com", context={"when": object()})

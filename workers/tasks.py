@@ -12,6 +12,7 @@ from typing import Any
 
 from celery import Task
 from celery.exceptions import Ignore
+from kombu.utils.json import dumps, loads
 
 from mailer.factory import build_guard
 from mailer.guard import Fail, Finish, Guard, Later, MailRequest, Progress
@@ -40,9 +41,25 @@ class GuardedTask(Task):  # type: ignore[misc]
     """Keeps addresses out of the broker's and the worker's logs (``argsrepr``/``kwargsrepr``)."""
 
     def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+        _check_transportable(args, kwargs)
         options.setdefault("argsrepr", "(<redacted>)")
         options.setdefault("kwargsrepr", "{<redacted>}")
         return super().apply_async(args, kwargs, **options)
+
+
+def _check_transportable(args: Any, kwargs: Any) -> None:
+    """Refuse at enqueue what a worker could not decode (it would stay PENDING forever).
+
+    kombu's JSON reads ``{"__type__": ..., "__value__": ...}`` as a typed value; a caller's
+    context shaped like that encodes fine but fails to decode on the worker.
+    """
+    try:
+        loads(dumps([args, kwargs]))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"send_mail arguments cannot travel as JSON: {type(exc).__name__}; use plain "
+            "str/int/float/bool/None, lists and dicts with str keys"
+        ) from None
 
 
 @app.task(
