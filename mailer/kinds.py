@@ -103,7 +103,14 @@ class Kind:
 #: Built-in kinds: ``default`` needs the caller's subject and body and may wait a day, ``code``
 #: is a one-time code that is worthless after five minutes, ``notice`` may wait a day.
 BUILTIN_KINDS = (
-    Kind("default", max_wait=DAY),
+    # The plainest call, send_mail.delay(addr), needs some text: neutral, and overridable with
+    # MAILGUARD_KIND_DEFAULT_SUBJECT / _BODY; text the caller gives always wins.
+    Kind(
+        "default",
+        subject="A message for you",
+        body="You have a new message.",
+        max_wait=DAY,
+    ),
     Kind("code", subject="Your code", body="Your code is {{ code }}", max_wait=300.0),
     Kind("notice", max_wait=DAY),
 )

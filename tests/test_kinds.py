@@ -49,14 +49,19 @@ def test_missing_attribute_raises_invalid_message() -> None:
         render(kind, None, None, None, {"user": {}})
 
 
-def test_default_kind_needs_caller_text() -> None:
-    """The ``default`` kind has no templates: without a subject or body it is InvalidMessage."""
+def test_default_kind_has_neutral_text_and_caller_text_wins() -> None:
+    """``default`` fills a missing subject or body with neutral text; given text is used as is."""
     default = Kinds.defaults()["default"]
-    with pytest.raises(InvalidMessage, match="no subject template; give a subject"):
-        render(default, None, "body", None, {})
-    with pytest.raises(InvalidMessage, match="no body template; give a body"):
-        render(default, "subject", None, None, {})
+    assert render(default, None, None, None, {}) == (
+        "A message for you",
+        "You have a new message.",
+        None,
+    )
+    assert render(default, "S", None, None, {}) == ("S", "You have a new message.", None)
     assert render(default, "S", "B", None, {}) == ("S", "B", None)
+    notice = Kinds.defaults()["notice"]
+    with pytest.raises(InvalidMessage, match="subject"):
+        render(notice, None, "body", None, {})
 
 
 def test_caller_text_is_never_rendered() -> None:

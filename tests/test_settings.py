@@ -80,7 +80,7 @@ def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None
 
 
 def test_embedded_defaults_send_a_mail_in_one_process() -> None:
-    """With no MAILGUARD_* variables, send_mail.delay(addr) runs on an in-process worker."""
+    """With no MAILGUARD_* variables, send_mail.delay runs on an in-process worker."""
     script = (
         "import json\n"
         "from workers.app import app\n"
@@ -89,12 +89,13 @@ def test_embedded_defaults_send_a_mail_in_one_process() -> None:
         "with inprocess_worker(app):\n"
         "    first = send_mail.delay('ada@example.com', kind='code', context={'code': '42'})\n"
         "    second = send_mail.delay('ada@example.com', subject='s', body='b')\n"
+        "    plain = send_mail.delay('bob@example.com').get(timeout=20)\n"
         "    outcome = first.get(timeout=20)\n"
         "    import time\n"
         "    deadline = time.monotonic() + 20\n"
         "    while second.state == 'PENDING' and time.monotonic() < deadline:\n"
         "        time.sleep(0.05)\n"
-        "    print(json.dumps([outcome, second.state, second.info]))\n"
+        "    print(json.dumps([outcome, second.state, second.info, plain]))\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
     env["PYTHONPATH"] = str(ROOT)
@@ -107,9 +108,10 @@ def test_embedded_defaults_send_a_mail_in_one_process() -> None:
         timeout=60,
         check=True,
     )
-    first, second_state, second_info = json.loads(done.stdout.strip().splitlines()[-1])
+    first, second_state, second_info, plain = json.loads(done.stdout.strip().splitlines()[-1])
     assert first["status"] == "sent" and first["kind"] == "code"
     assert second_state == "DEFERRED" and second_info["tier"] == "1/1m"
+    assert plain["status"] == "sent", "send_mail.delay(addr) alone works (default kind's text)"
     assert "message-id=" in done.stderr, "the console transport printed the mail"
     assert "ada@example.com" not in done.stderr, "no address in clear in the output"
 
