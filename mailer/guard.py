@@ -9,6 +9,7 @@ calls (return, raise, retry with a countdown).
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -29,6 +30,7 @@ from mailer.kinds import Kinds, render
 from mailer.ledger import Ledger
 from mailer.limiter import Limiter
 from mailer.message import Mail, build_message, message_id
+from mailer.metrics import UNGUARDED, UNKNOWN_KIND, Metrics, default_metrics
 from mailer.outcomes import Outcome
 from mailer.plan import Defer, Drop, Send, plan
 from mailer.transports.base import Transport
@@ -133,6 +135,7 @@ class Guard:
         kinds: Kinds | None = None,
         config: GuardConfig | None = None,
         clock: Clock | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.limiter = limiter
         self.ledger = ledger
@@ -140,12 +143,24 @@ class Guard:
         self.kinds = kinds or Kinds.defaults()
         self.config = config or GuardConfig()
         self._clock = clock or system_clock
+        #: Where each run is counted (:mod:`mailer.metrics`); ``NO_METRICS`` counts nothing.
+        self.metrics = metrics if metrics is not None else default_metrics()
 
-    def process(  # noqa: PLR0911 - one return per outcome reads best here
-        self, request: MailRequest, progress: Progress | None = None
-    ) -> Step:
+    def process(self, request: MailRequest, progress: Progress | None = None) -> Step:
         """One run of one mail. Never raises for bad input: that is a ``dropped`` outcome."""
-        progress = progress or Progress()
+        step, repeated = self._run(request, progress or Progress())
+        kind = step.outcome.kind
+        label = kind if kind in self.kinds else UNKNOWN_KIND
+        if repeated:
+            self.metrics.repeat(label)
+        else:
+            self.metrics.record(step.outcome, label)
+        return step
+
+    def _run(  # noqa: PLR0911, PLR0915 - one return per outcome reads best here
+        self, request: MailRequest, progress: Progress
+    ) -> tuple[Step, bool]:
+        """The step, and whether the mail had already finished (a repeated run)."""
         now = self._clock()
         kind_name = request.kind if isinstance(request.kind, str) else "?"
         base = Outcome(
@@ -183,13 +198,16 @@ class Guard:
             )
             message = build_message(mail, now=now)
         except (InvalidAddress, InvalidMessage) as exc:
-            log.info("mail %s dropped: invalid input: %s", request.mail_id, exc)
-            return Finish(base.but(reason=why.INVALID, detail=str(exc)))
+            dropped = base.but(reason=why.INVALID, detail=str(exc))
+            log.info(
+                "mail %s dropped: invalid input: %s", request.mail_id, exc, extra=_fields(dropped)
+            )
+            return Finish(dropped), False
 
         try:
             hashed = self.limiter.storage_key(recipient.limit_key)
         except ValueError as exc:
-            return Finish(base.but(reason=why.INVALID, detail=str(exc)))
+            return Finish(base.but(reason=why.INVALID, detail=str(exc))), False
         base = base.but(recipient=hashed, message_id=message_id(request.mail_id, mail.sender))
 
         # One atomic ledger step: already sent (return that), claimed by us, or held by another.
@@ -198,27 +216,39 @@ class Guard:
             begun = self.ledger.begin(request.mail_id, owner, self.config.claim_lease)
         except BackendUnavailable as exc:
             # Without the ledger no run can promise "once": defer, whatever the fail mode.
-            return self._limiter_down(base, progress, exc)
+            self.metrics.backend_down("ledger")
+            return self._limiter_down(base, progress, exc), False
         if isinstance(begun, Outcome):
-            log.info("mail %s already %s; nothing sent again", request.mail_id, begun.status)
-            return Finish(begun)
-        if not begun:
-            log.info("mail %s is being sent by another run; checking again later", request.mail_id)
-            return Later(
-                IN_FLIGHT_WAIT,
-                base.but(status="deferred", reason=why.IN_FLIGHT, wait=IN_FLIGHT_WAIT),
-                progress,
+            log.info(
+                "mail %s already %s; nothing sent again",
+                request.mail_id,
+                begun.status,
+                extra=_fields(begun),
             )
+            return Finish(begun), True
+        if not begun:
+            waiting = base.but(status="deferred", reason=why.IN_FLIGHT, wait=IN_FLIGHT_WAIT)
+            log.info(
+                "mail %s is being sent by another run; checking again later",
+                request.mail_id,
+                extra=_fields(waiting),
+            )
+            return Later(IN_FLIGHT_WAIT, waiting, progress), False
         try:
+            started = time.perf_counter()
             decision = self.limiter.acquire(
                 recipient.limit_key, mail_id=request.mail_id, max_wait=min(kind.max_wait, 7 * 86400)
             )
+            self.metrics.decision(time.perf_counter() - started)
         except BackendUnavailable as exc:
+            self.metrics.backend_down("limiter")
             if not self.config.fail_open:
                 self._unclaim(request.mail_id, owner)
-                return self._limiter_down(base, progress, exc)
+                return self._limiter_down(base, progress, exc), False
             log.warning(
-                "mail %s: limiter unavailable, sending unguarded (fail_open)", request.mail_id
+                "mail %s: limiter unavailable, sending unguarded (fail_open)",
+                request.mail_id,
+                extra=_fields(base),
             )
             return self._send(
                 request.mail_id,
@@ -228,19 +258,22 @@ class Guard:
                 base=base,
                 progress=progress,
                 guarded=False,
-            )
+            ), False
 
         step = plan(decision, max_countdown=self.config.max_countdown)
         if not isinstance(step, Send):
             self._unclaim(request.mail_id, owner)
         if isinstance(step, Drop):
             tier = str(step.tier) if step.tier else None
+            dropped = base.but(reason=why.RATE_LIMITED, tier=tier, wait=step.wait, due=decision.at)
             log.info(
-                "mail %s dropped: rate limited by %s, wait %.3f s", request.mail_id, tier, step.wait
+                "mail %s dropped: rate limited by %s, wait %.3f s",
+                request.mail_id,
+                tier,
+                step.wait,
+                extra=_fields(dropped),
             )
-            return Finish(
-                base.but(reason=why.RATE_LIMITED, tier=tier, wait=step.wait, due=decision.at)
-            )
+            return Finish(dropped), False
         if isinstance(step, Defer):
             tier = str(step.tier) if step.tier else None
             progress = replace(progress, deferrals=progress.deferrals + 1)
@@ -255,7 +288,7 @@ class Guard:
                     deferrals=progress.deferrals,
                 ),
                 progress,
-            )
+            ), False
         # due: the slot this mail holds (now, or the booking it woke up for)
         return self._send(
             request.mail_id,
@@ -265,7 +298,7 @@ class Guard:
             base=base.but(due=step.at),
             progress=progress,
             guarded=True,
-        )
+        ), False
 
     def _limiter_down(self, base: Outcome, progress: Progress, exc: Exception) -> Step:
         progress = replace(progress, limiter_failures=progress.limiter_failures + 1)
@@ -273,16 +306,16 @@ class Guard:
             self.config.retry_backoff * 2 ** (progress.limiter_failures - 1),
             self.config.max_countdown,
         )
+        waiting = base.but(
+            status="deferred", reason=why.LIMITER_UNAVAILABLE, wait=countdown, detail=str(exc)
+        )
         log.warning(
-            "mail %s deferred %.1f s: limiter unavailable (fail_closed)", base.mail_id, countdown
-        )
-        return Later(
+            "mail %s deferred %.1f s: limiter unavailable (fail_closed)",
+            base.mail_id,
             countdown,
-            base.but(
-                status="deferred", reason=why.LIMITER_UNAVAILABLE, wait=countdown, detail=str(exc)
-            ),
-            progress,
+            extra=_fields(waiting),
         )
+        return Later(countdown, waiting, progress)
 
     def _send(
         self,
@@ -300,8 +333,14 @@ class Guard:
             receipt = self.transport.send(message)
         except PermanentSendError as exc:
             self._give_back(mail_id, limit_key, owner, guarded)
-            log.warning("mail %s failed: permanent SMTP error %s", mail_id, exc.code)
-            return _failed(base, why.SMTP_PERMANENT, progress.attempts + exc.attempts, exc)
+            failed = _failed(base, why.SMTP_PERMANENT, progress.attempts + exc.attempts, exc)
+            log.warning(
+                "mail %s failed: permanent SMTP error %s",
+                mail_id,
+                exc.code,
+                extra=_fields(failed.outcome),
+            )
+            return failed
         except TransientSendError as exc:
             attempts = progress.attempts + exc.attempts
             progress = replace(
@@ -309,28 +348,34 @@ class Guard:
             )
             if progress.send_failures > self.config.send_retries:
                 self._give_back(mail_id, limit_key, owner, guarded)
-                log.warning("mail %s failed: transient SMTP errors, retries exhausted", mail_id)
-                return _failed(base, why.RETRIES_EXHAUSTED, attempts, exc)
+                failed = _failed(base, why.RETRIES_EXHAUSTED, attempts, exc)
+                log.warning(
+                    "mail %s failed: transient SMTP errors, retries exhausted",
+                    mail_id,
+                    extra=_fields(failed.outcome),
+                )
+                return failed
             self._unclaim(mail_id, owner)
             countdown = min(
                 self.config.retry_backoff * 2 ** (progress.send_failures - 1),
                 self.config.max_countdown,
             )
+            waiting = base.but(
+                status="deferred",
+                reason=why.SMTP_TRANSIENT,
+                attempts=attempts,
+                wait=countdown,
+                smtp_code=exc.code,
+                smtp_reply=exc.reply,
+            )
             log.info(
-                "mail %s: transient SMTP error %s, again in %.1f s", mail_id, exc.code, countdown
-            )
-            return Later(
+                "mail %s: transient SMTP error %s, again in %.1f s",
+                mail_id,
+                exc.code,
                 countdown,
-                base.but(
-                    status="deferred",
-                    reason=why.SMTP_TRANSIENT,
-                    attempts=attempts,
-                    wait=countdown,
-                    smtp_code=exc.code,
-                    smtp_reply=exc.reply,
-                ),
-                progress,
+                extra=_fields(waiting),
             )
+            return Later(countdown, waiting, progress)
         outcome = base.but(
             status="sent",
             reason=None,
@@ -338,15 +383,20 @@ class Guard:
             smtp_code=receipt.code,
             smtp_reply=receipt.reply,
             sent_at=self._clock(),
-            detail=None if guarded else "sent unguarded",
+            detail=None if guarded else UNGUARDED,
         )
         try:
             self.ledger.record(outcome)
         except BackendUnavailable:
             # The mail is out; only the marker is missing. A redelivered copy would find the
             # claim (until its lease ends): log loudly rather than fail a sent mail.
-            log.error("mail %s sent but its outcome could not be recorded", mail_id)
-        log.info("mail %s sent to %s", mail_id, base.recipient)
+            self.metrics.backend_down("ledger")
+            log.error(
+                "mail %s sent but its outcome could not be recorded",
+                mail_id,
+                extra=_fields(outcome),
+            )
+        log.info("mail %s sent to %s", mail_id, base.recipient, extra=_fields(outcome))
         return Finish(outcome)
 
     def _give_back(self, mail_id: str, limit_key: str, owner: str, guarded: bool) -> None:
@@ -355,14 +405,36 @@ class Guard:
             try:
                 self.limiter.release(limit_key, mail_id)
             except BackendUnavailable:
-                log.warning("mail %s: could not release its slot (limiter unavailable)", mail_id)
+                self.metrics.backend_down("limiter")
+                log.warning(
+                    "mail %s: could not release its slot (limiter unavailable)",
+                    mail_id,
+                    extra={"mail_id": mail_id},
+                )
         self._unclaim(mail_id, owner)
 
     def _unclaim(self, mail_id: str, owner: str) -> None:
         try:
             self.ledger.unclaim(mail_id, owner)
         except BackendUnavailable:
-            log.warning("mail %s: claim left to expire (ledger unavailable)", mail_id)
+            self.metrics.backend_down("ledger")
+            log.warning(
+                "mail %s: claim left to expire (ledger unavailable)",
+                mail_id,
+                extra={"mail_id": mail_id},
+            )
+
+
+def _fields(outcome: Outcome) -> dict[str, Any]:
+    """A log record's structured fields (``extra=``): ids and outcome, never the address."""
+    return {
+        "mail_id": outcome.mail_id,
+        "recipient": outcome.recipient,
+        "kind": outcome.kind,
+        "status": outcome.status,
+        "reason": outcome.reason,
+        "tier": outcome.tier,
+    }
 
 
 def _failed(base: Outcome, reason: str, attempts: int, exc: SendError) -> Fail:

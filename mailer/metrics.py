@@ -1,0 +1,139 @@
+"""Prometheus metrics of the guard (prometheus-client); no Celery, no server here.
+
+:class:`Metrics` holds the metric objects on one registry; the guard records every run into one
+(by default :func:`default_metrics`, on prometheus-client's global registry; :data:`NO_METRICS`
+records nothing). ``workers/app.py`` serves them when ``MAILGUARD_METRICS_PORT`` is set.
+
+Metrics (labels are bounded: never the recipient, the mail id or a caller's unknown kind):
+
+- ``mailguard_outcomes_total{kind,status,reason,tier}``: one per run of a mail, by its outcome.
+  A mail deferred twice then sent counts ``deferred`` twice and ``sent`` once; the mails
+  finished are the ``sent``, ``dropped`` and ``failed`` series. ``reason`` is empty for a sent
+  mail (``unguarded`` if sent while the limiter was down, ``fail_open``), ``tier`` is empty
+  unless a tier bound the decision. ``kind`` is ``unknown`` for a kind not configured.
+- ``mailguard_limiter_decision_seconds``: the limiter's ``acquire``, answered decisions only.
+- ``mailguard_lateness_seconds{kind}``: ``sent_at - due`` of each mail sent after a deferral.
+- ``mailguard_backend_unavailable_total{backend}``: ``limiter`` or ``ledger`` calls that failed
+  (``BackendUnavailable``).
+- ``mailguard_repeated_runs_total{kind}``: runs that found their mail already finished (a
+  redelivery, or the same mail id sent again); not counted in the outcomes.
+
+prometheus-client is imported when the first :class:`Metrics` is built, so a worker can set
+``PROMETHEUS_MULTIPROC_DIR`` (multiprocess mode) before that.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from mailer.outcomes import Outcome
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+#: Seconds: one Redis round trip is about 0.1-0.5 ms on loopback; a timeout is seconds.
+DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5)
+#: Seconds past the booked slot; the tests hold a deferred mail to its booking +-0.5 s.
+LATENESS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+UNKNOWN_KIND = "unknown"
+UNGUARDED = "sent unguarded"  # the detail of a mail sent while the limiter was down
+
+
+class Metrics:
+    """The guard's metric objects, registered on ``registry`` (the global one by default)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        from prometheus_client import REGISTRY, Counter, Histogram  # noqa: PLC0415
+
+        registry = REGISTRY if registry is None else registry
+        self.registry = registry
+        self.outcomes = Counter(
+            "mailguard_outcomes",
+            "Runs of a mail by outcome (a deferred mail counts once per deferral).",
+            ["kind", "status", "reason", "tier"],
+            registry=registry,
+        )
+        self.decision_seconds = Histogram(
+            "mailguard_limiter_decision_seconds",
+            "Time the limiter took to answer one acquire, in seconds.",
+            buckets=DECISION_BUCKETS,
+            registry=registry,
+        )
+        self.lateness_seconds = Histogram(
+            "mailguard_lateness_seconds",
+            "Deferred mails that were sent: sent_at - due (the booked slot), in seconds.",
+            ["kind"],
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        self.unavailable = Counter(
+            "mailguard_backend_unavailable",
+            "Limiter or ledger calls that failed: the backend could not be reached.",
+            ["backend"],
+            registry=registry,
+        )
+        self.repeated = Counter(
+            "mailguard_repeated_runs",
+            "Runs that found their mail already finished; nothing was sent again.",
+            ["kind"],
+            registry=registry,
+        )
+
+    def record(self, outcome: Outcome, kind: str) -> None:
+        """Count one run's ``outcome``; ``kind`` is its bounded label (see :func:`kind_label`)."""
+        reason = outcome.reason or ("unguarded" if outcome.detail == UNGUARDED else "")
+        self.outcomes.labels(kind, outcome.status, reason, outcome.tier or "").inc()
+        if (
+            outcome.status == "sent"
+            and outcome.deferrals
+            and outcome.sent_at is not None
+            and outcome.due is not None
+        ):
+            self.lateness_seconds.labels(kind).observe(outcome.sent_at - outcome.due)
+
+    def decision(self, seconds: float) -> None:
+        """One answered ``acquire`` took ``seconds``."""
+        self.decision_seconds.observe(seconds)
+
+    def backend_down(self, backend: str) -> None:
+        """A call to ``backend`` (``limiter`` or ``ledger``) found it unavailable."""
+        self.unavailable.labels(backend).inc()
+
+    def repeat(self, kind: str) -> None:
+        """A run found its mail already finished."""
+        self.repeated.labels(kind).inc()
+
+
+class NoMetrics(Metrics):
+    """Records nothing (and never imports prometheus-client)."""
+
+    def __init__(self) -> None:  # no metric objects
+        pass
+
+    def record(self, outcome: Outcome, kind: str) -> None:
+        pass
+
+    def decision(self, seconds: float) -> None:
+        pass
+
+    def backend_down(self, backend: str) -> None:
+        pass
+
+    def repeat(self, kind: str) -> None:
+        pass
+
+
+NO_METRICS = NoMetrics()
+
+_default: list[Metrics] = []  # at most one: a registry refuses a second metric of a name
+_default_lock = threading.Lock()
+
+
+def default_metrics() -> Metrics:
+    """This process's metrics on prometheus-client's global registry, built on first use."""
+    with _default_lock:
+        if not _default:
+            _default.append(Metrics())
+        return _default[0]
