@@ -22,6 +22,8 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * MAX_COUNTDOWN + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
 | ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
+| ``MAILGUARD_METRICS_PORT`` | none (no server) | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
+| ``MAILGUARD_LOG_FORMAT`` | ``text`` | the worker's log lines: ``text`` (Celery's format) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
 | ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The broker's
@@ -43,6 +45,8 @@ from mailer.policy import REFERENCE_POLICY, Policy
 
 PREFIX = "MAILGUARD_"
 FailMode = Literal["fail_closed", "fail_open"]
+LogFormat = Literal["text", "json"]
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - metrics are scraped from other hosts; opt-in port
 
 #: The variables :meth:`Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).
 KNOWN = frozenset(
@@ -65,6 +69,8 @@ KNOWN = frozenset(
         "SMTP_ATTEMPTS",
         "VISIBILITY_TIMEOUT",
         "RESTORE_INTERVAL",
+        "METRICS_PORT",
+        "LOG_FORMAT",
     )
 )
 
@@ -90,6 +96,9 @@ class Settings:
     smtp_attempts: int = 3
     visibility_timeout_override: float | None = None
     restore_interval: float | None = None
+    metrics_port: int | None = None
+    metrics_host: str = ALL_INTERFACES
+    log_format: LogFormat = "text"
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -101,6 +110,10 @@ class Settings:
             raise ValueError("restore interval must be > 0")
         if self.send_retries < 0 or self.smtp_attempts < 1:
             raise ValueError("send retries must be >= 0 and SMTP attempts >= 1")
+        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
+            raise ValueError(f"metrics port must be 1-65535, got {self.metrics_port}")
+        if self.log_format not in ("text", "json"):
+            raise ValueError(f"log format must be text or json, got {self.log_format!r}")
 
     @property
     def visibility_timeout(self) -> float:
@@ -172,6 +185,13 @@ class Settings:
         ):
             duration(name, attr)
         integer("SEND_RETRIES", "send_retries")
+        if port := env.get(PREFIX + "METRICS_PORT"):
+            host, _, number = port.rpartition(":")
+            if not number.isdigit():
+                raise ValueError(f"{PREFIX}METRICS_PORT: {port!r} is not a port or host:port")
+            values["metrics_port"] = int(number)
+            values["metrics_host"] = host.strip("[]") or ALL_INTERFACES
+        text("LOG_FORMAT", "log_format")
         integer("SMTP_ATTEMPTS", "smtp_attempts")
         if policy := env.get(PREFIX + "POLICY"):
             try:
