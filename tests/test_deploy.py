@@ -134,6 +134,7 @@ def test_worker_settings_point_at_the_stack(config: dict[str, Any]) -> None:
     )
     assert settings.secret == SECRET
     assert settings.fail_mode == "fail_closed"
+    assert settings.metrics_port == 9808
 
 
 def test_flower_watches_the_workers_broker(config: dict[str, Any]) -> None:
