@@ -19,13 +19,20 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
   redelivery, or the same mail id sent again); not counted in the outcomes.
 
 prometheus-client is imported when the first :class:`Metrics` is built, so a worker can set
-``PROMETHEUS_MULTIPROC_DIR`` (multiprocess mode) before that.
+``PROMETHEUS_MULTIPROC_DIR`` (multiprocess mode) before that. In multiprocess mode every process
+writes its values to files of its own in that directory (``<type>_<pid>.db``) and the server
+(:func:`serve`, in one process) adds them up on each scrape: a prefork pool's children count
+into one set of series, and a child that exits leaves its counts in.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 import threading
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mailer.outcomes import Outcome
 
@@ -137,3 +144,52 @@ def default_metrics() -> Metrics:
         if not _default:
             _default.append(Metrics())
         return _default[0]
+
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def use_multiprocess_dir() -> tuple[Path, bool]:
+    """Turn on prometheus-client's multiprocess mode; call it before any process records.
+
+    Uses ``$PROMETHEUS_MULTIPROC_DIR`` (created if missing, its ``*.db`` files from a previous
+    run removed) or a new temporary directory, which it exports in that variable for the
+    processes forked or started afterwards. Returns the directory and whether it was created.
+    """
+    given = os.environ.get(MULTIPROC_ENV)
+    if given:
+        directory, made = Path(given), False
+        directory.mkdir(parents=True, exist_ok=True)
+        for stale in directory.glob("*.db"):
+            stale.unlink(missing_ok=True)
+    else:
+        directory, made = Path(tempfile.mkdtemp(prefix="mailguard-metrics-")), True
+        os.environ[MULTIPROC_ENV] = str(directory)
+    if "prometheus_client.values" in sys.modules:
+        # Already imported (by someone else): its value class was chosen without the variable.
+        from prometheus_client import values  # noqa: PLC0415
+
+        if not getattr(values.ValueClass, "_multiprocess", False):
+            values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    return directory, made
+
+
+def serve(host: str, port: int) -> Any:
+    """Serve ``/metrics`` of every process writing to the multiprocess directory, on a thread.
+
+    Returns the server (``.shutdown()`` stops it); raises ``OSError`` if the port is taken.
+    """
+    from prometheus_client import CollectorRegistry, start_http_server  # noqa: PLC0415
+    from prometheus_client.multiprocess import MultiProcessCollector  # noqa: PLC0415
+
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    return server
+
+
+def process_exited(pid: int) -> None:
+    """Bookkeeping for a process of the multiprocess directory that exited (live gauges)."""
+    from prometheus_client import multiprocess  # noqa: PLC0415
+
+    multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

@@ -7,11 +7,17 @@ console transport. Eager mode is not used: it ignores countdowns, which deferral
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
-from celery import Celery, signals
+from celery import Celery, current_task, signals
 from kombu import Queue
 
+from mailer import metrics
+from mailer.logs import JsonFormatter
 from mailer.settings import Settings
 
 settings = Settings.from_env()
@@ -71,3 +77,60 @@ def _refuse_memory_limiter_in_prefork(sender: Any = None, **_: Any) -> None:
             f"{concurrency} processes, each of which would limit on its own. Use a redis:// "
             "limiter, or --pool threads / --pool solo."
         )
+
+
+# Metrics (MAILGUARD_METRICS_PORT): every pool process records into files of its own in the
+# multiprocess directory (set up here, before the pool forks); the main process serves their sum.
+_metrics: dict[str, Any] = {}
+
+
+@signals.worker_init.connect
+def _serve_metrics(sender: Any = None, **_: Any) -> None:
+    """Start the metrics server in the worker's main process, once (opt-in)."""
+    if settings.metrics_port is None or _metrics:
+        return
+    directory, made = metrics.use_multiprocess_dir()
+    try:
+        server = metrics.serve(settings.metrics_host, settings.metrics_port)
+    except OSError as exc:
+        raise SystemExit(
+            f"mailguard: cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} "
+            f"(MAILGUARD_METRICS_PORT): {exc.strerror or exc}"
+        ) from None
+    _metrics.update(server=server, directory=directory if made else None, pid=os.getpid())
+
+
+@signals.worker_process_shutdown.connect
+def _pool_process_exited(pid: int | None = None, **_: Any) -> None:
+    if settings.metrics_port is not None:
+        metrics.process_exited(pid or os.getpid())
+
+
+@signals.worker_shutdown.connect
+def _stop_metrics(**_: Any) -> None:
+    if _metrics.get("pid") != os.getpid():
+        return
+    _metrics.pop("server").shutdown()
+    if (directory := _metrics.pop("directory")) is not None:
+        shutil.rmtree(Path(directory), ignore_errors=True)
+    _metrics.clear()
+
+
+class WorkerJsonFormatter(JsonFormatter):
+    """JSON lines, with the running task's id and name (as Celery's task format has them)."""
+
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
+        task = current_task
+        if task and getattr(task, "request", None) is not None and task.request.id:
+            record.__dict__.setdefault("task_id", task.request.id)
+            record.__dict__.setdefault("task_name", task.name)
+        return super().fields(record)
+
+
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def _json_logs(logger: logging.Logger | None = None, **_: Any) -> None:
+    """``MAILGUARD_LOG_FORMAT=json``: the worker's log handlers write one JSON object a line."""
+    if settings.log_format == "json" and logger is not None:
+        for handler in logger.handlers:
+            handler.setFormatter(WorkerJsonFormatter())
