@@ -16,6 +16,7 @@ from kombu.utils.json import dumps, loads
 
 from mailer.factory import build_guard
 from mailer.guard import Fail, Finish, Guard, Later, MailRequest, Progress
+from mailer.settings import Settings
 from workers.app import app, settings
 
 
@@ -35,6 +36,22 @@ def guard() -> Guard:
         if _guard is None or _guard_pid != os.getpid():
             _guard, _guard_pid = build_guard(settings), os.getpid()
         return _guard
+
+
+def use_settings(new: Settings) -> Settings:
+    """Build this process's guard from ``new`` from now on; return the settings it replaces.
+
+    For a process that runs its own in-process worker on settings of its own rather than the
+    environment's (``mailguard demo``). Only the guard changes: the cached guard is dropped and
+    the next run builds one from ``new``. ``workers.app.settings`` stays what the environment
+    says, and the Celery app keeps its configuration: a caller that also needs another broker or
+    result backend configures ``workers.app.app.conf`` itself before starting its worker (see
+    :func:`workers.demo.configure`). Call it before the worker starts, not while mails run.
+    """
+    global settings, _guard
+    with _guard_lock:
+        old, settings, _guard = settings, new, None
+    return old
 
 
 class GuardedTask(Task):  # type: ignore[misc]
