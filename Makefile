@@ -30,6 +30,6 @@ bench: install
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
 
-## demo: the main job on embedded defaults (memory limiter, simulated clock; no Redis)
+## demo: the main job on embedded defaults (in-process worker, memory limiter, local SMTP capture; no Redis)
 demo: install
-	$(BIN)/python -m examples.burst
+	$(BIN)/mailguard demo

@@ -34,8 +34,9 @@ a second app with a second copy of the task: :func:`configure` points that same 
 demo's broker, result backend and queue (the values :func:`workers.app.create_app` derives from
 the demo's :class:`~mailer.settings.Settings`, so the safe defaults have one source), and calls
 :func:`workers.tasks.use_settings` so the guard is built from the demo's settings (policy,
-kinds, limiter, SMTP URL). ``workers.app.settings`` keeps the environment's values (it is read
-only by the prefork check, which a threads pool does not trip). The demo command runs in a
+kinds, limiter, SMTP URL). ``workers.app.settings`` keeps the environment's values: the
+worker-start hooks read it (the prefork check, which a threads pool does not trip, the opt-in
+metrics port and the log format), so those follow the environment, as they would for any worker. The demo command runs in a
 process of its own, so nothing else uses the app meanwhile; call :func:`configure` before the
 app has sent or received anything.
 
