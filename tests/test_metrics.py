@@ -24,6 +24,7 @@ from mailer.ledger import MemoryLedger
 from mailer.logs import JsonFormatter
 from mailer.metrics import NO_METRICS, Metrics, default_metrics
 from mailer.outcomes import Outcome
+from mailer.settings import ALL_INTERFACES, Settings
 from mailer.transports import MemoryTransport
 from tests.celery_worker import CeleryWorker, client_app, worker_env
 from tests.servers import free_port
@@ -283,3 +284,22 @@ def test_worker_json_logs_carry_mail_id_and_recipient_hash_never_the_address(
     assert ours[sent.id]["status"] == "sent" and ours[bad.id]["reason"] == "invalid"
     assert any(r.get("task_id") == sent.id and "succeeded" in r["message"] for r in records)
     assert "ada@example.com" not in log.lower(), "no address in the worker's log"
+
+
+def test_metrics_and_log_settings_are_read_and_checked() -> None:
+    """A port or host:port turns metrics on; a bad port or log format names its variable."""
+    assert Settings.from_env({}).metrics_port is None
+    assert Settings.from_env({}).log_format == "text"
+    plain = Settings.from_env({"MAILGUARD_METRICS_PORT": "9808", "MAILGUARD_LOG_FORMAT": "json"})
+    assert (plain.metrics_host, plain.metrics_port, plain.log_format) == (
+        ALL_INTERFACES,
+        9808,
+        "json",
+    )
+    local = Settings.from_env({"MAILGUARD_METRICS_PORT": "127.0.0.1:9100"})
+    assert (local.metrics_host, local.metrics_port) == ("127.0.0.1", 9100)
+    for bad in ("metrics", "70000", "host:"):
+        with pytest.raises(ValueError, match=r"metrics port|METRICS_PORT"):
+            Settings.from_env({"MAILGUARD_METRICS_PORT": bad})
+    with pytest.raises(ValueError, match="log format"):
+        Settings.from_env({"MAILGUARD_LOG_FORMAT": "xml"})
