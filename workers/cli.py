@@ -169,12 +169,27 @@ def demo(redis_url: str | None, speed: float, as_json: bool) -> None:
     if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         fail(f"--redis {_mask(redis_url)}: expected redis://, rediss:// or unix://", USAGE)
     console = _console()
+    summary: dict[str, Any] = {}
+
+    def done(run: Any, live: Any = None) -> None:
+        """Every mail settled: the final table and the summary (JSON), while the worker stops."""
+        if live is not None:
+            live.stop()
+        summary.update(run.summary())
+        if as_json:
+            click.echo(json.dumps(summary, indent=2))
+            return
+        console.print(story.mails_table(run))
+        console.print(story.summary_table(run))
+        for line in story.conclusions(run):
+            console.print(line)
+
     try:
         with story.quiet_logs():
             if as_json:
-                run = story.run_demo(redis_url=redis_url, speed=speed)
+                story.run_demo(redis_url=redis_url, speed=speed, done=done)
             else:
-                run = _live_demo(story, console, redis_url, speed)
+                _live_demo(story, console, redis_url, speed, done)
     except story.DemoInterrupted:
         _error("demo interrupted (Ctrl-C); the worker and the SMTP server are stopped")
         raise click.exceptions.Exit(130) from None
@@ -182,20 +197,14 @@ def demo(redis_url: str | None, speed: float, as_json: bool) -> None:
         fail(str(exc))
     except ValueError as exc:
         fail(str(exc), USAGE)
-    summary = run.summary()
-    if as_json:
-        click.echo(json.dumps(summary, indent=2))
-    else:
-        console.print(story.mails_table(run))
-        console.print(story.summary_table(run))
-        for line in story.conclusions(run):
-            console.print(line)
     if summary["violations"] or not summary["complete"]:
         raise click.exceptions.Exit(REFUSED)
 
 
-def _live_demo(story: Any, console: Console, redis_url: str | None, speed: float) -> Any:
-    from rich.console import Group  # noqa: PLC0415
+def _live_demo(
+    story: Any, console: Console, redis_url: str | None, speed: float, done: Any
+) -> None:
+    """The demo with a live table of the mails so far (the earliest settled ones scroll off)."""
     from rich.live import Live  # noqa: PLC0415
 
     with Live(console=console, refresh_per_second=10, transient=True) as live:
@@ -205,10 +214,11 @@ def _live_demo(story: Any, console: Console, redis_url: str | None, speed: float
             if not started[0]:
                 console.print(story.headline(run))
                 started[0] = True
-            rows = max(5, console.height - 8)
-            live.update(Group(story.mails_table(run, max_rows=rows)))
+            live.update(story.mails_table(run, max_rows=max(5, console.height - 8)))
 
-        return story.run_demo(redis_url=redis_url, speed=speed, view=view)
+        story.run_demo(
+            redis_url=redis_url, speed=speed, view=view, done=lambda run: done(run, live)
+        )
 
 
 @main.command(short_help="Enqueue a mail; print its mail id (--wait: its outcome).")

@@ -36,9 +36,9 @@ the demo's :class:`~mailer.settings.Settings`, so the safe defaults have one sou
 :func:`workers.tasks.use_settings` so the guard is built from the demo's settings (policy,
 kinds, limiter, SMTP URL). ``workers.app.settings`` keeps the environment's values: the
 worker-start hooks read it (the prefork check, which a threads pool does not trip, the opt-in
-metrics port and the log format), so those follow the environment, as they would for any worker. The demo command runs in a
-process of its own, so nothing else uses the app meanwhile; call :func:`configure` before the
-app has sent or received anything.
+metrics port and the log format), so those follow the environment as for any worker. The demo
+command runs in a process of its own, so nothing else uses the app meanwhile; call
+:func:`configure` before the app has sent or received anything.
 
 Logs stay quiet: the worker logs at WARNING, and its log lines never carry addresses. The table
 shows the demo's own fictitious addresses by short name only: it is the demo's UI, not a log.
@@ -100,7 +100,7 @@ class Recipient:
 RECIPIENTS = {
     r.name: r
     for r in (
-        Recipient("ada", "ada@example.com", "4 mails in 5 s"),
+        Recipient("ada", "ada@example.com", "4 mails, mixed kinds"),
         Recipient("bob", "bob@example.com", "11 notices at once"),
         Recipient("cy", "cy@example.com", "two mails far apart"),
         Recipient("mallory", "mallory@example.com", "abused: codes nonstop"),
@@ -413,13 +413,20 @@ def run_demo(
     redis_url: str | None = None,
     speed: float = 1.0,
     view: Callable[[Run], None] | None = None,
+    done: Callable[[Run], None] | None = None,
     timeout: float | None = None,
 ) -> Run:
     """Play the story; call ``view(run)`` on every tick; return the finished run.
 
+    ``done(run)`` is called once every mail has settled, before the worker stops (a threads
+    worker on the memory broker takes a few seconds to notice it should stop): the summary
+    need not wait for it.
+
     Raises :class:`DemoError` (Redis unreachable, mails still unsettled after ``timeout``) and
     :class:`DemoInterrupted` on Ctrl-C, after the worker and the SMTP server have stopped.
     """
+    from celery.worker import state as worker_state  # noqa: PLC0415
+
     from workers.app import app  # noqa: PLC0415 - Celery and the env's app only when run
     from workers.inprocess import inprocess_worker  # noqa: PLC0415
     from workers.tasks import send_mail  # noqa: PLC0415
@@ -438,23 +445,25 @@ def run_demo(
         ]
         run = Run(settings, speed, rows, smtp)
         limit = timeout if timeout is not None else 30.0 + max(r.at for r in rows) + 40.0 / speed
-        with inprocess_worker(app, concurrency=4) as worker:
-            try:
-                _play(run, app, send_mail, view, limit)
-            finally:
-                # A warm shutdown now (a mail being sent finishes), rather than when the
-                # consumer next looks at the stop flag, seconds later.
-                worker.stop(in_sighandler=False)
-        run.captured = smtp.received()
-        if view is not None:
-            view(run)
+        try:
+            with inprocess_worker(app, concurrency=4):
+                try:
+                    _play(run, app, send_mail, view, limit)
+                    if done is not None:
+                        done(run)
+                finally:
+                    # A warm shutdown (a mail being sent finishes), carried out by the worker's
+                    # own thread at its loop's next turn (stopping it from here would race it).
+                    worker_state.should_stop = 0
+        finally:
+            worker_state.should_stop = None
         return run
     except KeyboardInterrupt:
         raise DemoInterrupted() from None
     finally:
         smtp.stop()
         if redis_url and settings is not None:
-            _delete_queue(app, settings.queue)
+            _delete_queue(redis_url, settings.queue)
 
 
 def _play(
@@ -512,10 +521,22 @@ def _check_redis(url: str) -> None:
         client.close()
 
 
-def _delete_queue(app: Celery, queue: str) -> None:
-    """Remove the run's own queue from Redis (a mail still waiting at Ctrl-C was put back)."""
-    with contextlib.suppress(Exception), app.connection_for_write() as conn:
-        conn.default_channel.queue_delete(queue)
+def _delete_queue(url: str, queue: str) -> None:
+    """Remove the run's own queue and its kombu bindings from Redis (best effort).
+
+    A mail still waiting at Ctrl-C is put back on the queue when the worker stops: deleting the
+    queue keeps it from lingering there with nobody to take it.
+    """
+    import redis  # noqa: PLC0415
+
+    with contextlib.suppress(redis.RedisError):
+        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+        try:
+            keys = [*client.scan_iter(match=f"{queue}*", count=1000)]  # with priority steps
+            keys += [f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}"]
+            client.delete(*keys)
+        finally:
+            client.close()
 
 
 def _mask(url: str) -> str:
