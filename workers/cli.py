@@ -159,7 +159,8 @@ def demo(redis_url: str | None, speed: float, as_json: bool) -> None:
     An in-process worker (threads pool, memory broker), the memory limiter and an SMTP server on
     127.0.0.1 capturing mail run a burst of mails to four fictitious recipients under the policy
     1/1s, 5/10s, 10/30s: a live table shows each mail sent, deferred to its booked slot, or
-    dropped; a summary per recipient ends it (about 35 s). MAILGUARD_* variables are not used.
+    dropped; a summary per recipient ends it (about 30 s). It runs on settings of its own,
+    not MAILGUARD_* (only the worker's metrics port and log format follow them).
     Exit 0 when every mail settled within the policy, 1 if not, 130 on Ctrl-C (after the
     worker and the SMTP server stopped).
     """
