@@ -93,6 +93,8 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
     try:
         server = metrics.serve(settings.metrics_host, settings.metrics_port)
     except OSError as exc:
+        if made:
+            shutil.rmtree(directory, ignore_errors=True)
         raise SystemExit(
             f"mailguard: cannot serve metrics on {settings.metrics_host}:{settings.metrics_port} "
             f"(MAILGUARD_METRICS_PORT): {exc.strerror or exc}"
