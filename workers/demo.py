@@ -316,7 +316,16 @@ class Row:
                 self.tier = info.get("tier")
                 self.wait = _float(info.get("wait"))
             elif self.deferrals and self.booked is None:
-                self.booked = self.due  # its DEFERRED state came and went between two looks
+                # Its DEFERRED state came and went between two looks: the slot it was sent at
+                # is its booking; the wait is counted from when it was enqueued.
+                self.booked = self.due
+
+    @property
+    def waited(self) -> float | None:
+        """The booked wait; for a deferral seen only by its outcome, from enqueue to its slot."""
+        if self.wait is not None or self.booked is None or self.enqueued_at is None:
+            return self.wait
+        return self.booked - self.enqueued_at
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -329,7 +338,7 @@ class Row:
             "deferred": self.booked is not None,
             "booked": self.booked,
             "tier": self.tier,
-            "wait": self.wait,
+            "wait": self.waited,
             "due": self.due,
             "sent_at": self.sent_at,
             "lateness": self.lateness,
@@ -502,8 +511,8 @@ def _enqueue(row: Row, send_mail: Any) -> None:
         "context": dict(planned.context) if planned.context else None,
     }
     row.enqueued_at = time.time()
+    row.state = "queued"  # before publishing: the poller may see the outcome at once
     send_mail.apply_async(args=[row.address], kwargs=kwargs, task_id=row.mail_id)
-    row.state = "queued"
 
 
 def _check_redis(url: str) -> None:
