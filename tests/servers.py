@@ -137,6 +137,13 @@ class RedisClusterServers:
         return f"redis+cluster://127.0.0.1:{self.nodes[0].port}"
 
     def start(self, timeout: float = 20.0) -> RedisClusterServers:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.cleanup()  # never leave half a cluster running
+            raise
+
+    def _start(self, timeout: float) -> RedisClusterServers:
         for node in self.nodes:
             node.start()
         subprocess.run(
