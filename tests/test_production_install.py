@@ -20,6 +20,8 @@ from tests.smtp_server import SmtpTestServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
+SEND_OPTIONS = ("--subject", "Hi", "--body", "Hello", "--wait", "--timeout", "60")
+
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
 
@@ -67,8 +69,7 @@ def test_a_plain_install_starts_a_worker_that_sends(
     )
     try:
         sent = subprocess.run(
-            [str(bin_dir / "mailguard"), "send", "ada@example.com", "--subject", "Hi"]
-            + ["--body", "Hello", "--wait", "--timeout", "60"],
+            [str(bin_dir / "mailguard"), "send", "ada@example.com", *SEND_OPTIONS],
             env=env,
             cwd=cwd,
             capture_output=True,
