@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from urllib.parse import urlsplit
 
-from mailer.guard import Guard, GuardConfig
+from mailer.guard import Guard
 from mailer.ledger import Ledger, MemoryLedger, RedisLedger
 from mailer.limiter import Limiter
 from mailer.settings import Settings
@@ -49,12 +49,5 @@ def build_guard(settings: Settings) -> Guard:
         build_ledger(settings, limiter),
         build_transport(settings),
         kinds=settings.kinds,
-        config=GuardConfig(
-            sender=settings.sender,
-            fail_open=settings.fail_mode == "fail_open",
-            max_countdown=settings.max_countdown,
-            send_retries=settings.send_retries,
-            retry_backoff=settings.retry_backoff,
-            claim_lease=settings.claim_lease,
-        ),
+        config=settings.guard_config(),
     )

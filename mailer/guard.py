@@ -1,9 +1,23 @@
-"""The guard: one run of one mail, from its raw request to a :data:`Step` the task carries out.
+"""The guard: one run of one mail, from its raw request to a :data:`~mailer.steps.Step`.
 
-It validates, asks the ledger and the limiter, sends through the transport, and answers with
-plain data: :class:`Finish` (sent or dropped), :class:`Fail`, or :class:`Later` (run again in
-``countdown`` seconds). It never imports Celery; ``workers/tasks.py`` turns steps into Celery
-calls (return, raise, retry with a countdown).
+A run is a short pipeline of named steps; each is a small method that returns plain data:
+
+1. **validate** (:meth:`Guard._validate`): normalise the address, render the kind, build the
+   message: a :class:`Prepared` mail, or ``Finish`` (``dropped`` / ``invalid``).
+2. **claim** (:meth:`Guard._claim`): one atomic ledger ``begin`` on the mail id: claimed, or
+   ``Finish`` with the recorded outcome (a repeat), or ``Later`` (held by another run, or the
+   ledger is down).
+3. **admit** (:meth:`Guard._admit`): the limiter with reservations, then
+   :func:`~mailer.steps.plan`: :class:`Go` (send now), or ``Later`` (booked; limiter down), or
+   ``Finish`` (``dropped`` / ``rate_limited``).
+4. **send** (:meth:`Guard._send`): through the transport: ``Finish`` (``sent``), ``Later``
+   (a transient SMTP error) or ``Fail``.
+5. **record** (:meth:`Guard._settle`): the one place that carries out the ledger's effects once
+   a run holds the claim: record a sent outcome, or give the claim back (and a failed mail's
+   slot, so the recipient does not pay for our failure).
+
+The words of each result (``plan`` → ``Step`` → outcome → Celery state) are in
+:mod:`mailer.steps`. The guard never imports Celery; ``workers/tasks.py`` carries a step out.
 """
 
 from __future__ import annotations
@@ -13,10 +27,12 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from email.message import EmailMessage
 from typing import Any
 
+from mailer import defaults
 from mailer import outcomes as why
-from mailer.address import AddressRules, normalise_address
+from mailer.address import AddressRules, Recipient, normalise_address
 from mailer.clock import Clock, system_clock
 from mailer.errors import (
     BackendUnavailable,
@@ -26,19 +42,18 @@ from mailer.errors import (
     SendError,
     TransientSendError,
 )
-from mailer.kinds import Kinds, render
+from mailer.kinds import Kind, Kinds, render
 from mailer.ledger import Ledger
-from mailer.limiter import Limiter
+from mailer.limiter import MAX_WAIT, Limiter
 from mailer.message import Mail, build_message, message_id
 from mailer.metrics import UNGUARDED, UNKNOWN_KIND, Metrics, default_metrics
 from mailer.outcomes import Outcome
-from mailer.plan import Defer, Drop, Send, plan
+from mailer.steps import Defer, Drop, Fail, Finish, Later, Progress, Send, Step, plan
 from mailer.transports.base import Transport
 
-log = logging.getLogger("mailguard")
+__all__ = ["Fail", "Finish", "Guard", "GuardConfig", "Later", "MailRequest", "Progress", "Step"]
 
-#: Wait when another worker holds the claim on the same mail, in seconds.
-IN_FLIGHT_WAIT = 5.0
+log = logging.getLogger("mailguard")
 
 
 @dataclass(frozen=True)
@@ -56,75 +71,44 @@ class MailRequest:
 
 
 @dataclass(frozen=True)
-class Progress:
-    """Counters carried from one run of a mail to the next (JSON-ready via ``as_dict``)."""
-
-    attempts: int = 0  # SMTP tries so far
-    send_failures: int = 0  # runs that ended in a transient send failure
-    limiter_failures: int = 0  # runs that found the limiter down
-    deferrals: int = 0
-
-    def as_dict(self) -> dict[str, int]:
-        return {
-            "attempts": self.attempts,
-            "send_failures": self.send_failures,
-            "limiter_failures": self.limiter_failures,
-            "deferrals": self.deferrals,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> Progress:
-        if not isinstance(data, Mapping):
-            return cls()
-        return cls(
-            **{
-                k: int(data.get(k, 0))
-                for k in ("attempts", "send_failures", "limiter_failures", "deferrals")
-            }
-        )
-
-
-@dataclass(frozen=True)
-class Finish:
-    """Done for good: ``outcome.status`` is ``sent`` or ``dropped``."""
-
-    outcome: Outcome
-
-
-@dataclass(frozen=True)
-class Fail:
-    """Failed for good (``failed``): a permanent SMTP error or retries exhausted."""
-
-    outcome: Outcome
-
-
-@dataclass(frozen=True)
-class Later:
-    """Run this mail again in ``countdown`` seconds with ``progress``; ``outcome`` says why."""
-
-    countdown: float
-    outcome: Outcome
-    progress: Progress
-
-
-Step = Finish | Fail | Later
-
-
-@dataclass
 class GuardConfig:
-    """The guard's knobs; durations in seconds (see :mod:`mailer.settings`)."""
+    """The guard's knobs; durations in seconds. Defaults: :mod:`mailer.defaults`.
 
-    sender: str = "mailguard@localhost"
+    Build it from the environment with :meth:`mailer.settings.Settings.guard_config`.
+    """
+
+    sender: str = defaults.SENDER
     fail_open: bool = False
-    max_countdown: float = 600.0
-    send_retries: int = 5
-    retry_backoff: float = 30.0
-    claim_lease: float = 300.0
+    max_countdown: float = defaults.MAX_COUNTDOWN
+    send_retries: int = defaults.SEND_RETRIES
+    retry_backoff: float = defaults.RETRY_BACKOFF
+    claim_lease: float = defaults.CLAIM_LEASE
     rules: AddressRules = field(default_factory=AddressRules)
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A validated mail: what the later steps need. ``base`` is every result's starting point."""
+
+    mail_id: str
+    kind: Kind
+    limit_key: str
+    message: EmailMessage
+    base: Outcome
+
+
+@dataclass(frozen=True)
+class Go:
+    """Admitted: send now. ``due`` is the slot (epoch seconds); ``guarded`` is False when the
+    limiter was down and ``fail_open`` let the mail go without it."""
+
+    due: float | None
+    guarded: bool = True
+
+
 class Guard:
-    """Carries one mail through validate, ledger, limiter, send. Thread-safe if its parts are."""
+    """Carries one mail through validate, claim, admit, send, record. Thread-safe if its parts
+    are. Never raises for bad input: that is a ``dropped`` outcome."""
 
     def __init__(
         self,
@@ -147,7 +131,7 @@ class Guard:
         self.metrics = metrics if metrics is not None else default_metrics()
 
     def process(self, request: MailRequest, progress: Progress | None = None) -> Step:
-        """One run of one mail. Never raises for bad input: that is a ``dropped`` outcome."""
+        """One run of one mail, counted in the metrics."""
         step, repeated = self._run(request, progress or Progress())
         kind = step.outcome.kind
         label = kind if kind in self.kinds else UNKNOWN_KIND
@@ -157,225 +141,178 @@ class Guard:
             self.metrics.record(step.outcome, label)
         return step
 
-    def _run(  # noqa: PLR0911, PLR0915 - one return per outcome reads best here
-        self, request: MailRequest, progress: Progress
-    ) -> tuple[Step, bool]:
+    def _run(self, request: MailRequest, progress: Progress) -> tuple[Step, bool]:
         """The step, and whether the mail had already finished (a repeated run)."""
+        prepared = self._validate(request, progress)
+        if not isinstance(prepared, Prepared):
+            return prepared, False
+        owner = uuid.uuid4().hex
+        held = self._claim(prepared, owner, progress)
+        if held is not None:
+            return held, isinstance(held, Finish)
+        go = self._admit(prepared, progress)
+        step = self._send(prepared, go, progress) if isinstance(go, Go) else go
+        self._settle(prepared, owner, step, guarded=isinstance(go, Go) and go.guarded)
+        return step, False
+
+    # 1. validate ---------------------------------------------------------------------------
+
+    def _validate(self, request: MailRequest, progress: Progress) -> Prepared | Finish:
+        """The mail ready to send, or ``dropped`` / ``invalid`` with the reason."""
         now = self._clock()
-        kind_name = request.kind if isinstance(request.kind, str) else "?"
         base = Outcome(
             status="dropped",
             mail_id=request.mail_id,
-            kind=kind_name,
+            kind=request.kind if isinstance(request.kind, str) else "?",
             attempts=progress.attempts,
             deferrals=progress.deferrals,
             decided_at=now,
         )
         try:
-            recipient = normalise_address(request.to, self.config.rules)
-            kind = self.kinds[kind_name]
-            context = request.context if request.context is not None else {}
-            if not isinstance(context, Mapping):
-                raise InvalidMessage("context must be a mapping")
-            headers = request.headers if request.headers is not None else {}
-            if not isinstance(headers, Mapping):
-                raise InvalidMessage("headers must be a mapping")
-            subject, body, html = render(
-                kind,
-                request.subject,
-                request.body,
-                request.html,
-                context,
-            )
-            mail = Mail(
-                to=recipient.address,
-                subject=subject,
-                body=body,
-                html=html,
-                mail_id=request.mail_id,
-                sender=self.config.sender,
-                headers=headers,
-            )
-            message = build_message(mail, now=now)
-        except (InvalidAddress, InvalidMessage) as exc:
+            recipient, kind, message = self._build(request, now)
+            hashed = self.limiter.storage_key(recipient.limit_key)
+        except (InvalidAddress, InvalidMessage, ValueError) as exc:
             dropped = base.but(reason=why.INVALID, detail=str(exc))
             log.info(
                 "mail %s dropped: invalid input: %s", request.mail_id, exc, extra=_fields(dropped)
             )
-            return Finish(dropped), False
+            return Finish(dropped)
+        return Prepared(
+            mail_id=request.mail_id,
+            kind=kind,
+            limit_key=recipient.limit_key,
+            message=message,
+            base=base.but(
+                recipient=hashed, message_id=message_id(request.mail_id, self.config.sender)
+            ),
+        )
 
-        try:
-            hashed = self.limiter.storage_key(recipient.limit_key)
-        except ValueError as exc:
-            return Finish(base.but(reason=why.INVALID, detail=str(exc))), False
-        base = base.but(recipient=hashed, message_id=message_id(request.mail_id, mail.sender))
+    def _build(self, request: MailRequest, now: float) -> tuple[Recipient, Kind, EmailMessage]:
+        """Normalise, render and build; raises ``InvalidAddress`` / ``InvalidMessage``."""
+        recipient = normalise_address(request.to, self.config.rules)
+        kind = self.kinds[request.kind if isinstance(request.kind, str) else "?"]
+        context = _mapping(request.context, "context")
+        headers = _mapping(request.headers, "headers")
+        subject, body, html = render(kind, request.subject, request.body, request.html, context)
+        mail = Mail(
+            to=recipient.address,
+            subject=subject,
+            body=body,
+            html=html,
+            mail_id=request.mail_id,
+            sender=self.config.sender,
+            headers=headers,
+        )
+        return recipient, kind, build_message(mail, now=now)
 
-        # One atomic ledger step: already sent (return that), claimed by us, or held by another.
-        owner = uuid.uuid4().hex
+    # 2. claim ------------------------------------------------------------------------------
+
+    def _claim(self, mail: Prepared, owner: str, progress: Progress) -> Step | None:
+        """None when this run now holds the claim; else what to answer instead."""
         try:
-            begun = self.ledger.begin(request.mail_id, owner, self.config.claim_lease)
+            begun = self.ledger.begin(mail.mail_id, owner, self.config.claim_lease)
         except BackendUnavailable as exc:
             # Without the ledger no run can promise "once": defer, whatever the fail mode.
             self.metrics.backend_down("ledger")
-            return self._limiter_down(base, progress, exc), False
+            return self._backend_down(mail.base, progress, exc, why.LEDGER_UNAVAILABLE)
         if isinstance(begun, Outcome):
             log.info(
                 "mail %s already %s; nothing sent again",
-                request.mail_id,
+                mail.mail_id,
                 begun.status,
                 extra=_fields(begun),
             )
-            return Finish(begun), True
-        if not begun:
-            waiting = base.but(status="deferred", reason=why.IN_FLIGHT, wait=IN_FLIGHT_WAIT)
-            log.info(
-                "mail %s is being sent by another run; checking again later",
-                request.mail_id,
-                extra=_fields(waiting),
-            )
-            return Later(IN_FLIGHT_WAIT, waiting, progress), False
+            return Finish(begun)
+        if begun:
+            return None
+        wait = defaults.IN_FLIGHT_WAIT
+        waiting = mail.base.but(status="deferred", reason=why.IN_FLIGHT, wait=wait)
+        log.info(
+            "mail %s is being sent by another run; checking again later",
+            mail.mail_id,
+            extra=_fields(waiting),
+        )
+        return Later(wait, waiting, progress)
+
+    # 3. admit ------------------------------------------------------------------------------
+
+    def _admit(self, mail: Prepared, progress: Progress) -> Go | Step:
+        """Ask the limiter (with reservations) and plan: go now, wait for the booking, drop."""
         try:
             started = time.perf_counter()
             decision = self.limiter.acquire(
-                recipient.limit_key, mail_id=request.mail_id, max_wait=min(kind.max_wait, 7 * 86400)
+                mail.limit_key, mail_id=mail.mail_id, max_wait=min(mail.kind.max_wait, MAX_WAIT)
             )
             self.metrics.decision(time.perf_counter() - started)
         except BackendUnavailable as exc:
             self.metrics.backend_down("limiter")
             if not self.config.fail_open:
-                self._unclaim(request.mail_id, owner)
-                return self._limiter_down(base, progress, exc), False
+                return self._backend_down(mail.base, progress, exc, why.LIMITER_UNAVAILABLE)
             log.warning(
                 "mail %s: limiter unavailable, sending unguarded (fail_open)",
-                request.mail_id,
-                extra=_fields(base),
+                mail.mail_id,
+                extra=_fields(mail.base),
             )
-            return self._send(
-                request.mail_id,
-                recipient.limit_key,
-                owner,
-                message,
-                base=base,
-                progress=progress,
-                guarded=False,
-            ), False
-
-        step = plan(decision, max_countdown=self.config.max_countdown)
-        if not isinstance(step, Send):
-            self._unclaim(request.mail_id, owner)
-        if isinstance(step, Drop):
-            tier = str(step.tier) if step.tier else None
-            dropped = base.but(reason=why.RATE_LIMITED, tier=tier, wait=step.wait, due=decision.at)
+            return Go(due=None, guarded=False)
+        action = plan(decision, max_countdown=self.config.max_countdown)
+        if isinstance(action, Send):
+            return Go(due=action.at)
+        tier = str(action.tier) if action.tier else None
+        if isinstance(action, Drop):
+            dropped = mail.base.but(
+                reason=why.RATE_LIMITED, tier=tier, wait=action.wait, due=decision.at
+            )
             log.info(
                 "mail %s dropped: rate limited by %s, wait %.3f s",
-                request.mail_id,
+                mail.mail_id,
                 tier,
-                step.wait,
+                action.wait,
                 extra=_fields(dropped),
             )
-            return Finish(dropped), False
-        if isinstance(step, Defer):
-            tier = str(step.tier) if step.tier else None
-            progress = replace(progress, deferrals=progress.deferrals + 1)
-            return Later(
-                step.countdown,
-                base.but(
-                    status="deferred",
-                    reason=why.BOOKED,
-                    tier=tier,
-                    wait=step.wait,
-                    due=step.due,
-                    deferrals=progress.deferrals,
-                ),
-                progress,
-            ), False
-        # due: the slot this mail holds (now, or the booking it woke up for)
-        return self._send(
-            request.mail_id,
-            recipient.limit_key,
-            owner,
-            message,
-            base=base.but(due=step.at),
-            progress=progress,
-            guarded=True,
-        ), False
+            return Finish(dropped)
+        return _booked(mail.base, action, tier, progress)
 
-    def _limiter_down(self, base: Outcome, progress: Progress, exc: Exception) -> Step:
+    def _backend_down(
+        self, base: Outcome, progress: Progress, exc: BackendUnavailable, reason: str
+    ) -> Later:
+        """Defer with doubling backoff while the limiter or the ledger is down."""
         progress = replace(progress, limiter_failures=progress.limiter_failures + 1)
-        countdown = min(
-            self.config.retry_backoff * 2 ** (progress.limiter_failures - 1),
-            self.config.max_countdown,
-        )
-        waiting = base.but(
-            status="deferred", reason=why.LIMITER_UNAVAILABLE, wait=countdown, detail=str(exc)
-        )
+        countdown = self._backoff(progress.limiter_failures)
+        waiting = base.but(status="deferred", reason=reason, wait=countdown, detail=str(exc))
         log.warning(
-            "mail %s deferred %.1f s: limiter unavailable (fail_closed)",
+            "mail %s deferred %.1f s: %s",
             base.mail_id,
             countdown,
+            "ledger unavailable"
+            if reason == why.LEDGER_UNAVAILABLE
+            else "limiter unavailable (fail_closed)",
             extra=_fields(waiting),
         )
         return Later(countdown, waiting, progress)
 
-    def _send(
-        self,
-        mail_id: str,
-        limit_key: str,
-        owner: str,
-        message: Any,
-        *,
-        base: Outcome,
-        progress: Progress,
-        guarded: bool,
-    ) -> Step:
-        """Send under the claim ``owner`` holds; record, retry later, or fail for good."""
+    def _backoff(self, failures: int) -> float:
+        return defaults.backoff(
+            failures, first=self.config.retry_backoff, cap=self.config.max_countdown
+        )
+
+    # 4. send -------------------------------------------------------------------------------
+
+    def _send(self, mail: Prepared, go: Go, progress: Progress) -> Step:
+        """Send under the claim: sent, a transient failure to retry later, or failed for good."""
+        base = mail.base if go.due is None else mail.base.but(due=go.due)
         try:
-            receipt = self.transport.send(message)
+            receipt = self.transport.send(mail.message)
         except PermanentSendError as exc:
-            self._give_back(mail_id, limit_key, owner, guarded)
             failed = _failed(base, why.SMTP_PERMANENT, progress.attempts + exc.attempts, exc)
             log.warning(
                 "mail %s failed: permanent SMTP error %s",
-                mail_id,
+                mail.mail_id,
                 exc.code,
                 extra=_fields(failed.outcome),
             )
             return failed
         except TransientSendError as exc:
-            attempts = progress.attempts + exc.attempts
-            progress = replace(
-                progress, attempts=attempts, send_failures=progress.send_failures + 1
-            )
-            if progress.send_failures > self.config.send_retries:
-                self._give_back(mail_id, limit_key, owner, guarded)
-                failed = _failed(base, why.RETRIES_EXHAUSTED, attempts, exc)
-                log.warning(
-                    "mail %s failed: transient SMTP errors, retries exhausted",
-                    mail_id,
-                    extra=_fields(failed.outcome),
-                )
-                return failed
-            self._unclaim(mail_id, owner)
-            countdown = min(
-                self.config.retry_backoff * 2 ** (progress.send_failures - 1),
-                self.config.max_countdown,
-            )
-            waiting = base.but(
-                status="deferred",
-                reason=why.SMTP_TRANSIENT,
-                attempts=attempts,
-                wait=countdown,
-                smtp_code=exc.code,
-                smtp_reply=exc.reply,
-            )
-            log.info(
-                "mail %s: transient SMTP error %s, again in %.1f s",
-                mail_id,
-                exc.code,
-                countdown,
-                extra=_fields(waiting),
-            )
-            return Later(countdown, waiting, progress)
+            return self._transient(base, progress, exc)
         outcome = base.but(
             status="sent",
             reason=None,
@@ -383,46 +320,109 @@ class Guard:
             smtp_code=receipt.code,
             smtp_reply=receipt.reply,
             sent_at=self._clock(),
-            detail=None if guarded else UNGUARDED,
+            detail=None if go.guarded else UNGUARDED,
         )
-        try:
-            self.ledger.record(outcome)
-        except BackendUnavailable:
-            # The mail is out; only the marker is missing. A redelivered copy would find the
-            # claim (until its lease ends): log loudly rather than fail a sent mail.
-            self.metrics.backend_down("ledger")
-            log.error(
-                "mail %s sent but its outcome could not be recorded",
-                mail_id,
-                extra=_fields(outcome),
-            )
-        log.info("mail %s sent to %s", mail_id, base.recipient, extra=_fields(outcome))
+        log.info("mail %s sent to %s", mail.mail_id, base.recipient, extra=_fields(outcome))
         return Finish(outcome)
 
-    def _give_back(self, mail_id: str, limit_key: str, owner: str, guarded: bool) -> None:
-        """A mail failed for good: the recipient should not pay for our failure."""
-        if guarded:
-            try:
-                self.limiter.release(limit_key, mail_id)
-            except BackendUnavailable:
-                self.metrics.backend_down("limiter")
-                log.warning(
-                    "mail %s: could not release its slot (limiter unavailable)",
-                    mail_id,
-                    extra={"mail_id": mail_id},
-                )
-        self._unclaim(mail_id, owner)
+    def _transient(self, base: Outcome, progress: Progress, exc: TransientSendError) -> Step:
+        """Retry later with doubling backoff, or fail once the retries are used up."""
+        attempts = progress.attempts + exc.attempts
+        progress = replace(progress, attempts=attempts, send_failures=progress.send_failures + 1)
+        if progress.send_failures > self.config.send_retries:
+            failed = _failed(base, why.RETRIES_EXHAUSTED, attempts, exc)
+            log.warning(
+                "mail %s failed: transient SMTP errors, retries exhausted",
+                base.mail_id,
+                extra=_fields(failed.outcome),
+            )
+            return failed
+        countdown = self._backoff(progress.send_failures)
+        waiting = base.but(
+            status="deferred",
+            reason=why.SMTP_TRANSIENT,
+            attempts=attempts,
+            wait=countdown,
+            smtp_code=exc.code,
+            smtp_reply=exc.reply,
+        )
+        log.info(
+            "mail %s: transient SMTP error %s, again in %.1f s",
+            base.mail_id,
+            exc.code,
+            countdown,
+            extra=_fields(waiting),
+        )
+        return Later(countdown, waiting, progress)
 
-    def _unclaim(self, mail_id: str, owner: str) -> None:
+    # 5. record -----------------------------------------------------------------------------
+
+    def _settle(self, mail: Prepared, owner: str, step: Step, *, guarded: bool) -> None:
+        """The ledger's effects once this run holds the claim, in one place.
+
+        Sent: record the outcome (which drops the claim). Failed: give the recipient's slot
+        back, then the claim. Anything else (booked, dropped, retried later): give the claim
+        back. A backend that is down here is logged and counted, never raised: the step stands.
+        """
+        if isinstance(step, Finish) and step.outcome.status == "sent":
+            try:
+                self.ledger.record(step.outcome)
+            except BackendUnavailable:
+                # The mail is out; only the marker is missing. A redelivered copy would find
+                # the claim (until its lease ends): log loudly rather than fail a sent mail.
+                self.metrics.backend_down("ledger")
+                log.error(
+                    "mail %s sent but its outcome could not be recorded (ledger unavailable)",
+                    mail.mail_id,
+                    extra=_fields(step.outcome),
+                )
+            return
+        if isinstance(step, Fail) and guarded:
+            self._release(mail)
         try:
-            self.ledger.unclaim(mail_id, owner)
+            self.ledger.unclaim(mail.mail_id, owner)
         except BackendUnavailable:
             self.metrics.backend_down("ledger")
             log.warning(
                 "mail %s: claim left to expire (ledger unavailable)",
-                mail_id,
-                extra={"mail_id": mail_id},
+                mail.mail_id,
+                extra={"mail_id": mail.mail_id},
             )
+
+    def _release(self, mail: Prepared) -> None:
+        """Give a failed mail's slot back: the recipient should not pay for our failure."""
+        try:
+            self.limiter.release(mail.limit_key, mail.mail_id)
+        except BackendUnavailable:
+            self.metrics.backend_down("limiter")
+            log.warning(
+                "mail %s: could not release its slot (limiter unavailable)",
+                mail.mail_id,
+                extra={"mail_id": mail.mail_id},
+            )
+
+
+def _mapping(value: Any, name: str) -> Mapping[str, Any]:
+    """``value`` as a mapping (None is empty); raises ``InvalidMessage`` naming ``name``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidMessage(f"{name} must be a mapping")
+    return value
+
+
+def _booked(base: Outcome, action: Defer, tier: str | None, progress: Progress) -> Later:
+    """A booked mail: run again at its slot (or hop towards it)."""
+    progress = replace(progress, deferrals=progress.deferrals + 1)
+    waiting = base.but(
+        status="deferred",
+        reason=why.BOOKED,
+        tier=tier,
+        wait=action.wait,
+        due=action.due,
+        deferrals=progress.deferrals,
+    )
+    return Later(action.countdown, waiting, progress)
 
 
 def _fields(outcome: Outcome) -> dict[str, Any]:

@@ -39,7 +39,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mailer import defaults
 from mailer.durations import parse_duration
+from mailer.guard import GuardConfig
 from mailer.kinds import Kinds
 from mailer.policy import REFERENCE_POLICY, Policy
 
@@ -86,14 +88,14 @@ class Settings:
     smtp_url: str = "console://"
     policy: Policy = field(default_factory=lambda: Policy.parse(REFERENCE_POLICY, name="recipient"))
     secret: str | None = None
-    sender: str = "mailguard@localhost"
+    sender: str = defaults.SENDER
     fail_mode: FailMode = "fail_closed"
-    queue: str = "mail"
-    max_countdown: float = 600.0
-    send_retries: int = 5
-    retry_backoff: float = 30.0
-    claim_lease: float = 300.0
-    smtp_attempts: int = 3
+    queue: str = defaults.QUEUE
+    max_countdown: float = defaults.MAX_COUNTDOWN
+    send_retries: int = defaults.SEND_RETRIES
+    retry_backoff: float = defaults.RETRY_BACKOFF
+    claim_lease: float = defaults.CLAIM_LEASE
+    smtp_attempts: int = defaults.SMTP_ATTEMPTS
     visibility_timeout_override: float | None = None
     restore_interval: float | None = None
     metrics_port: int | None = None
@@ -120,7 +122,18 @@ class Settings:
         """Seconds the Redis broker waits before handing an unacknowledged task out again."""
         if self.visibility_timeout_override is not None:
             return self.visibility_timeout_override
-        return 2 * self.max_countdown + 300.0
+        return 2 * self.max_countdown + defaults.VISIBILITY_MARGIN
+
+    def guard_config(self) -> GuardConfig:
+        """The guard's knobs from these settings."""
+        return GuardConfig(
+            sender=self.sender,
+            fail_open=self.fail_mode == "fail_open",
+            max_countdown=self.max_countdown,
+            send_retries=self.send_retries,
+            retry_backoff=self.retry_backoff,
+            claim_lease=self.claim_lease,
+        )
 
     @property
     def effective_ledger_url(self) -> str:

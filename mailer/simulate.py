@@ -35,6 +35,7 @@ from mailer.errors import InvalidAddress, UnknownKind
 from mailer.kinds import Kinds
 from mailer.limiter import MAX_WAIT, Limiter
 from mailer.policy import Policy
+from mailer.steps import Send, plan
 
 #: Epoch seconds of a trace's time 0 (a Monday, 00:00 UTC); only differences ever matter.
 EPOCH = 1_767_571_200.0
@@ -193,13 +194,12 @@ def simulate(
         if max_wait is None:
             max_wait = waits[attempt.kind] = _max_wait(kinds, attempt, i)
         clock.now = EPOCH + attempt.time
-        decision = limiter.acquire(known[0], max_wait=max_wait)
-        if decision.allowed:
-            results[i] = Result(attempt, "sent", 0.0, None, known[1])
+        action = plan(limiter.acquire(known[0], max_wait=max_wait), max_countdown=math.inf)
+        if isinstance(action, Send):
+            results[i] = Result(attempt, action.status, 0.0, None, known[1])
             continue
-        tier = tiers[decision.tier] if decision.tier is not None else ORDER
-        status: Status = "deferred" if decision.booked else "dropped"
-        results[i] = Result(attempt, status, decision.retry_after, tier, known[1])
+        tier = tiers[action.tier] if action.tier is not None else ORDER
+        results[i] = Result(attempt, action.status, action.wait, tier, known[1])
     limiter.close()
     done = [r for r in results if r is not None]
     return _report(policy, waits, done)

@@ -201,7 +201,7 @@ def test_limiter_down_fail_closed_sends_nothing_then_everything_when_it_is_back(
         # wait 0.8 s means this is the mail's third run that found the limiter down
         return all(
             r.state == "DEFERRED"
-            and r.info["reason"] == "limiter_unavailable"
+            and r.info["reason"] == "ledger_unavailable"  # one Redis: the claim comes first
             and r.info["wait"] >= 0.8
             for r in results
         )
@@ -266,7 +266,7 @@ def test_limiter_and_ledger_down_fail_open_still_sends_nothing(
         15,
         "the mail to be deferred three times",
     )
-    assert result.info["reason"] == "limiter_unavailable"
+    assert result.info["reason"] == "ledger_unavailable"
     assert smtp_server.handler.rcpt_commands == 0 and smtp_server.delivered == []
     own_redis.start()
     assert result.get(timeout=15)["detail"] is None, "sent guarded once the limiter is back"
@@ -291,7 +291,7 @@ def test_limiter_redis_frozen_defers_then_sends(
         result = app.send_task(TASK, args=["fay@example.com"], kwargs={"subject": "s", "body": "b"})
         poll(lambda: result.state != "PENDING", 10, "the first run to end")
         assert result.state == "DEFERRED", (result.state, result.info)
-        assert result.info["reason"] == "limiter_unavailable"
+        assert result.info["reason"] == "ledger_unavailable"  # one Redis: the claim comes first
         assert smtp_server.handler.rcpt_commands == 0
     finally:
         own_redis.process.send_signal(signal.SIGCONT)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import redis
 
-from mailer import Kinds, Limiter, ManualClock, Policy
+from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Fail, Finish, Guard, GuardConfig, Later, MailRequest, Progress
 from mailer.ledger import MemoryLedger, RedisLedger
 from mailer.outcomes import Outcome
-from mailer.plan import Defer, Drop, Send, plan
+from mailer.steps import Defer, Drop, Send, plan
 from mailer.transports import MemoryTransport
 from tests.servers import RedisServer
 
@@ -43,13 +43,11 @@ def test_plan_maps_decisions_to_steps(clock: ManualClock) -> None:
     limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=clock)
     assert isinstance(plan(limiter.acquire("k", mail_id="a"), max_countdown=30), Send)
     booked = plan(limiter.acquire("k", mail_id="b", max_wait=3600), max_countdown=30)
-    assert booked == Defer(
-        countdown=30, due=clock.now + 60, wait=60, tier=limiter.policy.tiers[0], hop=True
-    )
+    assert booked == Defer(countdown=30, due=clock.now + 60, wait=60, tier=limiter.policy.tiers[0])
     short = plan(limiter.acquire("j", mail_id="c", max_wait=3600), max_countdown=30)
     assert isinstance(short, Send)
     dropped = plan(limiter.acquire("k", mail_id="d", max_wait=10), max_countdown=30)
-    assert isinstance(dropped, Drop) and dropped.reason == "rate_limited" and dropped.wait == 120
+    assert dropped == Drop(wait=120, tier=limiter.policy.tiers[0])
 
 
 def test_first_mail_is_sent_with_a_full_outcome(clock: ManualClock) -> None:
@@ -240,3 +238,26 @@ def test_ledger_claims_and_records(backend: str, redis_url: str) -> None:
     ledger.record(outcome)
     assert ledger.recorded("m") == outcome
     assert ledger.begin("m", "w3", 60) == outcome, "a sent mail is never claimed again"
+
+
+def test_a_ledger_outage_is_named_the_ledger_even_under_fail_open(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ledger down: deferred as ``ledger_unavailable`` with backoff, logged as the ledger's."""
+    guard, transport = make_guard(clock, fail_open=True, retry_backoff=5)
+
+    def down(*_: object) -> None:
+        raise BackendUnavailable("redis://ledger:6379/0")
+
+    guard.ledger.begin = down  # type: ignore[method-assign,assignment]
+    with caplog.at_level("WARNING", logger="mailguard"):
+        first = guard.process(req("m1"))
+        assert isinstance(first, Later)
+        second = guard.process(req("m1"), first.progress)
+    assert isinstance(second, Later) and transport.sent == []
+    assert (first.outcome.reason, first.countdown, second.countdown) == (
+        "ledger_unavailable",
+        5,
+        10,
+    )
+    assert "ledger unavailable" in caplog.text and "fail_closed" not in caplog.text

@@ -116,7 +116,7 @@ def test_guard_counts_an_unavailable_ledger(clock: ManualClock) -> None:
 
     ledger.begin = down  # type: ignore[method-assign,assignment]
     step = guard.process(MailRequest(ADA, "m1", "s", "b"))
-    assert isinstance(step, Later) and step.outcome.reason == "limiter_unavailable"
+    assert isinstance(step, Later) and step.outcome.reason == "ledger_unavailable"
     assert count(registry, "mailguard_backend_unavailable_total", backend="ledger") == 1
     assert count(registry, "mailguard_limiter_decision_seconds_count") == 0
 

@@ -16,7 +16,7 @@ from typing import Any
 from celery import Celery, current_task, signals
 from kombu import Queue
 
-from mailer import metrics
+from mailer import defaults, metrics
 from mailer.logs import JsonFormatter
 from mailer.settings import Settings
 
@@ -52,7 +52,7 @@ def create_app(config: Settings) -> Celery:
         result_accept_content=["json"],
         # No countdown may outlive the Redis broker's visibility timeout (no duplicate delivery).
         broker_transport_options=transport_options(config),
-        result_expires=7 * 86_400,
+        result_expires=defaults.OUTCOME_TTL,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         task_track_started=False,

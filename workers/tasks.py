@@ -15,8 +15,9 @@ from celery.exceptions import Ignore
 from kombu.utils.json import dumps, loads
 
 from mailer.factory import build_guard
-from mailer.guard import Fail, Finish, Guard, Later, MailRequest, Progress
+from mailer.guard import Guard, MailRequest
 from mailer.settings import Settings
+from mailer.steps import Fail, Finish, Later, Progress
 from workers.app import app, settings
 
 

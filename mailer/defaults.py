@@ -1,0 +1,34 @@
+"""Every default of the guard and the worker, named once. Durations in seconds.
+
+:class:`~mailer.settings.Settings` (``MAILGUARD_*``) and :class:`~mailer.guard.GuardConfig`
+both take their defaults from here; change a default here, nowhere else.
+"""
+
+from __future__ import annotations
+
+#: The From address when ``MAILGUARD_SENDER`` is not set.
+SENDER = "mailguard@localhost"
+#: The kombu queue of ``send_mail``.
+QUEUE = "mail"
+#: Longest single countdown; a longer wait hops (runs again, finds its booking, defers again).
+MAX_COUNTDOWN = 600.0
+#: Celery-level retries after the transport gave up on a transient error.
+SEND_RETRIES = 5
+#: First delay of a Celery-level retry (SMTP transient, backend down); doubled each time.
+RETRY_BACKOFF = 30.0
+#: How long one run's claim on sending a mail lasts.
+CLAIM_LEASE = 300.0
+#: SMTP tries within one run (tenacity).
+SMTP_ATTEMPTS = 3
+#: Added to twice the longest countdown to make the Redis broker's visibility timeout.
+VISIBILITY_MARGIN = 300.0
+#: How long outcomes are kept, in the ledger and in Celery's result backend (7 days).
+OUTCOME_TTL = 7 * 86_400
+#: Wait when another run holds the claim on the same mail.
+IN_FLIGHT_WAIT = 5.0
+
+
+def backoff(failures: int, *, first: float, cap: float) -> float:
+    """Seconds before the next try after ``failures`` (>= 1) failures in a row: doubling from
+    ``first``, at most ``cap``. Not for booked slots: those wait exactly their booking."""
+    return min(first * 2.0 ** min(max(failures - 1, 0), 64), cap)

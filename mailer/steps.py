@@ -1,0 +1,150 @@
+"""The one vocabulary of a mail's run, from the limiter's answer to the Celery state.
+
+Every layer speaks these words; this table is where they are written down:
+
+| what happened | ``plan()`` | ``Step`` | ``Outcome`` status / reason | Celery state |
+|---|---|---|---|---|
+| limiter: allowed | ``Send`` | ``Finish`` | ``sent`` / none | SUCCESS |
+| limiter: booked | ``Defer`` | ``Later`` | ``deferred`` / ``booked`` | DEFERRED |
+| limiter: refused (too far) | ``Drop`` | ``Finish`` | ``dropped`` / ``rate_limited`` | SUCCESS |
+| bad input | | ``Finish`` | ``dropped`` / ``invalid`` | SUCCESS |
+| already finished (a repeat) | | ``Finish`` | the recorded outcome | SUCCESS |
+| another run holds the claim | | ``Later`` | ``deferred`` / ``in_flight`` | DEFERRED |
+| limiter down (fail_closed) | | ``Later`` | ``deferred`` / ``limiter_unavailable`` | DEFERRED |
+| ledger down (either mode) | | ``Later`` | ``deferred`` / ``ledger_unavailable`` | DEFERRED |
+| SMTP 4xx, timeout, lost link | | ``Later`` | ``deferred`` / ``smtp_transient`` | DEFERRED |
+| SMTP 4xx, retries used up | | ``Fail`` | ``failed`` / ``retries_exhausted`` | FAILURE |
+| SMTP 5xx | | ``Fail`` | ``failed`` / ``smtp_permanent`` | FAILURE |
+
+- :func:`plan` (pure) turns a :class:`~mailer.decision.Decision` into a :data:`Plan`.
+- :class:`~mailer.guard.Guard` answers each run with a :data:`Step`: :class:`Finish` (done,
+  sent or dropped), :class:`Fail` (failed for good) or :class:`Later` (run again in
+  ``countdown`` seconds, carrying :class:`Progress`).
+- ``workers/tasks.py`` carries a step out: return the outcome, raise ``MailFailed``, or set the
+  state ``DEFERRED`` and retry with the countdown. :data:`CELERY_STATE` names the state a
+  reader sees for each status (the simulator and the demo use the same words).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from mailer.decision import Decision
+from mailer.outcomes import Outcome, Status
+from mailer.policy import Tier
+
+#: The Celery state a mail of each status is in (``AsyncResult(id).state``).
+CELERY_STATE: Mapping[Status, str] = {
+    "sent": "SUCCESS",
+    "dropped": "SUCCESS",
+    "deferred": "DEFERRED",
+    "failed": "FAILURE",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Send now: the slot at ``at`` (epoch seconds) is this mail's."""
+
+    status: ClassVar[Literal["sent"]] = "sent"
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """Run again in ``countdown`` seconds; the slot at ``due`` (epoch seconds) is booked.
+
+    ``countdown`` is the whole wait, or ``max_countdown`` when the wait is longer: the task then
+    wakes early, finds its booking, and defers again (a hop). ``wait`` is the whole wait in
+    seconds, ``tier`` the tier that made it wait.
+    """
+
+    status: ClassVar[Literal["deferred"]] = "deferred"
+    countdown: float
+    due: float
+    wait: float
+    tier: Tier | None
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Do not send: the earliest slot is ``wait`` seconds away, more than the kind tolerates."""
+
+    status: ClassVar[Literal["dropped"]] = "dropped"
+    wait: float
+    tier: Tier | None
+
+
+Plan = Send | Defer | Drop
+
+
+def plan(decision: Decision, *, max_countdown: float) -> Plan:
+    """Allowed sends, booked defers (hopping past ``max_countdown`` seconds), refused drops.
+
+    The countdown has no jitter: the slot is booked, so it will be free at ``due``.
+    """
+    if decision.allowed:
+        return Send(at=decision.at)
+    if decision.booked:
+        wait = decision.retry_after
+        return Defer(
+            countdown=min(wait, max_countdown), due=decision.at, wait=wait, tier=decision.tier
+        )
+    return Drop(wait=decision.retry_after, tier=decision.tier)
+
+
+_COUNTERS = ("attempts", "send_failures", "limiter_failures", "deferrals")
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Counters carried from one run of a mail to the next (JSON-ready via ``as_dict``).
+
+    ``limiter_failures`` counts runs that found a backend (limiter or ledger) down.
+    """
+
+    attempts: int = 0  # SMTP tries so far
+    send_failures: int = 0  # runs that ended in a transient send failure
+    limiter_failures: int = 0  # runs that found a backend down
+    deferrals: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in _COUNTERS}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Progress:
+        """The inverse of :meth:`as_dict`; anything malformed starts from zero."""
+        if not isinstance(data, Mapping):
+            return cls()
+        try:
+            return cls(**{name: max(int(data.get(name, 0)), 0) for name in _COUNTERS})
+        except (TypeError, ValueError, OverflowError):
+            return cls()
+
+
+@dataclass(frozen=True)
+class Finish:
+    """Done for good: ``outcome.status`` is ``sent`` or ``dropped``."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Fail:
+    """Failed for good (``failed``): a permanent SMTP error or retries exhausted."""
+
+    outcome: Outcome
+
+
+@dataclass(frozen=True)
+class Later:
+    """Run this mail again in ``countdown`` seconds with ``progress``; ``outcome`` says why."""
+
+    countdown: float
+    outcome: Outcome
+    progress: Progress
+
+
+Step = Finish | Fail | Later
