@@ -24,6 +24,8 @@ SMTP_ATTEMPTS = 3
 VISIBILITY_MARGIN = 300.0
 #: How long outcomes are kept, in the ledger and in Celery's result backend (7 days).
 OUTCOME_TTL = 7 * 86_400
+#: The largest ``send_mail`` call, its arguments as JSON, in bytes (10 MB).
+MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 #: Wait when another run holds the claim on the same mail.
 IN_FLIGHT_WAIT = 5.0
 

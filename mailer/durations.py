@@ -1,4 +1,4 @@
-"""Durations written by people, such as ``300``, ``5m``, ``24h``, ``1d`` or ``500ms``.
+"""Durations (``300``, ``5m``, ``24h``, ``1d``, ``500ms``) and sizes (``10MB``) written by people.
 
 >>> parse_duration("5m"), parse_duration("500ms"), parse_duration("90")
 (300.0, 0.5, 90.0)
@@ -37,3 +37,19 @@ def parse_duration(text: str) -> float:
     if not math.isfinite(seconds):
         raise ValueError(f"bad duration {text.strip()[:40]!r}: too large")
     return seconds
+
+
+_UNITS_B = {"": 1, "b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3}
+_SIZE_RE = re.compile(r"^\s*(?P<num>[0-9]{1,12})\s*(?P<unit>[a-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """Return the size ``text`` in bytes: a whole number with an optional unit among ``B, KB,
+    MB, GB`` (powers of 1024), such as ``1048576``, ``512KB`` or ``10MB``."""
+    match = _SIZE_RE.match(text.lower()) if isinstance(text, str) else None
+    if match is None or match["unit"] not in _UNITS_B:
+        raise ValueError(
+            f"bad size {str(text).strip()[:40]!r}: expected a whole number with an optional "
+            "unit (B, KB, MB, GB) such as '10MB'"
+        )
+    return int(match["num"]) * _UNITS_B[match["unit"]]

@@ -20,6 +20,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |
 | ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
+| ``MAILGUARD_MAX_MESSAGE_BYTES`` | ``10MB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * MAX_COUNTDOWN + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
 | ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
 | ``MAILGUARD_METRICS_PORT`` | none (no server) | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mailer import defaults
-from mailer.durations import parse_duration
+from mailer.durations import parse_duration, parse_size
 from mailer.guard import GuardConfig
 from mailer.kinds import Kinds
 from mailer.policy import REFERENCE_POLICY, Policy
@@ -73,6 +74,7 @@ KNOWN = frozenset(
         "RESTORE_INTERVAL",
         "METRICS_PORT",
         "LOG_FORMAT",
+        "MAX_MESSAGE_BYTES",
     )
 )
 
@@ -101,6 +103,7 @@ class Settings:
     metrics_port: int | None = None
     metrics_host: str = ALL_INTERFACES
     log_format: LogFormat = "text"
+    max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -114,6 +117,8 @@ class Settings:
             raise ValueError("send retries must be >= 0 and SMTP attempts >= 1")
         if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
             raise ValueError(f"metrics port must be 1-65535, got {self.metrics_port}")
+        if self.max_message_bytes < 1024:
+            raise ValueError(f"max message bytes must be >= 1024, got {self.max_message_bytes}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log format must be text or json, got {self.log_format!r}")
 
@@ -205,6 +210,11 @@ class Settings:
             values["metrics_port"] = int(number)
             values["metrics_host"] = host.strip("[]") or ALL_INTERFACES
         text("LOG_FORMAT", "log_format")
+        if size := env.get(PREFIX + "MAX_MESSAGE_BYTES"):
+            try:
+                values["max_message_bytes"] = parse_size(size)
+            except ValueError as exc:
+                raise ValueError(f"{PREFIX}MAX_MESSAGE_BYTES: {exc}") from None
         integer("SMTP_ATTEMPTS", "smtp_attempts")
         if policy := env.get(PREFIX + "POLICY"):
             try:

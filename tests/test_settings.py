@@ -88,9 +88,9 @@ def test_embedded_defaults_send_a_mail_in_one_process() -> None:
         "from workers.inprocess import inprocess_worker\n"
         "with inprocess_worker(app):\n"
         "    first = send_mail.delay('ada@example.com', kind='code', context={'code': '42'})\n"
+        "    outcome = first.get(timeout=20)\n"  # then the second mail finds the slot taken
         "    second = send_mail.delay('ada@example.com', subject='s', body='b')\n"
         "    plain = send_mail.delay('bob@example.com').get(timeout=20)\n"
-        "    outcome = first.get(timeout=20)\n"
         "    import time\n"
         "    deadline = time.monotonic() + 20\n"
         "    while second.state == 'PENDING' and time.monotonic() < deadline:\n"

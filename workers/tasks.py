@@ -14,8 +14,10 @@ from celery import Task
 from celery.exceptions import Ignore
 from kombu.utils.json import dumps, loads
 
+from mailer.arguments import InvalidArguments, check_arguments
 from mailer.factory import build_guard
 from mailer.guard import Guard, MailRequest
+from mailer.seal import seal, unseal
 from mailer.settings import Settings
 from mailer.steps import Fail, Finish, Later, Progress
 from workers.app import app, settings
@@ -55,11 +57,39 @@ def use_settings(new: Settings) -> Settings:
     return old
 
 
+#: Keyword arguments only mailguard itself passes (sealed: see :mod:`mailer.seal`).
+PRIVATE = ("_progress",)
+
+
+def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
+    """``send_mail``'s call as keywords, or ``InvalidArguments`` (one line) saying what is wrong.
+
+    Run at enqueue (:meth:`GuardedTask.apply_async`) and again on receipt, before the pool
+    (:class:`workers.request.GuardedRequest`): bounds from :mod:`mailer.arguments`, a
+    ``_progress`` that mailguard sealed for this mail id, and nothing a worker could not decode.
+    """
+    call = check_arguments(
+        args, kwargs, max_message_bytes=settings.max_message_bytes, private=PRIVATE
+    )
+    if "_progress" in call:
+        mail_id = call.get("mail_id")
+        if (
+            not isinstance(mail_id, str)
+            or unseal(call["_progress"], mail_id, settings.secret) is None
+        ):
+            raise InvalidArguments("send_mail: _progress is private to mailguard")
+    _check_transportable(args, kwargs)
+    return call
+
+
 class GuardedTask(Task):  # type: ignore[misc]
-    """Keeps addresses out of the broker's and the worker's logs (``argsrepr``/``kwargsrepr``)."""
+    """Bounds its arguments at enqueue and on receipt; keeps addresses out of the broker's and
+    the worker's logs (``argsrepr``/``kwargsrepr``)."""
+
+    Request = "workers.request:GuardedRequest"
 
     def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
-        _check_transportable(args, kwargs)
+        check_call(args, kwargs)
         options.setdefault("argsrepr", "(<redacted>)")
         options.setdefault("kwargsrepr", "{<redacted>}")
         return super().apply_async(args, kwargs, **options)
@@ -74,7 +104,7 @@ def _check_transportable(args: Any, kwargs: Any) -> None:
     try:
         loads(dumps([args, kwargs]))
     except (TypeError, ValueError) as exc:
-        raise ValueError(
+        raise InvalidArguments(
             f"send_mail arguments cannot travel as JSON: {type(exc).__name__}; use plain "
             "str/int/float/bool/None, lists and dicts with str keys"
         ) from None
@@ -100,7 +130,7 @@ def send_mail(
     context: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
     mail_id: str | None = None,
-    _progress: dict[str, int] | None = None,
+    _progress: str | None = None,
 ) -> dict[str, Any]:
     """Send one mail to ``to``, or defer it to its booked slot, or drop it; exactly once.
 
@@ -120,7 +150,8 @@ def send_mail(
         context=context,
         headers=headers,
     )
-    step = guard().process(request, Progress.from_dict(_progress))
+    progress = unseal(_progress, mail_id, settings.secret) if _progress else None
+    step = guard().process(request, progress or Progress())
     if isinstance(step, Finish):
         return step.outcome.as_dict()
     if isinstance(step, Fail):
@@ -128,6 +159,6 @@ def send_mail(
     assert isinstance(step, Later)
     self.update_state(state="DEFERRED", meta=step.outcome.as_dict())
     again = dict(self.request.kwargs or {})
-    again.update(mail_id=mail_id, _progress=step.progress.as_dict())
+    again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
     self.retry(countdown=step.countdown, kwargs=again, throw=False)
     raise Ignore()

@@ -1,0 +1,152 @@
+"""Hostile calls through a real prefork worker: refused at enqueue, or dropped on receipt.
+
+A context nested 500 deep once killed a prefork worker's main process (it pickles the arguments
+for its pool) and then every worker that took the message back. Now ``send_mail.delay`` refuses
+it, and a message that bypasses ``delay`` (another producer: ``app.send_task``) is dropped as
+``invalid`` on receipt, before the pool; the worker carries on with the next mail.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from celery import Celery
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from mailer.arguments import InvalidArguments
+from tests.celery_worker import CeleryWorker, client_app, worker_env
+from tests.servers import RedisServer
+from tests.smtp_server import SmtpTestServer
+from workers.tasks import check_call
+
+TASK = "mailguard.send_mail"
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow]
+
+Stack = tuple[Celery, CeleryWorker, SmtpTestServer]
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[Stack]:
+    """One redis-server, aiosmtpd and prefork worker (2 processes) for the module."""
+    redis_server = RedisServer().start()
+    smtp = SmtpTestServer().start()
+    env = worker_env(redis_server.url, smtp.url, MAILGUARD_POLICY="1000/1s")
+    worker = CeleryWorker(env)
+    app = client_app(env)
+    try:
+        worker.start()
+        yield app, worker, smtp
+    finally:
+        worker.stop()
+        app.close()
+        smtp.stop()
+        redis_server.cleanup()
+
+
+def deep(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": 1}
+    for _ in range(depth):
+        value = {"x": value}
+    return value
+
+
+def settle(app: Celery, task_id: str, timeout: float = 20) -> tuple[str, Any]:
+    result = app.AsyncResult(task_id)
+    deadline = time.monotonic() + timeout
+    while not result.ready() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return result.state, result.info
+
+
+def test_a_deep_context_from_another_producer_is_dropped_and_the_worker_goes_on(
+    stack: Stack,
+) -> None:
+    """A 500-deep context sent around delay() ends dropped/invalid; the next mail is sent."""
+    app, worker, smtp = stack
+    poison = app.send_task(TASK, args=["ada@example.com"], kwargs={"context": deep(500)})
+    state, info = settle(app, poison.id)
+    assert (state, info["status"], info["reason"]) == ("SUCCESS", "dropped", "invalid"), info
+    assert "nested deeper than 32" in info["detail"]
+    after = app.send_task(TASK, args=["bob@example.com"], kwargs={"subject": "s", "body": "b"})
+    assert settle(app, after.id)[1]["status"] == "sent"
+    assert worker.process is not None and worker.process.poll() is None, "the worker died"
+    assert "Unrecoverable error" not in worker.log()
+    assert [d.rcpt_tos for d in smtp.delivered[-1:]] == [("bob@example.com",)]
+
+
+def test_a_forged_progress_is_dropped_on_receipt(stack: Stack) -> None:
+    """A caller-made ``_progress`` (not sealed by mailguard) is dropped, never trusted."""
+    app, _, smtp = stack
+    before = len(smtp.delivered)
+    forged = app.send_task(
+        TASK,
+        args=["cy@example.com"],
+        kwargs={"mail_id": "forged-1", "_progress": {"attempts": "many", "send_failures": 1e309}},
+    )
+    state, info = settle(app, forged.id)
+    assert (state, info["reason"]) == ("SUCCESS", "invalid") and "private" in info["detail"]
+    assert len(smtp.delivered) == before
+
+
+def test_delay_refuses_what_a_worker_would_drop() -> None:
+    """The same checks run at enqueue: one clear error, nothing enqueued."""
+    with pytest.raises(InvalidArguments, match="nested deeper than 32"):
+        check_call(["ada@example.com"], {"context": deep(500)})
+    with pytest.raises(InvalidArguments, match="_progress is private"):
+        check_call(["ada@example.com"], {"mail_id": "m", "_progress": "abc.def"})
+
+
+text = st.text(st.characters(codec=None, categories=None), max_size=30)  # surrogates included
+numbers = (
+    st.integers(min_value=-(2**200), max_value=2**200)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from([5e-324, -0.0, 1e308, 2**63, -(2**63) - 1])
+)
+leaves = st.none() | st.booleans() | numbers | text
+values = st.recursive(
+    leaves,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
+    max_leaves=8,
+)
+hostile = st.one_of(values, st.integers(0, 600).map(deep))
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(
+    to=st.one_of(st.emails(), text, numbers),
+    field=st.sampled_from(["subject", "body", "html", "kind", "context", "headers", "mail_id"]),
+    value=hostile,
+    via_delay=st.booleans(),
+)
+def test_any_value_anywhere_is_refused_dropped_or_sent(
+    stack: Stack, to: Any, field: str, value: Any, via_delay: bool
+) -> None:
+    """Refused at enqueue with InvalidArguments, or a SUCCESS outcome: never FAILURE or PENDING."""
+    app, worker, _ = stack
+    kwargs = {"subject": "s", "body": "b", field: value}
+    if via_delay:
+        try:
+            check_call([to], kwargs)
+        except InvalidArguments:
+            event("refused at enqueue")
+            return
+    try:
+        result = app.send_task(TASK, args=[to], kwargs=kwargs)
+    except (TypeError, ValueError):  # kombu cannot even encode it (e.g. a lone surrogate)
+        event("not encodable")
+        return
+    state, info = settle(app, result.id)
+    assert state == "SUCCESS", (state, info)
+    event(f"{info['status']}/{info['reason']}")
+    assert info["status"] in ("sent", "dropped")
+    assert worker.process is not None and worker.process.poll() is None, "the worker died"
