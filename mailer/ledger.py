@@ -18,8 +18,7 @@ import json
 import threading
 from typing import Any, Protocol
 
-import redis.exceptions
-
+from mailer.backends.redis_errors import REDIS_DOWN
 from mailer.clock import Clock, system_clock
 from mailer.errors import BackendUnavailable
 from mailer.outcomes import Outcome
@@ -29,14 +28,6 @@ SENT_TTL = 7 * 86_400
 
 #: What :meth:`Ledger.begin` answers: the recorded outcome, True (claimed) or False (held).
 Begun = Outcome | bool
-
-_UNAVAILABLE = (
-    redis.exceptions.ConnectionError,
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.ClusterError,
-)
 
 
 class Ledger(Protocol):
@@ -147,7 +138,7 @@ class RedisLedger:
     def begin(self, mail_id: str, owner: str, lease: float) -> Begun:
         try:
             answer = self._begin(keys=self._keys(mail_id), args=[owner, int(lease * 1000)])
-        except _UNAVAILABLE as exc:
+        except REDIS_DOWN as exc:
             raise BackendUnavailable(self._url, exc) from exc
         if isinstance(answer, bytes | str):
             return Outcome.from_dict(json.loads(answer))
@@ -156,7 +147,7 @@ class RedisLedger:
     def unclaim(self, mail_id: str, owner: str) -> None:
         try:
             self._unclaim(keys=self._keys(mail_id)[:1], args=[owner])
-        except _UNAVAILABLE as exc:
+        except REDIS_DOWN as exc:
             raise BackendUnavailable(self._url, exc) from exc
 
     def record(self, outcome: Outcome) -> None:
@@ -164,12 +155,12 @@ class RedisLedger:
             self._record(
                 keys=self._keys(outcome.mail_id), args=[json.dumps(outcome.as_dict()), SENT_TTL]
             )
-        except _UNAVAILABLE as exc:
+        except REDIS_DOWN as exc:
             raise BackendUnavailable(self._url, exc) from exc
 
     def recorded(self, mail_id: str) -> Outcome | None:
         try:
             raw = self._client.get(self._keys(mail_id)[1])
-        except _UNAVAILABLE as exc:
+        except REDIS_DOWN as exc:
             raise BackendUnavailable(self._url, exc) from exc
         return None if raw is None else Outcome.from_dict(json.loads(raw))

@@ -17,20 +17,13 @@ from urllib.parse import unquote, urlsplit
 import redis
 import redis.exceptions
 
+from mailer.backends.redis_errors import REDIS_DOWN
 from mailer.clock import Clock, to_ms
 from mailer.errors import BackendUnavailable, mask_url
 from mailer.sliding_log import RawDecision, TierSpec
 
 #: The script's text with the policy markers in place; :func:`compile_script` fills them.
 SCRIPT_TEMPLATE = resources.files("mailer.backends").joinpath("lua/sliding_log.lua").read_text()
-
-_UNAVAILABLE = (
-    redis.exceptions.ConnectionError,  # includes sentinel's MasterNotFoundError
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.ClusterError,
-)
 
 
 def compile_script(spec: TierSpec) -> tuple[str, str]:
@@ -174,12 +167,12 @@ class RedisBackend:
             except redis.exceptions.NoScriptError:  # the command did not run: load, run again
                 self._client.script_load(self.script)
                 return self._client.evalsha(self.script_sha, len(keys), *keys, *args)
-        except _UNAVAILABLE as exc:
+        except REDIS_DOWN as exc:
             raise BackendUnavailable(self.url, exc) from exc
 
     @contextmanager
     def _translate(self) -> Iterator[None]:
         try:
             yield
-        except _UNAVAILABLE as exc:
+        except REDIS_DOWN as exc:
             raise BackendUnavailable(self.url, exc) from exc
