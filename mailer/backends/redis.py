@@ -37,10 +37,6 @@ def compile_script(spec: TierSpec) -> tuple[str, str]:
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
 
 
-#: URL schemes this module understands.
-SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel")
-
-
 def client_from_url(url: str, **options: Any) -> Any:
     """Build a redis-py client from a URL.
 
@@ -120,9 +116,6 @@ class RedisBackend:
     def client(self) -> Any:
         """The redis-py client (shared connection pool)."""
         return self._client
-
-    def _now(self) -> int | str:
-        return "" if self._clock is None else to_ms(self._clock())
 
     def acquire(self, key: str, tag: int, max_wait_ms: int) -> RawDecision:
         return tuple(self._call(key, "a", tag, max_wait_ms))
