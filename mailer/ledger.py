@@ -139,7 +139,7 @@ class RedisLedger:
         try:
             answer = self._begin(keys=self._keys(mail_id), args=[owner, int(lease * 1000)])
         except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc) from exc
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
         if isinstance(answer, bytes | str):
             return Outcome.from_dict(json.loads(answer))
         return bool(answer)
@@ -148,7 +148,7 @@ class RedisLedger:
         try:
             self._unclaim(keys=self._keys(mail_id)[:1], args=[owner])
         except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc) from exc
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
 
     def record(self, outcome: Outcome) -> None:
         try:
@@ -156,11 +156,11 @@ class RedisLedger:
                 keys=self._keys(outcome.mail_id), args=[json.dumps(outcome.as_dict()), SENT_TTL]
             )
         except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc) from exc
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
 
     def recorded(self, mail_id: str) -> Outcome | None:
         try:
             raw = self._client.get(self._keys(mail_id)[1])
         except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc) from exc
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
         return None if raw is None else Outcome.from_dict(json.loads(raw))
