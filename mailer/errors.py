@@ -10,20 +10,40 @@ class MailguardError(Exception):
 
 
 class BackendUnavailable(MailguardError):
-    """The limiter's storage (Redis) cannot be reached or answered with an error.
+    """A backend's storage (Redis) cannot be reached or answered with an error.
 
-    Raised instead of the driver's own exceptions so callers catch one type. The URL in the
-    message has its password masked. Decide with ``fail_closed`` / ``fail_open`` what a send
-    does meanwhile; the limiter itself never guesses.
+    ``backend`` names which one is down: ``"limiter"`` (the rate limits) or ``"ledger"`` (claims
+    and sent mails); the message starts with it, e.g. "ledger backend redis://... is
+    unavailable". Raised instead of the driver's own exceptions so callers catch one type. The
+    URL in the message (and ``url``) has its password masked. Decide with ``fail_closed`` /
+    ``fail_open`` what a send does meanwhile; neither backend ever guesses.
     """
 
-    def __init__(self, url: str, cause: BaseException | None = None) -> None:
+    def __init__(
+        self, url: str, cause: BaseException | None = None, *, backend: str = "limiter"
+    ) -> None:
         self.url = mask_url(url)
+        self.backend = backend
         detail = f": {cause}" if cause is not None else ""
         super().__init__(
-            f"limiter backend {self.url} is unavailable{detail}; check that the server runs and "
-            "the URL is right"
+            f"{backend} backend {self.url} is unavailable{detail}; check that the server runs "
+            "and the URL is right"
         )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep the message, url and backend when the error is pickled (result backends,
+        # processes): the default would call __init__ with the message as the URL.
+        return (_restore_unavailable, (type(self), str(self), self.url, self.backend))
+
+
+def _restore_unavailable(
+    cls: type[BackendUnavailable], message: str, url: str, backend: str
+) -> BackendUnavailable:
+    error = cls.__new__(cls)
+    MailguardError.__init__(error, message)
+    error.url = url
+    error.backend = backend
+    return error
 
 
 def mask_url(url: str) -> str:

@@ -5,7 +5,7 @@ aiosmtpd server, and counts the mails the server accepted. "Exactly one" means: 
 committed (answered 250 to) exactly one message for the call. A worker killed while the server
 was still receiving the message never got that 250, so that message was never accepted; the
 redelivered task sends it. (A kill in the milliseconds after the 250 and before the outcome is
-recorded is the documented at-least-once window of ``mailer/ledger.py``; it is not tested here.)
+recorded is the documented at-least-once window of ``mailer/ledger``; it is not tested here.)
 """
 
 from __future__ import annotations

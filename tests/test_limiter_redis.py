@@ -122,6 +122,8 @@ def test_outage_raises_backend_unavailable_then_recovers(own_redis: RedisServer)
     ):
         with pytest.raises(BackendUnavailable) as raised:
             call()
+        assert raised.value.backend == "limiter"
+        assert str(raised.value).startswith("limiter backend redis://:***@127.0.0.1:")
         assert f"127.0.0.1:{own_redis.port}" in str(raised.value)
         assert "hunter2" not in str(raised.value)
     own_redis.start()

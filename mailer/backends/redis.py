@@ -17,20 +17,13 @@ from urllib.parse import unquote, urlsplit
 import redis
 import redis.exceptions
 
+from mailer.backends.redis_errors import REDIS_DOWN
 from mailer.clock import Clock, to_ms
 from mailer.errors import BackendUnavailable, mask_url
 from mailer.sliding_log import RawDecision, TierSpec
 
 #: The script's text with the policy markers in place; :func:`compile_script` fills them.
 SCRIPT_TEMPLATE = resources.files("mailer.backends").joinpath("lua/sliding_log.lua").read_text()
-
-_UNAVAILABLE = (
-    redis.exceptions.ConnectionError,  # includes sentinel's MasterNotFoundError
-    redis.exceptions.TimeoutError,
-    redis.exceptions.ReadOnlyError,
-    redis.exceptions.ClusterDownError,
-    redis.exceptions.ClusterError,
-)
 
 
 def compile_script(spec: TierSpec) -> tuple[str, str]:
@@ -42,10 +35,6 @@ def compile_script(spec: TierSpec) -> tuple[str, str]:
         "--[[WINDOWS]]", ", ".join(map(str, spec.windows))
     )
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
-
-
-#: URL schemes this module understands.
-SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel")
 
 
 def client_from_url(url: str, **options: Any) -> Any:
@@ -128,9 +117,6 @@ class RedisBackend:
         """The redis-py client (shared connection pool)."""
         return self._client
 
-    def _now(self) -> int | str:
-        return "" if self._clock is None else to_ms(self._clock())
-
     def acquire(self, key: str, tag: int, max_wait_ms: int) -> RawDecision:
         return tuple(self._call(key, "a", tag, max_wait_ms))
 
@@ -174,12 +160,12 @@ class RedisBackend:
             except redis.exceptions.NoScriptError:  # the command did not run: load, run again
                 self._client.script_load(self.script)
                 return self._client.evalsha(self.script_sha, len(keys), *keys, *args)
-        except _UNAVAILABLE as exc:
+        except REDIS_DOWN as exc:
             raise BackendUnavailable(self.url, exc) from exc
 
     @contextmanager
     def _translate(self) -> Iterator[None]:
         try:
             yield
-        except _UNAVAILABLE as exc:
+        except REDIS_DOWN as exc:
             raise BackendUnavailable(self.url, exc) from exc

@@ -1,0 +1,27 @@
+--[[
+mailguard ledger, begin: in one atomic step, the recorded outcome of a mail if it was sent, else
+a claim on it for the calling run. Mirrors MemoryLedger.begin in mailer/ledger/memory.py; the
+shared suite tests/test_ledger.py checks both agree. mailer/ledger/redis.py loads this file.
+
+KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": a string holding the owner (the run that
+          claimed the mail), with a PX expiry at the end of the lease
+KEYS[2]   the sent marker, "<namespace>:sent:{<mail id>}": a string holding the recorded outcome
+          as JSON (written by record.lua, with an EX expiry of SENT_TTL seconds)
+          Both keys carry the mail id as {hash tag}, so they share one Redis Cluster slot.
+ARGV[1]   owner: the claiming run's id (any string)
+ARGV[2]   lease in milliseconds, a positive integer: how long the claim holds unless renewed,
+          given back (unclaim.lua) or dropped by a recorded outcome (record.lua)
+
+Reply: the sent marker's JSON (bulk string) if the mail was sent; else 1 when the claim is now
+the caller's (newly taken, or the caller already held it: its lease starts again from now);
+0 when another owner holds an unexpired claim (nothing changes).
+]]
+
+local sent = redis.call('GET', KEYS[2])
+if sent then return sent end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0

@@ -1,0 +1,17 @@
+--[[
+mailguard ledger, record: remember a mail's final outcome and drop its claim, in one atomic
+step, so that every later begin.lua answers the outcome. Mirrors MemoryLedger.record in
+mailer/ledger/memory.py. mailer/ledger/redis.py loads this file.
+
+KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": deleted, whoever holds it
+KEYS[2]   the sent marker, "<namespace>:sent:{<mail id>}": set to ARGV[1], replacing any
+          earlier outcome. Both keys carry the mail id as {hash tag} (one Cluster slot).
+ARGV[1]   the outcome as JSON (Outcome.as_dict in mailer/outcomes.py)
+ARGV[2]   how long the outcome is kept, in seconds (EX): SENT_TTL, 7 days
+
+Reply: 1.
+]]
+
+redis.call('SET', KEYS[2], ARGV[1], 'EX', ARGV[2])
+redis.call('DEL', KEYS[1])
+return 1

@@ -1,0 +1,269 @@
+"""The ledger's behaviour, run on every backend (memory and a real Redis) by one shared suite.
+
+Memory runs on a :class:`ManualClock`; Redis expires keys by its own clock, so its tests use real
+leases of a few hundred milliseconds at most and wait just past them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from mailer import BackendUnavailable, ManualClock
+from mailer.backends.redis import client_from_url
+from mailer.ledger import SENT_TTL, Ledger, MemoryLedger, RedisLedger
+from mailer.ledger import redis as redis_ledger
+from mailer.outcomes import Outcome
+from tests.servers import RedisServer
+
+#: A lease short enough to wait out on a real Redis, in seconds; waits add a margin to it.
+SHORT = 0.2
+#: Waiting this long lets a SHORT lease run out on either backend.
+PAST_SHORT = 0.25
+#: A lease no test outlives, in seconds.
+LONG = 60.0
+
+
+@dataclass
+class LedgerBench:
+    """A ledger on one backend, and how to move its time forward."""
+
+    ledger: Ledger
+    let_pass: Callable[[float], None]
+    outlive_outcome: Callable[[str], None]  # as if the recorded outcome's SENT_TTL ran out
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def bench(request: pytest.FixtureRequest) -> Iterator[LedgerBench]:
+    """Each shared-suite test runs once per backend: the in-process dicts and a real Redis."""
+    if request.param == "memory":
+        clock = ManualClock()
+        yield LedgerBench(
+            MemoryLedger(clock), clock.advance, lambda _mail_id: clock.advance(SENT_TTL)
+        )
+        return
+    url = str(request.getfixturevalue("redis_url"))
+    client = client_from_url(url)
+    yield LedgerBench(
+        RedisLedger(client, url),
+        time.sleep,
+        lambda mail_id: client.delete(f"mailguard:sent:{{{mail_id}}}"),  # what EX would do
+    )
+    client.close()
+
+
+def sent(mail_id: str, **fields: object) -> Outcome:
+    """A sent outcome of ``mail_id`` with every kind of field filled in (JSON round trip)."""
+    values: dict[str, object] = {
+        "status": "sent",
+        "mail_id": mail_id,
+        "kind": "welcome",
+        "recipient": "h:0123abcd",
+        "tier": "1/1m",
+        "wait": 1.5,
+        "attempts": 2,
+        "deferrals": 1,
+        "smtp_code": 250,
+        "smtp_reply": "2.0.0 Ok: queued",
+        "message_id": "<m@example.com>",
+        "decided_at": 1_700_000_000.25,
+        "sent_at": 1_700_000_001.5,
+    }
+    values.update(fields)
+    return Outcome(**values)  # type: ignore[arg-type]
+
+
+def test_begin_claims_a_new_mail(bench: LedgerBench) -> None:
+    """A mail nobody claimed or sent is claimed by the first run that begins it."""
+    assert bench.ledger.begin("m", "w1", LONG) is True
+    assert bench.ledger.recorded("m") is None, "a claim is not an outcome"
+
+
+def test_a_claim_held_by_another_owner_is_refused(bench: LedgerBench) -> None:
+    """While w1 holds the claim, every other run is refused and w1 keeps it."""
+    ledger = bench.ledger
+    assert ledger.begin("m", "w1", LONG) is True
+    assert ledger.begin("m", "w2", LONG) is False
+    assert ledger.begin("m", "w3", LONG) is False
+    assert ledger.begin("m", "w1", LONG) is True, "the refusals took nothing from w1"
+    assert ledger.begin("other", "w2", LONG) is True, "claims are per mail id"
+
+
+def test_the_owner_claims_again_with_a_fresh_lease(bench: LedgerBench) -> None:
+    """The owner's second begin succeeds and replaces the lease: longer or shorter."""
+    ledger = bench.ledger
+    assert ledger.begin("lengthened", "w1", SHORT) is True
+    assert ledger.begin("lengthened", "w1", LONG) is True
+    assert ledger.begin("shortened", "w1", LONG) is True
+    assert ledger.begin("shortened", "w1", SHORT) is True
+    bench.let_pass(PAST_SHORT)
+    assert ledger.begin("lengthened", "w2", LONG) is False, "the renewed lease still holds"
+    assert ledger.begin("shortened", "w2", LONG) is True, "the renewed lease ran out"
+
+
+def test_an_expired_lease_lets_another_owner_claim(bench: LedgerBench) -> None:
+    """A claim whose lease ran out goes to the next run, and the old owner then is refused."""
+    ledger = bench.ledger
+    assert ledger.begin("m", "w1", SHORT) is True
+    assert ledger.begin("m", "w2", LONG) is False
+    bench.let_pass(PAST_SHORT)
+    assert ledger.begin("m", "w2", LONG) is True
+    assert ledger.begin("m", "w1", LONG) is False, "w1 lost the claim with its lease"
+
+
+def test_unclaim_gives_the_claim_back_only_for_its_owner(bench: LedgerBench) -> None:
+    """An unclaim by another run changes nothing; the owner's own unclaim frees the mail."""
+    ledger = bench.ledger
+    ledger.unclaim("m", "w1")  # nothing to give back: no error
+    assert ledger.begin("m", "w1", LONG) is True
+    ledger.unclaim("m", "w2")
+    assert ledger.begin("m", "w2", LONG) is False
+    ledger.unclaim("m", "w1")
+    assert ledger.begin("m", "w2", LONG) is True
+
+
+def test_a_late_unclaim_leaves_the_new_owners_claim(bench: LedgerBench) -> None:
+    """An owner whose lease ran out and was taken over cannot drop the new owner's claim."""
+    ledger = bench.ledger
+    assert ledger.begin("m", "w1", SHORT) is True
+    bench.let_pass(PAST_SHORT)
+    assert ledger.begin("m", "w2", LONG) is True
+    ledger.unclaim("m", "w1")
+    assert ledger.begin("m", "w3", LONG) is False, "w2 still holds the claim"
+
+
+def test_a_recorded_outcome_answers_every_later_begin(bench: LedgerBench) -> None:
+    """Once recorded, every later begin of the mail, by any owner, returns the outcome."""
+    ledger = bench.ledger
+    outcome = sent("m")
+    assert ledger.begin("m", "w1", LONG) is True
+    ledger.record(outcome)
+    for owner in ("w1", "w2", "w1", "w3"):
+        assert ledger.begin("m", owner, LONG) == outcome, "a sent mail is never claimed again"
+    ledger.unclaim("m", "w1")
+    assert ledger.begin("m", "w2", LONG) == outcome, "unclaim does not undo a record"
+
+
+def test_a_record_without_a_claim_still_answers_begin(bench: LedgerBench) -> None:
+    """An outcome recorded for a mail nobody claimed is returned by its first begin."""
+    outcome = sent("m", status="dropped", reason="invalid", smtp_code=None, smtp_reply=None)
+    bench.ledger.record(outcome)
+    assert bench.ledger.begin("m", "w1", LONG) == outcome
+
+
+def test_record_drops_the_claim(bench: LedgerBench) -> None:
+    """Recording drops the claim at once: after the outcome is gone, another run may claim."""
+    ledger = bench.ledger
+    assert ledger.begin("m", "w1", 2 * SENT_TTL) is True  # a lease that outlives the outcome
+    ledger.record(sent("m"))
+    bench.outlive_outcome("m")
+    assert ledger.recorded("m") is None
+    assert ledger.begin("m", "w2", LONG) is True, "no claim was left behind by the record"
+
+
+def test_recorded_returns_the_latest_outcome_of_that_mail_only(bench: LedgerBench) -> None:
+    """recorded() is None until an outcome is recorded, then the latest one, and per mail id."""
+    ledger = bench.ledger
+    assert ledger.recorded("m") is None
+    assert ledger.begin("m", "w1", LONG) is True, "reading recorded() takes no claim"
+    first = sent("m", status="failed", reason="smtp_permanent", smtp_code=550)
+    ledger.record(first)
+    assert ledger.recorded("m") == first
+    ledger.record(sent("m"))
+    assert ledger.recorded("m") == sent("m"), "a later record replaces the outcome"
+    assert ledger.recorded("other") is None
+
+
+def test_memory_forgets_an_outcome_after_sent_ttl() -> None:
+    """The memory ledger keeps an outcome SENT_TTL seconds by its clock, then claims anew."""
+    clock = ManualClock()
+    ledger = MemoryLedger(clock)
+    ledger.record(sent("m"))
+    clock.advance(SENT_TTL - 1)
+    assert ledger.begin("m", "w1", LONG) == sent("m")
+    clock.advance(1)
+    assert ledger.recorded("m") is None
+    assert ledger.begin("m", "w1", LONG) is True
+
+
+@pytest.mark.redis
+def test_redis_keys_and_their_expiry(redis_url: str) -> None:
+    """Keys are <ns>:claim:{id} (owner, PX lease) and <ns>:sent:{id} (JSON, EX SENT_TTL)."""
+    client = client_from_url(redis_url)
+    ledger = RedisLedger(client, redis_url, namespace="ns")
+    assert ledger.begin("m-1", "w1", 30) is True
+    assert client.get("ns:claim:{m-1}") == b"w1"
+    assert 29_000 < client.pttl("ns:claim:{m-1}") <= 30_000
+    ledger.record(sent("m-1"))
+    assert client.exists("ns:claim:{m-1}") == 0
+    assert json.loads(client.get("ns:sent:{m-1}")) == sent("m-1").as_dict()
+    assert SENT_TTL - 60 < client.ttl("ns:sent:{m-1}") <= SENT_TTL
+    assert sorted(client.keys("*")) == [b"ns:sent:{m-1}"]
+    assert RedisLedger(client, redis_url).begin("m-1", "w2", 30) is True, "namespaces are apart"
+    client.close()
+
+
+@pytest.mark.redis
+def test_redis_reloads_its_scripts_after_a_flush(redis_url: str) -> None:
+    """Scripts dropped from the server's cache (SCRIPT FLUSH, a restart) are loaded again."""
+    client = client_from_url(redis_url)
+    ledger = RedisLedger(client, redis_url)
+    assert ledger.begin("m", "w1", LONG) is True
+    client.script_flush()
+    assert ledger.begin("m", "w2", LONG) is False
+    client.script_flush()
+    ledger.unclaim("m", "w1")
+    client.script_flush()
+    ledger.record(sent("m"))
+    assert ledger.begin("m", "w2", LONG) == sent("m")
+    client.close()
+
+
+@pytest.mark.redis
+def test_redis_outage_raises_backend_unavailable_naming_the_ledger(own_redis: RedisServer) -> None:
+    """A stopped server makes every method raise BackendUnavailable for the ledger, URL masked."""
+    url = f"redis://:hunter2@127.0.0.1:{own_redis.port}/0"
+    admin = client_from_url(own_redis.url)
+    admin.config_set("requirepass", "hunter2")
+    admin.close()
+    client = client_from_url(url)
+    ledger = RedisLedger(client, url)
+    assert ledger.begin("m", "w1", LONG) is True
+    own_redis.stop()
+    calls: list[Callable[[], object]] = [
+        lambda: ledger.begin("m", "w1", LONG),
+        lambda: ledger.unclaim("m", "w1"),
+        lambda: ledger.record(sent("m")),
+        lambda: ledger.recorded("m"),
+    ]
+    for call in calls:
+        with pytest.raises(BackendUnavailable) as raised:
+            call()
+        assert raised.value.backend == "ledger"
+        message = str(raised.value)
+        assert message.startswith(f"ledger backend redis://:***@127.0.0.1:{own_redis.port}/0 ")
+        assert "hunter2" not in message
+    own_redis.start()
+    admin = client_from_url(own_redis.url)
+    admin.config_set("requirepass", "hunter2")
+    admin.close()
+    assert ledger.begin("m", "w2", LONG) is True, "the restarted server is empty; it reconnects"
+    client.close()
+
+
+@pytest.mark.parametrize(
+    "script", [redis_ledger.BEGIN_SCRIPT, redis_ledger.UNCLAIM_SCRIPT, redis_ledger.RECORD_SCRIPT]
+)
+def test_each_script_header_names_every_key_and_argument_it_uses(script: str) -> None:
+    """A script's opening comment documents each KEYS[i] and ARGV[i] its code reads."""
+    assert script.startswith("--[[\nmailguard ledger, ")
+    header, _, code = script.partition("]]")
+    used = set(re.findall(r"(?:KEYS|ARGV)\[\d\]", code))
+    assert used, "the code reads its keys and arguments"
+    for name in sorted(used):
+        assert re.search(rf"^{re.escape(name)} ", header, re.MULTILINE), f"{name} is undocumented"
