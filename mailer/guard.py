@@ -13,8 +13,9 @@ A run is a short pipeline of named steps; each is a small method that returns pl
 4. **send** (:meth:`Guard._send`): through the transport: ``Finish`` (``sent``), ``Later``
    (a transient SMTP error) or ``Fail``.
 5. **record** (:meth:`Guard._settle`): the one place that carries out the ledger's effects once
-   a run holds the claim: record a sent outcome, or give the claim back (and a failed mail's
-   slot, so the recipient does not pay for our failure).
+   a run holds the claim: record a final outcome (sent, dropped or failed: final means final),
+   or give the claim back to run again; a failed mail also gives its slot back, so the
+   recipient does not pay for our failure.
 
 The words of each result (``plan`` → ``Step`` → outcome → Celery state) are in
 :mod:`mailer.steps`. The guard never imports Celery; ``workers/tasks.py`` carries a step out.
@@ -149,11 +150,11 @@ class Guard:
         owner = uuid.uuid4().hex
         held = self._claim(prepared, owner, progress)
         if held is not None:
-            return held, isinstance(held, Finish)
+            return held, not isinstance(held, Later)
+        progress = replace(progress, stale_owner="")
         go = self._admit(prepared, progress)
         step = self._send(prepared, go, progress) if isinstance(go, Go) else go
-        self._settle(prepared, owner, step, guarded=isinstance(go, Go) and go.guarded)
-        return step, False
+        return self._settle(prepared, owner, step, guarded=isinstance(go, Go) and go.guarded), False
 
     # 1. validate ---------------------------------------------------------------------------
 
@@ -208,12 +209,16 @@ class Guard:
     # 2. claim ------------------------------------------------------------------------------
 
     def _claim(self, mail: Prepared, owner: str, progress: Progress) -> Step | None:
-        """None when this run now holds the claim; else what to answer instead."""
+        """None when this run now holds the claim; else what to answer instead: the recorded
+        outcome of a finished mail (``Finish``, or ``Fail`` for a failed one), or ``Later``."""
+        stale = progress.stale_owner or None
         try:
-            begun = self.ledger.begin(mail.mail_id, owner, self.config.claim_lease)
+            begun = self.ledger.begin(mail.mail_id, owner, self.config.claim_lease, takeover=stale)
         except BackendUnavailable as exc:
-            # Without the ledger no run can promise "once": defer, whatever the fail mode.
+            # Without the ledger no run can promise "once": defer, whatever the fail mode. The
+            # claim may have been written after the client gave up: the next run may take it.
             self.metrics.backend_down("ledger")
+            progress = replace(progress, stale_owner=owner)
             return self._backend_down(mail.base, progress, exc, why.LEDGER_UNAVAILABLE)
         if isinstance(begun, Outcome):
             log.info(
@@ -222,7 +227,7 @@ class Guard:
                 begun.status,
                 extra=_fields(begun),
             )
-            return Finish(begun)
+            return Fail(begun) if begun.status == "failed" else Finish(begun)
         if begun:
             return None
         wait = defaults.IN_FLIGHT_WAIT
@@ -357,36 +362,44 @@ class Guard:
 
     # 5. record -----------------------------------------------------------------------------
 
-    def _settle(self, mail: Prepared, owner: str, step: Step, *, guarded: bool) -> None:
-        """The ledger's effects once this run holds the claim, in one place.
+    def _settle(self, mail: Prepared, owner: str, step: Step, *, guarded: bool) -> Step:
+        """The ledger's effects once this run holds the claim, in one place; the step to answer.
 
-        Sent: record the outcome (which drops the claim). Failed: give the recipient's slot
-        back, then the claim. Anything else (booked, dropped, retried later): give the claim
-        back. A backend that is down here is logged and counted, never raised: the step stands.
+        Finished (sent or dropped) and failed mails are recorded, which drops the claim: final
+        means final, a redelivered copy answers the recorded outcome. A failed mail first gives
+        the recipient's slot back. A mail that runs again gives the claim back; if the ledger
+        is down then, the next run may take the claim over (``Progress.stale_owner``).
+        A backend that is down here is logged and counted, never raised: the step stands.
         """
-        if isinstance(step, Finish) and step.outcome.status == "sent":
-            try:
-                self.ledger.record(step.outcome)
-            except BackendUnavailable:
-                # The mail is out; only the marker is missing. A redelivered copy would find
-                # the claim (until its lease ends): log loudly rather than fail a sent mail.
-                self.metrics.backend_down("ledger")
-                log.error(
-                    "mail %s sent but its outcome could not be recorded (ledger unavailable)",
-                    mail.mail_id,
-                    extra=_fields(step.outcome),
-                )
-            return
         if isinstance(step, Fail) and guarded:
             self._release(mail)
+        if not isinstance(step, Later):
+            self._record(step.outcome)
+            return step
         try:
             self.ledger.unclaim(mail.mail_id, owner)
         except BackendUnavailable:
             self.metrics.backend_down("ledger")
             log.warning(
-                "mail %s: claim left to expire (ledger unavailable)",
+                "mail %s: claim left to its next run (ledger unavailable)",
                 mail.mail_id,
                 extra={"mail_id": mail.mail_id},
+            )
+            return replace(step, progress=replace(step.progress, stale_owner=owner))
+        return step
+
+    def _record(self, outcome: Outcome) -> None:
+        try:
+            self.ledger.record(outcome)
+        except BackendUnavailable:
+            # The outcome stands; only the marker is missing. A redelivered copy would find the
+            # claim (until its lease ends): log loudly rather than fail a finished mail.
+            self.metrics.backend_down("ledger")
+            log.error(
+                "mail %s %s but its outcome could not be recorded (ledger unavailable)",
+                outcome.mail_id,
+                outcome.status,
+                extra=_fields(outcome),
             )
 
     def _release(self, mail: Prepared) -> None:

@@ -8,7 +8,7 @@ Every layer speaks these words; this table is where they are written down:
 | limiter: booked | ``Defer`` | ``Later`` | ``deferred`` / ``booked`` | DEFERRED |
 | limiter: refused (too far) | ``Drop`` | ``Finish`` | ``dropped`` / ``rate_limited`` | SUCCESS |
 | bad input | | ``Finish`` | ``dropped`` / ``invalid`` | SUCCESS |
-| already finished (a repeat) | | ``Finish`` | the recorded outcome | SUCCESS |
+| already finished (a repeat) | | ``Finish`` / ``Fail`` | the recorded outcome | as recorded |
 | another run holds the claim | | ``Later`` | ``deferred`` / ``in_flight`` | DEFERRED |
 | limiter down (fail_closed) | | ``Later`` | ``deferred`` / ``limiter_unavailable`` | DEFERRED |
 | ledger down (either mode) | | ``Later`` | ``deferred`` / ``ledger_unavailable`` | DEFERRED |
@@ -96,32 +96,42 @@ def plan(decision: Decision, *, max_countdown: float) -> Plan:
 
 
 _COUNTERS = ("attempts", "send_failures", "limiter_failures", "deferrals")
+_OWNER_CHARS = frozenset("0123456789abcdef")
 
 
 @dataclass(frozen=True)
 class Progress:
-    """Counters carried from one run of a mail to the next (JSON-ready via ``as_dict``).
+    """What one run of a mail hands to the next (JSON-ready via ``as_dict``; it travels sealed,
+    see :mod:`mailer.seal`).
 
     ``limiter_failures`` counts runs that found a backend (limiter or ledger) down.
+    ``stale_owner`` is the claim owner of a run that ended without knowing whether its claim
+    is held (the ledger timed out): the next run may take that claim over at once.
     """
 
     attempts: int = 0  # SMTP tries so far
     send_failures: int = 0  # runs that ended in a transient send failure
     limiter_failures: int = 0  # runs that found a backend down
     deferrals: int = 0
+    stale_owner: str = ""
 
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name in _COUNTERS}
+    def as_dict(self) -> dict[str, int | str]:
+        counters: dict[str, int | str] = {name: getattr(self, name) for name in _COUNTERS}
+        return counters | {"stale_owner": self.stale_owner}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Progress:
         """The inverse of :meth:`as_dict`; anything malformed starts from zero."""
         if not isinstance(data, Mapping):
             return cls()
+        owner = data.get("stale_owner", "")
+        if not isinstance(owner, str) or len(owner) > 64 or not set(owner) <= _OWNER_CHARS:
+            owner = ""
         try:
-            return cls(**{name: max(int(data.get(name, 0)), 0) for name in _COUNTERS})
+            counters = {name: max(int(data.get(name, 0)), 0) for name in _COUNTERS}
         except (TypeError, ValueError, OverflowError):
             return cls()
+        return cls(**counters, stale_owner=owner)
 
 
 @dataclass(frozen=True)

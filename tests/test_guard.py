@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
+from mailer import BackendUnavailable, Kind, Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Fail, Finish, Guard, GuardConfig, Later, MailRequest, Progress
 from mailer.ledger import MemoryLedger
 from mailer.steps import Defer, Drop, Send, plan
@@ -221,7 +221,7 @@ def test_a_ledger_outage_is_named_the_ledger_even_under_fail_open(
     """Ledger down: deferred as ``ledger_unavailable`` with backoff, logged as the ledger's."""
     guard, transport = make_guard(clock, fail_open=True, retry_backoff=5)
 
-    def down(*_: object) -> None:
+    def down(*_: object, **__: object) -> None:
         raise BackendUnavailable("redis://ledger:6379/0", backend="ledger")
 
     guard.ledger.begin = down  # type: ignore[method-assign,assignment]
@@ -237,3 +237,42 @@ def test_a_ledger_outage_is_named_the_ledger_even_under_fail_open(
     )
     assert "ledger unavailable" in caplog.text and "fail_closed" not in caplog.text
     assert str(first.outcome.detail).startswith("ledger backend redis://ledger:6379/0 ")
+
+
+def test_dropped_and_failed_mails_stay_final_when_a_copy_runs_again(clock: ManualClock) -> None:
+    """Final means final: a redelivered copy answers the recorded drop or failure, sends nothing."""
+    guard, transport = make_guard(clock)
+    guard.kinds = Kinds.defaults().with_kind(Kind("now", max_wait=0))
+    assert isinstance(guard.process(req("first")), Finish)
+    dropped = guard.process(req("late", kind="now"))
+    assert isinstance(dropped, Finish) and dropped.outcome.reason == "rate_limited"
+    clock.advance(120)  # the slot is free now: a fresh decision would send
+    again = guard.process(req("late", kind="now"))
+    assert again == dropped and len(transport.sent) == 1
+    transport.fail_next(1, permanent=True)
+    failed = guard.process(req("bad", to="bob@example.com"))
+    assert isinstance(failed, Fail)
+    assert guard.process(req("bad", to="bob@example.com")) == failed, "a Fail again, no send"
+    assert len(transport.sent) == 1
+
+
+def test_a_claim_written_after_the_ledger_timed_out_is_taken_over_by_the_next_run(
+    clock: ManualClock,
+) -> None:
+    """A frozen ledger that writes the claim after the client gave up delays by one run only."""
+    guard, transport = make_guard(clock)
+    ledger = guard.ledger
+    real_begin = ledger.begin
+
+    def late_write(mail_id: str, owner: str, lease: float, **options: object) -> object:
+        real_begin(mail_id, owner, lease)  # the write lands ...
+        raise BackendUnavailable("redis://ledger", backend="ledger")  # ... after the timeout
+
+    ledger.begin = late_write  # type: ignore[method-assign,assignment]
+    first = guard.process(req("m1"))
+    assert isinstance(first, Later) and first.outcome.reason == "ledger_unavailable"
+    ledger.begin = real_begin  # type: ignore[method-assign]
+    second = guard.process(req("m1"), first.progress)
+    assert isinstance(second, Finish) and second.outcome.status == "sent", second.outcome
+    assert len(transport.sent) == 1
+    assert guard.process(req("m1"), Progress()) == second, "and it is final"

@@ -267,3 +267,24 @@ def test_each_script_header_names_every_key_and_argument_it_uses(script: str) ->
     assert used, "the code reads its keys and arguments"
     for name in sorted(used):
         assert re.search(rf"^{re.escape(name)} ", header, re.MULTILINE), f"{name} is undocumented"
+
+
+def test_a_stale_claim_is_taken_over_by_name_only(bench: LedgerBench) -> None:
+    """``takeover`` takes a claim held by that owner at once; any other holder still refuses."""
+    ledger = bench.ledger
+    assert ledger.begin("m", "lost", LONG) is True  # written after its run gave up
+    assert ledger.begin("m", "next", LONG, takeover="someone-else") is False
+    assert ledger.begin("m", "next", LONG, takeover="lost") is True
+    assert ledger.begin("m", "copy", LONG, takeover="lost") is False, "only from that owner"
+    ledger.unclaim("m", "lost")  # the stale owner can no longer give it away
+    assert ledger.begin("m", "copy", LONG) is False
+
+
+def test_dropped_and_failed_outcomes_are_final_too(bench: LedgerBench) -> None:
+    """A recorded dropped or failed outcome answers every later begin, like a sent one."""
+    ledger = bench.ledger
+    for status in ("dropped", "failed"):
+        outcome = sent(f"m-{status}", status=status, reason="rate_limited", sent_at=None)
+        assert ledger.begin(outcome.mail_id, "w1", LONG) is True
+        ledger.record(outcome)
+        assert ledger.begin(outcome.mail_id, "w2", LONG) == outcome

@@ -111,8 +111,8 @@ def test_guard_counts_an_unavailable_ledger(clock: ManualClock) -> None:
     registry = CollectorRegistry()
     guard, ledger = make_guard(clock, registry)
 
-    def down(*_: object) -> None:
-        raise BackendUnavailable("ledger down")
+    def down(*_: object, **__: object) -> None:
+        raise BackendUnavailable("redis://ledger", backend="ledger")
 
     ledger.begin = down  # type: ignore[method-assign,assignment]
     step = guard.process(MailRequest(ADA, "m1", "s", "b"))
@@ -211,7 +211,7 @@ def test_worker_serves_exact_counts_summed_over_its_pool(
     dropped = app.send_task(TASK, args=[ADA], kwargs=mail | {"kind": "now"})
     assert dropped.get(timeout=15)["reason"] == "rate_limited"
     invalid = app.send_task(TASK, args=["not-an-address"], kwargs=mail)
-    unknown = app.send_task(TASK, args=[ADA], kwargs=mail | {"kind": "no-such-kind"})
+    unknown = app.send_task(TASK, args=[ADA], kwargs=mail | {"kind": "no_such_kind"})
     again = app.send_task(TASK, args=[ADA], kwargs=mail | {"kind": "burst", "mail_id": "first"})
     for result in (invalid, unknown, again):
         result.get(timeout=15)
@@ -266,7 +266,7 @@ def test_worker_json_logs_carry_mail_id_and_recipient_hash_never_the_address(
     try:
         sent = app.send_task(TASK, args=["Ada@Example.com"], kwargs={"subject": "s", "body": "b"})
         outcome = sent.get(timeout=15)
-        bad = app.send_task(TASK, args=["Ada@Example.com"], kwargs={"kind": "no-such-kind"})
+        bad = app.send_task(TASK, args=["Ada@Example.com"], kwargs={"kind": "no_such_kind"})
         bad.get(timeout=15)
         time.sleep(0.3)  # the "succeeded" lines follow the results
     finally:

@@ -16,6 +16,7 @@ from celery.worker.request import Request
 from celery.worker.state import task_ready
 
 from mailer import outcomes as why
+from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.arguments import InvalidArguments
 from mailer.outcomes import Outcome
 
@@ -55,6 +56,7 @@ class GuardedRequest(Request):  # type: ignore[misc]
         )
         try:
             self.task.backend.mark_as_done(self.id, outcome.as_dict(), request=self)
+            default_metrics().record(outcome, UNKNOWN_KIND)
         finally:
             task_ready(self)
             self.acknowledge()

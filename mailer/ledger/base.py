@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from mailer.defaults import OUTCOME_TTL
 from mailer.outcomes import Outcome
 
 #: How long a recorded outcome is kept, in seconds (7 days: longer than any deferral).
-SENT_TTL = 7 * 86_400
+SENT_TTL = OUTCOME_TTL
 
 #: What :meth:`Ledger.begin` answers: the recorded outcome, True (claimed) or False (held).
 Begun = Outcome | bool
@@ -16,9 +17,15 @@ Begun = Outcome | bool
 class Ledger(Protocol):
     """Claims and sent-markers per mail id. Every method is one atomic step."""
 
-    def begin(self, mail_id: str, owner: str, lease: float) -> Begun:
-        """The recorded outcome of ``mail_id`` if it was sent; else claim it for ``lease``
-        seconds under ``owner`` and answer True; False if another owner holds the claim."""
+    def begin(
+        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+    ) -> Begun:
+        """The recorded outcome of ``mail_id`` if it finished; else claim it for ``lease``
+        seconds under ``owner`` and answer True; False if another owner holds the claim.
+
+        ``takeover`` names an earlier run of the same mail that ended without knowing whether
+        its claim was written (the ledger timed out): a claim held by it is taken over at once
+        instead of waiting out its lease. Only that owner: a concurrent copy still waits."""
         ...
 
     def unclaim(self, mail_id: str, owner: str) -> None:
@@ -26,7 +33,8 @@ class Ledger(Protocol):
         ...
 
     def record(self, outcome: Outcome) -> None:
-        """Remember ``outcome`` as the final one of its mail id and drop the claim."""
+        """Remember ``outcome`` (sent, dropped or failed) as the final one of its mail id and
+        drop the claim: every later ``begin`` answers it."""
         ...
 
     def recorded(self, mail_id: str) -> Outcome | None:

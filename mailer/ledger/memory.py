@@ -18,14 +18,16 @@ class MemoryLedger:
         self._claims: dict[str, tuple[str, float]] = {}
         self._done: dict[str, tuple[Outcome, float]] = {}
 
-    def begin(self, mail_id: str, owner: str, lease: float) -> Begun:
+    def begin(
+        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+    ) -> Begun:
         now = self._clock()
         with self._lock:
             done = self._done.get(mail_id)
             if done is not None and done[1] > now:
                 return done[0]
             held = self._claims.get(mail_id)
-            if held is not None and held[1] > now and held[0] != owner:
+            if held is not None and held[1] > now and held[0] not in (owner, takeover):
                 return False
             self._claims[mail_id] = (owner, now + lease)
             return True

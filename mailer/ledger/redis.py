@@ -52,9 +52,12 @@ class RedisLedger:
     def _keys(self, mail_id: str) -> list[str]:
         return [f"{self._ns}:claim:{{{mail_id}}}", f"{self._ns}:sent:{{{mail_id}}}"]
 
-    def begin(self, mail_id: str, owner: str, lease: float) -> Begun:
+    def begin(
+        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+    ) -> Begun:
+        args = [owner, int(lease * 1000), takeover or ""]
         try:
-            answer = self._begin(keys=self._keys(mail_id), args=[owner, int(lease * 1000)])
+            answer = self._begin(keys=self._keys(mail_id), args=args)
         except REDIS_DOWN as exc:
             raise BackendUnavailable(self._url, exc, backend="ledger") from exc
         if isinstance(answer, bytes | str):

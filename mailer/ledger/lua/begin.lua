@@ -11,17 +11,21 @@ KEYS[2]   the sent marker, "<namespace>:sent:{<mail id>}": a string holding the 
 ARGV[1]   owner: the claiming run's id (any string)
 ARGV[2]   lease in milliseconds, a positive integer: how long the claim holds unless renewed,
           given back (unclaim.lua) or dropped by a recorded outcome (record.lua)
+ARGV[3]   takeover: the owner of an earlier run of this mail that lost contact with the ledger
+          while claiming ("" for none); a claim it holds is taken over by ARGV[1] at once
 
-Reply: the sent marker's JSON (bulk string) if the mail was sent; else 1 when the claim is now
-the caller's (newly taken, or the caller already held it: its lease starts again from now);
+Reply: the recorded outcome's JSON (bulk string) if the mail finished (sent, dropped or
+failed); else 1 when the claim is now the caller's (newly taken, taken over from ARGV[3], or
+the caller already held it: its lease starts again from now);
 0 when another owner holds an unexpired claim (nothing changes).
 ]]
 
 local sent = redis.call('GET', KEYS[2])
 if sent then return sent end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] or (ARGV[3] ~= '' and holder == ARGV[3]) then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   return 1
 end
 return 0
