@@ -1,7 +1,15 @@
-"""A brute-force model of the limiter's contract, written from DESIGN.md, not from the code.
+"""A brute-force model of the limiter's contract, the oracle of ``test_limiter_properties.py``.
 
-It keeps every admission ever made (minus releases) and checks windows by counting, so it
-shares no shortcut with :mod:`mailer.sliding_log` (no ``ts[n-L] + W`` formula, no pruning).
+The contract it encodes (README, "The limiter"): for every tier ``L/W`` of the policy, no window
+``(t - W, t]`` holds more than ``L`` admissions; ``acquire`` admits now if it can, otherwise books
+the earliest time that keeps every tier (never ahead of an existing booking, at most ``max_wait``
+away) or refuses and consumes nothing; the same ``mail_id``, while its entry is inside the
+longest window, gets its slot back and consumes nothing more; ``release`` gives a slot back;
+``peek`` answers without consuming. The binding tier is the one whose own wait is longest.
+
+It keeps every admission made (minus releases) and finds answers by trying candidate times and
+counting windows, so it shares no shortcut with :mod:`mailer.sliding_log` (no ``ts[n-L] + W``
+formula, no pruning): a bug there does not repeat here.
 """
 
 from __future__ import annotations

@@ -198,9 +198,45 @@ def test_any_input_is_dropped_sent_once_or_refused_at_enqueue(
     assert delivered[0].message["Message-ID"] == outcome["message_id"]
 
 
+# Bad calls the worker must drop as invalid (the default kind's text unless a call gives one).
+BAD_CALLS: list[tuple[Any, dict[str, Any]]] = [
+    ("ada@example.com\r\nBcc: eve@example.com", {}),  # header injection in the address
+    (["ada@example.com"], {}),  # not a str
+    ("x" * 400 + "@example.com", {}),  # a local part far over 64 octets
+    ("ada@example.com", {"body": "é" * 1_200_000}),  # a body over the cap
+    ("ada@example.com", {"kind": "nope"}),  # an unknown kind
+    ("ada@example.com", {"headers": {"X-Bad:": "v"}}),  # a malformed header name
+    ("ada@example.com", {"kind": "code", "context": {}}),  # the code kind without its code
+]
+
+
 def test_the_worker_survived_the_run(stack: Stack) -> None:
-    """After the hypothesis run: no pool child was lost and no task raised in the worker."""
-    _, worker, _ = stack
+    """Bad calls into the worker: each is dropped, then the same worker, with the same pool
+    children, answers a ping and sends a valid mail; no task raised, no child was lost."""
+    app, worker, smtp = stack
+    assert worker.process is not None
+    children = worker.children()
+    with pytest.raises(EncodeError):  # refused at enqueue, never reaches the worker
+        app.send_task(TASK, args=["ada@example.com"], kwargs={"headers": {1, 2}})
+    for to, kwargs in BAD_CALLS:
+        result = app.send_task(TASK, args=[to], kwargs=kwargs)
+        outcome = result.get(timeout=20)
+        assert (result.state, outcome["status"], outcome["reason"]) == (
+            "SUCCESS",
+            "dropped",
+            "invalid",
+        ), (to, kwargs, outcome)
+
+    replies = app.control.ping(timeout=10, limit=1)  # returns at the first reply
+    assert any(name.startswith(f"{worker.name}@") for reply in replies for name in reply), replies
+    before = len(smtp.delivered)
+    survivor = "survivor@example.com"
+    result = app.send_task(TASK, args=[survivor], kwargs={"subject": "still here", "body": "b"})
+    outcome = result.get(timeout=20)
+    assert outcome["status"] == "sent", outcome
+    assert [d.rcpt_tos for d in smtp.delivered[before:]] == [(survivor,)]
+
+    assert worker.process.poll() is None, "the worker's main process is alive"
+    assert worker.children() == children, "no pool child died and was replaced"
     log = worker.log()
     assert "WorkerLostError" not in log and "raised unexpected" not in log
-    assert worker.process is not None and worker.process.poll() is None

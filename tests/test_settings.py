@@ -79,6 +79,7 @@ def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None
         Settings.from_env(env)
 
 
+@pytest.mark.server  # an in-process Celery worker, in a subprocess
 def test_embedded_defaults_send_a_mail_in_one_process() -> None:
     """With no MAILGUARD_* variables, send_mail.delay runs on an in-process worker."""
     script = (

@@ -15,7 +15,13 @@ import pytest
 
 from mailer.errors import MailguardError, PermanentSendError, SendError, TransientSendError
 from mailer.message import Mail, build_message
-from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport, Transport
+from mailer.transports import (
+    ConsoleTransport,
+    MemoryTransport,
+    SendReceipt,
+    SmtpTransport,
+    Transport,
+)
 from mailer.transports.base import mask_addresses, recipient_hash
 from tests.servers import free_port
 from tests.smtp_server import SmtpTestServer, TestCertificate
@@ -426,11 +432,39 @@ def test_send_errors_survive_pickling() -> None:
     assert str(copy) == str(error)
 
 
-def test_send_errors_share_a_base() -> None:
-    """Both send errors are SendError and MailguardError, so callers can catch one type."""
-    assert issubclass(TransientSendError, SendError)
-    assert issubclass(PermanentSendError, SendError)
-    assert issubclass(SendError, MailguardError)
+@pytest.mark.parametrize("stage", ["rcpt", "data"])
+@pytest.mark.parametrize(
+    ("reply", "error"),
+    [("451 4.3.0 try later", TransientSendError), ("550 5.7.1 refused", PermanentSendError)],
+)
+def test_one_except_clause_catches_every_smtp_refusal_with_its_reply(
+    smtp_server: SmtpTestServer,
+    sleeps: Sleeps,
+    stage: str,
+    reply: str,
+    error: type[SendError],
+) -> None:
+    """What the real server's 4xx or 5xx makes the transport raise is caught by ``except
+    SendError`` and by ``except MailguardError``, with the SMTP code, reply text and attempts."""
+    refuse = smtp_server.fail_rcpt if stage == "rcpt" else smtp_server.fail_data
+    refuse(reply, times=10)
+    transport = _transport(smtp_server.url, sleeps, max_attempts=2)
+    caught: list[SendError] = []
+    try:
+        transport.send(_message())
+    except SendError as exc:  # what the guard catches
+        caught.append(exc)
+    try:
+        transport.send(_message())
+    except MailguardError as exc:  # what a caller of the whole library may catch
+        assert isinstance(exc, SendError)
+        caught.append(exc)
+    assert [type(exc) for exc in caught] == [error, error]
+    attempts = 2 if error is TransientSendError else 1  # a 5xx is never retried
+    code, text = reply.split(" ", 1)
+    for exc in caught:
+        assert (exc.code, exc.reply, exc.attempts) == (int(code), text, attempts)
+    assert smtp_server.delivered == []
 
 
 def test_mask_addresses_is_case_insensitive() -> None:
@@ -443,11 +477,41 @@ def test_mask_addresses_is_case_insensitive() -> None:
 # --- memory and console ------------------------------------------------------------------------
 
 
-def test_transports_satisfy_the_protocol() -> None:
-    """All three transports are structurally Transports."""
-    assert isinstance(MemoryTransport(), Transport)
-    assert isinstance(ConsoleTransport(io.StringIO()), Transport)
-    assert isinstance(SmtpTransport("127.0.0.1"), Transport)
+def _send_through_the_protocol(transport: object, message: EmailMessage) -> SendReceipt:
+    """What the guard does with a transport: it knows only the ``Transport`` protocol."""
+    assert isinstance(transport, Transport)
+    return transport.send(message)
+
+
+@pytest.mark.parametrize(
+    "name", ["memory", "console", pytest.param("smtp", marks=pytest.mark.server)]
+)
+def test_each_transport_delivers_a_message_through_the_protocol(
+    name: str, sleeps: Sleeps, request: pytest.FixtureRequest
+) -> None:
+    """Memory, console and SMTP (to the real test server), used only as a ``Transport``, each
+    hand the message over once and return a 250 receipt carrying its Message-ID."""
+    message = _message(mail_id=f"proto-{name}")
+    expected_id = f"<proto-{name}@sender.example>"
+    if name == "memory":
+        memory = MemoryTransport()
+        receipt = _send_through_the_protocol(memory, message)
+        assert [m["Message-ID"] for m in memory.sent] == [expected_id]
+        assert memory.sent[0].get_content().splitlines() == ["Your code is 482913"]
+    elif name == "console":
+        stream = io.StringIO()
+        receipt = _send_through_the_protocol(ConsoleTransport(stream), message)
+        assert stream.getvalue().count("\n") == 1
+        assert f"message-id={expected_id}" in stream.getvalue()
+        assert f"to={recipient_hash(RECIPIENT)}" in stream.getvalue()
+    else:
+        server: SmtpTestServer = request.getfixturevalue("smtp_server")
+        receipt = _send_through_the_protocol(_transport(server.url, sleeps), message)
+        [delivered] = server.delivered
+        assert delivered.rcpt_tos == (RECIPIENT,)
+        assert delivered.message["Message-ID"] == expected_id
+        assert delivered.message.get_content().splitlines() == ["Your code is 482913"]
+    assert (receipt.message_id, receipt.code, receipt.attempts) == (expected_id, 250, 1)
 
 
 def test_memory_transport_keeps_sent_messages() -> None:
