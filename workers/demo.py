@@ -434,8 +434,6 @@ def run_demo(
     Raises :class:`DemoError` (Redis unreachable, mails still unsettled after ``timeout``) and
     :class:`DemoInterrupted` on Ctrl-C, after the worker and the SMTP server have stopped.
     """
-    from celery.worker import state as worker_state  # noqa: PLC0415
-
     from workers.app import app  # noqa: PLC0415 - Celery and the env's app only when run
     from workers.inprocess import inprocess_worker  # noqa: PLC0415
     from workers.tasks import send_mail  # noqa: PLC0415
@@ -454,18 +452,10 @@ def run_demo(
         ]
         run = Run(settings, speed, rows, smtp)
         limit = timeout if timeout is not None else 30.0 + max(r.at for r in rows) + 40.0 / speed
-        try:
-            with inprocess_worker(app, concurrency=4):
-                try:
-                    _play(run, app, send_mail, view, limit)
-                    if done is not None:
-                        done(run)
-                finally:
-                    # A warm shutdown (a mail being sent finishes), carried out by the worker's
-                    # own thread at its loop's next turn (stopping it from here would race it).
-                    worker_state.should_stop = 0
-        finally:
-            worker_state.should_stop = None
+        with inprocess_worker(app, concurrency=4):
+            _play(run, app, send_mail, view, limit)
+            if done is not None:
+                done(run)
         return run
     except KeyboardInterrupt:
         raise DemoInterrupted() from None
