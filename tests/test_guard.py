@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import redis
 
+from devservers.redis_servers import RedisServer
 from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Fail, Finish, Guard, GuardConfig, Later, MailRequest, Progress
 from mailer.ledger import MemoryLedger, RedisLedger
 from mailer.outcomes import Outcome
 from mailer.plan import Defer, Drop, Send, plan
 from mailer.transports import MemoryTransport
-from tests.servers import RedisServer
 
 ADA = "ada@example.com"
 

@@ -13,8 +13,8 @@ import time
 import uuid
 from collections.abc import Callable
 
+from devservers.redis_servers import RedisServer
 from mailer import Limiter, ManualClock, Policy
-from tests.servers import RedisServer
 
 COMPRESSED = "1/0.2s, 5/1s, 10/5s"
 HAMMER_SECONDS = 2.5

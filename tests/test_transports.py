@@ -13,11 +13,11 @@ from typing import Literal
 
 import pytest
 
+from devservers.redis_servers import free_port
 from mailer.errors import MailguardError, PermanentSendError, SendError, TransientSendError
 from mailer.message import Mail, build_message
 from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport, Transport
 from mailer.transports.base import mask_addresses, recipient_hash
-from tests.servers import free_port
 from tests.smtp_server import SmtpTestServer, TestCertificate
 
 # Re-exported so pytest finds the fixtures here until tests/conftest.py imports them.
