@@ -21,6 +21,7 @@ lint: install
 	$(BIN)/ruff check mailer workers devservers tests benchmarks examples
 	$(BIN)/ruff format --check mailer workers devservers tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/mypy devservers
 
 bench: install
 	@sh .ci/install-redis

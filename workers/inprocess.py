@@ -20,10 +20,11 @@ No ping task is sent: the ready callback already says the consumer takes message
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 from celery import Celery
 from celery.result import allow_join_result
@@ -41,11 +42,11 @@ def inprocess_worker(app: Celery, *, concurrency: int = 4) -> Iterator[WorkContr
     app.finalize()
     app.set_current()
     app.set_default()
-    app.log.setup(loglevel="WARNING")
+    app.log.setup(loglevel=logging.WARNING)
     worker = app.WorkController(
         concurrency=concurrency,
         pool="threads",
-        loglevel="WARNING",
+        loglevel=logging.WARNING,
         ready_callback=lambda _consumer: ready.set(),
         without_heartbeat=True,
         without_mingle=True,
@@ -63,16 +64,15 @@ def inprocess_worker(app: Celery, *, concurrency: int = 4) -> Iterator[WorkContr
 
 def _wait_ready(ready: threading.Event, thread: threading.Thread) -> None:
     """Block until the consumer is ready; raise if the worker thread ended or took too long."""
-    deadline = START_TIMEOUT
+    deadline = time.monotonic() + START_TIMEOUT
     while not ready.wait(timeout=0.05):
-        deadline -= 0.05
         if not thread.is_alive():
             raise RuntimeError("the in-process worker stopped while starting (see its log)")
-        if deadline <= 0:
+        if time.monotonic() > deadline:
             raise RuntimeError(f"the in-process worker was not ready within {START_TIMEOUT:g} s")
 
 
-def _stop(worker: Any, thread: threading.Thread) -> None:
+def _stop(worker: WorkController, thread: threading.Thread) -> None:
     """Warm shutdown: the consumer stops taking mails, the pool finishes the running ones."""
     worker.stop()
     thread.join(SHUTDOWN_TIMEOUT)
