@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -36,6 +36,9 @@ from workers import views
 from workers.budget import budget_report
 from workers.cli_errors import REFUSED, USAGE, OneLineErrors, error_line, fail
 from workers.outcomes import read_state
+
+if TYPE_CHECKING:
+    from mailer.simulate import Report
 
 
 def _settings() -> Settings:
@@ -296,12 +299,7 @@ def simulate(
     settings = _settings()
     if csv_path and pattern:
         fail("give --csv or --pattern, not both", USAGE)
-    policy = settings.policy
-    if policy_text is not None:
-        try:
-            policy = Policy.parse(policy_text, name="recipient")
-        except ValueError as exc:
-            fail(f"--policy: {exc}", USAGE)
+    policy = settings.policy if policy_text is None else _policy(policy_text)
     kinds = _with_waits(settings.kinds, max_waits)
     started = time.perf_counter()
     try:
@@ -324,13 +322,7 @@ def simulate(
     elapsed = time.perf_counter() - started
     views.show_report(report, source, elapsed, top)
     if plot_path:
-        try:
-            sim.plot(report, plot_path)
-        except RuntimeError as exc:
-            fail(str(exc))
-        except OSError as exc:
-            fail(f"cannot write {plot_path}: {exc.strerror}")
-        click.echo(f"plot written to {click.format_filename(plot_path)}")
+        _plot(report, plot_path)
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -354,6 +346,25 @@ def _context(text: str | None) -> dict[str, Any]:
     if not isinstance(value, dict):
         fail('--context must be a JSON object such as \'{"code": "1234"}\'', USAGE)
     return value
+
+
+def _policy(text: str) -> Policy:
+    try:
+        return Policy.parse(text, name="recipient")
+    except ValueError as exc:
+        fail(f"--policy: {exc}", USAGE)
+
+
+def _plot(report: Report, path: str) -> None:
+    from mailer.simulate import plot  # noqa: PLC0415 - loaded only for this command
+
+    try:
+        plot(report, path)
+    except RuntimeError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror}")
+    click.echo(f"plot written to {click.format_filename(path)}")
 
 
 def _with_waits(kinds: Kinds, overrides: tuple[str, ...]) -> Kinds:
