@@ -18,9 +18,10 @@ test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: install
-	$(BIN)/ruff check mailer workers tests benchmarks examples
-	$(BIN)/ruff format --check mailer workers tests benchmarks examples
+	$(BIN)/ruff check mailer workers devservers tests benchmarks examples
+	$(BIN)/ruff format --check mailer workers devservers tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/mypy devservers
 
 bench: install
 	@sh .ci/install-redis

@@ -42,8 +42,8 @@ import redis
 from celery import Celery
 
 from benchmarks.limiter import _machine
-from tests.celery_worker import CeleryWorker, client_app, worker_env
-from tests.servers import RedisServer
+from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.redis_servers import RedisServer
 
 ROUNDS = 7
 BATCH = 500

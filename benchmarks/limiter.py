@@ -24,9 +24,9 @@ from collections.abc import Callable
 
 import redis
 
+from devservers.redis_servers import RedisServer
 from mailer import Limiter, ManualClock, Policy
 from mailer.policy import REFERENCE_POLICY
-from tests.servers import RedisServer
 
 ROUNDS = 5
 CALLS_PER_ROUND = 2_000

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 import pytest
 import redis
 
+from devservers.redis_servers import RedisServer
 from mailer import REFERENCE_POLICY, Limiter, ManualClock, Policy
-from tests.servers import RedisServer
 from tests.smtp_fixtures import smtp_server, test_certificate
 
 __all__ = ["smtp_server", "test_certificate"]  # fixtures shared by the whole suite

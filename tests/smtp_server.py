@@ -23,7 +23,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
-from tests.servers import free_port
+from devservers.redis_servers import free_port
 
 
 @dataclass(frozen=True)

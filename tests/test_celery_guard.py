@@ -12,8 +12,8 @@ import pytest
 from celery import Celery
 from celery.result import AsyncResult
 
-from tests.celery_worker import CeleryWorker, client_app, worker_env
-from tests.servers import RedisServer
+from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.redis_servers import RedisServer
 from tests.smtp_server import SmtpTestServer
 
 TASK = "mailguard.send_mail"

@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from kombu.exceptions import EncodeError
 
+from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.redis_servers import RedisServer
 from mailer.address import normalise_address
 from mailer.errors import InvalidAddress
-from tests.celery_worker import CeleryWorker, client_app, worker_env
-from tests.servers import RedisServer
 from tests.smtp_server import SmtpTestServer
 
 TASK = "mailguard.send_mail"

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from devservers.celery_worker import CeleryWorker, worker_env
+from devservers.redis_servers import RedisServer
 from mailer import Limiter, Policy
-from tests.celery_worker import CeleryWorker, worker_env
-from tests.servers import RedisServer
 from tests.smtp_server import SmtpTestServer
 from workers.cli import main
 

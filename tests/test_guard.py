@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, Kind, Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Fail, Finish, Guard, GuardConfig, Later, MailRequest, Progress
 from mailer.ledger import MemoryLedger
 from mailer.steps import Defer, Drop, Send, plan
 from mailer.transports import MemoryTransport
-from tests.servers import RedisServer
 
 ADA = "ada@example.com"
 

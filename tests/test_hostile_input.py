@@ -17,9 +17,9 @@ from celery import Celery
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.redis_servers import RedisServer
 from mailer.arguments import InvalidArguments
-from tests.celery_worker import CeleryWorker, client_app, worker_env
-from tests.servers import RedisServer
 from tests.smtp_server import SmtpTestServer
 from workers.tasks import check_call
 

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, ManualClock
 from mailer.backends.redis import client_from_url
 from mailer.ledger import SENT_TTL, Ledger, MemoryLedger, RedisLedger
 from mailer.ledger import redis as redis_ledger
 from mailer.outcomes import Outcome
-from tests.servers import RedisServer
 
 #: A lease short enough to wait out on a real Redis, in seconds; waits add a margin to it.
 SHORT = 0.2

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import redis
 
+from devservers.redis_servers import RedisServer
 from mailer import Limiter, ManualClock, Policy
-from tests.servers import RedisServer
 
 COMPRESSED = "1/0.2s, 5/1s, 10/5s"
 HAMMER_SECONDS = 2.5  # each thread and process calls acquire for this long ...

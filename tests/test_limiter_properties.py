@@ -13,10 +13,10 @@ from dataclasses import astuple
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devservers.redis_servers import RedisServer
 from mailer import Decision, Limiter, ManualClock, Policy
 from mailer.clock import to_ms
 from tests.reference_model import Model, ModelAnswer
-from tests.servers import RedisServer
 
 POLICIES = ["1/1s, 3/5s, 5/20s", "2/300ms, 4/2s", "1/60s, 5/1h, 10/24h", "3/1s", "4/1s, 2/10s"]
 KEYS = ["k0", "k1"]

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisServer
 from mailer import Limiter, Policy
-from tests.servers import RedisClusterServers, RedisSentinel, RedisServer
 
 POLICY = Policy.parse("1/60s, 5/1h, 10/24h", name="recipient")
 

@@ -17,6 +17,8 @@ from celery.result import AsyncResult
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.redis_servers import free_port
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Finish, Guard, Later, MailRequest
 from mailer.kinds import Kind
@@ -26,8 +28,6 @@ from mailer.metrics import NO_METRICS, Metrics, default_metrics
 from mailer.outcomes import Outcome
 from mailer.settings import ALL_INTERFACES, Settings
 from mailer.transports import MemoryTransport
-from tests.celery_worker import CeleryWorker, client_app, worker_env
-from tests.servers import free_port
 from tests.smtp_server import SmtpTestServer
 
 TASK = "mailguard.send_mail"

@@ -13,6 +13,7 @@ from typing import Literal
 
 import pytest
 
+from devservers.redis_servers import free_port
 from mailer.errors import MailguardError, PermanentSendError, SendError, TransientSendError
 from mailer.message import Mail, build_message
 from mailer.transports import (
@@ -23,7 +24,6 @@ from mailer.transports import (
     Transport,
 )
 from mailer.transports.base import mask_addresses, recipient_hash
-from tests.servers import free_port
 from tests.smtp_server import SmtpTestServer, TestCertificate
 
 # Re-exported so pytest finds the fixtures here until tests/conftest.py imports them.

@@ -11,93 +11,34 @@ Celery is imported only by the commands that need it (``worker``, ``send``, ``ou
 
 from __future__ import annotations
 
-import datetime as dt
 import json
-import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, NoReturn
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from mailer.address import normalise_address
 from mailer.durations import parse_duration
-from mailer.errors import BackendUnavailable, InvalidAddress, InvalidMessage, MailguardError
+from mailer.errors import (
+    BackendUnavailable,
+    InvalidAddress,
+    InvalidMessage,
+    MailguardError,
+    mask_url,
+)
 from mailer.kinds import Kinds, render
 from mailer.limiter import Limiter
-from mailer.policy import MAX_LIMIT, Policy, Tier
+from mailer.policy import Policy
 from mailer.settings import Settings
+from workers import views
+from workers.budget import budget_report
+from workers.cli_errors import REFUSED, USAGE, OneLineErrors, error_line, fail
+from workers.outcomes import read_state
 
-TASK = "mailguard.send_mail"
-#: Exit codes.
-OK, REFUSED, USAGE = 0, 1, 2
-
-
-class Refused(click.ClickException):
-    """A problem the user can act on, printed as one line; exit code 1 (refused, not found)."""
-
-    exit_code = REFUSED
-
-
-class BadInput(Refused):
-    """Bad usage or input, printed as one line; exit code 2."""
-
-    exit_code = USAGE
-
-
-def fail(message: str, exit_code: int = REFUSED) -> NoReturn:
-    """Stop the command: ``message`` on stderr as one line, then exit with ``exit_code``."""
-    raise (BadInput if exit_code == USAGE else Refused)(message)
-
-
-class _Cli(click.Group):
-    """A group whose every error is one line on stderr (no usage block, no traceback)."""
-
-    def main(
-        self,
-        args: Sequence[str] | None = None,
-        prog_name: str | None = None,
-        complete_var: str | None = None,
-        standalone_mode: bool = True,
-        **extra: Any,
-    ) -> Any:
-        argv = list(sys.argv[1:] if args is None else args)
-        debug = "--debug" in argv[: argv.index("--") if "--" in argv else len(argv)]
-        try:
-            code = super().main(
-                argv, prog_name or "mailguard", complete_var, standalone_mode=False, **extra
-            )
-        except click.exceptions.Abort:
-            _error("aborted")
-            code = REFUSED
-        except click.UsageError as exc:
-            where = f"{exc.ctx.command_path}: " if exc.ctx is not None else ""
-            _error(f"{where}{exc.format_message()} (see --help)")
-            code = USAGE
-        except click.ClickException as exc:
-            _error(exc.format_message())
-            code = exc.exit_code
-        except Exception as exc:
-            if debug:
-                raise
-            _error(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)")
-            code = REFUSED
-        code = code if isinstance(code, int) else OK
-        if standalone_mode:
-            sys.exit(code)
-        return code
-
-
-def _error(message: str) -> None:
-    text = " ".join(str(message).split())  # one line, whatever the message holds
-    click.echo(f"mailguard: error: {text}", err=True)
-
-
-def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True, width=max(100, Console().width))
+if TYPE_CHECKING:
+    from mailer.simulate import Report
 
 
 def _settings() -> Settings:
@@ -107,7 +48,9 @@ def _settings() -> Settings:
         fail(str(exc), USAGE)
 
 
-@click.group(name="mailguard", cls=_Cli, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    name="mailguard", cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
 def main(debug: bool) -> None:
     """mailguard: a Celery guard for outbound mail, exact rate limits per recipient.
@@ -168,31 +111,26 @@ def demo(redis_url: str | None, speed: float, as_json: bool) -> None:
 
     _settings()  # importing the app reads MAILGUARD_*: a bad variable is one line, exit 2
     if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
-        fail(f"--redis {_mask(redis_url)}: expected redis://, rediss:// or unix://", USAGE)
-    console = _console()
+        fail(f"--redis {mask_url(redis_url)}: expected redis://, rediss:// or unix://", USAGE)
+    console = views.console()
     summary: dict[str, Any] = {}
 
-    def done(run: Any, live: Any = None) -> None:
-        """Every mail settled: the final table and the summary (JSON), while the worker stops."""
-        if live is not None:
-            live.stop()
+    def done(run: story.Run) -> None:
+        """Every mail settled: the final tables or the JSON summary, while the worker stops."""
         summary.update(run.summary())
         if as_json:
             click.echo(json.dumps(summary, indent=2))
-            return
-        console.print(story.mails_table(run))
-        console.print(story.summary_table(run))
-        for line in story.conclusions(run):
-            console.print(line)
+        else:
+            story.show_final(console, run)
 
     try:
         with story.quiet_logs():
             if as_json:
                 story.run_demo(redis_url=redis_url, speed=speed, done=done)
             else:
-                _live_demo(story, console, redis_url, speed, done)
+                story.play_live(console, redis_url=redis_url, speed=speed, done=done)
     except story.DemoInterrupted:
-        _error("demo interrupted (Ctrl-C); the worker and the SMTP server are stopped")
+        error_line("demo interrupted (Ctrl-C); the worker and the SMTP server are stopped")
         raise click.exceptions.Exit(130) from None
     except story.DemoError as exc:
         fail(str(exc))
@@ -200,26 +138,6 @@ def demo(redis_url: str | None, speed: float, as_json: bool) -> None:
         fail(str(exc), USAGE)
     if summary["violations"] or not summary["complete"]:
         raise click.exceptions.Exit(REFUSED)
-
-
-def _live_demo(
-    story: Any, console: Console, redis_url: str | None, speed: float, done: Any
-) -> None:
-    """The demo with a live table of the mails so far (the earliest settled ones scroll off)."""
-    from rich.live import Live  # noqa: PLC0415
-
-    with Live(console=console, refresh_per_second=10, transient=True) as live:
-        started = [False]
-
-        def view(run: Any) -> None:
-            if not started[0]:
-                console.print(story.headline(run))
-                started[0] = True
-            live.update(story.mails_table(run, max_rows=max(5, console.height - 8)))
-
-        story.run_demo(
-            redis_url=redis_url, speed=speed, view=view, done=lambda run: done(run, live)
-        )
 
 
 @main.command(short_help="Enqueue a mail; print its mail id (--wait: its outcome).")
@@ -237,7 +155,8 @@ def _live_demo(
     type=click.FloatRange(min=0),
     help="With --wait: give up waiting after this many seconds (the mail still goes).",
 )
-def send(  # noqa: PLR0917 - click passes each option as a parameter
+def send(
+    *,
     address: str,
     subject: str | None,
     body: str | None,
@@ -270,7 +189,7 @@ def send(  # noqa: PLR0917 - click passes each option as a parameter
     try:
         result = send_mail.apply_async(args=[address], kwargs=kwargs, retry=False, **options)
     except Exception as exc:
-        fail(f"cannot enqueue on the broker {_mask(settings.broker_url)}: {exc}")
+        fail(f"cannot enqueue on the broker {mask_url(settings.broker_url)}: {exc}")
     click.echo(result.id)
     if wait:
         _wait(app, result.id, timeout)
@@ -301,52 +220,15 @@ def status(address: str, as_json: bool) -> None:
     key = _recipient(address)
     limiter = _shared_limiter(settings)
     try:
-        decision = limiter.peek(key)
-        now_ms = decision.at_ms - decision.retry_after_ms
-        booked = _bookings(settings, key, now_ms)
-        hashed = limiter.storage_key(key)
+        report = budget_report(limiter, settings, key)
     except BackendUnavailable as exc:
         fail(str(exc))
     finally:
         limiter.close()
-    tiers: list[dict[str, Any]] = [
-        {"tier": str(tier), "used": tier.limit - room, "limit": tier.limit}
-        for tier, room in zip(settings.policy.tiers, decision.remaining, strict=True)
-    ]
-    report = {
-        "recipient": hashed,
-        "policy": str(settings.policy),
-        "allowed_now": decision.allowed,
-        "next_at": decision.at,
-        "wait": decision.retry_after,
-        "binding_tier": str(decision.tier) if decision.tier else None,
-        "booked": booked,
-        "tiers": tiers,
-    }
     if as_json:
         click.echo(json.dumps(report, indent=2))
-        return
-    console = _console()
-    console.print(f"recipient  {hashed}  (keyed hash; the address is never shown)")
-    console.print(f"policy     {settings.policy}")
-    if decision.allowed:
-        console.print("next mail  now")
     else:
-        why = f", bound by {decision.tier}" if decision.tier else ", after the booked sends"
-        console.print(
-            f"next mail  in {_duration(decision.retry_after)} (at {_when(decision.at)}){why}"
-        )
-    console.print(f"booked     {booked} future send{'' if booked == 1 else 's'}")
-    table = Table(
-        "tier",
-        "used / limit",
-        "room",
-        box=box.SIMPLE,
-        caption="used: sends and bookings in the window",
-    )
-    for row, room in zip(tiers, decision.remaining, strict=True):
-        table.add_row(str(row["tier"]), f"{row['used']} / {row['limit']}", str(room))
-    console.print(table)
+        views.show_status(report)
 
 
 @main.command(short_help="Forget a recipient's sends and bookings.")
@@ -394,7 +276,8 @@ def reset(address: str, yes: bool) -> None:
 )
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG chart.")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(0, 100))
-def simulate(  # noqa: PLR0917 - click passes each option as a parameter
+def simulate(
+    *,
     csv_path: str | None,
     pattern: str | None,
     recipients: int,
@@ -416,12 +299,7 @@ def simulate(  # noqa: PLR0917 - click passes each option as a parameter
     settings = _settings()
     if csv_path and pattern:
         fail("give --csv or --pattern, not both", USAGE)
-    policy = settings.policy
-    if policy_text is not None:
-        try:
-            policy = Policy.parse(policy_text, name="recipient")
-        except ValueError as exc:
-            fail(f"--policy: {exc}", USAGE)
+    policy = settings.policy if policy_text is None else _policy(policy_text)
     kinds = _with_waits(settings.kinds, max_waits)
     started = time.perf_counter()
     try:
@@ -442,15 +320,9 @@ def simulate(  # noqa: PLR0917 - click passes each option as a parameter
     except ValueError as exc:
         fail(str(exc), USAGE)
     elapsed = time.perf_counter() - started
-    _show_report(report, source, elapsed, top)
+    views.show_report(report, source, elapsed, top)
     if plot_path:
-        try:
-            sim.plot(report, plot_path)
-        except RuntimeError as exc:
-            fail(str(exc))
-        except OSError as exc:
-            fail(f"cannot write {plot_path}: {exc.strerror}")
-        click.echo(f"plot written to {click.format_filename(plot_path)}")
+        _plot(report, plot_path)
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -476,9 +348,26 @@ def _context(text: str | None) -> dict[str, Any]:
     return value
 
 
-def _with_waits(kinds: Kinds, overrides: tuple[str, ...]) -> Kinds:
-    from dataclasses import replace  # noqa: PLC0415
+def _policy(text: str) -> Policy:
+    try:
+        return Policy.parse(text, name="recipient")
+    except ValueError as exc:
+        fail(f"--policy: {exc}", USAGE)
 
+
+def _plot(report: Report, path: str) -> None:
+    from mailer.simulate import plot  # noqa: PLC0415 - loaded only for this command
+
+    try:
+        plot(report, path)
+    except RuntimeError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror}")
+    click.echo(f"plot written to {click.format_filename(path)}")
+
+
+def _with_waits(kinds: Kinds, overrides: tuple[str, ...]) -> Kinds:
     for item in overrides:
         name, sep, value = item.partition("=")
         if not sep:
@@ -502,25 +391,6 @@ def _shared_limiter(settings: Settings) -> Limiter:
         fail(f"MAILGUARD_LIMITER_URL: {exc}", USAGE)
 
 
-def _bookings(settings: Settings, key: str, now_ms: int) -> int:
-    """How many of ``key``'s log entries lie after ``now_ms``: its booked future sends.
-
-    ``peek`` reports the room per tier "in the window ending now, bookings included". A probe
-    policy with the same name (so the same stored key) and one tier (MAX_LIMIT, longest
-    window W), peeked at ``now + W``, counts exactly the entries after ``now``. Reads only.
-    """
-    window = settings.policy.max_window_ms
-    probe = Policy((Tier(MAX_LIMIT, window),), name=settings.policy.name)
-    at = (now_ms + window) / 1000
-    limiter = Limiter.from_url(
-        settings.limiter_url, probe, clock=lambda: at, secret=settings.secret
-    )
-    try:
-        return MAX_LIMIT - limiter.peek(key).remaining[0]
-    finally:
-        limiter.close()
-
-
 def _celery() -> tuple[Any, Any]:
     _settings()
     from workers.app import app  # noqa: PLC0415 - Celery only when needed
@@ -530,15 +400,10 @@ def _celery() -> tuple[Any, Any]:
 
 
 def _state(app: Any, mail_id: str) -> tuple[str, Any]:
-    result = app.AsyncResult(mail_id)
     try:
-        state = result.state
-        meta = result.info
+        return read_state(app, mail_id)
     except Exception as exc:
-        fail(f"cannot read the result backend {_mask(app.conf.result_backend)}: {exc}")
-    if isinstance(meta, BaseException):  # a failed mail: MailFailed(outcome dict)
-        meta = meta.args[0] if meta.args and isinstance(meta.args[0], Mapping) else str(meta)
-    return state, meta
+        fail(f"cannot read the result backend {mask_url(app.conf.result_backend)}: {exc}")
 
 
 def _wait(app: Any, mail_id: str, timeout: float) -> None:
@@ -551,7 +416,7 @@ def _wait(app: Any, mail_id: str, timeout: float) -> None:
         if state == "DEFERRED" and isinstance(meta, Mapping) and meta.get("due") != shown:
             shown = meta.get("due")
             tier = f", tier {meta['tier']}" if meta.get("tier") else ""
-            due = f" until {_when(float(shown))}" if shown else ""
+            due = f" until {views.when(float(shown))}" if shown else ""
             click.echo(f"deferred{due} ({meta.get('reason')}{tier})", err=True)
         if time.monotonic() >= deadline:
             fail(f"no outcome within {timeout:g} s (state {state}); see `mailguard outcome`")
@@ -565,105 +430,8 @@ def _wait(app: Any, mail_id: str, timeout: float) -> None:
 def _show_outcome(mail_id: str, state: str, meta: Any, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({"mail_id": mail_id, "state": state, "outcome": meta}, indent=2))
-        return
-    table = Table(
-        "field", "value", title=f"mail {mail_id}: {state}", title_justify="left", box=box.SIMPLE
-    )
-    if isinstance(meta, Mapping):
-        for name, value in meta.items():
-            if value is None or name == "mail_id":
-                continue
-            shown = str(value)
-            if name in ("due", "decided_at", "sent_at") and isinstance(value, (int, float)):
-                shown = _when(float(value))
-            elif name == "wait" and isinstance(value, (int, float)):
-                shown = _duration(float(value))
-            table.add_row(name, shown)
     else:
-        table.add_row("info", str(meta))
-    _console().print(table)
-
-
-def _show_report(report: Any, source: str, elapsed: float, top: int) -> None:
-    console = _console()
-    total = report.total
-    console.print(
-        f"policy {report.policy}; {source}: {total.attempts:,} attempts to "
-        f"{report.recipients:,} recipients over {_duration(report.duration)}; "
-        f"simulated in {elapsed:.2f} s"
-    )
-    waits = ", ".join(f"{k} {_duration(v)}" for k, v in sorted(report.max_waits.items()))
-    console.print(f"max wait per kind: {waits}")
-    table = Table(title="per kind", title_justify="left", box=box.SIMPLE)
-    for column in ("kind", "attempts", "delivered", "on time", "deferred"):
-        table.add_column(column, justify="left" if column == "kind" else "right")
-    for column in ("late p50", "late p95", "late max", "dropped"):
-        table.add_column(column, justify="right")
-    for name, summary in [*report.per_kind.items(), ("all", total)]:
-        table.add_row(name, *_summary_cells(summary), end_section=name == "all")
-    console.print(table)
-    tiers = Table(title="per binding tier", title_justify="left", box=box.SIMPLE)
-    tiers.add_column("tier")
-    for column in ("deferred", "late p50", "late p95", "late max", "dropped"):
-        tiers.add_column(column, justify="right")
-    for name, summary in report.per_tier.items():
-        cells = _summary_cells(summary)
-        tiers.add_row(name, cells[3], *cells[4:])
-    console.print(tiers)
-    if top:
-        recipients = Table(
-            title="most limited recipients (keyed hash)", title_justify="left", box=box.SIMPLE
-        )
-        recipients.add_column("recipient")
-        for column in ("attempts", "delivered", "on time", "deferred"):
-            recipients.add_column(column, justify="right")
-        for column in ("late p50", "late p95", "late max", "dropped"):
-            recipients.add_column(column, justify="right")
-        for label, summary in report.top_recipients(top):
-            recipients.add_row(label, *_summary_cells(summary))
-        console.print(recipients)
-
-
-def _summary_cells(summary: Any) -> list[str]:
-    def late(value: float | None) -> str:
-        return "-" if value is None else _duration(value)
-
-    return [
-        f"{summary.attempts:,}",
-        f"{summary.delivered:,}",
-        f"{summary.sent:,}",
-        f"{summary.deferred:,}",
-        late(summary.lateness_p50),
-        late(summary.lateness_p95),
-        late(summary.lateness_max),
-        f"{summary.dropped:,}",
-    ]
-
-
-def _duration(seconds: float) -> str:
-    """``0.25 s``, ``42 s``, ``4m 59s``, ``19h 00m``, ``2d 03h``."""
-    if seconds < 10:
-        return f"{seconds:.3g} s"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours:02d}h"
-
-
-def _when(epoch: float) -> str:
-    return dt.datetime.fromtimestamp(epoch, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _mask(url: str) -> str:
-    from mailer.errors import mask_url  # noqa: PLC0415
-
-    return mask_url(url)
+        views.show_outcome(mail_id, state, meta)
 
 
 if __name__ == "__main__":

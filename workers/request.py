@@ -16,8 +16,8 @@ from celery.worker.request import Request
 from celery.worker.state import task_ready
 
 from mailer import outcomes as why
-from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.arguments import InvalidArguments
+from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
 
 log = logging.getLogger("mailguard")

@@ -1,7 +1,7 @@
 """A real Celery worker in a subprocess (``celery -A workers.app worker``), configured by env.
 
-Tests start it against their own redis-server and aiosmtpd, read its log, stop it, or kill its
-main process or a pool child with SIGKILL.
+Tests and the guard benchmark start it against their own redis-server (and aiosmtpd), read its
+log, stop it, or kill its main process or a pool child with SIGKILL.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""Real servers for the test suite: a redis-server the tests start, stop and restart themselves.
+"""Real Redis servers the tests and benchmarks start, stop and restart themselves.
 
-The suite never relies on a server already running on the machine. If ``redis-server`` cannot be
+A single ``redis-server``, a three-node cluster, a sentinel. Neither the suite nor the
+benchmarks rely on a server already running on the machine. If ``redis-server`` cannot be
 started the fixture fails the test (it never skips): a missing server is a broken environment.
 """
 

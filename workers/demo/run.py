@@ -1,0 +1,351 @@
+"""The demo's run: start the SMTP capture and an in-process worker, play the script, poll states.
+
+:func:`run_demo` enqueues each mail of the script at its time through the real ``send_mail``
+task, reads every unsettled mail's state on each tick (:data:`TICK`) into its :class:`Row`, and
+hands the :class:`Run` to the view. With ``--redis`` the run first checks that Redis answers
+and at the end deletes its own queue.
+
+Logs stay quiet (:func:`quiet_logs`): the worker logs at WARNING, and its log lines never carry
+addresses. Ctrl-C stops the worker and the SMTP server and raises :class:`DemoInterrupted`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from celery import Celery
+
+from mailer.errors import mask_url
+from mailer.policy import Policy
+from mailer.settings import Settings
+from workers.demo.capture import SmtpCapture
+from workers.demo.story import (
+    MAX_WAIT,
+    RECIPIENTS,
+    DemoError,
+    DemoInterrupted,
+    Planned,
+    configure,
+    demo_settings,
+    script,
+)
+from workers.outcomes import read_state
+
+#: How often the table and the states are refreshed, in seconds.
+TICK = 0.05
+#: Celery states in which a mail has settled (the task returned or raised MailFailed).
+FINAL_STATES = ("SUCCESS", "FAILURE")
+
+
+@dataclass
+class Row:
+    """One mail of the run and what became of it. Times are epoch seconds."""
+
+    n: int
+    planned: Planned
+    address: str
+    at: float  # when it is enqueued, seconds after the start (after --speed)
+    mail_id: str = ""
+    enqueued_at: float | None = None
+    state: str = "planned"  # planned, queued, deferred, sent, dropped, failed
+    booked: float | None = None
+    tier: str | None = None
+    wait: float | None = None
+    due: float | None = None
+    sent_at: float | None = None
+    reason: str | None = None
+    deferrals: int = 0
+
+    @property
+    def settled(self) -> bool:
+        return self.state in ("sent", "dropped", "failed")
+
+    @property
+    def lateness(self) -> float | None:
+        """``sent_at - due``: how late against its slot (its booking when it was deferred)."""
+        if self.sent_at is None or self.due is None:
+            return None
+        return self.sent_at - self.due
+
+    @property
+    def waited(self) -> float | None:
+        """The booked wait; for a deferral seen only by its outcome, from enqueue to its slot."""
+        if self.wait is not None or self.booked is None or self.enqueued_at is None:
+            return self.wait
+        return self.booked - self.enqueued_at
+
+    def update(self, state: str, meta: Any) -> None:
+        """Take a Celery state and its outcome meta (:func:`workers.outcomes.read_state`)."""
+        if state == "FAILURE" and not isinstance(meta, Mapping):
+            meta = {}  # an exception other than MailFailed: failed, no outcome to show
+        if not isinstance(meta, Mapping):
+            return
+        if state == "DEFERRED":
+            self._deferred(meta)
+        elif state in FINAL_STATES:
+            self._settled(state, meta)
+
+    def _deferred(self, meta: Mapping[str, Any]) -> None:
+        self.state = "deferred"
+        self.booked = _float(meta.get("due"))
+        self.tier = meta.get("tier") or self.tier
+        self.wait = _float(meta.get("wait"))
+
+    def _settled(self, state: str, meta: Mapping[str, Any]) -> None:
+        status = str(meta.get("status") or ("failed" if state == "FAILURE" else "sent"))
+        self.state = status if status in ("sent", "dropped") else "failed"
+        self.reason = meta.get("reason")
+        self.due = _float(meta.get("due"))
+        self.sent_at = _float(meta.get("sent_at"))
+        self.deferrals = int(meta.get("deferrals") or 0)
+        if self.state == "dropped":
+            self.tier = meta.get("tier")
+            self.wait = _float(meta.get("wait"))
+        elif self.deferrals and self.booked is None:
+            # Its DEFERRED state came and went between two looks: the slot it was sent at is
+            # its booking; the wait is counted from when it was enqueued.
+            self.booked = self.due
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "mail_id": self.mail_id,
+            "recipient": self.planned.to,
+            "kind": self.planned.kind,
+            "enqueued_at": self.enqueued_at,
+            "status": self.state,
+            "deferred": self.booked is not None,
+            "booked": self.booked,
+            "tier": self.tier,
+            "wait": self.waited,
+            "due": self.due,
+            "sent_at": self.sent_at,
+            "lateness": self.lateness,
+            "reason": self.reason,
+        }
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+@dataclass
+class Run:
+    """The state of one demo run, handed to the view on every tick."""
+
+    settings: Settings
+    speed: float
+    rows: list[Row]
+    smtp: SmtpCapture
+    started: float = 0.0
+    elapsed: float = 0.0
+    captured: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def policy(self) -> Policy:
+        return self.settings.policy
+
+    def violations(self) -> list[str]:
+        """Tiers some recipient went over, recounted from the slots of its sent mails."""
+        found = []
+        for name in RECIPIENTS:
+            sent = sorted(
+                r.due
+                for r in self.rows
+                if r.planned.to == name and r.state == "sent" and r.due is not None
+            )
+            for tier in self.policy.tiers:
+                for first, last in zip(sent, sent[tier.limit :], strict=False):
+                    if last - first < tier.window - 1e-6:
+                        found.append(f"{name}: {tier.limit + 1} mails within {tier}")
+                        break
+        return found
+
+    def recipient_summary(self, name: str) -> dict[str, Any]:
+        """``name``'s totals: mails, sent, deferred, dropped, largest lateness, SMTP captured."""
+        mine = [r for r in self.rows if r.planned.to == name]
+        late = [r.lateness for r in mine if r.lateness is not None]
+        address = RECIPIENTS[name].address
+        return {
+            "address": address,
+            "mails": len(mine),
+            "sent": sum(r.state == "sent" for r in mine),
+            "deferred": sum(r.booked is not None for r in mine),
+            "dropped": sum(r.state == "dropped" for r in mine),
+            "failed": sum(r.state == "failed" for r in mine),
+            "unsettled": sum(not r.settled for r in mine),
+            "max_lateness": max(late, default=None),
+            "captured": self.captured.get(address, 0),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The JSON summary: the policy, every mail, per recipient totals, the checks."""
+        lateness = [r.lateness for r in self.rows if r.lateness is not None and r.booked]
+        return {
+            "policy": str(self.policy),
+            "tiers": [{"limit": t.limit, "window": t.window} for t in self.policy.tiers],
+            "max_wait": {k: self.settings.kinds[k].max_wait for k in MAX_WAIT},
+            "speed": self.speed,
+            "broker": mask_url(self.settings.broker_url),
+            "started": self.started,
+            "elapsed": round(self.elapsed, 3),
+            "mails": [r.as_dict() for r in self.rows],
+            "recipients": {name: self.recipient_summary(name) for name in RECIPIENTS},
+            "max_lateness_deferred": max(lateness, default=None),
+            "captured": sum(self.captured.values()),
+            "violations": self.violations(),
+            "complete": all(r.settled for r in self.rows),
+        }
+
+
+def run_demo(
+    *,
+    redis_url: str | None = None,
+    speed: float = 1.0,
+    view: Callable[[Run], None] | None = None,
+    done: Callable[[Run], None] | None = None,
+    timeout: float | None = None,
+) -> Run:
+    """Play the story; call ``view(run)`` on every tick; return the finished run.
+
+    ``done(run)`` is called once every mail has settled, before the worker stops (a threads
+    worker on the memory broker takes a moment to notice it should stop): the summary need
+    not wait for it.
+
+    Raises :class:`DemoError` (Redis unreachable, mails still unsettled after ``timeout``) and
+    :class:`DemoInterrupted` on Ctrl-C, after the worker and the SMTP server have stopped.
+    """
+    from workers.app import app  # noqa: PLC0415 - Celery and the env's app only when run
+    from workers.inprocess import inprocess_worker  # noqa: PLC0415
+    from workers.tasks import send_mail  # noqa: PLC0415
+
+    if redis_url:
+        _check_redis(redis_url)
+    smtp = SmtpCapture()
+    settings: Settings | None = None
+    try:
+        smtp.start()
+        settings = demo_settings(smtp.url, speed=speed, redis_url=redis_url)
+        configure(app, settings)
+        run = _new_run(settings, speed, smtp)
+        limit = timeout if timeout is not None else 30 + max(r.at for r in run.rows) + 40 / speed
+        with inprocess_worker(app, concurrency=4):
+            _play(run, app, send_mail, view, limit)
+            if done is not None:
+                done(run)
+        return run
+    except KeyboardInterrupt:
+        raise DemoInterrupted() from None
+    finally:
+        smtp.stop()
+        if redis_url and settings is not None:
+            _delete_queue(redis_url, settings.queue)
+
+
+def _new_run(settings: Settings, speed: float, smtp: SmtpCapture) -> Run:
+    """A run of the script at ``speed``: one row per mail, none enqueued yet."""
+    rows = [
+        Row(n, planned, RECIPIENTS[planned.to].address, planned.at / speed)
+        for n, planned in enumerate(script(), start=1)
+    ]
+    return Run(settings, speed, rows, smtp)
+
+
+def _play(
+    run: Run, app: Celery, send_mail: Any, view: Callable[[Run], None] | None, limit: float
+) -> None:
+    waiting = list(run.rows)
+    run.started = time.time()
+    while True:
+        now = time.time()
+        run.elapsed = now - run.started
+        while waiting and waiting[0].at <= run.elapsed:
+            row = waiting.pop(0)
+            _enqueue(row, send_mail)
+        for row in run.rows:
+            if row.mail_id and not row.settled:
+                row.update(*read_state(app, row.mail_id))
+        run.captured = run.smtp.received()
+        if view is not None:
+            view(run)
+        if not waiting and all(r.settled for r in run.rows):
+            return
+        if run.elapsed > limit:
+            left = sum(not r.settled for r in run.rows)
+            raise DemoError(f"{left} mails still unsettled after {limit:.0f} s")
+        time.sleep(TICK)
+
+
+def _enqueue(row: Row, send_mail: Any) -> None:
+    planned = row.planned
+    row.mail_id = str(uuid.uuid4())
+    kwargs = {
+        "subject": planned.subject,
+        "body": planned.body,
+        "kind": planned.kind,
+        "context": dict(planned.context) if planned.context else None,
+    }
+    row.enqueued_at = time.time()
+    row.state = "queued"  # before publishing: the poller may see the outcome at once
+    send_mail.apply_async(args=[row.address], kwargs=kwargs, task_id=row.mail_id)
+
+
+def _check_redis(url: str) -> None:
+    import redis  # noqa: PLC0415
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+    except ValueError as exc:
+        raise ValueError(f"--redis {mask_url(url)}: {exc}") from None
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        raise DemoError(f"cannot reach Redis at {mask_url(url)}: {exc}") from None
+    finally:
+        client.close()
+
+
+def _delete_queue(url: str, queue: str) -> None:
+    """Remove the run's own queue and its kombu bindings from Redis (best effort).
+
+    A mail still waiting at Ctrl-C is put back on the queue when the worker stops: deleting the
+    queue keeps it from lingering there with nobody to take it.
+    """
+    import redis  # noqa: PLC0415
+
+    with contextlib.suppress(redis.RedisError):
+        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+        try:
+            keys = [*client.scan_iter(match=f"{queue}*", count=1000)]  # with priority steps
+            keys += [f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}"]
+            client.delete(*keys)
+        finally:
+            client.close()
+
+
+@contextlib.contextmanager
+def quiet_logs() -> Iterator[None]:
+    """Keep library loggers at WARNING while the demo runs (the live table owns the screen)."""
+    names = {
+        "mailer": logging.WARNING,
+        "workers": logging.WARNING,
+        "celery": logging.WARNING,
+        "kombu": logging.WARNING,
+        "kombu.connection": logging.ERROR,  # "no hostname supplied" for memory://
+        "mail.log": logging.WARNING,  # aiosmtpd: peers and envelopes at INFO
+    }
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name, level in names.items():
+        logging.getLogger(name).setLevel(level)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)

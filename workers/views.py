@@ -1,0 +1,171 @@
+"""How the ``mailguard`` command shows things: rich tables and the text of times and durations.
+
+One function per screen: a mail's outcome (``send --wait``, ``outcome``), a recipient's budget
+(``status``) and a simulation report (``simulate``); the demo's own views are in
+:mod:`workers.demo.views`. JSON output stays with the commands. Addresses are never shown: a
+recipient is its keyed hash, as in the outcomes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from mailer.simulate import Report, Summary
+
+#: Outcome fields holding an epoch time, shown as a UTC date and time.
+TIME_FIELDS = ("due", "decided_at", "sent_at")
+#: Columns of a simulation summary (:func:`summary_cells`), after the row's label.
+SUMMARY_COLUMNS = (
+    "attempts",
+    "delivered",
+    "on time",
+    "deferred",
+    "late p50",
+    "late p95",
+    "late max",
+    "dropped",
+)
+
+
+def console() -> Console:
+    """A console at least 100 columns wide (tables stay readable in a narrow terminal or pipe)."""
+    return Console(highlight=False, soft_wrap=True, width=max(100, Console().width))
+
+
+def duration(seconds: float) -> str:
+    """``0.25 s``, ``42 s``, ``4m 59s``, ``19h 00m``, ``2d 03h``."""
+    if seconds < 10:
+        return f"{seconds:.3g} s"
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours:02d}h"
+
+
+def when(epoch: float) -> str:
+    """``2026-01-31 12:00:00 UTC``."""
+    return dt.datetime.fromtimestamp(epoch, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# --- a mail's outcome ------------------------------------------------------------------------
+
+
+def show_outcome(mail_id: str, state: str, meta: Any) -> None:
+    """A mail's state and its outcome, one field a row (times as dates, the wait as a duration)."""
+    table = Table(
+        "field", "value", title=f"mail {mail_id}: {state}", title_justify="left", box=box.SIMPLE
+    )
+    if isinstance(meta, Mapping):
+        for name, value in meta.items():
+            if value is None or name == "mail_id":
+                continue
+            table.add_row(name, _outcome_value(name, value))
+    else:
+        table.add_row("info", str(meta))
+    console().print(table)
+
+
+def _outcome_value(name: str, value: Any) -> str:
+    if name in TIME_FIELDS and isinstance(value, (int, float)):
+        return when(float(value))
+    if name == "wait" and isinstance(value, (int, float)):
+        return duration(float(value))
+    return str(value)
+
+
+# --- a recipient's budget --------------------------------------------------------------------
+
+
+def show_status(report: Mapping[str, Any]) -> None:
+    """A recipient's budget as ``mailguard status`` reports it (the same keys as its JSON)."""
+    out = console()
+    out.print(f"recipient  {report['recipient']}  (keyed hash; the address is never shown)")
+    out.print(f"policy     {report['policy']}")
+    if report["allowed_now"]:
+        out.print("next mail  now")
+    else:
+        tier = report["binding_tier"]
+        why = f", bound by {tier}" if tier else ", after the booked sends"
+        out.print(f"next mail  in {duration(report['wait'])} (at {when(report['next_at'])}){why}")
+    booked = report["booked"]
+    out.print(f"booked     {booked} future send{'' if booked == 1 else 's'}")
+    table = Table(
+        "tier",
+        "used / limit",
+        "room",
+        box=box.SIMPLE,
+        caption="used: sends and bookings in the window",
+    )
+    for row in report["tiers"]:
+        room = row["limit"] - row["used"]
+        table.add_row(str(row["tier"]), f"{row['used']} / {row['limit']}", str(room))
+    out.print(table)
+
+
+# --- a simulation report ---------------------------------------------------------------------
+
+
+def show_report(report: Report, source: str, elapsed: float, top: int) -> None:
+    """A :class:`~mailer.simulate.Report`: per kind, per binding tier, the most limited."""
+    out = console()
+    total = report.total
+    out.print(
+        f"policy {report.policy}; {source}: {total.attempts:,} attempts to "
+        f"{report.recipients:,} recipients over {duration(report.duration)}; "
+        f"simulated in {elapsed:.2f} s"
+    )
+    waits = ", ".join(f"{k} {duration(v)}" for k, v in sorted(report.max_waits.items()))
+    out.print(f"max wait per kind: {waits}")
+    table = _summary_table("per kind", "kind", SUMMARY_COLUMNS)
+    for name, summary in [*report.per_kind.items(), ("all", total)]:
+        table.add_row(name, *summary_cells(summary), end_section=name == "all")
+    out.print(table)
+    tiers = _summary_table("per binding tier", "tier", SUMMARY_COLUMNS[3:])
+    for name, summary in report.per_tier.items():
+        tiers.add_row(name, *summary_cells(summary)[3:])
+    out.print(tiers)
+    if top:
+        title = "most limited recipients (keyed hash)"
+        recipients = _summary_table(title, "recipient", SUMMARY_COLUMNS)
+        for label, summary in report.top_recipients(top):
+            recipients.add_row(label, *summary_cells(summary))
+        out.print(recipients)
+
+
+def _summary_table(title: str, label: str, columns: tuple[str, ...]) -> Table:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE)
+    table.add_column(label)
+    for column in columns:
+        table.add_column(column, justify="right")
+    return table
+
+
+def summary_cells(summary: Summary) -> list[str]:
+    """A :class:`~mailer.simulate.Summary` as the cells of :data:`SUMMARY_COLUMNS`."""
+
+    def late(value: float | None) -> str:
+        return "-" if value is None else duration(value)
+
+    return [
+        f"{summary.attempts:,}",
+        f"{summary.delivered:,}",
+        f"{summary.sent:,}",
+        f"{summary.deferred:,}",
+        late(summary.lateness_p50),
+        late(summary.lateness_p95),
+        late(summary.lateness_max),
+        f"{summary.dropped:,}",
+    ]
