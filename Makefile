@@ -21,7 +21,6 @@ lint: install
 	$(BIN)/ruff check mailer workers devservers tests benchmarks examples
 	$(BIN)/ruff format --check mailer workers devservers tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/mypy devservers
 
 bench: install
 	@sh .ci/install-redis

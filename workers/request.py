@@ -23,7 +23,7 @@ from mailer.outcomes import Outcome
 log = logging.getLogger("mailguard")
 
 
-class GuardedRequest(Request):  # type: ignore[misc]
+class GuardedRequest(Request):
     """A ``send_mail`` request whose raw arguments are bounded before the pool sees them.
 
     The check sits in :meth:`revoked`, which the worker asks right before it hands a request to

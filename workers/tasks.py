@@ -82,13 +82,15 @@ def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
     return call
 
 
-class GuardedTask(Task):  # type: ignore[misc]
+class GuardedTask(Task[Any, Any]):
     """Bounds its arguments at enqueue and on receipt; keeps addresses out of the broker's and
     the worker's logs (``argsrepr``/``kwargsrepr``)."""
 
     Request = "workers.request:GuardedRequest"
 
-    def apply_async(self, args: Any = None, kwargs: Any = None, **options: Any) -> Any:
+    def apply_async(  # type: ignore[override] # options pass through to Celery unchanged
+        self, args: Any = None, kwargs: Any = None, **options: Any
+    ) -> Any:
         check_call(args, kwargs)
         options.setdefault("argsrepr", "(<redacted>)")
         options.setdefault("kwargsrepr", "{<redacted>}")
@@ -120,7 +122,7 @@ def _check_transportable(args: Any, kwargs: Any) -> None:
     throws=(MailFailed,),
 )
 def send_mail(
-    self: Task,
+    self: Task[Any, Any],
     to: str,
     subject: str | None = None,
     body: str | None = None,
@@ -139,7 +141,7 @@ def send_mail(
     outcome dict (status ``sent`` or ``dropped``); a failed mail raises :class:`MailFailed`.
     While deferred, ``AsyncResult(id).state == "DEFERRED"`` with the outcome as ``info``.
     """
-    mail_id = mail_id or self.request.id
+    mail_id = mail_id or str(self.request.id)
     request = MailRequest(
         to=to,
         mail_id=mail_id,
