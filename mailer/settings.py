@@ -162,67 +162,73 @@ class Settings:
         )
         if unknown:
             raise ValueError(f"unknown setting {unknown[0]}; known: {', '.join(sorted(KNOWN))}")
-        values: dict[str, object] = {}
-
-        def text(name: str, attr: str) -> None:
-            if (value := env.get(PREFIX + name)) is not None and value != "":
-                values[attr] = value
-
-        def duration(name: str, attr: str) -> None:
-            if (value := env.get(PREFIX + name)) is not None and value != "":
-                try:
-                    values[attr] = parse_duration(value)
-                except ValueError as exc:
-                    raise ValueError(f"{PREFIX}{name}: {exc}") from None
-
-        def integer(name: str, attr: str) -> None:
-            if (value := env.get(PREFIX + name)) is not None and value != "":
-                try:
-                    values[attr] = int(value)
-                except ValueError:
-                    raise ValueError(f"{PREFIX}{name}: {value!r} is not a whole number") from None
-
-        for name, attr in (
-            ("BROKER_URL", "broker_url"),
-            ("RESULT_BACKEND", "result_backend"),
-            ("LIMITER_URL", "limiter_url"),
-            ("LEDGER_URL", "ledger_url"),
-            ("SMTP_URL", "smtp_url"),
-            ("SECRET", "secret"),
-            ("SENDER", "sender"),
-            ("FAIL_MODE", "fail_mode"),
-            ("QUEUE", "queue"),
-        ):
-            text(name, attr)
-        for name, attr in (
-            ("MAX_COUNTDOWN", "max_countdown"),
-            ("RETRY_BACKOFF", "retry_backoff"),
-            ("CLAIM_LEASE", "claim_lease"),
-            ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
-            ("RESTORE_INTERVAL", "restore_interval"),
-        ):
-            duration(name, attr)
-        integer("SEND_RETRIES", "send_retries")
-        if port := env.get(PREFIX + "METRICS_PORT"):
-            host, _, number = port.rpartition(":")
-            if not number.isdigit():
-                raise ValueError(f"{PREFIX}METRICS_PORT: {port!r} is not a port or host:port")
-            values["metrics_port"] = int(number)
-            values["metrics_host"] = host.strip("[]") or ALL_INTERFACES
-        text("LOG_FORMAT", "log_format")
-        if size := env.get(PREFIX + "MAX_MESSAGE_BYTES"):
-            try:
-                values["max_message_bytes"] = parse_size(size)
-            except ValueError as exc:
-                raise ValueError(f"{PREFIX}MAX_MESSAGE_BYTES: {exc}") from None
-        integer("SMTP_ATTEMPTS", "smtp_attempts")
-        if policy := env.get(PREFIX + "POLICY"):
-            try:
-                values["policy"] = Policy.parse(policy, name="recipient")
-            except ValueError as exc:
-                raise ValueError(f"{PREFIX}POLICY: {exc}") from None
+        values = _read_values(env)
         values["kinds"] = Kinds.from_env(env)
         try:
             return cls(**values)  # type: ignore[arg-type]
         except ValueError as exc:
             raise ValueError(f"mailguard settings: {exc}") from None
+
+
+def _read_values(env: Mapping[str, str]) -> dict[str, object]:
+    """The settings' values given by ``env``, parsed; ``ValueError`` names a bad variable."""
+    values: dict[str, object] = {}
+
+    def text(name: str, attr: str) -> None:
+        if (value := env.get(PREFIX + name)) is not None and value != "":
+            values[attr] = value
+
+    def duration(name: str, attr: str) -> None:
+        if (value := env.get(PREFIX + name)) is not None and value != "":
+            try:
+                values[attr] = parse_duration(value)
+            except ValueError as exc:
+                raise ValueError(f"{PREFIX}{name}: {exc}") from None
+
+    def integer(name: str, attr: str) -> None:
+        if (value := env.get(PREFIX + name)) is not None and value != "":
+            try:
+                values[attr] = int(value)
+            except ValueError:
+                raise ValueError(f"{PREFIX}{name}: {value!r} is not a whole number") from None
+
+    for name, attr in (
+        ("BROKER_URL", "broker_url"),
+        ("RESULT_BACKEND", "result_backend"),
+        ("LIMITER_URL", "limiter_url"),
+        ("LEDGER_URL", "ledger_url"),
+        ("SMTP_URL", "smtp_url"),
+        ("SECRET", "secret"),
+        ("SENDER", "sender"),
+        ("FAIL_MODE", "fail_mode"),
+        ("QUEUE", "queue"),
+    ):
+        text(name, attr)
+    for name, attr in (
+        ("MAX_COUNTDOWN", "max_countdown"),
+        ("RETRY_BACKOFF", "retry_backoff"),
+        ("CLAIM_LEASE", "claim_lease"),
+        ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
+        ("RESTORE_INTERVAL", "restore_interval"),
+    ):
+        duration(name, attr)
+    integer("SEND_RETRIES", "send_retries")
+    if port := env.get(PREFIX + "METRICS_PORT"):
+        host, _, number = port.rpartition(":")
+        if not number.isdigit():
+            raise ValueError(f"{PREFIX}METRICS_PORT: {port!r} is not a port or host:port")
+        values["metrics_port"] = int(number)
+        values["metrics_host"] = host.strip("[]") or ALL_INTERFACES
+    text("LOG_FORMAT", "log_format")
+    if size := env.get(PREFIX + "MAX_MESSAGE_BYTES"):
+        try:
+            values["max_message_bytes"] = parse_size(size)
+        except ValueError as exc:
+            raise ValueError(f"{PREFIX}MAX_MESSAGE_BYTES: {exc}") from None
+    integer("SMTP_ATTEMPTS", "smtp_attempts")
+    if policy := env.get(PREFIX + "POLICY"):
+        try:
+            values["policy"] = Policy.parse(policy, name="recipient")
+        except ValueError as exc:
+            raise ValueError(f"{PREFIX}POLICY: {exc}") from None
+    return values

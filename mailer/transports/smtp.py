@@ -149,29 +149,7 @@ class SmtpTransport:
             raise ValueError(f"bad SMTP URL {shown}: scheme must be smtp, smtps or smtp+starttls")
         if not parts.hostname:
             raise ValueError(f"bad SMTP URL {shown}: no host")
-        security, _ = _SCHEMES[parts.scheme]
-        timeout = 30.0
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
-            if key == "starttls":
-                if value.lower() in _TRUE:
-                    if security == "ssl":
-                        raise ValueError(
-                            f"bad SMTP URL {shown}: smtps already uses TLS, drop starttls"
-                        )
-                    security = "starttls"
-                elif value.lower() not in _FALSE:
-                    raise ValueError(f"bad SMTP URL {shown}: starttls must be 1 or 0")
-            elif key == "timeout":
-                try:
-                    timeout = float(value)
-                except ValueError:
-                    raise ValueError(f"bad SMTP URL {shown}: timeout must be seconds") from None
-                if not 0 < timeout < float("inf"):
-                    raise ValueError(f"bad SMTP URL {shown}: timeout must be positive seconds")
-            else:
-                raise ValueError(
-                    f"bad SMTP URL {shown}: unknown option {key!r} (starttls, timeout)"
-                )
+        security, timeout = _url_options(parts.query, _SCHEMES[parts.scheme][0], shown)
         return cls(
             parts.hostname,
             port if port is not None else _SCHEMES[parts.scheme][1],
@@ -326,3 +304,26 @@ def _log_retry(state: RetryCallState, message_id: str | None) -> None:
         error,
         wait,
     )
+
+
+def _url_options(query: str, security: Security, shown: str) -> tuple[Security, float]:
+    """The SMTP URL's ``starttls`` and ``timeout`` options: (security, timeout in seconds)."""
+    timeout = 30.0
+    for key, value in parse_qsl(query, keep_blank_values=True):
+        if key == "starttls":
+            if value.lower() in _TRUE:
+                if security == "ssl":
+                    raise ValueError(f"bad SMTP URL {shown}: smtps already uses TLS, drop starttls")
+                security = "starttls"
+            elif value.lower() not in _FALSE:
+                raise ValueError(f"bad SMTP URL {shown}: starttls must be 1 or 0")
+        elif key == "timeout":
+            try:
+                timeout = float(value)
+            except ValueError:
+                raise ValueError(f"bad SMTP URL {shown}: timeout must be seconds") from None
+            if not 0 < timeout < float("inf"):
+                raise ValueError(f"bad SMTP URL {shown}: timeout must be positive seconds")
+        else:
+            raise ValueError(f"bad SMTP URL {shown}: unknown option {key!r} (starttls, timeout)")
+    return security, timeout
