@@ -26,6 +26,8 @@ VISIBILITY_MARGIN = 300.0
 OUTCOME_TTL = 7 * 86_400
 #: The largest ``send_mail`` call, its arguments as JSON, in bytes (10 MB).
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+#: Redelivered copies of one mail handed to a pool, with no run ending, before it is quarantined.
+POISON_AFTER = 3
 #: Wait when another run holds the claim on the same mail.
 IN_FLIGHT_WAIT = 5.0
 

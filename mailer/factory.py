@@ -18,14 +18,14 @@ def build_limiter(settings: Settings) -> Limiter:
     return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
 
 
-def build_ledger(settings: Settings, limiter: Limiter) -> Ledger:
-    """The ledger on the ledger URL; shares the limiter's Redis client when the URLs match."""
+def build_ledger(settings: Settings, limiter: Limiter | None = None) -> Ledger:
+    """The ledger on the ledger URL; shares ``limiter``'s Redis client when the URLs match."""
     url = settings.effective_ledger_url
     if urlsplit(url).scheme == "memory":
         return MemoryLedger()
     from mailer.backends.redis import RedisBackend, client_from_url  # noqa: PLC0415
 
-    backend = limiter.backend
+    backend = limiter.backend if limiter is not None else None
     if isinstance(backend, RedisBackend) and url == settings.limiter_url:
         return RedisLedger(backend.client, url)
     return RedisLedger(client_from_url(url), url)

@@ -20,6 +20,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |
 | ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
+| ``MAILGUARD_POISON_AFTER`` | ``3`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
 | ``MAILGUARD_MAX_MESSAGE_BYTES`` | ``10MB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * MAX_COUNTDOWN + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
 | ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
@@ -75,6 +76,7 @@ KNOWN = frozenset(
         "METRICS_PORT",
         "LOG_FORMAT",
         "MAX_MESSAGE_BYTES",
+        "POISON_AFTER",
     )
 )
 
@@ -104,6 +106,7 @@ class Settings:
     metrics_host: str = ALL_INTERFACES
     log_format: LogFormat = "text"
     max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
+    poison_after: int = defaults.POISON_AFTER
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -117,6 +120,8 @@ class Settings:
             raise ValueError("send retries must be >= 0 and SMTP attempts >= 1")
         if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
             raise ValueError(f"metrics port must be 1-65535, got {self.metrics_port}")
+        if self.poison_after < 1:
+            raise ValueError(f"poison after must be >= 1, got {self.poison_after}")
         if self.max_message_bytes < 1024:
             raise ValueError(f"max message bytes must be >= 1024, got {self.max_message_bytes}")
         if self.log_format not in ("text", "json"):
@@ -213,6 +218,7 @@ def _read_values(env: Mapping[str, str]) -> dict[str, object]:
     ):
         duration(name, attr)
     integer("SEND_RETRIES", "send_retries")
+    integer("POISON_AFTER", "poison_after")
     if port := env.get(PREFIX + "METRICS_PORT"):
         host, _, number = port.rpartition(":")
         if not number.isdigit():

@@ -8,6 +8,7 @@ Every layer speaks these words; this table is where they are written down:
 | limiter: booked | ``Defer`` | ``Later`` | ``deferred`` / ``booked`` | DEFERRED |
 | limiter: refused (too far) | ``Drop`` | ``Finish`` | ``dropped`` / ``rate_limited`` | SUCCESS |
 | bad input | | ``Finish`` | ``dropped`` / ``invalid`` | SUCCESS |
+| message that keeps ending its worker | | on receipt | ``dropped`` / ``poison`` | SUCCESS |
 | already finished (a repeat) | | ``Finish`` / ``Fail`` | the recorded outcome | as recorded |
 | another run holds the claim | | ``Later`` | ``deferred`` / ``in_flight`` | DEFERRED |
 | limiter down (fail_closed) | | ``Later`` | ``deferred`` / ``limiter_unavailable`` | DEFERRED |

@@ -288,3 +288,28 @@ def test_dropped_and_failed_outcomes_are_final_too(bench: LedgerBench) -> None:
         assert ledger.begin(outcome.mail_id, "w1", LONG) is True
         ledger.record(outcome)
         assert ledger.begin(outcome.mail_id, "w2", LONG) == outcome
+
+
+def test_handoffs_count_only_while_no_run_ends(bench: LedgerBench) -> None:
+    """Each hand-off of a copy counts; any run that ends (unclaim, record) resets the count."""
+    ledger = bench.ledger
+    assert [ledger.handoff("m") for _ in range(3)] == [1, 2, 3]
+    assert ledger.begin("m", "w1", LONG) is True
+    assert ledger.handoff("m") == 0, "a run holds the claim: not counted"
+    ledger.unclaim("m", "w1")
+    assert ledger.handoff("m") == 1, "the run ended: counting starts again"
+    ledger.record(sent("m"))
+    assert ledger.handoff("m") == 0, "a finished mail is never counted"
+
+
+def test_a_quarantined_mail_is_final_and_listed_newest_first(bench: LedgerBench) -> None:
+    """quarantine records the outcome (final) and lists it among the dead letters."""
+    ledger = bench.ledger
+    assert ledger.dead_letters() == []
+    first = Outcome(status="dropped", mail_id="p1", kind="code", reason="poison", decided_at=1.0)
+    second = first.but(mail_id="p2", decided_at=2.0)
+    ledger.quarantine(first)
+    ledger.quarantine(second)
+    assert ledger.dead_letters() == [second, first]
+    assert ledger.dead_letters(limit=1) == [second]
+    assert ledger.begin("p1", "w1", LONG) == first, "a poison mail never runs again"

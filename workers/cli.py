@@ -207,16 +207,25 @@ def outcome(mail_id: str, as_json: bool) -> None:
     _show_outcome(mail_id, state, meta, as_json)
 
 
-@main.command(short_help="Show a recipient's budget per tier and next free slot.")
-@click.argument("address")
+@main.command(short_help="Show a recipient's budget per tier, or the dead letters.")
+@click.argument("address", required=False)
+@click.option("--dead-letters", is_flag=True, help="List quarantined (poison) mails instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-def status(address: str, as_json: bool) -> None:
+def status(address: str | None, dead_letters: bool, as_json: bool) -> None:
     """ADDRESS's budget: per tier used/limit, when the next mail may go, booked sends.
 
     Reads the configured limiter (MAILGUARD_LIMITER_URL, a shared redis://) without
     consuming anything. The address is shown only as the hash the outcomes carry.
+    With --dead-letters (and no ADDRESS): the mails quarantined as poison, newest first.
     """
     settings = _settings()
+    if dead_letters:
+        if address is not None:
+            fail("give either ADDRESS or --dead-letters, not both", USAGE)
+        _show_dead_letters(settings, as_json)
+        return
+    if address is None:
+        fail("missing ADDRESS (or --dead-letters)", USAGE)
     key = _recipient(address)
     limiter = _shared_limiter(settings)
     try:
@@ -229,6 +238,21 @@ def status(address: str, as_json: bool) -> None:
         click.echo(json.dumps(report, indent=2))
     else:
         views.show_status(report)
+
+
+def _show_dead_letters(settings: Settings, as_json: bool) -> None:
+    if settings.effective_ledger_url.startswith("memory:"):
+        fail("the ledger is memory://: only its own worker process can see it; set a redis:// URL")
+    from mailer.factory import build_ledger  # noqa: PLC0415 - Redis only when needed
+
+    try:
+        letters = [o.as_dict() for o in build_ledger(settings).dead_letters(limit=1000)]
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(letters, indent=2))
+    else:
+        views.show_dead_letters(letters)
 
 
 @main.command(short_help="Forget a recipient's sends and bookings.")

@@ -1,22 +1,34 @@
-"""The worker's side of the argument bounds: a message is checked before it reaches the pool.
+"""The worker's receipt check: a message is bounded, and recognised as poison, before the pool.
 
 A producer other than ``send_mail.delay`` (another client, an older version, a hand-written
 message) can still put arguments on the queue that a worker would choke on: a prefork worker's
-main process pickles them for its pool and a context nested 500 deep kills it. This request
-class runs :func:`workers.tasks.check_call` in the main process, before the pool: a bad message
-ends at once as the outcome ``dropped`` / ``invalid`` (state SUCCESS, like every dropped mail),
-is acknowledged, and never reaches a pool process.
+main process pickles them for its pool, and a context nested 500 deep kills it. And a message
+that kills whatever worker takes it comes back (late acks) and kills the next one.
+
+:class:`GuardedRequest` runs in the worker's main process, right before a request is handed to
+the pool:
+
+1. :func:`workers.tasks.check_call` bounds the raw arguments: a bad message ends at once as
+   ``dropped`` / ``invalid`` (state SUCCESS, like every dropped mail), acknowledged, never seen
+   by a pool process.
+2. A *redelivered* copy is counted in the ledger (:meth:`mailer.ledger.Ledger.handoff`; a first
+   delivery costs nothing): once ``MAILGUARD_POISON_AFTER`` copies were handed over without any
+   run of the mail ending, the message is quarantined: outcome ``dropped`` / ``poison``
+   recorded as final, kept in the dead-letter list (``mailguard status --dead-letters``), and
+   acknowledged, so the worker carries on with the rest.
 """
 
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from celery.worker.request import Request
 from celery.worker.state import task_ready
 
 from mailer import outcomes as why
 from mailer.arguments import InvalidArguments
+from mailer.errors import BackendUnavailable
 from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
 
@@ -24,40 +36,81 @@ log = logging.getLogger("mailguard")
 
 
 class GuardedRequest(Request):
-    """A ``send_mail`` request whose raw arguments are bounded before the pool sees them.
+    """A ``send_mail`` request checked in the main process before the pool sees it.
 
     The check sits in :meth:`revoked`, which the worker asks right before it hands a request to
-    the pool (``execute_using_pool`` itself is replaced by Celery's own fast subclass): a bad
-    request is dropped and answers "revoked", Celery's path for a request that never reaches
-    the pool.
+    the pool (``execute_using_pool`` itself is replaced by Celery's own fast subclass): a request
+    that ends here answers "revoked", Celery's path for a request that never reaches the pool.
     """
 
-    _mailguard_dropped = False
+    _mailguard_ended = False
+    _mailguard_checked = False
 
     def revoked(self) -> bool:
-        if super().revoked():
+        if super().revoked() or self._mailguard_ended:
             return True
-        if self._mailguard_dropped:
-            return True
-        from workers.tasks import check_call  # noqa: PLC0415 - tasks imports this module
+        if self._mailguard_checked:
+            return False
+        self._mailguard_checked = True
+        outcome = self._receipt_outcome()
+        if outcome is None:
+            return False
+        self._mailguard_ended = True
+        self._end(outcome)
+        return True
+
+    def _receipt_outcome(self) -> Outcome | None:
+        """The outcome that ends this request on receipt, or None to hand it to the pool."""
+        from workers.tasks import check_call, guard, settings  # noqa: PLC0415 - tasks imports us
 
         try:
-            check_call(self.args, self.kwargs)
+            call = check_call(self.args, self.kwargs)
         except InvalidArguments as exc:
-            self._mailguard_dropped = True
-            self._drop_invalid(str(exc))
-            return True
-        return False
+            return _outcome(self.id, {}, why.INVALID, str(exc))
+        if not self.delivery_info.get("redelivered"):
+            return None
+        mail_id = call.get("mail_id") or self.id
+        ledger = guard().ledger
+        try:
+            count = ledger.handoff(mail_id)
+            if count <= settings.poison_after:
+                return None
+            poison = _outcome(
+                mail_id,
+                call,
+                why.POISON,
+                f"handed to a worker {count} times without any run ending (a message that "
+                "ends its worker?); quarantined",
+            )
+            ledger.quarantine(poison)
+        except BackendUnavailable as exc:
+            log.warning("mail %s: redelivery not counted: %s", mail_id, exc)
+            return None
+        return poison
 
-    def _drop_invalid(self, reason: str) -> None:
-        """Store ``dropped`` / ``invalid`` as this task's result and acknowledge the message."""
-        outcome = Outcome(
-            status="dropped", mail_id=self.id, kind="?", reason=why.INVALID, detail=reason
-        )
+    def _end(self, outcome: Outcome) -> None:
+        """Store ``outcome`` as this task's result, count it, and acknowledge the message."""
         try:
             self.task.backend.mark_as_done(self.id, outcome.as_dict(), request=self)
             default_metrics().record(outcome, UNKNOWN_KIND)
         finally:
             task_ready(self)
             self.acknowledge()
-        log.warning("mail %s dropped on receipt: %s", self.id, reason, extra={"mail_id": self.id})
+        log.warning(
+            "mail %s dropped on receipt (%s): %s",
+            outcome.mail_id,
+            outcome.reason,
+            outcome.detail,
+            extra={"mail_id": outcome.mail_id, "status": "dropped", "reason": outcome.reason},
+        )
+
+
+def _outcome(mail_id: str, call: dict[str, Any], reason: str, detail: str) -> Outcome:
+    kind = call.get("kind", "default")
+    return Outcome(
+        status="dropped",
+        mail_id=mail_id,
+        kind=kind if isinstance(kind, str) else "?",
+        reason=reason,
+        detail=detail,
+    )

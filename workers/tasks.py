@@ -20,7 +20,11 @@ from mailer.guard import Guard, MailRequest
 from mailer.seal import seal, unseal
 from mailer.settings import Settings
 from mailer.steps import Fail, Finish, Later, Progress
-from workers.app import app, settings
+from workers.app import app
+from workers.app import settings as _env_settings
+
+#: The settings this process's guard is built from (the environment's, or :func:`use_settings`).
+settings: Settings = _env_settings
 
 
 class MailFailed(Exception):

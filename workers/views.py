@@ -9,7 +9,7 @@ recipient is its keyed hash, as in the outcomes.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich import box
@@ -169,3 +169,23 @@ def summary_cells(summary: Summary) -> list[str]:
         late(summary.lateness_max),
         f"{summary.dropped:,}",
     ]
+
+
+def show_dead_letters(letters: Sequence[Mapping[str, Any]]) -> None:
+    """The quarantined mails (``mailguard status --dead-letters``), newest first."""
+    out = console()
+    if not letters:
+        out.print("no dead letters: no mail was quarantined")
+        return
+    table = Table(title="dead letters (newest first)", title_justify="left", box=box.SIMPLE)
+    for column in ("quarantined", "mail id", "kind", "why"):
+        table.add_column(column)
+    for letter in letters:
+        stamp = letter.get("decided_at")
+        table.add_row(
+            when(stamp) if isinstance(stamp, int | float) else "?",
+            str(letter.get("mail_id")),
+            str(letter.get("kind")),
+            str(letter.get("detail") or letter.get("reason")),
+        )
+    out.print(table)

@@ -10,6 +10,11 @@ from mailer.outcomes import Outcome
 #: How long a recorded outcome is kept, in seconds (7 days: longer than any deferral).
 SENT_TTL = OUTCOME_TTL
 
+#: How long a mail's hand-off count is kept, in seconds (a day: redeliveries come far sooner).
+RUNS_TTL = 86_400
+#: How many dead letters are kept (the oldest are forgotten first).
+MAX_DEAD_LETTERS = 10_000
+
 #: What :meth:`Ledger.begin` answers: the recorded outcome, True (claimed) or False (held).
 Begun = Outcome | bool
 
@@ -35,6 +40,24 @@ class Ledger(Protocol):
     def record(self, outcome: Outcome) -> None:
         """Remember ``outcome`` (sent, dropped or failed) as the final one of its mail id and
         drop the claim: every later ``begin`` answers it."""
+        ...
+
+    def handoff(self, mail_id: str) -> int:
+        """Count one more hand-off of a *redelivered* copy of ``mail_id`` to a pool, in one
+        atomic step: the count so far, or 0 when the mail finished or a run holds its claim.
+
+        Every run that ends (``unclaim``, ``record``) resets the count, so it only grows while
+        copies keep dying before any run ends: a poison message. The caller decides the limit.
+        """
+        ...
+
+    def quarantine(self, outcome: Outcome) -> None:
+        """Record ``outcome`` (``dropped`` / ``poison``) as final and keep it in the dead-letter
+        list (the newest :data:`MAX_DEAD_LETTERS`)."""
+        ...
+
+    def dead_letters(self, limit: int = 100) -> list[Outcome]:
+        """The newest quarantined outcomes, newest first (for operators)."""
         ...
 
     def recorded(self, mail_id: str) -> Outcome | None:
