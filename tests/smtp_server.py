@@ -13,8 +13,9 @@ import email.policy
 import ssl
 import subprocess
 import threading
+import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any, Literal
@@ -33,6 +34,7 @@ class Delivered:
     mail_from: str
     rcpt_tos: tuple[str, ...]
     content: bytes
+    received_at: float = field(default_factory=time.time)  # epoch seconds, the server's clock
 
     @property
     def message(self) -> EmailMessage:
@@ -51,6 +53,7 @@ class RecordingHandler:
         self._rcpt_replies: deque[str] = deque()
         self.permanent_data_reply: str | None = None
         self._data_delays: deque[float] = deque()
+        self._data_drops: deque[bool] = deque()  # True: accept the message, then drop
         self.data_commands = 0
         self.data_aborted = 0  # DATA sessions whose client went away before the reply
         self.rcpt_commands = 0
@@ -90,19 +93,33 @@ class RecordingHandler:
                     self.data_aborted += 1
                 return "451 4.3.0 client gone"
         with self._lock:
+            drop = self._data_drops.popleft() if self._data_drops else None
+            if drop is not None:
+                if drop:  # accepted (committed), but the 250 never reaches the client
+                    self._record(envelope)
+                if server.transport is not None:
+                    server.transport.abort()
+                return "421 4.4.2 connection dropped"
             if self._data_replies:
                 return self._data_replies.popleft()
             if self.permanent_data_reply is not None:
                 return self.permanent_data_reply
-            content = envelope.original_content or b""
-            self.delivered.append(
-                Delivered(
-                    mail_from=str(envelope.mail_from),
-                    rcpt_tos=tuple(envelope.rcpt_tos),
-                    content=content,
-                )
-            )
+            self._record(envelope)
         return "250 2.0.0 Message accepted for delivery"
+
+    def _record(self, envelope: Envelope) -> None:
+        """Keep the message as delivered (the caller holds the lock)."""
+        self.delivered.append(
+            Delivered(
+                mail_from=str(envelope.mail_from),
+                rcpt_tos=tuple(envelope.rcpt_tos),
+                content=envelope.original_content or b"",
+            )
+        )
+
+    def drop_data(self, times: int = 1, *, accept: bool = False) -> None:
+        with self._lock:
+            self._data_drops.extend([accept] * times)
 
     def reply_to_data(self, reply: str, times: int = 1) -> None:
         with self._lock:
@@ -224,6 +241,15 @@ class SmtpTestServer:
         A client that disconnects meanwhile has sent nothing: the message is not recorded.
         """
         self.handler.delay_data(seconds, times)
+
+    def drop_connection(self, times: int = 1) -> None:
+        """Drop the connection at the next ``times`` DATA commands, before accepting anything."""
+        self.handler.drop_data(times)
+
+    def accept_then_drop(self, times: int = 1) -> None:
+        """Accept the next ``times`` messages, then drop the connection before the 250 reply:
+        the client cannot know the message was accepted (SMTP's at-least-once window)."""
+        self.handler.drop_data(times, accept=True)
 
     def refuse_data(self, reply: str = "550 5.7.1 no") -> None:
         """Answer every DATA command with ``reply`` from now on."""

@@ -1,0 +1,299 @@
+"""The chaos suite: real workers, Redis and SMTP under kills, outages, freezes and bad replies.
+
+Each test starts two prefork workers (concurrency 2) on a broker Redis, a limiter-and-ledger
+Redis (append-only, so a restart keeps its data, as production's should) and an aiosmtpd
+server, sends a load of mails to a few recipients under a tight policy (so that mails are
+deferred and booked while the fault happens), injects one kind of fault mid-run, and ends with
+an audit taken from the SMTP server's own log:
+
+- **duplicates**: extra copies of one Message-ID; 0, except where the server accepted a mail
+  and dropped the connection before its 250 (the documented at-least-once window): those are
+  counted and must carry the same Message-ID;
+- **lost**: mails neither delivered nor given a final ``dropped`` / ``failed`` outcome: 0;
+- **over-admissions**: per recipient, the booked slots (``due``) of the delivered mails checked
+  against every tier of the policy by an independent counter: 0;
+- **stuck**: mails without a final state at the deadline: 0;
+- **worker deaths**: worker main processes that exited without the test killing them: 0.
+
+The figures of each run are printed (``pytest -s``) and the README's reliability section quotes
+them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from celery.result import AsyncResult
+
+from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.redis_servers import RedisServer
+from mailer import Policy
+from tests.smtp_server import SmtpTestServer
+
+TASK = "mailguard.send_mail"
+POLICY = "1/1s, 3/6s"
+RECIPIENTS = 8
+PER_RECIPIENT = 4
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(180)]
+
+
+@dataclass
+class Audit:
+    """What the SMTP server's log and the result backend say about one chaos run."""
+
+    mails: int
+    delivered: int
+    dropped: int
+    failed: int
+    duplicates: int
+    lost: int
+    over: int
+    stuck: int
+    deaths: int
+
+    def line(self, name: str) -> str:
+        return (
+            f"chaos {name}: {self.mails} mails, {self.delivered} delivered, {self.dropped} "
+            f"dropped, {self.failed} failed; duplicates {self.duplicates}, lost {self.lost}, "
+            f"over {self.over}, stuck {self.stuck}, worker deaths {self.deaths}"
+        )
+
+
+class Stack:
+    """Broker Redis, limiter-and-ledger Redis (AOF), SMTP server and two workers."""
+
+    def __init__(self, **settings: str) -> None:
+        aof = ("--appendonly", "yes", "--appendfsync", "always")
+        self.broker = RedisServer(extra_args=aof).start()
+        self.store = RedisServer(extra_args=aof).start()
+        self.smtp = SmtpTestServer().start()
+        base = self.broker.url.rsplit("/", 1)[0]
+        self.env = worker_env(
+            self.broker.url,
+            self.smtp.url,
+            MAILGUARD_BROKER_URL=f"{base}/1",
+            MAILGUARD_RESULT_BACKEND=f"{base}/2",
+            MAILGUARD_LIMITER_URL=self.store.url,
+            MAILGUARD_POLICY=POLICY,
+            MAILGUARD_MAX_COUNTDOWN="2s",
+            MAILGUARD_VISIBILITY_TIMEOUT="8s",
+            MAILGUARD_RESTORE_INTERVAL="500ms",
+            MAILGUARD_CLAIM_LEASE="3s",
+            MAILGUARD_SEND_RETRIES="8",
+            **settings,
+        )
+        self.app = client_app(self.env)
+        self.workers = [CeleryWorker(self.env, name=f"w{n}") for n in (1, 2)]
+        self.killed: set[int] = set()
+        for worker in self.workers:
+            worker.start()
+
+    def kill_main(self, index: int) -> None:
+        """SIGKILL worker ``index`` (main and children), as a crash would; start a new one."""
+        worker = self.workers[index]
+        assert worker.process is not None
+        self.killed.add(worker.process.pid)
+        worker.kill()
+        self.workers[index] = CeleryWorker(self.env, name=f"w{index + 1}r").start()
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.stop(timeout=10)
+        self.app.close()
+        self.smtp.stop()
+        self.broker.cleanup()
+        self.store.cleanup()
+
+
+@pytest.fixture
+def stack_factory() -> Iterator[Callable[..., Stack]]:
+    made: list[Stack] = []
+
+    def make(**settings: str) -> Stack:
+        made.append(Stack(**settings))
+        return made[-1]
+
+    yield make
+    for stack in made:
+        stack.close()
+
+
+def load(stack: Stack, prefix: str) -> dict[str, AsyncResult[Any]]:
+    """Send the load: PER_RECIPIENT mails to each of RECIPIENTS recipients, mail id = subject."""
+    results = {}
+    for n in range(PER_RECIPIENT):
+        for r in range(RECIPIENTS):
+            mail_id = f"{prefix}-{r}-{n}"
+            results[mail_id] = stack.app.send_task(
+                TASK,
+                args=[f"user{r}@example.com"],
+                kwargs={"subject": mail_id, "body": "chaos", "mail_id": mail_id},
+            )
+    return results
+
+
+def settle(results: dict[str, AsyncResult[Any]], timeout: float) -> dict[str, tuple[str, Any]]:
+    """Each mail's final (state, info); mails still unsettled at the deadline keep their state."""
+    deadline = time.monotonic() + timeout
+    pending = dict(results)
+    final: dict[str, tuple[str, Any]] = {}
+    while pending and time.monotonic() < deadline:
+        for mail_id, result in list(pending.items()):
+            if result.state in ("SUCCESS", "FAILURE"):
+                final[mail_id] = (result.state, result.info)
+                del pending[mail_id]
+        time.sleep(0.1)
+    for mail_id, result in pending.items():
+        final[mail_id] = (result.state, result.info)
+    return final
+
+
+def over_admissions(dues: dict[str, list[float]], policy: Policy) -> int:
+    """Windows in which a recipient's slots exceed a tier: an independent recount."""
+    over = 0
+    for slots in dues.values():
+        slots.sort()
+        for tier in policy.tiers:
+            for i in range(len(slots) - tier.limit):
+                if slots[i + tier.limit] - slots[i] < tier.window - 1e-6:
+                    over += 1
+    return over
+
+
+def audit(stack: Stack, final: dict[str, tuple[str, Any]]) -> Audit:
+    delivered = stack.smtp.delivered
+    copies = Counter(d.message["Subject"] for d in delivered)
+    outcomes = {
+        mail_id: (info.args[0] if isinstance(info, BaseException) and info.args else info)
+        for mail_id, (_, info) in final.items()
+    }
+    statuses = Counter(
+        o.get("status") if isinstance(o, dict) else "stuck" for o in outcomes.values()
+    )
+    lost = sum(
+        1
+        for mail_id, o in outcomes.items()
+        if isinstance(o, dict) and o.get("status") == "sent" and copies[mail_id] == 0
+    )
+    dues: dict[str, list[float]] = {}
+    for mail_id, o in outcomes.items():
+        if isinstance(o, dict) and o.get("status") == "sent" and o.get("due") is not None:
+            dues.setdefault(mail_id.rsplit("-", 1)[0], []).append(float(o["due"]))
+    deaths = sum(
+        1
+        for w in stack.workers
+        if w.process is not None
+        and w.process.poll() is not None
+        and w.process.pid not in stack.killed
+    )
+    return Audit(
+        mails=len(final),
+        delivered=len(copies),
+        dropped=statuses["dropped"],
+        failed=statuses["failed"],
+        duplicates=sum(n - 1 for n in copies.values() if n > 1),
+        lost=lost,
+        over=over_admissions(dues, Policy.parse(POLICY)),
+        stuck=sum(1 for state, _ in final.values() if state not in ("SUCCESS", "FAILURE")),
+        deaths=deaths,
+    )
+
+
+def check(result: Audit, name: str, *, duplicates: int = 0, failed: int = 0) -> None:
+    print(result.line(name))
+    assert (result.lost, result.over, result.stuck, result.deaths) == (0, 0, 0, 0), result
+    assert result.duplicates == duplicates, result
+    assert result.failed == failed, result
+    assert result.delivered + result.failed + result.dropped == result.mails, result
+
+
+def test_pool_children_killed_mid_send(stack_factory: Callable[..., Stack]) -> None:
+    """SIGKILL of pool children while mails are being sent: every mail once, none over."""
+    stack = stack_factory()
+    results = load(stack, "child")
+    for _ in range(3):
+        time.sleep(0.7)
+        stack.workers[0].kill_child()
+    check(audit(stack, settle(results, 60)), "child kills")
+
+
+def test_a_worker_killed_and_restarted(stack_factory: Callable[..., Stack]) -> None:
+    """SIGKILL of a worker's main process mid-run, a new one started: every mail once."""
+    stack = stack_factory()
+    results = load(stack, "main")
+    time.sleep(1.0)
+    stack.kill_main(0)
+    check(audit(stack, settle(results, 90)), "main kill")
+
+
+def test_the_limiter_redis_restarted(stack_factory: Callable[..., Stack]) -> None:
+    """The limiter-and-ledger Redis killed and restarted (AOF) mid-run: deferred, then sent."""
+    stack = stack_factory()
+    results = load(stack, "restart")
+    time.sleep(1.0)
+    stack.store.stop()
+    time.sleep(2.0)
+    stack.store.start()
+    check(audit(stack, settle(results, 90)), "limiter restart")
+
+
+def test_the_limiter_redis_frozen(stack_factory: Callable[..., Stack]) -> None:
+    """The limiter-and-ledger Redis frozen (SIGSTOP) for 3 s mid-run: deferred, then sent."""
+    stack = stack_factory()
+    results = load(stack, "freeze")
+    time.sleep(1.0)
+    assert stack.store.process is not None
+    os.kill(stack.store.process.pid, signal.SIGSTOP)
+    time.sleep(3.0)
+    os.kill(stack.store.process.pid, signal.SIGCONT)
+    check(audit(stack, settle(results, 90)), "limiter freeze")
+
+
+def test_smtp_faults(stack_factory: Callable[..., Stack]) -> None:
+    """451s, a 550, dropped connections and one accepted-then-dropped: one counted duplicate."""
+    stack = stack_factory()
+    stack.smtp.fail_data("451 4.3.0 try later", times=3)
+    stack.smtp.fail_rcpt("451 4.2.1 try later", times=2)
+    stack.smtp.drop_connection(times=2)
+    results = load(stack, "smtp")
+    time.sleep(1.5)
+    stack.smtp.accept_then_drop(times=1)
+    time.sleep(1.0)
+    stack.smtp.fail_data("550 5.1.1 user unknown", times=1)
+    result = audit(stack, settle(results, 90))
+    check(result, "smtp faults", duplicates=1, failed=1)
+    copies = Counter(d.message["Message-ID"] for d in stack.smtp.delivered)
+    assert max(copies.values()) == 2, "the duplicate carries the same Message-ID"
+
+
+def test_a_hostile_burst_beside_real_mail(stack_factory: Callable[..., Stack]) -> None:
+    """300 hostile calls from another producer beside the load: all dropped, the load intact."""
+    stack = stack_factory()
+    results = load(stack, "hostile")
+    deep: dict[str, Any] = {"leaf": 1}
+    for _ in range(400):
+        deep = {"x": deep}
+    junk: list[dict[str, Any]] = [
+        {"context": deep},
+        {"subject": "\r\nBcc: x@example.com"},
+        {"_progress": {"attempts": -1}},
+        {"kind": 7},
+        {"mail_id": "{bad}"},
+        {"headers": {"X": ["list"]}},
+    ]
+    hostile = [
+        stack.app.send_task(TASK, args=["eve@example.com"], kwargs=junk[n % len(junk)])
+        for n in range(300)
+    ]
+    final = settle(results, 90)
+    dropped = settle({str(n): r for n, r in enumerate(hostile)}, 30)
+    assert {info["reason"] for _, info in dropped.values()} == {"invalid"}
+    check(audit(stack, final), "hostile burst")
