@@ -28,6 +28,8 @@ OUTCOME_TTL = 7 * 86_400
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 #: Redelivered copies of one mail handed to a pool, with no run ending, before it is quarantined.
 POISON_AFTER = 3
+#: How long a hard bounce suppresses the recipient (30 days).
+SUPPRESS_FOR = 30 * 86_400.0
 #: Wait when another run holds the claim on the same mail.
 IN_FLIGHT_WAIT = 5.0
 

@@ -9,6 +9,7 @@ from mailer.guard import Guard
 from mailer.ledger import Ledger, MemoryLedger, RedisLedger
 from mailer.limiter import Limiter
 from mailer.settings import Settings
+from mailer.suppression import Suppressions
 from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport
 from mailer.transports.base import Transport
 
@@ -31,6 +32,14 @@ def build_ledger(settings: Settings, limiter: Limiter | None = None) -> Ledger:
     return RedisLedger(client_from_url(url), url)
 
 
+def build_suppressions(settings: Settings, ledger: Ledger | None = None) -> Suppressions:
+    """The suppression list, where the ledger lives (sharing its Redis client if given)."""
+    client = ledger.client if isinstance(ledger, RedisLedger) else None
+    return Suppressions.from_url(
+        settings.effective_ledger_url, secret=settings.secret, client=client
+    )
+
+
 def build_transport(settings: Settings) -> Transport:
     """``console://`` (stderr), ``memory://`` (kept in the process) or an SMTP URL."""
     scheme = urlsplit(settings.smtp_url).scheme
@@ -44,10 +53,12 @@ def build_transport(settings: Settings) -> Transport:
 def build_guard(settings: Settings) -> Guard:
     """A guard wired from ``settings``: one per process (build it after a fork, not before)."""
     limiter = build_limiter(settings)
+    ledger = build_ledger(settings, limiter)
     return Guard(
         limiter,
-        build_ledger(settings, limiter),
+        ledger,
         build_transport(settings),
         kinds=settings.kinds,
         config=settings.guard_config(),
+        suppressions=build_suppressions(settings, ledger),
     )

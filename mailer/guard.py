@@ -26,22 +26,29 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from email.message import EmailMessage
-from typing import Any
 
 from mailer import defaults
 from mailer import outcomes as why
-from mailer.address import AddressRules, Recipient, normalise_address
+from mailer.address import Recipient, normalise_address
 from mailer.clock import Clock, system_clock
 from mailer.errors import (
     BackendUnavailable,
     InvalidAddress,
     InvalidMessage,
     PermanentSendError,
-    SendError,
     TransientSendError,
+)
+from mailer.guard_data import (
+    Go,
+    GuardConfig,
+    MailRequest,
+    Prepared,
+    failure,
+    iso,
+    log_fields,
+    mapping,
 )
 from mailer.kinds import Kind, Kinds, render
 from mailer.ledger import Ledger
@@ -49,62 +56,14 @@ from mailer.limiter import MAX_WAIT, Limiter
 from mailer.message import Mail, build_message, message_id
 from mailer.metrics import UNGUARDED, UNKNOWN_KIND, Metrics, default_metrics
 from mailer.outcomes import Outcome
+from mailer.replies import Action, classify
 from mailer.steps import Defer, Drop, Fail, Finish, Later, Progress, Send, Step, plan
+from mailer.suppression import Suppressions
 from mailer.transports.base import Transport
 
 __all__ = ["Fail", "Finish", "Guard", "GuardConfig", "Later", "MailRequest", "Progress", "Step"]
 
 log = logging.getLogger("mailguard")
-
-
-@dataclass(frozen=True)
-class MailRequest:
-    """What ``send_mail`` was called with. Nothing here is trusted: the guard validates it."""
-
-    to: Any
-    mail_id: str
-    subject: Any = None
-    body: Any = None
-    html: Any = None
-    kind: Any = "default"
-    context: Any = None
-    headers: Any = None
-
-
-@dataclass(frozen=True)
-class GuardConfig:
-    """The guard's knobs; durations in seconds. Defaults: :mod:`mailer.defaults`.
-
-    Build it from the environment with :meth:`mailer.settings.Settings.guard_config`.
-    """
-
-    sender: str = defaults.SENDER
-    fail_open: bool = False
-    max_countdown: float = defaults.MAX_COUNTDOWN
-    send_retries: int = defaults.SEND_RETRIES
-    retry_backoff: float = defaults.RETRY_BACKOFF
-    claim_lease: float = defaults.CLAIM_LEASE
-    rules: AddressRules = field(default_factory=AddressRules)
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A validated mail: what the later steps need. ``base`` is every result's starting point."""
-
-    mail_id: str
-    kind: Kind
-    limit_key: str
-    message: EmailMessage
-    base: Outcome
-
-
-@dataclass(frozen=True)
-class Go:
-    """Admitted: send now. ``due`` is the slot (epoch seconds); ``guarded`` is False when the
-    limiter was down and ``fail_open`` let the mail go without it."""
-
-    due: float | None
-    guarded: bool = True
 
 
 class Guard:
@@ -121,6 +80,7 @@ class Guard:
         config: GuardConfig | None = None,
         clock: Clock | None = None,
         metrics: Metrics | None = None,
+        suppressions: Suppressions | None = None,
     ) -> None:
         self.limiter = limiter
         self.ledger = ledger
@@ -128,6 +88,8 @@ class Guard:
         self.kinds = kinds or Kinds.defaults()
         self.config = config or GuardConfig()
         self._clock = clock or system_clock
+        #: Addresses not to contact (hard bounces); in this process unless given.
+        self.suppressions = suppressions or Suppressions.from_url("memory://", clock=self._clock)
         #: Where each run is counted (:mod:`mailer.metrics`); ``NO_METRICS`` counts nothing.
         self.metrics = metrics if metrics is not None else default_metrics()
 
@@ -152,7 +114,7 @@ class Guard:
         if held is not None:
             return held, not isinstance(held, Later)
         progress = replace(progress, stale_owner="")
-        go = self._admit(prepared, progress)
+        go = self._unless_suppressed(prepared, progress) or self._admit(prepared, progress)
         step = self._send(prepared, go, progress) if isinstance(go, Go) else go
         return self._settle(prepared, owner, step, guarded=isinstance(go, Go) and go.guarded), False
 
@@ -175,7 +137,10 @@ class Guard:
         except (InvalidAddress, InvalidMessage, ValueError) as exc:
             dropped = base.but(reason=why.INVALID, detail=str(exc))
             log.info(
-                "mail %s dropped: invalid input: %s", request.mail_id, exc, extra=_fields(dropped)
+                "mail %s dropped: invalid input: %s",
+                request.mail_id,
+                exc,
+                extra=log_fields(dropped),
             )
             return Finish(dropped)
         return Prepared(
@@ -192,8 +157,8 @@ class Guard:
         """Normalise, render and build; raises ``InvalidAddress`` / ``InvalidMessage``."""
         recipient = normalise_address(request.to, self.config.rules)
         kind = self.kinds[request.kind if isinstance(request.kind, str) else "?"]
-        context = _mapping(request.context, "context")
-        headers = _mapping(request.headers, "headers")
+        context = mapping(request.context, "context")
+        headers = mapping(request.headers, "headers")
         subject, body, html = render(kind, request.subject, request.body, request.html, context)
         mail = Mail(
             to=recipient.address,
@@ -225,7 +190,7 @@ class Guard:
                 "mail %s already %s; nothing sent again",
                 mail.mail_id,
                 begun.status,
-                extra=_fields(begun),
+                extra=log_fields(begun),
             )
             return Fail(begun) if begun.status == "failed" else Finish(begun)
         if begun:
@@ -235,9 +200,26 @@ class Guard:
         log.info(
             "mail %s is being sent by another run; checking again later",
             mail.mail_id,
-            extra=_fields(waiting),
+            extra=log_fields(waiting),
         )
         return Later(wait, waiting, progress)
+
+    def _unless_suppressed(self, mail: Prepared, progress: Progress) -> Step | None:
+        """``dropped`` / ``suppressed`` for an address whose mailbox is gone, else None."""
+        try:
+            entry = self.suppressions.suppressed(mail.limit_key)
+        except BackendUnavailable as exc:
+            self.metrics.backend_down("ledger")
+            return self._backend_down(mail.base, progress, exc, why.LEDGER_UNAVAILABLE)
+        if entry is None:
+            return None
+        dropped = mail.base.but(
+            reason=why.SUPPRESSED,
+            smtp_reply=entry.cause,
+            detail=f"suppressed until {iso(entry.until)}",
+        )
+        log.info("mail %s dropped: recipient suppressed", mail.mail_id, extra=log_fields(dropped))
+        return Finish(dropped)
 
     # 3. admit ------------------------------------------------------------------------------
 
@@ -256,7 +238,7 @@ class Guard:
             log.warning(
                 "mail %s: limiter unavailable, sending unguarded (fail_open)",
                 mail.mail_id,
-                extra=_fields(mail.base),
+                extra=log_fields(mail.base),
             )
             return Go(due=None, guarded=False)
         action = plan(decision, max_countdown=self.config.max_countdown)
@@ -272,7 +254,7 @@ class Guard:
                 mail.mail_id,
                 tier,
                 action.wait,
-                extra=_fields(dropped),
+                extra=log_fields(dropped),
             )
             return Finish(dropped)
         return _booked(mail.base, action, tier, progress)
@@ -291,7 +273,7 @@ class Guard:
             "ledger unavailable"
             if reason == why.LEDGER_UNAVAILABLE
             else "limiter unavailable (fail_closed)",
-            extra=_fields(waiting),
+            extra=log_fields(waiting),
         )
         return Later(countdown, waiting, progress)
 
@@ -308,12 +290,13 @@ class Guard:
         try:
             receipt = self.transport.send(mail.message)
         except PermanentSendError as exc:
-            failed = _failed(base, why.SMTP_PERMANENT, progress.attempts + exc.attempts, exc)
+            failed = failure(base, why.SMTP_PERMANENT, progress.attempts + exc.attempts, exc)
+            self._suppress_if_gone(mail, exc)
             log.warning(
                 "mail %s failed: permanent SMTP error %s",
                 mail.mail_id,
                 exc.code,
-                extra=_fields(failed.outcome),
+                extra=log_fields(failed.outcome),
             )
             return failed
         except TransientSendError as exc:
@@ -327,19 +310,41 @@ class Guard:
             sent_at=self._clock(),
             detail=None if go.guarded else UNGUARDED,
         )
-        log.info("mail %s sent to %s", mail.mail_id, base.recipient, extra=_fields(outcome))
+        log.info("mail %s sent to %s", mail.mail_id, base.recipient, extra=log_fields(outcome))
         return Finish(outcome)
+
+    def _suppress_if_gone(self, mail: Prepared, exc: PermanentSendError) -> None:
+        """A hard bounce (the mailbox is gone) suppresses the recipient for ``suppress_for``."""
+        if exc.code is None or classify(exc.code, exc.reply or "").action is not Action.SUPPRESS:
+            return
+        try:
+            self.suppressions.suppress(
+                mail.limit_key, seconds=self.config.suppress_for, cause=f"{exc.code} {exc.reply}"
+            )
+        except BackendUnavailable:
+            self.metrics.backend_down("ledger")
+            log.warning(
+                "mail %s: could not suppress its recipient (ledger unavailable)", mail.mail_id
+            )
+            return
+        log.warning(
+            "mail %s: recipient %s suppressed for %.0f s after a hard bounce",
+            mail.mail_id,
+            mail.base.recipient,
+            self.config.suppress_for,
+            extra={"mail_id": mail.mail_id, "recipient": mail.base.recipient},
+        )
 
     def _transient(self, base: Outcome, progress: Progress, exc: TransientSendError) -> Step:
         """Retry later with doubling backoff, or fail once the retries are used up."""
         attempts = progress.attempts + exc.attempts
         progress = replace(progress, attempts=attempts, send_failures=progress.send_failures + 1)
         if progress.send_failures > self.config.send_retries:
-            failed = _failed(base, why.RETRIES_EXHAUSTED, attempts, exc)
+            failed = failure(base, why.RETRIES_EXHAUSTED, attempts, exc)
             log.warning(
                 "mail %s failed: transient SMTP errors, retries exhausted",
                 base.mail_id,
-                extra=_fields(failed.outcome),
+                extra=log_fields(failed.outcome),
             )
             return failed
         countdown = self._backoff(progress.send_failures)
@@ -356,7 +361,7 @@ class Guard:
             base.mail_id,
             exc.code,
             countdown,
-            extra=_fields(waiting),
+            extra=log_fields(waiting),
         )
         return Later(countdown, waiting, progress)
 
@@ -399,7 +404,7 @@ class Guard:
                 "mail %s %s but its outcome could not be recorded (ledger unavailable)",
                 outcome.mail_id,
                 outcome.status,
-                extra=_fields(outcome),
+                extra=log_fields(outcome),
             )
 
     def _release(self, mail: Prepared) -> None:
@@ -415,15 +420,6 @@ class Guard:
             )
 
 
-def _mapping(value: Any, name: str) -> Mapping[str, Any]:
-    """``value`` as a mapping (None is empty); raises ``InvalidMessage`` naming ``name``."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidMessage(f"{name} must be a mapping")
-    return value
-
-
 def _booked(base: Outcome, action: Defer, tier: str | None, progress: Progress) -> Later:
     """A booked mail: run again at its slot (or hop towards it)."""
     progress = replace(progress, deferrals=progress.deferrals + 1)
@@ -436,28 +432,3 @@ def _booked(base: Outcome, action: Defer, tier: str | None, progress: Progress) 
         deferrals=progress.deferrals,
     )
     return Later(action.countdown, waiting, progress)
-
-
-def _fields(outcome: Outcome) -> dict[str, Any]:
-    """A log record's structured fields (``extra=``): ids and outcome, never the address."""
-    return {
-        "mail_id": outcome.mail_id,
-        "recipient": outcome.recipient,
-        "kind": outcome.kind,
-        "status": outcome.status,
-        "reason": outcome.reason,
-        "tier": outcome.tier,
-    }
-
-
-def _failed(base: Outcome, reason: str, attempts: int, exc: SendError) -> Fail:
-    return Fail(
-        base.but(
-            status="failed",
-            reason=reason,
-            attempts=attempts,
-            smtp_code=exc.code,
-            smtp_reply=exc.reply,
-            detail=exc.reason,
-        )
-    )

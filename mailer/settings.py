@@ -20,6 +20,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |
 | ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
+| ``MAILGUARD_SUPPRESS_FOR`` | ``30d`` | how long a hard bounce (``550 5.1.1 user unknown``) suppresses the recipient |
 | ``MAILGUARD_POISON_AFTER`` | ``3`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
 | ``MAILGUARD_MAX_MESSAGE_BYTES`` | ``10MB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * MAX_COUNTDOWN + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
@@ -77,6 +78,7 @@ KNOWN = frozenset(
         "LOG_FORMAT",
         "MAX_MESSAGE_BYTES",
         "POISON_AFTER",
+        "SUPPRESS_FOR",
     )
 )
 
@@ -107,6 +109,7 @@ class Settings:
     log_format: LogFormat = "text"
     max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
     poison_after: int = defaults.POISON_AFTER
+    suppress_for: float = defaults.SUPPRESS_FOR
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -120,6 +123,8 @@ class Settings:
             raise ValueError("send retries must be >= 0 and SMTP attempts >= 1")
         if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
             raise ValueError(f"metrics port must be 1-65535, got {self.metrics_port}")
+        if self.suppress_for <= 0:
+            raise ValueError(f"suppress for must be > 0 s, got {self.suppress_for}")
         if self.poison_after < 1:
             raise ValueError(f"poison after must be >= 1, got {self.poison_after}")
         if self.max_message_bytes < 1024:
@@ -143,6 +148,7 @@ class Settings:
             send_retries=self.send_retries,
             retry_backoff=self.retry_backoff,
             claim_lease=self.claim_lease,
+            suppress_for=self.suppress_for,
         )
 
     @property
@@ -215,6 +221,7 @@ def _read_values(env: Mapping[str, str]) -> dict[str, object]:
         ("CLAIM_LEASE", "claim_lease"),
         ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
         ("RESTORE_INTERVAL", "restore_interval"),
+        ("SUPPRESS_FOR", "suppress_for"),
     ):
         duration(name, attr)
     integer("SEND_RETRIES", "send_retries")

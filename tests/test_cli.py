@@ -250,7 +250,7 @@ def test_status_and_reset_report_an_unreachable_redis(command: str) -> None:
             1,
             "MAILGUARD_BROKER_URL is memory://",
         ),
-        (["status"], {}, 2, "Missing argument 'ADDRESS'"),
+        (["status"], {}, 2, "missing ADDRESS (or --dead-letters)"),
         (["frobnicate"], {}, 2, "No such command 'frobnicate'"),
     ],
 )

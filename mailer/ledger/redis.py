@@ -57,6 +57,11 @@ class RedisLedger:
         self._handoff = client.register_script(HANDOFF_SCRIPT)
         self._dead = f"{namespace}:dead-letters"
 
+    @property
+    def client(self) -> Any:
+        """The redis-py client (other stores on the ledger's Redis share it)."""
+        return self._client
+
     def _keys(self, mail_id: str) -> list[str]:
         """The claim, the sent marker and the hand-off count of ``mail_id`` (one slot)."""
         tag = f"{{{mail_id}}}"

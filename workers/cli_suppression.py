@@ -1,0 +1,106 @@
+"""``mailguard suppress / unsuppress / suppressed``: the suppression list by hand.
+
+Addresses whose mailbox is gone (hard bounces suppress them by themselves; an operator adds one
+from a complaint or an ESP's bounce webhook, or lifts one). The list lives where the ledger
+lives (``MAILGUARD_LEDGER_URL``, else the limiter's URL): a shared ``redis://``. Addresses are
+never printed: a recipient appears as the keyed hash of its entry.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import click
+
+from mailer.durations import parse_duration
+from mailer.errors import BackendUnavailable, InvalidAddress
+from mailer.factory import build_suppressions
+from mailer.settings import Settings
+from mailer.suppression import Suppressions
+from workers.cli_errors import USAGE, fail
+
+
+def _store() -> Suppressions:
+    try:
+        settings = Settings.from_env()
+    except ValueError as exc:
+        fail(str(exc), USAGE)
+    if settings.effective_ledger_url.startswith("memory:"):
+        fail(
+            "the ledger is memory://: each worker keeps its own suppression list, which this "
+            "command cannot see; set the workers' shared redis:// MAILGUARD_LEDGER_URL"
+        )
+    return build_suppressions(settings)
+
+
+def _key(store: Suppressions, address: str) -> str:
+    try:
+        return store.key_of(address)
+    except InvalidAddress as exc:
+        fail(f"bad address: {exc}", USAGE)
+
+
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+@click.command(short_help="Say whether an address is suppressed, and until when.")
+@click.argument("address")
+@click.option("--json", "as_json", is_flag=True, help="Print the entry as JSON.")
+def suppressed(address: str, as_json: bool) -> None:
+    """Whether ADDRESS is suppressed, since and until when, and why (exit 1: it is not)."""
+    store = _store()
+    key = _key(store, address)
+    try:
+        entry = store.suppressed(address)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    if as_json:
+        shown = None if entry is None else vars(entry) | {"recipient": key}
+        click.echo(json.dumps(shown, indent=2))
+    elif entry is not None:
+        click.echo(f"{key} suppressed until {_when(entry.until)} ({entry.cause})")
+    if entry is None:
+        if not as_json:
+            click.echo(f"{key} is not suppressed")
+        raise SystemExit(1)
+
+
+@click.command(short_help="Suppress an address by hand (a complaint, a bounce webhook).")
+@click.argument("address")
+@click.option("--for", "duration", default="30d", show_default=True, help="How long.")
+@click.option("--reason", default="suppressed by hand", show_default=True, help="Why.")
+def suppress(address: str, duration: str, reason: str) -> None:
+    """Suppress ADDRESS: mails to it end dropped/suppressed without contacting the server."""
+    try:
+        seconds = parse_duration(duration)
+    except ValueError as exc:
+        fail(f"--for: {exc}", USAGE)
+    if seconds <= 0:
+        fail("--for must be longer than 0 s", USAGE)
+    store = _store()
+    key = _key(store, address)
+    try:
+        entry = store.suppress(address, seconds=seconds, cause=reason)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    click.echo(f"{key} suppressed until {_when(entry.until)}")
+
+
+@click.command(short_help="Lift an address's suppression.")
+@click.argument("address")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def unsuppress(address: str, yes: bool) -> None:
+    """Lift the suppression of ADDRESS: the next mail to it goes to the server again."""
+    store = _store()
+    key = _key(store, address)
+    if not yes and not click.confirm(f"Lift the suppression of recipient {key}?", err=True):
+        fail("not lifted")
+    try:
+        lifted = store.lift(address)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    if not lifted:
+        fail(f"{key} was not suppressed")
+    click.echo(f"{key} no longer suppressed")
