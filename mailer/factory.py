@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from mailer.guard import Guard
@@ -16,7 +18,8 @@ from mailer.transports.base import Transport
 
 def build_limiter(settings: Settings) -> Limiter:
     """The limiter on ``settings.limiter_url`` with the policy and secret."""
-    return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
+    with _naming("LIMITER_URL"):
+        return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
 
 
 def build_ledger(settings: Settings, limiter: Limiter | None = None) -> Ledger:
@@ -29,7 +32,8 @@ def build_ledger(settings: Settings, limiter: Limiter | None = None) -> Ledger:
     backend = limiter.backend if limiter is not None else None
     if isinstance(backend, RedisBackend) and url == settings.limiter_url:
         return RedisLedger(backend.client, url)
-    return RedisLedger(client_from_url(url), url)
+    with _naming("LEDGER_URL" if settings.ledger_url else "LIMITER_URL"):
+        return RedisLedger(client_from_url(url), url)
 
 
 def build_suppressions(settings: Settings, ledger: Ledger | None = None) -> Suppressions:
@@ -47,7 +51,17 @@ def build_transport(settings: Settings) -> Transport:
         return ConsoleTransport(sys.stderr)
     if scheme == "memory":
         return MemoryTransport()
-    return SmtpTransport.from_url(settings.smtp_url, max_attempts=settings.smtp_attempts)
+    with _naming("SMTP_URL"):
+        return SmtpTransport.from_url(settings.smtp_url, max_attempts=settings.smtp_attempts)
+
+
+@contextmanager
+def _naming(variable: str) -> Iterator[None]:
+    """Re-raise a ``ValueError`` with the ``MAILGUARD_`` variable it came from in front."""
+    try:
+        yield
+    except ValueError as exc:
+        raise ValueError(f"MAILGUARD_{variable}: {exc}") from None
 
 
 def build_guard(settings: Settings) -> Guard:

@@ -49,6 +49,9 @@ from mailer.kinds import Kinds
 from mailer.policy import REFERENCE_POLICY, Policy
 
 PREFIX = "MAILGUARD_"
+#: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
+#: channel. Countdown tasks are held by the worker until they run, so they must stay below it.
+RABBITMQ_CONSUMER_TIMEOUT = 1800.0
 FailMode = Literal["fail_closed", "fail_open"]
 LogFormat = Literal["text", "json"]
 ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - metrics are scraped from other hosts; opt-in port
@@ -138,6 +141,29 @@ class Settings:
         if self.visibility_timeout_override is not None:
             return self.visibility_timeout_override
         return 2 * self.max_countdown + defaults.VISIBILITY_MARGIN
+
+    def problems(self) -> list[str]:
+        """What makes these settings unfit for shared workers, one line each (empty: none).
+
+        Checked when a worker starts and by the commands that touch shared storage; not at
+        parse time, since tests and tools build such settings on purpose.
+        """
+        found = []
+        shared = not self.limiter_url.startswith("memory:")
+        if shared and not self.secret:
+            found.append(
+                f"{PREFIX}SECRET is not set but {PREFIX}LIMITER_URL is shared storage: workers "
+                "without the same secret keep separate budgets and the key hash protects "
+                f"nothing; set {PREFIX}SECRET (e.g. openssl rand -hex 32), the same everywhere"
+            )
+        amqp = self.broker_url.split(":", 1)[0] in ("amqp", "amqps", "pyamqp")
+        if amqp and self.max_countdown >= RABBITMQ_CONSUMER_TIMEOUT:
+            found.append(
+                f"{PREFIX}MAX_COUNTDOWN ({self.max_countdown:g} s) reaches RabbitMQ's default "
+                f"consumer_timeout ({RABBITMQ_CONSUMER_TIMEOUT:g} s), which would close the "
+                "channel of a waiting mail; use at most 20m"
+            )
+        return found
 
     def guard_config(self) -> GuardConfig:
         """The guard's knobs from these settings."""

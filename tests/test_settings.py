@@ -123,3 +123,48 @@ def test_arguments_a_worker_could_not_decode_are_refused_at_enqueue() -> None:
         send_mail.delay("a@example.com", context={"__type__": "nope", "__value__": 1})
     with pytest.raises(ValueError, match="cannot travel as JSON"):
         send_mail.delay("a@example.com", context={"when": object()})
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"MAILGUARD_MAX_COUNTDOWN": "abc"}, "MAILGUARD_MAX_COUNTDOWN: bad duration"),
+        ({"MAILGUARD_SMTP_URL": "smpt://mail.example.com"}, "MAILGUARD_SMTP_URL: bad SMTP URL"),
+        ({"MAILGUARD_KIND_CODE_MAX_WAIT": "soon"}, "MAILGUARD_KIND_CODE_MAX_WAIT"),
+        ({"MAILGUARD_LIMITER_URL": "redis://127.0.0.1:1/0"}, "MAILGUARD_SECRET is not set"),
+        (
+            {"MAILGUARD_BROKER_URL": "amqp://127.0.0.1:1//", "MAILGUARD_MAX_COUNTDOWN": "2h"},
+            "consumer_timeout",
+        ),
+    ],
+)
+def test_a_worker_refuses_a_bad_configuration_at_start(env: dict[str, str], named: str) -> None:
+    """Plain `celery -A workers.app worker` exits non-zero with one line naming the variable."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "--pool", "solo"],
+        env=base | env | {"PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "Traceback" not in output and "ready." not in output
+    lines = [line for line in output.splitlines() if line.startswith("mailguard: ")]
+    assert len(lines) == 1 and named in lines[0], output
+
+
+def test_the_cli_refuses_what_a_worker_refuses() -> None:
+    """`mailguard status` on a shared limiter without a secret: the same one line, exit 2."""
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from workers.cli import main  # noqa: PLC0415
+
+    env = {"MAILGUARD_LIMITER_URL": "redis://127.0.0.1:1/0"}
+    clean: dict[str, str | None] = {k: None for k in os.environ if k.startswith("MAILGUARD_")}
+    result = CliRunner().invoke(main, ["status", "ada@example.com"], env=clean | env)
+    assert result.exit_code == 2
+    assert "MAILGUARD_SECRET is not set" in result.output

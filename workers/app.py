@@ -20,7 +20,14 @@ from mailer import defaults, metrics
 from mailer.logs import JsonFormatter
 from mailer.settings import Settings
 
-settings = Settings.from_env()
+try:
+    settings = Settings.from_env()
+    #: Why the environment's settings are unusable (one line naming the variable), or None.
+    #: A worker refuses to start with it and ``send_mail.delay`` raises it; the app itself is
+    #: still importable (on embedded defaults), so that importing never raises.
+    settings_error: str | None = None
+except ValueError as _exc:
+    settings, settings_error = Settings(), str(_exc)
 
 
 def transport_options(config: Settings) -> dict[str, Any]:
@@ -61,6 +68,30 @@ def create_app(config: Settings) -> Celery:
 
 
 app = create_app(settings)
+
+
+@signals.worker_init.connect
+def _preflight(sender: Any = None, **_: Any) -> None:
+    """Refuse to start on a bad configuration: one line naming the variable, exit 1.
+
+    Settings are parsed and every part is built before the worker takes a mail: a malformed
+    URL, a bad duration, an unknown kind option, a shared limiter without ``MAILGUARD_SECRET``.
+    A backend that cannot be reached now is only logged: ``fail_closed`` covers it per mail.
+    SystemExit, not an exception: Celery logs and swallows exceptions raised by signal handlers.
+    """
+    problems = [settings_error] if settings_error else settings.problems()
+    if problems:
+        raise SystemExit(f"mailguard: {problems[0]}")
+    from mailer.factory import build_guard  # noqa: PLC0415 - builds Redis clients
+
+    try:
+        build_guard(settings)
+    except ValueError as exc:
+        raise SystemExit(f"mailguard: {exc}") from None
+    except Exception as exc:
+        logging.getLogger("mailguard").warning(
+            "mailguard: a backend is unreachable at start: %s", exc
+        )
 
 
 @signals.worker_init.connect

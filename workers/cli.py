@@ -75,7 +75,7 @@ def worker(celery_args: tuple[str, ...]) -> None:
         click.echo(click.get_current_context().get_help())
         return
     args = ["--help" if a == "--help-celery" else a for a in celery_args]
-    _settings()
+    refuse_problems(_settings())
     from workers.app import app  # noqa: PLC0415 - Celery only for the commands that need it
 
     app.worker_main(["worker", *args])
@@ -241,6 +241,7 @@ def status(address: str | None, dead_letters: bool, as_json: bool) -> None:
 
 
 def _show_dead_letters(settings: Settings, as_json: bool) -> None:
+    refuse_problems(settings)
     if settings.effective_ledger_url.startswith("memory:"):
         fail("the ledger is memory://: only its own worker process can see it; set a redis:// URL")
     from mailer.factory import build_ledger  # noqa: PLC0415 - Redis only when needed
@@ -403,7 +404,14 @@ def _with_waits(kinds: Kinds, overrides: tuple[str, ...]) -> Kinds:
     return kinds
 
 
+def refuse_problems(settings: Settings) -> None:
+    """Refuse what a worker would refuse at start (one line, exit 2): shared storage needs it."""
+    for problem in settings.problems():
+        fail(problem, USAGE)
+
+
 def _shared_limiter(settings: Settings) -> Limiter:
+    refuse_problems(settings)
     if settings.limiter_url.startswith("memory:"):
         fail(
             "MAILGUARD_LIMITER_URL is memory://: each worker process keeps its own counts, "
@@ -416,7 +424,7 @@ def _shared_limiter(settings: Settings) -> Limiter:
 
 
 def _celery() -> tuple[Any, Any]:
-    _settings()
+    refuse_problems(_settings())
     from workers.app import app  # noqa: PLC0415 - Celery only when needed
     from workers.tasks import send_mail  # noqa: PLC0415
 

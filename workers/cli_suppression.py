@@ -26,6 +26,8 @@ def _store() -> Suppressions:
         settings = Settings.from_env()
     except ValueError as exc:
         fail(str(exc), USAGE)
+    for problem in settings.problems():
+        fail(problem, USAGE)
     if settings.effective_ledger_url.startswith("memory:"):
         fail(
             "the ledger is memory://: each worker keeps its own suppression list, which this "

@@ -20,6 +20,7 @@ from mailer.guard import Guard, MailRequest
 from mailer.seal import seal, unseal
 from mailer.settings import Settings
 from mailer.steps import Fail, Finish, Later, Progress
+from workers import app as app_module
 from workers.app import app
 from workers.app import settings as _env_settings
 
@@ -72,6 +73,8 @@ def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
     (:class:`workers.request.GuardedRequest`): bounds from :mod:`mailer.arguments`, a
     ``_progress`` that mailguard sealed for this mail id, and nothing a worker could not decode.
     """
+    if app_module.settings_error and settings is _env_settings:
+        raise ValueError(f"mailguard: {app_module.settings_error}")
     call = check_arguments(
         args, kwargs, max_message_bytes=settings.max_message_bytes, private=PRIVATE
     )
