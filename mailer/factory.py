@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 from mailer.guard import Guard
 from mailer.ledger import Ledger, MemoryLedger, RedisLedger
 from mailer.limiter import Limiter
+from mailer.metrics import Metrics
 from mailer.settings import Settings
 from mailer.suppression import Suppressions
 from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport
@@ -64,8 +65,12 @@ def _naming(variable: str) -> Iterator[None]:
         raise ValueError(f"MAILGUARD_{variable}: {exc}") from None
 
 
-def build_guard(settings: Settings) -> Guard:
-    """A guard wired from ``settings``: one per process (build it after a fork, not before)."""
+def build_guard(settings: Settings, *, metrics: Metrics | None = None) -> Guard:
+    """A guard wired from ``settings``: one per process (build it after a fork, not before).
+
+    ``metrics`` defaults to prometheus-client's global registry; a process that only checks
+    that the parts can be built (a worker's main process at start) passes ``NO_METRICS``.
+    """
     limiter = build_limiter(settings)
     ledger = build_ledger(settings, limiter)
     return Guard(
@@ -75,4 +80,5 @@ def build_guard(settings: Settings) -> Guard:
         kinds=settings.kinds,
         config=settings.guard_config(),
         suppressions=build_suppressions(settings, ledger),
+        metrics=metrics,
     )

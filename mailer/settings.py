@@ -149,7 +149,7 @@ class Settings:
         parse time, since tests and tools build such settings on purpose.
         """
         found = []
-        shared = not self.limiter_url.startswith("memory:")
+        shared = self.limiter_url.split(":", 1)[0].startswith(("redis", "rediss", "unix"))
         if shared and not self.secret:
             found.append(
                 f"{PREFIX}SECRET is not set but {PREFIX}LIMITER_URL is shared storage: workers "

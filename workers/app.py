@@ -85,7 +85,7 @@ def _preflight(sender: Any = None, **_: Any) -> None:
     from mailer.factory import build_guard  # noqa: PLC0415 - builds Redis clients
 
     try:
-        build_guard(settings)
+        build_guard(settings, metrics=metrics.NO_METRICS)  # no metric objects before the fork
     except ValueError as exc:
         raise SystemExit(f"mailguard: {exc}") from None
     except Exception as exc:
