@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import signal
-import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -23,18 +22,9 @@ from celery.result import AsyncResult
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
 from tests.smtp_server import SmtpTestServer
+from tests.waiting import poll
 
 TASK = "mailguard.send_mail"
-
-
-def poll(check: Callable[[], object], timeout: float, what: str) -> None:
-    """Wait until ``check()`` is true, at most ``timeout`` seconds; fail naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def runs(worker: CeleryWorker, task_id: str) -> int:

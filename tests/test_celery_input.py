@@ -15,40 +15,23 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from celery import Celery
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from kombu.exceptions import EncodeError
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from devservers.redis_servers import RedisServer
 from mailer.address import normalise_address
 from mailer.errors import InvalidAddress
-from tests.smtp_server import SmtpTestServer
+from tests.stacks import Stack, loose_stack
 
 TASK = "mailguard.send_mail"
 FORBIDDEN = ("\r", "\n", "\0")
-
-Stack = tuple[Celery, CeleryWorker, SmtpTestServer]
 
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     """One redis-server, aiosmtpd and worker (prefork, 2) for the whole hypothesis run."""
-    redis_server = RedisServer().start()
-    smtp = SmtpTestServer().start()
-    # A loose policy: this test is about input, not limits (nothing is deferred).
-    env = worker_env(redis_server.url, smtp.url, MAILGUARD_POLICY="1000/1s")
-    worker = CeleryWorker(env)
-    app = client_app(env)
-    try:
-        worker.start()
-        yield app, worker, smtp
-    finally:
-        worker.stop()
-        app.close()
-        smtp.stop()
-        redis_server.cleanup()
+    with loose_stack() as parts:
+        yield parts
 
 
 def nasty(text: st.SearchStrategy[str]) -> st.SearchStrategy[str]:

@@ -17,35 +17,20 @@ from celery import Celery
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from devservers.redis_servers import RedisServer
 from mailer.arguments import InvalidArguments
-from tests.smtp_server import SmtpTestServer
+from tests.stacks import Stack, loose_stack
 from workers.tasks import check_call
 
 TASK = "mailguard.send_mail"
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
-Stack = tuple[Celery, CeleryWorker, SmtpTestServer]
-
 
 @pytest.fixture(scope="module")
 def stack() -> Iterator[Stack]:
     """One redis-server, aiosmtpd and prefork worker (2 processes) for the module."""
-    redis_server = RedisServer().start()
-    smtp = SmtpTestServer().start()
-    env = worker_env(redis_server.url, smtp.url, MAILGUARD_POLICY="1000/1s")
-    worker = CeleryWorker(env)
-    app = client_app(env)
-    try:
-        worker.start()
-        yield app, worker, smtp
-    finally:
-        worker.stop()
-        app.close()
-        smtp.stop()
-        redis_server.cleanup()
+    with loose_stack() as parts:
+        yield parts
 
 
 def deep(depth: int) -> dict[str, Any]:

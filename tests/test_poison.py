@@ -12,28 +12,18 @@ the worker carries on with the next mail.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 
 import pytest
 from click.testing import CliRunner
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from tests.smtp_server import SmtpTestServer
+from tests.waiting import poll
 from workers.cli import main
 
 TASK = "mailguard.send_mail"
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
-
-
-def poll(check: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.mark.timeout(120)
