@@ -12,10 +12,11 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 
-## test: the whole test suite (starts its own redis-server; installs it with apt-get if missing)
+## test: the whole test suite (starts its own redis-server; installs it with apt-get if missing),
+## then a branch-coverage report of mailer/ and workers/ (files at 100 % are not listed)
 test: install
 	@sh .ci/install-redis
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --cov --cov-report=term $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check mailer workers devservers tests benchmarks examples

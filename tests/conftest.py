@@ -89,7 +89,7 @@ SERVER_PARAMS = {"backend_url": frozenset({"redis"})}
 #: Building one of the suite's servers: a test, or a fixture of its own module, whose code does
 #: this starts a server itself (a module-scoped stack, a cluster, a TLS SMTP server, ...).
 BUILDS_A_SERVER = re.compile(
-    r"\b(?:RedisServer|RedisClusterServers|RedisSentinel|SmtpTestServer|CeleryWorker)\("
+    r"\b(?:RedisServer|RedisClusterServers|RedisSentinel|RabbitServer|SmtpTestServer|CeleryWorker)\("
 )
 
 

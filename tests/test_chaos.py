@@ -1,10 +1,10 @@
 """The chaos suite: real workers, Redis and SMTP under kills, outages, freezes and bad replies.
 
-Each test starts two prefork workers (concurrency 2) on a broker Redis, a limiter-and-ledger
-Redis (append-only, so a restart keeps its data, as production's should) and an aiosmtpd
-server, sends a load of mails to a few recipients under a tight policy (so that mails are
-deferred and booked while the fault happens), injects one kind of fault mid-run, and ends with
-an audit taken from the SMTP server's own log:
+Each test starts two prefork workers (concurrency 2) on a broker (Redis; RabbitMQ in one test),
+a results Redis, a limiter-and-ledger Redis (append-only, so a restart keeps its data, as
+production's should) and an aiosmtpd server, sends a load of mails to a few recipients under
+a tight policy (so that mails are deferred and booked while the fault happens), injects one
+kind of fault mid-run, and ends with an audit taken from the SMTP server's own log:
 
 - **duplicates**: extra copies of one Message-ID; 0, except where the server accepted a mail
   and dropped the connection before its 250 (the documented at-least-once window): those are
@@ -33,6 +33,7 @@ import pytest
 from celery.result import AsyncResult
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisServer
 from mailer import Policy
 from tests.smtp_server import SmtpTestServer
@@ -58,6 +59,7 @@ class Audit:
     over: int
     stuck: int
     deaths: int
+    logs: str = ""  # the end of each dead worker's log, to say why it died
 
     def line(self, name: str) -> str:
         return (
@@ -68,19 +70,28 @@ class Audit:
 
 
 class Stack:
-    """Broker Redis, limiter-and-ledger Redis (AOF), SMTP server and two workers."""
+    """Broker (Redis or RabbitMQ), limiter-and-ledger Redis (AOF), results Redis, SMTP server
+    and two workers."""
 
-    def __init__(self, **settings: str) -> None:
+    def __init__(self, broker: str = "redis", **settings: str) -> None:
         aof = ("--appendonly", "yes", "--appendfsync", "always")
-        self.broker = RedisServer(extra_args=aof).start()
         self.store = RedisServer(extra_args=aof).start()
+        # Results on a Redis no fault touches: the audit reads them while the others fail.
+        self.results = RedisServer().start()
+        self.broker: RedisServer | RabbitServer
+        if broker == "rabbitmq":
+            self.broker = RabbitServer().start()
+            broker_url = self.broker.url
+        else:
+            self.broker = RedisServer(extra_args=aof).start()
+            broker_url = self.broker.url.rsplit("/", 1)[0] + "/1"
+        results = self.results.url.rsplit("/", 1)[0] + "/2"
         self.smtp = SmtpTestServer().start()
-        base = self.broker.url.rsplit("/", 1)[0]
         self.env = worker_env(
-            self.broker.url,
+            self.store.url,
             self.smtp.url,
-            MAILGUARD_BROKER_URL=f"{base}/1",
-            MAILGUARD_RESULT_BACKEND=f"{base}/2",
+            MAILGUARD_BROKER_URL=broker_url,
+            MAILGUARD_RESULT_BACKEND=results,
             MAILGUARD_LIMITER_URL=self.store.url,
             MAILGUARD_POLICY=POLICY,
             MAILGUARD_MAX_COUNTDOWN="2s",
@@ -111,14 +122,15 @@ class Stack:
         self.smtp.stop()
         self.broker.cleanup()
         self.store.cleanup()
+        self.results.cleanup()
 
 
 @pytest.fixture
 def stack_factory() -> Iterator[Callable[..., Stack]]:
     made: list[Stack] = []
 
-    def make(**settings: str) -> Stack:
-        made.append(Stack(**settings))
+    def make(broker: str = "redis", **settings: str) -> Stack:
+        made.append(Stack(broker, **settings))
         return made[-1]
 
     yield make
@@ -187,14 +199,15 @@ def audit(stack: Stack, final: dict[str, tuple[str, Any]]) -> Audit:
     for mail_id, o in outcomes.items():
         if isinstance(o, dict) and o.get("status") == "sent" and o.get("due") is not None:
             dues.setdefault(mail_id.rsplit("-", 1)[0], []).append(float(o["due"]))
-    deaths = sum(
-        1
+    dead = [
+        w
         for w in stack.workers
         if w.process is not None
         and w.process.poll() is not None
         and w.process.pid not in stack.killed
-    )
+    ]
     return Audit(
+        logs="\n".join(f"--- {w.name}:\n{w.log()[-3000:]}" for w in dead),
         mails=len(final),
         delivered=len(copies),
         dropped=statuses["dropped"],
@@ -203,13 +216,15 @@ def audit(stack: Stack, final: dict[str, tuple[str, Any]]) -> Audit:
         lost=lost,
         over=over_admissions(dues, Policy.parse(POLICY)),
         stuck=sum(1 for state, _ in final.values() if state not in ("SUCCESS", "FAILURE")),
-        deaths=deaths,
+        deaths=len(dead),
     )
 
 
 def check(result: Audit, name: str, *, duplicates: int = 0, failed: int = 0) -> None:
     print(result.line(name))
-    assert (result.lost, result.over, result.stuck, result.deaths) == (0, 0, 0, 0), result
+    assert (result.lost, result.over, result.stuck, result.deaths) == (0, 0, 0, 0), (
+        f"{result}\n{result.logs}"
+    )
     assert result.duplicates == duplicates, result
     assert result.failed == failed, result
     assert result.delivered + result.failed + result.dropped == result.mails, result
@@ -301,3 +316,46 @@ def test_a_hostile_burst_beside_real_mail(stack_factory: Callable[..., Stack]) -
     dropped = settle({str(n): r for n, r in enumerate(hostile)}, 30)
     assert {info["reason"] for _, info in dropped.values()} == {"invalid"}
     check(audit(stack, final), "hostile burst")
+
+
+def test_the_broker_redis_restarted(stack_factory: Callable[..., Stack]) -> None:
+    """The broker's Redis killed and restarted (AOF) while workers hold deferred mails.
+
+    Both workers hold countdown messages when the broker goes away (the case where kombu 5.7.0's
+    Redis transport raised ``AttributeError`` while restoring them, and the worker exited); they
+    reconnect, and every mail settles once.
+    """
+    stack = stack_factory()
+    results = load(stack, "broker")
+    time.sleep(1.0)
+    stack.broker.stop()
+    time.sleep(3.0)
+    stack.broker.start()
+    check(audit(stack, settle(results, 90)), "broker restart")
+
+
+def test_the_broker_redis_frozen(stack_factory: Callable[..., Stack]) -> None:
+    """The broker's Redis frozen (SIGSTOP) for 3 s while workers hold deferred mails."""
+    stack = stack_factory()
+    results = load(stack, "bfreeze")
+    time.sleep(1.0)
+    assert isinstance(stack.broker, RedisServer) and stack.broker.process is not None
+    os.kill(stack.broker.process.pid, signal.SIGSTOP)
+    time.sleep(3.0)
+    os.kill(stack.broker.process.pid, signal.SIGCONT)
+    check(audit(stack, settle(results, 90)), "broker freeze")
+
+
+def test_the_rabbitmq_broker_restarted(stack_factory: Callable[..., Stack]) -> None:
+    """The RabbitMQ broker killed and restarted while workers hold deferred mails.
+
+    The queue is durable and the messages persistent; RabbitMQ puts the unacknowledged ones back
+    when the workers' connections drop, the workers reconnect, and every mail settles once.
+    """
+    stack = stack_factory("rabbitmq")
+    results = load(stack, "rabbit")
+    time.sleep(1.0)
+    stack.broker.stop()
+    time.sleep(2.0)
+    stack.broker.start()
+    check(audit(stack, settle(results, 120)), "rabbitmq restart")

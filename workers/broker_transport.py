@@ -1,0 +1,106 @@
+"""The Redis broker transport, with kombu 5.7.0's broker-restart crashes contained.
+
+When the broker's Redis goes away, Celery closes the connection, and kombu then still reaches
+through the closed channel: to put the messages this worker holds (countdown mails waiting for
+their slot) back on the queue, and to acknowledge a mail whose run ends after the loss. Both
+fail in ``_connparams`` with ``AttributeError`` (``'NoneType' object has no attribute
+'hostname'`` / ``'client'``); Celery does not expect it and the worker exits. Reproduced by
+``tests/test_chaos.py`` (broker restart). :class:`_Contained` turns that into a connection
+error, which kombu and Celery already handle.
+
+Nothing needs restoring at that moment: the broker is unreachable, and every held message is
+still in the broker's ``unacked`` hash, from which kombu's own sweep puts it back once its
+visibility timeout has passed (mailguard derives that timeout; with an append-only broker the
+hash survives the restart). So :class:`QoS` logs the failed restore and carries on, and the
+worker reconnects. The ledger keeps a mail that comes back twice from being sent twice.
+
+``workers.app`` selects these classes for ``redis://``, ``rediss://`` and
+``sentinel://`` brokers (Celery's ``broker_transport``). A project with its own Celery app sets
+``broker_transport = "workers.broker_transport:Transport"`` (``SentinelTransport`` for
+Sentinel) to get the same. Other brokers (RabbitMQ) use their transport unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kombu.transport import redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+log = logging.getLogger(__name__)
+
+#: Broker URL schemes served by :class:`Transport` and :class:`SentinelTransport`.
+REDIS_SCHEMES = ("redis", "rediss")
+SENTINEL_SCHEMES = ("sentinel",)
+
+
+class QoS(redis.QoS):
+    """kombu's Redis QoS whose restore at close survives an unreachable broker."""
+
+    def restore_unacked(self, client: Any = None) -> None:
+        errors: tuple[type[BaseException], ...] = (
+            AttributeError,
+            *self.channel.connection.connection_errors,
+        )
+        try:
+            super().restore_unacked(client)
+        except errors as exc:
+            held = len(self._delivered or ())
+            if self._delivered is not None:
+                self._delivered.clear()
+            log.warning(
+                "broker unreachable while closing: %d held message(s) stay in its unacked hash "
+                "and come back after the visibility timeout (%s)",
+                held,
+                type(exc).__name__,
+            )
+
+
+class _Contained:
+    """A channel whose transport is gone raises a connection error, not ``AttributeError``.
+
+    After the broker connection is lost, kombu 5.7.0 still reaches through a closed channel to
+    build a client (restoring held messages at close, acknowledging a mail whose run ended
+    after the loss) and fails on ``self.connection`` being None. As a connection error, the
+    restore is logged by :class:`QoS` and the ack by kombu itself ("Couldn't ack"); the message
+    stays in the broker's unacked hash, comes back after the visibility timeout, and the ledger
+    answers it without sending again.
+    """
+
+    connection: Any
+
+    def _connparams(self, asynchronous: bool = False) -> Any:
+        if self.connection is None or getattr(self.connection, "client", None) is None:
+            raise RedisConnectionError("the broker channel is closed (connection lost)")
+        return super()._connparams(asynchronous)  # type: ignore[misc]
+
+
+class Channel(_Contained, redis.Channel):
+    QoS = QoS
+
+
+class Transport(redis.Transport):
+    """``redis://`` broker transport (kombu's) with :class:`QoS`."""
+
+    Channel = Channel
+
+
+class SentinelChannel(_Contained, redis.SentinelChannel):
+    QoS = QoS
+
+
+class SentinelTransport(redis.SentinelTransport):
+    """``sentinel://`` broker transport (kombu's) with :class:`QoS`."""
+
+    Channel = SentinelChannel
+
+
+def transport_for(broker_url: str) -> str | None:
+    """The ``broker_transport`` path for ``broker_url``, or None to keep kombu's choice."""
+    scheme = broker_url.split("://", 1)[0].lower() if "://" in broker_url else ""
+    if scheme in REDIS_SCHEMES:
+        return f"{__name__}:Transport"
+    if scheme in SENTINEL_SCHEMES:
+        return f"{__name__}:SentinelTransport"
+    return None
