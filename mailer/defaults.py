@@ -26,6 +26,8 @@ VISIBILITY_MARGIN = 300.0
 OUTCOME_TTL = 7 * 86_400
 #: The largest ``send_mail`` call, its arguments as JSON, in bytes (10 MB).
 MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+#: How late a run may start after its booked slot before it asks the limiter again (re-books).
+LATE_TOLERANCE = 1.0
 #: Redelivered copies of one mail handed to a pool, with no run ending, before it is quarantined.
 POISON_AFTER = 3
 #: How long a hard bounce suppresses the recipient (30 days).

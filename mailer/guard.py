@@ -33,6 +33,7 @@ from mailer import defaults
 from mailer import outcomes as why
 from mailer.address import Recipient, normalise_address
 from mailer.clock import Clock, system_clock
+from mailer.decision import Decision
 from mailer.errors import (
     BackendUnavailable,
     InvalidAddress,
@@ -114,6 +115,9 @@ class Guard:
         if held is not None:
             return held, not isinstance(held, Later)
         progress = replace(progress, stale_owner="")
+        if not progress.requested_at:
+            # A message from another producer carries no request time: its first run's.
+            progress = replace(progress, requested_at=prepared.base.decided_at or self._clock())
         go = self._unless_suppressed(prepared, progress) or self._admit(prepared, progress)
         step = self._send(prepared, go, progress) if isinstance(go, Go) else go
         return self._settle(prepared, owner, step, guarded=isinstance(go, Go) and go.guarded), False
@@ -224,13 +228,26 @@ class Guard:
     # 3. admit ------------------------------------------------------------------------------
 
     def _admit(self, mail: Prepared, progress: Progress) -> Go | Step:
-        """Ask the limiter (with reservations) and plan: go now, wait for the booking, drop."""
+        """Ask the limiter (with reservations) and plan: go now, wait for the booking, drop.
+
+        The kind's ``max_wait`` counts from the request (``progress.requested_at``): a mail past
+        that deadline is dropped ``expired``, and no booking reaches beyond it. A run that
+        starts more than ``late_tolerance`` after its booked slot gives the slot back and asks
+        again (:meth:`_rebook`), so late mails are spaced by the policy in real time.
+        """
+        now = self._clock()
+        left = progress.requested_at + mail.kind.max_wait - now  # seconds the kind still allows
+        if left < -self.config.late_tolerance:
+            return self._expired(mail, progress, now)
+        max_wait = min(max(left, 0.0), MAX_WAIT)
+        late = False
         try:
             started = time.perf_counter()
-            decision = self.limiter.acquire(
-                mail.limit_key, mail_id=mail.mail_id, max_wait=min(mail.kind.max_wait, MAX_WAIT)
-            )
+            decision = self.limiter.acquire(mail.limit_key, mail_id=mail.mail_id, max_wait=max_wait)
             self.metrics.decision(time.perf_counter() - started)
+            if decision.allowed and now - decision.at > self.config.late_tolerance:
+                late = True
+                decision = self._rebook(mail, decision, max_wait, now)
         except BackendUnavailable as exc:
             self.metrics.backend_down("limiter")
             if not self.config.fail_open:
@@ -247,7 +264,10 @@ class Guard:
         tier = str(action.tier) if action.tier else None
         if isinstance(action, Drop):
             dropped = mail.base.but(
-                reason=why.RATE_LIMITED, tier=tier, wait=action.wait, due=decision.at
+                reason=why.LATE if late else why.RATE_LIMITED,
+                tier=tier,
+                wait=action.wait,
+                due=decision.at,
             )
             log.info(
                 "mail %s dropped: rate limited by %s, wait %.3f s",
@@ -258,6 +278,38 @@ class Guard:
             )
             return Finish(dropped)
         return _booked(mail.base, action, tier, progress)
+
+    def _rebook(self, mail: Prepared, slot: Decision, max_wait: float, now: float) -> Decision:
+        """This run is late for its slot: give the slot back and ask the limiter again, now.
+
+        The recipient's log then holds this mail at (about) the time it really leaves, and the
+        mails booked after it keep their slots, so two mails that leave are never closer than
+        the policy allows, whatever made this one late (an outage, a crash, a backlog).
+        """
+        self.limiter.release(mail.limit_key, mail.mail_id)
+        again = self.limiter.acquire(mail.limit_key, mail_id=mail.mail_id, max_wait=max_wait)
+        self.metrics.rebooked(mail.kind.name if mail.kind.name in self.kinds else UNKNOWN_KIND)
+        log.info(
+            "mail %s ran %.1f s after its slot: %s",
+            mail.mail_id,
+            now - slot.at,
+            "sent now" if again.allowed else "booked again" if again.booked else "no slot in time",
+            extra=log_fields(mail.base),
+        )
+        return again
+
+    def _expired(self, mail: Prepared, progress: Progress, now: float) -> Finish:
+        """``dropped`` / ``expired``: the kind's deadline, counted from the request, has passed."""
+        deadline = progress.requested_at + mail.kind.max_wait
+        dropped = mail.base.but(
+            reason=why.EXPIRED,
+            detail=f"{now - progress.requested_at:.1f} s after the request, kind "
+            f"{mail.kind.name!r} allows {mail.kind.max_wait:g} s (deadline {iso(deadline)})",
+        )
+        log.info("mail %s dropped: expired", mail.mail_id, extra=log_fields(dropped))
+        if progress.due:
+            self._release(mail)  # the recipient keeps the slot this mail will not use
+        return Finish(dropped)
 
     def _backend_down(
         self, base: Outcome, progress: Progress, exc: BackendUnavailable, reason: str
@@ -421,8 +473,9 @@ class Guard:
 
 
 def _booked(base: Outcome, action: Defer, tier: str | None, progress: Progress) -> Later:
-    """A booked mail: run again at its slot (or hop towards it)."""
-    progress = replace(progress, deferrals=progress.deferrals + 1)
+    """A booked mail: run again at its slot (or hop towards it; a hop is not a new deferral)."""
+    if action.due != progress.due:
+        progress = replace(progress, deferrals=progress.deferrals + 1, due=action.due)
     waiting = base.but(
         status="deferred",
         reason=why.BOOKED,

@@ -46,6 +46,7 @@ class GuardConfig:
     retry_backoff: float = defaults.RETRY_BACKOFF
     claim_lease: float = defaults.CLAIM_LEASE
     suppress_for: float = defaults.SUPPRESS_FOR
+    late_tolerance: float = defaults.LATE_TOLERANCE
     rules: AddressRules = field(default_factory=AddressRules)
 
 

@@ -1,7 +1,8 @@
 """Kinds of mail: templates for subject and body, and how long a mail may wait for its slot.
 
 A login code is useless after five minutes, a notice is still worth sending tomorrow: the kind's
-``max_wait`` (seconds) is how long a mail may wait for its rate-limit slot before it is dropped.
+``max_wait`` (seconds) is how long a mail may wait for its rate-limit slot before it is dropped,
+and its ``priority`` (0-9, higher first) lets it overtake mails of lower kinds in the queue.
 
 Templates are Jinja2 in a sandbox (they may come from configuration), with ``StrictUndefined``
 (a missing variable is an error, never an empty string); only the HTML template autoescapes.
@@ -35,10 +36,14 @@ ENV_PREFIX = "MAILGUARD_KIND_"
 
 DAY = 86400.0
 
+#: Kind priorities: 0 (lowest) to 9 (highest); a kind that sets none is in the middle.
+MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 0, 9, 5
+
 _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 # Longest suffix first, so that ``..._MAX_WAIT`` is never read as a kind named ``..._MAX``.
 _ENV_FIELDS = (
     ("_MAX_WAIT", "max_wait"),
+    ("_PRIORITY", "priority"),
     ("_SUBJECT", "subject"),
     ("_BODY", "body"),
     ("_HTML", "html"),
@@ -65,8 +70,9 @@ class Kind:
 
     ``subject``, ``body`` and ``html`` are Jinja2 templates (``None``: the caller must give that
     text, except ``html`` which is optional). ``max_wait`` is in seconds, ``0`` meaning "send
-    now or drop". Templates are compiled on construction, so a syntax error raises
-    ``ValueError`` at configuration time, not when the first mail goes out.
+    now or drop". ``priority`` is 0-9: a waiting mail of a higher priority is taken first by the
+    same workers (see ``workers/priority.py``). Templates are compiled on construction, so a
+    syntax error raises ``ValueError`` at configuration time, not when the first mail goes out.
     """
 
     name: str
@@ -74,6 +80,7 @@ class Kind:
     body: str | None = None
     html: str | None = None
     max_wait: float = DAY
+    priority: int = DEFAULT_PRIORITY
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -86,6 +93,15 @@ class Kind:
         if not math.isfinite(self.max_wait) or self.max_wait < 0:
             raise ValueError(f"kind {self.name!r}: max_wait must be finite and not negative")
         object.__setattr__(self, "max_wait", float(self.max_wait))
+        if (
+            isinstance(self.priority, bool)
+            or not isinstance(self.priority, int)
+            or not MIN_PRIORITY <= self.priority <= MAX_PRIORITY
+        ):
+            raise ValueError(
+                f"kind {self.name!r}: priority must be a whole number from {MIN_PRIORITY} "
+                f"(lowest) to {MAX_PRIORITY} (highest)"
+            )
         for field in ("subject", "body", "html"):
             source = getattr(self, field)
             if source is None:
@@ -101,7 +117,8 @@ class Kind:
 
 
 #: Built-in kinds: ``default`` needs the caller's subject and body and may wait a day, ``code``
-#: is a one-time code that is worthless after five minutes, ``notice`` may wait a day.
+#: is a one-time code that is worthless after five minutes and goes first (priority 9),
+#: ``notice`` may wait a day. ``default`` and ``notice`` are in the middle (5).
 BUILTIN_KINDS = (
     # The plainest call, send_mail.delay(addr), needs some text: neutral, and overridable with
     # MAILGUARD_KIND_DEFAULT_SUBJECT / _BODY; text the caller gives always wins.
@@ -111,7 +128,13 @@ BUILTIN_KINDS = (
         body="You have a new message.",
         max_wait=DAY,
     ),
-    Kind("code", subject="Your code", body="Your code is {{ code }}", max_wait=300.0),
+    Kind(
+        "code",
+        subject="Your code",
+        body="Your code is {{ code }}",
+        max_wait=300.0,
+        priority=MAX_PRIORITY,
+    ),
     Kind("notice", max_wait=DAY),
 )
 
@@ -142,7 +165,8 @@ class Kinds(Mapping[str, Kind]):
         """Return ``base`` (the built-ins by default) changed by ``MAILGUARD_KIND_*`` variables.
 
         ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` is a duration (``300``, ``5m``, ``24h``, ``1d``,
-        ``500ms``); ``..._SUBJECT``, ``..._BODY`` and ``..._HTML`` are templates, an empty value
+        ``500ms``); ``..._PRIORITY`` a whole number 0-9 (higher first); ``..._SUBJECT``,
+        ``..._BODY`` and ``..._HTML`` are templates, an empty value
         removing the template. ``<NAME>`` is the kind name in upper case; a new name adds a kind
         (waiting up to a day unless ``MAX_WAIT`` says otherwise). Pass ``os.environ``. Raises
         ``ValueError`` naming the variable on any bad or unknown setting.
@@ -158,6 +182,13 @@ class Kinds(Mapping[str, Kind]):
                     changes.setdefault(name, {})[field] = parse_duration(value)
                 except ValueError as exc:
                     raise ValueError(f"{variable}: {exc}") from None
+            elif field == "priority":
+                if not value.strip().isdigit():
+                    raise ValueError(
+                        f"{variable}: priority must be a whole number from {MIN_PRIORITY} "
+                        f"(lowest) to {MAX_PRIORITY} (highest), not {value[:20]!r}"
+                    )
+                changes.setdefault(name, {})[field] = int(value)
             else:
                 changes.setdefault(name, {})[field] = value or None
         registry = dict((base if base is not None else cls.defaults())._kinds)

@@ -81,6 +81,12 @@ class Metrics:
             ["backend"],
             registry=registry,
         )
+        self.rebookings = Counter(
+            "mailguard_rebookings",
+            "Runs that started later than their booked slot and asked the limiter again.",
+            ["kind"],
+            registry=registry,
+        )
         self.repeated = Counter(
             "mailguard_repeated_runs",
             "Runs that found their mail already finished; nothing was sent again.",
@@ -112,6 +118,10 @@ class Metrics:
         """A run found its mail already finished."""
         self.repeated.labels(kind).inc()
 
+    def rebooked(self, kind: str) -> None:
+        """A run was late for its slot and asked the limiter again."""
+        self.rebookings.labels(kind).inc()
+
 
 class NoMetrics(Metrics):
     """Records nothing (and never imports prometheus-client)."""
@@ -129,6 +139,9 @@ class NoMetrics(Metrics):
         pass
 
     def repeat(self, kind: str) -> None:
+        pass
+
+    def rebooked(self, kind: str) -> None:
         pass
 
 

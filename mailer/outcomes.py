@@ -10,6 +10,10 @@ Status = Literal["sent", "deferred", "dropped", "failed"]
 #: Reasons a mail is dropped or failed, or waits.
 INVALID = "invalid"
 RATE_LIMITED = "rate_limited"
+#: Past its kind's deadline (``max_wait`` counted from the request): never sent.
+EXPIRED = "expired"
+#: Ran late, asked again, and the next slot is past its kind's deadline.
+LATE = "late"
 BOOKED = "booked"
 LIMITER_UNAVAILABLE = "limiter_unavailable"
 LEDGER_UNAVAILABLE = "ledger_unavailable"

@@ -19,6 +19,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_SEND_RETRIES`` | ``5`` | Celery-level retries after the transport gave up on a transient error |
 | ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |
+| ``MAILGUARD_LATE_TOLERANCE`` | ``1s`` | a run that starts later than its booked slot by more asks the limiter again |
 | ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
 | ``MAILGUARD_SUPPRESS_FOR`` | ``30d`` | how long a hard bounce (``550 5.1.1 user unknown``) suppresses the recipient |
 | ``MAILGUARD_POISON_AFTER`` | ``3`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
@@ -27,7 +28,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
 | ``MAILGUARD_METRICS_PORT`` | none (no server) | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
 | ``MAILGUARD_LOG_FORMAT`` | ``text`` | the worker's log lines: ``text`` (Celery's format) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
-| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
+| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The broker's
 ``visibility_timeout`` is derived: ``2 * MAX_COUNTDOWN + 5m``, so no countdown ever outlives it
@@ -82,6 +83,7 @@ KNOWN = frozenset(
         "MAX_MESSAGE_BYTES",
         "POISON_AFTER",
         "SUPPRESS_FOR",
+        "LATE_TOLERANCE",
     )
 )
 
@@ -113,6 +115,7 @@ class Settings:
     max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
     poison_after: int = defaults.POISON_AFTER
     suppress_for: float = defaults.SUPPRESS_FOR
+    late_tolerance: float = defaults.LATE_TOLERANCE
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -126,6 +129,8 @@ class Settings:
             raise ValueError("send retries must be >= 0 and SMTP attempts >= 1")
         if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
             raise ValueError(f"metrics port must be 1-65535, got {self.metrics_port}")
+        if not 0 <= self.late_tolerance <= 3600:
+            raise ValueError(f"late tolerance must be 0-1h, got {self.late_tolerance}")
         if self.suppress_for <= 0:
             raise ValueError(f"suppress for must be > 0 s, got {self.suppress_for}")
         if self.poison_after < 1:
@@ -175,6 +180,7 @@ class Settings:
             retry_backoff=self.retry_backoff,
             claim_lease=self.claim_lease,
             suppress_for=self.suppress_for,
+            late_tolerance=self.late_tolerance,
         )
 
     @property
@@ -248,6 +254,7 @@ def _read_values(env: Mapping[str, str]) -> dict[str, object]:
         ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
         ("RESTORE_INTERVAL", "restore_interval"),
         ("SUPPRESS_FOR", "suppress_for"),
+        ("LATE_TOLERANCE", "late_tolerance"),
     ):
         duration(name, attr)
     integer("SEND_RETRIES", "send_retries")

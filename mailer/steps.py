@@ -7,6 +7,8 @@ Every layer speaks these words; this table is where they are written down:
 | limiter: allowed | ``Send`` | ``Finish`` | ``sent`` / none | SUCCESS |
 | limiter: booked | ``Defer`` | ``Later`` | ``deferred`` / ``booked`` | DEFERRED |
 | limiter: refused (too far) | ``Drop`` | ``Finish`` | ``dropped`` / ``rate_limited`` | SUCCESS |
+| past the kind's deadline | | ``Finish`` | ``dropped`` / ``expired`` | SUCCESS |
+| ran late, next slot too far | ``Drop`` | ``Finish`` | ``dropped`` / ``late`` | SUCCESS |
 | bad input | | ``Finish`` | ``dropped`` / ``invalid`` | SUCCESS |
 | message that keeps ending its worker | | on receipt | ``dropped`` / ``poison`` | SUCCESS |
 | already finished (a repeat) | | ``Finish`` / ``Fail`` | the recorded outcome | as recorded |
@@ -97,6 +99,8 @@ def plan(decision: Decision, *, max_countdown: float) -> Plan:
 
 
 _COUNTERS = ("attempts", "send_failures", "limiter_failures", "deferrals")
+_TIMES = ("requested_at", "due")
+_LATEST_TIME = 1e11  # epoch seconds, year 5138: anything later is malformed
 _OWNER_CHARS = frozenset("0123456789abcdef")
 
 
@@ -108,17 +112,23 @@ class Progress:
     ``limiter_failures`` counts runs that found a backend (limiter or ledger) down.
     ``stale_owner`` is the claim owner of a run that ended without knowing whether its claim
     is held (the ledger timed out): the next run may take that claim over at once.
+    ``requested_at`` (epoch seconds) is when the mail was asked for (``send_mail.delay``, else
+    its first run): its kind's ``max_wait`` counts from there. ``due`` is the slot it holds
+    (epoch seconds; 0 for none): a run for the same slot is a hop, not another deferral.
     """
 
     attempts: int = 0  # SMTP tries so far
     send_failures: int = 0  # runs that ended in a transient send failure
     limiter_failures: int = 0  # runs that found a backend down
-    deferrals: int = 0
+    deferrals: int = 0  # bookings (a hop towards the same slot is not one)
     stale_owner: str = ""
+    requested_at: float = 0.0
+    due: float = 0.0
 
-    def as_dict(self) -> dict[str, int | str]:
-        counters: dict[str, int | str] = {name: getattr(self, name) for name in _COUNTERS}
-        return counters | {"stale_owner": self.stale_owner}
+    def as_dict(self) -> dict[str, int | str | float]:
+        fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}
+        fields.update({name: getattr(self, name) for name in _TIMES})
+        return fields | {"stale_owner": self.stale_owner}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Progress:
@@ -130,9 +140,11 @@ class Progress:
             owner = ""
         try:
             counters = {name: max(int(data.get(name, 0)), 0) for name in _COUNTERS}
+            times = {name: float(data.get(name, 0.0)) for name in _TIMES}
         except (TypeError, ValueError, OverflowError):
             return cls()
-        return cls(**counters, stale_owner=owner)
+        requested_at, due = (t if 0 <= t < _LATEST_TIME else 0.0 for t in times.values())  # NaN
+        return cls(**counters, stale_owner=owner, requested_at=requested_at, due=due)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from kombu import Queue
 from mailer import defaults, metrics
 from mailer.logs import JsonFormatter
 from mailer.settings import Settings
+from workers import priority
+from workers.broker_transport import transport_for
 
 try:
     settings = Settings.from_env()
@@ -32,7 +34,10 @@ except ValueError as _exc:
 
 def transport_options(config: Settings) -> dict[str, Any]:
     """The broker's transport options: the visibility timeout and, if set, the restore sweep."""
-    options: dict[str, Any] = {"visibility_timeout": config.visibility_timeout}
+    options: dict[str, Any] = {
+        "visibility_timeout": config.visibility_timeout,
+        **priority.transport_options(config.broker_url),
+    }
     if config.restore_interval is not None:
         # kombu sweeps every ``interval`` s but scans only every ``throttle``-th sweep: scan each.
         options["unacked_restore_interval"] = config.restore_interval
@@ -45,7 +50,13 @@ def create_app(config: Settings) -> Celery:
     celery = Celery("mailguard", broker=config.broker_url, backend=config.result_backend)
     celery.conf.update(
         include=["workers.tasks"],
-        task_queues=(Queue(config.queue, routing_key=config.queue),),
+        task_queues=(
+            Queue(
+                config.queue,
+                routing_key=config.queue,
+                queue_arguments=priority.queue_arguments(config.broker_url),
+            ),
+        ),
         task_default_queue=config.queue,
         task_default_routing_key=config.queue,
         # Never lose a mail: acknowledge after the run, requeue if the worker process dies.
@@ -64,6 +75,10 @@ def create_app(config: Settings) -> Celery:
         worker_hijack_root_logger=False,
         task_track_started=False,
     )
+    transport = transport_for(config.broker_url)
+    if transport is not None:
+        # kombu's Redis transport, with a broker restart no longer ending the worker.
+        celery.conf.broker_transport = transport
     return celery
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from dataclasses import replace
 from typing import Any
 
 from celery import Task
@@ -21,6 +23,7 @@ from mailer.seal import seal, unseal
 from mailer.settings import Settings
 from mailer.steps import Fail, Finish, Later, Progress
 from workers import app as app_module
+from workers import priority
 from workers.app import app
 from workers.app import settings as _env_settings
 
@@ -62,8 +65,11 @@ def use_settings(new: Settings) -> Settings:
     return old
 
 
-#: Keyword arguments only mailguard itself passes (sealed: see :mod:`mailer.seal`).
-PRIVATE = ("_progress",)
+#: Keyword arguments only mailguard itself passes: ``_progress`` (sealed: see
+#: :mod:`mailer.seal`) and ``_requested_at``, the epoch seconds of ``send_mail.delay`` (a kind's
+#: ``max_wait`` counts from it; the guard never lets it be later than the mail's first run, so a
+#: forged value can only shorten the mail's own deadline).
+PRIVATE = ("_progress", "_requested_at")
 
 
 def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
@@ -85,20 +91,33 @@ def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
             or unseal(call["_progress"], mail_id, settings.secret) is None
         ):
             raise InvalidArguments("send_mail: _progress is private to mailguard")
+    requested = call.get("_requested_at")
+    if requested is not None and (
+        isinstance(requested, bool)
+        or not isinstance(requested, (int, float))
+        or not 0 <= requested < 1e11
+    ):
+        raise InvalidArguments("send_mail: _requested_at is private to mailguard")
     _check_transportable(args, kwargs)
     return call
 
 
 class GuardedTask(Task[Any, Any]):
-    """Bounds its arguments at enqueue and on receipt; keeps addresses out of the broker's and
-    the worker's logs (``argsrepr``/``kwargsrepr``)."""
+    """Bounds its arguments at enqueue and on receipt; publishes each mail at its kind's
+    priority (:mod:`workers.priority`); keeps addresses out of the broker's and the worker's
+    logs (``argsrepr``/``kwargsrepr``)."""
 
     Request = "workers.request:GuardedRequest"
 
     def apply_async(  # type: ignore[override] # options pass through to Celery unchanged
         self, args: Any = None, kwargs: Any = None, **options: Any
     ) -> Any:
-        check_call(args, kwargs)
+        call = check_call(args, kwargs)
+        if "_requested_at" not in call:
+            kwargs = {**(kwargs or {}), "_requested_at": round(time.time(), 3)}
+        if "priority" not in options:
+            level = priority.kind_priority(settings.kinds, call.get("kind", "default"))
+            options["priority"] = priority.message_priority(self.app.conf.broker_url, level)
         options.setdefault("argsrepr", "(<redacted>)")
         options.setdefault("kwargsrepr", "{<redacted>}")
         return super().apply_async(args, kwargs, **options)
@@ -140,6 +159,7 @@ def send_mail(
     headers: dict[str, str] | None = None,
     mail_id: str | None = None,
     _progress: str | None = None,
+    _requested_at: float | None = None,
 ) -> dict[str, Any]:
     """Send one mail to ``to``, or defer it to its booked slot, or drop it; exactly once.
 
@@ -159,8 +179,10 @@ def send_mail(
         context=context,
         headers=headers,
     )
-    progress = unseal(_progress, mail_id, settings.secret) if _progress else None
-    step = guard().process(request, progress or Progress())
+    progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
+    if not progress.requested_at and _requested_at:
+        progress = replace(progress, requested_at=min(float(_requested_at), time.time()))
+    step = guard().process(request, progress)
     if isinstance(step, Finish):
         return step.outcome.as_dict()
     if isinstance(step, Fail):

@@ -1,0 +1,216 @@
+"""Timing in wall-clock terms: late runs re-book, deadlines count from the request, hops are
+not deferrals. The guard on in-process parts with an injected clock (no real waiting)."""
+
+from __future__ import annotations
+
+import time
+from itertools import pairwise
+
+from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from mailer import Kinds, ManualClock
+from mailer.guard import Finish, Later, Progress
+from mailer.kinds import Kind
+from tests.smtp_server import SmtpTestServer
+from tests.test_guard import make_guard, req
+from tests.waiting import poll
+from workers import tasks
+
+
+def run_until_sent(guard, clock, mail_id: str, progress: Progress):  # type: ignore[no-untyped-def]
+    """Run a mail, following its countdowns, until it finishes; return the final step."""
+    step = guard.process(req(mail_id), progress)
+    while isinstance(step, Later):
+        clock.advance(step.countdown)
+        step = guard.process(req(mail_id), step.progress)
+    return step
+
+
+def test_a_late_run_rebooks_and_the_mails_behind_it_keep_their_spacing(clock: ManualClock) -> None:
+    """Three mails booked 60 s apart; the worker is away for 10 minutes. When the runs come
+    back at once, the first is sent, the others are booked again one minute apart: the mails
+    that leave are spaced by the policy in real time, not bunched."""
+    guard, transport = make_guard(clock)
+    first = guard.process(req("m1"))
+    assert isinstance(first, Finish)
+    waiting = [guard.process(req(f"m{n}")) for n in (2, 3, 4)]
+    assert all(isinstance(s, Later) for s in waiting)
+    clock.advance(600)  # every slot has passed: the worker was down
+    sent_at: list[float] = []
+    for n, step in zip((2, 3, 4), waiting, strict=True):
+        assert isinstance(step, Later)
+        final = run_until_sent(guard, clock, f"m{n}", step.progress)
+        assert isinstance(final, Finish) and final.outcome.status == "sent", final
+        sent_at.append(clock.now)
+    gaps = [b - a for a, b in pairwise(sent_at)]
+    assert all(gap >= 60 for gap in gaps), gaps
+    assert len(transport.sent) == 4
+
+
+def test_an_on_time_run_does_not_rebook(clock: ManualClock) -> None:
+    """A run within the tolerance of its slot is sent at its booking: no second limiter call."""
+    guard, _ = make_guard(clock, late_tolerance=1.0)
+    guard.process(req("m1"))
+    step = guard.process(req("m2"))
+    assert isinstance(step, Later)
+    clock.advance(step.countdown + 0.5)
+    final = guard.process(req("m2"), step.progress)
+    assert isinstance(final, Finish) and final.outcome.due == step.outcome.due
+
+
+def test_a_kinds_deadline_counts_from_the_request(clock: ManualClock) -> None:
+    """A code mail (5 min) requested 10 minutes ago is dropped ``expired`` on its first run."""
+    guard, transport = make_guard(clock)
+    asked = Progress(requested_at=clock.now - 600)
+    step = guard.process(
+        req("c1", kind="code", subject=None, body=None, context={"code": "1"}), asked
+    )
+    assert isinstance(step, Finish)
+    assert (step.outcome.status, step.outcome.reason) == ("dropped", "expired")
+    assert transport.sent == []
+
+
+def test_a_booked_mail_whose_copy_comes_back_after_its_deadline_is_dropped(
+    clock: ManualClock,
+) -> None:
+    """A code mail booked a minute ahead, its run back only after the kind's 5 minutes: dropped
+    ``expired``, never sent, and its slot given back to the recipient."""
+    kinds = Kinds.defaults()
+    guard, transport = make_guard(clock)
+    code = {"kind": "code", "subject": None, "body": None, "context": {"code": "42"}}
+    guard.process(req("c0", **code))
+    booked = guard.process(req("c1", **code))
+    assert isinstance(booked, Later) and booked.progress.requested_at == clock.now
+    clock.advance(kinds["code"].max_wait + 30)
+    step = guard.process(req("c1", **code), booked.progress)
+    assert isinstance(step, Finish) and step.outcome.reason == "expired"
+    assert len(transport.sent) == 1
+    assert guard.limiter.peek("ada@example.com").remaining == (1, 4, 9), "the slot was given back"
+
+
+def test_a_late_run_whose_next_slot_is_past_the_deadline_is_dropped_late(
+    clock: ManualClock,
+) -> None:
+    """Re-booking respects the kind's deadline: ``dropped`` / ``late`` when the next slot that
+    keeps the policy (around the mails booked meanwhile) is beyond it; nothing is sent."""
+    guard, transport = make_guard(clock)
+    guard.kinds = guard.kinds.with_kind(Kind("short", max_wait=90.0))
+    start = clock.now
+    assert isinstance(guard.process(req("s0", kind="short")), Finish)  # sent at start
+    booked = guard.process(req("s1", kind="short"))  # slot start + 60
+    assert isinstance(booked, Later) and booked.outcome.due == start + 60
+    clock.advance(80)
+    behind = guard.process(req("s2", kind="short"))  # booked behind s1: start + 120
+    assert isinstance(behind, Later) and behind.outcome.due == start + 120
+    clock.advance(5)  # s1 runs 25 s after its slot, 5 s before its deadline (start + 90)
+    step = guard.process(req("s1", kind="short"), booked.progress)
+    assert isinstance(step, Finish)
+    assert (step.outcome.status, step.outcome.reason) == ("dropped", "late")
+    assert len(transport.sent) == 1
+    clock.advance(35)
+    final = guard.process(req("s2", kind="short"), behind.progress)
+    assert isinstance(final, Finish) and final.outcome.status == "sent", "s2 keeps its slot"
+
+
+def test_hops_towards_one_slot_are_one_deferral(clock: ManualClock) -> None:
+    """A booking 10 minutes ahead with a 1-minute max countdown hops 10 times: ``deferrals`` 1."""
+    guard, _ = make_guard(clock, max_countdown=60.0)
+    for n in range(5):
+        guard.process(req(f"h{n}"))
+        clock.advance(61)
+    final = run_until_sent(guard, clock, "h5", Progress())
+    assert isinstance(final, Finish) and final.outcome.status == "sent"
+    assert final.outcome.deferrals == 1
+
+
+def test_a_stopped_worker_does_not_bunch_late_mails(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """50 mails for 10 recipients under ``1/2s, 50/1h``; the worker is stopped while most are
+    booked and started again after every slot has passed. By the SMTP server's own clock, each
+    recipient's mails arrive at least 2 s apart (less a small latency slack): late runs re-book,
+    they do not all go at once (without re-booking they arrived 0.06 s apart: the hour tier
+    keeps the passed bookings, which then all read as "allowed")."""
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_POLICY="1/2s, 50/1h",
+        MAILGUARD_MAX_COUNTDOWN="2s",
+    )
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    results = [
+        app.send_task(
+            "mailguard.send_mail",
+            args=[f"user{r}@example.com"],
+            kwargs={"subject": f"{r}-{n}", "body": "x", "mail_id": f"late-{r}-{n}"},
+        )
+        for n in range(5)
+        for r in range(10)
+    ]
+    poll(lambda: sum(r.state == "DEFERRED" for r in results) >= 30, 20, "booked mails")
+    worker.stop()  # warm shutdown: its countdown mails go back to the queue
+    stopped = time.time()
+    time.sleep(max(0.0, 10.5 - (time.time() - stopped)))  # every slot (<= 8 s ahead) has passed
+    restarted = CeleryWorker(env, name="again").start()
+    try:
+        poll(lambda: all(r.ready() for r in results), 60, "every mail to settle")
+    finally:
+        restarted.stop()
+        app.close()
+    outcomes = [r.get(timeout=1) for r in results]
+    assert {o["status"] for o in outcomes} == {"sent"}, outcomes
+    received: dict[str, list[float]] = {}
+    for d in smtp_server.delivered:
+        received.setdefault(d.rcpt_tos[0], []).append(d.received_at)
+    assert len(received) == 10 and all(len(v) == 5 for v in received.values())
+    closest = min(b - a for times in received.values() for a, b in pairwise(sorted(times)))
+    print(f"closest two mails to one recipient: {closest:.2f} s (policy 2 s)")
+    assert closest >= 2.0 - 0.25, f"two mails to one recipient {closest:.2f} s apart"
+
+
+def test_a_booked_mail_back_after_its_kinds_deadline_is_dropped_expired(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """A kind that tolerates 7 s; two of its mails are booked (3 s and 6 s ahead) when the
+    worker is SIGKILLed, and come back (visibility timeout) about 10 s after
+    ``send_mail.delay``: both dropped ``expired``, never sent. The deadline counts from the
+    request, which travels with the message."""
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_POLICY="1/3s, 50/1h",
+        MAILGUARD_MAX_COUNTDOWN="1s",
+        MAILGUARD_VISIBILITY_TIMEOUT="10s",
+        MAILGUARD_RESTORE_INTERVAL="500ms",
+        MAILGUARD_KIND_FAST_MAX_WAIT="7s",
+        MAILGUARD_KIND_FAST_SUBJECT="Fast {{ n }}",
+        MAILGUARD_KIND_FAST_BODY="x",
+    )
+    app = client_app(env)
+    send_mail = app.tasks[tasks.send_mail.name]
+    worker = CeleryWorker(env).start()
+    enqueued = time.time()
+    results = [
+        send_mail.apply_async(
+            args=["ada@example.com"], kwargs={"kind": "fast", "context": {"n": n}}
+        )
+        for n in range(3)
+    ]
+    poll(lambda: sum(r.state == "DEFERRED" for r in results) == 2, 10, "two booked mails")
+    worker.kill()
+    killed_after = time.time() - enqueued
+    time.sleep(2.0)
+    again = CeleryWorker(env, name="again").start()
+    try:
+        poll(lambda: all(r.ready() for r in results), 40, "every mail to settle")
+    finally:
+        again.stop()
+        app.close()
+    outcomes = sorted((r.get(timeout=1) for r in results), key=lambda o: o["status"])
+    assert killed_after < 3.0, f"killed {killed_after:.1f} s in: before the first slot"
+    assert [(o["status"], o["reason"]) for o in outcomes] == [
+        ("dropped", "expired"),
+        ("dropped", "expired"),
+        ("sent", None),
+    ], outcomes
+    assert len(smtp_server.delivered) == 1, "only the mail that went at once"

@@ -1,0 +1,57 @@
+"""Kind priorities on the broker: a code mail is taken before a waiting newsletter.
+
+A kind's priority is 0-9, higher first (:attr:`mailer.kinds.Kind.priority`). Each broker keeps
+waiting messages per priority in its own way, and Celery passes ``priority`` through:
+
+- **Redis**: kombu keeps one list per priority step and its consumer pops them in step order,
+  lowest number first. mailguard sets ten steps (``priority_steps = 0..9``, one list each) and
+  publishes a kind of priority ``p`` at ``9 - p``, so priority 9 is popped first.
+- **RabbitMQ**: the mail queue is declared with ``x-max-priority: 9`` and a kind of priority
+  ``p`` is published at ``p``. RabbitMQ cannot add that argument to an existing queue: a queue
+  declared by an older version must be deleted (or ``MAILGUARD_QUEUE`` renamed) once.
+- Other brokers (memory) ignore it.
+
+Priority orders what waits in the queue; it does not take a process from a mail being sent.
+A deferred mail keeps its priority when it comes back (Celery's retry carries it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mailer.kinds import DEFAULT_PRIORITY, MAX_PRIORITY, Kinds
+
+#: Broker URL schemes whose priorities are kombu's Redis transport's (lower number first).
+REDIS_SCHEMES = ("redis", "rediss", "sentinel")
+#: Broker URL schemes whose priorities are AMQP's (higher number first).
+AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
+
+
+def _scheme(broker_url: str) -> str:
+    return broker_url.split("://", 1)[0].lower() if "://" in broker_url else ""
+
+
+def kind_priority(kinds: Kinds, kind: Any) -> int:
+    """The priority of the kind named ``kind`` (the default's middle for one not known here)."""
+    if isinstance(kind, str) and kind in kinds:
+        return kinds[kind].priority
+    return DEFAULT_PRIORITY
+
+
+def message_priority(broker_url: str, priority: int) -> int:
+    """The ``priority`` to publish a mail of kind priority ``priority`` with on this broker."""
+    return MAX_PRIORITY - priority if _scheme(broker_url) in REDIS_SCHEMES else priority
+
+
+def transport_options(broker_url: str) -> dict[str, Any]:
+    """Broker transport options for priorities: one list per priority on Redis."""
+    if _scheme(broker_url) in REDIS_SCHEMES:
+        return {"priority_steps": list(range(MAX_PRIORITY + 1))}
+    return {}
+
+
+def queue_arguments(broker_url: str) -> dict[str, Any] | None:
+    """The mail queue's declaration arguments: a priority queue on RabbitMQ."""
+    if _scheme(broker_url) in AMQP_SCHEMES:
+        return {"x-max-priority": MAX_PRIORITY}
+    return None
