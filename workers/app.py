@@ -21,6 +21,7 @@ from mailer.logs import JsonFormatter
 from mailer.settings import Settings
 from workers import priority
 from workers.broker_transport import transport_for
+from workers.promoter import PromoterStep
 
 try:
     settings = Settings.from_env()
@@ -75,6 +76,8 @@ def create_app(config: Settings) -> Celery:
         worker_hijack_root_logger=False,
         task_track_started=False,
     )
+    # Every worker publishes parked mails when they are due (workers/promoter.py).
+    celery.steps["worker"].add(PromoterStep)
     transport = transport_for(config.broker_url)
     if transport is not None:
         # kombu's Redis transport, with a broker restart no longer ending the worker.

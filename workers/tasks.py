@@ -23,7 +23,7 @@ from mailer.seal import seal, unseal
 from mailer.settings import Settings
 from mailer.steps import Fail, Finish, Later, Progress
 from workers import app as app_module
-from workers import priority
+from workers import parking, priority
 from workers.app import app
 from workers.app import settings as _env_settings
 
@@ -191,5 +191,9 @@ def send_mail(
     self.update_state(state="DEFERRED", meta=step.outcome.as_dict())
     again = dict(self.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
-    self.retry(countdown=step.countdown, kwargs=again, throw=False)
+    task_id = str(self.request.id)
+    if parking.park(settings, step, task_id=task_id, args=self.request.args, kwargs=again):
+        raise Ignore()  # parked: a promoter publishes it again when due (workers/promoter.py)
+    countdown = min(step.countdown, settings.longest_countdown)  # longer waits are parked
+    self.retry(countdown=countdown, kwargs=again, throw=False)
     raise Ignore()
