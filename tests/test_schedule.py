@@ -95,9 +95,10 @@ def test_cancel_removes_a_parked_or_promoting_entry(schedule: Schedule, now: flo
     schedule.park("p", now + 60, b"P")
     schedule.park("q", now - 1, b"Q")
     schedule.take_due()
+    assert schedule.payload("p") == b"P" and schedule.payload("q") == b"Q"
     assert schedule.cancel("p") == b"P"
     assert schedule.cancel("q") == b"Q"
-    assert schedule.cancel("p") is None
+    assert schedule.cancel("p") is None and schedule.payload("p") is None
     stats = schedule.stats()
     assert (stats.parked, stats.promoting) == (0, 0)
 

@@ -66,6 +66,10 @@ class Schedule(Protocol):
         """Remove ``mail_id`` wherever it waits (parked or promoting); its payload, or None."""
         ...
 
+    def payload(self, mail_id: str) -> bytes | None:
+        """The payload of ``mail_id`` if it waits (parked or promoting); nothing changes."""
+        ...
+
     def stats(self) -> ScheduleStats:
         """Counts and the earliest due time."""
         ...

@@ -66,6 +66,10 @@ class MemorySchedule:
             self._promoting.pop(mail_id, None)
             return self._payloads.pop(mail_id, None)
 
+    def payload(self, mail_id: str) -> bytes | None:
+        with self._lock:
+            return self._payloads.get(mail_id)
+
     def stats(self) -> ScheduleStats:
         with self._lock:
             earliest = min(self._due.values(), default=None)

@@ -99,6 +99,13 @@ class RedisSchedule:
             raise self._down(exc) from exc
         return bytes(payload) if payload is not None else None
 
+    def payload(self, mail_id: str) -> bytes | None:
+        try:
+            raw = self._client.hget(self.payloads_key, mail_id)
+        except REDIS_DOWN as exc:
+            raise self._down(exc) from exc
+        return bytes(raw) if raw is not None else None
+
     def stats(self) -> ScheduleStats:
         try:
             pipe = self._client.pipeline(transaction=False)
