@@ -140,7 +140,9 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         return
     directory, made = metrics.use_multiprocess_dir()
     try:
-        server = metrics.serve(settings.metrics_host, settings.metrics_port)
+        server = metrics.serve(
+            settings.metrics_host, settings.metrics_port, collectors=_schedule_gauges()
+        )
     except OSError as exc:
         if made:
             shutil.rmtree(directory, ignore_errors=True)
@@ -149,6 +151,15 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
             f"(MAILGUARD_METRICS_PORT): {exc.strerror or exc}"
         ) from None
     _metrics.update(server=server, directory=directory if made else None, pid=os.getpid())
+
+
+def _schedule_gauges() -> tuple[Any, ...]:
+    """The schedule's gauges, when parking is on (read from the ledger's Redis per scrape)."""
+    if settings.park_after is None:
+        return ()
+    from workers.parking import schedule_for  # noqa: PLC0415 - builds a Redis client
+
+    return (metrics.ScheduleCollector(lambda: schedule_for(settings).stats()),)
 
 
 @signals.worker_process_shutdown.connect
