@@ -7,6 +7,10 @@ slot (less 50 ms of clock granularity), and at most about a second after max(slo
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -16,7 +20,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
 from mailer.message import message_id
 from mailer.schedule import RedisSchedule
 from tests.smtp_server import SmtpTestServer
@@ -197,3 +201,44 @@ def test_a_parked_payload_is_the_same_mail() -> None:
     for bad in (None, b"\xff", b"[]", b'{"v": 2}', b'{"v": 1, "task": "t", "args": []}'):
         with pytest.raises(ValueError):
             Parked.decode(bad)
+
+
+@pytest.mark.server  # an in-process Celery worker, in a subprocess
+def test_the_memory_schedule_parks_and_promotes_in_one_process() -> None:
+    """With the embedded defaults (memory broker, limiter, ledger and schedule; an in-process
+    threads worker), a mail booked 2 s ahead with ``PARK_AFTER`` 1 s is parked in the
+    process's schedule, promoted by the worker's own promoter and sent at its slot."""
+    script = (
+        "import json, time\n"
+        "from workers.app import app\n"
+        "from workers.tasks import send_mail, settings\n"
+        "from workers.inprocess import inprocess_worker\n"
+        "from workers.parking import schedule_for\n"
+        "with inprocess_worker(app):\n"
+        "    send_mail.delay('ada@example.com', subject='s', body='b').get(timeout=20)\n"
+        "    second = send_mail.delay('ada@example.com', subject='s', body='b')\n"
+        "    deadline = time.monotonic() + 20\n"
+        "    while second.state == 'PENDING' and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "    parked = schedule_for(settings).stats().parked\n"
+        "    outcome = second.get(timeout=20)\n"
+        "    print(json.dumps([parked, outcome, time.time()]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
+    env |= {"PYTHONPATH": str(ROOT), "MAILGUARD_POLICY": "1/2s, 50/1h"}
+    env |= {"MAILGUARD_PARK_AFTER": "1s", "MAILGUARD_SMTP_URL": "memory://"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    parked, outcome, _ = json.loads(done.stdout.strip().splitlines()[-1])
+    assert parked == 1
+    assert outcome["status"] == "sent" and outcome["deferrals"] == 1
+    assert outcome["sent_at"] >= outcome["due"] - EARLY_SLACK
+    assert outcome["sent_at"] - outcome["due"] <= 1.0
