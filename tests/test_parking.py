@@ -176,7 +176,7 @@ def test_a_promotion_cut_short_by_a_kill_sends_one_mail(
         assert schedule.stats().promoting == 1, "published, not forgotten"
         again = CeleryWorker(env, name="again").start()
         try:
-            poll(lambda: all(r.ready() for r in results), 20, "both mails to be sent")
+            poll(lambda: all(r.ready() for r in results), 20, "both mails " + again.log()[-3000:])
             poll(lambda: schedule.stats().promoting == 0, 10, "the lease to be taken again")
             poll(
                 lambda: "nothing sent again" in again.log(),

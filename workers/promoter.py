@@ -1,8 +1,10 @@
 """The promoter: a thread in every worker's main process that publishes parked mails when due.
 
-Leaderless: each worker polls the schedule every :data:`POLL` seconds with one script call
-(:meth:`mailer.schedule.Schedule.take_due`), which atomically moves up to :data:`BATCH` entries
-due within a second to *promoting* under a lease (``MAILGUARD_PROMOTE_LEASE``). It publishes
+Leaderless: each worker polls the schedule every :data:`POLL` seconds with one cheap read
+(:meth:`~mailer.schedule.Schedule.next_due`: about 3 Redis commands a second while nothing is
+due); when something is due within a second, one script call
+(:meth:`~mailer.schedule.Schedule.take_due`) atomically moves up to :data:`BATCH` entries to
+*promoting* under a lease (``MAILGUARD_PROMOTE_LEASE``). It publishes
 each under its own task id with the remaining countdown (under a second; none when overdue),
 all through one producer, then forgets them (``done``). Killed in between, its lease ends and
 another worker publishes again; the ledger's claim and sent marker keep the copy from sending.
@@ -21,12 +23,12 @@ import threading
 import time
 from typing import Any
 
-from celery import bootsteps
+from celery import Task, bootsteps
 
 from mailer.errors import BackendUnavailable
-from mailer.schedule import Schedule
+from mailer.schedule import TAKE_AHEAD, Schedule
 from mailer.settings import Settings
-from workers import parking
+from workers import parking, priority
 
 log = logging.getLogger("mailguard")
 
@@ -48,6 +50,7 @@ class Promoter:
         self.task = task
         self.schedule = schedule
         self.lease = settings.promote_lease
+        self.kinds = settings.kinds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mailguard-promoter", daemon=True)
         self._down_since = 0.0
@@ -78,7 +81,15 @@ class Promoter:
                 self._stop.wait(POLL)
 
     def promote_once(self) -> int:
-        """Take what is due, publish it, forget it; the number of entries taken."""
+        """Take what is due, publish it, forget it; the number of entries taken.
+
+        Asks first when the next entry is due (one cheap read); only then takes. The check reads
+        this machine's clock, the take Redis's: a clock behind Redis's delays promotion by the
+        difference, one ahead costs an empty take.
+        """
+        upcoming = self.schedule.next_due()
+        if upcoming is None or upcoming > time.time() + TAKE_AHEAD:
+            return 0
         taken = self.schedule.take_due(limit=BATCH, lease=self.lease)
         if not taken:
             return 0
@@ -98,14 +109,23 @@ class Promoter:
         try:
             entry = parking.Parked.decode(payload)
             countdown = entry.due - time.time()
-            self.task.apply_async(
-                entry.args,
+            level = priority.kind_priority(self.kinds, entry.kwargs.get("kind", "default"))
+            # Task.apply_async, not GuardedTask's: the call was checked when it was first
+            # enqueued, and is checked again on receipt (workers/request.py); skipping the
+            # enqueue check here makes a burst of due mails about a quarter faster to publish.
+            options: dict[str, Any] = {"countdown": countdown} if countdown > 0.001 else {}
+            options |= {"argsrepr": "(<redacted>)", "kwargsrepr": "{<redacted>}"}
+            options["declare"] = []  # the queue exists: this worker consumes it
+            Task.apply_async(
+                self.task,
+                tuple(entry.args),
                 entry.kwargs,
                 task_id=entry.task_id,
-                countdown=countdown if countdown > 0.001 else None,
                 producer=producer,
+                priority=priority.message_priority(self.app.conf.broker_url, level),
+                **options,
             )
-        except ValueError as exc:  # undecodable, or refused by check_call (InvalidArguments)
+        except ValueError as exc:  # undecodable
             log.error(
                 "mailguard promoter: parked mail %s is unusable (%s); moved to the dead letters",
                 mail_id,

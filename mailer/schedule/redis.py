@@ -1,7 +1,9 @@
 """The schedule in Redis (the ledger's): one script call per change, keys under ``{schedule}``.
 
-- ``<ns>:{schedule}:due``: sorted set, mail id by due time (epoch milliseconds)
-- ``<ns>:{schedule}:promoting``: sorted set, mail id by the end of its promotion lease (ms)
+- ``<ns>:{schedule}:due``: sorted set, mail id by due time (epoch milliseconds) while parked,
+  by the end of its promotion lease (ms) while promoting: its first score says whether
+  anything is due (:meth:`RedisSchedule.next_due`, one cheap command per poll)
+- ``<ns>:{schedule}:promoting``: set of the mail ids being promoted
 - ``<ns>:{schedule}:payloads``: hash, mail id -> payload (opaque bytes)
 - ``<ns>:{schedule}:dead``: hash, mail id -> payload that could not be used
 
@@ -76,16 +78,24 @@ class RedisSchedule:
             for i in range(0, len(flat), 2)
         ]
 
+    def next_due(self) -> float | None:
+        try:
+            first = self._client.zrange(self.due_key, 0, 0, withscores=True)
+        except REDIS_DOWN as exc:
+            raise self._down(exc) from exc
+        return float(first[0][1]) / 1000 if first else None
+
     def done(self, mail_ids: Sequence[str]) -> int:
         if not mail_ids:
             return 0
+        keys = [self.due_key, self.promoting_key, self.payloads_key]
         try:
-            return int(self._done(keys=[self.promoting_key, self.payloads_key], args=mail_ids))
+            return int(self._done(keys=keys, args=mail_ids))
         except REDIS_DOWN as exc:
             raise self._down(exc) from exc
 
     def bury(self, mail_id: str) -> None:
-        keys = [self.promoting_key, self.payloads_key, self.dead_key]
+        keys = [self.due_key, self.promoting_key, self.payloads_key, self.dead_key]
         try:
             self._bury(keys=keys, args=[mail_id])
         except REDIS_DOWN as exc:
@@ -110,20 +120,25 @@ class RedisSchedule:
         try:
             pipe = self._client.pipeline(transaction=False)
             pipe.zcard(self.due_key)
-            pipe.zcard(self.promoting_key)
+            pipe.scard(self.promoting_key)
             pipe.hlen(self.dead_key)
             pipe.zrange(self.due_key, 0, 0, withscores=True)
-            parked, promoting, dead, first = pipe.execute()
+            waiting, promoting, dead, first = pipe.execute()
         except REDIS_DOWN as exc:
             raise self._down(exc) from exc
+        # The first score may be a promoting entry's lease end: then the earliest the schedule
+        # will hand out anything (an ended lease is overdue: it must be published again).
         earliest = first[0][1] / 1000 if first else None
-        return ScheduleStats(int(parked), int(promoting), int(dead), earliest)
+        parked = int(waiting) - int(promoting)
+        return ScheduleStats(parked, int(promoting), int(dead), earliest if waiting else None)
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
         try:
             for raw_id, payload in self._client.hscan_iter(self.payloads_key, count=1000):
                 mail_id = _text(raw_id)
                 score = self._client.zscore(self.due_key, mail_id)
+                if score is None or self._client.sismember(self.promoting_key, mail_id):
+                    score = None
                 yield mail_id, None if score is None else score / 1000, bytes(payload)
         except REDIS_DOWN as exc:
             raise self._down(exc) from exc
