@@ -13,12 +13,14 @@ Steps, the same for both (``N`` mails, ``--mails``, default 10 000):
 1. a warm-up: ``WARMUP`` guarded mails sent, so that each pool process has built its guard;
 2. every one of ``N`` recipients is given one send at ``T0`` through the limiter (``1/W``), so
    each of the ``N`` mails then published is booked for the same second, ``T0 + W``; **enqueue
-   to parked/deferred** is mails per second, publish to the last result saying DEFERRED;
+   to parked/deferred** is mails per second, publish to the last result saying DEFERRED
+   and the broker's queue empty (a countdown mail is then held by the worker);
 3. once all wait: the worker's RSS growth (main process + pool), Redis's ``used_memory``
    growth per waiting mail (and, for the schedule, the bytes of its own keys per mail, apart
    from the Celery result record each mail keeps in both designs), then **idle** for
    ``IDLE`` seconds: Redis commands per second (``total_commands_processed``, the program's
-   own two INFO calls taken out), task runs (the worker log's ``received`` lines), worker CPU;
+   own two INFO calls taken out), ``send_mail`` runs (the worker log's succeeded, ignored and
+   retry lines), worker CPU;
 4. **promotion**: from the due second until the schedule is empty (handed to the broker)
    and until every mail is sent;
 5. **floor**: ``min(N, FLOOR_MAILS)`` unguarded tasks (``bench.unguarded``: build and send, no
@@ -36,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -123,6 +126,24 @@ class Figures:
     run_cpu_ms: float = 0.0  # worker CPU per run while parking/deferring, ms
 
 
+_RUN_END = re.compile(r"Task mailguard\.send_mail\[[^\]]+\] (?:succeeded|ignored|retry)")
+
+
+def _runs(log: str) -> int:
+    """Runs of ``send_mail`` that ended, from the worker log (succeeded, ignored or retried)."""
+    return len(_RUN_END.findall(log))
+
+
+def _drained(broker: redis.Redis, timeout: float) -> float:
+    """Block until the mail queue's lists in the broker are empty (every message taken)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(broker.llen(key) for key in broker.keys("mail*")):
+            return time.time()
+        time.sleep(POLL)
+    raise SystemExit(f"timed out: the broker still holds messages after {timeout:g} s")
+
+
 def _floor(app: Celery, results: redis.Redis, count: int, tag: str) -> float:
     """Unguarded mails per second on the running worker: publish to the last result."""
     addresses = [f"{tag}{n}@example.com" for n in range(count)]
@@ -160,6 +181,7 @@ def run_design(name: str, park_after: str, mails: int, window: float) -> Figures
     app = client_app(env)
     results = redis.Redis.from_url(env["MAILGUARD_RESULT_BACKEND"])
     admin = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
+    admin_broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
     worker = CeleryWorker(env, app_module="benchmarks.celery_app", name=name).start()
     figures = Figures()
     try:
@@ -185,34 +207,35 @@ def run_design(name: str, park_after: str, mails: int, window: float) -> Figures
         memory_before = int(admin.info("memory")["used_memory"])
         started = time.time()
         ids = _publish(app, GUARDED, addresses, {"subject": "s", "body": "b"})
-        waiting = _wait_for(results, ids, "DEFERRED", window - 5)
+        _wait_for(results, ids, "DEFERRED", window - 5)
+        waiting = _drained(admin_broker, window - 5)  # countdown: every retry held by the worker
         figures.enqueue_rate = mails / (waiting - started)
         figures.run_cpu_ms = (sum(_cpu(p) for p in pids) - cpu_before) / mails * 1000
         time.sleep(1.0)  # the last acknowledgements and countdown hand-offs
         figures.worker_growth = sum(_rss(pid) - rss for pid, rss in rss_before.items())
         figures.worker_main_growth = _rss(pids[0]) - rss_before[pids[0]]
         figures.redis_per_mail = (int(admin.info("memory")["used_memory"]) - memory_before) / mails
-        schedule_keys = [k for k in admin.keys("mailguard:{schedule}:*") if b"dead" not in k]
+        schedule_keys = [k for k in admin.keys("mailguard:{schedule:mail}:*") if b"dead" not in k]
         own = sum(int(admin.memory_usage(k, samples=0) or 0) for k in schedule_keys)
         figures.schedule_per_mail = own / mails
         sample = [f"celery-task-meta-{i}" for i in ids[:200]]
         figures.result_per_mail = sum(results.memory_usage(k) or 0 for k in sample) / len(sample)
         print(f"  {name}: {mails:,} waiting; idle for {IDLE:g} s", flush=True)
 
-        log_before = worker.log().count(" received")
+        log_before = _runs(worker.log())
         commands = int(admin.info("stats")["total_commands_processed"])
         cpu = sum(_cpu(pid) for pid in pids)
         time.sleep(IDLE)
         figures.idle_cpu = (sum(_cpu(pid) for pid in pids) - cpu) / IDLE
         spent = int(admin.info("stats")["total_commands_processed"]) - commands - 2
         figures.idle_commands = spent / IDLE
-        figures.idle_runs = worker.log().count(" received") - log_before
+        figures.idle_runs = _runs(worker.log()) - log_before
 
         if time.time() > due:
             print(f"  {name}: warning: the slot passed before the idle window ended", flush=True)
         time.sleep(max(due - time.time(), 0.0))
         if park_after != "off":
-            while admin.zcard("mailguard:{schedule}:due"):  # parked or promoting
+            while admin.zcard("mailguard:{schedule:mail}:due"):  # parked or promoting
                 time.sleep(0.02)
             figures.handed = time.time() - due
         figures.sent = _wait_for(results, ids, "SUCCESS", 600) - due
@@ -224,6 +247,7 @@ def run_design(name: str, park_after: str, mails: int, window: float) -> Figures
         app.close()
         results.close()
         admin.close()
+        admin_broker.close()
         server.cleanup()
     return figures
 
@@ -253,7 +277,7 @@ def main() -> None:
         ("  the schedule's own keys", parked.schedule_per_mail, held.schedule_per_mail, "{:,.0f}"),
         ("  one Celery result record", parked.result_per_mail, held.result_per_mail, "{:,.0f}"),
         ("idle: Redis commands/s", parked.idle_commands, held.idle_commands, "{:.1f}"),
-        ("idle: task runs", parked.idle_runs, held.idle_runs, "{:d}"),
+        ("idle: send_mail runs", parked.idle_runs, held.idle_runs, "{:d}"),
         ("idle: worker CPU, % of a core", parked.idle_cpu * 100, held.idle_cpu * 100, "{:.2f}"),
         ("due -> all handed to the broker, s", parked.handed, None, "{:.2f}"),
         ("due -> all sent, s", parked.sent, held.sent, "{:.2f}"),

@@ -198,6 +198,8 @@ def test_a_parked_payload_is_the_same_mail() -> None:
     ``ValueError`` (what the promoter buries)."""
     entry = Parked("t1", ["ada@example.com"], {"mail_id": "m1", "_requested_at": 1.5}, 12.25)
     assert Parked.decode(entry.encode()) == entry
+    same = Parked("m1", ["ada@example.com"], {"mail_id": "m1"}, 12.25)
+    assert b'"task"' not in same.encode() and Parked.decode(same.encode()) == same
     for bad in (None, b"\xff", b"[]", b'{"v": 2}', b'{"v": 1, "task": "t", "args": []}'):
         with pytest.raises(ValueError):
             Parked.decode(bad)

@@ -123,3 +123,32 @@ def test_a_worker_killed_holding_booked_mails_hands_them_to_the_next(
     for o in outcomes:
         if o["due"] is not None:
             assert float(o["sent_at"]) >= float(o["due"]) - 0.05
+
+
+def test_parked_mails_through_rabbitmq(
+    rabbit: RabbitServer, redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """With a RabbitMQ broker, mails booked longer ahead than ``PARK_AFTER`` (1 s) are parked
+    in the schedule on Redis (not in the broker), promoted and sent once each, never before
+    their slot and within a second of it."""
+    env = amqp_env(rabbit, redis_url, smtp_server) | {
+        "MAILGUARD_POLICY": "1/2s, 50/1h",
+        "MAILGUARD_PARK_AFTER": "1s",
+    }
+    worker = CeleryWorker(env).start()
+    app = client_app(env)
+    try:
+        results = [
+            app.send_task(TASK, args=["ada@example.com"], kwargs={"subject": "s", "body": "b"})
+            for _ in range(3)
+        ]
+        poll(lambda: "parked until" in worker.log(), 10, "a mail to be parked")
+        outcomes = settle(results, timeout=30)
+    finally:
+        worker.stop()
+        app.close()
+    assert [o["status"] for o in outcomes] == ["sent"] * 3, outcomes
+    assert len(smtp_server.delivered) == 3
+    assert worker.log().count("parked until") == 2
+    for o in outcomes:
+        assert -0.05 <= float(o["sent_at"]) - float(o["due"]) <= 1.0, o

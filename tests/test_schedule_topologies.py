@@ -27,7 +27,7 @@ def _walk(schedule: Schedule) -> None:
 
 
 def test_the_schedule_works_on_a_cluster() -> None:
-    """On a three-node Cluster every script runs: the keys share the ``{schedule}`` slot."""
+    """On a three-node Cluster every script runs: the keys share the ``{schedule:mail}`` slot."""
     cluster = RedisClusterServers().start()
     try:
         schedule = schedule_from_url(cluster.url)

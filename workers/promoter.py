@@ -141,6 +141,9 @@ class PromoterStep(bootsteps.StartStopStep):
     """Runs a :class:`Promoter` in the worker's main process while the worker runs."""
 
     label = "mailguard promoter"
+    # After the pool has forked its processes: a process forked while this thread holds a lock
+    # (a connection pool's, an import's) would inherit it locked. The consumer starts last.
+    requires = ("celery.worker.components:Pool",)
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)

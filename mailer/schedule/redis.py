@@ -1,11 +1,14 @@
-"""The schedule in Redis (the ledger's): one script call per change, keys under ``{schedule}``.
+"""The schedule in Redis (the ledger's): one script call per change, keys under one hash tag.
 
-- ``<ns>:{schedule}:due``: sorted set, mail id by due time (epoch milliseconds) while parked,
+One schedule per queue (``<q>``, ``MAILGUARD_QUEUE``): a promoter publishes to its own queue,
+so workers of another queue on the same Redis (``mailguard demo --redis``) never take its mails.
+
+- ``<ns>:{schedule:<q>}:due``: sorted set, mail id by due time (epoch milliseconds) while parked,
   by the end of its promotion lease (ms) while promoting: its first score says whether
   anything is due (:meth:`RedisSchedule.next_due`, one cheap command per poll)
-- ``<ns>:{schedule}:promoting``: set of the mail ids being promoted
-- ``<ns>:{schedule}:payloads``: hash, mail id -> payload (opaque bytes)
-- ``<ns>:{schedule}:dead``: hash, mail id -> payload that could not be used
+- ``<ns>:{schedule:<q>}:promoting``: set of the mail ids being promoted
+- ``<ns>:{schedule:<q>}:payloads``: hash, mail id -> payload (opaque bytes)
+- ``<ns>:{schedule:<q>}:dead``: hash, mail id -> payload that could not be used
 
 One hash tag, so one Cluster slot (every script touches several keys). Mail ids are the only
 names stored in clear; addresses live inside payloads only as the workers encode them.
@@ -19,6 +22,7 @@ from typing import Any
 
 from mailer.backends.redis_errors import REDIS_DOWN
 from mailer.clock import to_ms
+from mailer.defaults import QUEUE
 from mailer.errors import BackendUnavailable
 from mailer.schedule.base import PROMOTE_LEASE, TAKE_AHEAD, TAKE_LIMIT, ScheduleStats, Taken
 
@@ -38,10 +42,13 @@ class RedisSchedule:
     """:class:`~mailer.schedule.base.Schedule` in Redis; raises
     :class:`~mailer.errors.BackendUnavailable` (``backend="ledger"``) when Redis is down."""
 
-    def __init__(self, client: Any, url: str, namespace: str = "mailguard") -> None:
+    def __init__(
+        self, client: Any, url: str, namespace: str = "mailguard", queue: str = QUEUE
+    ) -> None:
         self._client = client
         self._url = url
-        prefix = f"{namespace}:{{schedule}}"
+        tag = "".join(c for c in queue if c not in "{}")
+        prefix = f"{namespace}:{{schedule:{tag}}}"
         self.due_key, self.promoting_key = f"{prefix}:due", f"{prefix}:promoting"
         self.payloads_key, self.dead_key = f"{prefix}:payloads", f"{prefix}:dead"
         self._park = client.register_script(PARK_SCRIPT)

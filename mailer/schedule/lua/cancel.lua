@@ -1,10 +1,10 @@
 --[[
 mailguard schedule, cancel: remove one mail wherever it waits (parked or promoting).
 
-KEYS[1]   "<ns>:{schedule}:due": sorted set, member the mail id, score its due time (epoch ms)
+KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting
-KEYS[2]   "<ns>:{schedule}:promoting": set of the mail ids being promoted
-KEYS[3]   "<ns>:{schedule}:payloads": hash, mail id -> the mail's payload (opaque bytes)
+KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
+KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
 ARGV[1]   mail id
 
 Reply: the payload, or nil when the mail was not in the schedule.

@@ -2,10 +2,10 @@
 mailguard schedule, done: forget entries that were published. Only entries still promoting are
 forgotten: one parked again meanwhile (park.lua took it out of "promoting") stays.
 
-KEYS[1]   "<ns>:{schedule}:due": sorted set, member the mail id, score its due time (epoch ms)
+KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting
-KEYS[2]   "<ns>:{schedule}:promoting": set of the mail ids being promoted
-KEYS[3]   "<ns>:{schedule}:payloads": hash, mail id -> the mail's payload (opaque bytes)
+KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
+KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
 ARGV      the mail ids
 
 Reply: how many entries were forgotten.

@@ -2,11 +2,11 @@
 mailguard schedule, park: put one mail in the schedule until its due time. Mirrors
 MemorySchedule.park in mailer/schedule/memory.py; tests/test_schedule.py runs both.
 
-KEYS[1]   "<ns>:{schedule}:due": sorted set, member the mail id, score its due time (epoch ms)
+KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting
-KEYS[2]   "<ns>:{schedule}:promoting": set of the mail ids being promoted
-KEYS[3]   "<ns>:{schedule}:payloads": hash, mail id -> the mail's payload (opaque bytes)
-          All keys share the hash tag {schedule}: one Redis Cluster slot.
+KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
+KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
+          All keys share the hash tag {schedule:<queue>}: one Redis Cluster slot.
 ARGV[1]   mail id
 ARGV[2]   due time, epoch milliseconds (integer)
 ARGV[3]   payload

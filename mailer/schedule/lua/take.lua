@@ -3,10 +3,10 @@ mailguard schedule, take: move up to N due entries to "promoting" under a lease,
 so that two workers polling at once never take the same entry (until its lease ends). Mirrors
 MemorySchedule.take_due in mailer/schedule/memory.py.
 
-KEYS[1]   "<ns>:{schedule}:due": sorted set, member the mail id, score its due time (epoch ms)
+KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting
-KEYS[2]   "<ns>:{schedule}:promoting": set of the mail ids being promoted
-KEYS[3]   "<ns>:{schedule}:payloads": hash, mail id -> the mail's payload (opaque bytes)
+KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
+KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
 ARGV[1]   limit: how many entries at most (positive integer)
 ARGV[2]   lease in milliseconds: how long the caller holds what it takes
 ARGV[3]   ahead in milliseconds: entries scored before now + ahead are taken
