@@ -21,10 +21,15 @@ import redis
 from celery.result import AsyncResult
 
 from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
+from devservers.redis_servers import RedisServer
 from mailer.message import message_id
+from mailer.outcomes import Outcome
 from mailer.schedule import RedisSchedule
+from mailer.settings import Settings
+from mailer.steps import Later, Progress
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
+from workers import parking
 from workers.parking import Parked
 from workers.promoter import KILL_AFTER_PUBLISH
 
@@ -244,3 +249,50 @@ def test_the_memory_schedule_parks_and_promotes_in_one_process() -> None:
     assert outcome["status"] == "sent" and outcome["deferrals"] == 1
     assert outcome["sent_at"] >= outcome["due"] - EARLY_SLACK
     assert outcome["sent_at"] - outcome["due"] <= 1.0
+
+
+def test_parked_mails_survive_a_restart_of_their_redis(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """The limiter-and-ledger Redis (append-only, where the schedule lives) is SIGKILLed and
+    started again while 5 mails are parked: every mail is still sent exactly once."""
+    store = RedisServer(extra_args=("--appendonly", "yes", "--appendfsync", "always")).start()
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_LIMITER_URL=store.url,
+        MAILGUARD_POLICY="1/3s, 50/1h",
+        MAILGUARD_PARK_AFTER="1s",
+    )
+    schedule_client = redis.Redis.from_url(store.url)
+    schedule = RedisSchedule(schedule_client, store.url)
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    try:
+        results = [
+            _send(app, f"user{r}@example.com", f"aof-{r}-{n}") for n in range(2) for r in range(5)
+        ]
+        poll(lambda: schedule.stats().parked == 5, 15, "5 parked mails")
+        store.restart()
+        poll(lambda: all(r.ready() for r in results), 30, "every mail to settle")
+    finally:
+        worker.stop()
+        app.close()
+        schedule_client.close()
+        store.cleanup()
+    assert [r.get(timeout=1)["status"] for r in results] == ["sent"] * 10
+    assert sorted(len(t) for t in _received(smtp_server).values()) == [1] * 10
+
+
+def test_a_run_that_cannot_reach_the_schedule_keeps_a_bounded_countdown() -> None:
+    """Parking with the schedule's Redis down answers None (the run then holds a countdown no
+    longer than ``min(MAX_COUNTDOWN, PARK_AFTER)``): nothing is lost, nothing raised."""
+    settings = Settings(limiter_url="redis://127.0.0.1:1/0", secret="s", park_after=1.0)
+    later = Later(
+        600.0,
+        Outcome(status="deferred", mail_id="m", kind="default", reason="booked", due=1e10),
+        Progress(),
+    )
+    kwargs = {"mail_id": "m"}
+    assert parking.park(settings, later, task_id="m", args=["a@example.com"], kwargs=kwargs) is None
+    assert settings.longest_countdown == 1.0
