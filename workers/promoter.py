@@ -32,7 +32,7 @@ from workers import parking, priority
 
 log = logging.getLogger("mailguard")
 
-#: Seconds between two polls while nothing is due (one script call each).
+#: Seconds between two polls while nothing is due (one ``ZRANGE`` each).
 POLL = 0.3
 #: Entries taken and published at most per script call.
 BATCH = 500
@@ -66,18 +66,22 @@ class Promoter:
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
-                published = self.promote_once()
+                taken = self.promote_once()
             except BackendUnavailable as exc:
                 if not self._down_since:
                     log.warning("mailguard promoter: the schedule is unavailable: %s", exc)
                 self._down_since = self._down_since or time.monotonic()
-                published = 0
+                taken = 0
             except Exception:
-                log.exception("mailguard promoter: unexpected error; polling again")
-                published = 0
+                # A broker that cannot take the messages: what was taken stays promoting and
+                # is taken again when its lease ends (the ledger keeps copies from sending).
+                log.exception("mailguard promoter: could not publish; polling again")
+                taken = 0
             else:
+                if self._down_since:
+                    log.warning("mailguard promoter: the schedule is available again")
                 self._down_since = 0.0
-            if published < BATCH:
+            if taken < BATCH:  # a full batch: more may be due, take again at once
                 self._stop.wait(POLL)
 
     def promote_once(self) -> int:
