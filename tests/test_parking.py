@@ -296,3 +296,35 @@ def test_a_run_that_cannot_reach_the_schedule_keeps_a_bounded_countdown() -> Non
     kwargs = {"mail_id": "m"}
     assert parking.park(settings, later, task_id="m", args=["a@example.com"], kwargs=kwargs) is None
     assert settings.longest_countdown == 1.0
+
+
+def test_a_promoted_mail_keeps_its_task_id_request_time_progress_and_priority(
+    redis_url: str,
+) -> None:
+    """The promoter publishes a parked mail under its task id, with its ``_requested_at`` and
+    sealed ``_progress`` as parked, at its kind's priority (``news``: 2, so Redis step 7)."""
+    import base64  # noqa: PLC0415
+
+    from mailer.schedule import MemorySchedule  # noqa: PLC0415
+    from workers import tasks  # noqa: PLC0415 - registers send_mail on every app
+    from workers.promoter import Promoter  # noqa: PLC0415
+
+    env = worker_env(redis_url, "memory://", MAILGUARD_KIND_NEWS_PRIORITY="2")
+    app = client_app(env)
+    schedule = MemorySchedule()
+    kwargs = {"kind": "news", "mail_id": "m1", "_requested_at": 1.5, "_progress": "sealed"}
+    schedule.park("m1", time.time(), Parked("task-1", ["ada@example.com"], kwargs, 0.0).encode())
+    promoter = Promoter(app, app.tasks[tasks.send_mail.name], schedule, Settings.from_env(env))
+    try:
+        assert promoter.promote_once() == 1
+    finally:
+        app.close()
+    broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+    queued = broker.lrange(b"mail\x06\x167", 0, -1)
+    broker.close()
+    assert len(queued) == 1, "one message, on the list of priority step 7"
+    message = json.loads(queued[0])
+    assert message["headers"]["id"] == "task-1" and message["properties"]["priority"] == 7
+    args, sent_kwargs, _ = json.loads(base64.b64decode(message["body"]))
+    assert args == ["ada@example.com"] and sent_kwargs == kwargs
+    assert schedule.stats().promoting == 0, "forgotten once published"
