@@ -8,8 +8,12 @@ from itertools import pairwise
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from mailer import Kinds, ManualClock
-from mailer.guard import Finish, Later, Progress
+from mailer.guard import Finish, Guard, Later, Progress
 from mailer.kinds import Kind
+from mailer.ledger import MemoryLedger
+from mailer.limiter import Limiter
+from mailer.policy import Policy
+from mailer.transports import MemoryTransport
 from tests.smtp_server import SmtpTestServer
 from tests.test_guard import make_guard, req
 from tests.waiting import poll
@@ -120,6 +124,26 @@ def test_hops_towards_one_slot_are_one_deferral(clock: ManualClock) -> None:
     final = run_until_sent(guard, clock, "h5", Progress())
     assert isinstance(final, Finish) and final.outcome.status == "sent"
     assert final.outcome.deferrals == 1
+
+
+def test_a_booking_is_timed_on_the_limiters_clock_not_the_workers(clock: ManualClock) -> None:
+    """A worker whose clock runs 30 s ahead of the limiter's books a mail 60 s ahead: the run
+    is published for the slot on the limiter's clock (``eta``), not 60 s from its own clock
+    (which the other workers would run 30 s late). When that worker runs the mail early by the
+    limiter's clock, it waits the remaining time on its own clock rather than looping."""
+    limiter_clock = clock
+    ahead = ManualClock(clock.now + 30)
+    limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=limiter_clock)
+    guard = Guard(limiter, MemoryLedger(ahead), MemoryTransport(), clock=ahead)
+    assert isinstance(guard.process(req("s1")), Finish)
+    step = guard.process(req("s2"))
+    assert isinstance(step, Later) and step.eta is not None
+    assert step.eta == limiter_clock.now + 60 == step.outcome.due
+    ahead.advance(60)  # this worker thinks the slot has come; by the limiter, 30 s are left
+    limiter_clock.advance(30)
+    early = guard.process(req("s2"), step.progress)
+    assert isinstance(early, Later) and early.eta is None and early.countdown == 30
+    assert early.progress.deferrals == 1, "the same booking, not a new deferral"
 
 
 def test_a_stopped_worker_does_not_bunch_late_mails(

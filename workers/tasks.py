@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Any
 
 from celery import Task
@@ -123,6 +124,18 @@ class GuardedTask(Task[Any, Any]):
         return super().apply_async(args, kwargs, **options)
 
 
+def _count_queue_wait(eta: Any, requested_at: float, kind: Any) -> None:
+    """Count how long this run waited in the queue after its mail could run: since its
+    countdown's end (``eta``, ISO 8601) or, on a first run, since ``send_mail.delay``."""
+    try:
+        ready = datetime.fromisoformat(eta).timestamp() if eta else requested_at
+    except (TypeError, ValueError):
+        return
+    if ready:
+        level = priority.kind_priority(settings.kinds, kind)
+        guard().metrics.queue_wait(level, time.time() - ready)
+
+
 def _check_transportable(args: Any, kwargs: Any) -> None:
     """Refuse at enqueue what a worker could not decode (it would stay PENDING forever).
 
@@ -182,6 +195,7 @@ def send_mail(
     progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
     if not progress.requested_at and _requested_at:
         progress = replace(progress, requested_at=min(float(_requested_at), time.time()))
+    _count_queue_wait(self.request.eta, progress.requested_at, kind)
     step = guard().process(request, progress)
     if isinstance(step, Finish):
         return step.outcome.as_dict()
@@ -191,5 +205,8 @@ def send_mail(
     self.update_state(state="DEFERRED", meta=step.outcome.as_dict())
     again = dict(self.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
-    self.retry(countdown=step.countdown, kwargs=again, throw=False)
+    if step.eta is not None:  # the limiter's clock, not this worker's (see mailer.steps.Later)
+        self.retry(eta=datetime.fromtimestamp(step.eta, timezone.utc), kwargs=again, throw=False)
+    else:
+        self.retry(countdown=step.countdown, kwargs=again, throw=False)
     raise Ignore()
