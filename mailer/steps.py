@@ -146,7 +146,8 @@ class Progress:
         except (TypeError, ValueError, OverflowError):
             return cls()
         requested_at, due, first_due = (
-            t if 0 <= t < _LATEST_TIME else 0.0 for t in times.values()  # NaN too
+            t if 0 <= t < _LATEST_TIME else 0.0
+            for t in times.values()  # NaN too
         )
         return cls(
             **counters,
