@@ -238,3 +238,46 @@ def test_a_booked_mail_back_after_its_kinds_deadline_is_dropped_expired(
         ("sent", None),
     ], outcomes
     assert len(smtp_server.delivered) == 1, "only the mail that went at once"
+
+
+def test_an_overloaded_worker_never_sends_two_mails_to_one_recipient_too_close(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """Overload on a small scale: 120 mails for 30 recipients under ``1/1s, 50/1h``, one pool
+    process and an SMTP server that takes 100 ms a mail (about 10 mails/s, while each
+    recipient's three booked mails fall due a second apart). The backlog makes runs late (60
+    are re-booked); by the SMTP server's own clock no recipient receives two mails less than a
+    second apart, less a small slack (without re-booking: 0.11 s apart)."""
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_POLICY="1/1s, 50/1h",
+        MAILGUARD_MAX_COUNTDOWN="2s",
+    )
+    smtp_server.slow_data(0.1, times=200)
+    app = client_app(env)
+    worker = CeleryWorker(env, concurrency=1).start()
+    results = [
+        app.send_task(
+            "mailguard.send_mail",
+            args=[f"user{r}@example.com"],
+            kwargs={"subject": f"{r}-{n}", "body": "x", "mail_id": f"load-{r}-{n}"},
+        )
+        for r in range(30)
+        for n in range(4)
+    ]
+    try:
+        poll(lambda: all(r.ready() for r in results), 60, "every mail to settle")
+    finally:
+        worker.stop()
+        app.close()
+    outcomes = [r.get(timeout=1) for r in results]
+    assert {o["status"] for o in outcomes} == {"sent"}, outcomes
+    received: dict[str, list[float]] = {}
+    for d in smtp_server.delivered:
+        received.setdefault(d.rcpt_tos[0], []).append(d.received_at)
+    assert len(received) == 30 and all(len(v) == 4 for v in received.values())
+    closest = min(b - a for times in received.values() for a, b in pairwise(sorted(times)))
+    rebooked = sum(o["deferrals"] > 1 for o in outcomes)
+    print(f"closest two mails to one recipient: {closest:.2f} s; {rebooked} mails re-booked")
+    assert closest >= 1.0 - 0.2, f"two mails to one recipient {closest:.2f} s apart"
