@@ -27,6 +27,7 @@ bench: install
 	@sh .ci/install-redis
 	$(BIN)/python -m benchmarks.limiter
 	$(BIN)/python -m benchmarks.guard
+	$(BIN)/python -m benchmarks.timing
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -487,7 +487,8 @@ def _booked(
     ``countdown`` on its own clock instead (an ``eta`` would look due to it again at once).
     """
     eta: float | None = action.due - action.wait + action.countdown
-    if action.due == progress.due and now >= action.due:
+    new_booking = action.due != progress.due
+    if not new_booking and now >= action.due:
         eta = None
         log.warning(
             "mail %s ran %.3f s before its slot by the limiter's clock: this worker's clock is "
@@ -496,7 +497,7 @@ def _booked(
             action.wait,
             extra={"mail_id": base.mail_id},
         )
-    elif action.due != progress.due:
+    elif new_booking:
         progress = replace(
             progress,
             deferrals=progress.deferrals + 1,
@@ -511,4 +512,13 @@ def _booked(
         due=action.due,
         deferrals=progress.deferrals,
     )
+    if new_booking:  # one line per booking; hops towards it are quiet
+        log.info(
+            "mail %s deferred %.1f s to %s by %s",
+            base.mail_id,
+            action.wait,
+            iso(action.due),
+            tier or "the mails booked before it",
+            extra=log_fields(waiting),
+        )
     return Later(action.countdown, waiting, progress, eta)

@@ -3,8 +3,11 @@ not deferrals. The guard on in-process parts with an injected clock (no real wai
 
 from __future__ import annotations
 
+import logging
 import time
 from itertools import pairwise
+
+import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from mailer import Kinds, ManualClock
@@ -115,15 +118,25 @@ def test_a_late_run_whose_next_slot_is_past_the_deadline_is_dropped_late(
     assert isinstance(final, Finish) and final.outcome.status == "sent", "s2 keeps its slot"
 
 
-def test_hops_towards_one_slot_are_one_deferral(clock: ManualClock) -> None:
-    """A booking 10 minutes ahead with a 1-minute max countdown hops 10 times: ``deferrals`` 1."""
+def test_hops_towards_one_slot_are_one_deferral(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A booking 10 minutes ahead with a 1-minute max countdown hops 10 times: ``deferrals`` 1,
+    and the worker log has one ``deferred`` line for it (mail id, tier; no address)."""
     guard, _ = make_guard(clock, max_countdown=60.0)
     for n in range(5):
         guard.process(req(f"h{n}"))
         clock.advance(61)
-    final = run_until_sent(guard, clock, "h5", Progress())
+    with caplog.at_level(logging.INFO, logger="mailguard"):
+        final = run_until_sent(guard, clock, "h5", Progress())
     assert isinstance(final, Finish) and final.outcome.status == "sent"
     assert final.outcome.deferrals == 1
+    deferred = [r for r in caplog.records if "deferred" in r.getMessage()]
+    assert len(deferred) == 1, "one log line per booking, none per hop"
+    line = deferred[0]
+    assert line.getMessage().startswith("mail h5 deferred ") and " by 5/1h" in line.getMessage()
+    assert line.status == "deferred" and line.recipient == final.outcome.recipient  # type: ignore[attr-defined]
+    assert "ada" not in line.getMessage().lower()
 
 
 def test_a_booking_is_timed_on_the_limiters_clock_not_the_workers(clock: ManualClock) -> None:

@@ -10,7 +10,7 @@ import os
 import threading
 import time
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery import Task
@@ -34,6 +34,15 @@ settings: Settings = _env_settings
 
 class MailFailed(Exception):
     """The mail failed for good; ``args[0]`` is the outcome dict (status ``failed``)."""
+
+
+class Deferred(Ignore):
+    """This run ended deferred; its next run is published. ``args[0]`` says until when and why.
+
+    Celery treats it as :class:`~celery.exceptions.Ignore` (the result keeps the ``DEFERRED``
+    state the task stored); the worker's main process sends a ``task-retried`` event for it
+    (:class:`workers.request.GuardedRequest`), so Flower and ``celery events`` show RETRY.
+    """
 
 
 _guard: Guard | None = None
@@ -206,7 +215,12 @@ def send_mail(
     again = dict(self.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
     if step.eta is not None:  # the limiter's clock, not this worker's (see mailer.steps.Later)
-        self.retry(eta=datetime.fromtimestamp(step.eta, timezone.utc), kwargs=again, throw=False)
+        eta = datetime.fromtimestamp(step.eta, timezone.utc)
+        self.retry(eta=eta, kwargs=again, throw=False)
     else:
+        eta = datetime.now(timezone.utc) + timedelta(seconds=step.countdown)
         self.retry(countdown=step.countdown, kwargs=again, throw=False)
-    raise Ignore()
+    why = step.outcome.reason or "deferred"
+    if step.outcome.tier:
+        why += f" by {step.outcome.tier}"
+    raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")
