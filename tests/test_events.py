@@ -60,7 +60,7 @@ def test_a_booked_mail_is_shown_as_retry_with_its_slot(
         assert retried["uuid"] == second.id
         assert "deferred until" in str(retried["exception"]) and "1/2s" in str(retried["exception"])
         assert "ada" not in str(retried).lower()
-        poll(lambda: second.ready(), 10, "the second mail sent")
+        poll(second.ready, 10, "the second mail sent")
         poll(lambda: state.tasks[second.id].state == "SUCCESS", 10, "task-succeeded")
         assert first.get(timeout=5)["status"] == second.get(timeout=5)["status"] == "sent"
     finally:
