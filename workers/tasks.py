@@ -13,7 +13,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from celery import Task
+from celery import Task, shared_task
 from celery.exceptions import Ignore
 from kombu.utils.json import dumps, loads
 
@@ -25,7 +25,6 @@ from mailer.settings import Settings
 from mailer.steps import Fail, Finish, Later, Progress
 from workers import app as app_module
 from workers import priority
-from workers.app import app
 from workers.app import settings as _env_settings
 
 #: The settings this process's guard is built from (the environment's, or :func:`use_settings`).
@@ -160,7 +159,7 @@ def _check_transportable(args: Any, kwargs: Any) -> None:
         ) from None
 
 
-@app.task(
+@shared_task(
     bind=True,
     base=GuardedTask,
     name="mailguard.send_mail",
