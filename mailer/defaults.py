@@ -32,6 +32,10 @@ LATE_TOLERANCE = 1.0
 POISON_AFTER = 3
 #: How long a hard bounce suppresses the recipient (30 days).
 SUPPRESS_FOR = 30 * 86_400.0
+#: A deferral longer than this is parked in the schedule rather than held as a countdown.
+PARK_AFTER = 30.0
+#: How long a worker holds the parked mails it is promoting (publishing) before others may.
+PROMOTE_LEASE = 30.0
 #: Wait when another run holds the claim on the same mail.
 IN_FLIGHT_WAIT = 5.0
 

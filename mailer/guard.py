@@ -200,6 +200,8 @@ class Guard:
                 begun.status,
                 extra=log_fields(begun),
             )
+            if begun.reason == why.CANCELLED:
+                self._release(mail)  # cancelled while it waited as a countdown: its slot back
             return Fail(begun) if begun.status == "failed" else Finish(begun)
         if begun:
             return None

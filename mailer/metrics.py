@@ -22,6 +22,9 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
   (``BackendUnavailable``).
 - ``mailguard_repeated_runs_total{kind}``: runs that found their mail already finished (a
   redelivery, or the same mail id sent again); not counted in the outcomes.
+- ``mailguard_parked_mails``, ``mailguard_parked_overdue_seconds`` (gauges, read from the
+  schedule at each scrape by :class:`ScheduleCollector`): mails parked in the schedule, and how
+  long ago the earliest of them was due (0 when none is overdue: the promoters keep up).
 
 prometheus-client is imported when the first :class:`Metrics` is built, so a worker can set
 ``PROMETHEUS_MULTIPROC_DIR`` (multiprocess mode) before that. In multiprocess mode every process
@@ -39,10 +42,16 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mailer.clock import Clock, system_clock
 from mailer.outcomes import Outcome
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
     from prometheus_client import CollectorRegistry
+    from prometheus_client.metrics_core import Metric
+
+    from mailer.schedule import ScheduleStats
 
 #: Seconds: one Redis round trip is about 0.1-0.5 ms on loopback; a timeout is seconds.
 DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5)
@@ -222,8 +231,39 @@ def use_multiprocess_dir() -> tuple[Path, bool]:
     return directory, made
 
 
-def serve(host: str, port: int) -> Any:
-    """Serve ``/metrics`` of every process writing to the multiprocess directory, on a thread.
+class ScheduleCollector:
+    """The schedule's gauges, read when scraped (one pipelined round trip per scrape).
+
+    ``stats`` is :meth:`mailer.schedule.Schedule.stats`; a schedule that cannot be read
+    yields no sample rather than failing the scrape.
+    """
+
+    def __init__(self, stats: Callable[[], ScheduleStats], clock: Clock = system_clock) -> None:
+        self._stats = stats
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+
+        try:
+            stats = self._stats()
+        except Exception:  # the scrape goes on without the schedule's figures
+            return
+        parked = GaugeMetricFamily("mailguard_parked_mails", "Mails parked in the schedule.")
+        parked.add_metric([], stats.parked)
+        yield parked
+        overdue = GaugeMetricFamily(
+            "mailguard_parked_overdue_seconds",
+            "How long ago the earliest parked mail was due, in seconds (0: none overdue).",
+        )
+        due = stats.earliest_due
+        overdue.add_metric([], 0.0 if due is None else max(self._clock() - due, 0.0))
+        yield overdue
+
+
+def serve(host: str, port: int, collectors: tuple[Any, ...] = ()) -> Any:
+    """Serve ``/metrics`` of every process writing to the multiprocess directory, on a thread,
+    plus ``collectors`` (read at each scrape, in this process).
 
     Returns the server (``.shutdown()`` stops it); raises ``OSError`` if the port is taken.
     """
@@ -232,6 +272,8 @@ def serve(host: str, port: int) -> Any:
 
     registry = CollectorRegistry()
     MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+    for collector in collectors:
+        registry.register(collector)
     server, _thread = start_http_server(port, addr=host, registry=registry)
     return server
 

@@ -23,6 +23,8 @@ IN_FLIGHT = "in_flight"
 SMTP_TRANSIENT = "smtp_transient"
 SMTP_PERMANENT = "smtp_permanent"
 RETRIES_EXHAUSTED = "retries_exhausted"
+#: Cancelled by an operator (``mailguard cancel``) before it was sent: never sent.
+CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_FAIL_MODE`` | ``fail_closed`` | limiter down: ``fail_closed`` defers, ``fail_open`` sends unguarded |
 | ``MAILGUARD_QUEUE`` | ``mail`` | the kombu queue of ``send_mail`` |
 | ``MAILGUARD_MAX_COUNTDOWN`` | ``10m`` | longest single deferral; longer waits hop |
+| ``MAILGUARD_PARK_AFTER`` | ``30s`` | a deferral longer than this is parked in the schedule (:mod:`mailer.schedule`), not held by a worker; ``off`` holds every wait as a countdown |
+| ``MAILGUARD_PROMOTE_LEASE`` | ``30s`` | how long a worker holds the parked mails it is promoting before another may take them again |
 | ``MAILGUARD_SEND_RETRIES`` | ``5`` | Celery-level retries after the transport gave up on a transient error |
 | ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |
@@ -24,14 +26,15 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_SUPPRESS_FOR`` | ``30d`` | how long a hard bounce (``550 5.1.1 user unknown``) suppresses the recipient |
 | ``MAILGUARD_POISON_AFTER`` | ``3`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
 | ``MAILGUARD_MAX_MESSAGE_BYTES`` | ``10MB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
-| ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * MAX_COUNTDOWN + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
+| ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * longest countdown + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
 | ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
 | ``MAILGUARD_METRICS_PORT`` | none (no server) | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
 | ``MAILGUARD_LOG_FORMAT`` | ``text`` | the worker's log lines: ``text`` (Celery's format) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
 | ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
 
-Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The broker's
-``visibility_timeout`` is derived: ``2 * MAX_COUNTDOWN + 5m``, so no countdown ever outlives it
+Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The longest countdown is
+``min(MAX_COUNTDOWN, PARK_AFTER)`` (``MAX_COUNTDOWN`` with parking off): longer waits are parked.
+The broker's ``visibility_timeout`` is derived: ``2 * longest countdown + 5m``, so no countdown ever outlives it
 (a Redis broker hands a task out again once it has been unacknowledged that long). Setting it
 lower makes redeliveries happen; the ledger still keeps them from sending twice.
 """
@@ -84,6 +87,8 @@ KNOWN = frozenset(
         "POISON_AFTER",
         "SUPPRESS_FOR",
         "LATE_TOLERANCE",
+        "PARK_AFTER",
+        "PROMOTE_LEASE",
     )
 )
 
@@ -116,6 +121,8 @@ class Settings:
     poison_after: int = defaults.POISON_AFTER
     suppress_for: float = defaults.SUPPRESS_FOR
     late_tolerance: float = defaults.LATE_TOLERANCE
+    park_after: float | None = defaults.PARK_AFTER
+    promote_lease: float = defaults.PROMOTE_LEASE
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -139,13 +146,25 @@ class Settings:
             raise ValueError(f"max message bytes must be >= 1024, got {self.max_message_bytes}")
         if self.log_format not in ("text", "json"):
             raise ValueError(f"log format must be text or json, got {self.log_format!r}")
+        if self.park_after is not None and self.park_after <= 0:
+            raise ValueError(f"park after must be > 0 s or off, got {self.park_after}")
+        if self.promote_lease < 1:
+            raise ValueError(f"promote lease must be >= 1 s, got {self.promote_lease}")
+
+    @property
+    def longest_countdown(self) -> float:
+        """The longest countdown a worker holds, in seconds: longer waits are parked
+        (``park_after``) or hop (``max_countdown``), whichever bound is shorter."""
+        if self.park_after is None:
+            return self.max_countdown
+        return min(self.max_countdown, self.park_after)
 
     @property
     def visibility_timeout(self) -> float:
         """Seconds the Redis broker waits before handing an unacknowledged task out again."""
         if self.visibility_timeout_override is not None:
             return self.visibility_timeout_override
-        return 2 * self.max_countdown + defaults.VISIBILITY_MARGIN
+        return 2 * self.longest_countdown + defaults.VISIBILITY_MARGIN
 
     def problems(self) -> list[str]:
         """What makes these settings unfit for shared workers, one line each (empty: none).
@@ -162,9 +181,12 @@ class Settings:
                 f"nothing; set {PREFIX}SECRET (e.g. openssl rand -hex 32), the same everywhere"
             )
         amqp = self.broker_url.split(":", 1)[0] in ("amqp", "amqps", "pyamqp")
-        if amqp and self.max_countdown >= RABBITMQ_CONSUMER_TIMEOUT:
+        if amqp and self.longest_countdown >= RABBITMQ_CONSUMER_TIMEOUT:
+            bound = (
+                "MAX_COUNTDOWN" if self.longest_countdown == self.max_countdown else "PARK_AFTER"
+            )
             found.append(
-                f"{PREFIX}MAX_COUNTDOWN ({self.max_countdown:g} s) reaches RabbitMQ's default "
+                f"{PREFIX}{bound} ({self.longest_countdown:g} s) reaches RabbitMQ's default "
                 f"consumer_timeout ({RABBITMQ_CONSUMER_TIMEOUT:g} s), which would close the "
                 "channel of a waiting mail; use at most 20m"
             )
@@ -257,6 +279,11 @@ def _read_values(env: Mapping[str, str]) -> dict[str, object]:
         ("LATE_TOLERANCE", "late_tolerance"),
     ):
         duration(name, attr)
+    if env.get(PREFIX + "PARK_AFTER", "").strip().lower() == "off":
+        values["park_after"] = None
+    else:
+        duration("PARK_AFTER", "park_after")
+    duration("PROMOTE_LEASE", "promote_lease")
     integer("SEND_RETRIES", "send_retries")
     integer("POISON_AFTER", "poison_after")
     if port := env.get(PREFIX + "METRICS_PORT"):

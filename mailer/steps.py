@@ -10,6 +10,7 @@ Every layer speaks these words; this table is where they are written down:
 | past the kind's deadline | | ``Finish`` | ``dropped`` / ``expired`` | SUCCESS |
 | ran late, next slot too far | ``Drop`` | ``Finish`` | ``dropped`` / ``late`` | SUCCESS |
 | bad input | | ``Finish`` | ``dropped`` / ``invalid`` | SUCCESS |
+| cancelled (``mailguard cancel``) | | ``Finish`` | ``dropped`` / ``cancelled`` | SUCCESS |
 | message that keeps ending its worker | | on receipt | ``dropped`` / ``poison`` | SUCCESS |
 | already finished (a repeat) | | ``Finish`` / ``Fail`` | the recorded outcome | as recorded |
 | another run holds the claim | | ``Later`` | ``deferred`` / ``in_flight`` | DEFERRED |

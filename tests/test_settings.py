@@ -26,8 +26,20 @@ def test_no_environment_means_one_process_on_memory() -> None:
     )
     assert str(settings.policy) == "1/1m, 5/1h, 10/1d"
     assert settings.fail_mode == "fail_closed"
-    assert settings.visibility_timeout == 2 * 600 + 300
+    assert settings.park_after == 30 and settings.longest_countdown == 30
+    assert settings.visibility_timeout == 2 * 30 + 300, "parked waits are not countdowns"
     assert set(settings.kinds) == {"default", "code", "notice"}
+
+
+def test_with_parking_max_countdown_bounds_only_short_waits() -> None:
+    """A long ``MAX_COUNTDOWN`` on RabbitMQ is fine while parking is on: waits past
+    ``PARK_AFTER`` are parked, so no countdown reaches the consumer timeout, and the Redis
+    visibility timeout follows the shorter bound."""
+    settings = Settings.from_env(
+        {"MAILGUARD_BROKER_URL": "amqp://h//", "MAILGUARD_MAX_COUNTDOWN": "2h"}
+    )
+    assert settings.longest_countdown == 30 and settings.problems() == []
+    assert settings.visibility_timeout == 2 * 30 + 300
 
 
 def test_variables_are_read() -> None:
@@ -50,8 +62,11 @@ def test_variables_are_read() -> None:
             "MAILGUARD_SMTP_ATTEMPTS": "4",
             "MAILGUARD_KIND_CODE_MAX_WAIT": "90s",
             "MAILGUARD_KIND_WELCOME_SUBJECT": "Welcome {{ name }}",
+            "MAILGUARD_PARK_AFTER": "off",
+            "MAILGUARD_PROMOTE_LEASE": "10s",
         }
     )
+    assert (settings.park_after, settings.promote_lease) == (None, 10)
     assert (
         settings.limiter_url == "redis://h:1/0"
         and settings.effective_ledger_url == settings.limiter_url
@@ -133,9 +148,22 @@ def test_arguments_a_worker_could_not_decode_are_refused_at_enqueue() -> None:
         ({"MAILGUARD_KIND_CODE_MAX_WAIT": "soon"}, "MAILGUARD_KIND_CODE_MAX_WAIT"),
         ({"MAILGUARD_LIMITER_URL": "redis://127.0.0.1:1/0"}, "MAILGUARD_SECRET is not set"),
         (
-            {"MAILGUARD_BROKER_URL": "amqp://127.0.0.1:1//", "MAILGUARD_MAX_COUNTDOWN": "2h"},
-            "consumer_timeout",
+            {
+                "MAILGUARD_BROKER_URL": "amqp://127.0.0.1:1//",
+                "MAILGUARD_MAX_COUNTDOWN": "2h",
+                "MAILGUARD_PARK_AFTER": "off",
+            },
+            "MAILGUARD_MAX_COUNTDOWN (7200 s) reaches RabbitMQ's default consumer_timeout",
         ),
+        (
+            {
+                "MAILGUARD_BROKER_URL": "amqp://127.0.0.1:1//",
+                "MAILGUARD_MAX_COUNTDOWN": "2h",
+                "MAILGUARD_PARK_AFTER": "1h",
+            },
+            "MAILGUARD_PARK_AFTER (3600 s) reaches RabbitMQ's default consumer_timeout",
+        ),
+        ({"MAILGUARD_PARK_AFTER": "never"}, "MAILGUARD_PARK_AFTER: bad duration"),
     ],
 )
 def test_a_worker_refuses_a_bad_configuration_at_start(env: dict[str, str], named: str) -> None:

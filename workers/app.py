@@ -21,6 +21,7 @@ from mailer.logs import JsonFormatter
 from mailer.settings import Settings
 from workers import priority
 from workers.broker_transport import transport_for
+from workers.promoter import PromoterStep
 
 try:
     settings = Settings.from_env()
@@ -84,6 +85,8 @@ def create_app(config: Settings) -> Celery:
         worker_hijack_root_logger=False,
         task_track_started=False,
     )
+    # Every worker publishes parked mails when they are due (workers/promoter.py).
+    celery.steps["worker"].add(PromoterStep)
     transport = transport_for(config.broker_url)
     if transport is not None:
         # kombu's Redis transport, with a broker restart no longer ending the worker.
@@ -148,7 +151,9 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         return
     directory, made = metrics.use_multiprocess_dir()
     try:
-        server = metrics.serve(settings.metrics_host, settings.metrics_port)
+        server = metrics.serve(
+            settings.metrics_host, settings.metrics_port, collectors=_schedule_gauges()
+        )
     except OSError as exc:
         if made:
             shutil.rmtree(directory, ignore_errors=True)
@@ -157,6 +162,15 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
             f"(MAILGUARD_METRICS_PORT): {exc.strerror or exc}"
         ) from None
     _metrics.update(server=server, directory=directory if made else None, pid=os.getpid())
+
+
+def _schedule_gauges() -> tuple[Any, ...]:
+    """The schedule's gauges, when parking is on (read from the ledger's Redis per scrape)."""
+    if settings.park_after is None:
+        return ()
+    from workers.parking import schedule_for  # noqa: PLC0415 - builds a Redis client
+
+    return (metrics.ScheduleCollector(lambda: schedule_for(settings).stats()),)
 
 
 @signals.worker_process_shutdown.connect

@@ -32,7 +32,7 @@ from mailer.kinds import Kinds, render
 from mailer.limiter import Limiter
 from mailer.policy import Policy
 from mailer.settings import Settings
-from workers import cli_suppression, views
+from workers import cli_schedule, cli_suppression, views
 from workers.budget import budget_report
 from workers.cli_errors import REFUSED, USAGE, OneLineErrors, error_line, fail
 from workers.outcomes import read_state
@@ -473,3 +473,5 @@ if __name__ == "__main__":
 main.add_command(cli_suppression.suppress)
 main.add_command(cli_suppression.unsuppress)
 main.add_command(cli_suppression.suppressed)
+main.add_command(cli_schedule.cancel)
+main.add_command(cli_schedule.scheduled)

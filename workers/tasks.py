@@ -24,7 +24,7 @@ from mailer.seal import seal, unseal
 from mailer.settings import Settings
 from mailer.steps import Fail, Finish, Later, Progress
 from workers import app as app_module
-from workers import priority
+from workers import parking, priority
 from workers.app import settings as _env_settings
 
 #: The settings this process's guard is built from (the environment's, or :func:`use_settings`).
@@ -213,13 +213,19 @@ def send_mail(
     self.update_state(state="DEFERRED", meta=step.outcome.as_dict())
     again = dict(self.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
-    if step.eta is not None:  # the limiter's clock, not this worker's (see mailer.steps.Later)
-        eta = datetime.fromtimestamp(step.eta, timezone.utc)
-        self.retry(eta=eta, kwargs=again, throw=False)
-    else:
-        eta = datetime.now(timezone.utc) + timedelta(seconds=step.countdown)
-        self.retry(countdown=step.countdown, kwargs=again, throw=False)
     why = step.outcome.reason or "deferred"
     if step.outcome.tier:
         why += f" by {step.outcome.tier}"
+    task_id = str(self.request.id)
+    if parking.park(settings, step, task_id=task_id, args=self.request.args, kwargs=again):
+        # parked: a promoter publishes it again when due (workers/promoter.py)
+        due = datetime.fromtimestamp(step.outcome.due or time.time(), timezone.utc)
+        raise Deferred(f"parked until {due.isoformat(timespec='milliseconds')}: {why}")
+    countdown = min(step.countdown, settings.longest_countdown)  # longer waits are parked
+    if step.eta is not None:  # the limiter's clock, not this worker's (see mailer.steps.Later)
+        eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
+        self.retry(eta=eta, kwargs=again, throw=False)
+    else:
+        eta = datetime.now(timezone.utc) + timedelta(seconds=countdown)
+        self.retry(countdown=countdown, kwargs=again, throw=False)
     raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")

@@ -1,0 +1,93 @@
+"""``mailguard cancel`` and ``mailguard scheduled`` with a real worker, Redis and SMTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+import redis
+
+from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from mailer import Limiter, Policy
+from mailer.schedule import RedisSchedule
+from tests.smtp_server import SmtpTestServer
+from tests.test_cli import SCRIPT, run
+from tests.waiting import poll
+
+TASK = "mailguard.send_mail"
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpTestServer) -> None:
+    """Three mails to one address under ``1/3s`` with ``PARK_AFTER`` 4 s: the first is sent,
+    the second waits 3 s as a countdown, the third 6 s, parked. ``scheduled`` shows the parked
+    one; ``cancel`` asks first (no: nothing changes); with ``--yes`` both end dropped /
+    cancelled (state SUCCESS), neither is sent, and the recipient's budget holds only the
+    first mail: both slots were given back."""
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_POLICY="1/3s, 50/1h",
+        MAILGUARD_PARK_AFTER="4s",
+        MAILGUARD_KIND_NEWS_PRIORITY="2",
+    )
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    schedule_client = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
+    schedule = RedisSchedule(schedule_client, env["MAILGUARD_LIMITER_URL"])
+    try:
+        results = []
+        for n in range(3):
+            results.append(
+                app.send_task(
+                    TASK,
+                    args=["ada@example.com"],
+                    kwargs={"subject": "s", "body": "b", "kind": "news"},
+                )
+            )
+            poll(lambda: results[-1].state in ("SUCCESS", "DEFERRED"), 10, f"mail {n} to run")
+        ids = [r.id for r in results]  # the mail id is the task id
+        assert schedule.stats().parked == 1 and schedule.payload(ids[2]) is not None
+        shown = run(["scheduled", "--json"], env)
+        assert shown.returncode == 0, shown.stderr
+        report = json.loads(shown.stdout)
+        assert (report["parked"], report["by_kind"]) == (1, {"news": 1})
+        base = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
+        asked = subprocess.run(
+            [str(SCRIPT), "cancel", ids[2]],
+            env=base | env,
+            input="n\n",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert asked.returncode == 1 and schedule.stats().parked == 1, asked.stderr
+        for mail_id in (ids[2], ids[1]):
+            done = run(["cancel", mail_id, "--yes"], env)
+            assert done.returncode == 0, done.stderr
+        assert schedule.stats().parked == 0
+        assert results[2].state == "SUCCESS"
+        assert (results[2].result["status"], results[2].result["reason"]) == (
+            "dropped",
+            "cancelled",
+        )
+        poll(lambda: results[1].state == "SUCCESS", 10, "the countdown mail to run")
+        assert results[1].result["reason"] == "cancelled"
+        again = run(["cancel", ids[1], "--yes"], env)
+        assert again.returncode == 1 and "not waiting" in again.stderr
+    finally:
+        worker.stop()
+        app.close()
+        schedule_client.close()
+    assert len(smtp_server.delivered) == 1, "only the first mail was sent"
+    limiter = Limiter.from_url(
+        env["MAILGUARD_LIMITER_URL"],
+        Policy.parse("1/3s, 50/1h", name="recipient"),
+        secret=env["MAILGUARD_SECRET"],
+    )
+    assert limiter.peek("ada@example.com").remaining[1] == 49, "both slots were given back"
+    limiter.close()

@@ -1,0 +1,244 @@
+"""Parked mails with a real worker, real Redis and real SMTP: sent once at their slot, through
+kills of every worker and a promotion cut short by a kill; bad entries are dead letters.
+
+Times are checked as invariants against the SMTP server's own receipt time: never before the
+slot (less 50 ms of clock granularity), and at most about a second after max(slot, restart).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from celery.result import AsyncResult
+
+from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
+from mailer.message import message_id
+from mailer.schedule import RedisSchedule
+from tests.smtp_server import SmtpTestServer
+from tests.waiting import poll
+from workers.parking import Parked
+from workers.promoter import KILL_AFTER_PUBLISH
+
+TASK = "mailguard.send_mail"
+SENDER = "mailguard@example.org"
+EARLY_SLACK = 0.05  # seconds: the worker's and the SMTP server's clocks are the same clock
+
+pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@pytest.fixture
+def schedule(redis_url: str) -> Iterator[RedisSchedule]:
+    """The workers' schedule (the ledger's Redis: db 0 of ``worker_env``)."""
+    url = redis_url.rsplit("/", 1)[0] + "/0"
+    client = redis.Redis.from_url(url)
+    yield RedisSchedule(client, url)
+    client.close()
+
+
+def _send(app: Any, to: str, mail_id: str) -> AsyncResult:
+    return app.send_task(
+        TASK, args=[to], kwargs={"subject": mail_id, "body": "x", "mail_id": mail_id}
+    )
+
+
+def _received(smtp: SmtpTestServer) -> dict[str, list[float]]:
+    """Receipt times by Message-ID, from the SMTP server's log."""
+    got: dict[str, list[float]] = {}
+    for d in smtp.delivered:
+        got.setdefault(str(d.message["Message-ID"]), []).append(d.received_at)
+    return got
+
+
+def test_a_parked_mail_is_sent_once_at_its_slot(
+    redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
+) -> None:
+    """Three mails to one address under ``1/3s``: the first goes now, the others wait 3 and 6
+    s, longer than ``PARK_AFTER`` (1 s): they are parked (DEFERRED with tier and due, nothing in
+    the broker), then each is sent once, never before its slot, within a second of it. An
+    undecodable entry parked beside them goes to the dead letters and blocks nothing."""
+    env = worker_env(
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/3s, 50/1h", MAILGUARD_PARK_AFTER="1s"
+    )
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+    try:
+        schedule.park("junk", time.time(), b"\xffnot a payload")
+        results = [_send(app, "ada@example.com", f"park-{n}") for n in range(3)]
+        poll(lambda: schedule.stats().parked == 2, 10, "two parked mails")
+        deferred = [r for r in results if r.state == "DEFERRED"]
+        assert len(deferred) == 2, "one mail went at once (which one: the pool's order)"
+        for result in deferred:
+            assert result.info["tier"] == "1/3s" and result.info["due"] > time.time()
+        poll(lambda: broker.hlen("unacked") == 0, 5, "the runs to end")
+        assert broker.llen("mail") == 0, "a parked mail is not held by the broker"
+        assert [r.state for r in deferred] == ["DEFERRED", "DEFERRED"]
+        poll(lambda: schedule.stats().dead == 1, 5, "the undecodable entry to be buried")
+        assert schedule.dead_letters() == [("junk", b"\xffnot a payload")]
+        poll(lambda: all(r.ready() for r in results), 20, "every mail to be sent")
+    finally:
+        worker.stop()
+        broker.close()
+        app.close()
+    received = _received(smtp_server)
+    for result in results:
+        outcome = result.get(timeout=1)
+        times = received[message_id(outcome["mail_id"], SENDER)]
+        assert outcome["status"] == "sent" and len(times) == 1, (outcome, times)
+        late = times[0] - outcome["due"]
+        assert -EARLY_SLACK <= late <= 1.0, f"{outcome['mail_id']} sent {late:+.3f} s from its slot"
+    assert schedule.stats() == schedule.stats().__class__(0, 0, 1, None)
+
+
+def test_every_worker_killed_with_parked_mails(
+    redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
+) -> None:
+    """100 recipients, 3 mails each under ``1/4s``: 200 mails parked (slots 4 and 8 s ahead).
+    Both workers are SIGKILLed, one is started again: every mail is sent exactly once, never
+    before its slot, and none more than about a second after max(slot, restart)."""
+    env = worker_env(
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/4s, 50/1h", MAILGUARD_PARK_AFTER="1s"
+    )
+    app = client_app(env)
+    workers = [CeleryWorker(env, name=f"w{n}").start() for n in range(2)]
+    results = [
+        _send(app, f"user{r}@example.com", f"kill-{r}-{n}") for n in range(3) for r in range(100)
+    ]
+    try:
+        poll(lambda: schedule.stats().parked == 200, 30, "200 parked mails")
+        for worker in workers:
+            worker.kill()
+        time.sleep(1.0)
+        again = CeleryWorker(env, name="again").start()
+        restart = time.time()
+        try:
+            poll(lambda: all(r.ready() for r in results), 40, "every mail to settle")
+        finally:
+            again.stop()
+    finally:
+        for worker in workers:
+            worker.kill()
+        app.close()
+    received = _received(smtp_server)
+    copies = Counter(len(times) for times in received.values())
+    lateness = []
+    for result in results:
+        outcome = result.get(timeout=1)
+        assert outcome["status"] == "sent", outcome
+        (at,) = received[message_id(outcome["mail_id"], SENDER)]
+        if outcome["due"] is not None:
+            assert at >= outcome["due"] - EARLY_SLACK, f"{outcome['mail_id']} sent early"
+            lateness.append(at - max(outcome["due"], restart))
+    lateness.sort()
+    p50, p99 = lateness[len(lateness) // 2], lateness[int(len(lateness) * 0.99)]
+    print(
+        f"{len(lateness)} mails, sent after max(slot, restart): p50 {p50:.3f} s, "
+        f"p99 {p99:.3f} s, max {lateness[-1]:.3f} s"
+    )
+    assert copies == {1: 300}, copies
+    assert p99 <= 1.0
+    assert lateness[-1] <= 1.5
+
+
+def test_a_promotion_cut_short_by_a_kill_sends_one_mail(
+    redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
+) -> None:
+    """A worker publishes a parked mail and is SIGKILLed before it forgets the entry (a test
+    hook). Another worker takes the entry again once the lease ends and publishes a second
+    copy; the ledger answers it with the recorded outcome: one mail, and the schedule empty."""
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_POLICY="1/2s, 50/1h",
+        MAILGUARD_PARK_AFTER="1s",
+        MAILGUARD_PROMOTE_LEASE="2s",
+        MAILGUARD_VISIBILITY_TIMEOUT="3s",
+        MAILGUARD_RESTORE_INTERVAL="500ms",
+    )
+    app = client_app(env)
+    doomed = CeleryWorker(env | {KILL_AFTER_PUBLISH: "0.5"}, name="doomed").start()
+    results = [_send(app, "ada@example.com", f"race-{n}") for n in range(2)]
+    try:
+        poll(
+            lambda: doomed.process is not None and doomed.process.poll() is not None,
+            15,
+            "the worker to kill itself after publishing " + doomed.log()[-2000:],
+        )
+        assert schedule.stats().promoting == 1, "published, not forgotten"
+        again = CeleryWorker(env, name="again").start()
+        try:
+            poll(lambda: all(r.ready() for r in results), 20, "both mails to be sent")
+            poll(lambda: schedule.stats().promoting == 0, 10, "the lease to be taken again")
+            poll(
+                lambda: "nothing sent again" in again.log(),
+                10,
+                "the second copy to run " + again.log()[-4000:],
+            )
+        finally:
+            again.stop()
+    finally:
+        doomed.kill()
+        app.close()
+    received = _received(smtp_server)
+    assert sorted(len(t) for t in received.values()) == [1, 1], received
+    assert [r.get(timeout=1)["status"] for r in results] == ["sent", "sent"]
+
+
+def test_a_parked_payload_is_the_same_mail() -> None:
+    """A payload decodes to the task id, call and due it was made from; anything else is a
+    ``ValueError`` (what the promoter buries)."""
+    entry = Parked("t1", ["ada@example.com"], {"mail_id": "m1", "_requested_at": 1.5}, 12.25)
+    assert Parked.decode(entry.encode()) == entry
+    for bad in (None, b"\xff", b"[]", b'{"v": 2}', b'{"v": 1, "task": "t", "args": []}'):
+        with pytest.raises(ValueError):
+            Parked.decode(bad)
+
+
+@pytest.mark.server  # an in-process Celery worker, in a subprocess
+def test_the_memory_schedule_parks_and_promotes_in_one_process() -> None:
+    """With the embedded defaults (memory broker, limiter, ledger and schedule; an in-process
+    threads worker), a mail booked 2 s ahead with ``PARK_AFTER`` 1 s is parked in the
+    process's schedule, promoted by the worker's own promoter and sent at its slot."""
+    script = (
+        "import json, time\n"
+        "from workers.app import app\n"
+        "from workers.tasks import send_mail, settings\n"
+        "from workers.inprocess import inprocess_worker\n"
+        "from workers.parking import schedule_for\n"
+        "with inprocess_worker(app):\n"
+        "    send_mail.delay('ada@example.com', subject='s', body='b').get(timeout=20)\n"
+        "    second = send_mail.delay('ada@example.com', subject='s', body='b')\n"
+        "    deadline = time.monotonic() + 20\n"
+        "    while second.state == 'PENDING' and time.monotonic() < deadline:\n"
+        "        time.sleep(0.05)\n"
+        "    parked = schedule_for(settings).stats().parked\n"
+        "    outcome = second.get(timeout=20)\n"
+        "    print(json.dumps([parked, outcome, time.time()]))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
+    env |= {"PYTHONPATH": str(ROOT), "MAILGUARD_POLICY": "1/2s, 50/1h"}
+    env |= {"MAILGUARD_PARK_AFTER": "1s", "MAILGUARD_SMTP_URL": "memory://"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    parked, outcome, _ = json.loads(done.stdout.strip().splitlines()[-1])
+    assert parked == 1
+    assert outcome["status"] == "sent" and outcome["deferrals"] == 1
+    assert outcome["sent_at"] >= outcome["due"] - EARLY_SLACK
+    assert outcome["sent_at"] - outcome["due"] <= 1.0

@@ -1,0 +1,152 @@
+"""The promoter: a thread in every worker's main process that publishes parked mails when due.
+
+Leaderless: each worker polls the schedule every :data:`POLL` seconds with one script call
+(:meth:`mailer.schedule.Schedule.take_due`), which atomically moves up to :data:`BATCH` entries
+due within a second to *promoting* under a lease (``MAILGUARD_PROMOTE_LEASE``). It publishes
+each under its own task id with the remaining countdown (under a second; none when overdue),
+all through one producer, then forgets them (``done``). Killed in between, its lease ends and
+another worker publishes again; the ledger's claim and sent marker keep the copy from sending.
+An entry that cannot be decoded or published is buried (a dead letter) and logged, once.
+
+Started by a worker bootstep (:class:`PromoterStep`, added by :func:`workers.app.create_app`),
+so ``celery worker``, ``mailguard worker`` and the in-process worker all run it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from celery import bootsteps
+
+from mailer.errors import BackendUnavailable
+from mailer.schedule import Schedule
+from mailer.settings import Settings
+from workers import parking
+
+log = logging.getLogger("mailguard")
+
+#: Seconds between two polls while nothing is due (one script call each).
+POLL = 0.3
+#: Entries taken and published at most per script call.
+BATCH = 500
+#: Test hook: a worker with this variable set kills itself (SIGKILL) after publishing a batch
+#: and before forgetting it, as a crash there would; the value is the seconds it waits first
+#: (its consumer may have taken the message meanwhile: kombu keeps it as unacknowledged).
+KILL_AFTER_PUBLISH = "_MAILGUARD_TEST_KILL_AFTER_PUBLISH"
+
+
+class Promoter:
+    """Publishes due entries of ``schedule`` as ``task`` (``send_mail``) through ``app``."""
+
+    def __init__(self, app: Any, task: Any, schedule: Schedule, settings: Settings) -> None:
+        self.app = app
+        self.task = task
+        self.schedule = schedule
+        self.lease = settings.promote_lease
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mailguard-promoter", daemon=True)
+        self._down_since = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                published = self.promote_once()
+            except BackendUnavailable as exc:
+                if not self._down_since:
+                    log.warning("mailguard promoter: the schedule is unavailable: %s", exc)
+                self._down_since = self._down_since or time.monotonic()
+                published = 0
+            except Exception:
+                log.exception("mailguard promoter: unexpected error; polling again")
+                published = 0
+            else:
+                self._down_since = 0.0
+            if published < BATCH:
+                self._stop.wait(POLL)
+
+    def promote_once(self) -> int:
+        """Take what is due, publish it, forget it; the number of entries taken."""
+        taken = self.schedule.take_due(limit=BATCH, lease=self.lease)
+        if not taken:
+            return 0
+        published: list[str] = []
+        with self.app.producer_or_acquire() as producer:
+            for entry in taken:
+                if self._publish(entry.mail_id, entry.payload, producer):
+                    published.append(entry.mail_id)
+        if hook := os.environ.get(KILL_AFTER_PUBLISH):
+            time.sleep(float(hook))
+            os.kill(os.getpid(), signal.SIGKILL)
+        self.schedule.done(published)
+        return len(taken)
+
+    def _publish(self, mail_id: str, payload: bytes | None, producer: Any) -> bool:
+        """Publish one entry; an unusable one is buried. True when published."""
+        try:
+            entry = parking.Parked.decode(payload)
+            countdown = entry.due - time.time()
+            self.task.apply_async(
+                entry.args,
+                entry.kwargs,
+                task_id=entry.task_id,
+                countdown=countdown if countdown > 0.001 else None,
+                producer=producer,
+            )
+        except ValueError as exc:  # undecodable, or refused by check_call (InvalidArguments)
+            log.error(
+                "mailguard promoter: parked mail %s is unusable (%s); moved to the dead letters",
+                mail_id,
+                exc,
+                extra={"mail_id": mail_id},
+            )
+            self.schedule.bury(mail_id)
+            return False
+        return True
+
+
+class PromoterStep(bootsteps.StartStopStep):
+    """Runs a :class:`Promoter` in the worker's main process while the worker runs."""
+
+    label = "mailguard promoter"
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        super().__init__(worker, **kwargs)
+        self.promoter: Promoter | None = None
+
+    def start(self, worker: Any) -> None:
+        from workers import tasks  # noqa: PLC0415 - tasks imports the app that adds this step
+
+        settings = tasks.settings
+        if settings.park_after is None:
+            return
+        try:
+            schedule = parking.schedule_for(settings)
+        except ValueError as exc:
+            log.warning("mailguard promoter not started: %s", exc)
+            return
+        task = worker.app.tasks[tasks.send_mail.name]
+        self.promoter = Promoter(worker.app, task, schedule, settings)
+        parking.promoter_pid[:] = [os.getpid()]
+        self.promoter.start()
+
+    def stop(self, worker: Any) -> None:
+        if self.promoter is not None:
+            self.promoter.stop()
+            self.promoter = None
+            parking.promoter_pid.clear()
+
+    def terminate(self, parent: Any) -> None:
+        self.stop(parent)
