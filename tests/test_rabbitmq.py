@@ -123,3 +123,39 @@ def test_a_worker_killed_holding_booked_mails_hands_them_to_the_next(
     for o in outcomes:
         if o["due"] is not None:
             assert float(o["sent_at"]) >= float(o["due"]) - 0.05
+
+
+def test_parked_mails_through_rabbitmq(
+    rabbit: RabbitServer, redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """The schedule does not live in the broker: under ``1/2s`` with ``PARK_AFTER=1s`` four
+    mails to one address beyond the first are parked (nothing held by RabbitMQ), promoted
+    through RabbitMQ when due and each sent once, never before its slot."""
+    env = amqp_env(rabbit, redis_url, smtp_server)
+    env.update(
+        MAILGUARD_POLICY="1/2s, 50/1h",
+        MAILGUARD_PARK_AFTER="1s",
+        MAILGUARD_KIND_BURST_MAX_WAIT="1m",
+    )
+    worker = CeleryWorker(env).start()
+    app = client_app(env)
+    try:
+        results = [
+            app.send_task(
+                TASK, args=["ada@example.com"], kwargs={"kind": "burst", "context": {"n": n}}
+            )
+            for n in range(5)
+        ]
+        outcomes = settle(results, timeout=30)
+        log = worker.log()
+    finally:
+        worker.stop()
+        app.close()
+    assert [o["status"] for o in outcomes] == ["sent"] * 5, outcomes
+    assert len(smtp_server.delivered) == 5, "each mail once"
+    waited = [o for o in outcomes if o["deferrals"]]
+    assert len(waited) == 4
+    for o in waited:
+        assert float(o["sent_at"]) >= float(o["due"]) - 0.05, "never before the slot"
+        assert float(o["sent_at"]) - float(o["due"]) <= 1.5, "promoted within about a second"
+    assert log.count(" parked until ") >= 4, "the long waits were parked, not held"
