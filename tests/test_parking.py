@@ -74,9 +74,9 @@ def test_a_parked_mail_is_sent_once_at_its_slot(
     try:
         schedule.park("junk", time.time(), b"\xffnot a payload")
         results = [_send(app, "ada@example.com", f"park-{n}") for n in range(3)]
-        poll(lambda: schedule.stats().parked == 2, 10, "two parked mails")
+        # the junk entry counts as parked until the promoter buries it: wait for the mails
+        poll(lambda: sum(r.state == "DEFERRED" for r in results) == 2, 10, "two booked mails")
         deferred = [r for r in results if r.state == "DEFERRED"]
-        assert len(deferred) == 2, "one mail went at once (which one: the pool's order)"
         for result in deferred:
             assert result.info["tier"] == "1/3s" and result.info["due"] > time.time()
         poll(lambda: broker.hlen("unacked") == 0, 5, "the runs to end")
