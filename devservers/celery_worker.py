@@ -60,6 +60,7 @@ class CeleryWorker:
         concurrency: int = 2,
         name: str = "w1",
         app_module: str = "workers.app",
+        events: bool = False,
     ) -> None:
         self.env = (
             {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
@@ -70,6 +71,7 @@ class CeleryWorker:
         self.concurrency = concurrency
         self.name = name
         self.app_module = app_module
+        self.events = events  # -E: send task events (Flower, celery events)
         self.log_path = Path(tempfile.mkdtemp(prefix="mailguard-worker-")) / "worker.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -95,6 +97,7 @@ class CeleryWorker:
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",
+                *(["-E"] if self.events else []),
             ],
             env=self.env,
             cwd=ROOT,

@@ -103,6 +103,10 @@ class Guard:
             self.metrics.repeat(label)
         else:
             self.metrics.record(step.outcome, label)
+            first_due = progress.first_due if progress else 0.0
+            sent_at = step.outcome.sent_at
+            if step.outcome.status == "sent" and sent_at is not None and first_due:
+                self.metrics.after_first_slot(label, sent_at - first_due)
         return step
 
     def _run(self, request: MailRequest, progress: Progress) -> tuple[Step, bool]:
@@ -279,7 +283,7 @@ class Guard:
                 extra=log_fields(dropped),
             )
             return Finish(dropped)
-        return _booked(mail.base, action, tier, progress)
+        return _booked(mail.base, action, tier, progress, now)
 
     def _rebook(self, mail: Prepared, slot: Decision, max_wait: float, now: float) -> Decision:
         """This run is late for its slot: give the slot back and ask the limiter again, now.
@@ -474,10 +478,34 @@ class Guard:
             )
 
 
-def _booked(base: Outcome, action: Defer, tier: str | None, progress: Progress) -> Later:
-    """A booked mail: run again at its slot (or hop towards it; a hop is not a new deferral)."""
-    if action.due != progress.due:
-        progress = replace(progress, deferrals=progress.deferrals + 1, due=action.due)
+def _booked(
+    base: Outcome, action: Defer, tier: str | None, progress: Progress, now: float
+) -> Later:
+    """A booked mail: run again at its slot (or hop towards it; a hop is not a new deferral).
+
+    The run is timed on the limiter's clock (``eta``: its now, ``due - wait``, plus the
+    countdown). A run that came back for this very slot while the limiter says it is not due
+    yet was started early by a worker whose clock is ahead: it waits the limiter's remaining
+    ``countdown`` on its own clock instead (an ``eta`` would look due to it again at once).
+    """
+    eta: float | None = action.due - action.wait + action.countdown
+    new_booking = action.due != progress.due
+    if not new_booking and now >= action.due:
+        eta = None
+        log.warning(
+            "mail %s ran %.3f s before its slot by the limiter's clock: this worker's clock is "
+            "ahead of the limiter's",
+            base.mail_id,
+            action.wait,
+            extra={"mail_id": base.mail_id},
+        )
+    elif new_booking:
+        progress = replace(
+            progress,
+            deferrals=progress.deferrals + 1,
+            due=action.due,
+            first_due=progress.first_due or action.due,
+        )
     waiting = base.but(
         status="deferred",
         reason=why.BOOKED,
@@ -486,4 +514,13 @@ def _booked(base: Outcome, action: Defer, tier: str | None, progress: Progress) 
         due=action.due,
         deferrals=progress.deferrals,
     )
-    return Later(action.countdown, waiting, progress)
+    if new_booking:  # one line per booking; hops towards it are quiet
+        log.info(
+            "mail %s deferred %.1f s to %s by %s",
+            base.mail_id,
+            action.wait,
+            iso(action.due),
+            tier or "the mails booked before it",
+            extra=log_fields(waiting),
+        )
+    return Later(action.countdown, waiting, progress, eta)

@@ -13,6 +13,11 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
   unless a tier bound the decision. ``kind`` is ``unknown`` for a kind not configured.
 - ``mailguard_limiter_decision_seconds``: the limiter's ``acquire``, answered decisions only.
 - ``mailguard_lateness_seconds{kind}``: ``sent_at - due`` of each mail sent after a deferral.
+- ``mailguard_first_slot_lateness_seconds{kind}``: ``sent_at`` minus the first slot booked for
+  the mail: what re-bookings (a late run, a worker outage) cost it in all.
+- ``mailguard_rebookings_total{kind}``: runs later than their slot that asked the limiter again.
+- ``mailguard_queue_wait_seconds{priority}``: from the moment a mail could run (its request,
+  or its countdown's end) to the start of its run: the queue's wait, by the kind's priority.
 - ``mailguard_backend_unavailable_total{backend}``: ``limiter`` or ``ledger`` calls that failed
   (``BackendUnavailable``).
 - ``mailguard_repeated_runs_total{kind}``: runs that found their mail already finished (a
@@ -52,6 +57,8 @@ if TYPE_CHECKING:
 DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5)
 #: Seconds past the booked slot; the tests hold a deferred mail to its booking +-0.5 s.
 LATENESS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+#: Seconds a runnable mail waited in the broker's queue for a worker.
+QUEUE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0)
 
 UNKNOWN_KIND = "unknown"
 UNGUARDED = "sent unguarded"  # the detail of a mail sent while the limiter was down
@@ -82,6 +89,20 @@ class Metrics:
             "Deferred mails that were sent: sent_at - due (the booked slot), in seconds.",
             ["kind"],
             buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        self.first_slot_lateness = Histogram(
+            "mailguard_first_slot_lateness_seconds",
+            "Booked mails that were sent: sent_at - the first slot booked for them, in seconds.",
+            ["kind"],
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+        self.queue_wait_seconds = Histogram(
+            "mailguard_queue_wait_seconds",
+            "From the moment a mail could run (request, or countdown's end) to its run, in s.",
+            ["priority"],
+            buckets=QUEUE_BUCKETS,
             registry=registry,
         )
         self.unavailable = Counter(
@@ -119,6 +140,14 @@ class Metrics:
         """One answered ``acquire`` took ``seconds``."""
         self.decision_seconds.observe(seconds)
 
+    def after_first_slot(self, kind: str, seconds: float) -> None:
+        """A booked mail was sent ``seconds`` after the first slot booked for it."""
+        self.first_slot_lateness.labels(kind).observe(seconds)
+
+    def queue_wait(self, priority: int, seconds: float) -> None:
+        """A run started ``seconds`` after its mail could run (``priority``: the kind's, 0-9)."""
+        self.queue_wait_seconds.labels(str(priority)).observe(max(seconds, 0.0))
+
     def backend_down(self, backend: str) -> None:
         """A call to ``backend`` (``limiter`` or ``ledger``) found it unavailable."""
         self.unavailable.labels(backend).inc()
@@ -142,6 +171,12 @@ class NoMetrics(Metrics):
         pass
 
     def decision(self, seconds: float) -> None:
+        pass
+
+    def after_first_slot(self, kind: str, seconds: float) -> None:
+        pass
+
+    def queue_wait(self, priority: int, seconds: float) -> None:
         pass
 
     def backend_down(self, backend: str) -> None:

@@ -100,7 +100,7 @@ def plan(decision: Decision, *, max_countdown: float) -> Plan:
 
 
 _COUNTERS = ("attempts", "send_failures", "limiter_failures", "deferrals")
-_TIMES = ("requested_at", "due")
+_TIMES = ("requested_at", "due", "first_due")
 _LATEST_TIME = 1e11  # epoch seconds, year 5138: anything later is malformed
 _OWNER_CHARS = frozenset("0123456789abcdef")
 
@@ -116,6 +116,7 @@ class Progress:
     ``requested_at`` (epoch seconds) is when the mail was asked for (``send_mail.delay``, else
     its first run): its kind's ``max_wait`` counts from there. ``due`` is the slot it holds
     (epoch seconds; 0 for none): a run for the same slot is a hop, not another deferral.
+    ``first_due`` is the first slot ever booked for it (lateness is measured against it).
     """
 
     attempts: int = 0  # SMTP tries so far
@@ -125,6 +126,7 @@ class Progress:
     stale_owner: str = ""
     requested_at: float = 0.0
     due: float = 0.0
+    first_due: float = 0.0
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}
@@ -144,8 +146,17 @@ class Progress:
             times = {name: float(data.get(name, 0.0)) for name in _TIMES}
         except (TypeError, ValueError, OverflowError):
             return cls()
-        requested_at, due = (t if 0 <= t < _LATEST_TIME else 0.0 for t in times.values())  # NaN
-        return cls(**counters, stale_owner=owner, requested_at=requested_at, due=due)
+        requested_at, due, first_due = (
+            t if 0 <= t < _LATEST_TIME else 0.0
+            for t in times.values()  # NaN too
+        )
+        return cls(
+            **counters,
+            stale_owner=owner,
+            requested_at=requested_at,
+            due=due,
+            first_due=first_due,
+        )
 
 
 @dataclass(frozen=True)
@@ -164,11 +175,17 @@ class Fail:
 
 @dataclass(frozen=True)
 class Later:
-    """Run this mail again in ``countdown`` seconds with ``progress``; ``outcome`` says why."""
+    """Run this mail again in ``countdown`` seconds with ``progress``; ``outcome`` says why.
+
+    ``eta``, when set, is the same moment as epoch seconds on the limiter's clock (the Redis
+    server's time): publish at that time rather than ``countdown`` from the worker's own clock,
+    so a worker whose clock is off does not make the mails it defers late on the others.
+    """
 
     countdown: float
     outcome: Outcome
     progress: Progress
+    eta: float | None = None
 
 
 Step = Finish | Fail | Later

@@ -1,4 +1,4 @@
-"""The web pre-check (examples/precheck.py): 200, 429 with Retry-After, or 400; never consumes.
+"""The web pre-check (mailer/precheck.py): 200, 429 with Retry-After, or 400; never consumes.
 
 Every test runs on the memory backend and on a real redis-server, with a manual clock.
 """
@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from examples.precheck import precheck
 from mailer import Kinds, ManualClock
 from mailer.address import normalise_address
 from mailer.guard import Finish, Guard, MailRequest
 from mailer.ledger import MemoryLedger
+from mailer.precheck import precheck
 from mailer.transports import MemoryTransport
 from tests.conftest import LimiterFactory
 

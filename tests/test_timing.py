@@ -3,13 +3,20 @@ not deferrals. The guard on in-process parts with an injected clock (no real wai
 
 from __future__ import annotations
 
+import logging
 import time
 from itertools import pairwise
 
+import pytest
+
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from mailer import Kinds, ManualClock
-from mailer.guard import Finish, Later, Progress
+from mailer.guard import Finish, Guard, Later, Progress
 from mailer.kinds import Kind
+from mailer.ledger import MemoryLedger
+from mailer.limiter import Limiter
+from mailer.policy import Policy
+from mailer.transports import MemoryTransport
 from tests.smtp_server import SmtpTestServer
 from tests.test_guard import make_guard, req
 from tests.waiting import poll
@@ -111,15 +118,45 @@ def test_a_late_run_whose_next_slot_is_past_the_deadline_is_dropped_late(
     assert isinstance(final, Finish) and final.outcome.status == "sent", "s2 keeps its slot"
 
 
-def test_hops_towards_one_slot_are_one_deferral(clock: ManualClock) -> None:
-    """A booking 10 minutes ahead with a 1-minute max countdown hops 10 times: ``deferrals`` 1."""
+def test_hops_towards_one_slot_are_one_deferral(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A booking 10 minutes ahead with a 1-minute max countdown hops 10 times: ``deferrals`` 1,
+    and the worker log has one ``deferred`` line for it (mail id, tier; no address)."""
     guard, _ = make_guard(clock, max_countdown=60.0)
     for n in range(5):
         guard.process(req(f"h{n}"))
         clock.advance(61)
-    final = run_until_sent(guard, clock, "h5", Progress())
+    with caplog.at_level(logging.INFO, logger="mailguard"):
+        final = run_until_sent(guard, clock, "h5", Progress())
     assert isinstance(final, Finish) and final.outcome.status == "sent"
     assert final.outcome.deferrals == 1
+    deferred = [r for r in caplog.records if "deferred" in r.getMessage()]
+    assert len(deferred) == 1, "one log line per booking, none per hop"
+    line = deferred[0]
+    assert line.getMessage().startswith("mail h5 deferred ") and " by 5/1h" in line.getMessage()
+    assert line.status == "deferred" and line.recipient == final.outcome.recipient  # type: ignore[attr-defined]
+    assert "ada" not in line.getMessage().lower()
+
+
+def test_a_booking_is_timed_on_the_limiters_clock_not_the_workers(clock: ManualClock) -> None:
+    """A worker whose clock runs 30 s ahead of the limiter's books a mail 60 s ahead: the run
+    is published for the slot on the limiter's clock (``eta``), not 60 s from its own clock
+    (which the other workers would run 30 s late). When that worker runs the mail early by the
+    limiter's clock, it waits the remaining time on its own clock rather than looping."""
+    limiter_clock = clock
+    ahead = ManualClock(clock.now + 30)
+    limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=limiter_clock)
+    guard = Guard(limiter, MemoryLedger(ahead), MemoryTransport(), clock=ahead)
+    assert isinstance(guard.process(req("s1")), Finish)
+    step = guard.process(req("s2"))
+    assert isinstance(step, Later) and step.eta is not None
+    assert step.eta == limiter_clock.now + 60 == step.outcome.due
+    ahead.advance(60)  # this worker thinks the slot has come; by the limiter, 30 s are left
+    limiter_clock.advance(30)
+    early = guard.process(req("s2"), step.progress)
+    assert isinstance(early, Later) and early.eta is None and early.countdown == 30
+    assert early.progress.deferrals == 1, "the same booking, not a new deferral"
 
 
 def test_a_stopped_worker_does_not_bunch_late_mails(
@@ -214,3 +251,46 @@ def test_a_booked_mail_back_after_its_kinds_deadline_is_dropped_expired(
         ("sent", None),
     ], outcomes
     assert len(smtp_server.delivered) == 1, "only the mail that went at once"
+
+
+def test_an_overloaded_worker_never_sends_two_mails_to_one_recipient_too_close(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """Overload on a small scale: 120 mails for 30 recipients under ``1/1s, 50/1h``, one pool
+    process and an SMTP server that takes 100 ms a mail (about 10 mails/s, while each
+    recipient's three booked mails fall due a second apart). The backlog makes runs late (60
+    are re-booked); by the SMTP server's own clock no recipient receives two mails less than a
+    second apart, less a small slack (without re-booking: 0.11 s apart)."""
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_POLICY="1/1s, 50/1h",
+        MAILGUARD_MAX_COUNTDOWN="2s",
+    )
+    smtp_server.slow_data(0.1, times=200)
+    app = client_app(env)
+    worker = CeleryWorker(env, concurrency=1).start()
+    results = [
+        app.send_task(
+            "mailguard.send_mail",
+            args=[f"user{r}@example.com"],
+            kwargs={"subject": f"{r}-{n}", "body": "x", "mail_id": f"load-{r}-{n}"},
+        )
+        for r in range(30)
+        for n in range(4)
+    ]
+    try:
+        poll(lambda: all(r.ready() for r in results), 60, "every mail to settle")
+    finally:
+        worker.stop()
+        app.close()
+    outcomes = [r.get(timeout=1) for r in results]
+    assert {o["status"] for o in outcomes} == {"sent"}, outcomes
+    received: dict[str, list[float]] = {}
+    for d in smtp_server.delivered:
+        received.setdefault(d.rcpt_tos[0], []).append(d.received_at)
+    assert len(received) == 30 and all(len(v) == 4 for v in received.values())
+    closest = min(b - a for times in received.values() for a, b in pairwise(sorted(times)))
+    rebooked = sum(o["deferrals"] > 1 for o in outcomes)
+    print(f"closest two mails to one recipient: {closest:.2f} s; {rebooked} mails re-booked")
+    assert closest >= 1.0 - 0.2, f"two mails to one recipient {closest:.2f} s apart"

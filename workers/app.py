@@ -47,8 +47,17 @@ def transport_options(config: Settings) -> dict[str, Any]:
 
 
 def create_app(config: Settings) -> Celery:
-    """A Celery app for ``config`` with mailguard's safe defaults."""
-    celery = Celery("mailguard", broker=config.broker_url, backend=config.result_backend)
+    """A Celery app for ``config`` with mailguard's safe defaults.
+
+    It never makes itself the current app: a project's own app, when there is one, stays the
+    app that ``send_mail.delay`` goes through (``send_mail`` is a shared task).
+    """
+    celery = Celery(
+        "mailguard",
+        broker=config.broker_url,
+        backend=config.result_backend,
+        set_as_current=False,
+    )
     celery.conf.update(
         include=["workers.tasks"],
         task_queues=(
@@ -86,6 +95,8 @@ def create_app(config: Settings) -> Celery:
 
 
 app = create_app(settings)
+# The app ``send_mail`` goes through when the process has no app of its own (see workers.tasks).
+app.set_default()
 
 
 @signals.worker_init.connect

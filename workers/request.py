@@ -59,6 +59,19 @@ class GuardedRequest(Request):
         self._end(outcome)
         return True
 
+    def on_failure(
+        self, exc_info: Any, send_failed_event: bool = True, return_ok: bool = False
+    ) -> None:
+        """A run that ended :class:`workers.tasks.Deferred` is announced as ``task-retried``
+        (Flower and ``celery events`` show RETRY, not STARTED); then Celery's own handling."""
+        from workers.tasks import Deferred  # noqa: PLC0415 - tasks imports us
+
+        exc = getattr(exc_info, "exception", None)
+        exc = getattr(exc, "exc", exc)  # the pool wraps it in ExceptionWithTraceback
+        if isinstance(exc, Deferred):
+            self.send_event("task-retried", exception=str(exc), traceback="")
+        super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
+
     def _receipt_outcome(self) -> Outcome | None:
         """The outcome that ends this request on receipt, or None to hand it to the pool."""
         from workers.tasks import check_call, guard, settings  # noqa: PLC0415 - tasks imports us

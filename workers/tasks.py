@@ -10,9 +10,10 @@ import os
 import threading
 import time
 from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from celery import Task
+from celery import Task, shared_task
 from celery.exceptions import Ignore
 from kombu.utils.json import dumps, loads
 
@@ -24,7 +25,6 @@ from mailer.settings import Settings
 from mailer.steps import Fail, Finish, Later, Progress
 from workers import app as app_module
 from workers import parking, priority
-from workers.app import app
 from workers.app import settings as _env_settings
 
 #: The settings this process's guard is built from (the environment's, or :func:`use_settings`).
@@ -33,6 +33,15 @@ settings: Settings = _env_settings
 
 class MailFailed(Exception):
     """The mail failed for good; ``args[0]`` is the outcome dict (status ``failed``)."""
+
+
+class Deferred(Ignore):
+    """This run ended deferred; its next run is published. ``args[0]`` says until when and why.
+
+    Celery treats it as :class:`~celery.exceptions.Ignore` (the result keeps the ``DEFERRED``
+    state the task stored); the worker's main process sends a ``task-retried`` event for it
+    (:class:`workers.request.GuardedRequest`), so Flower and ``celery events`` show RETRY.
+    """
 
 
 _guard: Guard | None = None
@@ -123,6 +132,18 @@ class GuardedTask(Task[Any, Any]):
         return super().apply_async(args, kwargs, **options)
 
 
+def _count_queue_wait(eta: Any, requested_at: float, kind: Any) -> None:
+    """Count how long this run waited in the queue after its mail could run: since its
+    countdown's end (``eta``, ISO 8601) or, on a first run, since ``send_mail.delay``."""
+    try:
+        ready = datetime.fromisoformat(eta).timestamp() if eta else requested_at
+    except (TypeError, ValueError):
+        return
+    if ready:
+        level = priority.kind_priority(settings.kinds, kind)
+        guard().metrics.queue_wait(level, time.time() - ready)
+
+
 def _check_transportable(args: Any, kwargs: Any) -> None:
     """Refuse at enqueue what a worker could not decode (it would stay PENDING forever).
 
@@ -138,7 +159,7 @@ def _check_transportable(args: Any, kwargs: Any) -> None:
         ) from None
 
 
-@app.task(
+@shared_task(
     bind=True,
     base=GuardedTask,
     name="mailguard.send_mail",
@@ -182,6 +203,7 @@ def send_mail(
     progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
     if not progress.requested_at and _requested_at:
         progress = replace(progress, requested_at=min(float(_requested_at), time.time()))
+    _count_queue_wait(self.request.eta, progress.requested_at, kind)
     step = guard().process(request, progress)
     if isinstance(step, Finish):
         return step.outcome.as_dict()
@@ -191,9 +213,19 @@ def send_mail(
     self.update_state(state="DEFERRED", meta=step.outcome.as_dict())
     again = dict(self.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
+    why = step.outcome.reason or "deferred"
+    if step.outcome.tier:
+        why += f" by {step.outcome.tier}"
     task_id = str(self.request.id)
     if parking.park(settings, step, task_id=task_id, args=self.request.args, kwargs=again):
-        raise Ignore()  # parked: a promoter publishes it again when due (workers/promoter.py)
+        # parked: a promoter publishes it again when due (workers/promoter.py)
+        due = datetime.fromtimestamp(step.outcome.due or time.time(), timezone.utc)
+        raise Deferred(f"parked until {due.isoformat(timespec='milliseconds')}: {why}")
     countdown = min(step.countdown, settings.longest_countdown)  # longer waits are parked
-    self.retry(countdown=countdown, kwargs=again, throw=False)
-    raise Ignore()
+    if step.eta is not None:  # the limiter's clock, not this worker's (see mailer.steps.Later)
+        eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
+        self.retry(eta=eta, kwargs=again, throw=False)
+    else:
+        eta = datetime.now(timezone.utc) + timedelta(seconds=countdown)
+        self.retry(countdown=countdown, kwargs=again, throw=False)
+    raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")

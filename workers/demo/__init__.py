@@ -14,7 +14,10 @@ waits at most 3.75 s, ``default`` and ``notice`` 60 s):
 - cy gets two mails far apart, both sent at once;
 - mallory is abused: a bot asks for a login code every half second. The first few are deferred
   a second or two; once ``5/10s`` is full the next slot is further away than a code tolerates,
-  so those codes are dropped (a stale code is worse than none).
+  so those codes are dropped (a stale code is worse than none);
+- from t+9 s to t+12 s the worker is paused (one long task per pool thread): bob's mail booked
+  for t+11 s runs late, gives its slot back and is re-booked behind his other bookings; the
+  codes queued meanwhile have less of their tolerance left (it counts from the request).
 
 A live table shows each mail queued, deferred (with the binding tier and booked time), sent
 (and how late against its booking) or dropped; the summary gives per recipient the mails sent,

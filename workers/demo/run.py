@@ -28,6 +28,8 @@ from mailer.settings import Settings
 from workers.demo.capture import SmtpCapture
 from workers.demo.story import (
     MAX_WAIT,
+    OUTAGE_AT,
+    OUTAGE_FOR,
     RECIPIENTS,
     DemoError,
     DemoInterrupted,
@@ -38,6 +40,8 @@ from workers.demo.story import (
 )
 from workers.outcomes import read_state
 
+#: The in-process worker's pool threads.
+CONCURRENCY = 4
 #: How often the table and the states are refreshed, in seconds.
 TICK = 0.05
 #: Celery states in which a mail has settled (the task returned or raised MailFailed).
@@ -62,6 +66,7 @@ class Row:
     sent_at: float | None = None
     reason: str | None = None
     deferrals: int = 0
+    rebooked: bool = False  # came back late for its slot and was booked again (or sent)
 
     @property
     def settled(self) -> bool:
@@ -94,7 +99,10 @@ class Row:
 
     def _deferred(self, meta: Mapping[str, Any]) -> None:
         self.state = "deferred"
-        self.booked = _float(meta.get("due"))
+        due = _float(meta.get("due"))
+        if self.booked is not None and due is not None and due != self.booked:
+            self.rebooked = True
+        self.booked = due
         self.tier = meta.get("tier") or self.tier
         self.wait = _float(meta.get("wait"))
 
@@ -105,6 +113,8 @@ class Row:
         self.due = _float(meta.get("due"))
         self.sent_at = _float(meta.get("sent_at"))
         self.deferrals = int(meta.get("deferrals") or 0)
+        if self.booked is not None and (self.deferrals > 1 or self.due != self.booked):
+            self.rebooked = True
         if self.state == "dropped":
             self.tier = meta.get("tier")
             self.wait = _float(meta.get("wait"))
@@ -129,6 +139,7 @@ class Row:
             "sent_at": self.sent_at,
             "lateness": self.lateness,
             "reason": self.reason,
+            "rebooked": self.rebooked,
         }
 
 
@@ -147,6 +158,8 @@ class Run:
     started: float = 0.0
     elapsed: float = 0.0
     captured: Counter[str] = field(default_factory=Counter)
+    outage: tuple[float, float] = (0.0, 0.0)  # the worker's pause: from, until (s after start)
+    paused: bool = False
 
     @property
     def policy(self) -> Policy:
@@ -199,6 +212,8 @@ class Run:
             "mails": [r.as_dict() for r in self.rows],
             "recipients": {name: self.recipient_summary(name) for name in RECIPIENTS},
             "max_lateness_deferred": max(lateness, default=None),
+            "outage": {"from": self.outage[0], "until": self.outage[1]},
+            "rebooked": sum(r.rebooked for r in self.rows),
             "captured": sum(self.captured.values()),
             "violations": self.violations(),
             "complete": all(r.settled for r in self.rows),
@@ -235,9 +250,10 @@ def run_demo(
         settings = demo_settings(smtp.url, speed=speed, redis_url=redis_url)
         configure(app, settings)
         run = _new_run(settings, speed, smtp)
-        limit = timeout if timeout is not None else 30 + max(r.at for r in run.rows) + 40 / speed
-        with inprocess_worker(app, concurrency=4):
-            _play(run, app, send_mail, view, limit)
+        limit = timeout if timeout is not None else 30 + max(r.at for r in run.rows) + 50 / speed
+        pause = _pause_task(app)
+        with inprocess_worker(app, concurrency=CONCURRENCY):
+            _play(run, app, send_mail, view, limit=limit, pause=pause)
             if done is not None:
                 done(run)
         return run
@@ -249,23 +265,49 @@ def run_demo(
             _delete_queue(redis_url, settings.queue)
 
 
+def _pause_task(app: Celery) -> Any:
+    """A task that keeps one pool thread busy for ``seconds``: the story's worker pause.
+
+    The demo sends one per pool thread: while they run, the mails whose slot comes are held
+    back (the pool is full) and run late, as behind a stuck worker or a backlog.
+    """
+
+    def pause(seconds: float) -> None:
+        time.sleep(seconds)
+
+    return app.task(name="mailguard.demo.pause", shared=False)(pause)
+
+
 def _new_run(settings: Settings, speed: float, smtp: SmtpCapture) -> Run:
     """A run of the script at ``speed``: one row per mail, none enqueued yet."""
     rows = [
         Row(n, planned, RECIPIENTS[planned.to].address, planned.at / speed)
         for n, planned in enumerate(script(), start=1)
     ]
-    return Run(settings, speed, rows, smtp)
+    outage = (OUTAGE_AT / speed, (OUTAGE_AT + OUTAGE_FOR) / speed)
+    return Run(settings, speed, rows, smtp, outage=outage)
 
 
 def _play(
-    run: Run, app: Celery, send_mail: Any, view: Callable[[Run], None] | None, limit: float
+    run: Run,
+    app: Celery,
+    send_mail: Any,
+    view: Callable[[Run], None] | None,
+    *,
+    limit: float,
+    pause: Any,
 ) -> None:
     waiting = list(run.rows)
     run.started = time.time()
+    paused = False
     while True:
         now = time.time()
         run.elapsed = now - run.started
+        if not paused and run.elapsed >= run.outage[0]:
+            paused = True
+            for _ in range(CONCURRENCY):
+                pause.apply_async(args=[run.outage[1] - run.outage[0]], priority=0)
+        run.paused = paused and run.elapsed < run.outage[1]
         while waiting and waiting[0].at <= run.elapsed:
             row = waiting.pop(0)
             _enqueue(row, send_mail)

@@ -31,6 +31,12 @@ from workers.app import create_app
 POLICY = "1/1s, 5/10s, 10/30s"
 #: How long each kind may wait for its slot, in seconds, before ``--speed``.
 MAX_WAIT = {"code": 3.75, "default": 60.0, "notice": 60.0}
+#: How late a run may start and keep its slot, in seconds, before ``--speed``: the default (1 s)
+#: compressed like the policy (``1/60s`` is ``1/1s`` here), or late mails would crowd.
+LATE_TOLERANCE = 0.1
+#: The worker's pause in the story, before ``--speed``: at ``t+AT`` s its pool is kept busy for
+#: ``FOR`` s (one long task per thread). Mails whose slot comes meanwhile run late and re-book.
+OUTAGE_AT, OUTAGE_FOR = 9.0, 3.0
 #: The memory broker's polling interval: a deferred mail is picked up well before its slot.
 MEMORY_POLLING = 0.05
 #: The Celery settings :func:`configure` copies from the app built for the demo's settings.
@@ -133,6 +139,7 @@ def demo_settings(
         queue=queue or f"mailguard-demo-{secrets.token_hex(4)}",
         retry_backoff=1.0,
         smtp_attempts=2,
+        late_tolerance=max(0.05, round(LATE_TOLERANCE / speed, 3)),
     )
     if redis_url:
         settings = replace(

@@ -85,18 +85,27 @@ def _detail(run: Run, row: Row) -> str:
 
     tier = row.tier or "?"
     if row.state == "queued":
-        return "waiting for the worker"
+        return "waiting for the worker" + (" (paused)" if run.paused else "")
     if row.state == "deferred":
         return f"booked {rel(row.booked)} ({tier})"
     if row.state == "sent":
+        if row.rebooked and row.lateness is not None:
+            return f"late: re-booked {rel(row.due)}, sent {row.lateness * 1000:+.0f} ms"
         if row.booked is not None and row.lateness is not None:
             return f"booked {rel(row.booked)} ({tier}), sent {row.lateness * 1000:+.0f} ms"
         return f"sent {rel(row.sent_at)}"
-    if row.state == "dropped" and row.reason == "rate_limited":
-        tolerance = run.settings.kinds[row.planned.kind].max_wait
-        kind = row.planned.kind
-        return f"slot in {row.wait or 0:.2f} s ({tier}) > {kind}'s {tolerance:g} s"
-    return row.reason or ""
+    return _dropped(run, row) if row.state == "dropped" else row.reason or ""
+
+
+def _dropped(run: Run, row: Row) -> str:
+    """Why a mail was dropped: its slot was beyond what its kind tolerates from its request."""
+    if row.reason != "rate_limited":
+        return row.reason or ""
+    tolerance = run.settings.kinds[row.planned.kind].max_wait
+    kind, tier, wait = row.planned.kind, row.tier or "?", row.wait or 0.0
+    if wait > tolerance:
+        return f"slot in {wait:.2f} s ({tier}) > {kind}'s {tolerance:g} s"
+    return f"slot in {wait:.2f} s ({tier}): past {kind}'s {tolerance:g} s since queued"
 
 
 def summary_table(run: Run) -> Table:
@@ -140,6 +149,12 @@ def conclusions(run: Run) -> list[str]:
             f"{deferred} deferred mails sent at their booked slot, at most "
             f"{late * 1000:.0f} ms late"
         )
+    start, end = summary["outage"]["from"], summary["outage"]["until"]
+    rebooked = summary["rebooked"]
+    lines.append(
+        f"the worker was paused from t+{start:.1f} to t+{end:.1f} s: {rebooked} mail"
+        f"{'' if rebooked == 1 else 's'} late for its slot re-booked (not sent late in a bunch)"
+    )
     dropped = [r for r in run.rows if r.state == "dropped"]
     kinds = sorted({r.planned.kind for r in dropped})
     if dropped:

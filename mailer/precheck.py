@@ -8,6 +8,7 @@ recipient's budget, so a pre-check never costs a mail.
 Build the limiter exactly as the workers do, so that it reads the same Redis, policy and secret::
 
     from mailer.factory import build_limiter
+    from mailer.precheck import precheck
     from mailer.settings import Settings
 
     limiter = build_limiter(Settings.from_env())   # once per process

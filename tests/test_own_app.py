@@ -1,0 +1,56 @@
+"""``send_mail`` on a project's own Celery app: a shared task that goes through that app.
+
+The worker is ``celery -A tests.project_app worker`` (the project's app, its own broker and
+result backend, ``workers.tasks`` included); the mail is enqueued with ``send_mail.delay`` while
+the project's app is the current one. mailguard's own broker (``MAILGUARD_BROKER_URL``) is
+another database that nothing must reach.
+"""
+
+from __future__ import annotations
+
+import redis
+from celery import Celery
+
+from devservers.celery_worker import CeleryWorker, worker_env
+from tests.smtp_server import SmtpTestServer
+from workers import app as mailguard_app
+from workers.tasks import send_mail
+
+
+def test_a_projects_own_app_runs_send_mail(redis_url: str, smtp_server: SmtpTestServer) -> None:
+    """Mails enqueued through the project's app are run by the project's worker, guarded
+    (of two mails to one address under ``1/1s`` one is booked, then sent); mailguard's own
+    broker stays empty."""
+    base = redis_url.rsplit("/", 1)[0]
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_POLICY="1/1s",
+        PROJECT_BROKER_URL=f"{base}/4",
+        PROJECT_RESULT_BACKEND=f"{base}/5",
+        PROJECT_QUEUE="project",
+    )
+    project = Celery(
+        "project",
+        broker=env["PROJECT_BROKER_URL"],
+        backend=env["PROJECT_RESULT_BACKEND"],
+        set_as_current=False,
+    )
+    project.conf.update(task_default_queue="project")
+    worker = CeleryWorker(env, app_module="tests.project_app").start()
+    project.set_current()
+    try:
+        assert send_mail.app is project
+        first = send_mail.delay("ada@example.com", subject="one", body="x")
+        second = send_mail.delay("ada@example.com", subject="two", body="x")
+        outcomes = [first.get(timeout=20), second.get(timeout=20)]
+    finally:
+        mailguard_app.app.set_current()
+        worker.stop()
+        project.close()
+    assert [o["status"] for o in outcomes] == ["sent", "sent"], outcomes
+    assert sorted(o["deferrals"] for o in outcomes) == [0, 1], "one waited for its slot"
+    assert sorted(d.message["Subject"] for d in smtp_server.delivered) == ["one", "two"]
+    mailguard_broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+    assert mailguard_broker.dbsize() == 0, "nothing went through mailguard's own broker"
+    mailguard_broker.close()
