@@ -28,6 +28,7 @@ bench: install
 	$(BIN)/python -m benchmarks.limiter
 	$(BIN)/python -m benchmarks.guard
 	$(BIN)/python -m benchmarks.timing
+	$(BIN)/python -m benchmarks.schedule
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

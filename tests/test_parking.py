@@ -21,10 +21,15 @@ import redis
 from celery.result import AsyncResult
 
 from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
+from devservers.redis_servers import RedisServer
 from mailer.message import message_id
+from mailer.outcomes import Outcome
 from mailer.schedule import RedisSchedule
+from mailer.settings import Settings
+from mailer.steps import Later, Progress
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
+from workers import parking
 from workers.parking import Parked
 from workers.promoter import KILL_AFTER_PUBLISH
 
@@ -102,11 +107,12 @@ def test_a_parked_mail_is_sent_once_at_its_slot(
 def test_every_worker_killed_with_parked_mails(
     redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
 ) -> None:
-    """100 recipients, 3 mails each under ``1/4s``: 200 mails parked (slots 4 and 8 s ahead).
+    """100 recipients, 3 mails each under ``1/8s``: 200 mails parked (slots 8 and 16 s ahead,
+    so that all are parked before the first is due, even on a loaded machine).
     Both workers are SIGKILLed, one is started again: every mail is sent exactly once, never
     before its slot, and none more than about a second after max(slot, restart)."""
     env = worker_env(
-        redis_url, smtp_server.url, MAILGUARD_POLICY="1/4s, 50/1h", MAILGUARD_PARK_AFTER="1s"
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/8s, 50/1h", MAILGUARD_PARK_AFTER="1s"
     )
     app = client_app(env)
     workers = [CeleryWorker(env, name=f"w{n}").start() for n in range(2)]
@@ -176,7 +182,7 @@ def test_a_promotion_cut_short_by_a_kill_sends_one_mail(
         assert schedule.stats().promoting == 1, "published, not forgotten"
         again = CeleryWorker(env, name="again").start()
         try:
-            poll(lambda: all(r.ready() for r in results), 20, "both mails to be sent")
+            poll(lambda: all(r.ready() for r in results), 20, "both mails " + again.log()[-3000:])
             poll(lambda: schedule.stats().promoting == 0, 10, "the lease to be taken again")
             poll(
                 lambda: "nothing sent again" in again.log(),
@@ -198,6 +204,8 @@ def test_a_parked_payload_is_the_same_mail() -> None:
     ``ValueError`` (what the promoter buries)."""
     entry = Parked("t1", ["ada@example.com"], {"mail_id": "m1", "_requested_at": 1.5}, 12.25)
     assert Parked.decode(entry.encode()) == entry
+    same = Parked("m1", ["ada@example.com"], {"mail_id": "m1"}, 12.25)
+    assert b'"task"' not in same.encode() and Parked.decode(same.encode()) == same
     for bad in (None, b"\xff", b"[]", b'{"v": 2}', b'{"v": 1, "task": "t", "args": []}'):
         with pytest.raises(ValueError):
             Parked.decode(bad)
@@ -242,3 +250,82 @@ def test_the_memory_schedule_parks_and_promotes_in_one_process() -> None:
     assert outcome["status"] == "sent" and outcome["deferrals"] == 1
     assert outcome["sent_at"] >= outcome["due"] - EARLY_SLACK
     assert outcome["sent_at"] - outcome["due"] <= 1.0
+
+
+def test_parked_mails_survive_a_restart_of_their_redis(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """The limiter-and-ledger Redis (append-only, where the schedule lives) is SIGKILLed and
+    started again while 5 mails are parked: every mail is still sent exactly once."""
+    store = RedisServer(extra_args=("--appendonly", "yes", "--appendfsync", "always")).start()
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_LIMITER_URL=store.url,
+        MAILGUARD_POLICY="1/3s, 50/1h",
+        MAILGUARD_PARK_AFTER="1s",
+    )
+    schedule_client = redis.Redis.from_url(store.url)
+    schedule = RedisSchedule(schedule_client, store.url)
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    try:
+        results = [
+            _send(app, f"user{r}@example.com", f"aof-{r}-{n}") for n in range(2) for r in range(5)
+        ]
+        poll(lambda: schedule.stats().parked == 5, 15, "5 parked mails")
+        store.restart()
+        poll(lambda: all(r.ready() for r in results), 30, "every mail to settle")
+    finally:
+        worker.stop()
+        app.close()
+        schedule_client.close()
+        store.cleanup()
+    assert [r.get(timeout=1)["status"] for r in results] == ["sent"] * 10
+    assert sorted(len(t) for t in _received(smtp_server).values()) == [1] * 10
+
+
+def test_a_run_that_cannot_reach_the_schedule_keeps_a_bounded_countdown() -> None:
+    """Parking with the schedule's Redis down answers None (the run then holds a countdown no
+    longer than ``min(MAX_COUNTDOWN, PARK_AFTER)``): nothing is lost, nothing raised."""
+    settings = Settings(limiter_url="redis://127.0.0.1:1/0", secret="s", park_after=1.0)
+    later = Later(
+        600.0,
+        Outcome(status="deferred", mail_id="m", kind="default", reason="booked", due=1e10),
+        Progress(),
+    )
+    kwargs = {"mail_id": "m"}
+    assert parking.park(settings, later, task_id="m", args=["a@example.com"], kwargs=kwargs) is None
+    assert settings.longest_countdown == 1.0
+
+
+def test_a_promoted_mail_keeps_its_task_id_request_time_progress_and_priority(
+    redis_url: str,
+) -> None:
+    """The promoter publishes a parked mail under its task id, with its ``_requested_at`` and
+    sealed ``_progress`` as parked, at its kind's priority (``news``: 2, so Redis step 7)."""
+    import base64  # noqa: PLC0415
+
+    from mailer.schedule import MemorySchedule  # noqa: PLC0415
+    from workers import tasks  # noqa: PLC0415 - registers send_mail on every app
+    from workers.promoter import Promoter  # noqa: PLC0415
+
+    env = worker_env(redis_url, "memory://", MAILGUARD_KIND_NEWS_PRIORITY="2")
+    app = client_app(env)
+    schedule = MemorySchedule()
+    kwargs = {"kind": "news", "mail_id": "m1", "_requested_at": 1.5, "_progress": "sealed"}
+    schedule.park("m1", time.time(), Parked("task-1", ["ada@example.com"], kwargs, 0.0).encode())
+    promoter = Promoter(app, app.tasks[tasks.send_mail.name], schedule, Settings.from_env(env))
+    try:
+        assert promoter.promote_once() == 1
+    finally:
+        app.close()
+    broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+    queued = broker.lrange(b"mail\x06\x167", 0, -1)
+    broker.close()
+    assert len(queued) == 1, "one message, on the list of priority step 7"
+    message = json.loads(queued[0])
+    assert message["headers"]["id"] == "task-1" and message["properties"]["priority"] == 7
+    args, sent_kwargs, _ = json.loads(base64.b64decode(message["body"]))
+    assert args == ["ada@example.com"] and sent_kwargs == kwargs
+    assert schedule.stats().promoting == 0, "forgotten once published"

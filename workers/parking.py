@@ -1,13 +1,14 @@
 """Parking a deferred mail: its task message goes to the schedule (:mod:`mailer.schedule`).
 
-The payload is the message a promoter publishes again, as JSON: ``{"v": 1, "task": <task
-id>, "args": [...], "kwargs": {...}, "due": <epoch s>}``; ``kwargs`` carry ``mail_id``, the
-sealed ``_progress`` and ``_requested_at``, so the promoted run is the same mail, with the same
-deadline and the same booking, under the same task id. Its kind's priority is set again when it
-is published (:meth:`workers.tasks.GuardedTask.apply_async`).
+The payload is the message a promoter publishes again, as JSON: ``{"v": 1, "args": [...],
+"kwargs": {...}, "due": <epoch s>}``, with ``"task": <task id>`` when that is not the mail id.
+``kwargs`` carry ``mail_id``, the sealed ``_progress`` and ``_requested_at``, so the promoted
+run is the same mail, with the same deadline and the same booking, under the same task id. Its
+kind's priority is set again when it is published (:mod:`workers.promoter`).
 
-One schedule per process, where the ledger lives. A memory schedule can only be promoted by a
-promoter in the same process (:mod:`workers.promoter`): without one, nothing is parked.
+One schedule per process and queue, where the ledger lives. A memory schedule can only be
+promoted by a promoter in the same process (:mod:`workers.promoter`): without one, nothing is
+parked.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ log = logging.getLogger("mailguard")
 PAYLOAD_VERSION = 1
 
 _lock = threading.Lock()
-_stores: dict[tuple[int, str], Schedule] = {}
+_stores: dict[tuple[int, str, str], Schedule] = {}
 #: The pid whose promoter runs (a memory schedule is parked into only in that process).
 promoter_pid: list[int] = []
 
@@ -39,10 +40,10 @@ promoter_pid: list[int] = []
 def schedule_for(settings: Settings) -> Schedule:
     """This process's schedule on the ledger's URL (built once per process and URL)."""
     url = settings.effective_ledger_url
-    key = (os.getpid(), url)
+    key = (os.getpid(), url, settings.queue)
     with _lock:
         if key not in _stores:
-            _stores[key] = schedule_from_url(url)
+            _stores[key] = schedule_from_url(url, queue=settings.queue)
         return _stores[key]
 
 
@@ -56,7 +57,10 @@ class Parked:
     due: float
 
     def encode(self) -> bytes:
-        data = {"v": PAYLOAD_VERSION, "task": self.task_id, "args": self.args}
+        """Compact JSON; the task id is left out when it is the mail id (the usual case)."""
+        data: dict[str, Any] = {"v": PAYLOAD_VERSION, "args": self.args}
+        if self.task_id != self.kwargs.get("mail_id"):
+            data["task"] = self.task_id
         data |= {"kwargs": self.kwargs, "due": round(self.due, 3)}
         return json.dumps(data, separators=(",", ":")).encode()
 
@@ -71,11 +75,12 @@ class Parked:
             raise ValueError(f"not JSON: {exc}") from None
         if not isinstance(data, dict) or data.get("v") != PAYLOAD_VERSION:
             raise ValueError("not a version 1 payload")
-        task, args, kwargs, due = (data.get(k) for k in ("task", "args", "kwargs", "due"))
-        if not isinstance(task, str) or not isinstance(args, list):
-            raise ValueError("task id or args missing")
+        args, kwargs, due = (data.get(k) for k in ("args", "kwargs", "due"))
         if not isinstance(kwargs, dict) or not isinstance(kwargs.get("mail_id"), str):
             raise ValueError("kwargs or mail id missing")
+        task = data.get("task", kwargs["mail_id"])
+        if not isinstance(task, str) or not isinstance(args, list):
+            raise ValueError("task id or args missing")
         if isinstance(due, bool) or not isinstance(due, (int, float)):
             raise ValueError("due missing")
         return cls(task, args, kwargs, float(due))

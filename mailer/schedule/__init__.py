@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
+from mailer.defaults import QUEUE
 from mailer.schedule.base import (
     PROMOTE_LEASE,
     TAKE_AHEAD,
@@ -34,16 +35,16 @@ from mailer.schedule.memory import MemorySchedule
 from mailer.schedule.redis import RedisSchedule
 
 
-def schedule_from_url(url: str, *, client: Any = None) -> Schedule:
-    """The schedule on ``memory://`` or a Redis URL (the ledger's); ``client`` reuses a
-    redis-py client."""
+def schedule_from_url(url: str, *, client: Any = None, queue: str = QUEUE) -> Schedule:
+    """The schedule of ``queue`` on ``memory://`` or a Redis URL (the ledger's); ``client``
+    reuses a redis-py client."""
     if urlsplit(url).scheme == "memory":
         return MemorySchedule()
     if client is None:
         from mailer.backends.redis import client_from_url  # noqa: PLC0415 - redis only here
 
         client = client_from_url(url)
-    return RedisSchedule(client, url)
+    return RedisSchedule(client, url, queue=queue)
 
 
 __all__ = [

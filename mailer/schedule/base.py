@@ -53,6 +53,11 @@ class Schedule(Protocol):
         then those due within ``ahead`` seconds, earliest first."""
         ...
 
+    def next_due(self) -> float | None:
+        """When the schedule next has something to hand out (epoch seconds; None: empty): the
+        earliest due time or promotion lease end. One cheap read: what a poller asks first."""
+        ...
+
     def done(self, mail_ids: Sequence[str]) -> int:
         """Forget promoted entries (published): only those still promoting, so an entry parked
         again meanwhile stays. Returns how many were forgotten."""
@@ -71,7 +76,7 @@ class Schedule(Protocol):
         ...
 
     def stats(self) -> ScheduleStats:
-        """Counts and the earliest due time."""
+        """Counts, and the earliest due time or ended lease (see :meth:`next_due`)."""
         ...
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:

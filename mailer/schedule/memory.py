@@ -36,17 +36,22 @@ class MemorySchedule:
     ) -> list[Taken]:
         with self._lock:
             now = self._clock()
-            expired = sorted(m for m, end in self._promoting.items() if end <= now)[:limit]
-            due = heapq.nsmallest(
-                limit - len(expired),
-                (item for item in self._due.items() if item[1] <= now + ahead),
-                key=lambda item: item[1],
+            # One order for both, as the Redis schedule's one sorted set: due time or lease end.
+            scored = [*self._due.items(), *self._promoting.items()]
+            ready = heapq.nsmallest(
+                limit,
+                (item for item in scored if item[1] <= now + ahead),
+                key=lambda item: (item[1], item[0]),
             )
-            ids = expired + [mail_id for mail_id, _ in due]
+            ids = [mail_id for mail_id, _ in ready]
             for mail_id in ids:
                 self._due.pop(mail_id, None)
                 self._promoting[mail_id] = now + lease
             return [Taken(mail_id, self._payloads.get(mail_id)) for mail_id in ids]
+
+    def next_due(self) -> float | None:
+        with self._lock:
+            return min([*self._due.values(), *self._promoting.values()], default=None)
 
     def done(self, mail_ids: Sequence[str]) -> int:
         with self._lock:
@@ -72,7 +77,7 @@ class MemorySchedule:
 
     def stats(self) -> ScheduleStats:
         with self._lock:
-            earliest = min(self._due.values(), default=None)
+            earliest = min([*self._due.values(), *self._promoting.values()], default=None)
             return ScheduleStats(len(self._due), len(self._promoting), len(self._dead), earliest)
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:

@@ -1,9 +1,14 @@
-"""The schedule in Redis (the ledger's): one script call per change, keys under ``{schedule}``.
+"""The schedule in Redis (the ledger's): one script call per change, keys under one hash tag.
 
-- ``<ns>:{schedule}:due``: sorted set, mail id by due time (epoch milliseconds)
-- ``<ns>:{schedule}:promoting``: sorted set, mail id by the end of its promotion lease (ms)
-- ``<ns>:{schedule}:payloads``: hash, mail id -> payload (opaque bytes)
-- ``<ns>:{schedule}:dead``: hash, mail id -> payload that could not be used
+One schedule per queue (``<q>``, ``MAILGUARD_QUEUE``): a promoter publishes to its own queue,
+so workers of another queue on the same Redis (``mailguard demo --redis``) never take its mails.
+
+- ``<ns>:{schedule:<q>}:due``: sorted set, mail id by due time (epoch milliseconds) while parked,
+  by the end of its promotion lease (ms) while promoting: its first score says whether
+  anything is due (:meth:`RedisSchedule.next_due`, one cheap command per poll)
+- ``<ns>:{schedule:<q>}:promoting``: set of the mail ids being promoted
+- ``<ns>:{schedule:<q>}:payloads``: hash, mail id -> payload (opaque bytes)
+- ``<ns>:{schedule:<q>}:dead``: hash, mail id -> payload that could not be used
 
 One hash tag, so one Cluster slot (every script touches several keys). Mail ids are the only
 names stored in clear; addresses live inside payloads only as the workers encode them.
@@ -17,6 +22,7 @@ from typing import Any
 
 from mailer.backends.redis_errors import REDIS_DOWN
 from mailer.clock import to_ms
+from mailer.defaults import QUEUE
 from mailer.errors import BackendUnavailable
 from mailer.schedule.base import PROMOTE_LEASE, TAKE_AHEAD, TAKE_LIMIT, ScheduleStats, Taken
 
@@ -36,10 +42,13 @@ class RedisSchedule:
     """:class:`~mailer.schedule.base.Schedule` in Redis; raises
     :class:`~mailer.errors.BackendUnavailable` (``backend="ledger"``) when Redis is down."""
 
-    def __init__(self, client: Any, url: str, namespace: str = "mailguard") -> None:
+    def __init__(
+        self, client: Any, url: str, namespace: str = "mailguard", queue: str = QUEUE
+    ) -> None:
         self._client = client
         self._url = url
-        prefix = f"{namespace}:{{schedule}}"
+        tag = "".join(c for c in queue if c not in "{}")
+        prefix = f"{namespace}:{{schedule:{tag}}}"
         self.due_key, self.promoting_key = f"{prefix}:due", f"{prefix}:promoting"
         self.payloads_key, self.dead_key = f"{prefix}:payloads", f"{prefix}:dead"
         self._park = client.register_script(PARK_SCRIPT)
@@ -76,16 +85,24 @@ class RedisSchedule:
             for i in range(0, len(flat), 2)
         ]
 
+    def next_due(self) -> float | None:
+        try:
+            first = self._client.zrange(self.due_key, 0, 0, withscores=True)
+        except REDIS_DOWN as exc:
+            raise self._down(exc) from exc
+        return float(first[0][1]) / 1000 if first else None
+
     def done(self, mail_ids: Sequence[str]) -> int:
         if not mail_ids:
             return 0
+        keys = [self.due_key, self.promoting_key, self.payloads_key]
         try:
-            return int(self._done(keys=[self.promoting_key, self.payloads_key], args=mail_ids))
+            return int(self._done(keys=keys, args=mail_ids))
         except REDIS_DOWN as exc:
             raise self._down(exc) from exc
 
     def bury(self, mail_id: str) -> None:
-        keys = [self.promoting_key, self.payloads_key, self.dead_key]
+        keys = [self.due_key, self.promoting_key, self.payloads_key, self.dead_key]
         try:
             self._bury(keys=keys, args=[mail_id])
         except REDIS_DOWN as exc:
@@ -110,20 +127,25 @@ class RedisSchedule:
         try:
             pipe = self._client.pipeline(transaction=False)
             pipe.zcard(self.due_key)
-            pipe.zcard(self.promoting_key)
+            pipe.scard(self.promoting_key)
             pipe.hlen(self.dead_key)
             pipe.zrange(self.due_key, 0, 0, withscores=True)
-            parked, promoting, dead, first = pipe.execute()
+            waiting, promoting, dead, first = pipe.execute()
         except REDIS_DOWN as exc:
             raise self._down(exc) from exc
+        # The first score may be a promoting entry's lease end: then the earliest the schedule
+        # will hand out anything (an ended lease is overdue: it must be published again).
         earliest = first[0][1] / 1000 if first else None
-        return ScheduleStats(int(parked), int(promoting), int(dead), earliest)
+        parked = int(waiting) - int(promoting)
+        return ScheduleStats(parked, int(promoting), int(dead), earliest if waiting else None)
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
         try:
             for raw_id, payload in self._client.hscan_iter(self.payloads_key, count=1000):
                 mail_id = _text(raw_id)
                 score = self._client.zscore(self.due_key, mail_id)
+                if score is None or self._client.sismember(self.promoting_key, mail_id):
+                    score = None
                 yield mail_id, None if score is None else score / 1000, bytes(payload)
         except REDIS_DOWN as exc:
             raise self._down(exc) from exc

@@ -1,9 +1,10 @@
 --[[
 mailguard schedule, cancel: remove one mail wherever it waits (parked or promoting).
 
-KEYS[1]   "<ns>:{schedule}:due": sorted set, mail id by due time
-KEYS[2]   "<ns>:{schedule}:promoting": sorted set, mail id by the end of its lease
-KEYS[3]   "<ns>:{schedule}:payloads": hash, mail id -> payload
+KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
+          while parked, the end of its promotion lease (epoch ms) while promoting
+KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
+KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
 ARGV[1]   mail id
 
 Reply: the payload, or nil when the mail was not in the schedule.
@@ -11,6 +12,6 @@ Reply: the payload, or nil when the mail was not in the schedule.
 
 local payload = redis.call('HGET', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 return payload

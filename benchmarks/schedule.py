@@ -1,0 +1,300 @@
+"""Schedule benchmark: parked mails vs countdown tasks. A program, not a test (``make bench``).
+
+Each design runs on a fresh redis-server (broker db 1, results db 2, limiter, ledger and
+schedule db 0) with one real worker (``celery -A benchmarks.celery_app worker``, prefork pool,
+concurrency 2, the in-memory transport):
+
+- **parked**: ``MAILGUARD_PARK_AFTER=5s``: a booked mail goes to the schedule, its run ends;
+- **countdown**: ``MAILGUARD_PARK_AFTER=off``: today's design, the worker holds each booked mail
+  as a countdown task (and would hop every ``MAX_COUNTDOWN``, 10 min, on a longer wait).
+
+Steps, the same for both (``N`` mails, ``--mails``, default 5 000: about 5 minutes on a 2-core
+machine, most of it the worker's own throughput, twice per design):
+
+1. a warm-up: ``WARMUP`` guarded mails sent, so that each pool process has built its guard;
+2. every one of ``N`` recipients is given one send at ``T0`` through the limiter (``1/W``), so
+   each of the ``N`` mails then published is booked for the same second, ``T0 + W``; **enqueue
+   to parked/deferred** is mails per second, publish to the last result saying DEFERRED
+   and the broker's queue empty (a countdown mail is then held by the worker);
+3. once all wait: the worker's RSS growth (main process + pool), Redis's ``used_memory``
+   growth per waiting mail (and, for the schedule, the bytes of its own keys per mail, apart
+   from the Celery result record each mail keeps in both designs), then **idle** for
+   ``IDLE`` seconds: Redis commands per second (``total_commands_processed``, the program's
+   own two INFO calls taken out), ``send_mail`` runs (the worker log's succeeded, ignored and
+   retry lines), worker CPU;
+4. **promotion**: from the due second until the schedule is empty (handed to the broker)
+   and until every mail is sent;
+5. **floor**: ``min(N, FLOOR_MAILS)`` unguarded tasks (``bench.unguarded``: build and send, no
+   guard) published and drained on the same worker: mails per second, publish to last result.
+
+The booking window (how far ahead every mail is booked) is sized from a first, short floor
+measurement, so that parking ``N`` mails ends before the slot even on a busy machine.
+
+Hops are not run (a 10-minute ``MAX_COUNTDOWN`` is past the waits here); their cost per mail
+booked a day ahead is ``86 400 / 600 = 144`` task runs, shown from the measured run cost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import redis
+from celery import Celery
+
+from benchmarks.limiter import _machine
+from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.redis_servers import RedisServer
+from mailer import Limiter, Policy
+
+GUARDED, UNGUARDED = "mailguard.send_mail", "bench.unguarded"
+IDLE = 10.0  # seconds of the idle window
+WARMUP = 50  # guarded mails sent before measuring
+FLOOR_MAILS = 2000  # unguarded mails for the floor, at most
+POLL = 0.25
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def _rss(pid: int) -> int:
+    """Resident bytes of ``pid``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _worker_pids(worker: CeleryWorker) -> list[int]:
+    assert worker.process is not None
+    return [worker.process.pid, *worker.children()]
+
+
+def _count(results: redis.Redis, ids: list[str], status: str) -> int:
+    """How many of ``ids`` have a stored result with ``status``."""
+    seen = 0
+    for start in range(0, len(ids), 2000):
+        keys = [f"celery-task-meta-{i}" for i in ids[start : start + 2000]]
+        for raw in results.mget(keys):
+            if raw is not None and json.loads(raw).get("status") == status:
+                seen += 1
+    return seen
+
+
+def _wait_for(results: redis.Redis, ids: list[str], status: str, timeout: float) -> float:
+    """Block until every id has ``status``; the time it happened (epoch seconds)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _count(results, ids, status) == len(ids):
+            return time.time()
+        time.sleep(POLL)
+    raise SystemExit(f"timed out: not every mail reached {status} within {timeout:g} s")
+
+
+def _publish(app: Celery, task: str, addresses: list[str], kwargs: dict[str, str]) -> list[str]:
+    ids = [str(uuid.uuid4()) for _ in addresses]
+    with app.producer_or_acquire() as producer:
+        for task_id, to in zip(ids, addresses, strict=True):
+            app.send_task(task, args=[to], kwargs=kwargs, task_id=task_id, producer=producer)
+    return ids
+
+
+@dataclass
+class Figures:
+    """One design's figures."""
+
+    floor_rate: float = 0.0  # unguarded mails/s
+    enqueue_rate: float = 0.0  # mails/s to parked (or deferred)
+    worker_growth: float = 0.0  # bytes, main + pool
+    worker_main_growth: float = 0.0
+    redis_per_mail: float = 0.0  # bytes
+    schedule_per_mail: float = 0.0  # bytes of the schedule's own keys
+    result_per_mail: float = 0.0  # bytes of one Celery result record
+    idle_commands: float = 0.0  # per second
+    idle_runs: int = 0
+    idle_cpu: float = 0.0  # share of one core
+    handed: float | None = None  # seconds from due to the schedule empty
+    sent: float = 0.0  # seconds from due to all sent
+    run_cpu_ms: float = 0.0  # worker CPU per run while parking/deferring, ms
+
+
+_RUN_END = re.compile(r"Task mailguard\.send_mail\[[^\]]+\] (?:succeeded|ignored|retry)")
+
+
+def _runs(log: str) -> int:
+    """Runs of ``send_mail`` that ended, from the worker log (succeeded, ignored or retried)."""
+    return len(_RUN_END.findall(log))
+
+
+def _drained(broker: redis.Redis, timeout: float) -> float:
+    """Block until the mail queue's lists in the broker are empty (every message taken)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(broker.llen(key) for key in broker.keys("mail*")):
+            return time.time()
+        time.sleep(POLL)
+    raise SystemExit(f"timed out: the broker still holds messages after {timeout:g} s")
+
+
+def _floor(app: Celery, results: redis.Redis, count: int, tag: str) -> float:
+    """Unguarded mails per second on the running worker: publish to the last result."""
+    addresses = [f"{tag}{n}@example.com" for n in range(count)]
+    started = time.time()
+    ids = _publish(app, UNGUARDED, addresses, {"subject": "s", "body": "b"})
+    return count / (_wait_for(results, ids, "SUCCESS", 600) - started)
+
+
+def estimate_rate(mails: int) -> float:
+    """A first, short floor measurement (its own Redis and worker): sizes the booking window."""
+    server = RedisServer().start()
+    env = worker_env(server.url, "memory://")
+    app = client_app(env)
+    results = redis.Redis.from_url(env["MAILGUARD_RESULT_BACKEND"])
+    worker = CeleryWorker(env, app_module="benchmarks.celery_app", name="estimate").start()
+    try:
+        return _floor(app, results, min(mails, 1000), "estimate")
+    finally:
+        worker.stop(timeout=60)
+        app.close()
+        results.close()
+        server.cleanup()
+
+
+def run_design(name: str, park_after: str, mails: int, window: float) -> Figures:
+    """Run one design end to end on a fresh Redis and worker; its figures. ``window`` is the
+    seconds from the limiter's first sends to the slot every mail is booked for."""
+    server = RedisServer().start()
+    env = worker_env(
+        server.url,
+        "memory://",
+        MAILGUARD_POLICY=f"1/{window:.0f}s",
+        MAILGUARD_PARK_AFTER=park_after,
+    )
+    app = client_app(env)
+    results = redis.Redis.from_url(env["MAILGUARD_RESULT_BACKEND"])
+    admin = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
+    admin_broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+    worker = CeleryWorker(env, app_module="benchmarks.celery_app", name=name).start()
+    figures = Figures()
+    try:
+        addresses = [f"r{n}@example.com" for n in range(mails)]
+        # Warm up: each pool process builds its guard (limiter, ledger, templates) on first use.
+        warm = [f"warm{n}@example.com" for n in range(WARMUP)]
+        _wait_for(
+            results, _publish(app, GUARDED, warm, {"subject": "s", "body": "b"}), "SUCCESS", 60
+        )
+
+        limiter = Limiter.from_url(
+            env["MAILGUARD_LIMITER_URL"],
+            Policy.parse(env["MAILGUARD_POLICY"], name="recipient"),
+            secret=env["MAILGUARD_SECRET"],
+        )
+        for start in range(0, mails, 1000):
+            limiter.acquire_many(addresses[start : start + 1000])
+        limiter.close()
+        due = time.time() + window
+        pids = _worker_pids(worker)
+        rss_before = {pid: _rss(pid) for pid in pids}
+        cpu_before = sum(_cpu(pid) for pid in pids)
+        memory_before = int(admin.info("memory")["used_memory"])
+        started = time.time()
+        ids = _publish(app, GUARDED, addresses, {"subject": "s", "body": "b"})
+        _wait_for(results, ids, "DEFERRED", window - 5)
+        waiting = _drained(admin_broker, window - 5)  # countdown: every retry held by the worker
+        figures.enqueue_rate = mails / (waiting - started)
+        figures.run_cpu_ms = (sum(_cpu(p) for p in pids) - cpu_before) / mails * 1000
+        time.sleep(1.0)  # the last acknowledgements and countdown hand-offs
+        figures.worker_growth = sum(_rss(pid) - rss for pid, rss in rss_before.items())
+        figures.worker_main_growth = _rss(pids[0]) - rss_before[pids[0]]
+        figures.redis_per_mail = (int(admin.info("memory")["used_memory"]) - memory_before) / mails
+        schedule_keys = [k for k in admin.keys("mailguard:{schedule:mail}:*") if b"dead" not in k]
+        own = sum(int(admin.memory_usage(k, samples=0) or 0) for k in schedule_keys)
+        figures.schedule_per_mail = own / mails
+        sample = [f"celery-task-meta-{i}" for i in ids[:200]]
+        figures.result_per_mail = sum(results.memory_usage(k) or 0 for k in sample) / len(sample)
+        print(f"  {name}: {mails:,} waiting; idle for {IDLE:g} s", flush=True)
+
+        log_before = _runs(worker.log())
+        commands = int(admin.info("stats")["total_commands_processed"])
+        cpu = sum(_cpu(pid) for pid in pids)
+        time.sleep(IDLE)
+        figures.idle_cpu = (sum(_cpu(pid) for pid in pids) - cpu) / IDLE
+        spent = int(admin.info("stats")["total_commands_processed"]) - commands - 2
+        figures.idle_commands = spent / IDLE
+        figures.idle_runs = _runs(worker.log()) - log_before
+
+        if time.time() > due:
+            print(f"  {name}: warning: the slot passed before the idle window ended", flush=True)
+        time.sleep(max(due - time.time(), 0.0))
+        if park_after != "off":
+            while admin.zcard("mailguard:{schedule:mail}:due"):  # parked or promoting
+                time.sleep(0.02)
+            figures.handed = time.time() - due
+        figures.sent = _wait_for(results, ids, "SUCCESS", 600) - due
+        print(f"  {name}: all sent {figures.sent:.1f} s after the slot", flush=True)
+        figures.floor_rate = _floor(app, results, min(mails, FLOOR_MAILS), f"{name}-floor")
+        print(f"  {name}: unguarded floor {figures.floor_rate:,.0f} mails/s", flush=True)
+    finally:
+        worker.stop(timeout=60)
+        app.close()
+        results.close()
+        admin.close()
+        admin_broker.close()
+        server.cleanup()
+    return figures
+
+
+def _mb(value: float) -> str:
+    return f"{value / 1e6:,.1f} MB"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mails", type=int, default=5_000, help="mails per design")
+    args = parser.parse_args()
+    print(f"schedule benchmark: {args.mails:,} mails per design; {_machine()}", flush=True)
+    rate = estimate_rate(args.mails)
+    # Parking runs at about half the floor on a quiet machine: leave three times that.
+    window = 30 + 3 * args.mails / rate
+    print(f"  first floor {rate:,.0f} mails/s: every mail booked {window:.0f} s ahead", flush=True)
+    parked = run_design("parked", "5s", args.mails, window)
+    held = run_design("countdown", "off", args.mails, window)
+    rows = [
+        ("enqueue to waiting, mails/s", parked.enqueue_rate, held.enqueue_rate, "{:,.0f}"),
+        ("unguarded floor, mails/s", parked.floor_rate, held.floor_rate, "{:,.0f}"),
+        ("worker CPU per run to waiting, ms", parked.run_cpu_ms, held.run_cpu_ms, "{:.2f}"),
+        ("worker RSS growth (main + pool)", parked.worker_growth, held.worker_growth, "mb"),
+        ("  of which the main process", parked.worker_main_growth, held.worker_main_growth, "mb"),
+        ("Redis bytes per waiting mail", parked.redis_per_mail, held.redis_per_mail, "{:,.0f}"),
+        ("  the schedule's own keys", parked.schedule_per_mail, held.schedule_per_mail, "{:,.0f}"),
+        ("  one Celery result record", parked.result_per_mail, held.result_per_mail, "{:,.0f}"),
+        ("idle: Redis commands/s", parked.idle_commands, held.idle_commands, "{:.1f}"),
+        ("idle: send_mail runs", parked.idle_runs, held.idle_runs, "{:d}"),
+        ("idle: worker CPU, % of a core", parked.idle_cpu * 100, held.idle_cpu * 100, "{:.2f}"),
+        ("due -> all handed to the broker, s", parked.handed, None, "{:.2f}"),
+        ("due -> all sent, s", parked.sent, held.sent, "{:.2f}"),
+        ("task runs per mail booked 1 day ahead", 1, 1 + 86_400 // 600, "{:d}"),
+    ]
+    print(f"\n| {args.mails:,} mails | parked | countdown + hops |")
+    print("|---|---|---|")
+    for label, a, b, shape in rows:
+        cells = [
+            "-" if v is None else _mb(float(v)) if shape == "mb" else shape.format(v)
+            for v in (a, b)
+        ]
+        print(f"| {label} | {cells[0]} | {cells[1]} |")
+    ratio = parked.enqueue_rate / parked.floor_rate if parked.floor_rate else 0.0
+    print(f"\nparked enqueue rate / unguarded floor on the same worker: {ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()

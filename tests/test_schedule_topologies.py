@@ -1,0 +1,50 @@
+"""The Redis schedule on Redis Cluster and behind Sentinel, selected by URL (one hash tag)."""
+
+from __future__ import annotations
+
+import time
+
+from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisServer
+from mailer.schedule import RedisSchedule, Schedule, schedule_from_url
+
+
+def _walk(schedule: Schedule) -> None:
+    """Park, look, take, forget, bury and cancel: every script on this topology."""
+    now = time.time()
+    schedule.park("due", now - 1, b"D")
+    schedule.park("bad", now - 1, b"\xff")
+    schedule.park("later", now + 3600, b"L")
+    assert schedule.next_due() is not None and schedule.next_due() <= now  # type: ignore[operator]
+    taken = {t.mail_id: t.payload for t in schedule.take_due(limit=10, lease=30)}
+    assert taken == {"due": b"D", "bad": b"\xff"}
+    schedule.bury("bad")
+    assert schedule.done(["due"]) == 1
+    assert [(m, p) for m, _, p in schedule.scan()] == [("later", b"L")]
+    assert schedule.dead_letters() == [("bad", b"\xff")]
+    assert schedule.cancel("later") == b"L"
+    stats = schedule.stats()
+    assert (stats.parked, stats.promoting, stats.dead) == (0, 0, 1)
+
+
+def test_the_schedule_works_on_a_cluster() -> None:
+    """On a three-node Cluster every script runs: the keys share the ``{schedule:mail}`` slot."""
+    cluster = RedisClusterServers().start()
+    try:
+        schedule = schedule_from_url(cluster.url)
+        assert isinstance(schedule, RedisSchedule)
+        _walk(schedule)
+        schedule.client.close()
+    finally:
+        cluster.cleanup()
+
+
+def test_the_schedule_works_behind_sentinel() -> None:
+    """A ``redis+sentinel://`` URL finds the master and the schedule lives there."""
+    master = RedisServer().start()
+    sentinel = RedisSentinel(master).start()
+    try:
+        schedule = schedule_from_url(sentinel.url)
+        _walk(schedule)
+    finally:
+        sentinel.cleanup()
+        master.cleanup()
