@@ -27,8 +27,8 @@ bench: install
 	@sh .ci/install-redis
 	$(BIN)/python -m benchmarks.limiter
 	$(BIN)/python -m benchmarks.guard
-	$(BIN)/python -m benchmarks.schedule
 	$(BIN)/python -m benchmarks.timing
+	$(BIN)/python -m benchmarks.schedule
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

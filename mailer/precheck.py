@@ -23,9 +23,15 @@ can both pass it, and the worker's guard still decides (it books the later one, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mailer.address import DEFAULT_RULES, AddressRules, normalise_address
+from mailer.decision import Decision
 from mailer.errors import InvalidAddress
 from mailer.limiter import MAX_WAIT, Limiter
+
+if TYPE_CHECKING:
+    from mailer.aio import AsyncLimiter
 
 OK = 200
 BAD_REQUEST = 400
@@ -52,13 +58,38 @@ def precheck(
     Consumes nothing. Raises :class:`mailer.BackendUnavailable` when the limiter's Redis cannot be
     reached: the app chooses to answer 503, or to enqueue anyway and let the worker's guard decide.
     """
+    key = _limit_key(address, max_wait, rules)
+    if key is None:
+        return BAD_REQUEST, {}
+    return _answer(limiter.peek(key), max_wait)
+
+
+async def aprecheck(
+    limiter: AsyncLimiter,
+    address: str,
+    *,
+    max_wait: float = 0.0,
+    rules: AddressRules = DEFAULT_RULES,
+) -> tuple[int, dict[str, str]]:
+    """:func:`precheck` for asyncio apps, on a :class:`mailer.aio.AsyncLimiter` (one awaited
+    round trip; the same answers and the same budget as the workers')."""
+    key = _limit_key(address, max_wait, rules)
+    if key is None:
+        return BAD_REQUEST, {}
+    return _answer(await limiter.peek(key), max_wait)
+
+
+def _limit_key(address: str, max_wait: float, rules: AddressRules) -> str | None:
+    """The recipient's limit key, or None for an address the worker would drop."""
     if not 0 <= max_wait <= MAX_WAIT:  # also refuses NaN
         raise ValueError(f"max_wait must be between 0 and {MAX_WAIT:.0f} seconds, got {max_wait}")
     try:
-        key = normalise_address(address, rules).limit_key
+        return normalise_address(address, rules).limit_key
     except InvalidAddress:
-        return BAD_REQUEST, {}
-    decision = limiter.peek(key)
+        return None
+
+
+def _answer(decision: Decision, max_wait: float) -> tuple[int, dict[str, str]]:
     if decision.allowed or decision.retry_after_ms <= int(max_wait * 1000):  # as acquire books
         return OK, {}
     seconds = -(-decision.retry_after_ms // 1000)  # whole seconds, rounded up

@@ -55,11 +55,6 @@ def _send(app: Any, to: str, mail_id: str) -> AsyncResult:
     )
 
 
-def _first_runs_over(results: list[AsyncResult]) -> list[bool]:
-    """Whether each mail's first run ended: sent (SUCCESS) or waiting (DEFERRED)."""
-    return [r.state in ("SUCCESS", "DEFERRED") for r in results]
-
-
 def _received(smtp: SmtpTestServer) -> dict[str, list[float]]:
     """Receipt times by Message-ID, from the SMTP server's log."""
     got: dict[str, list[float]] = {}
@@ -112,12 +107,12 @@ def test_a_parked_mail_is_sent_once_at_its_slot(
 def test_every_worker_killed_with_parked_mails(
     redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
 ) -> None:
-    """100 recipients, 3 mails each under ``1/6s``: 200 mails booked 6 and 12 s ahead, parked.
-    Both workers are SIGKILLed once every first run has ended (nearly all 200 still parked),
-    one is started again: every mail is sent exactly once, never before its slot, and none
-    more than about a second after max(slot, restart)."""
+    """100 recipients, 3 mails each under ``1/8s``: 200 mails parked (slots 8 and 16 s ahead,
+    so that all are parked before the first is due, even on a loaded machine).
+    Both workers are SIGKILLed, one is started again: every mail is sent exactly once, never
+    before its slot, and none more than about a second after max(slot, restart)."""
     env = worker_env(
-        redis_url, smtp_server.url, MAILGUARD_POLICY="1/6s, 50/1h", MAILGUARD_PARK_AFTER="1s"
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/8s, 50/1h", MAILGUARD_PARK_AFTER="1s"
     )
     app = client_app(env)
     workers = [CeleryWorker(env, name=f"w{n}").start() for n in range(2)]
@@ -125,20 +120,14 @@ def test_every_worker_killed_with_parked_mails(
         _send(app, f"user{r}@example.com", f"kill-{r}-{n}") for n in range(3) for r in range(100)
     ]
     try:
-        # A slow machine may promote the earliest before the last first run ends: count runs.
-        poll(lambda: sum(_first_runs_over(results)) == 300, 30, "every first run to end")
-        parked = schedule.stats().parked
+        poll(lambda: schedule.stats().parked == 200, 30, "200 parked mails")
         for worker in workers:
             worker.kill()
         time.sleep(1.0)
         again = CeleryWorker(env, name="again").start()
         restart = time.time()
         try:
-            poll(
-                lambda: all(r.ready() for r in results),
-                40,
-                "every mail to settle (worker log tail: " + again.log()[-1500:] + ")",
-            )
+            poll(lambda: all(r.ready() for r in results), 40, "every mail to settle")
         finally:
             again.stop()
     finally:
@@ -155,7 +144,6 @@ def test_every_worker_killed_with_parked_mails(
         if outcome["due"] is not None:
             assert at >= outcome["due"] - EARLY_SLACK, f"{outcome['mail_id']} sent early"
             lateness.append(at - max(outcome["due"], restart))
-    assert parked >= 150, f"only {parked} mails were parked when the workers were killed"
     lateness.sort()
     p50, p99 = lateness[len(lateness) // 2], lateness[int(len(lateness) * 0.99)]
     print(
