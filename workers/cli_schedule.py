@@ -51,7 +51,9 @@ def cancel(mail_id: str, yes: bool) -> None:
     """Cancel MAIL_ID before it is sent: it ends dropped/cancelled and its slot is given back.
 
     A parked mail leaves the schedule at once; a mail waiting as a countdown finds itself
-    cancelled when it runs (nothing is sent) and gives its slot back then.
+    cancelled when it runs (nothing is sent) and gives its slot back then. A mail sent with a
+    ``mail_id`` of its own is found by that id while parked; waiting as a countdown, only by
+    its task id (the id ``send_mail.delay`` returned), which its result is stored under.
     """
     settings = _settings()
     from workers.app import app  # noqa: PLC0415 - Celery only when needed
