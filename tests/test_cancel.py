@@ -23,10 +23,11 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
 
 def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpTestServer) -> None:
     """Three mails to one address under ``1/4s`` with ``PARK_AFTER`` 5 s: the first is sent,
-    the second waits 4 s as a countdown, the third 8 s, parked. ``scheduled`` shows the parked
-    one; ``cancel`` asks first (no: nothing changes); with ``--yes`` both end dropped /
-    cancelled (state SUCCESS), neither is sent, and the recipient's budget holds only the
-    first mail: both slots were given back."""
+    the second (with a mail id of its own) waits 4 s as a countdown, the third 8 s, parked.
+    ``scheduled`` shows the parked one; ``cancel`` asks first (no: nothing changes); with
+    ``--yes`` both end dropped / cancelled (state SUCCESS; the second found by its task id),
+    neither is sent, and the recipient's budget holds only the first mail: both slots were
+    given back."""
     env = worker_env(
         redis_url,
         smtp_server.url,
@@ -45,11 +46,12 @@ def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpT
                 app.send_task(
                     TASK,
                     args=["ada@example.com"],
-                    kwargs={"subject": "s", "body": "b", "kind": "news"},
+                    kwargs={"subject": "s", "body": "b", "kind": "news"}
+                    | ({"mail_id": "own-1"} if n == 1 else {}),
                 )
             )
             poll(lambda: results[-1].state in ("SUCCESS", "DEFERRED"), 10, f"mail {n} to run")
-        ids = [r.id for r in results]  # the mail id is the task id
+        ids = [r.id for r in results]  # the task ids; the second mail has a mail id of its own
         assert schedule.stats().parked == 1 and schedule.payload(ids[2]) is not None
         done = run(["cancel", ids[1], "--yes"], env)  # the countdown mail, before its run
         assert done.returncode == 0, done.stderr
@@ -81,6 +83,7 @@ def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpT
         )
         poll(lambda: results[1].state == "SUCCESS", 10, "the countdown mail to run")
         assert results[1].result["reason"] == "cancelled"
+        assert results[1].result["mail_id"] == "own-1", "cancelled by its task id, in the ledger"
         again = run(["cancel", ids[1], "--yes"], env)
         assert again.returncode == 1 and "not waiting" in again.stderr
     finally:

@@ -51,21 +51,24 @@ def cancel(mail_id: str, yes: bool) -> None:
     """Cancel MAIL_ID before it is sent: it ends dropped/cancelled and its slot is given back.
 
     A parked mail leaves the schedule at once; a mail waiting as a countdown finds itself
-    cancelled when it runs (nothing is sent) and gives its slot back then. A mail sent with a
-    ``mail_id`` of its own is found by that id while parked; waiting as a countdown, only by
-    its task id (the id ``send_mail.delay`` returned), which its result is stored under.
+    cancelled when it runs (nothing is sent) and gives its slot back then. MAIL_ID is the id
+    ``send_mail.delay`` returned (the task id) or, for a mail sent with a ``mail_id`` of its
+    own, that id while the mail is parked.
     """
     settings = _settings()
     from workers.app import app  # noqa: PLC0415 - Celery only when needed
     from workers.outcomes import read_state  # noqa: PLC0415
 
+    given = mail_id
     try:
-        state, meta = read_state(app, mail_id)
+        state, meta = read_state(app, given)
+        if state == "DEFERRED" and isinstance(meta, Mapping) and meta.get("mail_id"):
+            mail_id = str(meta["mail_id"])  # the ledger and the schedule know the mail id
         ledger = build_ledger(settings)
         schedule = schedule_for(settings)
         parked = schedule.payload(mail_id)
         if parked is None and state != "DEFERRED":
-            fail(f"mail {mail_id!r} is not waiting (state {state}): nothing to cancel")
+            fail(f"mail {given!r} is not waiting (state {state}): nothing to cancel")
         if not yes and not click.confirm(f"Cancel mail {mail_id}?", err=True):
             fail("not cancelled")
         owner = f"cancel-{uuid.uuid4().hex}"
@@ -79,7 +82,7 @@ def cancel(mail_id: str, yes: bool) -> None:
         ledger.record(outcome)
     except BackendUnavailable as exc:
         fail(str(exc))
-    task_id = Parked.decode(payload).task_id if payload else mail_id
+    task_id = Parked.decode(payload).task_id if payload else given
     app.backend.store_result(task_id, outcome.as_dict(), "SUCCESS")
     click.echo(f"cancelled {mail_id}" + (" (parked; slot freed)" if payload else ""))
 
