@@ -166,6 +166,7 @@ class Limiter:
                 raw[3],
                 self._tiers[tier_index - 1] if tier_index else None,
                 raw[5:],
+                "recipient" if tier_index else None,
             )
         )
 
