@@ -266,7 +266,7 @@ class ScopedLimiter:
         if tag and head is not None and tag in head.tags:
             at = head.ts[head.tags.index(tag)]
             now = now_us // 1000
-            allowed = at * 1000 <= now_us or at <= now
+            allowed = at <= now
             return self._answer(states, now_us, allowed, not allowed, at, None, share)
         return self._decide(states, now_us, tag, wait_ms, share, record=True)
 
@@ -365,7 +365,7 @@ class ScopedLimiter:
             for i in range(len(scope.tiers)):
                 room = self._room(scope, i, state or ScopeState(), seen, seen_us, share)
                 remaining.append(room)
-        at_ms = now if allowed and at <= now else at
+        at_ms = at
         return Decision(
             allowed,
             booked,
@@ -410,17 +410,20 @@ class ScopedLimiter:
                 del state.counts[(index, start)]
 
     def _give_back(self, scope: _Scope, state: ScopeState, tag: int, at: int, now_us: int) -> None:
-        if tag in state.tags:
-            j = state.tags.index(tag)
-            del state.ts[j]
-            del state.tags[j]
+        for j in range(len(state.ts) - 1, -1, -1):  # this mail's entry: its tag at its slot
+            if state.tags[j] == tag and state.ts[j] == at:
+                del state.ts[j]
+                del state.tags[j]
+                break
         for i, tier in enumerate(scope.tiers):
-            if tier.kind == "gcra" and i in state.tat:
+            if tier.kind == "gcra" and state.tat.get(i, 0) > now_us:
                 interval = -(-tier.window_ms * 1000 // tier.limit)
                 state.tat[i] = max(state.tat[i] - interval, now_us)
             elif tier.kind == "fixed":
+                # A slot stored at a window's very start may have been admitted in the last ms
+                # of the window before (stored rounded up): give back nothing rather than guess.
                 start = window(at, tier, self._tz)[0]
-                if state.counts.get((i, start), 0) > 0:
+                if start != at and state.counts.get((i, start), 0) > 0:
                     state.counts[(i, start)] -= 1
 
 
