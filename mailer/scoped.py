@@ -37,6 +37,8 @@ import threading
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import timezone
+from typing import TYPE_CHECKING, Any, Literal, overload
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
 from mailer.clock import Clock, system_clock
@@ -44,7 +46,10 @@ from mailer.decision import Decision
 from mailer.keys import KeyHasher, check_key, mail_tag
 from mailer.limiter import MAX_WAIT
 from mailer.policy import Policy, Tier
-from mailer.windows import window, zone
+from mailer.windows import offset_ms, window, zone
+
+if TYPE_CHECKING:
+    from mailer.backends.scoped_redis import ScopedRedisStore
 
 #: The scopes a kind's share applies to (the recipient's own budget is not shared).
 SHARED_SCOPES = ("domain", "sender", "tenant")
@@ -101,6 +106,7 @@ class ScopedLimiter:
         self,
         policy: Policy,
         *,
+        url: str = "memory://",
         clock: Clock | None = None,
         namespace: str = "mailguard",
         secret: str | bytes | None = None,
@@ -120,6 +126,22 @@ class ScopedLimiter:
         self._states: dict[tuple[str, bytes], ScopeState] = {}
         self._lock = threading.Lock()
         self._calls = 0
+        self._given_clock = clock
+        self._redis: ScopedRedisStore | None = None
+        if urlsplit(url).scheme != "memory":
+            from mailer.backends.scoped_redis import ScopedRedisStore  # noqa: PLC0415 - optional
+
+            self._redis = ScopedRedisStore(
+                url,
+                [(s.keep_ms, s.name in SHARED_SCOPES, _has_log(s), s.tiers) for s in self._scopes],
+            )
+        self.url = url
+
+    def close(self) -> None:
+        """Release the Redis connections (memory: forget everything)."""
+        if self._redis is not None:
+            self._redis.close()
+        self.reset()
 
     def storage_key(self, scope: str, key: str) -> str:
         """The hashed key under which ``key``'s state in ``scope`` is stored (safe to log)."""
@@ -150,6 +172,8 @@ class ScopedLimiter:
         tag = 0 if mail_id is None else mail_tag(mail_id)
         wait_ms = _max_wait_ms(max_wait)
         share = check_share(share)
+        if self._redis is not None:
+            return self._remote("a", recipient, domain, tenant, tag, wait_ms, share)
         keys = self._keys(recipient, domain, tenant)
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
@@ -171,6 +195,8 @@ class ScopedLimiter:
     ) -> Decision:
         """Answer as :meth:`acquire` would for a fresh mail now, consuming nothing."""
         share = check_share(share)
+        if self._redis is not None:
+            return self._remote("p", recipient, domain, tenant, 0, 0, share)
         keys = self._keys(recipient, domain, tenant)
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
@@ -197,6 +223,8 @@ class ScopedLimiter:
     ) -> bool:
         """Give ``mail_id``'s admission or booking back in every scope; whether there was one."""
         tag = mail_tag(mail_id)
+        if self._redis is not None:
+            return bool(self._remote("r", recipient, domain, tenant, tag, 0, 1.0))
         keys = self._keys(recipient, domain, tenant)
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
@@ -215,11 +243,63 @@ class ScopedLimiter:
         with self._lock:
             self._states.clear()
 
+    # -- Redis: one script call ---------------------------------------------------------------
+
+    def _remote(  # noqa: PLR0917 - one call's inputs
+        self,
+        mode: str,
+        recipient: str,
+        domain: str | None,
+        tenant: str | None,
+        tag: int,
+        wait_ms: int,
+        share: float,
+    ) -> Any:
+        assert self._redis is not None
+        present = self._keys(recipient, domain, tenant, storage=True)
+        seconds = self._given_clock() if self._given_clock else None
+        offset = offset_ms(self._tz, seconds if seconds is not None else system_clock())
+        args = [
+            mode,
+            "" if seconds is None else round(seconds * 1_000_000),
+            tag,
+            wait_ms,
+            repr(share),
+            offset,
+            "".join(str(self._scopes.index(scope) + 1) for scope, _ in present),
+        ]
+        raw = self._redis.call([key for _, key in present], args)
+        if mode == "r":
+            return raw
+        bind = None
+        if raw[4]:
+            scope = present[raw[4] - 1][0]
+            bind = (scope, scope.tiers[raw[5] - 1])
+        return Decision(
+            raw[0] == 1,
+            raw[1] == 1,
+            raw[2],
+            raw[3],
+            bind[1] if bind else None,
+            tuple(raw[6:]),
+            bind[0].name if bind else None,
+        )
+
     # -- the decision ------------------------------------------------------------------------
 
+    @overload
     def _keys(
         self, recipient: str, domain: str | None, tenant: str | None
-    ) -> list[tuple[_Scope, tuple[str, bytes]]]:
+    ) -> list[tuple[_Scope, tuple[str, bytes]]]: ...
+
+    @overload
+    def _keys(
+        self, recipient: str, domain: str | None, tenant: str | None, *, storage: Literal[True]
+    ) -> list[tuple[_Scope, str]]: ...
+
+    def _keys(
+        self, recipient: str, domain: str | None, tenant: str | None, *, storage: bool = False
+    ) -> list[tuple[_Scope, tuple[str, bytes]]] | list[tuple[_Scope, str]]:
         check_key(recipient)
         subjects = {
             "recipient": recipient,
@@ -227,11 +307,14 @@ class ScopedLimiter:
             "sender": SENDER_KEY,
             "tenant": tenant,
         }
-        out = []
+        out: list[Any] = []
         for scope in self._scopes:
             subject = subjects[scope.name]
             if subject is not None and subject != "":
-                out.append((scope, (scope.name, scope.hasher.digest(check_key(subject)))))
+                if storage:
+                    out.append((scope, scope.hasher.storage_key(check_key(subject))))
+                else:
+                    out.append((scope, (scope.name, scope.hasher.digest(check_key(subject)))))
         return out
 
     def _load(
@@ -381,7 +464,7 @@ class ScopedLimiter:
     ) -> None:
         """Record one admission at ``x_us`` (µs); ``x_ms`` is its stored ms (rounded up) and
         ``win_ms`` the ms whose calendar window counts it."""
-        if scope.name == "recipient" or any(t.kind == "sliding" for t in scope.tiers):
+        if _has_log(scope):
             state.ts.append(x_ms)
             state.tags.append(tag)
         expires = x_ms + scope.keep_ms
@@ -417,14 +500,22 @@ class ScopedLimiter:
                 break
         for i, tier in enumerate(scope.tiers):
             if tier.kind == "gcra" and state.tat.get(i, 0) > now_us:
+                # Only the bucket's latest emission can be taken back (one tat holds no
+                # history): when a later mail has been admitted since, give back nothing.
                 interval = -(-tier.window_ms * 1000 // tier.limit)
-                state.tat[i] = max(state.tat[i] - interval, now_us)
+                if -(-(state.tat[i] - interval) // 1000) == at:
+                    state.tat[i] = max(state.tat[i] - interval, now_us)
             elif tier.kind == "fixed":
                 # A slot stored at a window's very start may have been admitted in the last ms
                 # of the window before (stored rounded up): give back nothing rather than guess.
                 start = window(at, tier, self._tz)[0]
                 if start != at and state.counts.get((i, start), 0) > 0:
                     state.counts[(i, start)] -= 1
+
+
+def _has_log(scope: _Scope) -> bool:
+    """Whether ``scope`` keeps a log: the recipient's always (tags), others for sliding tiers."""
+    return scope.name == "recipient" or any(t.kind == "sliding" for t in scope.tiers)
 
 
 def _max_wait_ms(max_wait: float) -> int:

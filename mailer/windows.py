@@ -42,3 +42,9 @@ def window(t_ms: int, tier: Tier, tz: timezone | ZoneInfo) -> tuple[int, int]:
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+def offset_ms(tz: timezone | ZoneInfo, now: float) -> int:
+    """The offset of ``tz`` from UTC at epoch seconds ``now``, in ms."""
+    delta = datetime.fromtimestamp(now, tz).utcoffset()
+    return int(delta.total_seconds() * 1000) if delta else 0

@@ -78,7 +78,7 @@ class ScopedModel:
                     key = (scope, subject, tier)
                     self.tats[key] = max(self.tats.get(key, 0), admission.real_us) + interval
 
-    def acquire(  # noqa: PLR0913 - one mail's coordinates
+    def acquire(  # noqa: PLR0912 - one branch per rule of the contract
         self,
         now_us: int,
         subjects: dict[str, str],
@@ -156,7 +156,7 @@ class ScopedModel:
                 if tier.kind == "gcra":
                     interval = -(-tier.window_ms * 1000 // tier.limit)
                     tat = self.tats.get((scope, subject, tier), 0)
-                    if tat > now_us:
+                    if tat > now_us and -(-(tat - interval) // 1000) == a.stored_ms:
                         self.tats[(scope, subject, tier)] = max(tat - interval, now_us)
                 elif tier.kind == "fixed" and window(a.stored_ms, tier, timezone.utc)[0] == (
                     a.stored_ms
@@ -171,7 +171,8 @@ class ScopedModel:
         for scope, tiers in self.policy.scope_tiers():
             subjects = {a.subjects.get(scope) for a in self.admissions} - {None, ""}
             for subject in subjects:
-                times = sorted(a.real_us for a in self.admissions if a.subjects.get(scope) == subject)
+                mine = self._mine(scope, str(subject))
+                times = sorted(a.real_us for a in mine)
                 for tier in tiers:
                     breaches += _breaches(scope, tier, times)
         return breaches

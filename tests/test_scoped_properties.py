@@ -7,9 +7,12 @@ any tier of any scope in real time; never early (an admission's real time keeps 
 
 from __future__ import annotations
 
+import uuid
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from devservers.redis_servers import RedisServer
 from mailer import ManualClock, Policy
 from mailer.scoped import ScopedLimiter
 from tests.scoped_model import Answer, ScopedModel
@@ -53,18 +56,34 @@ def traces(draw: st.DrawFn) -> tuple[str, list[tuple[object, ...]]]:
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow], database=None
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    database=None,
 )
-@given(traces())
-def test_memory_matches_the_model_and_is_never_over_nor_early(
-    trace: tuple[str, list[tuple[object, ...]]],
+@given(trace=traces())
+def test_memory_and_redis_match_the_model_and_are_never_over_nor_early(
+    redis_server: RedisServer, trace: tuple[str, list[tuple[object, ...]]]
 ) -> None:
-    """Memory and the model agree on every decision; real times never break a tier."""
+    """Memory, Redis and the model agree on every decision; real times never break a tier."""
     text, ops = trace
     policy = Policy.parse(text)
     clock = ManualClock(START_US / 1_000_000)
+    namespace = f"scoped-{uuid.uuid4().hex[:12]}"
+    limiters = [
+        ScopedLimiter(policy, clock=clock, secret="s"),
+        ScopedLimiter(policy, url=redis_server.url, clock=clock, secret="s", namespace=namespace),
+    ]
+    try:
+        _replay(limiters, policy, clock, ops)
+    finally:
+        limiters[1].close()
+
+
+def _replay(
+    limiters: list[ScopedLimiter], policy: Policy, clock: ManualClock, ops: list[tuple[object, ...]]
+) -> None:
     now_us = START_US
-    limiter = ScopedLimiter(policy, clock=clock, secret="s")
     model = ScopedModel(policy)
     for op in ops:
         if op[0] == "advance":
@@ -74,8 +93,9 @@ def test_memory_matches_the_model_and_is_never_over_nor_early(
         recipient = str(op[1])
         if op[0] == "release":
             mail_id = f"m{op[2]}"
-            got = limiter.release(recipient, mail_id)
-            assert got == model.release(now_us, recipient, mail_id), op
+            expected_release = model.release(now_us, recipient, mail_id)
+            for limiter in limiters:
+                assert limiter.release(recipient, mail_id) == expected_release, (op, limiter.url)
             continue
         _, _, ident, wait_ms, tenant, share = op
         mail_id = None if ident is None else f"m{ident}"
@@ -85,15 +105,20 @@ def test_memory_matches_the_model_and_is_never_over_nor_early(
             "sender": "sender",
             "tenant": tenant or "",
         }
-        d = limiter.acquire(
-            recipient,
-            tenant=tenant,  # type: ignore[arg-type]
-            mail_id=mail_id,
-            max_wait=int(wait_ms) / 1000,  # type: ignore[call-overload]
-            share=float(share),  # type: ignore[arg-type]
-        )
         expected = model.acquire(now_us, subjects, mail_id, int(wait_ms), float(share))  # type: ignore[call-overload, arg-type]
-        assert Answer(d.allowed, d.booked, d.at_ms, d.retry_after_ms) == expected, op
-        if not d.allowed and not d.booked:
-            assert d.tier is not None or d.at_ms > now_us // 1000
+        answers = []
+        for limiter in limiters:
+            d = limiter.acquire(
+                recipient,
+                tenant=tenant,  # type: ignore[arg-type]
+                mail_id=mail_id,
+                max_wait=int(wait_ms) / 1000,  # type: ignore[call-overload]
+                share=float(share),  # type: ignore[arg-type]
+            )
+            assert Answer(d.allowed, d.booked, d.at_ms, d.retry_after_ms) == expected, (
+                op,
+                limiter.url,
+            )
+            answers.append(d)
+        assert answers[0] == answers[1], op
     assert model.never_over() == []
