@@ -173,7 +173,8 @@ class ScopedLimiter:
         wait_ms = _max_wait_ms(max_wait)
         share = check_share(share)
         if self._redis is not None:
-            return self._remote("a", recipient, domain, tenant, tag, wait_ms, share)
+            remote: Decision = self._remote("a", recipient, domain, tenant, tag, wait_ms, share)
+            return remote
         keys = self._keys(recipient, domain, tenant)
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
@@ -196,7 +197,8 @@ class ScopedLimiter:
         """Answer as :meth:`acquire` would for a fresh mail now, consuming nothing."""
         share = check_share(share)
         if self._redis is not None:
-            return self._remote("p", recipient, domain, tenant, 0, 0, share)
+            remote: Decision = self._remote("p", recipient, domain, tenant, 0, 0, share)
+            return remote
         keys = self._keys(recipient, domain, tenant)
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
