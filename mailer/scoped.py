@@ -128,7 +128,13 @@ class ScopedLimiter:
         self._calls = 0
         self._given_clock = clock
         self._redis: ScopedRedisStore | None = None
-        if urlsplit(url).scheme != "memory":
+        scheme = urlsplit(url).scheme
+        if scheme.endswith("+cluster") and len(self._scopes) > 1:
+            raise ValueError(
+                f"policy {policy}: domain, sender and tenant scopes on Redis Cluster are not "
+                "supported yet (their keys live in other slots); use one Redis or Sentinel"
+            )
+        if scheme != "memory":
             from mailer.backends.scoped_redis import ScopedRedisStore  # noqa: PLC0415 - optional
 
             self._redis = ScopedRedisStore(
