@@ -53,6 +53,8 @@ if TYPE_CHECKING:
 
 #: The scopes a kind's share applies to (the recipient's own budget is not shared).
 SHARED_SCOPES = ("domain", "sender", "tenant")
+#: How many storage keys of shared subjects a limiter memoises per scope.
+_MEMO_KEYS = 4096
 #: The sender scope's one subject: every worker and host shares it.
 SENDER_KEY = "sender"
 
@@ -83,7 +85,7 @@ class ScopeState:
 class _Scope:
     """A scope of a policy with its tiers and the numbers the decision needs."""
 
-    __slots__ = ("hasher", "keep_ms", "name", "tiers")
+    __slots__ = ("digit", "hasher", "keep_ms", "keys", "name", "tiers")
 
     def __init__(self, name: str, tiers: tuple[Tier, ...], hasher: KeyHasher) -> None:
         self.name = name
@@ -92,6 +94,9 @@ class _Scope:
         # How long an entry matters: the longest window (a recipient log without tiers of its
         # own keeps tags as long as any scope's window, for idempotency and release).
         self.keep_ms = max((t.window_ms for t in tiers), default=0)
+        self.digit = ""  # its 1-based index among the policy's scopes, for the Redis script
+        # Storage keys of shared subjects (the sender, a few tenants and domains), memoised.
+        self.keys: dict[str, str] = {}
 
 
 class ScopedLimiter:
@@ -123,6 +128,8 @@ class ScopedLimiter:
                 hasher = KeyHasher(secret, namespace, f"{policy.name}.{name}")
                 self._scopes.append(_Scope(name, tiers, hasher))
         self._scopes[0].keep_ms = max(self._scopes[0].keep_ms, longest)
+        for index, scope in enumerate(self._scopes, start=1):
+            scope.digit = str(index)
         self._states: dict[tuple[str, bytes], ScopeState] = {}
         self._lock = threading.Lock()
         self._calls = 0
@@ -266,15 +273,19 @@ class ScopedLimiter:
         assert self._redis is not None
         present = self._keys(recipient, domain, tenant, storage=True)
         seconds = self._given_clock() if self._given_clock else None
-        offset = offset_ms(self._tz, seconds if seconds is not None else system_clock())
+        offset = (
+            0
+            if self._tz is timezone.utc
+            else offset_ms(self._tz, seconds if seconds is not None else system_clock())
+        )
         args = [
             mode,
             "" if seconds is None else round(seconds * 1_000_000),
             tag,
             wait_ms,
-            repr(share),
+            "1" if share == 1.0 else repr(share),
             offset,
-            "".join(str(self._scopes.index(scope) + 1) for scope, _ in present),
+            "".join(scope.digit for scope, _ in present),
         ]
         raw = self._redis.call([key for _, key in present], args)
         if mode == "r":
@@ -320,7 +331,12 @@ class ScopedLimiter:
             subject = subjects[scope.name]
             if subject is not None and subject != "":
                 if storage:
-                    out.append((scope, scope.hasher.storage_key(check_key(subject))))
+                    key = scope.keys.get(subject) if scope.name != "recipient" else None
+                    if key is None:
+                        key = scope.hasher.storage_key(check_key(subject))
+                        if scope.name != "recipient" and len(scope.keys) < _MEMO_KEYS:
+                            scope.keys[subject] = key
+                    out.append((scope, key))
                 else:
                     out.append((scope, (scope.name, scope.hasher.digest(check_key(subject)))))
         return out

@@ -226,10 +226,11 @@ if not found then
         elseif tier[1] == 2 then
           local start = start_of(win, tier[3])
           local c = count_of(st, ti, start)
-          local k = st.key .. ':f' .. ti .. ':' .. string.format('%.0f', start)
-          redis.call('INCR', k)
-          redis.call('PEXPIRE', k, start + tier[3] - now + slack)
-          st.counts[ti .. ':' .. string.format('%.0f', start)] = c + 1
+          local k = ti .. ':' .. string.format('%.0f', start)
+          if redis.call('INCR', st.key .. ':f' .. k) == 1 then
+            redis.call('PEXPIRE', st.key .. ':f' .. k, start + tier[3] - now + slack)
+          end
+          st.counts[k] = c + 1
         end
       end
     end
