@@ -372,8 +372,7 @@ class ScopedLimiter:
         head = states[0][1]
         if tag and head is not None and tag in head.tags:
             at = head.ts[head.tags.index(tag)]
-            now = now_us // 1000
-            allowed = at <= now
+            allowed = at <= -(-now_us // 1000)  # admitted now: stored at now rounded up
             return self._answer(states, now_us, allowed, not allowed, at, None, share)
         return self._decide(states, now_us, tag, wait_ms, share, record=True)
 
@@ -389,9 +388,9 @@ class ScopedLimiter:
     ) -> Decision:
         now = now_us // 1000
         # The earliest time every tier of every scope admits: raise t until all agree.
-        t = now
-        for _, state in states:
-            if state is not None and state.ts and state.ts[-1] > t:
+        t, hi = now, -(-now_us // 1000)
+        for _, state in states:  # entries up to now rounded up do not delay a mail now
+            if state is not None and state.ts and state.ts[-1] > max(t, hi):
                 t = state.ts[-1]
         bind: tuple[_Scope, Tier] | None = None
         moved = True
@@ -477,7 +476,7 @@ class ScopedLimiter:
             allowed,
             booked,
             at_ms,
-            max(0, at_ms - now),
+            0 if allowed else max(0, at_ms - now),
             bind[1] if bind else None,
             tuple(remaining),
             bind[0].name if bind else None,

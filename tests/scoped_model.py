@@ -59,7 +59,8 @@ class ScopedModel:
         mine = self._mine(scope, subject)
         limit = self._limit(scope, tier, share)
         if tier.kind == "sliding":
-            return sum(1 for a in mine if x - tier.window_ms < a.stored_ms <= x) < limit
+            # entries after x (up to now rounded up) are in every window a new entry joins
+            return sum(1 for a in mine if x - tier.window_ms < a.stored_ms) < limit
         if tier.kind == "fixed":
             start = window(x, tier, timezone.utc)[0]
             count = sum(1 for a in mine if window(a.window_ms, tier, timezone.utc)[0] == start)
@@ -92,14 +93,16 @@ class ScopedModel:
             for a in self.admissions:
                 same = a.subjects["recipient"] == subjects["recipient"]
                 if same and a.mail_id == mail_id and a.stored_ms > now - keep:
-                    allowed = a.stored_ms <= now
-                    return Answer(allowed, not allowed, a.stored_ms, max(0, a.stored_ms - now))
+                    allowed = a.stored_ms <= -(-now_us // 1000)
+                    wait = 0 if allowed else a.stored_ms - now
+                    return Answer(allowed, not allowed, a.stored_ms, wait)
         scopes = [(s, t) for s, t in self.policy.scope_tiers() if subjects.get(s)]
         low = now
         for scope, tiers in [*scopes, ("recipient", ())]:
             if scope == "recipient" or any(t.kind == "sliding" for t in tiers):
                 for a in self._mine(scope, subjects[scope]):
-                    low = max(low, a.stored_ms)
+                    if a.stored_ms > -(-now_us // 1000):  # up to now rounded up: no delay
+                        low = max(low, a.stored_ms)
         candidates = {low}
         for a in self.admissions:
             for _, tiers in scopes:

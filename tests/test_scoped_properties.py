@@ -85,6 +85,7 @@ def _replay(
 ) -> None:
     now_us = START_US
     model = ScopedModel(policy)
+    tenants: dict[tuple[str, str], str | None] = {}  # the tenant each held slot was taken in
     for op in ops:
         if op[0] == "advance":
             now_us += int(op[1])  # type: ignore[call-overload]
@@ -94,8 +95,10 @@ def _replay(
         if op[0] == "release":
             mail_id = f"m{op[2]}"
             expected_release = model.release(now_us, recipient, mail_id)
+            tenant = tenants.pop((recipient, mail_id), None)
             for limiter in limiters:
-                assert limiter.release(recipient, mail_id) == expected_release, (op, limiter.url)
+                got = limiter.release(recipient, mail_id, tenant=tenant)
+                assert got == expected_release, (op, limiter.url)
             continue
         _, _, ident, wait_ms, tenant, share = op
         mail_id = None if ident is None else f"m{ident}"
@@ -121,4 +124,6 @@ def _replay(
             )
             answers.append(d)
         assert answers[0] == answers[1], op
+        if mail_id is not None and (d.allowed or d.booked):
+            tenants.setdefault((recipient, mail_id), tenant)  # type: ignore[arg-type]
     assert model.never_over() == []

@@ -181,16 +181,16 @@ if mode == 'a' and tag ~= 0 then
   for j = 1, head.n do
     if head.tags[j] == tag then
       at, found = head.ts[j], true
-      if at <= now then allowed = 1 else booked = 1 end
+      if at <= -floor(-now_us / 1000) then allowed = 1 else booked = 1 end
       break
     end
   end
 end
 
 if not found then
-  local t = now
+  local t, hi = now, -floor(-now_us / 1000)
   for _, st in ipairs(P) do
-    if st.n > 0 and st.ts[st.n] > t then t = st.ts[st.n] end
+    if st.n > 0 and st.ts[st.n] > t and st.ts[st.n] > hi then t = st.ts[st.n] end
   end
   local moved = true
   while moved do
@@ -240,7 +240,7 @@ end
 local seen, seen_us = now, now_us
 if booked == 1 then seen, seen_us = at, at * 1000 end
 local wait = 0
-if at > now then wait = at - now end
+if at > now and allowed == 0 then wait = at - now end
 local reply = {allowed, booked, at, wait, bs, bt}
 for _, st in ipairs(P) do
   for ti = 1, #st.spec[4] do reply[#reply + 1] = room(st, ti, seen, seen_us) end
