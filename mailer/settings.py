@@ -28,7 +28,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
 | ``MAILGUARD_METRICS_PORT`` | none (no server) | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
 | ``MAILGUARD_LOG_FORMAT`` | ``text`` | the worker's log lines: ``text`` (Celery's format) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
-| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
+| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The broker's
 ``visibility_timeout`` is derived: ``2 * MAX_COUNTDOWN + 5m``, so no countdown ever outlives it
