@@ -37,7 +37,7 @@ import threading
 from bisect import bisect_right
 from dataclasses import dataclass, field
 from datetime import timezone
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
@@ -271,7 +271,7 @@ class ScopedLimiter:
         share: float,
     ) -> Any:
         assert self._redis is not None
-        present = self._keys(recipient, domain, tenant, storage=True)
+        keys, digits, present = self._remote_keys(recipient, domain, tenant)
         seconds = self._given_clock() if self._given_clock else None
         offset = (
             0
@@ -285,40 +285,58 @@ class ScopedLimiter:
             wait_ms,
             "1" if share == 1.0 else repr(share),
             offset,
-            "".join(scope.digit for scope, _ in present),
+            digits,
         ]
-        raw = self._redis.call([key for _, key in present], args)
+        raw = self._redis.call(keys, args)
         if mode == "r":
             return raw
-        bind = None
         if raw[4]:
-            scope = present[raw[4] - 1][0]
-            bind = (scope, scope.tiers[raw[5] - 1])
-        return Decision(
-            raw[0] == 1,
-            raw[1] == 1,
-            raw[2],
-            raw[3],
-            bind[1] if bind else None,
-            tuple(raw[6:]),
-            bind[0].name if bind else None,
-        )
+            scope = present[raw[4] - 1]
+            tier: Tier | None = scope.tiers[raw[5] - 1]
+            name: str | None = scope.name
+        else:
+            tier = name = None
+        # tuple.__new__ skips NamedTuple's Python-level __new__ (hot path, as in Limiter).
+        fields = (raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, tuple(raw[6:]), name)
+        return tuple.__new__(Decision, fields)
+
+    def _remote_keys(
+        self, recipient: str, domain: str | None, tenant: str | None
+    ) -> tuple[list[str], str, list[_Scope]]:
+        """The storage keys of the scopes this mail has a subject in, their digits, the scopes."""
+        check_key(recipient)
+        keys: list[str] = []
+        digits = ""
+        present: list[_Scope] = []
+        for scope in self._scopes:
+            name = scope.name
+            if name == "recipient":
+                key = scope.hasher.storage_key(recipient)
+            else:
+                if name == "sender":
+                    subject: str | None = SENDER_KEY
+                elif name == "tenant":
+                    subject = tenant
+                else:
+                    subject = domain if domain is not None else recipient.rpartition("@")[2]
+                if not subject:
+                    continue
+                found = scope.keys.get(subject)
+                if found is None:
+                    found = scope.hasher.storage_key(check_key(subject))
+                    if len(scope.keys) < _MEMO_KEYS:
+                        scope.keys[subject] = found
+                key = found
+            keys.append(key)
+            digits += scope.digit
+            present.append(scope)
+        return keys, digits, present
 
     # -- the decision ------------------------------------------------------------------------
 
-    @overload
     def _keys(
         self, recipient: str, domain: str | None, tenant: str | None
-    ) -> list[tuple[_Scope, tuple[str, bytes]]]: ...
-
-    @overload
-    def _keys(
-        self, recipient: str, domain: str | None, tenant: str | None, *, storage: Literal[True]
-    ) -> list[tuple[_Scope, str]]: ...
-
-    def _keys(
-        self, recipient: str, domain: str | None, tenant: str | None, *, storage: bool = False
-    ) -> list[tuple[_Scope, tuple[str, bytes]]] | list[tuple[_Scope, str]]:
+    ) -> list[tuple[_Scope, tuple[str, bytes]]]:
         check_key(recipient)
         subjects = {
             "recipient": recipient,
@@ -326,19 +344,11 @@ class ScopedLimiter:
             "sender": SENDER_KEY,
             "tenant": tenant,
         }
-        out: list[Any] = []
+        out = []
         for scope in self._scopes:
             subject = subjects[scope.name]
             if subject is not None and subject != "":
-                if storage:
-                    key = scope.keys.get(subject) if scope.name != "recipient" else None
-                    if key is None:
-                        key = scope.hasher.storage_key(check_key(subject))
-                        if scope.name != "recipient" and len(scope.keys) < _MEMO_KEYS:
-                            scope.keys[subject] = key
-                    out.append((scope, key))
-                else:
-                    out.append((scope, (scope.name, scope.hasher.digest(check_key(subject)))))
+                out.append((scope, (scope.name, scope.hasher.digest(check_key(subject)))))
         return out
 
     def _load(
