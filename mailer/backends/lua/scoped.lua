@@ -55,8 +55,9 @@ for i = 1, #ARGV[7] do
       end
     end
   end
-  for ti, tier in ipairs(spec[4]) do
-    if tier[1] == 3 then
+  local tiers = spec[4]
+  for ti = 1, #tiers do
+    if tiers[ti][1] == 3 then
       local tat = tonumber(redis.call('GET', st.key .. ':g' .. ti))
       if tat and tat > now * 1000 then st.tat[ti] = tat end
     end
@@ -114,8 +115,10 @@ local function room(st, ti, at, at_us)
   local limit = limit_of(st, tier)
   local used = 0
   if tier[1] == 1 then
-    local low = at - tier[3]
-    for j = 1, st.n do if st.ts[j] > low then used = used + 1 end end
+    local low, ts = at - tier[3], st.ts
+    for j = st.n, 1, -1 do
+      if ts[j] > low then used = used + 1 else break end
+    end
   elseif tier[1] == 3 then
     local ahead = (st.tat[ti] or 0) - at_us
     if ahead > 0 then used = -floor(-ahead / tier[4]) end
