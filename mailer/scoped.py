@@ -53,10 +53,26 @@ if TYPE_CHECKING:
 
 #: The scopes a kind's share applies to (the recipient's own budget is not shared).
 SHARED_SCOPES = ("domain", "sender", "tenant")
+#: The longest tenant name, in characters.
+MAX_TENANT_LENGTH = 64
 #: How many storage keys of shared subjects a limiter memoises per scope.
 _MEMO_KEYS = 4096
 #: The sender scope's one subject: every worker and host shares it.
 SENDER_KEY = "sender"
+
+
+def check_tenant(tenant: object) -> str | None:
+    """Return ``tenant`` if it is None or 1-64 characters without control characters.
+
+    Raises ``ValueError`` saying why otherwise (for ``send_mail.delay(..., tenant=...)``).
+    """
+    if tenant is None:
+        return None
+    if not isinstance(tenant, str) or not 1 <= len(tenant) <= MAX_TENANT_LENGTH:
+        raise ValueError(f"tenant must be a str of 1 to {MAX_TENANT_LENGTH} characters")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in tenant):
+        raise ValueError("tenant must not contain control characters")
+    return tenant
 
 
 def share_limit(limit: int, share: float) -> int:
@@ -185,6 +201,8 @@ class ScopedLimiter:
         tag = 0 if mail_id is None else mail_tag(mail_id)
         wait_ms = _max_wait_ms(max_wait)
         share = check_share(share)
+        if tenant is not None:
+            check_tenant(tenant)
         if self._redis is not None:
             remote: Decision = self._remote("a", recipient, domain, tenant, tag, wait_ms, share)
             return remote

@@ -79,3 +79,11 @@ def test_bad_share_is_refused(share: float) -> None:
     limiter, _ = _limiter("sender: 1/1s")
     with pytest.raises(ValueError, match="share must be a number in"):
         limiter.acquire("a@x.example", share=share)
+
+
+@pytest.mark.parametrize("tenant", ["", "x" * 65, "ac\nme", "a\x00", 42])
+def test_bad_tenant_is_refused_in_one_line(tenant: object) -> None:
+    """A tenant that is not 1-64 characters without control characters is refused."""
+    limiter, _ = _limiter("tenant: 1/1d fixed")
+    with pytest.raises(ValueError, match="tenant must"):
+        limiter.acquire("a@x.example", tenant=tenant)  # type: ignore[arg-type]
