@@ -426,7 +426,7 @@ class ScopedLimiter:
             moved = False
             for scope, state in states:
                 for i, tier in enumerate(scope.tiers):
-                    fit = self._tier_earliest(scope, i, state, t, share)
+                    fit = self._tier_earliest(scope, i, state, t, share, now_us)
                     if fit > t:
                         t, moved, bind = fit, True, (scope, tier)
         allowed = t == now
@@ -441,10 +441,14 @@ class ScopedLimiter:
                 self._record(scope, state, tag, t * 1000, t, t)
         return self._answer(states, now_us, allowed, booked, t, None if allowed else bind, share)
 
-    def _tier_earliest(
-        self, scope: _Scope, i: int, state: ScopeState | None, t: int, share: float
+    def _tier_earliest(  # noqa: PLR0911, PLR0917 - one return per tier kind
+        self, scope: _Scope, i: int, state: ScopeState | None, t: int, share: float, now_us: int
     ) -> int:
-        """Earliest ms >= ``t`` at which tier ``i`` of ``scope`` admits one more (appending)."""
+        """Earliest ms >= ``t`` at which tier ``i`` of ``scope`` admits one more (appending).
+
+        A gcra tier compares an admission now with the real time ``now_us`` (µs), so a burst
+        within one ms is not delayed by the ms rounding.
+        """
         tier = scope.tiers[i]
         limit = share_limit(tier.limit, share) if scope.name in SHARED_SCOPES else tier.limit
         if state is None:
@@ -460,6 +464,8 @@ class ScopedLimiter:
                 return t
             interval = -(-tier.window_ms * 1000 // tier.limit)
             fits_us = tat - (limit - 1) * interval
+            if fits_us <= now_us:
+                return t
             return max(t, -(-fits_us // 1000))
         while True:  # fixed: the first window from t's with room
             start, end = window(t, tier, self._tz)

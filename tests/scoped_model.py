@@ -55,7 +55,9 @@ class ScopedModel:
     def _mine(self, scope: str, subject: str) -> list[Admission]:
         return [a for a in self.admissions if a.subjects.get(scope) == subject]
 
-    def _fits(self, scope: str, subject: str, tier: Tier, x: int, share: float) -> bool:
+    def _fits(  # noqa: PLR0917 - one tier's question
+        self, scope: str, subject: str, tier: Tier, x: int, share: float, now_us: int
+    ) -> bool:
         mine = self._mine(scope, subject)
         limit = self._limit(scope, tier, share)
         if tier.kind == "sliding":
@@ -67,7 +69,7 @@ class ScopedModel:
             return count + self.ghosts.get((scope, subject, tier, start), 0) < limit
         interval = -(-tier.window_ms * 1000 // tier.limit)
         tat = self.tats.get((scope, subject, tier), 0)
-        return tat - x * 1000 <= (limit - 1) * interval
+        return tat - max(x * 1000, now_us) <= (limit - 1) * interval  # real time for "now"
 
     def _record(self, admission: Admission) -> None:
         self.admissions.append(admission)
@@ -124,7 +126,7 @@ class ScopedModel:
             for c in candidates
             if c >= low
             and all(
-                self._fits(scope, subjects[scope], tier, c, share)
+                self._fits(scope, subjects[scope], tier, c, share, now_us)
                 for scope, tiers in scopes
                 for tier in tiers
             )

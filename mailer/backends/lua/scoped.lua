@@ -99,7 +99,9 @@ local function earliest(st, ti, t)
   elseif tier[1] == 3 then
     local tat = st.tat[ti]
     if tat == nil then return t end
-    local fits = -floor(-(tat - (limit - 1) * tier[4]) / 1000)
+    local fits_us = tat - (limit - 1) * tier[4]
+    if fits_us <= now_us then return t end  -- now, in real µs: a burst in one ms goes together
+    local fits = -floor(-fits_us / 1000)
     if fits > t then return fits end
     return t
   end
