@@ -27,11 +27,17 @@ import redis
 from devservers.redis_servers import RedisServer
 from mailer import Limiter, ManualClock, Policy
 from mailer.policy import REFERENCE_POLICY
+from mailer.scoped import ScopedLimiter
 
 ROUNDS = 5
 CALLS_PER_ROUND = 2_000
 DISTINCT_KEYS = 10_000
 POLICY = Policy.parse(REFERENCE_POLICY, name="recipient")
+#: Recipient + sender (gcra) + tenant (fixed), quotas large enough that distinct keys go through.
+SCOPED_POLICY = Policy.parse(
+    f"recipient: {REFERENCE_POLICY}; sender: 100000/1s gcra; tenant: 1000000000/30d fixed",
+    name="recipient",
+)
 
 
 def _timed(call: Callable[[int], object], count: int, offset: int = 0) -> list[float]:
@@ -54,16 +60,23 @@ def bench_redis_decisions(url: str) -> list[tuple[str, float, float, float]]:
     noop = client.script_load("return 0")
     hot = Limiter.from_url(url, POLICY, secret="bench", namespace="hot")
     distinct = Limiter.from_url(url, POLICY, secret="bench", namespace="distinct")
+    scoped = ScopedLimiter(SCOPED_POLICY, url=url, secret="bench", namespace="scoped")
     hot_key = "hot@example.com"
     keys = [f"user{i}@example.com" for i in range(DISTINCT_KEYS * ROUNDS)]
     hot.acquire(hot_key)  # from now on the hot key is refused (1 per minute)
-    samples: dict[str, list[float]] = {"floor": [], "hot": [], "distinct": []}
+    samples: dict[str, list[float]] = {"floor": [], "hot": [], "distinct": [], "scoped": []}
     for r in range(ROUNDS):
         samples["floor"] += _timed(lambda i: client.evalsha(noop, 1, hot_key), CALLS_PER_ROUND)
         samples["hot"] += _timed(lambda i: hot.acquire(hot_key), CALLS_PER_ROUND)
         samples["distinct"] += _timed(
             lambda i: distinct.acquire(keys[i]), CALLS_PER_ROUND, offset=r * DISTINCT_KEYS
         )
+        samples["scoped"] += _timed(
+            lambda i: scoped.acquire(keys[i], tenant="acme"),
+            CALLS_PER_ROUND,
+            offset=r * DISTINCT_KEYS,
+        )
+    scoped.close()
     hot.close()
     distinct.close()
     client.close()
@@ -177,13 +190,19 @@ def main() -> None:
     rows = [("measure", "value", "floor / ratio", "target", "met")]
     for name, rate, p50, p99 in decisions[1:]:
         ratio = rate / floor_rate
+        target = 0.75 if name == "scoped" else 0.85
+        label = {
+            "hot": "redis hot key",
+            "distinct": "redis distinct keys",
+            "scoped": "redis scoped: recipient + sender gcra + tenant fixed",
+        }[name]
         rows.append(
             (
-                f"redis {name} key{'s' if name == 'distinct' else ''}: decisions/s (p50, p99 us)",
+                f"{label}: decisions/s (p50, p99 us)",
                 f"{rate:,.0f} ({p50:.0f}, {p99:.0f})",
                 f"{floor_rate:,.0f} no-op EVALSHA / {ratio:.2f}",
-                ">= 0.85",
-                "yes" if ratio >= 0.85 else "no",
+                f">= {target}",
+                "yes" if ratio >= target else "no",
             )
         )
     rows.append(

@@ -23,6 +23,11 @@ def to_ms(seconds: float) -> int:
     return round(seconds * 1_000_000) // 1000
 
 
+def to_us(seconds: float) -> int:
+    """Epoch seconds to whole epoch microseconds (rounded to the nearest)."""
+    return round(seconds * 1_000_000)
+
+
 class ManualClock:
     """A clock that moves only when told: for tests and simulations.
 

@@ -24,8 +24,10 @@ class Decision(NamedTuple):
     - ``tier``: the tier that binds (the one with the longest wait); ``None`` when allowed, when
       an existing slot of the same mail id was returned, or when only the order of already
       booked mails binds.
-    - ``remaining``: per tier of the policy (sorted by window), how many more admissions the
-      window ending now (at ``at`` for a booked mail) still holds, bookings included.
+    - ``remaining``: per tier of the policy (sorted by window; scope by scope, recipient first,
+      for a scoped policy), how many more admissions the window ending now (at ``at`` for a
+      booked mail) still holds, bookings included.
+    - ``scope``: the scope of the binding tier, ``None`` when ``tier`` is.
     """
 
     allowed: bool
@@ -34,6 +36,8 @@ class Decision(NamedTuple):
     retry_after_ms: int
     tier: Tier | None
     remaining: tuple[int, ...]
+    #: The scope of ``tier`` (``recipient``, ``domain``, ``sender``, ``tenant``); None with it.
+    scope: str | None = None
 
     @property
     def at(self) -> float:

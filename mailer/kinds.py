@@ -44,6 +44,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _ENV_FIELDS = (
     ("_MAX_WAIT", "max_wait"),
     ("_PRIORITY", "priority"),
+    ("_SHARE", "share"),
     ("_SUBJECT", "subject"),
     ("_BODY", "body"),
     ("_HTML", "html"),
@@ -81,6 +82,8 @@ class Kind:
     html: str | None = None
     max_wait: float = DAY
     priority: int = DEFAULT_PRIORITY
+    #: The fraction (0, 1] of each shared-scope tier (domain, sender, tenant) this kind may fill.
+    share: float = 1.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -102,6 +105,13 @@ class Kind:
                 f"kind {self.name!r}: priority must be a whole number from {MIN_PRIORITY} "
                 f"(lowest) to {MAX_PRIORITY} (highest)"
             )
+        if (
+            isinstance(self.share, bool)
+            or not isinstance(self.share, (int, float))
+            or not 0 < self.share <= 1
+        ):
+            raise ValueError(f"kind {self.name!r}: share must be a number in (0, 1]")
+        object.__setattr__(self, "share", float(self.share))
         for field in ("subject", "body", "html"):
             source = getattr(self, field)
             if source is None:
@@ -165,7 +175,8 @@ class Kinds(Mapping[str, Kind]):
         """Return ``base`` (the built-ins by default) changed by ``MAILGUARD_KIND_*`` variables.
 
         ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` is a duration (``300``, ``5m``, ``24h``, ``1d``,
-        ``500ms``); ``..._PRIORITY`` a whole number 0-9 (higher first); ``..._SUBJECT``,
+        ``500ms``); ``..._PRIORITY`` a whole number 0-9 (higher first); ``..._SHARE`` a number in
+        (0, 1], the part of each shared-scope tier the kind may fill; ``..._SUBJECT``,
         ``..._BODY`` and ``..._HTML`` are templates, an empty value
         removing the template. ``<NAME>`` is the kind name in upper case; a new name adds a kind
         (waiting up to a day unless ``MAX_WAIT`` says otherwise). Pass ``os.environ``. Raises
@@ -189,6 +200,13 @@ class Kinds(Mapping[str, Kind]):
                         f"(lowest) to {MAX_PRIORITY} (highest), not {value[:20]!r}"
                     )
                 changes.setdefault(name, {})[field] = int(value)
+            elif field == "share":
+                try:
+                    changes.setdefault(name, {})[field] = float(value)
+                except ValueError:
+                    raise ValueError(
+                        f"{variable}: share must be a number in (0, 1], not {value[:20]!r}"
+                    ) from None
             else:
                 changes.setdefault(name, {})[field] = value or None
         registry = dict((base if base is not None else cls.defaults())._kinds)

@@ -44,6 +44,10 @@ class Limiter:
         namespace: str = "mailguard",
         secret: str | bytes | None = None,
     ) -> None:
+        if policy.scoped or any(t.kind != "sliding" for t in policy.tiers):
+            raise ValueError(
+                f"policy {policy}: scopes and fixed/gcra tiers need mailer.scoped.ScopedLimiter"
+            )
         self.policy = policy
         self.backend = backend
         self._hasher = KeyHasher(secret, namespace, policy.name)
@@ -69,6 +73,10 @@ class Limiter:
         only in tests and simulations, since workers' clocks disagree. ``secret`` keys the hash
         of every stored key: set it, the same on every worker.
         """
+        if policy.scoped or any(t.kind != "sliding" for t in policy.tiers):
+            raise ValueError(
+                f"policy {policy}: scopes and fixed/gcra tiers need mailer.scoped.ScopedLimiter"
+            )
         spec = TierSpec([(t.limit, t.window_ms) for t in policy.tiers])
         scheme = urlsplit(url).scheme if isinstance(url, str) else ""
         backend: Backend
@@ -158,6 +166,7 @@ class Limiter:
                 raw[3],
                 self._tiers[tier_index - 1] if tier_index else None,
                 raw[5:],
+                "recipient" if tier_index else None,
             )
         )
 

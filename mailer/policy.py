@@ -1,7 +1,16 @@
-"""Rate-limit policies: a named list of tiers ``limit / window`` enforced together.
+"""Rate-limit policies: tiers ``limit / window [kind]`` per scope, all enforced together.
 
 >>> str(Policy.parse("10/24h, 1/60s, 5/1h", name="recipient"))
 '1/1m, 5/1h, 10/1d'
+>>> str(Policy.parse("recipient: 1/60s; sender: 14/1s gcra, 50000/1d fixed"))
+'recipient: 1/1m; sender: 14/1s gcra, 50000/1d fixed'
+
+A text without ``SCOPE:`` is the recipient scope alone (every policy written before scopes).
+Scopes: ``recipient`` (the normalised address), ``domain`` (its domain), ``sender`` (one budget
+for every worker), ``tenant`` (named at ``send_mail.delay(..., tenant=...)``). Tier kinds:
+``sliding`` (default, the exact sliding log, limit at most 1000), ``fixed`` (calendar windows in
+``MAILGUARD_TIMEZONE``; ``mo`` is a calendar month) and ``gcra`` (a token bucket of capacity
+``limit`` refilled at ``limit`` per window).
 """
 
 from __future__ import annotations
@@ -11,12 +20,22 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_TIER_RE = re.compile(r"^\s*(?P<limit>[^/]*?)\s*/\s*(?P<num>[0-9.]*)\s*(?P<unit>[A-Za-z]*)\s*$")
+_TIER_RE = re.compile(
+    r"^\s*(?P<limit>[^/]*?)\s*/\s*(?P<num>[0-9.]*)\s*(?P<unit>[A-Za-z]*)\s*(?P<kind>[A-Za-z]*)\s*$"
+)
 
-#: Largest limit of a tier: the sliding log keeps this many admission times per key.
+#: Largest limit of a sliding tier: the sliding log keeps this many admission times per key.
 MAX_LIMIT = 1000
-#: Longest window of a tier, in milliseconds (31 days).
+#: Largest limit of a fixed or gcra tier (one counter or one timestamp, whatever the limit).
+MAX_COUNTER_LIMIT = 10**9
+#: Longest window of a tier, in milliseconds (31 days); a ``fixed`` tier may say ``12mo``.
 MAX_WINDOW_MS = 31 * 86_400_000
+#: The longest a calendar month can be, in milliseconds: a ``mo`` window's bound for TTLs.
+MONTH_MS = 31 * 86_400_000
+#: The scopes a policy may limit, in the order they are decided (and reserved on a Cluster).
+SCOPES = ("recipient", "domain", "sender", "tenant")
+#: Tier kinds: the exact sliding log, calendar-aligned fixed windows, GCRA token bucket.
+KINDS = ("sliding", "fixed", "gcra")
 
 #: The reference policy per recipient: 1 mail per minute, 5 per hour, 10 per day.
 REFERENCE_POLICY = "1/60s, 5/1h, 10/24h"
@@ -24,18 +43,28 @@ REFERENCE_POLICY = "1/60s, 5/1h, 10/24h"
 
 @dataclass(frozen=True, slots=True)
 class Tier:
-    """At most ``limit`` admissions in any sliding window of ``window_ms`` milliseconds."""
+    """At most ``limit`` admissions per window of ``window_ms`` milliseconds.
+
+    ``kind`` says which window: ``sliding`` (any window ending at any time), ``fixed`` (calendar
+    windows: ``1d`` from midnight to midnight in the configured time zone; ``months`` > 0 for
+    ``mo`` windows, whose ``window_ms`` is then the 31-day bound) or ``gcra`` (a bucket of
+    ``limit`` tokens refilled at ``limit`` per window, one token every ``window_ms / limit``).
+    """
 
     limit: int
     window_ms: int
+    kind: str = "sliding"
+    months: int = 0
 
     @property
     def window(self) -> float:
-        """The window in seconds."""
+        """The window in seconds (a month tier: its 31-day bound)."""
         return self.window_ms / 1000
 
     def __str__(self) -> str:
-        return f"{self.limit}/{_format_ms(self.window_ms)}"
+        window = f"{self.months}mo" if self.months else _format_ms(self.window_ms)
+        suffix = "" if self.kind == "sliding" else f" {self.kind}"
+        return f"{self.limit}/{window}{suffix}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,56 +77,123 @@ class Policy:
 
     tiers: tuple[Tier, ...]
     name: str = "default"
+    #: The other scopes' tiers: ``(scope, tiers)`` pairs in the order of :data:`SCOPES`.
+    scopes: tuple[tuple[str, tuple[Tier, ...]], ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.tiers:
+        if not self.tiers and not self.scopes:
             raise ValueError("empty policy: give at least one tier such as '1/60s'")
         if not self.name or len(self.name) > 64 or any(c in self.name for c in "{}:\0\r\n "):
             raise ValueError(
                 f"bad policy name {self.name!r}: 1-64 characters without spaces, braces or colons"
             )
-        seen: set[int] = set()
-        for tier in self.tiers:
-            if tier.limit <= 0 or tier.window_ms <= 0:
-                raise ValueError(f"tier {tier}: limit and window must be positive")
-            if tier.limit > MAX_LIMIT or tier.window_ms > MAX_WINDOW_MS:
-                raise ValueError(
-                    f"tier {tier}: at most {MAX_LIMIT} per window of at most 31d are supported"
-                )
-            if tier.window_ms in seen:
-                raise ValueError(
-                    f"duplicate tier: two tiers with window {_format_ms(tier.window_ms)}"
-                )
-            seen.add(tier.window_ms)
-        object.__setattr__(self, "tiers", tuple(sorted(self.tiers, key=lambda t: t.window_ms)))
+        object.__setattr__(self, "tiers", _checked("recipient", self.tiers))
+        scopes = []
+        for scope, tiers in self.scopes:
+            if scope not in SCOPES[1:]:
+                raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
+            if tiers:
+                scopes.append((scope, _checked(scope, tiers)))
+        if len({scope for scope, _ in scopes}) != len(scopes):
+            raise ValueError("duplicate scope: give each scope once")
+        object.__setattr__(
+            self, "scopes", tuple(sorted(scopes, key=lambda pair: SCOPES.index(pair[0])))
+        )
 
     @classmethod
     def parse(cls, text: str, *, name: str = "default") -> Policy:
-        """Parse ``"1/60s, 5/1h, 10/24h"``: comma-separated ``LIMIT/WINDOW`` tiers.
+        """Parse ``"1/60s, 5/1h, 10/24h"`` or ``"recipient: 1/60s; sender: 14/1s gcra"``.
 
-        The window is a positive number (decimals allowed, e.g. ``0.2s``) with a unit among
-        ``ms, s, m, h, d``; it must come to a whole number of milliseconds, at most 31 days.
-        The number may be left out (``3/s`` is ``3/1s``); the unit may not. Limits go up to
-        1000: every admission is kept in the log, so for larger quotas use another algorithm.
-        Raises ``ValueError`` naming the bad part.
+        Scopes are separated by ``;``, each ``SCOPE: TIER, TIER``; a text without any
+        ``SCOPE:`` is the recipient scope. A tier is ``LIMIT/WINDOW [KIND]``: the window is a
+        positive number (decimals allowed, e.g. ``0.2s``) with a unit among ``ms, s, m, h, d``
+        (and ``mo``, a calendar month, for ``fixed`` only); it must come to a whole number of
+        milliseconds, at most 31 days. The number may be left out (``3/s`` is ``3/1s``); the
+        unit may not. KIND is ``sliding`` (default; limit at most 1000, as every admission is
+        kept), ``fixed`` or ``gcra``. Raises ``ValueError`` naming the bad part.
         """
         if not isinstance(text, str) or not text.strip():
             raise ValueError("empty policy: give at least one tier such as '1/60s'")
-        tiers = tuple(_parse_tier(part) for part in text.split(","))
-        return cls(tiers=tiers, name=name)
+        if ":" not in text and ";" not in text:
+            return cls(tiers=tuple(_parse_tier(part) for part in text.split(",")), name=name)
+        recipient: tuple[Tier, ...] = ()
+        scopes: list[tuple[str, tuple[Tier, ...]]] = []
+        seen: set[str] = set()
+        for section in text.split(";"):
+            scope, colon, body = section.partition(":")
+            scope = scope.strip().lower()
+            if not colon:
+                raise ValueError(
+                    f"bad scope {section.strip()!r}: expected SCOPE: TIER, TIER such as "
+                    "'sender: 14/1s gcra'"
+                )
+            if scope not in SCOPES:
+                raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
+            if scope in seen:
+                raise ValueError(f"duplicate scope {scope!r}: give each scope once")
+            seen.add(scope)
+            if not body.strip():
+                raise ValueError(f"empty scope {scope!r}: give at least one tier such as '1/60s'")
+            tiers = tuple(_parse_tier(part) for part in body.split(","))
+            if scope == "recipient":
+                recipient = tiers
+            else:
+                scopes.append((scope, tiers))
+        return cls(tiers=recipient, name=name, scopes=tuple(scopes))
+
+    @property
+    def scoped(self) -> bool:
+        """Whether any scope besides the recipient has tiers."""
+        return bool(self.scopes)
+
+    def scope_tiers(self) -> tuple[tuple[str, tuple[Tier, ...]], ...]:
+        """Every scope with tiers, recipient first: ``(scope, tiers)`` pairs."""
+        head = (("recipient", self.tiers),) if self.tiers else ()
+        return head + self.scopes
 
     @property
     def max_limit(self) -> int:
-        """The largest limit: how many admissions a key's log keeps at most."""
+        """The largest recipient limit: how many admissions a recipient's log keeps at most."""
         return max(t.limit for t in self.tiers)
 
     @property
     def max_window_ms(self) -> int:
-        """The longest window in milliseconds: how long an admission matters."""
+        """The longest recipient window in milliseconds: how long an admission matters."""
         return max(t.window_ms for t in self.tiers)
 
     def __str__(self) -> str:
-        return ", ".join(str(t) for t in self.tiers)
+        if not self.scopes:
+            return ", ".join(str(t) for t in self.tiers)
+        return "; ".join(
+            f"{scope}: " + ", ".join(str(t) for t in tiers) for scope, tiers in self.scope_tiers()
+        )
+
+
+def _checked(scope: str, tiers: tuple[Tier, ...]) -> tuple[Tier, ...]:
+    seen: set[tuple[str, int, int]] = set()
+    for tier in tiers:
+        if tier.kind not in KINDS:
+            raise ValueError(f"tier {tier}: unknown kind {tier.kind!r}, use sliding, fixed or gcra")
+        if tier.limit <= 0 or tier.window_ms <= 0:
+            raise ValueError(f"tier {tier}: limit and window must be positive")
+        if tier.months and tier.kind != "fixed":
+            raise ValueError(f"tier {tier}: the unit 'mo' is for fixed tiers only")
+        if tier.kind == "sliding" and tier.limit > MAX_LIMIT:
+            raise ValueError(
+                f"tier {tier}: a sliding tier keeps every admission, at most {MAX_LIMIT}; "
+                f"for a larger quota write '{tier.limit}/{_format_ms(tier.window_ms)} fixed' "
+                "or '... gcra'"
+            )
+        if tier.limit > MAX_COUNTER_LIMIT or (tier.window_ms > MAX_WINDOW_MS and not tier.months):
+            raise ValueError(
+                f"tier {tier}: at most {MAX_COUNTER_LIMIT} per window of at most 31d "
+                "(or 12mo, fixed) are supported"
+            )
+        ident = (tier.kind, tier.window_ms, tier.months)
+        if ident in seen:
+            raise ValueError(f"duplicate tier in {scope}: two {tier.kind} tiers like {tier}")
+        seen.add(ident)
+    return tuple(sorted(tiers, key=lambda t: (t.window_ms, KINDS.index(t.kind))))
 
 
 def _parse_tier(part: str) -> Tier:
@@ -105,6 +201,11 @@ def _parse_tier(part: str) -> Tier:
     if match is None or not part.strip():
         raise ValueError(f"bad tier {part.strip()!r}: expected LIMIT/WINDOW such as '5/1h'")
     limit_text, num, unit = match["limit"], match["num"], match["unit"]
+    kind = match["kind"].lower() or "sliding"
+    if kind not in KINDS:
+        raise ValueError(
+            f"bad tier {part.strip()!r}: unknown kind {match['kind']!r}, use sliding, fixed or gcra"
+        )
     try:
         limit = int(limit_text)
     except ValueError:
@@ -113,9 +214,12 @@ def _parse_tier(part: str) -> Tier:
         ) from None
     if limit <= 0:
         raise ValueError(f"bad tier {part.strip()!r}: limit must be positive, got {limit}")
+    if unit == "mo":
+        return _month_tier(part, limit, num, kind)
     if unit not in _UNITS_MS:
         raise ValueError(
-            f"bad tier {part.strip()!r}: unknown unit {unit!r}, use one of ms, s, m, h, d"
+            f"bad tier {part.strip()!r}: unknown unit {unit!r}, use one of ms, s, m, h, d "
+            "(mo for fixed tiers)"
         )
     try:
         amount = Decimal(num) if num else Decimal(1)
@@ -128,7 +232,18 @@ def _parse_tier(part: str) -> Tier:
         raise ValueError(
             f"bad tier {part.strip()!r}: window must be a whole number of milliseconds"
         )
-    return Tier(limit=limit, window_ms=int(window_ms))
+    return Tier(limit=limit, window_ms=int(window_ms), kind=kind)
+
+
+def _month_tier(part: str, limit: int, num: str, kind: str) -> Tier:
+    if kind != "fixed":
+        raise ValueError(f"bad tier {part.strip()!r}: the unit 'mo' is for fixed tiers only")
+    if num and not num.isdigit():
+        raise ValueError(f"bad tier {part.strip()!r}: months must be a whole number")
+    months = int(num) if num else 1
+    if not 1 <= months <= 12:
+        raise ValueError(f"bad tier {part.strip()!r}: 1 to 12 months")
+    return Tier(limit=limit, window_ms=months * MONTH_MS, kind="fixed", months=months)
 
 
 def _format_ms(ms: int) -> str:

@@ -30,7 +30,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
 | ``MAILGUARD_METRICS_PORT`` | none (no server) | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
 | ``MAILGUARD_LOG_FORMAT`` | ``text`` | the worker's log lines: ``text`` (Celery's format) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
-| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
+| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The longest countdown is
 ``min(MAX_COUNTDOWN, PARK_AFTER)`` (``MAX_COUNTDOWN`` with parking off): longer waits are parked.
@@ -301,7 +301,12 @@ def _read_values(env: Mapping[str, str]) -> dict[str, object]:
     integer("SMTP_ATTEMPTS", "smtp_attempts")
     if policy := env.get(PREFIX + "POLICY"):
         try:
-            values["policy"] = Policy.parse(policy, name="recipient")
+            values["policy"] = parsed = Policy.parse(policy, name="recipient")
+            if parsed.scoped or any(t.kind != "sliding" for t in parsed.tiers):
+                raise ValueError(
+                    "domain/sender/tenant scopes and fixed/gcra tiers are not enforced by the "
+                    "guard yet (mailer.scoped.ScopedLimiter); give recipient sliding tiers only"
+                )
         except ValueError as exc:
             raise ValueError(f"{PREFIX}POLICY: {exc}") from None
     return values

@@ -57,15 +57,19 @@ def remaining(ts: list[int], at_ms: int, spec: TierSpec) -> tuple[int, ...]:
     return tuple(out)
 
 
-def earliest(ts: list[int], now_ms: int, spec: TierSpec) -> tuple[int, int]:
+def earliest(
+    ts: list[int], now_ms: int, spec: TierSpec, now_hi: int | None = None
+) -> tuple[int, int]:
     """Return ``(t*, tier_index)``: the earliest admissible time and the 1-based binding tier.
 
     The binding tier is the one whose own wait is longest (the first such on ties); 0 when no
     tier makes the attempt wait (allowed now, or only the order of booked entries binds).
+    ``now_hi`` is now rounded up (the ms an admission now is stored at; default ``now_ms``):
+    an entry at most there does not keep a new one from going now.
     """
     n = len(ts)
     t = now_ms
-    if n and ts[-1] > t:
+    if n and ts[-1] > (now_ms if now_hi is None else now_hi):
         t = ts[-1]
     tier = 0
     bind_t = now_ms
@@ -80,30 +84,39 @@ def earliest(ts: list[int], now_ms: int, spec: TierSpec) -> tuple[int, int]:
 
 
 def acquire(  # noqa: PLR0917 - mirrors the Lua script's argument list
-    ts: list[int], tags: list[int], now_ms: int, spec: TierSpec, tag: int, max_wait_ms: int
+    ts: list[int],
+    tags: list[int],
+    now_ms: int,
+    spec: TierSpec,
+    tag: int,
+    max_wait_ms: int,
+    now_hi: int | None = None,
 ) -> RawDecision:
     """Decide for one attempt and record it in ``ts``/``tags`` (in place) if admitted or booked.
 
     ``ts`` must already be pruned for ``now_ms``. A non-zero ``tag`` already in the log returns
-    that entry's slot and consumes nothing (idempotent per mail id).
+    that entry's slot and consumes nothing (idempotent per mail id). Never early: ``now_ms`` is
+    now rounded down (every tier is checked against it) and ``now_hi`` now rounded up (an
+    admission now is stored there; default ``now_ms``, a clock in whole ms).
     """
+    hi = now_ms if now_hi is None else now_hi
     if tag:
         for i, existing in enumerate(tags):
             if existing == tag:
                 at = ts[i]
-                wait = at - now_ms if at > now_ms else 0
-                seen = at if at > now_ms else now_ms
+                wait = at - now_ms if at > hi else 0
+                seen = at if at > hi else now_ms
                 return (
-                    int(at <= now_ms),
-                    int(at > now_ms),
+                    int(at <= hi),
+                    int(at > hi),
                     at,
                     wait,
                     0,
                     *remaining(ts, seen, spec),
                 )
-    t, tier = earliest(ts, now_ms, spec)
+    t, tier = earliest(ts, now_ms, spec, hi)
     if t == now_ms:
-        ts.append(now_ms)
+        ts.append(hi)
         tags.append(tag)
         return (1, 0, now_ms, 0, 0, *remaining(ts, now_ms, spec))
     if 0 < t - now_ms <= max_wait_ms:
@@ -113,9 +126,9 @@ def acquire(  # noqa: PLR0917 - mirrors the Lua script's argument list
     return (0, 0, t, t - now_ms, tier, *remaining(ts, now_ms, spec))
 
 
-def peek(ts: list[int], now_ms: int, spec: TierSpec) -> RawDecision:
+def peek(ts: list[int], now_ms: int, spec: TierSpec, now_hi: int | None = None) -> RawDecision:
     """Answer as :func:`acquire` would for a fresh attempt, without recording anything."""
-    t, tier = earliest(ts, now_ms, spec)
+    t, tier = earliest(ts, now_ms, spec, now_hi)
     if t == now_ms:
         return (1, 0, now_ms, 0, 0, *remaining(ts, now_ms, spec))
     return (0, 0, t, t - now_ms, tier, *remaining(ts, now_ms, spec))

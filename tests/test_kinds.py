@@ -227,3 +227,25 @@ def test_parse_duration_never_crashes(text: str) -> None:
         return
     assert seconds >= 0
     assert seconds < float("inf")
+
+
+def test_share_defaults_to_one_and_is_read_from_the_environment() -> None:
+    """Every kind fills whole tiers unless MAILGUARD_KIND_<NAME>_SHARE says a part of them."""
+    kinds = Kinds.from_env({"MAILGUARD_KIND_BULK_SHARE": "0.5"})
+    assert kinds["code"].share == 1.0
+    assert kinds["bulk"].share == 0.5
+    assert Kind("digest", share=0.8).share == 0.8
+
+
+@pytest.mark.parametrize("value", ["0", "1.5", "-0.1", "nan", "half"])
+def test_bad_share_is_refused_naming_the_variable(value: str) -> None:
+    """A share outside (0, 1], or not a number, is refused in one line naming the variable."""
+    with pytest.raises(ValueError, match=r"MAILGUARD_KIND_BULK_.*share must be a number in"):
+        Kinds.from_env({"MAILGUARD_KIND_BULK_SHARE": value})
+
+
+def test_kind_share_must_be_a_fraction() -> None:
+    """Kind(share=...) refuses 0, more than 1 and booleans."""
+    for bad in (0, 1.01, True):
+        with pytest.raises(ValueError, match="share must be a number in"):
+            Kind("bulk", share=bad)

@@ -281,3 +281,26 @@ def test_new_mail_never_jumps_ahead_of_a_booking(make_limiter: LimiterFactory) -
     decision = limiter.acquire(ADA, mail_id="c", max_wait=DAY)
     assert decision.booked and decision.retry_after_ms == 20_000  # b3's time, not 10 s
     assert decision.tier == Tier(2, 10_000)  # the full tier, though the order binds longer
+
+
+def test_never_early_by_a_fraction_of_a_millisecond(
+    make_limiter: LimiterFactory, clock: ManualClock
+) -> None:
+    """Under 1/200ms, a mail 199.2 ms after the previous one waits: now is cut down, stored up."""
+    limiter = make_limiter("1/200ms")
+    clock.set(1_700_000_000.0009)  # 0.9 ms into a millisecond
+    assert limiter.acquire("ada@example.com").allowed
+    clock.advance(0.1992)  # 199.2 ms later: whole ms 0 and 200 would have said 200 ms apart
+    early = limiter.acquire("ada@example.com")
+    assert early.refused and early.retry_after_ms == 1
+    clock.set(early.at)  # 200.1 ms after the first, at the time the refusal named
+    assert limiter.acquire("ada@example.com").allowed
+
+
+def test_a_burst_in_one_millisecond_is_not_delayed(
+    make_limiter: LimiterFactory, clock: ManualClock
+) -> None:
+    """Storing admissions rounded up does not delay other mails within the same millisecond."""
+    limiter = make_limiter("3/1s")
+    clock.set(1_700_000_000.0004)
+    assert [limiter.acquire("ada@example.com").allowed for _ in range(4)] == [True] * 3 + [False]

@@ -9,6 +9,7 @@ import redis
 
 from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisServer
 from mailer import Limiter, Policy
+from mailer.scoped import ScopedLimiter
 
 POLICY = Policy.parse("1/60s, 5/1h, 10/24h", name="recipient")
 
@@ -39,6 +40,12 @@ def test_cluster_decides_for_keys_on_every_node(cluster: RedisClusterServers) ->
         client.close()
     assert all(count > 0 for count in holders), f"keys spread over every node: {holders}"
     limiter.close()
+    # A recipient-only scoped policy (fixed and gcra tiers) keeps one hash tag: fine on a Cluster.
+    scoped = ScopedLimiter(Policy.parse("2/1h gcra, 3/1d fixed"), url=cluster.url, secret="s")
+    assert all(scoped.acquire(k).allowed for k in keys[:10])
+    assert all(scoped.acquire(k).allowed for k in keys[:10])
+    assert all(scoped.acquire(k).refused for k in keys[:10])
+    scoped.close()
 
 
 def test_sentinel_url_finds_the_master() -> None:
@@ -53,6 +60,16 @@ def test_sentinel_url_finds_the_master() -> None:
         assert client.exists(limiter.storage_key("ada@example.com")) == 1
         client.close()
         limiter.close()
+        scoped = ScopedLimiter(
+            Policy.parse("recipient: 1/60s; sender: 2/1h gcra; tenant: 3/1d fixed"),
+            url=sentinel.url,
+            secret="s",
+        )
+        assert scoped.acquire("ada@example.com", tenant="acme").allowed
+        assert scoped.acquire("bob@example.com", tenant="acme").allowed
+        third = scoped.acquire("cy@example.com", tenant="acme")
+        assert third.refused and third.scope == "sender"
+        scoped.close()
     finally:
         sentinel.cleanup()
         master.cleanup()

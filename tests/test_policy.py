@@ -61,3 +61,64 @@ def test_bad_policy_name_is_refused() -> None:
     """A name that would corrupt storage keys (braces, spaces) is refused."""
     with pytest.raises(ValueError, match="bad policy name"):
         Policy.parse("1/1s", name="a {b}")
+
+
+def test_scoped_policy_parses_every_scope_and_kind() -> None:
+    """The issue's example parses into recipient tiers plus domain, sender and tenant scopes."""
+    policy = Policy.parse(
+        "recipient: 1/60s, 5/1h, 10/24h; domain: 600/1m; "
+        "sender: 14/1s gcra, 50000/1d fixed; tenant: 100000/30d fixed"
+    )
+    assert policy.tiers == (Tier(1, 60_000), Tier(5, 3_600_000), Tier(10, 86_400_000))
+    assert policy.scopes == (
+        ("domain", (Tier(600, 60_000),)),
+        ("sender", (Tier(14, 1000, "gcra"), Tier(50_000, 86_400_000, "fixed"))),
+        ("tenant", (Tier(100_000, 30 * 86_400_000, "fixed"),)),
+    )
+    assert str(policy) == (
+        "recipient: 1/1m, 5/1h, 10/1d; domain: 600/1m; "
+        "sender: 14/1s gcra, 50000/1d fixed; tenant: 100000/30d fixed"
+    )
+    assert Policy.parse(str(policy)) == policy
+
+
+def test_unscoped_text_is_the_recipient_scope() -> None:
+    """A text without SCOPE: is the recipient scope, exactly as before scopes existed."""
+    assert Policy.parse("1/60s") == Policy.parse("recipient: 1/60s")
+    assert not Policy.parse("1/60s").scoped
+
+
+def test_sender_only_policy_and_month_tier() -> None:
+    """A policy may name only shared scopes; ``mo`` is a calendar month of a fixed tier."""
+    policy = Policy.parse("sender: 4/2s; tenant: 1000/mo fixed")
+    assert policy.tiers == ()
+    assert policy.scopes[1] == ("tenant", (Tier(1000, 31 * 86_400_000, "fixed", months=1),))
+    assert str(policy.scopes[1][1][0]) == "1000/1mo fixed"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("planet: 1/1s", "unknown scope 'planet'"),
+        ("sender: 1/1s bucket", "unknown kind 'bucket'"),
+        ("sender: 1/mo", "'mo' is for fixed tiers only"),
+        ("sender: 1/1mo gcra", "'mo' is for fixed tiers only"),
+        ("tenant: 1/13mo fixed", "1 to 12 months"),
+        ("sender: 2000/1s", "at most 1000.*'2000/1s fixed' or '... gcra'"),
+        ("sender: 1/1s; sender: 2/1s", "duplicate scope 'sender'"),
+        ("sender:", "empty scope 'sender'"),
+        ("recipient 1/1s; sender: 1/1s", "bad scope 'recipient 1/1s'"),
+        ("sender: 1/1s fixed, 2/1000ms fixed", "duplicate tier in sender"),
+        ("tenant: 1/2x fixed", "unknown unit 'x'"),
+    ],
+)
+def test_bad_scoped_text_names_the_bad_part(text: str, message: str) -> None:
+    """A bad scope, kind, month tier or oversized sliding tier is refused naming that part."""
+    with pytest.raises(ValueError, match=message):
+        Policy.parse(text)
+
+
+def test_large_quota_is_fine_as_fixed_or_gcra() -> None:
+    """Fixed and gcra tiers keep one counter or timestamp, so their limit is not capped at 1000."""
+    policy = Policy.parse("sender: 50000/1d fixed, 14/1s gcra")
+    assert [t.limit for t in policy.scopes[0][1]] == [14, 50_000]

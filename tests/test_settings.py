@@ -196,3 +196,9 @@ def test_the_cli_refuses_what_a_worker_refuses() -> None:
     result = CliRunner().invoke(main, ["status", "ada@example.com"], env=clean | env)
     assert result.exit_code == 2
     assert "MAILGUARD_SECRET is not set" in result.output
+
+
+def test_scoped_policy_is_refused_at_worker_start_until_the_guard_enforces_it() -> None:
+    """A scoped or fixed/gcra MAILGUARD_POLICY is refused in one line, never half enforced."""
+    with pytest.raises(ValueError, match="MAILGUARD_POLICY: domain/sender/tenant scopes"):
+        Settings.from_env({"MAILGUARD_POLICY": "sender: 4/2s"})

@@ -15,7 +15,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from mailer import sliding_log
-from mailer.clock import Clock, system_clock, to_ms
+from mailer.clock import Clock, system_clock, to_us
 from mailer.sliding_log import RawDecision, TierSpec
 
 _fork_generation = 0
@@ -70,14 +70,15 @@ class MemoryBackend:
             self._warn_forked()
         spec = self._spec
         with self._lock:
-            now = to_ms(self._clock())
+            now_us = to_us(self._clock())
+            now, hi = now_us // 1000, -(-now_us // 1000)  # never early: now down, stored up
             logs = self._logs
             log = logs.get(key)
             if log is None:
                 log = logs[key] = _Log()
             elif log.ts and log.ts[0] <= now - spec.max_window_ms:
                 sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
-            answer = sliding_log.acquire(log.ts, log.tags, now, spec, tag, max_wait_ms)
+            answer = sliding_log.acquire(log.ts, log.tags, now, spec, tag, max_wait_ms, hi)
             if answer[0] or answer[1]:
                 log.expires_ms = log.ts[-1] + spec.max_window_ms
                 logs.move_to_end(key)
@@ -96,20 +97,21 @@ class MemoryBackend:
 
     def peek(self, key: bytes) -> RawDecision:
         with self._lock:
-            now = to_ms(self._clock())
+            now_us = to_us(self._clock())
+            now, hi = now_us // 1000, -(-now_us // 1000)
             log = self._logs.get(key)
             if log is None:
                 return sliding_log.peek([], now, self._spec)
             ts = list(log.ts)
             sliding_log.prune(ts, list(log.tags), now, self._spec.max_window_ms)
-            return sliding_log.peek(ts, now, self._spec)
+            return sliding_log.peek(ts, now, self._spec, hi)
 
     def release(self, key: bytes, tag: int) -> bool:
         with self._lock:
             log = self._logs.get(key)
             if log is None:
                 return False
-            now = to_ms(self._clock())
+            now = to_us(self._clock()) // 1000
             sliding_log.prune(log.ts, log.tags, now, self._spec.max_window_ms)
             if not sliding_log.release(log.ts, log.tags, tag):
                 if not log.ts:

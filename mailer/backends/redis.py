@@ -18,7 +18,7 @@ import redis
 import redis.exceptions
 
 from mailer.backends.redis_errors import REDIS_DOWN
-from mailer.clock import Clock, to_ms
+from mailer.clock import Clock, to_us
 from mailer.errors import BackendUnavailable, mask_url
 from mailer.sliding_log import RawDecision, TierSpec
 
@@ -127,7 +127,7 @@ class RedisBackend:
         if not self._pipelined:
             return [self.acquire(key, tag, max_wait_ms) for key, tag in items]
         keys = [key for key, _ in items]
-        args = ["m", "" if self._clock is None else to_ms(self._clock()), max_wait_ms]
+        args = ["m", "" if self._clock is None else to_us(self._clock()), max_wait_ms]
         args += [tag for _, tag in items]
         return [tuple(answer) for answer in self._evalsha(keys, args)]
 
@@ -149,7 +149,7 @@ class RedisBackend:
             sentinel.close()
 
     def _call(self, key: str, mode: str, tag: int, max_wait_ms: int) -> Any:
-        now = "" if self._clock is None else to_ms(self._clock())
+        now = "" if self._clock is None else to_us(self._clock())
         return self._evalsha([key], [mode, now, tag, max_wait_ms])
 
     def _evalsha(self, keys: list[str], args: list[Any]) -> Any:

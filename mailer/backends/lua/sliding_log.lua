@@ -10,9 +10,11 @@ KEYS[1]   the subject's log, "<namespace>:{<keyed hash>}". The {hash tag} keeps 
           subject's data in one Redis Cluster slot.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the entry tagged ARGV[3],
           "m" acquire for every key: KEYS[1..n], ARGV[3] max_wait, ARGV[4..3+n] their tags
-ARGV[2]   now in epoch milliseconds, or "" to read the server's TIME (production: one clock
+ARGV[2]   now in epoch microseconds, or "" to read the server's TIME (production: one clock
           for every worker, whatever the clients' clocks say). A given time (tests and
           simulations) adds an hour to every TTL, as simulated and real time drift apart.
+          Never early: tiers are checked against now rounded down to the ms, and an admission
+          now is stored at now rounded up.
 ARGV[3]   tag: a 48-bit integer derived from the mail id; 0 when the caller gave none
 ARGV[4]   max_wait in milliseconds; > 0 books the earliest admissible slot when it is at most
           this far away (reservations), 0 refuses instead
@@ -36,14 +38,19 @@ local ntiers = #limits
 local max_window = windows[ntiers]
 
 local mode = ARGV[1]
-local now, ttl_slack = 0, 0
+local now, hi, ttl_slack = 0, 0, 0
 if ARGV[2] == '' then
   local time = redis.call('TIME')
   now = time[1] * 1000 + math.floor(time[2] / 1000)
+  hi = now
+  if time[2] % 1000 ~= 0 then hi = now + 1 end
 else
   -- A client clock is a simulation: its time and Redis's expiry clock drift apart, so keys
   -- get an hour more, lest they expire mid-test while the simulated clock stands still.
-  now, ttl_slack = tonumber(ARGV[2]), 3600000
+  local us = tonumber(ARGV[2])
+  now, ttl_slack = math.floor(us / 1000), 3600000
+  hi = now
+  if us % 1000 ~= 0 then hi = now + 1 end
 end
 
 -- One decision for one key; `tag` 0 means no mail id.
@@ -93,7 +100,7 @@ if mode == 'a' and tag ~= 0 then
   for j = 1, n do
     if tags[j] == tag then
       at, found = ts[j], true
-      if at <= now then allowed = 1 else booked, seen = 1, at end
+      if at <= hi then allowed = 1 else booked, seen = 1, at end
       break
     end
   end
@@ -102,7 +109,7 @@ end
 if not found then
   -- t* = max(now, newest entry, max over full tiers of ts[n-L] + W)
   local t = now
-  if n > 0 and ts[n] > t then t = ts[n] end
+  if n > 0 and ts[n] > hi then t = ts[n] end
   local bind_t = now
   for i = 1, ntiers do
     if n >= limits[i] then
@@ -122,6 +129,7 @@ end
 if record then
   n = n + 1
   ts[n], tags[n] = at, tag
+  if allowed == 1 then ts[n] = hi end
   local base = ts[1]
   local parts = {struct.pack('>I6', base)}
   for j = 1, n do parts[j + 1] = struct.pack('>I4I6', ts[j] - base, tags[j]) end
@@ -129,7 +137,7 @@ if record then
 end
 
 local wait = 0
-if at > now then wait = at - now end
+if at > now and allowed == 0 then wait = at - now end
 local reply = {allowed, booked, at, wait, tier}
 for i = 1, ntiers do
   local low, count = seen - windows[i], 0

@@ -1,0 +1,253 @@
+--[[
+mailguard scoped limiter: one atomic decision over every scope (recipient, domain, sender,
+tenant) and every tier kind (sliding, fixed, gcra). Mirrors mailer/scoped.py step for step;
+tests/test_scoped_properties.py checks that both give identical answers.
+
+The policy is compiled in: mailer/backends/scoped_redis.py replaces --[[SCOPES]] with one entry
+per scope of the policy, recipient first: {keep_ms, shared (0/1), has_log (0/1), tiers} and each
+tier {kind (1 sliding, 2 fixed, 3 gcra), limit, window_ms, interval_us (gcra)}.
+
+KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed hash>}"; its
+          data: <base>:l the sliding log (packed as in sliding_log.lua: base I6, then I4 offset
+          and I6 tag per entry), <base>:g<tier> a gcra tier's theoretical arrival time (µs),
+          <base>:f<tier>:<window start ms> a fixed tier's count in that window.
+ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3]
+ARGV[2]   now in epoch µs, or "" to read the server's TIME (a given time adds an hour to TTLs)
+ARGV[3]   the mail's 48-bit tag (0: none)
+ARGV[4]   max_wait in ms (> 0 books the earliest slot at most this far away)
+ARGV[5]   the kind's share in (0, 1], applied to the shared scopes' limits
+ARGV[6]   the time zone's offset from UTC in ms (fixed windows align to local midnight)
+ARGV[7]   which scopes this mail has keys in: their 1-based indexes, one digit each ("134")
+
+Reply (a, p): {allowed, booked, at_ms, wait_ms, scope, tier, remaining...}; scope and tier are
+1-based indexes of the binding tier (0: none), remaining one per tier of the present scopes.
+Reply (r): 1 if the mail held a slot (now given back in every scope), else 0.
+]]
+
+local S = {--[[SCOPES]]}
+
+local mode = ARGV[1]
+local now_us, slack = 0, 0
+if ARGV[2] == '' then
+  local time = redis.call('TIME')
+  now_us = time[1] * 1000000 + time[2]
+else
+  now_us, slack = tonumber(ARGV[2]), 3600000
+end
+local now = math.floor(now_us / 1000)
+local tag, max_wait, share, off = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local floor = math.floor
+
+-- the present scopes: {spec, key, ts, tags, n, tat = {}, counts = {}}
+local P = {}
+for i = 1, #ARGV[7] do
+  local spec = S[tonumber(string.sub(ARGV[7], i, i))]
+  local st = {spec = spec, key = KEYS[i], ts = {}, tags = {}, n = 0, tat = {}, counts = {}}
+  if spec[3] == 1 then
+    local raw = redis.call('GET', st.key .. ':l')
+    if raw then
+      local count = (#raw - 6) / 10
+      local v = {struct.unpack('>I6' .. string.rep('I4I6', count), raw)}
+      local base, cut = v[1], now - spec[1]
+      for j = 2, 2 * count, 2 do
+        local t = base + v[j]
+        if t > cut then st.n = st.n + 1; st.ts[st.n], st.tags[st.n] = t, v[j + 1] end
+      end
+    end
+  end
+  local tiers = spec[4]
+  for ti = 1, #tiers do
+    if tiers[ti][1] == 3 then
+      local tat = tonumber(redis.call('GET', st.key .. ':g' .. ti))
+      if tat and tat > now * 1000 then st.tat[ti] = tat end
+    end
+  end
+  P[i] = st
+end
+
+local function start_of(t, w) return floor((t + off) / w) * w - off end
+
+local function count_of(st, ti, start)
+  local k = ti .. ':' .. string.format('%.0f', start)
+  local c = st.counts[k]
+  if c == nil then
+    c = tonumber(redis.call('GET', st.key .. ':f' .. k)) or 0
+    st.counts[k] = c
+  end
+  return c
+end
+
+local function limit_of(st, tier)
+  if st.spec[2] == 1 then
+    local l = floor(tier[2] * share + 1e-9)
+    if l < 1 then l = 1 end
+    return l
+  end
+  return tier[2]
+end
+
+-- earliest ms >= t at which tier ti of st admits one more (appending)
+local function earliest(st, ti, t)
+  local tier = st.spec[4][ti]
+  local limit = limit_of(st, tier)
+  if tier[1] == 1 then
+    if st.n >= limit then
+      local c = st.ts[st.n - limit + 1] + tier[3]
+      if c > t then return c end
+    end
+    return t
+  elseif tier[1] == 3 then
+    local tat = st.tat[ti]
+    if tat == nil then return t end
+    local fits_us = tat - (limit - 1) * tier[4]
+    if fits_us <= now_us then return t end  -- now, in real µs: a burst in one ms goes together
+    local fits = -floor(-fits_us / 1000)
+    if fits > t then return fits end
+    return t
+  end
+  while true do
+    local start = start_of(t, tier[3])
+    if count_of(st, ti, start) < limit then return t end
+    t = start + tier[3]
+  end
+end
+
+local function room(st, ti, at, at_us)
+  local tier = st.spec[4][ti]
+  local limit = limit_of(st, tier)
+  local used = 0
+  if tier[1] == 1 then
+    local low, ts = at - tier[3], st.ts
+    for j = st.n, 1, -1 do
+      if ts[j] > low then used = used + 1 else break end
+    end
+  elseif tier[1] == 3 then
+    local ahead = (st.tat[ti] or 0) - at_us
+    if ahead > 0 then used = -floor(-ahead / tier[4]) end
+  else
+    used = count_of(st, ti, start_of(at, tier[3]))
+  end
+  if limit - used > 0 then return limit - used end
+  return 0
+end
+
+local function save_log(st)
+  if st.n == 0 then redis.call('DEL', st.key .. ':l') return end
+  local base = st.ts[1]
+  local parts = {struct.pack('>I6', base)}
+  for j = 1, st.n do parts[j + 1] = struct.pack('>I4I6', st.ts[j] - base, st.tags[j]) end
+  redis.call('SET', st.key .. ':l', table.concat(parts), 'PX', st.ts[st.n] + st.spec[1] - now + slack)
+end
+
+local function save_tat(st, ti)
+  local tat = st.tat[ti]
+  redis.call('SET', st.key .. ':g' .. ti, string.format('%.0f', tat), 'PX',
+    -floor(-tat / 1000) - now + slack + 1)
+end
+
+local head = P[1]
+
+if mode == 'r' then
+  local at = nil
+  for j = 1, head.n do if head.tags[j] == tag then at = head.ts[j] break end end
+  if at == nil then return 0 end
+  for _, st in ipairs(P) do
+    if st.spec[3] == 1 then
+      for j = st.n, 1, -1 do
+        if st.tags[j] == tag and st.ts[j] == at then
+          table.remove(st.ts, j); table.remove(st.tags, j); st.n = st.n - 1
+          save_log(st)
+          break
+        end
+      end
+    end
+    for ti, tier in ipairs(st.spec[4]) do
+      if tier[1] == 3 and (st.tat[ti] or 0) > now_us then
+        local tat = st.tat[ti] - tier[4]
+        if -floor(-tat / 1000) == at then  -- only the latest emission can be taken back
+          if tat < now_us then tat = now_us end
+          st.tat[ti] = tat
+          save_tat(st, ti)
+        end
+      elseif tier[1] == 2 then
+        local start = start_of(at, tier[3])
+        if start ~= at and count_of(st, ti, start) > 0 then
+          redis.call('DECR', st.key .. ':f' .. ti .. ':' .. string.format('%.0f', start))
+        end
+      end
+    end
+  end
+  return 1
+end
+
+local allowed, booked, at, bs, bt = 0, 0, now, 0, 0
+local found = false
+if mode == 'a' and tag ~= 0 then
+  for j = 1, head.n do
+    if head.tags[j] == tag then
+      at, found = head.ts[j], true
+      if at <= -floor(-now_us / 1000) then allowed = 1 else booked = 1 end
+      break
+    end
+  end
+end
+
+if not found then
+  local t, hi = now, -floor(-now_us / 1000)
+  for _, st in ipairs(P) do
+    if st.n > 0 and st.ts[st.n] > t and st.ts[st.n] > hi then t = st.ts[st.n] end
+  end
+  local moved = true
+  while moved do
+    moved = false
+    for si, st in ipairs(P) do
+      for ti = 1, #st.spec[4] do
+        local fit = earliest(st, ti, t)
+        if fit > t then t, moved, bs, bt = fit, true, si, ti end
+      end
+    end
+  end
+  at = t
+  if t == now then
+    allowed, bs, bt = 1, 0, 0
+  elseif mode == 'a' and t - now <= max_wait then
+    booked = 1
+  end
+  if mode == 'a' and (allowed == 1 or booked == 1) then
+    local x_us, x_ms, win = t * 1000, t, t
+    if allowed == 1 then x_us, x_ms, win = now_us, -floor(-now_us / 1000), now end
+    for _, st in ipairs(P) do
+      if st.spec[3] == 1 then
+        st.n = st.n + 1
+        st.ts[st.n], st.tags[st.n] = x_ms, tag
+        save_log(st)
+      end
+      for ti, tier in ipairs(st.spec[4]) do
+        if tier[1] == 3 then
+          local tat = st.tat[ti] or 0
+          if x_us > tat then tat = x_us end
+          st.tat[ti] = tat + tier[4]
+          save_tat(st, ti)
+        elseif tier[1] == 2 then
+          local start = start_of(win, tier[3])
+          local c = count_of(st, ti, start)
+          local k = ti .. ':' .. string.format('%.0f', start)
+          if redis.call('INCR', st.key .. ':f' .. k) == 1 then
+            redis.call('PEXPIRE', st.key .. ':f' .. k, start + tier[3] - now + slack)
+          end
+          st.counts[k] = c + 1
+        end
+      end
+    end
+  end
+end
+
+local seen, seen_us = now, now_us
+if booked == 1 then seen, seen_us = at, at * 1000 end
+local wait = 0
+if at > now and allowed == 0 then wait = at - now end
+local reply = {allowed, booked, at, wait, bs, bt}
+for _, st in ipairs(P) do
+  for ti = 1, #st.spec[4] do reply[#reply + 1] = room(st, ti, seen, seen_us) end
+end
+return reply

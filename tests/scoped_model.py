@@ -1,0 +1,203 @@
+"""A brute-force model of the scoped limiter's contract, the oracle of ``test_scoped_properties``.
+
+The contract (``mailer/scoped.py``): a mail is admitted at the earliest ms ``x`` (not before now
+rounded down, nor before the newest entry of any of its scopes' logs) at which every tier of
+every scope it has a key in has room, counting its kind's share in the shared scopes; admitted
+now it is stored at now rounded up, booked at ``x``; a refusal consumes nothing; the same mail
+id gets its slot back; ``release`` gives it back everywhere.
+
+It keeps every admission (minus releases) with its subjects and finds the answer by trying
+candidate times and counting, so it shares no shortcut with the implementation (no
+``ts[n-L] + W``, no pruning, GCRA recomputed by replaying every admission).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import timezone
+
+from mailer.policy import Policy, Tier
+from mailer.windows import window
+
+SHARED = ("domain", "sender", "tenant")
+
+
+@dataclass
+class Admission:
+    stored_ms: int  # the ms the limiter stores (now rounded up, or the booked slot)
+    real_us: int  # when the mail may really go (now, or the booked slot)
+    window_ms: int  # the ms whose calendar window counts it
+    mail_id: str | None
+    subjects: dict[str, str]
+
+
+@dataclass
+class Answer:
+    allowed: bool
+    booked: bool
+    at_ms: int
+    retry_after_ms: int
+
+
+@dataclass
+class ScopedModel:
+    policy: Policy
+    admissions: list[Admission] = field(default_factory=list)
+    #: Fixed-window counts a release did not give back: (scope, subject, tier, start) -> n.
+    ghosts: dict[tuple[str, str, Tier, int], int] = field(default_factory=dict)
+    #: GCRA theoretical arrival times (µs) per (scope, subject, tier), updated as recorded.
+    tats: dict[tuple[str, str, Tier], int] = field(default_factory=dict)
+
+    def _limit(self, scope: str, tier: Tier, share: float) -> int:
+        return max(1, math.floor(tier.limit * share + 1e-9)) if scope in SHARED else tier.limit
+
+    def _mine(self, scope: str, subject: str) -> list[Admission]:
+        return [a for a in self.admissions if a.subjects.get(scope) == subject]
+
+    def _fits(  # noqa: PLR0917 - one tier's question
+        self, scope: str, subject: str, tier: Tier, x: int, share: float, now_us: int
+    ) -> bool:
+        mine = self._mine(scope, subject)
+        limit = self._limit(scope, tier, share)
+        if tier.kind == "sliding":
+            # entries after x (up to now rounded up) are in every window a new entry joins
+            return sum(1 for a in mine if x - tier.window_ms < a.stored_ms) < limit
+        if tier.kind == "fixed":
+            start = window(x, tier, timezone.utc)[0]
+            count = sum(1 for a in mine if window(a.window_ms, tier, timezone.utc)[0] == start)
+            return count + self.ghosts.get((scope, subject, tier, start), 0) < limit
+        interval = -(-tier.window_ms * 1000 // tier.limit)
+        tat = self.tats.get((scope, subject, tier), 0)
+        return tat - max(x * 1000, now_us) <= (limit - 1) * interval  # real time for "now"
+
+    def _record(self, admission: Admission) -> None:
+        self.admissions.append(admission)
+        for scope, tiers in self.policy.scope_tiers():
+            subject = admission.subjects.get(scope)
+            for tier in tiers:
+                if subject and tier.kind == "gcra":
+                    interval = -(-tier.window_ms * 1000 // tier.limit)
+                    key = (scope, subject, tier)
+                    self.tats[key] = max(self.tats.get(key, 0), admission.real_us) + interval
+
+    def acquire(  # noqa: PLR0912 - one branch per rule of the contract
+        self,
+        now_us: int,
+        subjects: dict[str, str],
+        mail_id: str | None,
+        max_wait_ms: int,
+        share: float,
+    ) -> Answer:
+        now = now_us // 1000
+        keep = max(t.window_ms for _, tiers in self.policy.scope_tiers() for t in tiers)
+        if mail_id is not None:
+            for a in self.admissions:
+                same = a.subjects["recipient"] == subjects["recipient"]
+                if same and a.mail_id == mail_id and a.stored_ms > now - keep:
+                    allowed = a.stored_ms <= -(-now_us // 1000)
+                    wait = 0 if allowed else a.stored_ms - now
+                    return Answer(allowed, not allowed, a.stored_ms, wait)
+        scopes = [(s, t) for s, t in self.policy.scope_tiers() if subjects.get(s)]
+        low = now
+        for scope, tiers in [*scopes, ("recipient", ())]:
+            if scope == "recipient" or any(t.kind == "sliding" for t in tiers):
+                for a in self._mine(scope, subjects[scope]):
+                    if a.stored_ms > -(-now_us // 1000):  # up to now rounded up: no delay
+                        low = max(low, a.stored_ms)
+        candidates = {low}
+        for a in self.admissions:
+            for _, tiers in scopes:
+                for tier in tiers:
+                    candidates.add(a.stored_ms + tier.window_ms)
+                    if tier.kind == "fixed":
+                        candidates.add(window(a.window_ms, tier, timezone.utc)[1])
+                    if tier.kind == "gcra":
+                        interval = -(-tier.window_ms * 1000 // tier.limit)
+                        for k in range(-tier.limit, len(self.admissions) + 1):
+                            candidates.add(-(-(a.real_us + k * interval) // 1000))
+        for (scope, subject, tier), tat in self.tats.items():
+            if subjects.get(scope) == subject:
+                interval = -(-tier.window_ms * 1000 // tier.limit)
+                for k in range(tier.limit + 1):
+                    candidates.add(-(-(tat - k * interval) // 1000))
+        x = min(
+            c
+            for c in candidates
+            if c >= low
+            and all(
+                self._fits(scope, subjects[scope], tier, c, share, now_us)
+                for scope, tiers in scopes
+                for tier in tiers
+            )
+        )
+        if x == now:
+            self._record(Admission(-(-now_us // 1000), now_us, now, mail_id, subjects))
+            return Answer(True, False, now, 0)
+        if x - now <= max_wait_ms:
+            self._record(Admission(x, x * 1000, x, mail_id, subjects))
+            return Answer(False, True, x, x - now)
+        return Answer(False, False, x, x - now)
+
+    def release(self, now_us: int, recipient: str, mail_id: str) -> bool:
+        keep = max(t.window_ms for _, tiers in self.policy.scope_tiers() for t in tiers)
+        for i, a in enumerate(self.admissions):
+            if (
+                a.subjects["recipient"] == recipient
+                and a.mail_id == mail_id
+                and a.stored_ms > now_us // 1000 - keep
+            ):
+                del self.admissions[i]
+                self._give_back(now_us, a)
+                return True
+        return False
+
+    def _give_back(self, now_us: int, a: Admission) -> None:
+        for scope, tiers in self.policy.scope_tiers():
+            subject = a.subjects.get(scope)
+            if not subject:
+                continue
+            for tier in tiers:
+                if tier.kind == "gcra":
+                    interval = -(-tier.window_ms * 1000 // tier.limit)
+                    tat = self.tats.get((scope, subject, tier), 0)
+                    if tat > now_us and -(-(tat - interval) // 1000) == a.stored_ms:
+                        self.tats[(scope, subject, tier)] = max(tat - interval, now_us)
+                elif tier.kind == "fixed" and window(a.stored_ms, tier, timezone.utc)[0] == (
+                    a.stored_ms
+                ):
+                    start = window(a.window_ms, tier, timezone.utc)[0]
+                    key = (scope, subject, tier, start)
+                    self.ghosts[key] = self.ghosts.get(key, 0) + 1
+
+    def never_over(self) -> list[str]:
+        """Every breach of a tier in real time (µs), by full limits: empty when none."""
+        breaches = []
+        for scope, tiers in self.policy.scope_tiers():
+            subjects = {a.subjects.get(scope) for a in self.admissions} - {None, ""}
+            for subject in subjects:
+                mine = self._mine(scope, str(subject))
+                times = sorted(a.real_us for a in mine)
+                for tier in tiers:
+                    breaches += _breaches(scope, tier, times)
+        return breaches
+
+
+def _breaches(scope: str, tier: Tier, times: list[int]) -> list[str]:
+    w = tier.window_ms * 1000
+    out = []
+    if tier.kind == "sliding":
+        for x in times:
+            if sum(1 for t in times if x - w < t <= x) > tier.limit:
+                out.append(f"{scope} {tier} over at {x} µs")
+    elif tier.kind == "fixed":
+        starts = [window(t // 1000, tier, timezone.utc)[0] for t in times]
+        for start in set(starts):
+            if starts.count(start) > tier.limit:
+                out.append(f"{scope} {tier} over in window {start}")
+    else:  # any span [a, b] holds at most L + (b - a) / (W / L) admissions, exactly
+        for i, a in enumerate(times):
+            for j in range(i, len(times)):
+                if (j - i + 1 - tier.limit) * w > (times[j] - a) * tier.limit:
+                    out.append(f"{scope} {tier} over in [{a}, {times[j]}] µs")
+    return out
