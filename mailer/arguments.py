@@ -15,6 +15,7 @@ itself (address, templates, headers): this only bounds shape and size.
 | ``context`` | ``None`` or a ``dict`` of JSON values: str keys, nested at most 32 deep |
 | ``headers`` | ``None`` or a ``dict`` of at most 50 ``str`` to ``str`` (values <= 998 chars) |
 | ``mail_id`` | ``None`` or 1-128 of ``A-Z a-z 0-9 . _ : - @ + = /`` |
+| ``tenant`` | ``None`` or ``str`` of 1-64 characters, no control characters |
 
 Every string anywhere must be valid Unicode (no lone surrogates). The whole call, as JSON, must
 fit in ``max_message_bytes`` (``MAILGUARD_MAX_MESSAGE_BYTES``, 10 MB by default); a container
@@ -31,6 +32,7 @@ from typing import Any
 
 from mailer.defaults import MAX_MESSAGE_BYTES
 from mailer.errors import MailguardError
+from mailer.scoped import check_tenant
 
 #: Deepest nesting of lists and dicts in ``context``.
 MAX_DEPTH = 32
@@ -43,7 +45,7 @@ _LINE_CHARS = 998
 _MAX_HEADERS = 50
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _MAIL_ID = re.compile(r"[A-Za-z0-9._:@+=/-]{1,128}")
-_PUBLIC = ("to", "subject", "body", "html", "kind", "context", "headers", "mail_id")
+_PUBLIC = ("to", "subject", "body", "html", "kind", "context", "headers", "mail_id", "tenant")
 
 
 class InvalidArguments(MailguardError, ValueError):
@@ -75,6 +77,12 @@ def check_arguments(
         raise InvalidArguments(
             f"send_mail: mail_id must be 1-128 of A-Z a-z 0-9 . _ : - @ + = /; got {_show(mail_id)}"
         )
+    tenant = call.get("tenant")
+    if tenant is not None:
+        try:
+            check_tenant(tenant)
+        except ValueError as exc:
+            raise InvalidArguments(f"send_mail: {exc}; got {_show(tenant)}") from None
     _headers(call.get("headers"))
     context = call.get("context")
     if context is not None and not isinstance(context, dict):

@@ -11,6 +11,7 @@ from mailer.guard import Guard
 from mailer.ledger import Ledger, MemoryLedger, RedisLedger
 from mailer.limiter import Limiter
 from mailer.metrics import Metrics
+from mailer.scoped import ScopedLimiter
 from mailer.settings import Settings
 from mailer.suppression import Suppressions
 from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport
@@ -23,14 +24,23 @@ def build_limiter(settings: Settings) -> Limiter:
         return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
 
 
-def build_ledger(settings: Settings, limiter: Limiter | None = None) -> Ledger:
+def build_guard_limiter(settings: Settings) -> Limiter | ScopedLimiter:
+    """The guard's limiter: every scope of a scoped policy, else :func:`build_limiter`'s."""
+    policy = settings.policy
+    if not policy.scoped and all(t.kind == "sliding" for t in policy.tiers):
+        return build_limiter(settings)  # recipient sliding tiers only: the plain, faster path
+    with _naming("LIMITER_URL"):
+        return ScopedLimiter(policy, url=settings.limiter_url, secret=settings.secret)
+
+
+def build_ledger(settings: Settings, limiter: Limiter | ScopedLimiter | None = None) -> Ledger:
     """The ledger on the ledger URL; shares ``limiter``'s Redis client when the URLs match."""
     url = settings.effective_ledger_url
     if urlsplit(url).scheme == "memory":
         return MemoryLedger()
     from mailer.backends.redis import RedisBackend, client_from_url  # noqa: PLC0415
 
-    backend = limiter.backend if limiter is not None else None
+    backend = limiter.backend if isinstance(limiter, Limiter) else None
     if isinstance(backend, RedisBackend) and url == settings.limiter_url:
         return RedisLedger(backend.client, url)
     with _naming("LEDGER_URL" if settings.ledger_url else "LIMITER_URL"):
@@ -71,7 +81,7 @@ def build_guard(settings: Settings, *, metrics: Metrics | None = None) -> Guard:
     ``metrics`` defaults to prometheus-client's global registry; a process that only checks
     that the parts can be built (a worker's main process at start) passes ``NO_METRICS``.
     """
-    limiter = build_limiter(settings)
+    limiter = build_guard_limiter(settings)
     ledger = build_ledger(settings, limiter)
     return Guard(
         limiter,

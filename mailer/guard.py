@@ -58,6 +58,7 @@ from mailer.message import Mail, build_message, message_id
 from mailer.metrics import UNGUARDED, UNKNOWN_KIND, Metrics, default_metrics
 from mailer.outcomes import Outcome
 from mailer.replies import Action, classify
+from mailer.scoped import ScopedLimiter, check_tenant
 from mailer.steps import Defer, Drop, Fail, Finish, Later, Progress, Send, Step, plan
 from mailer.suppression import Suppressions
 from mailer.transports.base import Transport
@@ -73,7 +74,7 @@ class Guard:
 
     def __init__(
         self,
-        limiter: Limiter,
+        limiter: Limiter | ScopedLimiter,
         ledger: Ledger,
         transport: Transport,
         *,
@@ -141,7 +142,12 @@ class Guard:
         )
         try:
             recipient, kind, message = self._build(request, now)
-            hashed = self.limiter.storage_key(recipient.limit_key)
+            hashed = (
+                self.limiter.storage_key("recipient", recipient.limit_key)
+                if isinstance(self.limiter, ScopedLimiter)
+                else self.limiter.storage_key(recipient.limit_key)
+            )
+            tenant = None if request.tenant is None else check_tenant(request.tenant)
         except (InvalidAddress, InvalidMessage, ValueError) as exc:
             dropped = base.but(reason=why.INVALID, detail=str(exc))
             log.info(
@@ -156,6 +162,7 @@ class Guard:
             kind=kind,
             limit_key=recipient.limit_key,
             message=message,
+            tenant=tenant,
             base=base.but(
                 recipient=hashed, message_id=message_id(request.mail_id, self.config.sender)
             ),
@@ -249,7 +256,7 @@ class Guard:
         late = False
         try:
             started = time.perf_counter()
-            decision = self.limiter.acquire(mail.limit_key, mail_id=mail.mail_id, max_wait=max_wait)
+            decision = self._acquire(mail, max_wait)
             self.metrics.decision(time.perf_counter() - started)
             if decision.allowed and now - decision.at > self.config.late_tolerance:
                 late = True
@@ -267,7 +274,7 @@ class Guard:
         action = plan(decision, max_countdown=self.config.max_countdown)
         if isinstance(action, Send):
             return Go(due=action.at)
-        tier = str(action.tier) if action.tier else None
+        tier = _tier_name(decision, action.tier)
         if isinstance(action, Drop):
             dropped = mail.base.but(
                 reason=why.LATE if late else why.RATE_LIMITED,
@@ -292,8 +299,8 @@ class Guard:
         mails booked after it keep their slots, so two mails that leave are never closer than
         the policy allows, whatever made this one late (an outage, a crash, a backlog).
         """
-        self.limiter.release(mail.limit_key, mail.mail_id)
-        again = self.limiter.acquire(mail.limit_key, mail_id=mail.mail_id, max_wait=max_wait)
+        self._give_back(mail)
+        again = self._acquire(mail, max_wait)
         self.metrics.rebooked(mail.kind.name if mail.kind.name in self.kinds else UNKNOWN_KIND)
         log.info(
             "mail %s ran %.1f s after its slot: %s",
@@ -303,6 +310,26 @@ class Guard:
             extra=log_fields(mail.base),
         )
         return again
+
+    def _acquire(self, mail: Prepared, max_wait: float) -> Decision:
+        """The limiter's decision for ``mail``: every scope of a scoped limiter at once."""
+        limiter = self.limiter
+        if isinstance(limiter, Limiter):  # recipient only: the plain path of before
+            return limiter.acquire(mail.limit_key, mail_id=mail.mail_id, max_wait=max_wait)
+        return limiter.acquire(
+            mail.limit_key,
+            mail_id=mail.mail_id,
+            max_wait=max_wait,
+            tenant=mail.tenant,
+            share=mail.kind.share,
+        )
+
+    def _give_back(self, mail: Prepared) -> bool:
+        """Release ``mail``'s slot in the recipient's key, or in every scope's."""
+        limiter = self.limiter
+        if isinstance(limiter, Limiter):
+            return limiter.release(mail.limit_key, mail.mail_id)
+        return limiter.release(mail.limit_key, mail.mail_id, tenant=mail.tenant)
 
     def _expired(self, mail: Prepared, progress: Progress, now: float) -> Finish:
         """``dropped`` / ``expired``: the kind's deadline, counted from the request, has passed."""
@@ -468,7 +495,7 @@ class Guard:
     def _release(self, mail: Prepared) -> None:
         """Give a failed mail's slot back: the recipient should not pay for our failure."""
         try:
-            self.limiter.release(mail.limit_key, mail.mail_id)
+            self._give_back(mail)
         except BackendUnavailable:
             self.metrics.backend_down("limiter")
             log.warning(
@@ -524,3 +551,11 @@ def _booked(
             extra=log_fields(waiting),
         )
     return Later(action.countdown, waiting, progress, eta)
+
+
+def _tier_name(decision: Decision, tier: object) -> str | None:
+    """The binding tier as outcomes show it: ``1/60s``, or with its scope, ``sender 14/1s``."""
+    if tier is None:
+        return None
+    scope = decision.scope
+    return f"{scope} {tier}" if scope and scope != "recipient" else str(tier)

@@ -30,6 +30,7 @@ class MailRequest:
     kind: Any = "default"
     context: Any = None
     headers: Any = None
+    tenant: Any = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class Prepared:
     limit_key: str
     message: EmailMessage
     base: Outcome
+    #: The tenant the mail counts against (validated), None for none.
+    tenant: str | None = None
 
 
 @dataclass(frozen=True)

@@ -301,12 +301,7 @@ def _read_values(env: Mapping[str, str]) -> dict[str, object]:
     integer("SMTP_ATTEMPTS", "smtp_attempts")
     if policy := env.get(PREFIX + "POLICY"):
         try:
-            values["policy"] = parsed = Policy.parse(policy, name="recipient")
-            if parsed.scoped or any(t.kind != "sliding" for t in parsed.tiers):
-                raise ValueError(
-                    "domain/sender/tenant scopes and fixed/gcra tiers are not enforced by the "
-                    "guard yet (mailer.scoped.ScopedLimiter); give recipient sliding tiers only"
-                )
+            values["policy"] = Policy.parse(policy, name="recipient")
         except ValueError as exc:
             raise ValueError(f"{PREFIX}POLICY: {exc}") from None
     return values

@@ -198,7 +198,17 @@ def test_the_cli_refuses_what_a_worker_refuses() -> None:
     assert "MAILGUARD_SECRET is not set" in result.output
 
 
-def test_scoped_policy_is_refused_at_worker_start_until_the_guard_enforces_it() -> None:
-    """A scoped or fixed/gcra MAILGUARD_POLICY is refused in one line, never half enforced."""
-    with pytest.raises(ValueError, match="MAILGUARD_POLICY: domain/sender/tenant scopes"):
-        Settings.from_env({"MAILGUARD_POLICY": "sender: 4/2s"})
+def test_a_scoped_policy_builds_the_scoped_limiter_and_bad_ones_are_one_line() -> None:
+    """A scoped or fixed/gcra MAILGUARD_POLICY gives the guard the scoped limiter (recipient
+    sliding tiers alone keep the plain one); a bad scope is refused in one line."""
+    from mailer.factory import build_guard_limiter  # noqa: PLC0415
+    from mailer.limiter import Limiter  # noqa: PLC0415
+    from mailer.scoped import ScopedLimiter  # noqa: PLC0415
+
+    scoped = Settings.from_env({"MAILGUARD_POLICY": "recipient: 1/60s; sender: 14/1s gcra"})
+    assert isinstance(build_guard_limiter(scoped), ScopedLimiter)
+    fixed = Settings.from_env({"MAILGUARD_POLICY": "100/1d fixed"})
+    assert isinstance(build_guard_limiter(fixed), ScopedLimiter)
+    assert isinstance(build_guard_limiter(Settings.from_env({})), Limiter)
+    with pytest.raises(ValueError, match="MAILGUARD_POLICY: unknown scope 'sendr'"):
+        Settings.from_env({"MAILGUARD_POLICY": "sendr: 4/2s"})

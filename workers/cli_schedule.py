@@ -18,8 +18,9 @@ import click
 from mailer import outcomes as why
 from mailer.address import normalise_address
 from mailer.errors import BackendUnavailable, InvalidAddress
-from mailer.factory import build_ledger, build_limiter
+from mailer.factory import build_guard_limiter, build_ledger
 from mailer.outcomes import Outcome
+from mailer.scoped import ScopedLimiter
 from mailer.settings import Settings
 from workers import views
 from workers.cli_errors import USAGE, fail
@@ -110,12 +111,16 @@ def _cancelled(settings: Settings, mail_id: str, meta: Any, payload: bytes | Non
         key = normalise_address(str(to), settings.guard_config().rules).limit_key
     except (ValueError, InvalidAddress):
         return outcome  # nothing to release: the mail was never admitted
-    limiter = build_limiter(settings)
+    limiter = build_guard_limiter(settings)
     try:
-        limiter.release(key, mail_id)
-        return outcome.but(
-            recipient=limiter.storage_key(key), kind=str(entry.kwargs.get("kind", "default"))
-        )
+        if isinstance(limiter, ScopedLimiter):  # its slot back in every scope
+            tenant = entry.kwargs.get("tenant")
+            limiter.release(key, mail_id, tenant=tenant if isinstance(tenant, str) else None)
+            hashed = limiter.storage_key("recipient", key)
+        else:
+            limiter.release(key, mail_id)
+            hashed = limiter.storage_key(key)
+        return outcome.but(recipient=hashed, kind=str(entry.kwargs.get("kind", "default")))
     finally:
         limiter.close()
 

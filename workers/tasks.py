@@ -179,6 +179,7 @@ def send_mail(
     context: dict[str, Any] | None = None,
     headers: dict[str, str] | None = None,
     mail_id: str | None = None,
+    tenant: str | None = None,
     _progress: str | None = None,
     _requested_at: float | None = None,
 ) -> dict[str, Any]:
@@ -199,6 +200,7 @@ def send_mail(
         kind=kind,
         context=context,
         headers=headers,
+        tenant=tenant,
     )
     progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
     if not progress.requested_at and _requested_at:
