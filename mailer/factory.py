@@ -30,7 +30,9 @@ def build_guard_limiter(settings: Settings) -> Limiter | ScopedLimiter:
     if not policy.scoped and all(t.kind == "sliding" for t in policy.tiers):
         return build_limiter(settings)  # recipient sliding tiers only: the plain, faster path
     with _naming("LIMITER_URL"):
-        return ScopedLimiter(policy, url=settings.limiter_url, secret=settings.secret)
+        return ScopedLimiter(
+            policy, url=settings.limiter_url, secret=settings.secret, tz=settings.timezone
+        )
 
 
 def build_ledger(settings: Settings, limiter: Limiter | ScopedLimiter | None = None) -> Ledger:

@@ -29,6 +29,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * longest countdown + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
 | ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
 | ``MAILGUARD_METRICS_PORT`` | none (no server) | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
+| ``MAILGUARD_TIMEZONE`` | ``UTC`` | where ``fixed`` tiers' calendar windows start (``1d`` at local midnight): an IANA name such as ``Europe/Paris`` |
 | ``MAILGUARD_LOG_FORMAT`` | ``text`` | the worker's log lines: ``text`` (Celery's format) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
 | ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
 
@@ -51,6 +52,7 @@ from mailer.durations import parse_duration, parse_size
 from mailer.guard import GuardConfig
 from mailer.kinds import Kinds
 from mailer.policy import REFERENCE_POLICY, Policy
+from mailer.windows import zone
 
 PREFIX = "MAILGUARD_"
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
@@ -83,6 +85,7 @@ KNOWN = frozenset(
         "RESTORE_INTERVAL",
         "METRICS_PORT",
         "LOG_FORMAT",
+        "TIMEZONE",
         "MAX_MESSAGE_BYTES",
         "POISON_AFTER",
         "SUPPRESS_FOR",
@@ -117,6 +120,7 @@ class Settings:
     metrics_port: int | None = None
     metrics_host: str = ALL_INTERFACES
     log_format: LogFormat = "text"
+    timezone: str = "UTC"
     max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
     poison_after: int = defaults.POISON_AFTER
     suppress_for: float = defaults.SUPPRESS_FOR
@@ -293,6 +297,12 @@ def _read_values(env: Mapping[str, str]) -> dict[str, object]:
         values["metrics_port"] = int(number)
         values["metrics_host"] = host.strip("[]") or ALL_INTERFACES
     text("LOG_FORMAT", "log_format")
+    if tz := env.get(PREFIX + "TIMEZONE"):
+        try:
+            zone(tz)  # an unknown zone raises here, at start
+            values["timezone"] = tz
+        except ValueError as exc:
+            raise ValueError(f"{PREFIX}TIMEZONE: {exc}") from None
     if size := env.get(PREFIX + "MAX_MESSAGE_BYTES"):
         try:
             values["max_message_bytes"] = parse_size(size)

@@ -212,3 +212,17 @@ def test_a_scoped_policy_builds_the_scoped_limiter_and_bad_ones_are_one_line() -
     assert isinstance(build_guard_limiter(Settings.from_env({})), Limiter)
     with pytest.raises(ValueError, match="MAILGUARD_POLICY: unknown scope 'sendr'"):
         Settings.from_env({"MAILGUARD_POLICY": "sendr: 4/2s"})
+
+
+def test_the_timezone_of_fixed_windows_is_a_setting() -> None:
+    """MAILGUARD_TIMEZONE reaches the scoped limiter; an unknown zone is one line naming it."""
+    from mailer.factory import build_guard_limiter  # noqa: PLC0415
+    from mailer.scoped import ScopedLimiter  # noqa: PLC0415
+
+    paris = Settings.from_env(
+        {"MAILGUARD_POLICY": "100/1d fixed", "MAILGUARD_TIMEZONE": "Europe/Paris"}
+    )
+    limiter = build_guard_limiter(paris)
+    assert isinstance(limiter, ScopedLimiter) and str(limiter._tz) == "Europe/Paris"
+    with pytest.raises(ValueError, match="MAILGUARD_TIMEZONE: unknown time zone 'Mars/Base'"):
+        Settings.from_env({"MAILGUARD_TIMEZONE": "Mars/Base"})
