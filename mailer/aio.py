@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 from mailer.backends.memory import MemoryBackend
 from mailer.backends.redis import compile_script
 from mailer.backends.redis_errors import REDIS_DOWN
-from mailer.clock import Clock, to_ms
+from mailer.clock import Clock, to_us
 from mailer.decision import Decision
 from mailer.errors import BackendUnavailable, mask_url
 from mailer.keys import KeyHasher, check_key, mail_tag
@@ -49,7 +49,7 @@ class AsyncRedisBackend:
         """``mode``: ``a`` acquire, ``p`` peek, ``r`` release (the script's own modes)."""
         import redis.exceptions  # noqa: PLC0415
 
-        now = "" if self._clock is None else to_ms(self._clock())
+        now = "" if self._clock is None else to_us(self._clock())
         args = (mode, now, tag, max_wait_ms)
         try:
             try:
