@@ -100,9 +100,15 @@ class Guard:
         step, repeated = self._run(request, progress or Progress())
         kind = step.outcome.kind
         label = kind if kind in self.kinds else UNKNOWN_KIND
+        hop = (
+            isinstance(step, Later)
+            and progress is not None
+            and step.progress.deferrals == progress.deferrals
+            and step.outcome.reason == why.BOOKED
+        )
         if repeated:
             self.metrics.repeat(label)
-        else:
+        elif not hop:  # a hop towards the same booked slot is not another deferral
             self.metrics.record(step.outcome, label)
             first_due = progress.first_due if progress else 0.0
             sent_at = step.outcome.sent_at

@@ -7,7 +7,8 @@ records nothing). ``workers/app.py`` serves them when ``MAILGUARD_METRICS_PORT``
 Metrics (labels are bounded: never the recipient, the mail id or a caller's unknown kind):
 
 - ``mailguard_outcomes_total{kind,status,reason,tier}``: one per run of a mail, by its outcome.
-  A mail deferred twice then sent counts ``deferred`` twice and ``sent`` once; the mails
+  A mail booked twice then sent counts ``deferred`` twice and ``sent`` once (hops towards
+  one booked slot are not runs that count); the mails
   finished are the ``sent``, ``dropped`` and ``failed`` series. ``reason`` is empty for a sent
   mail (``unguarded`` if sent while the limiter was down, ``fail_open``), ``tier`` is empty
   unless a tier bound the decision. ``kind`` is ``unknown`` for a kind not configured.

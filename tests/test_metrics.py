@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import free_port
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
-from mailer.guard import Finish, Guard, Later, MailRequest
+from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
 from mailer.kinds import Kind
 from mailer.ledger import MemoryLedger
 from mailer.logs import JsonFormatter
@@ -121,6 +121,29 @@ def test_a_rebooked_mail_counts_its_lateness_against_its_first_slot(clock: Manua
     first = "mailguard_first_slot_lateness_seconds_sum"
     assert count(registry, first, kind="default") == pytest.approx(10)
     assert count(registry, "mailguard_lateness_seconds_sum", kind="default") == 0
+
+
+def test_hops_towards_one_slot_count_one_deferral(clock: ManualClock) -> None:
+    """A booking 60 s ahead with a 20 s max countdown hops twice: ``deferred`` counts once."""
+    registry = CollectorRegistry()
+    limiter = Limiter.from_url("memory://", Policy.parse("1/60s", name="recipient"), clock=clock)
+    guard = Guard(
+        limiter,
+        MemoryLedger(clock),
+        MemoryTransport(),
+        config=GuardConfig(max_countdown=20.0),
+        clock=clock,
+        metrics=Metrics(registry),
+    )
+    guard.process(MailRequest(ADA, "m1", "s", "b"))
+    step = guard.process(MailRequest(ADA, "m2", "s", "b"))
+    while isinstance(step, Later):
+        clock.advance(step.countdown)
+        step = guard.process(MailRequest(ADA, "m2", "s", "b"), step.progress)
+    assert isinstance(step, Finish) and step.outcome.status == "sent"
+    deferred = {"kind": "default", "status": "deferred", "reason": "booked", "tier": "1/1m"}
+    assert count(registry, "mailguard_outcomes_total", **deferred) == 1
+    assert count(registry, "mailguard_outcomes_total", **(deferred | {"tier": ""})) == 0
 
 
 def test_queue_wait_is_counted_by_priority() -> None:

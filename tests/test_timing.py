@@ -8,6 +8,7 @@ import time
 from itertools import pairwise
 
 import pytest
+import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from mailer import Kinds, ManualClock
@@ -234,6 +235,11 @@ def test_a_booked_mail_back_after_its_kinds_deadline_is_dropped_expired(
         for n in range(3)
     ]
     poll(lambda: sum(r.state == "DEFERRED" for r in results) == 2, 10, "two booked mails")
+    broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+    try:  # the worker holds both countdowns (not one still on its way through the queue)
+        poll(lambda: broker.hlen("unacked") == 2, 5, "the worker to hold both booked mails")
+    finally:
+        broker.close()
     worker.kill()
     killed_after = time.time() - enqueued
     time.sleep(2.0)
