@@ -33,6 +33,16 @@ def run_until_sent(guard, clock, mail_id: str, progress: Progress):  # type: ign
     return step
 
 
+def closest_gap(smtp: SmtpTestServer, *, recipients: int, each: int) -> float:
+    """The closest two mails to one recipient arrived, by the SMTP server's own clock, in
+    seconds; after checking that ``recipients`` recipients got ``each`` mails."""
+    received: dict[str, list[float]] = {}
+    for d in smtp.delivered:
+        received.setdefault(d.rcpt_tos[0], []).append(d.received_at)
+    assert len(received) == recipients and all(len(v) == each for v in received.values())
+    return min(b - a for times in received.values() for a, b in pairwise(sorted(times)))
+
+
 def test_a_late_run_rebooks_and_the_mails_behind_it_keep_their_spacing(clock: ManualClock) -> None:
     """Three mails booked 60 s apart; the worker is away for 10 minutes. When the runs come
     back at once, the first is sent, the others are booked again one minute apart: the mails
@@ -197,11 +207,7 @@ def test_a_stopped_worker_does_not_bunch_late_mails(
         app.close()
     outcomes = [r.get(timeout=1) for r in results]
     assert {o["status"] for o in outcomes} == {"sent"}, outcomes
-    received: dict[str, list[float]] = {}
-    for d in smtp_server.delivered:
-        received.setdefault(d.rcpt_tos[0], []).append(d.received_at)
-    assert len(received) == 10 and all(len(v) == 5 for v in received.values())
-    closest = min(b - a for times in received.values() for a, b in pairwise(sorted(times)))
+    closest = closest_gap(smtp_server, recipients=10, each=5)
     print(f"closest two mails to one recipient: {closest:.2f} s (policy 2 s)")
     assert closest >= 2.0 - 0.25, f"two mails to one recipient {closest:.2f} s apart"
 
@@ -292,11 +298,7 @@ def test_an_overloaded_worker_never_sends_two_mails_to_one_recipient_too_close(
         app.close()
     outcomes = [r.get(timeout=1) for r in results]
     assert {o["status"] for o in outcomes} == {"sent"}, outcomes
-    received: dict[str, list[float]] = {}
-    for d in smtp_server.delivered:
-        received.setdefault(d.rcpt_tos[0], []).append(d.received_at)
-    assert len(received) == 30 and all(len(v) == 4 for v in received.values())
-    closest = min(b - a for times in received.values() for a, b in pairwise(sorted(times)))
+    closest = closest_gap(smtp_server, recipients=30, each=4)
     rebooked = sum(o["deferrals"] > 1 for o in outcomes)
     print(f"closest two mails to one recipient: {closest:.2f} s; {rebooked} mails re-booked")
     assert closest >= 1.0 - 0.2, f"two mails to one recipient {closest:.2f} s apart"

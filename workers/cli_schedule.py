@@ -23,7 +23,7 @@ from mailer.outcomes import Outcome
 from mailer.scoped import ScopedLimiter
 from mailer.settings import Settings
 from workers import views
-from workers.cli_errors import USAGE, fail
+from workers.cli_errors import fail, shared_ledger_settings
 from workers.parking import Parked, schedule_for
 
 #: How long ``cancel`` holds the mail's claim while it records the cancellation, in seconds.
@@ -31,18 +31,7 @@ CANCEL_LEASE = 30.0
 
 
 def _settings() -> Settings:
-    try:
-        settings = Settings.from_env()
-    except ValueError as exc:
-        fail(str(exc), USAGE)
-    for problem in settings.problems():
-        fail(problem, USAGE)
-    if settings.effective_ledger_url.startswith("memory:"):
-        fail(
-            "the ledger is memory://: each worker keeps its own schedule, which this command "
-            "cannot see; set the workers' shared redis:// MAILGUARD_LEDGER_URL"
-        )
-    return settings
+    return shared_ledger_settings("schedule")
 
 
 @click.command(short_help="Cancel a waiting mail (parked or deferred); its slot is freed.")

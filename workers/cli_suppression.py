@@ -16,24 +16,12 @@ import click
 from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_suppressions
-from mailer.settings import Settings
 from mailer.suppression import Suppressions
-from workers.cli_errors import USAGE, fail
+from workers.cli_errors import USAGE, fail, shared_ledger_settings
 
 
 def _store() -> Suppressions:
-    try:
-        settings = Settings.from_env()
-    except ValueError as exc:
-        fail(str(exc), USAGE)
-    for problem in settings.problems():
-        fail(problem, USAGE)
-    if settings.effective_ledger_url.startswith("memory:"):
-        fail(
-            "the ledger is memory://: each worker keeps its own suppression list, which this "
-            "command cannot see; set the workers' shared redis:// MAILGUARD_LEDGER_URL"
-        )
-    return build_suppressions(settings)
+    return build_suppressions(shared_ledger_settings("suppression list"))
 
 
 def _key(store: Suppressions, address: str) -> str:
