@@ -125,6 +125,9 @@ class Figures:
     handed: float | None = None  # seconds from due to the schedule empty
     sent: float = 0.0  # seconds from due to all sent
     run_cpu_ms: float = 0.0  # worker CPU per run while parking/deferring, ms
+    run_main_cpu_ms: float = 0.0  # of which the main process
+    floor_cpu_ms: float = 0.0  # worker CPU per unguarded run, ms
+    floor_main_cpu_ms: float = 0.0  # of which the main process
 
 
 _RUN_END = re.compile(r"Task mailguard\.send_mail\[[^\]]+\] (?:succeeded|ignored|retry)")
@@ -145,12 +148,19 @@ def _drained(broker: redis.Redis, timeout: float) -> float:
     raise SystemExit(f"timed out: the broker still holds messages after {timeout:g} s")
 
 
-def _floor(app: Celery, results: redis.Redis, count: int, tag: str) -> float:
-    """Unguarded mails per second on the running worker: publish to the last result."""
+def _floor(
+    app: Celery, results: redis.Redis, count: int, tag: str, pids: list[int] | None = None
+) -> tuple[float, float, float]:
+    """Unguarded mails per second on the running worker (publish to the last result), and the
+    CPU per run (ms) of ``pids`` (the worker's processes, main first) and of its main process."""
     addresses = [f"{tag}{n}@example.com" for n in range(count)]
+    pids = pids or []
+    cpu_before = [_cpu(pid) for pid in pids]
     started = time.time()
     ids = _publish(app, UNGUARDED, addresses, {"subject": "s", "body": "b"})
-    return count / (_wait_for(results, ids, "SUCCESS", 600) - started)
+    rate = count / (_wait_for(results, ids, "SUCCESS", 600) - started)
+    spent = [_cpu(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
+    return rate, sum(spent) / count * 1000, (spent[0] if spent else 0.0) / count * 1000
 
 
 def estimate_rate(mails: int) -> float:
@@ -161,7 +171,7 @@ def estimate_rate(mails: int) -> float:
     results = redis.Redis.from_url(env["MAILGUARD_RESULT_BACKEND"])
     worker = CeleryWorker(env, app_module="benchmarks.celery_app", name="estimate").start()
     try:
-        return _floor(app, results, min(mails, 1000), "estimate")
+        return _floor(app, results, min(mails, 1000), "estimate")[0]
     finally:
         worker.stop(timeout=60)
         app.close()
@@ -205,6 +215,7 @@ def run_design(name: str, park_after: str, mails: int, window: float) -> Figures
         pids = _worker_pids(worker)
         rss_before = {pid: _rss(pid) for pid in pids}
         cpu_before = sum(_cpu(pid) for pid in pids)
+        main_before = _cpu(pids[0])
         memory_before = int(admin.info("memory")["used_memory"])
         started = time.time()
         ids = _publish(app, GUARDED, addresses, {"subject": "s", "body": "b"})
@@ -212,6 +223,7 @@ def run_design(name: str, park_after: str, mails: int, window: float) -> Figures
         waiting = _drained(admin_broker, window - 5)  # countdown: every retry held by the worker
         figures.enqueue_rate = mails / (waiting - started)
         figures.run_cpu_ms = (sum(_cpu(p) for p in pids) - cpu_before) / mails * 1000
+        figures.run_main_cpu_ms = (_cpu(pids[0]) - main_before) / mails * 1000
         time.sleep(1.0)  # the last acknowledgements and countdown hand-offs
         figures.worker_growth = sum(_rss(pid) - rss for pid, rss in rss_before.items())
         figures.worker_main_growth = _rss(pids[0]) - rss_before[pids[0]]
@@ -241,7 +253,9 @@ def run_design(name: str, park_after: str, mails: int, window: float) -> Figures
             figures.handed = time.time() - due
         figures.sent = _wait_for(results, ids, "SUCCESS", 600) - due
         print(f"  {name}: all sent {figures.sent:.1f} s after the slot", flush=True)
-        figures.floor_rate = _floor(app, results, min(mails, FLOOR_MAILS), f"{name}-floor")
+        figures.floor_rate, figures.floor_cpu_ms, figures.floor_main_cpu_ms = _floor(
+            app, results, min(mails, FLOOR_MAILS), f"{name}-floor", pids
+        )
         print(f"  {name}: unguarded floor {figures.floor_rate:,.0f} mails/s", flush=True)
     finally:
         worker.stop(timeout=60)
@@ -260,6 +274,9 @@ def _mb(value: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mails", type=int, default=5_000, help="mails per design")
+    parser.add_argument(
+        "--parked-only", action="store_true", help="skip the countdown design (for iterating)"
+    )
     args = parser.parse_args()
     print(f"schedule benchmark: {args.mails:,} mails per design; {_machine()}", flush=True)
     rate = estimate_rate(args.mails)
@@ -267,11 +284,14 @@ def main() -> None:
     window = 30 + 3 * args.mails / rate
     print(f"  first floor {rate:,.0f} mails/s: every mail booked {window:.0f} s ahead", flush=True)
     parked = run_design("parked", "5s", args.mails, window)
-    held = run_design("countdown", "off", args.mails, window)
+    held = Figures() if args.parked_only else run_design("countdown", "off", args.mails, window)
     rows = [
         ("enqueue to waiting, mails/s", parked.enqueue_rate, held.enqueue_rate, "{:,.0f}"),
         ("unguarded floor, mails/s", parked.floor_rate, held.floor_rate, "{:,.0f}"),
         ("worker CPU per run to waiting, ms", parked.run_cpu_ms, held.run_cpu_ms, "{:.2f}"),
+        ("  of which the main process", parked.run_main_cpu_ms, held.run_main_cpu_ms, "{:.2f}"),
+        ("worker CPU per unguarded run, ms", parked.floor_cpu_ms, held.floor_cpu_ms, "{:.2f}"),
+        ("  of which the main process", parked.floor_main_cpu_ms, held.floor_main_cpu_ms, "{:.2f}"),
         ("worker RSS growth (main + pool)", parked.worker_growth, held.worker_growth, "mb"),
         ("  of which the main process", parked.worker_main_growth, held.worker_main_growth, "mb"),
         ("Redis bytes per waiting mail", parked.redis_per_mail, held.redis_per_mail, "{:,.0f}"),

@@ -9,6 +9,7 @@ from mailer.decision import Decision
 from mailer.durations import parse_duration
 from mailer.errors import (
     BackendUnavailable,
+    Contended,
     InvalidAddress,
     InvalidMessage,
     MailguardError,
@@ -26,6 +27,7 @@ __all__ = [
     "AddressRules",
     "BackendUnavailable",
     "Clock",
+    "Contended",
     "Decision",
     "InvalidAddress",
     "InvalidMessage",

@@ -8,30 +8,42 @@ itself (address, templates, headers): this only bounds shape and size.
 
 | argument | accepted |
 |---|---|
-| ``to`` | ``str``, 1-998 characters, no CR/LF/NUL |
+| ``to`` | ``str``, 1-998 characters, no CR/LF/NUL; or a list of such addresses |
+| ``cc``, ``bcc``, ``reply_to`` | ``None``, an address or a list of addresses (each checked) |
+| ``from_email`` | ``None`` or ``str`` (``"Name <address>"`` or an address, valid), one line |
+| ``attachments`` | ``None`` or a list of ``[filename, base64 content, mimetype]`` |
 | ``subject`` | ``None`` or ``str`` of at most 998 characters, no CR/LF/NUL |
 | ``body``, ``html`` | ``None`` or ``str`` |
 | ``kind`` | ``str`` of 1-64 ``a-z 0-9 _``, starting with a letter |
 | ``context`` | ``None`` or a ``dict`` of JSON values: str keys, nested at most 32 deep |
-| ``headers`` | ``None`` or a ``dict`` of at most 50 ``str`` to ``str`` (values <= 998 chars) |
+| ``headers`` | ``None`` or a ``dict`` of at most 50 field names (not reserved: ``To``, ``From``, |
+| | ``Cc``... are arguments) to one-line values of at most 998 characters; no ``Reply-To`` |
+| | beside ``reply_to`` |
 | ``mail_id`` | ``None`` or 1-128 of ``A-Z a-z 0-9 . _ : - @ + = /`` |
 | ``tenant`` | ``None`` or ``str`` of 1-64 characters, no control characters |
 
-Every string anywhere must be valid Unicode (no lone surrogates). The whole call, as JSON, must
-fit in ``max_message_bytes`` (``MAILGUARD_MAX_MESSAGE_BYTES``, 10 MB by default); a container
-may hold at most :data:`MAX_ITEMS` values in all.
+A message has at most :data:`MAX_RECIPIENTS` envelope recipients (to, cc and bcc) and
+:data:`MAX_ATTACHMENTS` attachments. Every string anywhere must be valid Unicode (no lone
+surrogates). The whole call, as JSON, must fit in ``max_message_bytes``
+(``MAILGUARD_MAX_MESSAGE_BYTES``, 10 MB by default); a container may hold at most
+:data:`MAX_ITEMS` values in all.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
 from collections.abc import Mapping, Sequence
+from email.utils import parseaddr
 from typing import Any
 
+from mailer.address import normalise_address
 from mailer.defaults import MAX_MESSAGE_BYTES
-from mailer.errors import MailguardError
+from mailer.errors import InvalidAddress, InvalidMessage, MailguardError
+from mailer.message import check_extra_header
 from mailer.scoped import check_tenant
 
 #: Deepest nesting of lists and dicts in ``context``.
@@ -45,7 +57,27 @@ _LINE_CHARS = 998
 _MAX_HEADERS = 50
 _KIND = re.compile(r"[a-z][a-z0-9_]{0,63}")
 _MAIL_ID = re.compile(r"[A-Za-z0-9._:@+=/-]{1,128}")
-_PUBLIC = ("to", "subject", "body", "html", "kind", "context", "headers", "mail_id", "tenant")
+_PUBLIC = (
+    "to",
+    "subject",
+    "body",
+    "html",
+    "kind",
+    "context",
+    "headers",
+    "mail_id",
+    "tenant",
+    "cc",
+    "bcc",
+    "reply_to",
+    "from_email",
+    "attachments",
+)
+#: Most envelope recipients of one message (to, cc and bcc together).
+MAX_RECIPIENTS = 100
+#: Most attachments of one message.
+MAX_ATTACHMENTS = 100
+_MIME = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
 
 
 class InvalidArguments(MailguardError, ValueError):
@@ -65,7 +97,20 @@ def check_arguments(
     but not checked here: their owner checks them).
     """
     call = _as_keywords(args, kwargs, private)
-    _text(call, "to", required=True, max_chars=_LINE_CHARS, one_line=True)
+    _to(call)
+    envelope = sum(
+        len(value) if isinstance(value, list) else 1
+        for value in (call.get("to"), call.get("cc"), call.get("bcc"))
+        if value is not None
+    )
+    for name in ("cc", "bcc", "reply_to"):
+        _addresses(call, name)
+    if envelope > MAX_RECIPIENTS:
+        raise InvalidArguments(
+            f"send_mail: {envelope} recipients in to, cc and bcc; at most {MAX_RECIPIENTS}"
+        )
+    _from_email(call)
+    _attachments(call.get("attachments"))
     _text(call, "subject", max_chars=_LINE_CHARS, one_line=True)
     _text(call, "body")
     _text(call, "html")
@@ -83,7 +128,7 @@ def check_arguments(
             check_tenant(tenant)
         except ValueError as exc:
             raise InvalidArguments(f"send_mail: {exc}; got {_show(tenant)}") from None
-    _headers(call.get("headers"))
+    _headers(call.get("headers"), reply_to=call.get("reply_to") is not None)
     context = call.get("context")
     if context is not None and not isinstance(context, dict):
         raise InvalidArguments(f"send_mail: context must be a dict, got {_show(context)}")
@@ -138,7 +183,80 @@ def _text(
         raise InvalidArguments(f"send_mail: {name} must be one line (no CR, LF or NUL)")
 
 
-def _headers(headers: Any) -> None:
+def _to(call: Mapping[str, Any]) -> None:
+    """``to``: an address, or a list of them; empty only with cc or bcc (a Bcc newsletter,
+    its To header then ``undisclosed-recipients:;``)."""
+    to = call.get("to")
+    if to == [] and (call.get("cc") or call.get("bcc")):
+        return
+    if isinstance(to, list):
+        _addresses(call, "to", required=True)
+    else:
+        _text(call, "to", required=True, max_chars=_LINE_CHARS, one_line=True)
+
+
+def _addresses(call: Mapping[str, Any], name: str, *, required: bool = False) -> None:
+    """An address or a list of them, each a valid address (checked here: the earliest point
+    that can know)."""
+    value = call.get(name)
+    if value is None and not required:
+        return
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or len(items) > MAX_RECIPIENTS:
+        raise InvalidArguments(
+            f"send_mail: {name} must be an address or a list of 1 to {MAX_RECIPIENTS} addresses"
+        )
+    for n, item in enumerate(items):
+        if not isinstance(item, str) or not item or len(item) > _LINE_CHARS:
+            raise InvalidArguments(f"send_mail: {name}[{n}] must be text, got {_show(item)}")
+        if any(c in item for c in "\r\n\0"):
+            raise InvalidArguments(f"send_mail: {name}[{n}] must be one line (no CR, LF or NUL)")
+        try:
+            normalise_address(parseaddr(item)[1] if name == "reply_to" else item)
+        except InvalidAddress as exc:
+            raise InvalidArguments(f"send_mail: {name}[{n}]: {exc}") from None
+
+
+def _attachments(value: Any) -> None:
+    """``[filename, base64 content, mimetype]`` items, each decodable."""
+    if value is None:
+        return
+    if not isinstance(value, list) or len(value) > MAX_ATTACHMENTS:
+        raise InvalidArguments(
+            f"send_mail: attachments must be a list of at most {MAX_ATTACHMENTS} "
+            "[filename, base64 content, mimetype] items"
+        )
+    for n, item in enumerate(value):
+        if not isinstance(item, list | tuple) or len(item) != 3:
+            raise InvalidArguments(
+                f"send_mail: attachments[{n}] must be [filename, base64 content, mimetype]"
+            )
+        filename, content, mimetype = item
+        if (
+            not isinstance(filename, str)
+            or not 0 < len(filename) <= 255
+            or any(c in filename for c in "\r\n\0")
+        ):
+            raise InvalidArguments(
+                f"send_mail: attachments[{n}] filename must be one line of 1-255 characters"
+            )
+        if not isinstance(content, str):
+            raise InvalidArguments(f"send_mail: attachments[{n}] content must be base64 text")
+        try:
+            base64.b64decode(content, validate=True)
+        except (ValueError, binascii.Error):
+            raise InvalidArguments(
+                f"send_mail: attachments[{n}] content is not valid base64"
+            ) from None
+        if not isinstance(mimetype, str) or not _MIME.fullmatch(mimetype):
+            raise InvalidArguments(
+                f"send_mail: attachments[{n}] mimetype must be type/subtype such as text/csv"
+            )
+
+
+def _headers(headers: Any, *, reply_to: bool) -> None:
+    """Extra headers: field names that are not reserved (``To``, ``From``, ``Cc``...: use the
+    arguments), one-line values; ``Reply-To`` not beside the ``reply_to`` argument."""
     if headers is None:
         return
     if not isinstance(headers, dict) or len(headers) > _MAX_HEADERS:
@@ -150,6 +268,26 @@ def _headers(headers: Any) -> None:
             raise InvalidArguments(
                 f"send_mail: headers must map str to str of at most {_LINE_CHARS} characters"
             )
+        try:
+            check_extra_header(name, value, _LINE_CHARS)
+        except InvalidMessage as exc:
+            raise InvalidArguments(f"send_mail: {exc}") from None
+        if reply_to and name.lower() == "reply-to":
+            raise InvalidArguments(
+                "send_mail: Reply-To given twice (the reply_to argument and a header); use one"
+            )
+
+
+def _from_email(call: Mapping[str, Any]) -> None:
+    """``from_email``: one line, ``"Name <address>"`` or an address, the address valid."""
+    _text(call, "from_email", max_chars=_LINE_CHARS, one_line=True)
+    value = call.get("from_email")
+    if value is None:
+        return
+    try:
+        normalise_address(parseaddr(value)[1])
+    except InvalidAddress as exc:
+        raise InvalidArguments(f"send_mail: from_email: {exc}") from None
 
 
 class _Walker:

@@ -32,6 +32,11 @@ LATE_TOLERANCE = 1.0
 POISON_AFTER = 3
 #: How long a hard bounce suppresses the recipient (30 days).
 SUPPRESS_FOR = 30 * 86_400.0
+#: How long a throttling reply holds the sender (or ``450 4.2.1`` one recipient) when the reply
+#: states no delay (60 s).
+THROTTLE_HOLD = 60.0
+#: The longest a hold grows by doubling while throttling replies keep coming (15 minutes).
+THROTTLE_HOLD_MAX = 15 * 60.0
 #: A deferral longer than this is parked in the schedule rather than held as a countdown.
 PARK_AFTER = 30.0
 #: How long a worker holds the parked mails it is promoting (publishing) before others may.

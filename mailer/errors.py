@@ -36,6 +36,13 @@ class BackendUnavailable(MailguardError):
         return (_restore_unavailable, (type(self), str(self), self.url, self.backend))
 
 
+class Contended(MailguardError):
+    """A message to several recipients found no common slot in a bounded number of rounds
+    (other mails kept moving its recipients' slots). Nothing is held: try again after a short
+    backoff. Never a reason to send unguarded, whatever ``fail_open`` says: the limiter works.
+    """
+
+
 def _restore_unavailable(
     cls: type[BackendUnavailable], message: str, url: str, backend: str
 ) -> BackendUnavailable:

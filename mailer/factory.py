@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from mailer.guard import Guard
+from mailer.holds import Holds
 from mailer.ledger import Ledger, MemoryLedger, RedisLedger
 from mailer.limiter import Limiter
 from mailer.metrics import Metrics
@@ -57,6 +58,21 @@ def build_suppressions(settings: Settings, ledger: Ledger | None = None) -> Supp
     )
 
 
+def build_holds(settings: Settings, limiter: Limiter | ScopedLimiter | None = None) -> Holds:
+    """The holds, where the limiter lives (sharing a plain limiter's Redis client)."""
+    from mailer.backends.redis import RedisBackend  # noqa: PLC0415 - redis only here
+
+    backend = limiter.backend if isinstance(limiter, Limiter) else None
+    client = backend.client if isinstance(backend, RedisBackend) else None
+    with _naming("LIMITER_URL"):
+        return Holds.from_url(
+            settings.limiter_url,
+            secret=settings.secret,
+            client=client,
+            max_hold=settings.throttle_hold_max,
+        )
+
+
 def build_transport(settings: Settings) -> Transport:
     """``console://`` (stderr), ``memory://`` (kept in the process) or an SMTP URL."""
     scheme = urlsplit(settings.smtp_url).scheme
@@ -65,7 +81,11 @@ def build_transport(settings: Settings) -> Transport:
     if scheme == "memory":
         return MemoryTransport()
     with _naming("SMTP_URL"):
-        return SmtpTransport.from_url(settings.smtp_url, max_attempts=settings.smtp_attempts)
+        return SmtpTransport.from_url(
+            settings.smtp_url,
+            max_attempts=settings.smtp_attempts,
+            retry_holds=settings.throttle_hold is None,  # with holds on, the guard holds instead
+        )
 
 
 @contextmanager
@@ -92,5 +112,6 @@ def build_guard(settings: Settings, *, metrics: Metrics | None = None) -> Guard:
         kinds=settings.kinds,
         config=settings.guard_config(),
         suppressions=build_suppressions(settings, ledger),
+        holds=build_holds(settings, limiter) if settings.throttle_hold is not None else None,
         metrics=metrics,
     )

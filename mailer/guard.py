@@ -24,6 +24,7 @@ The words of each result (``plan`` → ``Step`` → outcome → Celery state) ar
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 from dataclasses import replace
@@ -34,8 +35,10 @@ from mailer import outcomes as why
 from mailer.address import Recipient, normalise_address
 from mailer.clock import Clock, system_clock
 from mailer.decision import Decision
+from mailer.envelope import addresses, attachments, reply_to, sender, without_recipients
 from mailer.errors import (
     BackendUnavailable,
+    Contended,
     InvalidAddress,
     InvalidMessage,
     PermanentSendError,
@@ -51,13 +54,15 @@ from mailer.guard_data import (
     log_fields,
     mapping,
 )
+from mailer.holds import RECIPIENT, SENDER, Hold, Holds
 from mailer.kinds import Kind, Kinds, render
 from mailer.ledger import Ledger
 from mailer.limiter import MAX_WAIT, Limiter
 from mailer.message import Mail, build_message, message_id
 from mailer.metrics import UNGUARDED, UNKNOWN_KIND, Metrics, default_metrics
+from mailer.multi import acquire_all, release_all
 from mailer.outcomes import Outcome
-from mailer.replies import Action, classify
+from mailer.replies import Action, Reaction, classify, enhanced_status
 from mailer.scoped import ScopedLimiter, check_tenant
 from mailer.steps import Defer, Drop, Fail, Finish, Later, Progress, Send, Step, plan
 from mailer.suppression import Suppressions
@@ -66,6 +71,9 @@ from mailer.transports.base import Transport
 __all__ = ["Fail", "Finish", "Guard", "GuardConfig", "Later", "MailRequest", "Progress", "Step"]
 
 log = logging.getLogger("mailguard")
+
+#: Recipient holds a worker remembers (to log their end once); the oldest are forgotten first.
+_KNOWN_HOLDS = 1024
 
 
 class Guard:
@@ -83,6 +91,7 @@ class Guard:
         clock: Clock | None = None,
         metrics: Metrics | None = None,
         suppressions: Suppressions | None = None,
+        holds: Holds | None = None,
     ) -> None:
         self.limiter = limiter
         self.ledger = ledger
@@ -92,6 +101,17 @@ class Guard:
         self._clock = clock or system_clock
         #: Addresses not to contact (hard bounces); in this process unless given.
         self.suppressions = suppressions or Suppressions.from_url("memory://", clock=self._clock)
+        #: Holds after throttling replies (:mod:`mailer.holds`); None when holds are off
+        #: (``throttle_hold`` None). In this process unless given.
+        self.holds: Holds | None = None
+        if self.config.throttle_hold is not None:
+            self.holds = holds or Holds.from_url(
+                "memory://", clock=self._clock, max_hold=self.config.throttle_hold_max
+            )
+        # The holds this worker knows are in force (scope or recipient hash -> until), to log
+        # their end once.
+        self._known: dict[str, float] = {}
+        self._known_lock = threading.Lock()
         #: Where each run is counted (:mod:`mailer.metrics`); ``NO_METRICS`` counts nothing.
         self.metrics = metrics if metrics is not None else default_metrics()
 
@@ -129,7 +149,16 @@ class Guard:
         if not progress.requested_at:
             # A message from another producer carries no request time: its first run's.
             progress = replace(progress, requested_at=prepared.base.decided_at or self._clock())
-        go = self._unless_suppressed(prepared, progress) or self._admit(prepared, progress)
+        if prepared.more_keys:  # several recipients: the suppressed ones leave the envelope
+            kept = self._without_suppressed(prepared, progress)
+            if not isinstance(kept, Prepared):
+                return self._settle(prepared, owner, kept, guarded=False), False
+            prepared = kept
+        go = (
+            self._unless_suppressed(prepared, progress)
+            or self._unless_held(prepared, progress)
+            or self._admit(prepared, progress)
+        )
         step = self._send(prepared, go, progress) if isinstance(go, Go) else go
         return self._settle(prepared, owner, step, guarded=isinstance(go, Go) and go.guarded), False
 
@@ -147,7 +176,7 @@ class Guard:
             decided_at=now,
         )
         try:
-            recipient, kind, message = self._build(request, now)
+            recipient, more, kind, message = self._build(request, now)
             hashed = (
                 self.limiter.storage_key("recipient", recipient.limit_key)
                 if isinstance(self.limiter, ScopedLimiter)
@@ -169,28 +198,45 @@ class Guard:
             limit_key=recipient.limit_key,
             message=message,
             tenant=tenant,
+            more_keys=more,
             base=base.but(
                 recipient=hashed, message_id=message_id(request.mail_id, self.config.sender)
             ),
         )
 
-    def _build(self, request: MailRequest, now: float) -> tuple[Recipient, Kind, EmailMessage]:
-        """Normalise, render and build; raises ``InvalidAddress`` / ``InvalidMessage``."""
-        recipient = normalise_address(request.to, self.config.rules)
+    def _build(
+        self, request: MailRequest, now: float
+    ) -> tuple[Recipient, tuple[str, ...], Kind, EmailMessage]:
+        """Normalise, render and build; raises ``InvalidAddress`` / ``InvalidMessage``.
+
+        Returns the first recipient (its key is the mail's), the limit keys of the other
+        envelope recipients (deduplicated), the kind and the message.
+        """
+        to = [normalise_address(a, self.config.rules) for a in addresses(request.to, "to")]
+        cc = [normalise_address(a, self.config.rules) for a in addresses(request.cc, "cc")]
+        bcc = [normalise_address(a, self.config.rules) for a in addresses(request.bcc, "bcc")]
+        everyone = [*to, *cc, *bcc]
+        if not everyone:
+            raise InvalidAddress("to: no address")
+        keys = list(dict.fromkeys(r.limit_key for r in everyone))
         kind = self.kinds[request.kind if isinstance(request.kind, str) else "?"]
         context = mapping(request.context, "context")
         headers = mapping(request.headers, "headers")
         subject, body, html = render(kind, request.subject, request.body, request.html, context)
         mail = Mail(
-            to=recipient.address,
+            to=tuple(r.address for r in to),
             subject=subject,
             body=body,
             html=html,
             mail_id=request.mail_id,
-            sender=self.config.sender,
+            sender=sender(request.from_email, self.config.sender, self.config.rules),
             headers=headers,
+            cc=tuple(r.address for r in cc),
+            bcc=tuple(r.address for r in bcc),
+            reply_to=tuple(reply_to(request.reply_to, self.config.rules)),
+            attachments=attachments(request.attachments),
         )
-        return recipient, kind, build_message(mail, now=now)
+        return everyone[0], tuple(keys[1:]), kind, build_message(mail, now=now)
 
     # 2. claim ------------------------------------------------------------------------------
 
@@ -244,6 +290,162 @@ class Guard:
         log.info("mail %s dropped: recipient suppressed", mail.mail_id, extra=log_fields(dropped))
         return Finish(dropped)
 
+    def _without_suppressed(self, mail: Prepared, progress: Progress) -> Prepared | Step:
+        """A message to several recipients without the suppressed ones (their addresses taken
+        out of To, Cc and Bcc); ``dropped`` / ``suppressed`` when every one is."""
+        keys = [mail.limit_key, *mail.more_keys]
+        try:
+            gone = {k for k in keys if self.suppressions.suppressed(k) is not None}
+        except BackendUnavailable as exc:
+            self.metrics.backend_down("ledger")
+            return self._backend_down(mail.base, progress, exc, why.LEDGER_UNAVAILABLE)
+        if not gone:
+            return mail
+        kept = [k for k in keys if k not in gone]
+        if not kept:
+            return self._unless_suppressed(mail, progress) or Finish(mail.base)
+        message = without_recipients(mail.message, gone, self.config.rules)
+        log.info(
+            "mail %s: %d suppressed recipients left out of %d",
+            mail.mail_id,
+            len(gone),
+            len(keys),
+            extra=log_fields(mail.base),
+        )
+        return replace(mail, limit_key=kept[0], more_keys=tuple(kept[1:]), message=message)
+
+    # holds ------------------------------------------------------------------------------
+
+    def _unless_held(self, mail: Prepared, progress: Progress) -> Go | Step | None:
+        """With a hold in force (the sender's, or this recipient's), book the mail after it
+        (``deferred`` / ``held``) without opening an SMTP transaction; else None.
+
+        One read of both holds (one round trip). The holds store down is the limiter down:
+        ``fail_closed`` defers, ``fail_open`` goes on to the limiter.
+        """
+        if self.holds is None:
+            return None
+        try:
+            sender, recipient = self.holds.active(mail.limit_key)
+        except BackendUnavailable as exc:
+            self.metrics.backend_down("limiter")
+            if self.config.fail_open:
+                return None
+            return self._backend_down(mail.base, progress, exc, why.LIMITER_UNAVAILABLE)
+        self._note(SENDER, SENDER, sender)
+        self._note(mail.base.recipient or "", f"recipient {mail.base.recipient}", recipient)
+        scope, hold = (SENDER, sender) if sender is not None else (RECIPIENT, recipient)
+        if recipient is not None and (sender is None or recipient.until > sender.until):
+            scope, hold = RECIPIENT, recipient
+        if hold is None or (progress.due and progress.due >= hold.until):
+            return None  # no hold, or already booked after it (a hop towards its slot)
+        return self._book_after(mail, mail.base, progress, scope, hold, holds_slot=False)
+
+    def _throttled(
+        self,
+        mail: Prepared,
+        base: Outcome,
+        progress: Progress,
+        exc: TransientSendError,
+        reaction: Reaction,
+    ) -> Step:
+        """The server asked us to slow down: hold the sender (or this recipient), give the slot
+        back and book the mail after the hold, instead of retrying it at once."""
+        assert self.holds is not None
+        progress = replace(progress, attempts=progress.attempts + exc.attempts)
+        base = base.but(attempts=progress.attempts, smtp_code=exc.code, smtp_reply=exc.reply)
+        seconds = reaction.hold or self.config.throttle_hold or defaults.THROTTLE_HOLD
+        cause = f"{exc.code} {exc.reply or ''}".strip()
+        scope = SENDER if reaction.action is Action.HOLD_SENDER else RECIPIENT
+        try:
+            if scope == SENDER:
+                hold = self.holds.hold_sender(seconds, cause)
+            else:
+                hold = self.holds.hold_recipient(mail.limit_key, seconds, cause)
+        except BackendUnavailable as down:
+            # The hold could not be written: its store is the limiter's, so the limiter is
+            # down too; defer (fail_closed or not: this mail was just refused).
+            self.metrics.backend_down("limiter")
+            self._release(mail)
+            return self._backend_down(base, progress, down, why.LIMITER_UNAVAILABLE)
+        who = SENDER if scope == SENDER else f"recipient {mail.base.recipient}"
+        self._note(SENDER if scope == SENDER else mail.base.recipient or "", who, hold)
+        self.metrics.hold(scope, _cause_label(exc.code, exc.reply))
+        log.warning(
+            "hold started: %s until %s (%s)",
+            who,
+            iso(hold.until),
+            cause,
+            extra=log_fields(base) | {"hold": scope, "until": hold.until, "level": hold.level},
+        )
+        booked = self._book_after(mail, base, progress, scope, hold, holds_slot=True)
+        return self._send(mail, booked, progress) if isinstance(booked, Go) else booked
+
+    def _book_after(
+        self,
+        mail: Prepared,
+        base: Outcome,
+        progress: Progress,
+        scope: str,
+        hold: Hold,
+        *,
+        holds_slot: bool,
+    ) -> Go | Step:
+        """Give back the slot ``mail`` holds (if any) and book it at the earliest slot at or
+        after ``hold`` ends, within its kind's deadline: ``deferred`` / ``held`` (or ``Go`` when
+        the limiter's clock says the hold is already over)."""
+        now = self._clock()
+        left = progress.requested_at + mail.kind.max_wait - now
+        if left < -self.config.late_tolerance:
+            return self._expired(mail, progress, now)
+        try:
+            if holds_slot or progress.due:
+                self._give_back(mail)
+            decision = self._acquire(mail, min(max(left, 0.0), MAX_WAIT), not_before=hold.until)
+        except BackendUnavailable as exc:
+            self.metrics.backend_down("limiter")
+            return self._backend_down(base, progress, exc, why.LIMITER_UNAVAILABLE)
+        action = plan(decision, max_countdown=self.config.max_countdown)
+        if isinstance(action, Send):  # the limiter's clock says the hold is over: go
+            return Go(due=action.at)
+        tier = _tier_name(decision, action.tier) or f"{scope} hold"
+        held = {"hold": scope, "smtp_reply": base.smtp_reply or hold.cause}
+        if isinstance(action, Drop):
+            dropped = base.but(
+                status="dropped",
+                reason=why.RATE_LIMITED,
+                tier=tier,
+                wait=action.wait,
+                detail=f"{scope} held until {iso(hold.until)}: no slot within the kind's wait",
+                **held,
+            )
+            log.info(
+                "mail %s dropped: %s held until %s, no slot in time",
+                mail.mail_id,
+                scope,
+                iso(hold.until),
+                extra=log_fields(dropped),
+            )
+            return Finish(dropped)
+        later = _booked(base, action, tier, progress, now)
+        outcome = later.outcome.but(
+            reason=why.HELD, detail=f"{scope} held until {iso(hold.until)}", **held
+        )
+        return replace(later, outcome=outcome)
+
+    def _note(self, name: str, who: str, hold: Hold | None) -> None:
+        """Remember the holds this worker has seen; log once when one it knew has ended."""
+        with self._known_lock:
+            if hold is not None:
+                self._known.pop(name, None)
+                self._known[name] = hold.until
+                while len(self._known) > _KNOWN_HOLDS:
+                    del self._known[next(iter(self._known))]
+                return
+            if self._known.pop(name, None) is None:
+                return
+        log.info("hold ended: %s", who, extra={"hold": who})
+
     # 3. admit ------------------------------------------------------------------------------
 
     def _admit(self, mail: Prepared, progress: Progress) -> Go | Step:
@@ -267,16 +469,8 @@ class Guard:
             if decision.allowed and now - decision.at > self.config.late_tolerance:
                 late = True
                 decision = self._rebook(mail, decision, max_wait, now)
-        except BackendUnavailable as exc:
-            self.metrics.backend_down("limiter")
-            if not self.config.fail_open:
-                return self._backend_down(mail.base, progress, exc, why.LIMITER_UNAVAILABLE)
-            log.warning(
-                "mail %s: limiter unavailable, sending unguarded (fail_open)",
-                mail.mail_id,
-                extra=log_fields(mail.base),
-            )
-            return Go(due=None, guarded=False)
+        except (BackendUnavailable, Contended) as exc:
+            return self._unanswered(mail, progress, exc)
         action = plan(decision, max_countdown=self.config.max_countdown)
         if isinstance(action, Send):
             return Go(due=action.at)
@@ -298,6 +492,24 @@ class Guard:
             return Finish(dropped)
         return _booked(mail.base, action, tier, progress, now)
 
+    def _unanswered(
+        self, mail: Prepared, progress: Progress, exc: BackendUnavailable | Contended
+    ) -> Go | Step:
+        """No decision: the limiter is down (``fail_closed`` defers, ``fail_open`` sends
+        unguarded) or the recipients were contended (deferred: the limiter works, so sending
+        would break "never over", whatever ``fail_open`` says)."""
+        if isinstance(exc, Contended):
+            return self._backend_down(mail.base, progress, exc, why.CONTENDED)
+        self.metrics.backend_down("limiter")
+        if not self.config.fail_open:
+            return self._backend_down(mail.base, progress, exc, why.LIMITER_UNAVAILABLE)
+        log.warning(
+            "mail %s: limiter unavailable, sending unguarded (fail_open)",
+            mail.mail_id,
+            extra=log_fields(mail.base),
+        )
+        return Go(due=None, guarded=False)
+
     def _rebook(self, mail: Prepared, slot: Decision, max_wait: float, now: float) -> Decision:
         """This run is late for its slot: give the slot back and ask the limiter again, now.
 
@@ -317,22 +529,40 @@ class Guard:
         )
         return again
 
-    def _acquire(self, mail: Prepared, max_wait: float) -> Decision:
-        """The limiter's decision for ``mail``: every scope of a scoped limiter at once."""
+    def _acquire(
+        self, mail: Prepared, max_wait: float, not_before: float | None = None
+    ) -> Decision:
+        """The limiter's decision for ``mail``: every scope of a scoped limiter at once;
+        ``not_before`` (a hold's end) books the earliest slot at or after it."""
         limiter = self.limiter
+        if mail.more_keys:  # several recipients: one slot that suits them all
+            return acquire_all(
+                _Keyed(limiter, mail),
+                [mail.limit_key, *mail.more_keys],
+                mail_id=mail.mail_id,
+                max_wait=max_wait,
+                not_before=not_before,
+            )
         if isinstance(limiter, Limiter):  # recipient only: the plain path of before
-            return limiter.acquire(mail.limit_key, mail_id=mail.mail_id, max_wait=max_wait)
+            return limiter.acquire(
+                mail.limit_key, mail_id=mail.mail_id, max_wait=max_wait, not_before=not_before
+            )
         return limiter.acquire(
             mail.limit_key,
             mail_id=mail.mail_id,
             max_wait=max_wait,
             tenant=mail.tenant,
             share=mail.kind.share,
+            not_before=not_before,
         )
 
     def _give_back(self, mail: Prepared) -> bool:
         """Release ``mail``'s slot in the recipient's key, or in every scope's."""
         limiter = self.limiter
+        if mail.more_keys:
+            return release_all(
+                _Keyed(limiter, mail), [mail.limit_key, *mail.more_keys], mail.mail_id
+            )
         if isinstance(limiter, Limiter):
             return limiter.release(mail.limit_key, mail.mail_id)
         return limiter.release(mail.limit_key, mail.mail_id, tenant=mail.tenant)
@@ -351,9 +581,9 @@ class Guard:
         return Finish(dropped)
 
     def _backend_down(
-        self, base: Outcome, progress: Progress, exc: BackendUnavailable, reason: str
+        self, base: Outcome, progress: Progress, exc: BackendUnavailable | Contended, reason: str
     ) -> Later:
-        """Defer with doubling backoff while the limiter or the ledger is down."""
+        """Defer with doubling backoff while the limiter or the ledger is down (or contended)."""
         progress = replace(progress, limiter_failures=progress.limiter_failures + 1)
         countdown = self._backoff(progress.limiter_failures)
         waiting = base.but(status="deferred", reason=reason, wait=countdown, detail=str(exc))
@@ -361,9 +591,10 @@ class Guard:
             "mail %s deferred %.1f s: %s",
             base.mail_id,
             countdown,
-            "ledger unavailable"
-            if reason == why.LEDGER_UNAVAILABLE
-            else "limiter unavailable (fail_closed)",
+            {
+                why.LEDGER_UNAVAILABLE: "ledger unavailable",
+                why.CONTENDED: "recipients contended, no common slot",
+            }.get(reason, "limiter unavailable (fail_closed)"),
             extra=log_fields(waiting),
         )
         return Later(countdown, waiting, progress)
@@ -391,6 +622,9 @@ class Guard:
             )
             return failed
         except TransientSendError as exc:
+            reaction = classify(exc.code, exc.reply or "") if exc.code is not None else None
+            if self.holds is not None and reaction is not None and reaction.hold_action:
+                return self._throttled(mail, base, progress, exc, reaction)
             return self._transient(base, progress, exc)
         outcome = base.but(
             status="sent",
@@ -511,6 +745,42 @@ class Guard:
             )
 
 
+class _Keyed:
+    """The guard's limiter seen as :mod:`mailer.multi` wants it: one key at a time, the mail's
+    tenant and kind share applied on a scoped limiter."""
+
+    def __init__(self, limiter: Limiter | ScopedLimiter, mail: Prepared) -> None:
+        self.limiter = limiter
+        self.mail = mail
+        self.url = getattr(limiter, "url", "limiter")
+
+    def acquire(
+        self,
+        key: str,
+        *,
+        mail_id: str | None = None,
+        max_wait: float = 0.0,
+        not_before: float | None = None,
+    ) -> Decision:
+        if isinstance(self.limiter, Limiter):
+            return self.limiter.acquire(
+                key, mail_id=mail_id, max_wait=max_wait, not_before=not_before
+            )
+        return self.limiter.acquire(
+            key,
+            mail_id=mail_id,
+            max_wait=max_wait,
+            tenant=self.mail.tenant,
+            share=self.mail.kind.share,
+            not_before=not_before,
+        )
+
+    def release(self, key: str, mail_id: str) -> bool:
+        if isinstance(self.limiter, Limiter):
+            return self.limiter.release(key, mail_id)
+        return self.limiter.release(key, mail_id, tenant=self.mail.tenant)
+
+
 def _booked(
     base: Outcome, action: Defer, tier: str | None, progress: Progress, now: float
 ) -> Later:
@@ -557,6 +827,12 @@ def _booked(
             extra=log_fields(waiting),
         )
     return Later(action.countdown, waiting, progress, eta)
+
+
+def _cause_label(code: int | None, reply: str | None) -> str:
+    """A bounded metrics label for a reply: its code and enhanced status (``454 4.7.0``)."""
+    status = enhanced_status(reply or "")
+    return f"{code} {status}" if status else str(code)
 
 
 def _tier_name(decision: Decision, tier: object) -> str | None:

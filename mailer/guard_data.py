@@ -31,6 +31,11 @@ class MailRequest:
     context: Any = None
     headers: Any = None
     tenant: Any = None
+    cc: Any = None
+    bcc: Any = None
+    reply_to: Any = None
+    from_email: Any = None
+    attachments: Any = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,10 @@ class GuardConfig:
     claim_lease: float = defaults.CLAIM_LEASE
     suppress_for: float = defaults.SUPPRESS_FOR
     late_tolerance: float = defaults.LATE_TOLERANCE
+    #: A hold's length when the reply states none; None: no holds (throttling replies retried).
+    throttle_hold: float | None = defaults.THROTTLE_HOLD
+    #: The longest a hold grows by doubling.
+    throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
     rules: AddressRules = field(default_factory=AddressRules)
 
 
@@ -62,6 +71,9 @@ class Prepared:
     base: Outcome
     #: The tenant the mail counts against (validated), None for none.
     tenant: str | None = None
+    #: The limit keys of the message's other envelope recipients (to, cc, bcc after the
+    #: first, deduplicated): each must have room too (:mod:`mailer.multi`).
+    more_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ True
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
@@ -97,13 +98,22 @@ class Limiter:
         """The hashed key under which ``key``'s log is stored (safe to log)."""
         return self._hasher.storage_key(check_key(key))
 
-    def acquire(self, key: str, *, mail_id: str | None = None, max_wait: float = 0.0) -> Decision:
+    def acquire(
+        self,
+        key: str,
+        *,
+        mail_id: str | None = None,
+        max_wait: float = 0.0,
+        not_before: float | None = None,
+    ) -> Decision:
         """Admit one mail to ``key`` now, book a later slot, or refuse; atomically over all tiers.
 
         ``max_wait`` (seconds) > 0 turns on reservations: when the earliest admissible time is
         at most that far away it is booked under ``mail_id`` and returned with ``booked=True``.
         With a ``mail_id`` that already holds an admission or booking, that same slot is
-        returned and nothing more is consumed. A refusal consumes nothing.
+        returned and nothing more is consumed. A refusal consumes nothing. ``not_before``
+        (epoch seconds, e.g. the end of a hold after a throttling reply) makes the slot the
+        earliest admissible time at or after it: booked (within ``max_wait``), never now.
         Raises ``ValueError`` for a bad key, mail id or max_wait, and
         :class:`mailer.errors.BackendUnavailable` when the storage cannot be reached.
         """
@@ -112,6 +122,9 @@ class Limiter:
             check_key(key)
         tag = 0 if mail_id is None else mail_tag(mail_id)
         wait_ms = 0 if max_wait == 0.0 else _max_wait_ms(max_wait)
+        if not_before is not None:
+            raw = self.backend.acquire(self._key(key), tag, wait_ms, not_before_ms(not_before))
+            return self._decision(raw)
         return self._decision(self.backend.acquire(self._key(key), tag, wait_ms))
 
     def acquire_many(
@@ -174,6 +187,18 @@ class Limiter:
 def _new_decision(fields: tuple[object, ...]) -> Decision:
     # tuple.__new__ skips NamedTuple's Python-level __new__: a measurable share of a memory call.
     return tuple.__new__(Decision, fields)
+
+
+def not_before_ms(not_before: float) -> int:
+    """``not_before`` (epoch seconds) as the limiter's whole ms, rounded up (never early).
+
+    Raises ``ValueError`` for a value that is not a finite number of epoch seconds.
+    """
+    if isinstance(not_before, bool) or not isinstance(not_before, (int, float)):
+        raise ValueError(f"not_before must be epoch seconds, got {type(not_before).__name__}")
+    if not 0 <= not_before < 1e11:  # also refuses NaN and infinities
+        raise ValueError(f"not_before must be epoch seconds, got {not_before!r}")
+    return math.ceil(not_before * 1000 - 1e-6)  # 1e-6 ms: float noise, not a real ms
 
 
 def _max_wait_ms(max_wait: float) -> int:

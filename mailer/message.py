@@ -46,6 +46,8 @@ RESERVED_HEADERS = frozenset(
 _FORBIDDEN = ("\r", "\n", "\0", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
 # RFC 5322 field names: printable ASCII except the colon.
 _HEADER_NAME_RE = re.compile(r"^[!-9;-~]+$")
+# One side of a MIME type (RFC 2045 token, lower case).
+_MIME_PART = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
 # Characters kept as they are in the id part of a Message-ID (a subset of dot-atom text).
 _ID_UNSAFE_RE = re.compile(r"[^A-Za-z0-9_\-]")
 _DOMAIN_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$")
@@ -74,26 +76,43 @@ DEFAULT_LIMITS = MessageLimits()
 
 
 @dataclass(frozen=True, slots=True)
-class Mail:
-    """One mail to one recipient, with its text already rendered.
+class Attachment:
+    """A file attached to a mail: its name, its bytes and its MIME type (``text/csv``)."""
 
-    ``to`` is the normalised address (``Recipient.address``). ``mail_id`` is the stable id of
-    the ``send_mail`` call (at most 255 characters). ``sender`` is the From header, an address
-    or ``"Name <address>"``. ``headers`` are extra headers such as ``Reply-To`` or
-    ``List-Unsubscribe``; the reserved ones (:data:`RESERVED_HEADERS`) are refused.
+    filename: str
+    content: bytes
+    mimetype: str = "application/octet-stream"
+
+
+@dataclass(frozen=True, slots=True)
+class Mail:
+    """One mail, with its text already rendered.
+
+    ``to`` is the normalised address (``Recipient.address``), or several; ``cc`` and ``bcc``
+    more envelope recipients (Bcc never appears in the headers sent), ``reply_to`` the
+    Reply-To addresses. ``mail_id`` is the stable id of the ``send_mail`` call (at most 255
+    characters). ``sender`` is the From header, an address or ``"Name <address>"``.
+    ``headers`` are extra headers such as ``List-Unsubscribe``; the reserved ones
+    (:data:`RESERVED_HEADERS`) are refused.
     """
 
-    to: str
+    to: str | tuple[str, ...]
     subject: str
     body: str
     mail_id: str
     sender: str
     html: str | None = None
     headers: Mapping[str, str] = field(default_factory=_no_headers, hash=False)
+    cc: tuple[str, ...] = ()
+    bcc: tuple[str, ...] = ()
+    reply_to: tuple[str, ...] = ()
+    attachments: tuple[Attachment, ...] = ()
 
     def __post_init__(self) -> None:
         # A copy, so the caller's dict cannot change a frozen Mail afterwards.
         object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)))
+        if isinstance(self.to, str):
+            object.__setattr__(self, "to", (self.to,))
 
 
 def message_id(mail_id: str, sender: str) -> str:
@@ -122,7 +141,12 @@ def build_message(
     it there is no ``Date`` and the submission server adds one. Raises
     :class:`~mailer.errors.InvalidMessage` naming the bad field, never quoting its content.
     """
-    _check_header_value("to", mail.to, limits.max_header_chars)
+    to = mail.to if isinstance(mail.to, tuple) else (mail.to,)
+    if to or not (mail.cc or mail.bcc):
+        _check_header_value("to", ", ".join(to), limits.max_header_chars)
+    for name, values in (("cc", mail.cc), ("bcc", mail.bcc), ("reply_to", mail.reply_to)):
+        if values:
+            _check_header_value(name, ", ".join(values), limits.max_header_chars)
     _check_header_value("sender", mail.sender, limits.max_header_chars)
     _check_header_value("subject", mail.subject, limits.max_subject_chars)
     _check_body("body", mail.body, limits.max_body_bytes)
@@ -136,7 +160,7 @@ def build_message(
 
     message = EmailMessage()
     message["From"] = mail.sender
-    message["To"] = mail.to
+    _add_addresses(message, mail, to)
     message["Subject"] = mail.subject
     message["Message-ID"] = message_id(mail.mail_id, mail.sender)
     if now is not None:
@@ -150,7 +174,32 @@ def build_message(
     message.set_content(mail.body)
     if mail.html is not None:
         message.add_alternative(mail.html, subtype="html")
+    for attachment in mail.attachments:
+        _attach(message, attachment)
     return message
+
+
+def _add_addresses(message: EmailMessage, mail: Mail, to: tuple[str, ...]) -> None:
+    # No To (cc or bcc only): the RFC 5322 empty group, as mail clients write it.
+    message["To"] = ", ".join(to) if to else "undisclosed-recipients:;"
+    if mail.cc:
+        message["Cc"] = ", ".join(mail.cc)
+    if mail.bcc:  # for the envelope only: smtplib's send_message strips it from what it sends
+        message["Bcc"] = ", ".join(mail.bcc)
+    if mail.reply_to:
+        if any(name.lower() == "reply-to" for name in mail.headers):
+            raise InvalidMessage("reply_to given twice: as an argument and as a header")
+        message["Reply-To"] = ", ".join(mail.reply_to)
+
+
+def _attach(message: EmailMessage, attachment: Attachment) -> None:
+    _check_header_value("attachment filename", attachment.filename, 255)
+    maintype, _, subtype = attachment.mimetype.lower().partition("/")
+    if not _MIME_PART.match(maintype) or not _MIME_PART.match(subtype):
+        raise InvalidMessage("attachment mimetype must be type/subtype such as text/csv")
+    message.add_attachment(
+        attachment.content, maintype=maintype, subtype=subtype, filename=attachment.filename
+    )
 
 
 def _check_header_value(name: str, value: object, max_chars: int) -> None:
@@ -163,6 +212,13 @@ def _check_header_value(name: str, value: object, max_chars: int) -> None:
         raise InvalidMessage(f"{name} is longer than {max_chars} characters")
     if not value.strip() and name != "subject":
         raise InvalidMessage(f"{name} is empty")
+
+
+def check_extra_header(name: object, value: object, max_chars: int = 998) -> None:
+    """Raise ``InvalidMessage`` unless ``name: value`` may be given as an extra header: an RFC
+    5322 field name that is not reserved (:data:`RESERVED_HEADERS`), a one-line str value."""
+    _check_header_name(name)
+    _check_header_value(f"header {name!r}", value, max_chars)
 
 
 def _check_header_name(name: object) -> None:

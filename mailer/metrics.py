@@ -11,7 +11,9 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
   one booked slot are not runs that count); the mails
   finished are the ``sent``, ``dropped`` and ``failed`` series. ``reason`` is empty for a sent
   mail (``unguarded`` if sent while the limiter was down, ``fail_open``), ``tier`` is empty
-  unless a tier bound the decision. ``kind`` is ``unknown`` for a kind not configured.
+  unless a tier bound the decision, and names its scope when that is not the recipient's
+  (``5/1h``, ``sender 14/1s gcra``, ``tenant 100000/30d fixed``), as outcomes do. ``kind``
+  is ``unknown`` for a kind not configured.
 - ``mailguard_limiter_decision_seconds``: the limiter's ``acquire``, answered decisions only.
 - ``mailguard_lateness_seconds{kind}``: ``sent_at - due`` of each mail sent after a deferral.
 - ``mailguard_first_slot_lateness_seconds{kind}``: ``sent_at`` minus the first slot booked for
@@ -21,6 +23,8 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
   or its countdown's end) to the start of its run: the queue's wait, by the kind's priority.
 - ``mailguard_backend_unavailable_total{backend}``: ``limiter`` or ``ledger`` calls that failed
   (``BackendUnavailable``).
+- ``mailguard_holds_total{scope,cause}``: holds started after a throttling reply, by scope
+  (``sender`` or ``recipient``) and cause (the reply's code and enhanced status, ``454 4.7.0``).
 - ``mailguard_repeated_runs_total{kind}``: runs that found their mail already finished (a
   redelivery, or the same mail id sent again); not counted in the outcomes.
 - ``mailguard_parked_mails``, ``mailguard_parked_overdue_seconds`` (gauges, read from the
@@ -118,6 +122,12 @@ class Metrics:
             ["kind"],
             registry=registry,
         )
+        self.holds = Counter(
+            "mailguard_holds",
+            "Holds started after a throttling reply, by scope and the reply's code.",
+            ["scope", "cause"],
+            registry=registry,
+        )
         self.repeated = Counter(
             "mailguard_repeated_runs",
             "Runs that found their mail already finished; nothing was sent again.",
@@ -161,6 +171,10 @@ class Metrics:
         """A run was late for its slot and asked the limiter again."""
         self.rebookings.labels(kind).inc()
 
+    def hold(self, scope: str, cause: str) -> None:
+        """A hold of ``scope`` (sender or recipient) started; ``cause`` is a bounded label."""
+        self.holds.labels(scope, cause).inc()
+
 
 class NoMetrics(Metrics):
     """Records nothing (and never imports prometheus-client)."""
@@ -187,6 +201,9 @@ class NoMetrics(Metrics):
         pass
 
     def rebooked(self, kind: str) -> None:
+        pass
+
+    def hold(self, scope: str, cause: str) -> None:
         pass
 
 

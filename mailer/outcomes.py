@@ -17,8 +17,12 @@ LATE = "late"
 BOOKED = "booked"
 LIMITER_UNAVAILABLE = "limiter_unavailable"
 LEDGER_UNAVAILABLE = "ledger_unavailable"
+#: A message to several recipients found no common slot this run (others kept moving them).
+CONTENDED = "contended"
 POISON = "poison"
 SUPPRESSED = "suppressed"
+#: Booked after a hold (the server asked us to slow down): ``hold`` names it.
+HELD = "held"
 IN_FLIGHT = "in_flight"
 SMTP_TRANSIENT = "smtp_transient"
 SMTP_PERMANENT = "smtp_permanent"
@@ -34,7 +38,9 @@ class Outcome:
     ``recipient`` is a keyed hash of the normalised address, never the address. ``tier`` is the
     binding tier as text (``"1/1m"``). ``attempts`` counts SMTP tries over all runs,
     ``deferrals`` the times the task was put off. ``smtp_code`` / ``smtp_reply`` are the last
-    server reply (addresses masked).
+    server reply (addresses masked). ``hold`` is set on a mail booked after a hold:
+    ``sender`` or ``recipient``; its ``smtp_code`` / ``smtp_reply`` are then the reply that
+    started the hold and ``due`` the slot booked after it.
     """
 
     status: Status
@@ -53,6 +59,7 @@ class Outcome:
     detail: str | None = None
     decided_at: float | None = None
     sent_at: float | None = None
+    hold: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``AsyncResult(mail_id).get()`` returns)."""

@@ -41,6 +41,11 @@ class Reaction:
     action: Action
     hold: float | None = None
 
+    @property
+    def hold_action(self) -> bool:
+        """True when the reply asks for a hold (of the sender or of the recipient)."""
+        return self.action in (Action.HOLD_SENDER, Action.HOLD_RECIPIENT)
+
 
 #: The longest delay a reply may state and be believed, in seconds (a day).
 MAX_STATED_HOLD = 86_400.0
@@ -89,6 +94,12 @@ def _transient(code: int, status: tuple[str, ...], text: str) -> Action:
     if code in (421, 454) or status[:2] == ("4", "7") or _RATE.search(text):
         return Action.HOLD_SENDER
     return Action.RETRY
+
+
+def enhanced_status(reply: str) -> str | None:
+    """The enhanced status code in ``reply`` (``4.7.0``), or None."""
+    match = _ENHANCED.search(reply or "")
+    return match[0] if match else None
 
 
 def stated_hold(reply: str) -> float | None:

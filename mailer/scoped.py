@@ -41,14 +41,16 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo
 
+from mailer.backends.scoped_redis import month_starts
 from mailer.clock import Clock, system_clock
 from mailer.decision import Decision
 from mailer.keys import KeyHasher, check_key, mail_tag
-from mailer.limiter import MAX_WAIT
+from mailer.limiter import MAX_WAIT, not_before_ms
 from mailer.policy import Policy, Tier
 from mailer.windows import offset_ms, window, zone
 
 if TYPE_CHECKING:
+    from mailer.backends.scoped_cluster import ClusterDecider
     from mailer.backends.scoped_redis import ScopedRedisStore
 
 #: The scopes a kind's share applies to (the recipient's own budget is not shared).
@@ -59,6 +61,9 @@ MAX_TENANT_LENGTH = 64
 _MEMO_KEYS = 4096
 #: The sender scope's one subject: every worker and host shares it.
 SENDER_KEY = "sender"
+#: The recipient :meth:`ScopedLimiter.room` asks about a shared scope with: one no mail goes
+#: to (``.invalid`` is reserved, RFC 2606), so its own scopes are empty.
+STATUS_RECIPIENT = "room@mailguard.invalid"
 
 
 def check_tenant(tenant: object) -> str | None:
@@ -151,19 +156,19 @@ class ScopedLimiter:
         self._calls = 0
         self._given_clock = clock
         self._redis: ScopedRedisStore | None = None
+        self._cluster: ClusterDecider | None = None
+        self._month_tiers = [t for _, tiers in policy.scope_tiers() for t in tiers if t.months]
         scheme = urlsplit(url).scheme
-        if scheme.endswith("+cluster") and len(self._scopes) > 1:
-            raise ValueError(
-                f"policy {policy}: domain, sender and tenant scopes on Redis Cluster are not "
-                "supported yet (their keys live in other slots); use one Redis or Sentinel"
-            )
         if scheme != "memory":
+            from mailer.backends.scoped_cluster import ClusterDecider  # noqa: PLC0415
             from mailer.backends.scoped_redis import ScopedRedisStore  # noqa: PLC0415 - optional
 
             self._redis = ScopedRedisStore(
                 url,
                 [(s.keep_ms, s.name in SHARED_SCOPES, _has_log(s), s.tiers) for s in self._scopes],
             )
+            if scheme.endswith("+cluster") and len(self._scopes) > 1:
+                self._cluster = ClusterDecider(self._redis.call, url)
         self.url = url
 
     def close(self) -> None:
@@ -190,27 +195,33 @@ class ScopedLimiter:
         mail_id: str | None = None,
         max_wait: float = 0.0,
         share: float = 1.0,
+        not_before: float | None = None,
     ) -> Decision:
         """Admit one mail now, book the earliest slot every scope admits, or refuse.
 
         ``domain`` defaults to the part of ``recipient`` after its last ``@``; a mail without a
         ``tenant`` is not counted in any tenant. ``max_wait`` (seconds) > 0 books a slot at
         most that far away. ``share`` in (0, 1] caps this mail's kind in the shared scopes.
-        ``Decision.scope`` and ``.tier`` name the binding scope and tier.
+        ``not_before`` (epoch seconds, a hold's end) makes the slot the earliest time at or
+        after it that every scope admits. ``Decision.scope`` and ``.tier`` name the binding
+        scope and tier.
         """
         tag = 0 if mail_id is None else mail_tag(mail_id)
         wait_ms = _max_wait_ms(max_wait)
         share = check_share(share)
+        nb = 0 if not_before is None else not_before_ms(not_before)
         if tenant is not None:
             check_tenant(tenant)
         if self._redis is not None:
-            remote: Decision = self._remote("a", recipient, domain, tenant, tag, wait_ms, share)
+            remote: Decision = self._remote(
+                "a", recipient, domain, tenant, tag, wait_ms, share, not_before=nb
+            )
             return remote
         keys = self._keys(recipient, domain, tenant)
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
             states = self._load(keys, now_us)
-            decision = self._acquire(states, now_us, tag, wait_ms, share)
+            decision = self._acquire(states, now_us, tag, wait_ms, share, not_before=nb)
             if decision.refused:  # a refusal leaves nothing behind, not even an empty state
                 for (_, key), (_, state) in zip(keys, states, strict=True):
                     if state is not None and not (state.ts or state.tat or state.counts):
@@ -237,19 +248,25 @@ class ScopedLimiter:
             return self._decide(states, now_us, 0, 0, share, record=False)
 
     def room(self, scope: str, key: str) -> tuple[tuple[Tier, int], ...]:
-        """Per tier of ``scope``, how many more admissions ``key`` has room for now."""
+        """Per tier of ``scope``, how many more admissions ``key`` has room for now.
+
+        ``key`` is the scope's subject: an address (``recipient``), a domain, ``sender``, or a
+        tenant's name. Read with :meth:`peek` (memory or Redis alike): nothing is consumed.
+        """
+        target = next((s for s in self._scopes if s.name == scope), None)
+        if target is None:
+            raise ValueError(f"policy {self.policy} has no scope {scope!r}")
+        recipient = key if scope == "recipient" else STATUS_RECIPIENT
+        domain = key if scope == "domain" else None
+        tenant = key if scope == "tenant" else None
+        remaining = self.peek(recipient, domain=domain, tenant=tenant).remaining
+        offset = 0
         for s in self._scopes:
-            if s.name == scope:
-                with self._lock:
-                    now_us = round(self._clock() * 1_000_000)
-                    state = self._states.get((scope, s.hasher.digest(check_key(key))))
-                    state = state or ScopeState()
-                    now = now_us // 1000
-                    return tuple(
-                        (tier, self._room(s, i, state, now, now_us, 1.0))
-                        for i, tier in enumerate(s.tiers)
-                    )
-        raise ValueError(f"policy {self.policy} has no scope {scope!r}")
+            if s is target:
+                return tuple(zip(s.tiers, remaining[offset : offset + len(s.tiers)], strict=True))
+            if s.name != "tenant" or tenant is not None:  # no tenant: its tiers are not asked
+                offset += len(s.tiers)
+        raise AssertionError("unreachable: the target scope is one of the policy's")
 
     def release(
         self, recipient: str, mail_id: str, *, domain: str | None = None, tenant: str | None = None
@@ -287,6 +304,8 @@ class ScopedLimiter:
         tag: int,
         wait_ms: int,
         share: float,
+        *,
+        not_before: int = 0,
     ) -> Any:
         assert self._redis is not None
         keys, digits, present = self._remote_keys(recipient, domain, tenant)
@@ -305,6 +324,16 @@ class ScopedLimiter:
             offset,
             digits,
         ]
+        months = ""
+        if self._month_tiers:
+            now_ms = round((seconds if seconds is not None else system_clock()) * 1000)
+            months = month_starts(self._month_tiers, now_ms, self._tz)
+        if self._cluster is not None and len(present) > 1:
+            return self._on_cluster(args, keys, present, not_before, months)
+        if months:
+            args += [not_before, "", months]
+        elif not_before:
+            args.append(not_before)
         raw = self._redis.call(keys, args)
         if mode == "r":
             return raw
@@ -317,6 +346,61 @@ class ScopedLimiter:
         # tuple.__new__ skips NamedTuple's Python-level __new__ (hot path, as in Limiter).
         fields = (raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, tuple(raw[6:]), name)
         return tuple.__new__(Decision, fields)
+
+    def _on_cluster(
+        self,
+        args: list[Any],
+        keys: list[str],
+        present: list[_Scope],
+        not_before: int,
+        months: str,
+    ) -> Any:
+        """:meth:`_remote` on Redis Cluster: scope by scope (:mod:`mailer.backends.
+        scoped_cluster`), on one clock read from the cluster (or the given one)."""
+        assert self._cluster is not None and self._redis is not None
+        mode, given, tag, wait_ms, share, offset = args[:6]
+        clock = str(given) if given != "" else f"t{self._cluster_now_us()}"
+        scopes = [(key, scope.digit) for key, scope in zip(keys, present, strict=True)]
+        if mode == "r":
+            return int(self._cluster.release(scopes, clock, tag, offset, months))
+        if mode == "p":
+            replies, bind = self._cluster.peek(scopes, clock, share, offset, months)
+        else:
+            replies, bind = self._cluster.acquire(
+                scopes,
+                clock,
+                tag=tag,
+                wait_ms=wait_ms,
+                share=share,
+                offset=offset,
+                not_before=not_before,
+                months=months,
+            )
+        last = replies[-1]
+        remaining = tuple(value for raw in replies for value in raw[6:])
+        now = int(clock.lstrip("t")) // 1000
+        if not last[0] and not last[1]:  # refused (peek: not now): the last scope says when
+            allowed = booked = False
+            at = int(last[2])
+            wait = at - now
+        else:
+            allowed = all(raw[0] == 1 for raw in replies)
+            booked = not allowed
+            at = max(int(raw[2]) for raw in replies)
+            wait = 0 if allowed else at - now
+        if bind is not None and not allowed:
+            scope = present[bind[0]]
+            tier: Tier | None = scope.tiers[bind[1] - 1]
+            name: str | None = scope.name
+        else:
+            tier = name = None
+        return Decision(allowed, booked, at, wait, tier, remaining, name)
+
+    def _cluster_now_us(self) -> int:
+        """The cluster's clock in µs (``TIME`` of one node: every node's on one host)."""
+        assert self._redis is not None
+        seconds, micros = self._redis.time()
+        return int(seconds) * 1_000_000 + int(micros)
 
     def _remote_keys(
         self, recipient: str, domain: str | None, tenant: str | None
@@ -396,13 +480,15 @@ class ScopedLimiter:
         tag: int,
         wait_ms: int,
         share: float,
+        *,
+        not_before: int = 0,
     ) -> Decision:
         head = states[0][1]
         if tag and head is not None and tag in head.tags:
             at = head.ts[head.tags.index(tag)]
             allowed = at <= -(-now_us // 1000)  # admitted now: stored at now rounded up
             return self._answer(states, now_us, allowed, not allowed, at, None, share)
-        return self._decide(states, now_us, tag, wait_ms, share, record=True)
+        return self._decide(states, now_us, tag, wait_ms, share, record=True, not_before=not_before)
 
     def _decide(
         self,
@@ -413,6 +499,7 @@ class ScopedLimiter:
         share: float,
         *,
         record: bool,
+        not_before: int = 0,
     ) -> Decision:
         now = now_us // 1000
         # The earliest time every tier of every scope admits: raise t until all agree.
@@ -420,6 +507,7 @@ class ScopedLimiter:
         for _, state in states:  # entries up to now rounded up do not delay a mail now
             if state is not None and state.ts and state.ts[-1] > max(t, hi):
                 t = state.ts[-1]
+        t = max(t, not_before)  # a hold's end (epoch ms; 0: none)
         bind: tuple[_Scope, Tier] | None = None
         moved = True
         while moved:

@@ -24,6 +24,8 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_LATE_TOLERANCE`` | ``1s`` | a run that starts later than its booked slot by more asks the limiter again |
 | ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
 | ``MAILGUARD_SUPPRESS_FOR`` | ``30d`` | how long a hard bounce (``550 5.1.1 user unknown``) suppresses the recipient |
+| ``MAILGUARD_THROTTLE_HOLD`` | ``60s`` | how long a throttling reply (``454 4.7.0``, ``421``) holds the sender, or ``450 4.2.1`` one recipient, when the reply states no delay; ``off``: no holds, such replies are retried like any 4xx |
+| ``MAILGUARD_THROTTLE_HOLD_MAX`` | ``15m`` | the longest a hold grows by doubling while throttling replies keep coming (>= ``THROTTLE_HOLD``, at most ``1d``) |
 | ``MAILGUARD_POISON_AFTER`` | ``3`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
 | ``MAILGUARD_MAX_MESSAGE_BYTES`` | ``10MB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * longest countdown + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
@@ -92,6 +94,8 @@ KNOWN = frozenset(
         "LATE_TOLERANCE",
         "PARK_AFTER",
         "PROMOTE_LEASE",
+        "THROTTLE_HOLD",
+        "THROTTLE_HOLD_MAX",
     )
 )
 
@@ -127,6 +131,8 @@ class Settings:
     late_tolerance: float = defaults.LATE_TOLERANCE
     park_after: float | None = defaults.PARK_AFTER
     promote_lease: float = defaults.PROMOTE_LEASE
+    throttle_hold: float | None = defaults.THROTTLE_HOLD
+    throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -154,6 +160,20 @@ class Settings:
             raise ValueError(f"park after must be > 0 s or off, got {self.park_after}")
         if self.promote_lease < 1:
             raise ValueError(f"promote lease must be >= 1 s, got {self.promote_lease}")
+        self._check_holds()
+
+    def _check_holds(self) -> None:
+        if self.throttle_hold is not None and not 0 < self.throttle_hold <= 86_400:
+            raise ValueError(
+                f"{PREFIX}THROTTLE_HOLD must be > 0 s and at most 1d, or off, got "
+                f"{self.throttle_hold:g} s"
+            )
+        hold = self.throttle_hold or 0.0
+        if not hold <= self.throttle_hold_max <= 86_400 or self.throttle_hold_max <= 0:
+            raise ValueError(
+                f"{PREFIX}THROTTLE_HOLD_MAX must be > 0 s, at least {PREFIX}THROTTLE_HOLD "
+                f"({hold:g} s) and at most 1d, got {self.throttle_hold_max:g} s"
+            )
 
     @property
     def longest_countdown(self) -> float:
@@ -207,6 +227,8 @@ class Settings:
             claim_lease=self.claim_lease,
             suppress_for=self.suppress_for,
             late_tolerance=self.late_tolerance,
+            throttle_hold=self.throttle_hold,
+            throttle_hold_max=self.throttle_hold_max,
         )
 
     @property
@@ -247,8 +269,11 @@ def _read_values(env: Mapping[str, str]) -> dict[str, object]:
         if (value := env.get(PREFIX + name)) is not None and value != "":
             values[attr] = value
 
-    def duration(name: str, attr: str) -> None:
+    def duration(name: str, attr: str, *, off: bool = False) -> None:
         if (value := env.get(PREFIX + name)) is not None and value != "":
+            if off and value.strip().lower() == "off":  # None: the feature is off
+                values[attr] = None
+                return
             try:
                 values[attr] = parse_duration(value)
             except ValueError as exc:
@@ -283,11 +308,13 @@ def _read_values(env: Mapping[str, str]) -> dict[str, object]:
         ("LATE_TOLERANCE", "late_tolerance"),
     ):
         duration(name, attr)
-    if env.get(PREFIX + "PARK_AFTER", "").strip().lower() == "off":
-        values["park_after"] = None
-    else:
-        duration("PARK_AFTER", "park_after")
-    duration("PROMOTE_LEASE", "promote_lease")
+    for name, attr, off in (
+        ("PARK_AFTER", "park_after", True),
+        ("PROMOTE_LEASE", "promote_lease", False),
+        ("THROTTLE_HOLD", "throttle_hold", True),
+        ("THROTTLE_HOLD_MAX", "throttle_hold_max", False),
+    ):
+        duration(name, attr, off=off)
     integer("SEND_RETRIES", "send_retries")
     integer("POISON_AFTER", "poison_after")
     if port := env.get(PREFIX + "METRICS_PORT"):

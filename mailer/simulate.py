@@ -1,14 +1,17 @@
 """Replay a trace of send attempts through the real limiter on a virtual clock: tune a policy.
 
-Every attempt asks the same :class:`~mailer.limiter.Limiter` code a worker asks (memory
-backend, :class:`~mailer.clock.ManualClock`), with its kind's ``max_wait`` as the worker would:
+Every attempt asks the same limiter code a worker asks (memory backend,
+:class:`~mailer.clock.ManualClock`): :class:`~mailer.limiter.Limiter` for a policy of recipient
+sliding tiers, :class:`~mailer.scoped.ScopedLimiter` for a scoped one (domain, sender and tenant
+scopes, fixed and gcra tiers, kind shares), with its kind's ``max_wait`` as the worker would:
 
 - allowed: sent at its attempt time (on time);
 - booked: *deferred*, sent at its booking, ``lateness`` = booking - attempt (seconds);
 - refused (the earliest slot is further away than the kind's ``max_wait``): *dropped*.
 
-A trace is a CSV of ``time,recipient[,kind]`` (time in seconds from the start of the trace;
-see :func:`read_csv`) or a generated pattern (:func:`generate`). Pure: no Celery, no I/O
+A trace is a CSV of ``time,recipient[,kind[,tenant]]`` (time in seconds from the start of the
+trace; see :func:`read_csv`) or a generated pattern (:func:`generate`). :func:`compare` replays
+one trace through two policies. Pure: no Celery, no I/O
 besides what the caller hands in, no real clock.
 
 >>> report = simulate(generate("abuse", recipients=10), Policy.parse("1/60s, 5/1h, 10/24h"))
@@ -21,6 +24,7 @@ Not a model of SMTP: every mail the limiter lets through counts as delivered at 
 from __future__ import annotations
 
 import csv
+import hashlib
 import math
 import random
 import secrets
@@ -31,10 +35,12 @@ from typing import Literal
 
 from mailer.address import DEFAULT_RULES, AddressRules, normalise_address
 from mailer.clock import ManualClock
+from mailer.decision import Decision
 from mailer.errors import InvalidAddress, UnknownKind
 from mailer.kinds import Kinds
 from mailer.limiter import MAX_WAIT, Limiter
 from mailer.policy import Policy
+from mailer.scoped import ScopedLimiter, check_tenant
 from mailer.steps import Send, plan
 
 #: Epoch seconds of a trace's time 0 (a Monday, 00:00 UTC); only differences ever matter.
@@ -59,6 +65,7 @@ class Attempt:
     recipient: str
     kind: str = "default"
     line: int = 0
+    tenant: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +74,8 @@ class Result:
 
     ``lateness`` (seconds): booking - attempt for a deferred mail, 0 for one sent on time, and
     for a dropped one the wait it would have needed. ``tier`` is the binding tier (text such as
-    ``"5/1h"``, :data:`ORDER`, or ``None`` when sent on time). ``recipient`` is a short keyed
+    ``"5/1h"``, with its scope for a shared one, ``"sender 14/1s gcra"``, :data:`ORDER`, or
+    ``None`` when sent on time). ``recipient`` is a short keyed
     hash of the recipient's limit key, never the address.
     """
 
@@ -175,10 +183,8 @@ def simulate(
     """
     kinds = kinds if kinds is not None else Kinds.defaults()
     clock = ManualClock(EPOCH)
-    limiter = Limiter.from_url(
-        "memory://", policy, clock=clock, secret=secret or secrets.token_hex(16)
-    )
-    tiers = {tier: str(tier) for tier in policy.tiers}
+    secret = secret or secrets.token_hex(16)
+    decide = _decider(policy, clock, secret)
     keys: dict[str, tuple[str, str]] = {}  # address -> (limit key, hashed label)
     waits: dict[str, float] = {}
     results: list[Result | None] = [None] * len(attempts)
@@ -188,21 +194,66 @@ def simulate(
         known = keys.get(attempt.recipient)
         if known is None:
             key = _limit_key(attempt, i, rules)
-            # The label is the stored hash's head: enough to tell recipients apart, no address.
-            known = keys[attempt.recipient] = (key, limiter.storage_key(key)[11:19])
+            # The label: a keyed hash's head, enough to tell recipients apart, no address.
+            known = keys[attempt.recipient] = (key, _label(key, secret))
         max_wait = waits.get(attempt.kind)
         if max_wait is None:
             max_wait = waits[attempt.kind] = _max_wait(kinds, attempt, i)
         clock.now = EPOCH + attempt.time
-        action = plan(limiter.acquire(known[0], max_wait=max_wait), max_countdown=math.inf)
+        decision = decide(known[0], attempt, max_wait, kinds[attempt.kind].share)
+        action = plan(decision, max_countdown=math.inf)
         if isinstance(action, Send):
             results[i] = Result(attempt, action.status, 0.0, None, known[1])
             continue
-        tier = tiers[action.tier] if action.tier is not None else ORDER
+        tier = (
+            ORDER if action.tier is None else tier_label(decision.scope or "recipient", action.tier)
+        )
         results[i] = Result(attempt, action.status, action.wait, tier, known[1])
-    limiter.close()
     done = [r for r in results if r is not None]
     return _report(policy, waits, done)
+
+
+def compare(
+    attempts: Sequence[Attempt],
+    policy: Policy,
+    against: Policy,
+    kinds: Kinds | None = None,
+    *,
+    rules: AddressRules = DEFAULT_RULES,
+    secret: str | None = None,
+) -> tuple[Report, Report]:
+    """Replay ``attempts`` through ``policy`` and through ``against``: the same trace, the same
+    recipient labels (one ``secret``), two independent limiters."""
+    secret = secret or secrets.token_hex(16)
+    first = simulate(attempts, policy, kinds, rules=rules, secret=secret)
+    return first, simulate(attempts, against, kinds, rules=rules, secret=secret)
+
+
+def tier_label(scope: str, tier: object) -> str:
+    """How reports name a tier: ``5/1h`` for the recipient's, ``sender 14/1s gcra`` otherwise."""
+    return str(tier) if scope == "recipient" else f"{scope} {tier}"
+
+
+_Decide = Callable[[str, Attempt, float, float], Decision]
+
+
+def _decider(policy: Policy, clock: ManualClock, secret: str) -> _Decide:
+    """The limiter the guard would build for ``policy`` (memory, on ``clock``), as a function
+    of (limit key, attempt, max_wait, share)."""
+    if not policy.scoped and all(t.kind == "sliding" for t in policy.tiers):
+        limiter = Limiter.from_url("memory://", policy, clock=clock, secret=secret)
+        return lambda key, _attempt, max_wait, _share: limiter.acquire(key, max_wait=max_wait)
+    scoped = ScopedLimiter(policy, clock=clock, secret=secret)
+
+    def decide(key: str, attempt: Attempt, max_wait: float, share: float) -> Decision:
+        return scoped.acquire(key, tenant=attempt.tenant, max_wait=max_wait, share=share)
+
+    return decide
+
+
+def _label(key: str, secret: str) -> str:
+    """An 8-hex-digit keyed hash of a limit key (BLAKE2b keyed with ``secret``)."""
+    return hashlib.blake2b(key.encode(), key=secret.encode()[:64], digest_size=4).hexdigest()
 
 
 def _limit_key(attempt: Attempt, index: int, rules: AddressRules) -> str:
@@ -225,7 +276,9 @@ def _where(attempt: Attempt, index: int) -> str:
 
 def _report(policy: Policy, waits: Mapping[str, float], results: list[Result]) -> Report:
     by_kind: dict[str, list[Result]] = {}
-    by_tier: dict[str, list[Result]] = {str(tier): [] for tier in policy.tiers}
+    by_tier: dict[str, list[Result]] = {
+        tier_label(scope, tier): [] for scope, tiers in policy.scope_tiers() for tier in tiers
+    }
     by_recipient: dict[str, list[Result]] = {}
     for result in results:
         by_kind.setdefault(result.attempt.kind, []).append(result)
@@ -247,12 +300,15 @@ def _report(policy: Policy, waits: Mapping[str, float], results: list[Result]) -
 
 
 def read_csv(lines: Iterable[str], *, kinds: Kinds | None = None) -> list[Attempt]:
-    """Parse a trace: one ``time,recipient[,kind]`` row a line, time in seconds from the start.
+    """Parse a trace: one ``time,recipient[,kind[,tenant]]`` row a line, time in seconds from
+    the start.
 
     An optional header row (first field ``time``), blank lines and lines starting with ``#``
-    are skipped; a missing or empty kind is ``default``. Each row is checked (time a finite
-    number >= 0, a valid address, a kind that ``kinds`` knows, the built-ins by default):
-    a bad row raises ``ValueError("line N: ...")`` naming the problem, never the address.
+    are skipped; a missing or empty kind is ``default``; a missing or empty tenant is none
+    (the mail counts in no tenant, as ``send_mail`` without ``tenant=``). Each row is checked
+    (time a finite number >= 0, a valid address, a kind that ``kinds`` knows, the built-ins by
+    default, a tenant of 1-64 characters): a bad row raises ``ValueError("line N: ...")``
+    naming the problem, never the address.
     """
     kinds = kinds if kinds is not None else Kinds.defaults()
     attempts: list[Attempt] = []
@@ -286,8 +342,10 @@ def read_csv_file(path: str | Path, *, kinds: Kinds | None = None) -> list[Attem
 
 
 def _row(row: list[str], line: int, kinds: Kinds, checked: set[str]) -> Attempt:
-    if len(row) not in (2, 3):
-        raise ValueError(f"line {line}: expected time,recipient[,kind], got {len(row)} fields")
+    if len(row) not in (2, 3, 4):
+        raise ValueError(
+            f"line {line}: expected time,recipient[,kind[,tenant]], got {len(row)} fields"
+        )
     text = row[0].strip()
     try:
         time = float(text)
@@ -302,11 +360,16 @@ def _row(row: list[str], line: int, kinds: Kinds, checked: set[str]) -> Attempt:
         except InvalidAddress as exc:
             raise ValueError(f"line {line}: {exc}") from None
         checked.add(recipient)
-    kind = row[2].strip() if len(row) == 3 and row[2].strip() else "default"
+    kind = row[2].strip() if len(row) >= 3 and row[2].strip() else "default"
     if kind not in kinds:
         known = ", ".join(sorted(kinds))
         raise ValueError(f"line {line}: unknown kind {kind[:64]!r}; known: {known}")
-    return Attempt(time, recipient, kind, line)
+    tenant = row[3].strip() if len(row) == 4 and row[3].strip() else None
+    try:
+        check_tenant(tenant)
+    except ValueError as exc:
+        raise ValueError(f"line {line}: {exc}") from None
+    return Attempt(time, recipient, kind, line, tenant)
 
 
 def generate(
@@ -390,6 +453,20 @@ _GENERATORS: dict[str, Callable[[random.Random, list[str], float], list[Attempt]
 }
 
 
+#: The lateness histogram's ticks: seconds and the durations people think in.
+LATENESS_TICKS = (
+    (0.01, "10 ms"),
+    (0.1, "100 ms"),
+    (1.0, "1 s"),
+    (10.0, "10 s"),
+    (60.0, "1 min"),
+    (600.0, "10 min"),
+    (3600.0, "1 h"),
+    (6 * 3600.0, "6 h"),
+    (DAY, "1 d"),
+)
+
+
 def plot(report: Report, path: str | Path, *, recipients: int = 8) -> None:
     """Draw ``report`` to a PNG at ``path``: a timeline of the ``recipients`` most limited
     recipients (attempts, sends, deferrals, drops) above a histogram of lateness.
@@ -436,9 +513,15 @@ def plot(report: Report, path: str | Path, *, recipients: int = 8) -> None:
     timeline.set_xlabel("hours from the start")
     timeline.set_title(f"policy {report.policy}: the {len(top)} most limited recipients")
     timeline.legend(loc="upper right", fontsize="small")
-    late = [r.lateness / 60 for r in report.results if r.status == "deferred"]
-    histogram.hist(late, bins=40, color="tab:orange")
-    histogram.set_xlabel("lateness of deferred mails (minutes after the attempt)")
+    late = [max(r.lateness, 0.001) for r in report.results if r.status == "deferred"]
+    # Lateness spans milliseconds to a day: log-spaced bins, ticks in seconds, minutes, hours.
+    low, high = min(late, default=1.0), max(late, default=1.0)
+    edges = [low * (high * 1.0001 / low) ** (k / 40) for k in range(41)]
+    histogram.hist(late, bins=edges, color="tab:orange")
+    histogram.set_xscale("log")
+    ticks = [(t, name) for t, name in LATENESS_TICKS if low / 2 <= t <= high * 2]
+    histogram.set_xticks([t for t, _ in ticks], [name for _, name in ticks])
+    histogram.set_xlabel("lateness of deferred mails after the attempt (log scale)")
     histogram.set_ylabel("mails")
     histogram.set_title(f"{len(late)} deferred mails")
     fig.savefig(str(path), format="png")

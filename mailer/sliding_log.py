@@ -58,14 +58,20 @@ def remaining(ts: list[int], at_ms: int, spec: TierSpec) -> tuple[int, ...]:
 
 
 def earliest(
-    ts: list[int], now_ms: int, spec: TierSpec, now_hi: int | None = None
+    ts: list[int],
+    now_ms: int,
+    spec: TierSpec,
+    now_hi: int | None = None,
+    not_before_ms: int = 0,
 ) -> tuple[int, int]:
     """Return ``(t*, tier_index)``: the earliest admissible time and the 1-based binding tier.
 
     The binding tier is the one whose own wait is longest (the first such on ties); 0 when no
-    tier makes the attempt wait (allowed now, or only the order of booked entries binds).
-    ``now_hi`` is now rounded up (the ms an admission now is stored at; default ``now_ms``):
-    an entry at most there does not keep a new one from going now.
+    tier makes the attempt wait (allowed now, or only the order of booked entries binds, or a
+    hold: ``not_before_ms``). ``now_hi`` is now rounded up (the ms an admission now is stored
+    at; default ``now_ms``): an entry at most there does not keep a new one from going now.
+    ``not_before_ms`` (epoch ms, 0: none) is the earliest time the caller accepts (a hold's
+    end): every time at or after ``t*`` admits, so the answer is simply the later of the two.
     """
     n = len(ts)
     t = now_ms
@@ -80,6 +86,8 @@ def earliest(
                 bind_t = candidate
                 tier = index
     t = max(t, bind_t)
+    if not_before_ms > t:
+        return not_before_ms, 0
     return t, tier
 
 
@@ -91,13 +99,16 @@ def acquire(  # noqa: PLR0917 - mirrors the Lua script's argument list
     tag: int,
     max_wait_ms: int,
     now_hi: int | None = None,
+    not_before_ms: int = 0,
 ) -> RawDecision:
     """Decide for one attempt and record it in ``ts``/``tags`` (in place) if admitted or booked.
 
     ``ts`` must already be pruned for ``now_ms``. A non-zero ``tag`` already in the log returns
     that entry's slot and consumes nothing (idempotent per mail id). Never early: ``now_ms`` is
     now rounded down (every tier is checked against it) and ``now_hi`` now rounded up (an
-    admission now is stored there; default ``now_ms``, a clock in whole ms).
+    admission now is stored there; default ``now_ms``, a clock in whole ms). With
+    ``not_before_ms`` (epoch ms) after now the mail is booked at the earliest admissible time
+    at or after it (a hold), or refused past ``max_wait_ms``.
     """
     hi = now_ms if now_hi is None else now_hi
     if tag:
@@ -114,7 +125,7 @@ def acquire(  # noqa: PLR0917 - mirrors the Lua script's argument list
                     0,
                     *remaining(ts, seen, spec),
                 )
-    t, tier = earliest(ts, now_ms, spec, hi)
+    t, tier = earliest(ts, now_ms, spec, hi, not_before_ms)
     if t == now_ms:
         ts.append(hi)
         tags.append(tag)

@@ -100,6 +100,19 @@ class Suppressions:
         entry = self._store.get(self._key(address))
         return entry if entry is not None and entry.until > self._clock() else None
 
+    def plain_read(self, address: str) -> tuple[Any, str] | None:
+        """The redis-py client and the key that :meth:`suppressed` reads with one ``GET``, for
+        a caller that reads it together with other keys of the same client (the guard: with
+        the holds, one ``MGET``); None on memory. Answer with :meth:`from_raw`."""
+        if not isinstance(self._store, _RedisStore):
+            return None
+        return self._store.client, self._key(address)
+
+    def from_raw(self, raw: bytes | str | None) -> Suppression | None:
+        """What :meth:`suppressed` answers for the value read at :meth:`plain_read`'s key."""
+        entry = None if raw is None else _entry(raw)
+        return entry if entry is not None and entry.until > self._clock() else None
+
     def lift(self, address: str) -> bool:
         """Lift the suppression of ``address``; True if there was one."""
         return self._store.delete(self._key(address))
@@ -149,9 +162,13 @@ class _RedisStore(_Store):
         value = json.dumps(asdict(entry))
         self._call(lambda: self._client.set(key, value, px=max(int(seconds * 1000), 1)))
 
+    @property
+    def client(self) -> Any:
+        return self._client
+
     def get(self, key: str) -> Suppression | None:
         raw = self._call(lambda: self._client.get(key))
-        return None if raw is None else Suppression(**json.loads(raw))
+        return None if raw is None else _entry(raw)
 
     def delete(self, key: str) -> bool:
         return bool(self._call(lambda: self._client.delete(key)))
@@ -161,3 +178,7 @@ class _RedisStore(_Store):
             return call()
         except REDIS_DOWN as exc:
             raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+
+
+def _entry(raw: bytes | str) -> Suppression:
+    return Suppression(**json.loads(raw))

@@ -1,7 +1,9 @@
 """A real SMTP server for the tests: aiosmtpd on 127.0.0.1 that records what it receives.
 
 The handler can be told to answer the next DATA or RCPT commands with an error reply (``451 try
-later``, ``550 no``), to refuse DATA for good, or to demand a login, so transport tests exercise
+later``, ``550 no``), or the RCPTs of one recipient only (``450 4.2.1`` for a throttled
+mailbox), to refuse DATA for good, or to demand a login; it logs when each RCPT and DATA
+arrived (``events``), so transport tests exercise
 the real SMTP conversation of ``smtplib``, not a mock of it.
 """
 
@@ -15,6 +17,7 @@ import subprocess
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
@@ -57,6 +60,11 @@ class RecordingHandler:
         self.data_commands = 0
         self.data_aborted = 0  # DATA sessions whose client went away before the reply
         self.rcpt_commands = 0
+        self._rcpt_replies_for: dict[str, deque[str]] = {}
+        #: (epoch seconds, "RCPT" or "DATA", the RCPT's address or "", the reply sent)
+        self.events: list[tuple[float, str, str, str]] = []
+        #: Called with (address, reply) just before a planned refusal of a RCPT is sent.
+        self.on_refusal: Callable[[str, str], None] | None = None
         self.logins: list[tuple[bytes, bytes]] = []
 
     async def handle_RCPT(
@@ -69,14 +77,23 @@ class RecordingHandler:
     ) -> str:
         with self._lock:
             self.rcpt_commands += 1
-            if self._rcpt_replies:
-                return self._rcpt_replies.popleft()
-        envelope.rcpt_tos.append(address)
-        return "250 OK"
+            planned = self._rcpt_replies_for.get(address.lower())
+            reply = "250 OK"
+            if planned:
+                reply = planned.popleft()
+            elif self._rcpt_replies:
+                reply = self._rcpt_replies.popleft()
+            self.events.append((time.time(), "RCPT", address, reply))
+        if reply.startswith("250"):
+            envelope.rcpt_tos.append(address)
+        elif self.on_refusal is not None:
+            self.on_refusal(address, reply)
+        return reply
 
     async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
         with self._lock:
             self.data_commands += 1
+            self.events.append((time.time(), "DATA", "", ""))
             delay = self._data_delays.popleft() if self._data_delays else 0.0
         if delay:
             # A slow server: the client has sent the whole message and waits for the reply. If it
@@ -129,9 +146,12 @@ class RecordingHandler:
         with self._lock:
             self._data_delays.extend([seconds] * times)
 
-    def reply_to_rcpt(self, reply: str, times: int = 1) -> None:
+    def reply_to_rcpt(self, reply: str, times: int = 1, *, address: str | None = None) -> None:
         with self._lock:
-            self._rcpt_replies.extend([reply] * times)
+            if address is None:
+                self._rcpt_replies.extend([reply] * times)
+            else:
+                self._rcpt_replies_for.setdefault(address.lower(), deque()).extend([reply] * times)
 
 
 @dataclass(frozen=True)
@@ -234,6 +254,16 @@ class SmtpTestServer:
     def fail_rcpt(self, reply: str = "451 4.2.1 try later", times: int = 1) -> None:
         """Answer the next ``times`` RCPT commands with ``reply`` instead of accepting."""
         self.handler.reply_to_rcpt(reply, times)
+
+    def fail_rcpt_for(self, address: str, reply: str, times: int = 1) -> None:
+        """Answer the next ``times`` RCPT commands for ``address`` (only) with ``reply``."""
+        self.handler.reply_to_rcpt(reply, times, address=address)
+
+    def events(self, command: str | None = None) -> list[tuple[float, str, str, str]]:
+        """The RCPT and DATA commands received so far (or those of ``command``), in order:
+        (epoch seconds, command, address or "", reply to a RCPT)."""
+        with self.handler._lock:
+            return [e for e in self.handler.events if command is None or e[1] == command]
 
     def slow_data(self, seconds: float, times: int = 1) -> None:
         """Wait ``seconds`` before answering the next ``times`` DATA commands.

@@ -100,7 +100,7 @@ def test_transient_smtp_errors_are_retried_to_exactly_one_mail(
     first = app.send_task(TASK, args=["a@example.com"], kwargs={"subject": "s", "body": "b"})
     outcome = first.get(timeout=20)
     assert outcome["status"] == "sent" and outcome["attempts"] == 3
-    smtp.fail_rcpt("451 4.2.1 mailbox busy", times=1)
+    smtp.fail_rcpt("451 4.3.0 mailbox busy", times=1)
     second = app.send_task(TASK, args=["b@example.com"], kwargs={"subject": "s", "body": "b"})
     assert second.get(timeout=20)["status"] == "sent"
     assert len(smtp.delivered) == 2

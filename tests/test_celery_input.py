@@ -184,7 +184,9 @@ def test_any_input_is_dropped_sent_once_or_refused_at_enqueue(
 # Bad calls the worker must drop as invalid (the default kind's text unless a call gives one).
 BAD_CALLS: list[tuple[Any, dict[str, Any]]] = [
     ("ada@example.com\r\nBcc: eve@example.com", {}),  # header injection in the address
-    (["ada@example.com"], {}),  # not a str
+    (["ada@example.com", 5], {}),  # a list holding something else than addresses
+    ("ada@example.com", {"cc": ["not an address"]}),  # a bad cc from a producer skipping delay
+    ("ada@example.com", {"attachments": [["a.txt", "!!", "text/plain"]]}),  # not base64
     ("x" * 400 + "@example.com", {}),  # a local part far over 64 octets
     ("ada@example.com", {"body": "é" * 1_200_000}),  # a body over the cap
     ("ada@example.com", {"kind": "nope"}),  # an unknown kind

@@ -107,6 +107,28 @@ def test_simulate_max_wait_override_changes_the_outcome(tmp_path: Path) -> None:
     assert re.search(r"code\s+2\s+1\s+1\s+0\s+-\s+-\s+-\s+1\s", result.stdout), result.stdout
 
 
+def test_simulate_against_shows_two_policies_side_by_side() -> None:
+    """--against replays the same trace through a scoped policy too: both rows per kind."""
+    result = invoke(
+        [
+            "simulate",
+            "--pattern",
+            "bursts",
+            "--recipients",
+            "30",
+            "--policy",
+            "1/60s, 5/1h",
+            "--against",
+            "recipient: 1/60s, 5/1h; sender: 1/1s gcra",
+        ]
+    )
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "A: 1/1m, 5/1h" in out and "B: recipient: 1/1m, 5/1h; sender: 1/1s gcra" in out
+    assert re.search(r"default\s+A\s+450\s", out) and re.search(r"\n\s+B\s+450\s", out), out
+    assert "B binding tiers:" in out and "sender 1/1s gcra" in out
+
+
 def test_simulate_plot_writes_a_png(tmp_path: Path) -> None:
     """--plot writes a PNG file (checked by its magic bytes)."""
     out = tmp_path / "sim.png"
@@ -177,6 +199,68 @@ def test_status_of_an_unknown_recipient_says_now(redis_url: str) -> None:
     result = invoke(["status", "new@example.com"], limiter_env(redis_url))
     assert result.exit_code == 0
     assert "next mail  now" in result.stdout and "booked     0 future sends" in result.stdout
+
+
+SCOPED = "recipient: 1/60s, 5/1h; domain: 600/1m; sender: 4/2s, 100/1d fixed; tenant: 9/30d fixed"
+
+
+def test_status_under_a_scoped_policy_shows_every_scope(redis_url: str) -> None:
+    """status ADDRESS --tenant: the next slot and each scope's room; --sender and --tenant NAME
+    alone: those shared scopes; read through the workers' own scoped limiter."""
+    from mailer.scoped import ScopedLimiter  # noqa: PLC0415
+
+    secret = os.urandom(8).hex()  # a budget of this test's own on the session's Redis
+    env = {
+        "MAILGUARD_LIMITER_URL": redis_url,
+        "MAILGUARD_POLICY": SCOPED,
+        "MAILGUARD_SECRET": secret,
+    }
+    limiter = ScopedLimiter(Policy.parse(SCOPED, name="recipient"), url=redis_url, secret=secret)
+    for n in range(3):
+        assert limiter.acquire(f"u{n}@gmail.com", tenant="acme", mail_id=f"m{n}").allowed
+    limiter.close()
+
+    result = invoke(["status", "U1@googlemail.com", "--tenant", "acme", "--json"], env)
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.stdout)
+    assert status["allowed_now"] is False and status["binding_tier"] == "1/1m"
+    used = {s["scope"]: [(t["tier"], t["used"]) for t in s["tiers"]] for s in status["scopes"]}
+    assert used == {
+        "recipient": [("1/1m", 1), ("5/1h", 1)],
+        "domain": [("600/1m", 3)],
+        "sender": [("4/2s", 3), ("100/1d fixed", 3)],
+        "tenant": [("9/30d fixed", 3)],
+    }
+    sender = json.loads(invoke(["status", "--sender", "--json"], env).stdout)
+    assert [s["scope"] for s in sender["scopes"]] == ["sender"] and "recipient" not in sender
+    table = invoke(["status", "--tenant", "acme"], env)
+    assert table.exit_code == 0 and re.search(
+        r"tenant\s+acme\s+9/30d fixed\s+3 / 9\s+6", table.stdout
+    )
+    assert "gmail" not in invoke(["status", "u1@gmail.com"], env).stdout
+    missing = invoke(["status"], env)
+    assert missing.exit_code == 2 and "missing ADDRESS" in missing.stderr
+    plain = invoke(["status", "--tenant", "acme"], limiter_env(redis_url))
+    assert plain.exit_code == 2 and "has no sender or tenant scope" in plain.stderr
+
+
+def test_status_sender_shows_a_hold_under_any_policy(redis_url: str) -> None:
+    """status --sender: 'no hold', then the hold in force and its end (text and JSON), under a
+    plain policy alone and beside a scoped policy's sender room."""
+    from mailer.holds import Holds  # noqa: PLC0415
+
+    env = limiter_env(redis_url)
+    calm = invoke(["status", "--sender"], env)
+    assert calm.exit_code == 0 and calm.stdout.strip() == "sender: no hold"
+    hold = Holds.from_url(redis_url, secret="s1").hold_sender(120, "454 4.7.0 Throttling failure")
+    shown = invoke(["status", "--sender"], env)
+    assert shown.exit_code == 0, shown.output
+    assert "sender held until" in shown.stdout and "(454 4.7.0 Throttling failure)" in shown.stdout
+    as_json = json.loads(invoke(["status", "--sender", "--json"], env).stdout)
+    assert as_json["hold"]["until"] == pytest.approx(hold.until, abs=1e-3)
+    scoped = {**env, "MAILGUARD_POLICY": SCOPED}
+    both = invoke(["status", "--sender"], scoped)
+    assert both.exit_code == 0 and "4/2s" in both.stdout and "sender held until" in both.stdout
 
 
 def test_reset_asks_and_forgets_only_when_confirmed(redis_url: str) -> None:
@@ -250,7 +334,7 @@ def test_status_and_reset_report_an_unreachable_redis(command: str) -> None:
             1,
             "MAILGUARD_BROKER_URL is memory://",
         ),
-        (["status"], {}, 2, "missing ADDRESS (or --dead-letters)"),
+        (["status"], {}, 2, "missing ADDRESS (or --sender, --tenant NAME, --dead-letters)"),
         (["frobnicate"], {}, 2, "No such command 'frobnicate'"),
     ],
 )

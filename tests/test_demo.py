@@ -22,7 +22,14 @@ import redis
 from mailer.policy import Policy
 
 SCRIPT = Path(sys.executable).with_name("mailguard")
-ADDRESSES = ("ada@example.com", "bob@example.com", "cy@example.com", "mallory@example.com")
+ADDRESSES = (
+    "ada@example.com",
+    "bob@example.com",
+    "cy@example.com",
+    "mallory@example.com",
+    "dee@example.com",
+    "reader1@example.com",
+)
 
 
 def clean_env() -> dict[str, str]:
@@ -90,6 +97,9 @@ def check_summary(summary: dict[str, Any]) -> None:
         assert mail["wait"] is not None, mail
         assert mail["wait"] <= tolerance + 0.5, "a deferred mail waited within its kind's tolerance"
     assert {m["recipient"] for m in dropped} == {"mallory"}
+    burst = summary["burst"]
+    assert burst["size"] == 200 and burst["took"] is not None, "every reader got the newsletter"
+    assert burst["code_ahead_of"] >= burst["size"] // 2, "the code mail overtook the newsletter"
     # A deferral seen only by its outcome (its DEFERRED state passed between two polls) has no
     # tier: the others must still show every tier binding.
     binding = ({m["tier"] for m in deferred} | {m["tier"] for m in dropped}) - {None}
@@ -140,9 +150,10 @@ def test_demo_tables_show_every_mail_and_the_summary_without_addresses(redis_url
     out = done.stdout
     assert out.startswith("mailguard demo: policy 1/100ms, 5/1s, 10/3s per recipient")
     assert f"Redis {redis_url}; worker in this process (threads)" in out.splitlines()[0]
-    assert "32/32 settled" in out and "summary per recipient" in out
+    assert "33/33 settled" in out and "summary per recipient" in out
     assert "no recipient over any tier of 1/100ms, 5/1s, 10/3s" in out
     assert "booked t+" in out and "dropped" in out and "(10/3s)" in out
+    assert "a code mail queued right behind a newsletter to 200 readers" in out
     assert not any(address in out + done.stderr for address in ADDRESSES)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 from celery.events.state import State
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
@@ -17,13 +18,17 @@ from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
 
+@pytest.mark.parametrize(("park_after", "said"), [("30s", "deferred until"), ("1s", "parked: ")])
 def test_a_booked_mail_is_shown_as_retry_with_its_slot(
-    redis_url: str, smtp_server: SmtpTestServer
+    redis_url: str, smtp_server: SmtpTestServer, park_after: str, said: str
 ) -> None:
     """Under ``1/2s`` one of two mails to one recipient is booked: the worker sends
     ``task-retried`` for it (RETRY, with the slot and tier in its text) and, at its slot,
-    ``task-succeeded``; the result backend still says DEFERRED while it waits."""
-    env = worker_env(redis_url, smtp_server.url, MAILGUARD_POLICY="1/2s")
+    ``task-succeeded``; the result backend still says DEFERRED while it waits. The same for a
+    booked mail held as a countdown and for one parked (``PARK_AFTER`` 1 s)."""
+    env = worker_env(
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/2s", MAILGUARD_PARK_AFTER=park_after
+    )
     app = client_app(env)
     state = State()
     seen: list[dict[str, object]] = []
@@ -61,7 +66,7 @@ def test_a_booked_mail_is_shown_as_retry_with_its_slot(
         assert state.tasks[booked.id].state == "RETRY"
         retried = next(e for e in seen if e["type"] == "task-retried")
         assert retried["uuid"] == booked.id
-        assert "deferred until" in str(retried["exception"]) and "1/2s" in str(retried["exception"])
+        assert said in str(retried["exception"]) and "1/2s" in str(retried["exception"])
         assert "ada" not in str(retried).lower()
         poll(booked.ready, 10, "the booked mail sent")
         poll(lambda: state.tasks[booked.id].state == "SUCCESS", 10, "task-succeeded")

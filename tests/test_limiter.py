@@ -304,3 +304,45 @@ def test_a_burst_in_one_millisecond_is_not_delayed(
     limiter = make_limiter("3/1s")
     clock.set(1_700_000_000.0004)
     assert [limiter.acquire("ada@example.com").allowed for _ in range(4)] == [True] * 3 + [False]
+
+
+# --- not_before: a hold's end ------------------------------------------------------------------
+
+
+def test_not_before_books_the_first_admissible_slot_after_a_hold(
+    make_limiter: LimiterFactory, clock: ManualClock
+) -> None:
+    """A mail that could go now, asked with not_before 30 s ahead, is booked at exactly that
+    time (no tier binds); one whose tier already waits longer keeps the tier's slot."""
+    limiter = make_limiter()
+    start = clock()
+    held = limiter.acquire(ADA, mail_id="m1", max_wait=DAY, not_before=start + 30.0005)
+    assert held.booked and held.at_ms == round(start * 1000) + 30_001, "rounded up: never early"
+    assert held.tier is None
+    later = limiter.acquire(ADA, mail_id="m2", max_wait=DAY, not_before=start + 31)
+    assert later.booked and later.retry_after == 90.001 and str(later.tier) == "1/1m"
+    again = limiter.acquire(ADA, mail_id="m1", max_wait=DAY, not_before=start + 500)
+    assert again.at_ms == held.at_ms, "the same mail id gets its slot back"
+
+
+def test_not_before_past_max_wait_is_refused_and_consumes_nothing(
+    make_limiter: LimiterFactory, clock: ManualClock
+) -> None:
+    """A hold that ends beyond what the mail tolerates refuses it, saying when it could go."""
+    limiter = make_limiter()
+    refused = limiter.acquire(ADA, mail_id="m1", max_wait=10, not_before=clock() + 60)
+    assert refused.refused and refused.retry_after == 60.0
+    assert limiter.acquire(ADA).allowed, "nothing was consumed"
+
+
+def test_not_before_in_the_past_changes_nothing(
+    make_limiter: LimiterFactory, clock: ManualClock
+) -> None:
+    """A hold that already ended: the mail goes now."""
+    assert make_limiter().acquire(ADA, not_before=clock() - 5).allowed
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, "soon"])
+def test_a_bad_not_before_is_refused(make_limiter: LimiterFactory, bad: object) -> None:
+    with pytest.raises(ValueError, match="not_before must be epoch seconds"):
+        make_limiter().acquire(ADA, not_before=bad)  # type: ignore[arg-type]

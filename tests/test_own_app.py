@@ -13,6 +13,7 @@ from celery import Celery
 
 from devservers.celery_worker import CeleryWorker, worker_env
 from tests.smtp_server import SmtpTestServer
+from tests.waiting import poll
 from workers import app as mailguard_app
 from workers.tasks import send_mail
 
@@ -54,3 +55,47 @@ def test_a_projects_own_app_runs_send_mail(redis_url: str, smtp_server: SmtpTest
     mailguard_broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
     assert mailguard_broker.dbsize() == 0, "nothing went through mailguard's own broker"
     mailguard_broker.close()
+
+
+def test_a_mail_parked_through_a_projects_own_app_is_published_when_due(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """The project's worker runs the promoter too: of two mails to one address under ``1/3s``
+    with ``PARK_AFTER`` 1 s, one is parked, then published and sent at its slot."""
+    base = redis_url.rsplit("/", 1)[0]
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_POLICY="1/3s",
+        MAILGUARD_PARK_AFTER="1s",
+        PROJECT_BROKER_URL=f"{base}/4",
+        PROJECT_RESULT_BACKEND=f"{base}/5",
+        PROJECT_QUEUE="project",
+    )
+    project = Celery(
+        "project",
+        broker=env["PROJECT_BROKER_URL"],
+        backend=env["PROJECT_RESULT_BACKEND"],
+        set_as_current=False,
+    )
+    project.conf.update(task_default_queue="project")
+    worker = CeleryWorker(env, app_module="tests.project_app").start()
+    broker = redis.Redis.from_url(env["PROJECT_BROKER_URL"])
+    project.set_current()
+    try:
+        first = send_mail.delay("ada@example.com", subject="one", body="x")
+        second = send_mail.delay("ada@example.com", subject="two", body="x")
+        # Either may be the one booked (two pool processes): the worker's log says which.
+        poll(lambda: "parked until" in worker.log_path.read_text(), 20, "a mail to be parked")
+        poll(lambda: broker.hlen("unacked") == 0, 5, "its run to end")
+        held = broker.llen("project")
+        outcomes = [first.get(timeout=20), second.get(timeout=20)]
+    finally:
+        mailguard_app.app.set_current()
+        worker.stop()
+        project.close()
+        broker.close()
+    assert held == 0, "the booked mail was parked, not held by the project's broker"
+    assert [o["status"] for o in outcomes] == ["sent", "sent"], outcomes
+    gap = abs(outcomes[1]["sent_at"] - outcomes[0]["sent_at"])
+    assert gap >= 3.0 - 0.05, f"sent {gap:.2f} s apart under 1/3s"

@@ -30,7 +30,7 @@ from mailer.steps import Later, Progress
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import parking
-from workers.parking import Parked
+from workers.payload import Parked
 from workers.promoter import KILL_AFTER_PUBLISH
 
 TASK = "mailguard.send_mail"
@@ -102,6 +102,43 @@ def test_a_parked_mail_is_sent_once_at_its_slot(
         late = times[0] - outcome["due"]
         assert -EARLY_SLACK <= late <= 1.0, f"{outcome['mail_id']} sent {late:+.3f} s from its slot"
     assert schedule.stats() == schedule.stats().__class__(0, 0, 1, None)
+
+
+def test_an_entry_parked_in_the_version_1_format_is_sent_once_at_its_slot(
+    redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
+) -> None:
+    """A mail parked by a worker of the first format (a JSON object whose kwargs hold the mail
+    id and the sealed progress): today's promoter publishes it as it was, and it is sent once,
+    at its slot, with its booking (one deferral). Made here by rewriting a parked entry."""
+    env = worker_env(
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/4s, 50/1h", MAILGUARD_PARK_AFTER="1s"
+    )
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    try:
+        results = [_send(app, "ada@example.com", f"old-{n}") for n in range(2)]
+        # whichever of the two runs second is booked and parked
+        poll(lambda: schedule.stats().parked == 1, 10, "one of the mails parked")
+        parked = next(n for n in range(2) if schedule.payload(f"old-{n}") is not None)
+        mail_id = f"old-{parked}"
+        entry = Parked.decode(schedule.payload(mail_id), mail_id)
+        assert entry.progress is not None
+        kwargs = entry.message_kwargs(mail_id, env["MAILGUARD_SECRET"])
+        kwargs["_requested_at"] = entry.progress.requested_at
+        old = {"v": 1, "args": entry.args, "kwargs": kwargs, "due": round(entry.due, 3)}
+        old["task"] = entry.task_id  # the task id, not the mail id: written by version 1
+        written = json.dumps(old, separators=(",", ":")).encode()
+        assert schedule.client.hset(schedule.payloads_key, mail_id, written) == 0
+        poll(lambda: all(r.ready() for r in results), 20, "both mails to be sent")
+    finally:
+        worker.stop()
+        app.close()
+    received = _received(smtp_server)
+    outcome = results[parked].get(timeout=1)
+    times = received[message_id(mail_id, SENDER)]
+    assert outcome["status"] == "sent" and len(times) == 1 and outcome["deferrals"] == 1
+    assert -EARLY_SLACK <= times[0] - outcome["due"] <= 1.0
+    assert schedule.stats().parked == 0
 
 
 def test_every_worker_killed_with_parked_mails(
@@ -203,12 +240,12 @@ def test_a_parked_payload_is_the_same_mail() -> None:
     """A payload decodes to the task id, call and due it was made from; anything else is a
     ``ValueError`` (what the promoter buries)."""
     entry = Parked("t1", ["ada@example.com"], {"mail_id": "m1", "_requested_at": 1.5}, 12.25)
-    assert Parked.decode(entry.encode()) == entry
+    assert Parked.decode(entry.encode(), "m1") == entry
     same = Parked("m1", ["ada@example.com"], {"mail_id": "m1"}, 12.25)
-    assert b'"task"' not in same.encode() and Parked.decode(same.encode()) == same
+    assert b'"t1"' not in same.encode() and Parked.decode(same.encode(), "m1") == same
     for bad in (None, b"\xff", b"[]", b'{"v": 2}', b'{"v": 1, "task": "t", "args": []}'):
         with pytest.raises(ValueError):
-            Parked.decode(bad)
+            Parked.decode(bad, "m1")
 
 
 @pytest.mark.server  # an in-process Celery worker, in a subprocess

@@ -8,9 +8,14 @@ Redis broker and on RabbitMQ. Enqueued through the client app's own ``send_mail`
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +29,7 @@ from workers.priority import kind_priority, message_priority
 
 TASK = "mailguard.send_mail"
 BULK = 3000
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -88,3 +94,34 @@ def test_a_code_mail_overtakes_a_bulk_burst(
     )
     assert backlog_at_code > 1000, "the burst was still queued when the code mail came"
     assert waited < 2.0, f"the code mail waited {waited:.2f} s behind the burst"
+
+
+def test_the_memory_broker_takes_a_code_mail_before_a_queued_burst() -> None:
+    """In one process (embedded defaults, the demo's broker): the code mail runs first."""
+    script = (
+        "import json\n"
+        "from workers.app import app\n"
+        "from workers.tasks import send_mail\n"
+        "from workers.inprocess import inprocess_worker\n"
+        "app.conf.broker_transport_options |= {'polling_interval': 0.01}\n"
+        "bulk = [send_mail.delay(f'bulk{n}@example.com', subject='s', body='b')\n"
+        "        for n in range(30)]\n"
+        "code = send_mail.delay('ada@example.com', kind='code', context={'code': '493112'})\n"
+        "with inprocess_worker(app, concurrency=1):\n"
+        "    sent = [r.get(timeout=30)['sent_at'] for r in [code, *bulk]]\n"
+        "print(json.dumps(sent))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
+    env |= {"PYTHONPATH": str(ROOT), "MAILGUARD_SMTP_URL": "memory://"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    code, *bulk = json.loads(done.stdout.strip().splitlines()[-1])
+    assert code < min(bulk), "the code mail waited behind bulk mails queued before it"

@@ -1,4 +1,5 @@
-"""Concurrency of the scoped limiter: 8 threads and 4 processes, many recipients, one sender.
+"""Concurrency of the scoped limiter: 8 threads and 4 processes, many recipients, one sender,
+on one Redis and on a Redis Cluster.
 
 Every mail goes to a recipient of its own, so only the sender scope binds. Each caller books
 with a long ``max_wait`` on the Redis server's clock, so slots spread into the future without
@@ -12,7 +13,7 @@ import multiprocessing
 import threading
 import uuid
 
-from devservers.redis_servers import RedisServer
+from devservers.redis_servers import RedisClusterServers, RedisServer
 from mailer import Policy
 from mailer.scoped import ScopedLimiter
 
@@ -55,16 +56,30 @@ def _process(url: str, namespace: str, name: str, queue: multiprocessing.Queue) 
 
 def test_threads_and_processes_never_exceed_the_sender_quota(redis_server: RedisServer) -> None:
     """60 mails from 8 threads and 4 processes to 60 recipients: the sender is never over."""
+    _never_over(redis_server.url)
+
+
+def test_on_a_redis_cluster_the_sender_quota_is_never_exceeded_either() -> None:
+    """The same on a 3-node Redis Cluster, where each recipient's slot and the sender's differ
+    and the decision runs scope by scope with rollbacks (mailer.backends.scoped_cluster)."""
+    cluster = RedisClusterServers().start()
+    try:
+        _never_over(cluster.url)
+    finally:
+        cluster.cleanup()
+
+
+def _never_over(url: str) -> None:
     namespace = f"conc-{uuid.uuid4().hex[:10]}"
     answers: list[tuple[bool, bool, int]] = []
     threads = [
-        threading.Thread(target=_caller, args=(redis_server.url, namespace, f"t{i}", answers))
+        threading.Thread(target=_caller, args=(url, namespace, f"t{i}", answers))
         for i in range(THREADS)
     ]
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     processes = [
-        context.Process(target=_process, args=(redis_server.url, namespace, f"p{i}", queue))
+        context.Process(target=_process, args=(url, namespace, f"p{i}", queue))
         for i in range(PROCESSES)
     ]
     for worker in [*threads, *processes]:

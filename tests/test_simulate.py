@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import time
 from bisect import bisect_right
 
@@ -11,9 +12,11 @@ import pytest
 from mailer import Kind, Kinds, Policy
 from mailer.simulate import (
     ABUSED,
+    ORDER,
     PATTERNS,
     Attempt,
     Summary,
+    compare,
     generate,
     percentile,
     read_csv,
@@ -142,8 +145,13 @@ def test_read_csv_skips_header_comments_and_blank_lines() -> None:
         ("abc,ada@example.com", r"^line 3: time 'abc' is not a number of seconds$"),
         ("-1,ada@example.com", r"^line 3: time must be a finite number >= 0, got '-1'$"),
         ("nan,ada@example.com", r"^line 3: time must be a finite number >= 0, got 'nan'$"),
-        ("5", r"^line 3: expected time,recipient\[,kind\], got 1 fields$"),
-        ("5,ada@example.com,code,x", r"^line 3: expected time,recipient\[,kind\], got 4 fields$"),
+        ("5", r"^line 3: expected time,recipient\[,kind\[,tenant\]\], got 1 fields$"),
+        (
+            "5,ada@example.com,code,acme,x",
+            r"^line 3: expected time,recipient\[,kind\[,tenant\]\], got 5 fields$",
+        ),
+        ("5,ada@example.com,code,\x01", r"^line 3: tenant must not contain control characters$"),
+        ("5,ada@example.com,code," + "t" * 65, r"^line 3: tenant must be a str of 1 to 64"),
         ("5,ada@", r"^line 3: address has no @-sign|^line 3: domain part"),
         ("5,ada@example.com,spam", r"^line 3: unknown kind 'spam'; known: code, default"),
     ],
@@ -217,3 +225,46 @@ def test_a_day_for_ten_thousand_recipients_runs_in_seconds() -> None:
     elapsed = time.perf_counter() - started
     assert report.recipients == 10_001 and report.total.attempts == len(trace) > 20_000
     assert elapsed < 10.0, f"{elapsed:.1f} s"
+
+
+# --- scoped policies -------------------------------------------------------------------------
+
+
+def test_a_sender_tier_paces_mails_to_different_recipients() -> None:
+    """``sender: 2/1s``: 6 mails to 6 recipients at t=0 go 2 at once, then 2 a second later."""
+    attempts = [Attempt(0.0, f"r{n}@example.com") for n in range(6)]
+    report = simulate(attempts, Policy.parse("recipient: 1/60s; sender: 2/1s", name="recipient"))
+    assert [r.status for r in report.results] == ["sent"] * 2 + ["deferred"] * 4
+    assert [r.lateness for r in report.results] == [0.0, 0.0, 1.0, 1.0, 2.0, 2.0]
+    assert {r.tier for r in report.results[2:]} <= {"sender 2/1s", ORDER}
+    assert report.per_tier["sender 2/1s"].deferred >= 2
+
+
+def test_a_tenants_fixed_quota_counts_only_its_own_mails() -> None:
+    """``tenant: 2/1d fixed``: acme's third mail waits for the next (UTC) day; others do not."""
+    trace = "".join(
+        f"{t},r{n}@example.com,default,{tenant}\n"
+        for n, (t, tenant) in enumerate([(0, "acme"), (1, "acme"), (2, "acme"), (3, ""), (4, "b")])
+    )
+    attempts = read_csv(io.StringIO(trace))
+    assert [a.tenant for a in attempts] == ["acme", "acme", "acme", None, "b"]
+    report = simulate(
+        attempts, Policy.parse("recipient: 1/60s; tenant: 2/1d fixed", name="recipient")
+    )
+    assert [r.status for r in report.results] == ["sent", "sent", "deferred", "sent", "sent"]
+    assert report.results[2].tier == "tenant 2/1d fixed"
+    assert report.results[2].sent_at == 86_400.0, "the trace starts at a midnight"
+
+
+def test_compare_replays_one_trace_through_two_policies() -> None:
+    """--against: the same attempts, the same recipient labels, each policy's own outcome."""
+    attempts = generate("bursts", recipients=20, seed=3)
+    plain = Policy.parse("1/60s, 5/1h", name="recipient")
+    shared = Policy.parse("recipient: 1/60s, 5/1h; sender: 1/1s gcra", name="recipient")
+    first, second = compare(attempts, plain, shared, secret="s")
+    assert first.total.attempts == second.total.attempts == len(attempts)
+    assert [r.recipient for r in first.results] == [r.recipient for r in second.results]
+    assert first == simulate(attempts, plain, secret="s")
+    assert second.total.deferred > first.total.deferred, "one a second for all adds waits"
+    sent = sorted(r.sent_at for r in second.results if r.sent_at is not None)
+    assert all(b - a >= 1.0 - 1e-9 for a, b in itertools.pairwise(sent)), "1/1s gcra"

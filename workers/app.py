@@ -80,6 +80,7 @@ def create_app(config: Settings) -> Celery:
         result_accept_content=["json"],
         # No countdown may outlive the Redis broker's visibility timeout (no duplicate delivery).
         broker_transport_options=transport_options(config),
+        broker_transport=priority.broker_transport(config.broker_url),
         result_expires=defaults.OUTCOME_TTL,
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
@@ -97,6 +98,19 @@ def create_app(config: Settings) -> Celery:
 app = create_app(settings)
 # The app ``send_mail`` goes through when the process has no app of its own (see workers.tasks).
 app.set_default()
+
+
+@signals.celeryd_init.connect
+def _promote_on_every_app(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    """Run the promoter in any worker that runs ``send_mail``, a project's own app included.
+
+    :func:`create_app` adds the step to mailguard's app; a project's app that includes
+    ``workers.tasks`` gets it here, before its worker builds its steps (without it, mails
+    parked through that app would wait for ever). ``steps`` is a set: adding twice is harmless.
+    """
+    app = getattr(instance, "app", None)
+    if app is not None:
+        app.steps["worker"].add(PromoterStep)
 
 
 @signals.worker_init.connect

@@ -3,7 +3,8 @@
 The report says, per tier of the policy, how much of it the recipient has used (sends and
 bookings in the window ending now), when its next mail may go and which tier binds, and how
 many sends are booked in the future. The recipient appears only as the keyed hash the outcomes
-carry.
+carry. For a scoped policy (:func:`scoped_report`): the room of each scope (recipient, domain,
+sender, a tenant).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 
 from mailer.limiter import Limiter
 from mailer.policy import MAX_LIMIT, Policy, Tier
+from mailer.scoped import SENDER_KEY, ScopedLimiter
 from mailer.settings import Settings
 
 
@@ -56,3 +58,55 @@ def bookings(settings: Settings, key: str, now_ms: int) -> int:
         return MAX_LIMIT - limiter.peek(key).remaining[0]
     finally:
         limiter.close()
+
+
+def scoped_report(
+    limiter: ScopedLimiter, key: str | None, *, tenant: str | None, sender: bool
+) -> dict[str, Any]:
+    """The budgets of a scoped policy's scopes, read without consuming (their JSON form).
+
+    With ``key`` (a recipient's limit key): when its next mail may go (with ``tenant``, as a
+    mail of that tenant) and the room of every scope such a mail is counted in. Without it:
+    the sender scope (``sender``) and the tenant ``tenant``'s scope. Subjects are shown as
+    their keyed hashes (the sender's and a tenant's name as given).
+    """
+    policy = limiter.policy
+    present = {scope for scope, _ in policy.scope_tiers()}
+    report: dict[str, Any] = {"policy": str(policy)}
+    asked: list[tuple[str, str, str]] = []  # (scope, subject, how it is shown)
+    if key is not None:
+        decision = limiter.peek(key, tenant=tenant)
+        domain = key.rpartition("@")[2]
+        report |= {
+            "recipient": limiter.storage_key("recipient", key),
+            "allowed_now": decision.allowed,
+            "next_at": decision.at,
+            "wait": decision.retry_after,
+            "binding_tier": _scoped_tier(decision.scope, decision.tier),
+        }
+        if "recipient" in present:
+            asked.append(("recipient", key, report["recipient"]))
+        if "domain" in present:
+            asked.append(("domain", domain, limiter.storage_key("domain", domain)))
+    if (sender or key is not None) and "sender" in present:
+        asked.append(("sender", SENDER_KEY, SENDER_KEY))
+    if tenant is not None and "tenant" in present:
+        asked.append(("tenant", tenant, tenant))
+    report["scopes"] = [
+        {
+            "scope": scope,
+            "subject": shown,
+            "tiers": [
+                {"tier": str(tier), "used": tier.limit - room, "limit": tier.limit}
+                for tier, room in limiter.room(scope, subject)
+            ],
+        }
+        for scope, subject, shown in asked
+    ]
+    return report
+
+
+def _scoped_tier(scope: str | None, tier: object) -> str | None:
+    if tier is None:
+        return None
+    return str(tier) if scope in (None, "recipient") else f"{scope} {tier}"

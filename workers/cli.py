@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -33,7 +33,7 @@ from mailer.limiter import Limiter
 from mailer.policy import Policy
 from mailer.settings import Settings
 from workers import cli_schedule, cli_suppression, views
-from workers.budget import budget_report
+from workers.budget import budget_report, scoped_report
 from workers.cli_errors import REFUSED, USAGE, OneLineErrors, error_line, fail
 from workers.outcomes import read_state
 
@@ -209,24 +209,43 @@ def outcome(mail_id: str, as_json: bool) -> None:
 
 @main.command(short_help="Show a recipient's budget per tier, or the dead letters.")
 @click.argument("address", required=False)
+@click.option(
+    "--sender", is_flag=True, help="The sender's hold, and its scope's budget (a scoped policy)."
+)
+@click.option("--tenant", metavar="NAME", help="A tenant's budget (a scoped policy).")
 @click.option("--dead-letters", is_flag=True, help="List quarantined (poison) mails instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-def status(address: str | None, dead_letters: bool, as_json: bool) -> None:
+def status(
+    address: str | None, sender: bool, tenant: str | None, dead_letters: bool, as_json: bool
+) -> None:
     """ADDRESS's budget: per tier used/limit, when the next mail may go, booked sends.
 
     Reads the configured limiter (MAILGUARD_LIMITER_URL, a shared redis://) without
     consuming anything. The address is shown only as the hash the outcomes carry.
-    With --dead-letters (and no ADDRESS): the mails quarantined as poison, newest first.
+    Under a scoped policy, every scope the mail is counted in (recipient, domain, sender, and
+    with --tenant NAME that tenant); --sender and --tenant NAME without ADDRESS show those
+    shared scopes alone. --sender also shows a hold in force after a throttling reply (no
+    worker sends until it ends), under any policy. With --dead-letters (and nothing else): the
+    mails quarantined as poison, newest first.
     """
     settings = _settings()
     if dead_letters:
-        if address is not None:
-            fail("give either ADDRESS or --dead-letters, not both", USAGE)
+        if address is not None or sender or tenant is not None:
+            fail("give either ADDRESS, --sender, --tenant or --dead-letters", USAGE)
         _show_dead_letters(settings, as_json)
         return
-    if address is None:
-        fail("missing ADDRESS (or --dead-letters)", USAGE)
-    key = _recipient(address)
+    if address is None and not sender and tenant is None:
+        fail("missing ADDRESS (or --sender, --tenant NAME, --dead-letters)", USAGE)
+    key = None if address is None else _recipient(address)
+    hold = _sender_hold(settings) if sender else None
+    if _is_scoped(settings.policy):
+        _scoped_status(settings, key, tenant=tenant, sender=sender, as_json=as_json, hold=hold)
+        return
+    if key is None and sender:
+        _show_hold({"scope": "sender"}, hold, as_json=as_json)
+        return
+    if key is None:
+        fail(f"policy {settings.policy} has no sender or tenant scope: give an ADDRESS", USAGE)
     limiter = _shared_limiter(settings)
     try:
         report = budget_report(limiter, settings, key)
@@ -234,10 +253,89 @@ def status(address: str | None, dead_letters: bool, as_json: bool) -> None:
         fail(str(exc))
     finally:
         limiter.close()
-    if as_json:
+    if sender:
+        _show_hold(report, hold, as_json=as_json, show=views.show_status)
+    elif as_json:
         click.echo(json.dumps(report, indent=2))
     else:
         views.show_status(report)
+
+
+def _sender_hold(settings: Settings) -> dict[str, Any] | None:
+    """The sender's hold in force (until, since, level, cause), or None."""
+    from mailer.factory import build_holds  # noqa: PLC0415
+
+    _shared_limiter_url(settings)
+    try:
+        hold = build_holds(settings).sender()
+    except ValueError as exc:
+        fail(str(exc), USAGE)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    return None if hold is None else asdict(hold)
+
+
+def _show_hold(
+    report: dict[str, Any],
+    hold: dict[str, Any] | None,
+    *,
+    as_json: bool,
+    show: Callable[[Mapping[str, Any]], None] | None = None,
+) -> None:
+    """``report`` (shown by ``show``, if any) and the sender's hold line; JSON: one object."""
+    if as_json:
+        click.echo(json.dumps(report | {"hold": hold}, indent=2))
+        return
+    if show is not None:
+        show(report)
+    if hold is None:
+        click.echo("sender: no hold")
+    else:
+        click.echo(
+            f"sender held until {views.when(hold['until'])} ({hold['cause']}), "
+            f"{max(hold['until'] - time.time(), 0.0):.0f} s left, level {hold['level']}"
+        )
+
+
+def _is_scoped(policy: Policy) -> bool:
+    """Whether the workers decide ``policy`` with the scoped limiter (as the guard builds it)."""
+    return policy.scoped or any(t.kind != "sliding" for t in policy.tiers)
+
+
+def _scoped_status(
+    settings: Settings,
+    key: str | None,
+    *,
+    tenant: str | None,
+    sender: bool,
+    as_json: bool,
+    hold: dict[str, Any] | None = None,
+) -> None:
+    from mailer.scoped import ScopedLimiter, check_tenant  # noqa: PLC0415
+
+    try:
+        check_tenant(tenant)
+    except ValueError as exc:
+        fail(f"--tenant: {exc}", USAGE)
+    _shared_limiter_url(settings)
+    try:
+        limiter = ScopedLimiter(
+            settings.policy, url=settings.limiter_url, secret=settings.secret, tz=settings.timezone
+        )
+    except ValueError as exc:
+        fail(f"MAILGUARD_LIMITER_URL: {exc}", USAGE)
+    try:
+        report = scoped_report(limiter, key, tenant=tenant, sender=sender)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    finally:
+        limiter.close()
+    if sender:
+        _show_hold(report, hold, as_json=as_json, show=views.show_scoped_status)
+    elif as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        views.show_scoped_status(report)
 
 
 def _show_dead_letters(settings: Settings, as_json: bool) -> None:
@@ -291,7 +389,18 @@ def reset(address: str, yes: bool) -> None:
 @click.option("--recipients", default=1000, show_default=True, type=click.IntRange(1, 1_000_000))
 @click.option("--hours", default=24.0, show_default=True, type=click.FloatRange(min=0.001))
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the pattern.")
-@click.option("--policy", "policy_text", help="Tiers, e.g. '1/60s, 5/1h' (default: configured).")
+@click.option(
+    "--policy",
+    "policy_text",
+    help="Tiers, e.g. '1/60s, 5/1h' or scoped 'recipient: 1/60s; sender: 14/1s gcra' "
+    "(default: configured).",
+)
+@click.option(
+    "--against",
+    "against_text",
+    metavar="POLICY",
+    help="A second policy to replay the same trace through: the two side by side.",
+)
 @click.option(
     "--max-wait",
     "max_waits",
@@ -309,15 +418,18 @@ def simulate(
     hours: float,
     seed: int,
     policy_text: str | None,
+    against_text: str | None,
     max_waits: tuple[str, ...],
     plot_path: str | None,
     top: int,
 ) -> None:
     """Replay traffic through the real limiter on a virtual clock: what a policy would do.
 
-    A CSV trace has rows time,recipient[,kind] (time in seconds from the start) or use a
-    generated --pattern. With neither it runs the built-in example: a day of mixed traffic
-    for 1000 recipients with one abused address.
+    A CSV trace has rows time,recipient[,kind[,tenant]] (time in seconds from the start) or
+    use a generated --pattern. With neither it runs the built-in example: a day of mixed
+    traffic for 1000 recipients with one abused address. Scoped policies (domain, sender,
+    tenant; fixed and gcra tiers) replay as the workers would decide them. --against compares
+    two policies on the same trace.
     """
     from mailer import simulate as sim  # noqa: PLC0415 - loaded only for this command
 
@@ -325,6 +437,7 @@ def simulate(
     if csv_path and pattern:
         fail("give --csv or --pattern, not both", USAGE)
     policy = settings.policy if policy_text is None else _policy(policy_text)
+    against = None if against_text is None else _policy(against_text, option="--against")
     kinds = _with_waits(settings.kinds, max_waits)
     started = time.perf_counter()
     try:
@@ -341,11 +454,17 @@ def simulate(
     except ValueError as exc:
         fail(str(exc), USAGE)
     try:
-        report = sim.simulate(attempts, policy, kinds)
+        if against is None:
+            report, other = sim.simulate(attempts, policy, kinds), None
+        else:
+            report, other = sim.compare(attempts, policy, against, kinds)
     except ValueError as exc:
         fail(str(exc), USAGE)
     elapsed = time.perf_counter() - started
-    views.show_report(report, source, elapsed, top)
+    if other is None:
+        views.show_report(report, source, elapsed, top)
+    else:
+        views.show_comparison(report, other, source, elapsed)
     if plot_path:
         _plot(report, plot_path)
 
@@ -373,11 +492,11 @@ def _context(text: str | None) -> dict[str, Any]:
     return value
 
 
-def _policy(text: str) -> Policy:
+def _policy(text: str, *, option: str = "--policy") -> Policy:
     try:
         return Policy.parse(text, name="recipient")
     except ValueError as exc:
-        fail(f"--policy: {exc}", USAGE)
+        fail(f"{option}: {exc}", USAGE)
 
 
 def _plot(report: Report, path: str) -> None:
@@ -410,13 +529,18 @@ def refuse_problems(settings: Settings) -> None:
         fail(problem, USAGE)
 
 
-def _shared_limiter(settings: Settings) -> Limiter:
+def _shared_limiter_url(settings: Settings) -> None:
+    """Refuse (exit 2, or 1 for memory://) settings under which no shared limiter can be read."""
     refuse_problems(settings)
     if settings.limiter_url.startswith("memory:"):
         fail(
             "MAILGUARD_LIMITER_URL is memory://: each worker process keeps its own counts, "
             "which this command cannot see; set the workers' shared redis:// limiter URL"
         )
+
+
+def _shared_limiter(settings: Settings) -> Limiter:
+    _shared_limiter_url(settings)
     try:
         return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
     except ValueError as exc:

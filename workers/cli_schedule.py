@@ -24,7 +24,8 @@ from mailer.scoped import ScopedLimiter
 from mailer.settings import Settings
 from workers import views
 from workers.cli_errors import fail, shared_ledger_settings
-from workers.parking import Parked, schedule_for
+from workers.parking import schedule_for
+from workers.payload import Parked
 
 #: How long ``cancel`` holds the mail's claim while it records the cancellation, in seconds.
 CANCEL_LEASE = 30.0
@@ -72,7 +73,7 @@ def cancel(mail_id: str, yes: bool) -> None:
         ledger.record(outcome)
     except BackendUnavailable as exc:
         fail(str(exc))
-    task_id = Parked.decode(payload).task_id if payload else given
+    task_id = Parked.decode(payload, mail_id).task_id if payload else given
     app.backend.store_result(task_id, outcome.as_dict(), "SUCCESS")
     click.echo(f"cancelled {mail_id}" + (" (parked; slot freed)" if payload else ""))
 
@@ -95,7 +96,7 @@ def _cancelled(settings: Settings, mail_id: str, meta: Any, payload: bytes | Non
     if payload is None:
         return outcome  # a countdown mail gives its slot back when it runs (the guard)
     try:
-        entry = Parked.decode(payload)
+        entry = Parked.decode(payload, mail_id)
         to = entry.args[0] if entry.args else entry.kwargs.get("to")
         key = normalise_address(str(to), settings.guard_config().rules).limit_key
     except (ValueError, InvalidAddress):
@@ -124,9 +125,9 @@ def scheduled(as_json: bool) -> None:
     kinds: Counter[str] = Counter()
     try:
         stats = schedule.stats()
-        for _mail_id, due, payload in schedule.scan():
+        for mail_id, due, payload in schedule.scan():
             try:
-                kwargs = Parked.decode(payload).kwargs
+                kwargs = Parked.decode(payload, mail_id).kwargs
             except ValueError:
                 kwargs = {}
             kinds[str(kwargs.get("kind", "default"))] += 1

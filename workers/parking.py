@@ -1,10 +1,9 @@
 """Parking a deferred mail: its task message goes to the schedule (:mod:`mailer.schedule`).
 
-The payload is the message a promoter publishes again, as JSON: ``{"v": 1, "args": [...],
-"kwargs": {...}, "due": <epoch s>}``, with ``"task": <task id>`` when that is not the mail id.
-``kwargs`` carry ``mail_id``, the sealed ``_progress`` and ``_requested_at``, so the promoted
-run is the same mail, with the same deadline and the same booking, under the same task id. Its
-kind's priority is set again when it is published (:mod:`workers.promoter`).
+The payload is the message a promoter publishes again (:mod:`workers.payload`: a compact JSON
+array of the due time, args, kwargs and the progress, about 150 B for a short mail): the
+promoted run is the same mail, with the same deadline and the same booking, under the same task
+id. Its kind's priority is set again when it is published (:mod:`workers.promoter`).
 
 One schedule per process and queue, where the ledger lives. A memory schedule can only be
 promoted by a promoter in the same process (:mod:`workers.promoter`): without one, nothing is
@@ -13,12 +12,10 @@ parked.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from mailer.errors import BackendUnavailable
@@ -26,10 +23,9 @@ from mailer.schedule import MemorySchedule, Schedule, schedule_from_url
 from mailer.schedule.park import parked_until
 from mailer.settings import Settings
 from mailer.steps import Later
+from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
-
-PAYLOAD_VERSION = 1
 
 _lock = threading.Lock()
 _stores: dict[tuple[int, str, str], Schedule] = {}
@@ -47,45 +43,6 @@ def schedule_for(settings: Settings) -> Schedule:
         return _stores[key]
 
 
-@dataclass(frozen=True)
-class Parked:
-    """A payload, decoded: what a promoter publishes again."""
-
-    task_id: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    due: float
-
-    def encode(self) -> bytes:
-        """Compact JSON; the task id is left out when it is the mail id (the usual case)."""
-        data: dict[str, Any] = {"v": PAYLOAD_VERSION, "args": self.args}
-        if self.task_id != self.kwargs.get("mail_id"):
-            data["task"] = self.task_id
-        data |= {"kwargs": self.kwargs, "due": round(self.due, 3)}
-        return json.dumps(data, separators=(",", ":")).encode()
-
-    @classmethod
-    def decode(cls, payload: bytes | None) -> Parked:
-        """The payload's message; ``ValueError`` saying why for anything else."""
-        if payload is None:
-            raise ValueError("no payload")
-        try:
-            data = json.loads(payload)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ValueError(f"not JSON: {exc}") from None
-        if not isinstance(data, dict) or data.get("v") != PAYLOAD_VERSION:
-            raise ValueError("not a version 1 payload")
-        args, kwargs, due = (data.get(k) for k in ("args", "kwargs", "due"))
-        if not isinstance(kwargs, dict) or not isinstance(kwargs.get("mail_id"), str):
-            raise ValueError("kwargs or mail id missing")
-        task = data.get("task", kwargs["mail_id"])
-        if not isinstance(task, str) or not isinstance(args, list):
-            raise ValueError("task id or args missing")
-        if isinstance(due, bool) or not isinstance(due, (int, float)):
-            raise ValueError("due missing")
-        return cls(task, args, kwargs, float(due))
-
-
 def park(
     settings: Settings, later: Later, *, task_id: str, args: Any, kwargs: dict[str, Any]
 ) -> float | None:
@@ -99,7 +56,7 @@ def park(
     if isinstance(store, MemorySchedule) and promoter_pid != [os.getpid()]:
         return None
     mail_id = str(kwargs["mail_id"])
-    entry = Parked(task_id, list(args or ()), kwargs, due)
+    entry = Parked(task_id, list(args or ()), kwargs, due, progress=later.progress)
     try:
         store.park(mail_id, due, entry.encode())
     except BackendUnavailable as exc:

@@ -9,7 +9,8 @@ waiting messages per priority in its own way, and Celery passes ``priority`` thr
 - **RabbitMQ**: the mail queue is declared with ``x-max-priority: 9`` and a kind of priority
   ``p`` is published at ``p``. RabbitMQ cannot add that argument to an existing queue: a queue
   declared by an older version must be deleted (or ``MAILGUARD_QUEUE`` renamed) once.
-- Other brokers (memory) ignore it.
+- **memory** (the in-process broker of the demo and of embedded defaults): a queue ordered by
+  priority, higher first, then by arrival (:mod:`workers.memory_broker`); ``p`` as is.
 
 Priority orders what waits in the queue; it does not take a process from a mail being sent.
 A deferred mail keeps its priority when it comes back (Celery's retry carries it).
@@ -48,6 +49,13 @@ def transport_options(broker_url: str) -> dict[str, Any]:
     if _scheme(broker_url) in REDIS_SCHEMES:
         return {"priority_steps": list(range(MAX_PRIORITY + 1))}
     return {}
+
+
+def broker_transport(broker_url: str) -> str | None:
+    """The kombu transport to use instead of the URL scheme's: memory's with priorities."""
+    if _scheme(broker_url) == "memory":
+        return "workers.memory_broker:Transport"
+    return None
 
 
 def queue_arguments(broker_url: str) -> dict[str, Any] | None:

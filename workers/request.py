@@ -34,6 +34,9 @@ from mailer.outcomes import Outcome
 
 log = logging.getLogger("mailguard")
 
+#: How the main process sees a parked run's return value (the repr of its ``deferred`` outcome).
+PARKED_REPR = "{'status': 'deferred'"
+
 
 class GuardedRequest(Request):
     """A ``send_mail`` request checked in the main process before the pool sees it.
@@ -71,6 +74,14 @@ class GuardedRequest(Request):
         if isinstance(exc, Deferred):
             self.send_event("task-retried", exception=str(exc), traceback="")
         super().on_failure(exc_info, send_failed_event=send_failed_event, return_ok=return_ok)
+
+    def send_event(self, type: str, **fields: Any) -> None:
+        """A parked run (it returns its ``deferred`` outcome, its result not stored: see
+        :func:`workers.tasks.send_mail`) is announced as ``task-retried``, as a deferred one."""
+        result = fields.get("result")
+        if type == "task-succeeded" and str(result).startswith(PARKED_REPR):
+            type, fields = "task-retried", {"exception": f"parked: {result}", "traceback": ""}
+        super().send_event(type, **fields)
 
     def _receipt_outcome(self) -> Outcome | None:
         """The outcome that ends this request on receipt, or None to hand it to the pool."""

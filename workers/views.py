@@ -115,6 +115,42 @@ def show_status(report: Mapping[str, Any]) -> None:
     out.print(table)
 
 
+def show_scoped_status(report: Mapping[str, Any]) -> None:
+    """A scoped policy's budgets as ``mailguard status`` reports them (its JSON's keys)."""
+    out = console()
+    if "recipient" in report:
+        out.print(f"recipient  {report['recipient']}  (keyed hash; the address is never shown)")
+    out.print(f"policy     {report['policy']}")
+    if "allowed_now" in report:
+        if report["allowed_now"]:
+            out.print("next mail  now")
+        else:
+            tier = report["binding_tier"]
+            why = f", bound by {tier}" if tier else ", after the booked sends"
+            out.print(
+                f"next mail  in {duration(report['wait'])} (at {when(report['next_at'])}){why}"
+            )
+    table = Table(
+        "scope",
+        "subject",
+        "tier",
+        "used / limit",
+        "room",
+        box=box.SIMPLE,
+        caption="used: sends and bookings in the window (fixed: the calendar window of now)",
+    )
+    for scope in report["scopes"]:
+        for n, row in enumerate(scope["tiers"]):
+            table.add_row(
+                scope["scope"] if n == 0 else "",
+                scope["subject"] if n == 0 else "",
+                str(row["tier"]),
+                f"{row['used']} / {row['limit']}",
+                str(row["limit"] - row["used"]),
+            )
+    out.print(table)
+
+
 # --- a simulation report ---------------------------------------------------------------------
 
 
@@ -143,6 +179,42 @@ def show_report(report: Report, source: str, elapsed: float, top: int) -> None:
         for label, summary in report.top_recipients(top):
             recipients.add_row(label, *summary_cells(summary))
         out.print(recipients)
+
+
+def show_comparison(first: Report, second: Report, source: str, elapsed: float) -> None:
+    """Two :class:`~mailer.simulate.Report` of one trace side by side: per kind and in all."""
+    out = console()
+    total = first.total
+    out.print(
+        f"{source}: {total.attempts:,} attempts to {first.recipients:,} recipients over "
+        f"{duration(first.duration)}; both policies simulated in {elapsed:.2f} s"
+    )
+    out.print(f"A: {first.policy}")
+    out.print(f"B: {second.policy}")
+    table = Table(title="A against B, per kind", title_justify="left", box=box.SIMPLE)
+    table.add_column("kind")
+    table.add_column("policy")
+    for column in SUMMARY_COLUMNS:
+        table.add_column(column, justify="right")
+    kinds = sorted(set(first.per_kind) | set(second.per_kind))
+    for name in [*kinds, "all"]:
+        for label, report in (("A", first), ("B", second)):
+            summary = report.total if name == "all" else report.per_kind.get(name)
+            if summary is not None:
+                table.add_row(
+                    name if label == "A" else "",
+                    label,
+                    *summary_cells(summary),
+                    end_section=label == "B",
+                )
+    out.print(table)
+    for label, report in (("A", first), ("B", second)):
+        binding = ", ".join(
+            f"{tier} {s.deferred:,} deferred / {s.dropped:,} dropped"
+            for tier, s in report.per_tier.items()
+            if s.attempts
+        )
+        out.print(f"{label} binding tiers: {binding or 'none (every mail on time)'}")
 
 
 def _summary_table(title: str, label: str, columns: tuple[str, ...]) -> Table:

@@ -20,7 +20,9 @@ class Backend(Protocol):
     #: True: keys arrive as the 12-byte digest (bytes); False: as ``<namespace>:{<hash>}`` text.
     keys_as_digest: bool
 
-    def acquire(self, key: Any, tag: int, max_wait_ms: int) -> RawDecision: ...
+    def acquire(
+        self, key: Any, tag: int, max_wait_ms: int, not_before_ms: int = 0
+    ) -> RawDecision: ...
 
     def acquire_many(
         self, items: Sequence[tuple[Any, int]], max_wait_ms: int

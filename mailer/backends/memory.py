@@ -65,7 +65,9 @@ class MemoryBackend:
         """How many keys are held now (idle ones may linger until evicted)."""
         return len(self._logs)
 
-    def acquire(self, key: bytes, tag: int, max_wait_ms: int) -> RawDecision:
+    def acquire(
+        self, key: bytes, tag: int, max_wait_ms: int, not_before_ms: int = 0
+    ) -> RawDecision:
         if self._generation != _fork_generation:
             self._warn_forked()
         spec = self._spec
@@ -78,7 +80,9 @@ class MemoryBackend:
                 log = logs[key] = _Log()
             elif log.ts and log.ts[0] <= now - spec.max_window_ms:
                 sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
-            answer = sliding_log.acquire(log.ts, log.tags, now, spec, tag, max_wait_ms, hi)
+            answer = sliding_log.acquire(
+                log.ts, log.tags, now, spec, tag, max_wait_ms, hi, not_before_ms
+            )
             if answer[0] or answer[1]:
                 log.expires_ms = log.ts[-1] + spec.max_window_ms
                 logs.move_to_end(key)

@@ -117,7 +117,10 @@ class RedisBackend:
         """The redis-py client (shared connection pool)."""
         return self._client
 
-    def acquire(self, key: str, tag: int, max_wait_ms: int) -> RawDecision:
+    def acquire(self, key: str, tag: int, max_wait_ms: int, not_before_ms: int = 0) -> RawDecision:
+        if not_before_ms:
+            now = "" if self._clock is None else to_us(self._clock())
+            return tuple(self._evalsha([key], ["a", now, tag, max_wait_ms, not_before_ms]))
         return tuple(self._call(key, "a", tag, max_wait_ms))
 
     def acquire_many(self, items: Sequence[tuple[str, int]], max_wait_ms: int) -> list[RawDecision]:

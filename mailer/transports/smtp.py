@@ -1,8 +1,11 @@
 """SMTP through ``smtplib``, with tenacity retrying what may work on a second try.
 
 Retried: 4xx replies (at connect, MAIL, RCPT or DATA), a dropped connection, connection errors
-and timeouts. Never retried: 5xx replies, TLS certificate errors and missing server features
-(STARTTLS, SMTPUTF8, AUTH), because the same try would fail the same way.
+and timeouts; with ``retry_holds=False`` (a guard with holds on) not the throttling replies
+(``454 4.7.0``, ``421``, ``450 4.2.1``: see :mod:`mailer.replies`), which the guard answers
+with a hold, since retrying them at once is what makes a provider throttle harder. Never
+retried: 5xx replies, TLS certificate errors and missing server features (STARTTLS, SMTPUTF8,
+AUTH), because the same try would fail the same way.
 
 Each send opens its own connection and closes it afterwards: simple, and never confused by a
 connection the server closed while idle. At a few mails per second per worker the handshake
@@ -23,13 +26,14 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 from tenacity import (
     RetryCallState,
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     stop_after_delay,
     wait_random_exponential,
 )
 
 from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
+from mailer.replies import classify
 from mailer.transports.base import SendReceipt, mask_addresses, recipients_of
 
 if TYPE_CHECKING:
@@ -95,6 +99,7 @@ class SmtpTransport:
         sleep: Callable[[float], None] = time.sleep,
         ssl_context: ssl.SSLContext | None = None,
         local_hostname: str | None = None,
+        retry_holds: bool = True,
     ) -> None:
         if security not in ("plain", "ssl", "starttls"):
             raise ValueError(f"security must be 'plain', 'ssl' or 'starttls', got {security!r}")
@@ -116,6 +121,7 @@ class SmtpTransport:
         self._sleep = sleep
         self._ssl_context = ssl_context
         self._local_hostname = local_hostname
+        self.retry_holds = retry_holds
 
     @classmethod
     def from_url(
@@ -129,6 +135,7 @@ class SmtpTransport:
         sleep: Callable[[float], None] = time.sleep,
         ssl_context: ssl.SSLContext | None = None,
         local_hostname: str | None = None,
+        retry_holds: bool = True,
     ) -> SmtpTransport:
         """Build a transport from ``smtp://[user:password@]host[:port][?starttls=1&timeout=10]``.
 
@@ -164,6 +171,7 @@ class SmtpTransport:
             sleep=sleep,
             ssl_context=ssl_context,
             local_hostname=local_hostname,
+            retry_holds=retry_holds,
         )
 
     def __repr__(self) -> str:
@@ -196,7 +204,7 @@ class SmtpTransport:
         retrying = Retrying(
             stop=stop_after_attempt(self.max_attempts) | stop_after_delay(self.max_delay),
             wait=self._wait,
-            retry=retry_if_exception_type(TransientSendError),
+            retry=retry_if_exception(self._worth_retrying),
             sleep=self._sleep,
             reraise=True,
             before_sleep=lambda state: _log_retry(state, message_id),
@@ -207,6 +215,14 @@ class SmtpTransport:
             log.warning("SMTP send of %s failed: %s", message_id, exc)
             raise
         return SendReceipt(message_id=message_id, code=code, reply=reply, attempts=attempts)
+
+    def _worth_retrying(self, exc: BaseException) -> bool:
+        """A transient error, unless it asks for a hold and holds are the guard's job."""
+        if not isinstance(exc, TransientSendError):
+            return False
+        if self.retry_holds or exc.code is None:
+            return True
+        return not classify(exc.code, exc.reply or "").hold_action
 
     def _attempt(self, message: EmailMessage, recipients: list[str]) -> tuple[int, str]:
         """One try on a fresh connection: the DATA reply, or a classified ``SendError``."""

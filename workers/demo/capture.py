@@ -7,6 +7,7 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections import Counter
 
 from aiosmtpd.controller import Controller
@@ -17,21 +18,29 @@ from workers.demo.story import DemoError
 
 
 class _Capture:
-    """aiosmtpd handler: accepts every message and counts them per recipient address."""
+    """aiosmtpd handler: accepts every message, counts them per recipient address and keeps
+    when each address first received one (epoch seconds)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._received: Counter[str] = Counter()
+        self._first: dict[str, float] = {}
 
     async def handle_DATA(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
+        now = time.time()
         with self._lock:
             for rcpt in envelope.rcpt_tos:
                 self._received[rcpt.lower()] += 1
+                self._first.setdefault(rcpt.lower(), now)
         return "250 2.0.0 captured by the mailguard demo"
 
     def received(self) -> Counter[str]:
         with self._lock:
             return Counter(self._received)
+
+    def first_received(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._first)
 
 
 class SmtpCapture:
@@ -67,7 +76,12 @@ class SmtpCapture:
             self.controller = None
 
     def received(self) -> Counter[str]:
+        """How many mails each address received."""
         return self.handler.received()
+
+    def first_received(self) -> dict[str, float]:
+        """When each address received its first mail, epoch seconds."""
+        return self.handler.first_received()
 
 
 def _free_port() -> int:

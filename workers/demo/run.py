@@ -27,6 +27,7 @@ from mailer.policy import Policy
 from mailer.settings import Settings
 from workers.demo.capture import SmtpCapture
 from workers.demo.story import (
+    BURST_AT,
     MAX_WAIT,
     OUTAGE_AT,
     OUTAGE_FOR,
@@ -34,6 +35,7 @@ from workers.demo.story import (
     DemoError,
     DemoInterrupted,
     Planned,
+    burst_addresses,
     configure,
     demo_settings,
     script,
@@ -148,6 +150,45 @@ def _float(value: Any) -> float | None:
 
 
 @dataclass
+class Burst:
+    """The newsletter burst: its readers, when it was queued, and the code mail queued behind
+    it (dee's), to see which went first at the SMTP server. Times are epoch seconds."""
+
+    at: float  # when it is queued, seconds after the start (after --speed)
+    readers: list[str]
+    code_address: str
+    enqueued_at: float | None = None
+    received: dict[str, float] = field(default_factory=dict)  # first receipt per address
+
+    @property
+    def done(self) -> bool:
+        """Every reader received the newsletter (or it was never queued)."""
+        return self.enqueued_at is None or all(r in self.received for r in self.readers)
+
+    def summary(self) -> dict[str, Any]:
+        """Size, when queued, how long the code mail took, how many readers it went ahead of."""
+        code = self.received.get(self.code_address)
+        ahead = (
+            None
+            if code is None
+            else sum(self.received.get(r, code + 1) > code for r in self.readers)
+        )
+        return {
+            "size": len(self.readers),
+            "enqueued_at": self.enqueued_at,
+            "code_after": None
+            if code is None or self.enqueued_at is None
+            else code - self.enqueued_at,
+            "code_ahead_of": ahead,
+            "took": (
+                max(self.received[r] for r in self.readers) - self.enqueued_at
+                if self.enqueued_at is not None and self.done
+                else None
+            ),
+        }
+
+
+@dataclass
 class Run:
     """The state of one demo run, handed to the view on every tick."""
 
@@ -160,6 +201,7 @@ class Run:
     captured: Counter[str] = field(default_factory=Counter)
     outage: tuple[float, float] = (0.0, 0.0)  # the worker's pause: from, until (s after start)
     paused: bool = False
+    burst: Burst = field(default_factory=lambda: Burst(0.0, [], ""))
 
     @property
     def policy(self) -> Policy:
@@ -214,9 +256,10 @@ class Run:
             "max_lateness_deferred": max(lateness, default=None),
             "outage": {"from": self.outage[0], "until": self.outage[1]},
             "rebooked": sum(r.rebooked for r in self.rows),
-            "captured": sum(self.captured.values()),
+            "burst": self.burst.summary(),
+            "captured": sum(self.captured.get(r.address, 0) for r in RECIPIENTS.values()),
             "violations": self.violations(),
-            "complete": all(r.settled for r in self.rows),
+            "complete": all(r.settled for r in self.rows) and self.burst.done,
         }
 
 
@@ -285,7 +328,8 @@ def _new_run(settings: Settings, speed: float, smtp: SmtpCapture) -> Run:
         for n, planned in enumerate(script(), start=1)
     ]
     outage = (OUTAGE_AT / speed, (OUTAGE_AT + OUTAGE_FOR) / speed)
-    return Run(settings, speed, rows, smtp, outage=outage)
+    burst = Burst(BURST_AT / speed, burst_addresses(), RECIPIENTS["dee"].address)
+    return Run(settings, speed, rows, smtp, outage=outage, burst=burst)
 
 
 def _play(
@@ -308,6 +352,8 @@ def _play(
             for _ in range(CONCURRENCY):
                 pause.apply_async(args=[run.outage[1] - run.outage[0]], priority=0)
         run.paused = paused and run.elapsed < run.outage[1]
+        if run.burst.enqueued_at is None and run.elapsed >= run.burst.at:
+            _enqueue_burst(run.burst, send_mail)  # before the rows due now: dee's code is one
         while waiting and waiting[0].at <= run.elapsed:
             row = waiting.pop(0)
             _enqueue(row, send_mail)
@@ -315,14 +361,29 @@ def _play(
             if row.mail_id and not row.settled:
                 row.update(*read_state(app, row.mail_id))
         run.captured = run.smtp.received()
+        run.burst.received = run.smtp.first_received()
         if view is not None:
             view(run)
-        if not waiting and all(r.settled for r in run.rows):
+        if not waiting and all(r.settled for r in run.rows) and run.burst.done:
             return
         if run.elapsed > limit:
             left = sum(not r.settled for r in run.rows)
             raise DemoError(f"{left} mails still unsettled after {limit:.0f} s")
         time.sleep(TICK)
+
+
+def _enqueue_burst(burst: Burst, send_mail: Any) -> None:
+    """Queue the newsletter: one notice per reader, all at once (kind priority 5)."""
+    burst.enqueued_at = time.time()
+    for n, address in enumerate(burst.readers, start=1):
+        send_mail.apply_async(
+            args=[address],
+            kwargs={
+                "subject": f"Newsletter, reader {n}",
+                "body": "This month's news.",
+                "kind": "notice",
+            },
+        )
 
 
 def _enqueue(row: Row, send_mail: Any) -> None:

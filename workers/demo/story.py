@@ -37,11 +37,16 @@ LATE_TOLERANCE = 0.1
 #: The worker's pause in the story, before ``--speed``: at ``t+AT`` s its pool is kept busy for
 #: ``FOR`` s (one long task per thread). Mails whose slot comes meanwhile run late and re-book.
 OUTAGE_AT, OUTAGE_FOR = 9.0, 3.0
+#: The newsletter burst, before ``--speed``: at ``t+AT`` s, ``SIZE`` notices to as many readers
+#: are queued at once, and right behind them a code mail for dee, which overtakes them (kind
+#: priority 9 over 5): the burst is not compressed by ``--speed``, so it always takes a while.
+BURST_AT, BURST_SIZE = 14.0, 200
 #: The memory broker's polling interval: a deferred mail is picked up well before its slot.
 MEMORY_POLLING = 0.05
 #: The Celery settings :func:`configure` copies from the app built for the demo's settings.
 CONFIGURED = (
     "broker_url",
+    "broker_transport",
     "result_backend",
     "task_queues",
     "task_default_queue",
@@ -74,6 +79,7 @@ RECIPIENTS = {
         Recipient("bob", "bob@example.com", "11 notices at once"),
         Recipient("cy", "cy@example.com", "two mails far apart"),
         Recipient("mallory", "mallory@example.com", "abused: codes nonstop"),
+        Recipient("dee", "dee@example.com", "a code behind a newsletter"),
     )
 }
 
@@ -99,6 +105,7 @@ def script() -> list[Planned]:
         Planned(2.0, "cy", "default", "Welcome, Cy", "Your account is ready."),
         Planned(5.0, "ada", "code", context={"code": "730 021"}),
         Planned(8.0, "cy", "code", context={"code": "118 406"}),
+        Planned(BURST_AT, "dee", "code", context={"code": "905 417"}),  # queued after the burst
     ]
     mails += [
         Planned(1.0 + 0.1 * i, "bob", "notice", f"Digest {i + 1} of 11", "News you follow.")
@@ -109,6 +116,11 @@ def script() -> list[Planned]:
         for i in range(15)
     ]
     return sorted(mails, key=lambda m: m.at)
+
+
+def burst_addresses() -> list[str]:
+    """The newsletter's readers: one mail each, so the policy holds none of them back."""
+    return [f"reader{n}@example.com" for n in range(1, BURST_SIZE + 1)]
 
 
 def demo_policy(speed: float = 1.0) -> Policy:

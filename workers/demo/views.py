@@ -155,6 +155,14 @@ def conclusions(run: Run) -> list[str]:
         f"the worker was paused from t+{start:.1f} to t+{end:.1f} s: {rebooked} mail"
         f"{'' if rebooked == 1 else 's'} late for its slot re-booked (not sent late in a bunch)"
     )
+    burst = summary["burst"]
+    if burst["code_after"] is not None and burst["code_ahead_of"] is not None:
+        lines.append(
+            f"a code mail queued right behind a newsletter to {burst['size']} readers was "
+            f"received {burst['code_after']:.2f} s later, ahead of {burst['code_ahead_of']} "
+            "of them (kind priority 9 over 5)"
+            + (f"; the newsletter took {burst['took']:.1f} s in all" if burst["took"] else "")
+        )
     dropped = [r for r in run.rows if r.state == "dropped"]
     kinds = sorted({r.planned.kind for r in dropped})
     if dropped:
@@ -164,7 +172,8 @@ def conclusions(run: Run) -> list[str]:
         )
     sent = sum(r.state == "sent" for r in run.rows)
     lines.append(
-        f"the SMTP server captured {summary['captured']} mails for {sent} sent; "
+        f"the SMTP server captured {summary['captured']} mails for {sent} sent "
+        f"(and the newsletter); "
         f"{run.elapsed:.1f} s in all"
     )
     return lines

@@ -5,19 +5,33 @@ tests/test_scoped_properties.py checks that both give identical answers.
 
 The policy is compiled in: mailer/backends/scoped_redis.py replaces --[[SCOPES]] with one entry
 per scope of the policy, recipient first: {keep_ms, shared (0/1), has_log (0/1), tiers} and each
-tier {kind (1 sliding, 2 fixed, 3 gcra), limit, window_ms, interval_us (gcra)}.
+tier {kind (1 sliding, 2 fixed, 3 gcra), limit, window_ms, interval_us (gcra), months (0: not a
+calendar-month tier)}.
 
 KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed hash>}"; its
           data: <base>:l the sliding log (packed as in sliding_log.lua: base I6, then I4 offset
           and I6 tag per entry), <base>:g<tier> a gcra tier's theoretical arrival time (µs),
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
-ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3]
-ARGV[2]   now in epoch µs, or "" to read the server's TIME (a given time adds an hour to TTLs)
+ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
+          "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,
+          "b" acquire without looking for the tag's slot first (Cluster: the coordinator looked
+          in the recipient's log), "h" the answer for a mail that holds the slot ARGV[9] (Cluster: the same mail asked
+          again), recording nothing
+ARGV[2]   now in epoch µs, or "" to read the server's TIME (a given time adds an hour to TTLs),
+          or "t<µs>": a real time given by the caller (Redis Cluster: one clock for the calls
+          to every scope of one decision), without the extra hour
 ARGV[3]   the mail's 48-bit tag (0: none)
 ARGV[4]   max_wait in ms (> 0 books the earliest slot at most this far away)
 ARGV[5]   the kind's share in (0, 1], applied to the shared scopes' limits
 ARGV[6]   the time zone's offset from UTC in ms (fixed windows align to local midnight)
 ARGV[7]   which scopes this mail has keys in: their 1-based indexes, one digit each ("134")
+ARGV[8]   optional, acquire and peek: not_before in epoch ms (a hold's end, or on Redis Cluster
+          the slot another scope found); the slot is the earliest time at or after it that
+          every scope admits
+ARGV[10]  optional: calendar-month window starts (ms) around now, "N=b1,b2,..." per month count
+          N of the policy's month tiers, ";"-separated (Lua has no calendar)
+ARGV[9]   optional, release: the slot (ms) to give back (Redis Cluster, scope by scope: a scope
+          of fixed or gcra tiers only keeps no log to find it in)
 
 Reply (a, p): {allowed, booked, at_ms, wait_ms, scope, tier, remaining...}; scope and tier are
 1-based indexes of the binding tier (0: none), remaining one per tier of the present scopes.
@@ -27,10 +41,14 @@ Reply (r): 1 if the mail held a slot (now given back in every scope), else 0.
 local S = {--[[SCOPES]]}
 
 local mode = ARGV[1]
+local fresh = mode == 'b'  -- "b": acquire without looking for the tag (Cluster: asked already)
+if fresh then mode = 'a' end
 local now_us, slack = 0, 0
 if ARGV[2] == '' then
   local time = redis.call('TIME')
   now_us = time[1] * 1000000 + time[2]
+elseif string.sub(ARGV[2], 1, 1) == 't' then
+  now_us = tonumber(string.sub(ARGV[2], 2))
 else
   now_us, slack = tonumber(ARGV[2]), 3600000
 end
@@ -65,7 +83,31 @@ for i = 1, #ARGV[7] do
   P[i] = st
 end
 
-local function start_of(t, w) return floor((t + off) / w) * w - off end
+-- Calendar-month windows (ARGV[10], "N=b1,b2,...;M=..."): the window starts the caller computed
+-- in its time zone for tiers of N months, around now; other fixed windows are arithmetic.
+local months = {}
+for n, list in string.gmatch(ARGV[10] or '', '(%d+)=([%d,]+)') do
+  local b = {}
+  for x in string.gmatch(list, '%d+') do b[#b + 1] = tonumber(x) end
+  months[tonumber(n)] = b
+end
+
+-- the start and end (ms) of tier's calendar window holding t
+local function window_of(tier, t)
+  local b = months[tier[5]]
+  if b == nil then
+    local w = tier[3]
+    local start = floor((t + off) / w) * w - off
+    return start, start + w
+  end
+  for j = #b, 1, -1 do
+    if b[j] <= t then
+      if j < #b then return b[j], b[j + 1] end
+      return b[j], b[j] + tier[3]  -- past the last boundary given: never reached in practice
+    end
+  end
+  return b[1] - tier[3], b[1]
+end
 
 local function count_of(st, ti, start)
   local k = ti .. ':' .. string.format('%.0f', start)
@@ -106,9 +148,9 @@ local function earliest(st, ti, t)
     return t
   end
   while true do
-    local start = start_of(t, tier[3])
+    local start, stop = window_of(tier, t)
     if count_of(st, ti, start) < limit then return t end
-    t = start + tier[3]
+    t = stop
   end
 end
 
@@ -125,7 +167,7 @@ local function room(st, ti, at, at_us)
     local ahead = (st.tat[ti] or 0) - at_us
     if ahead > 0 then used = -floor(-ahead / tier[4]) end
   else
-    used = count_of(st, ti, start_of(at, tier[3]))
+    used = count_of(st, ti, (window_of(tier, at)))
   end
   if limit - used > 0 then return limit - used end
   return 0
@@ -133,10 +175,11 @@ end
 
 local function save_log(st)
   if st.n == 0 then redis.call('DEL', st.key .. ':l') return end
-  local base = st.ts[1]
-  local parts = {struct.pack('>I6', base)}
-  for j = 1, st.n do parts[j + 1] = struct.pack('>I4I6', st.ts[j] - base, st.tags[j]) end
-  redis.call('SET', st.key .. ':l', table.concat(parts), 'PX', st.ts[st.n] + st.spec[1] - now + slack)
+  local base, n = st.ts[1], st.n
+  local flat = {base}  -- one struct.pack call for the whole log
+  for j = 1, n do flat[2 * j], flat[2 * j + 1] = st.ts[j] - base, st.tags[j] end
+  local packed = struct.pack('>I6' .. string.rep('I4I6', n), unpack(flat, 1, 2 * n + 1))
+  redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
 local function save_tat(st, ti)
@@ -147,9 +190,16 @@ end
 
 local head = P[1]
 
+if mode == 'q' then
+  for j = 1, head.n do if head.tags[j] == tag then return head.ts[j] end end
+  return 0
+end
+
 if mode == 'r' then
-  local at = nil
-  for j = 1, head.n do if head.tags[j] == tag then at = head.ts[j] break end end
+  local at = tonumber(ARGV[9] or '')  -- given: exactly that slot (Cluster, scope by scope)
+  if at == nil then
+    for j = 1, head.n do if head.tags[j] == tag then at = head.ts[j] break end end
+  end
   if at == nil then return 0 end
   for _, st in ipairs(P) do
     if st.spec[3] == 1 then
@@ -170,7 +220,7 @@ if mode == 'r' then
           save_tat(st, ti)
         end
       elseif tier[1] == 2 then
-        local start = start_of(at, tier[3])
+        local start = window_of(tier, at)
         if start ~= at and count_of(st, ti, start) > 0 then
           redis.call('DECR', st.key .. ':f' .. ti .. ':' .. string.format('%.0f', start))
         end
@@ -182,7 +232,11 @@ end
 
 local allowed, booked, at, bs, bt = 0, 0, now, 0, 0
 local found = false
-if mode == 'a' and tag ~= 0 then
+if mode == 'h' then  -- answer for a mail known to hold the slot ARGV[9]; records nothing
+  at, found = tonumber(ARGV[9]), true
+  if at <= -floor(-now_us / 1000) then allowed = 1 else booked = 1 end
+end
+if mode == 'a' and tag ~= 0 and not fresh then
   for j = 1, head.n do
     if head.tags[j] == tag then
       at, found = head.ts[j], true
@@ -197,6 +251,8 @@ if not found then
   for _, st in ipairs(P) do
     if st.n > 0 and st.ts[st.n] > t and st.ts[st.n] > hi then t = st.ts[st.n] end
   end
+  local not_before = tonumber(ARGV[8] or '0')
+  if not_before > t then t = not_before end
   local moved = true
   while moved do
     moved = false
@@ -229,11 +285,11 @@ if not found then
           st.tat[ti] = tat + tier[4]
           save_tat(st, ti)
         elseif tier[1] == 2 then
-          local start = start_of(win, tier[3])
+          local start, stop = window_of(tier, win)
           local c = count_of(st, ti, start)
           local k = ti .. ':' .. string.format('%.0f', start)
           if redis.call('INCR', st.key .. ':f' .. k) == 1 then
-            redis.call('PEXPIRE', st.key .. ':f' .. k, start + tier[3] - now + slack)
+            redis.call('PEXPIRE', st.key .. ':f' .. k, stop - now + slack)
           end
           st.counts[k] = c + 1
         end

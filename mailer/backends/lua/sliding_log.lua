@@ -18,6 +18,8 @@ ARGV[2]   now in epoch microseconds, or "" to read the server's TIME (production
 ARGV[3]   tag: a 48-bit integer derived from the mail id; 0 when the caller gave none
 ARGV[4]   max_wait in milliseconds; > 0 books the earliest admissible slot when it is at most
           this far away (reservations), 0 refuses instead
+ARGV[5]   optional, acquire only: not_before in epoch ms (a hold's end): the slot is the earliest
+          admissible time at or after it (every time after t* admits, so max(t*, not_before))
 
 Value: a string, big-endian. base (6 bytes, epoch ms) then, per entry oldest first, offset from
 base (4 bytes, ms) and tag (6 bytes). Entries older than now - max(window) are dropped; as no
@@ -53,8 +55,16 @@ else
   if us % 1000 ~= 0 then hi = now + 1 end
 end
 
+-- The packed log: base, then (offset, tag) per entry, in one struct.pack call.
+local function pack(ts, tags, n)
+  local base = ts[1]
+  local flat = {base}
+  for j = 1, n do flat[2 * j], flat[2 * j + 1] = ts[j] - base, tags[j] end
+  return struct.pack('>I6' .. string.rep('I4I6', n), unpack(flat, 1, 2 * n + 1))
+end
+
 -- One decision for one key; `tag` 0 means no mail id.
-local function decide(key, mode, tag, max_wait)
+local function decide(key, mode, tag, max_wait, not_before)
 
 -- Decode in one unpack, keeping only the entries a window ending at or after now can see.
 local ts, tags, n = {}, {}, 0
@@ -87,10 +97,7 @@ if mode == 'r' then
   if n == 0 then
     redis.call('DEL', key)
   else
-    local base = ts[1]
-    local parts = {struct.pack('>I6', base)}
-    for j = 1, n do parts[j + 1] = struct.pack('>I4I6', ts[j] - base, tags[j]) end
-    redis.call('SET', key, table.concat(parts), 'PX', ts[n] + max_window - now + ttl_slack)
+    redis.call('SET', key, pack(ts, tags, n), 'PX', ts[n] + max_window - now + ttl_slack)
   end
   return 1
 end
@@ -118,6 +125,7 @@ if not found then
     end
   end
   if bind_t > t then t = bind_t end
+  if not_before > t then t, tier = not_before, 0 end
   at = t
   if t == now then
     allowed, tier, record = 1, 0, mode == 'a'
@@ -130,10 +138,7 @@ if record then
   n = n + 1
   ts[n], tags[n] = at, tag
   if allowed == 1 then ts[n] = hi end
-  local base = ts[1]
-  local parts = {struct.pack('>I6', base)}
-  for j = 1, n do parts[j + 1] = struct.pack('>I4I6', ts[j] - base, tags[j]) end
-  redis.call('SET', key, table.concat(parts), 'PX', ts[n] + max_window - now + ttl_slack)
+  redis.call('SET', key, pack(ts, tags, n), 'PX', ts[n] + max_window - now + ttl_slack)
 end
 
 local wait = 0
@@ -153,7 +158,7 @@ end
 
 if mode == 'm' then
   local max_wait, replies = tonumber(ARGV[3]), {}
-  for i = 1, #KEYS do replies[i] = decide(KEYS[i], 'a', tonumber(ARGV[3 + i]), max_wait) end
+  for i = 1, #KEYS do replies[i] = decide(KEYS[i], 'a', tonumber(ARGV[3 + i]), max_wait, 0) end
   return replies
 end
-return decide(KEYS[1], mode, tonumber(ARGV[3]), tonumber(ARGV[4]))
+return decide(KEYS[1], mode, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5] or '0'))

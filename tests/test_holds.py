@@ -1,0 +1,266 @@
+"""Holds after throttling replies: the store on memory and Redis, and the guard's use of them."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from prometheus_client import CollectorRegistry
+
+from devservers.redis_servers import RedisServer
+from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
+from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
+from mailer.holds import Hold, Holds, next_hold
+from mailer.ledger import MemoryLedger
+from mailer.metrics import Metrics
+from mailer.settings import Settings
+from mailer.transports import MemoryTransport
+from tests.smtp_server import SmtpTestServer
+
+THROTTLED = (454, "4.7.0 Throttling failure: Maximum sending rate exceeded.")
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def holds(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[Holds]:
+    """Holds on each backend, at most 10 s (the test's clock on memory)."""
+    if request.param == "memory":
+        yield Holds.from_url("memory://", secret="s", clock=clock, max_hold=10)
+        return
+    url = str(request.getfixturevalue("redis_url"))
+    yield Holds.from_url(url, secret="s", max_hold=10)
+
+
+def test_a_hold_doubles_while_in_force_up_to_the_max(holds: Holds) -> None:
+    """2 s, then 4 s (level 1), then 8 s, then capped at 10 s; the recipient's apart."""
+    first = holds.hold_sender(2, "454 4.7.0 Throttling failure")
+    assert (first.until - first.since, first.level) == (2, 0)
+    lengths = [round(h.until - h.since, 3) for h in (holds.hold_sender(2, "454") for _ in "abc")]
+    assert lengths == [4, 8, 10]
+    sender, recipient = holds.active("ada@example.com")
+    assert sender is not None and sender.level == 3 and sender.cause == "454"
+    assert recipient is None
+    held = holds.hold_recipient("ada@example.com", 3, "450 4.2.1 slow down")
+    assert holds.active("ada@example.com")[1] == held
+    assert holds.active("bob@example.com")[1] is None
+
+
+def test_a_stated_delay_longer_than_the_max_is_honoured(holds: Holds) -> None:
+    """The reply's own delay (here 60 s) is not cut to the max; doubling never passes it."""
+    holds.hold_sender(60, "421 try again in 1 minute")
+    hold = holds.sender()
+    assert hold is not None and hold.until - hold.since == 60
+
+
+def test_a_hold_ends_by_itself_on_memory(clock: ManualClock) -> None:
+    """Past ``until`` no hold is in force, and a new one starts again at level 0."""
+    holds = Holds.from_url("memory://", clock=clock, max_hold=60)
+    holds.hold_sender(5, "454")
+    clock.advance(5)
+    assert holds.active("ada@example.com") == (None, None)
+    assert holds.hold_sender(5, "454").level == 0
+
+
+@pytest.mark.redis
+def test_redis_holds_expire_and_keep_no_address(redis_url: str) -> None:
+    """One key per hold with a PX expiry to its end; the recipient's is a keyed hash."""
+    holds = Holds.from_url(redis_url, secret="s")
+    holds.hold_sender(0.3, "454")
+    holds.hold_recipient("ada@example.com", 30, "450 4.2.1")
+    client = redis.Redis.from_url(redis_url)
+    keys = sorted(k.decode() for k in client.keys("*"))
+    assert keys == sorted(["mailguard:hold:sender", holds.key_of("ada@example.com")])
+    assert holds.key_of("ada@example.com").startswith("mailguard:hold:{")
+    assert "ada" not in "".join(keys)
+    assert 0 < client.pttl(holds.key_of("ada@example.com")) <= 30_000
+    time.sleep(0.4)
+    assert client.exists("mailguard:hold:sender") == 0
+    assert holds.active("ada@example.com")[0] is None
+    client.close()
+
+
+@pytest.mark.redis
+def test_holds_down_is_the_limiter_down(own_redis: RedisServer) -> None:
+    """A stopped Redis raises BackendUnavailable naming the limiter, reading or writing."""
+    holds = Holds.from_url(own_redis.url)
+    own_redis.stop()
+    for call in (lambda: holds.active("ada@example.com"), lambda: holds.hold_sender(1, "454")):
+        with pytest.raises(BackendUnavailable) as raised:
+            call()
+        assert raised.value.backend == "limiter"
+    own_redis.start()
+
+
+def test_next_hold_is_pure() -> None:
+    """An ended hold starts over; one in force doubles its own length."""
+    old = Hold(until=110.0, level=2, cause="x", since=100.0)
+    assert next_hold(old, 105.0, 3, 60, "y") == Hold(until=125.0, level=3, cause="y", since=105.0)
+    assert next_hold(old, 110.0, 3, 60, "y").level == 0
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"MAILGUARD_THROTTLE_HOLD": "0"}, "MAILGUARD_THROTTLE_HOLD "),
+        ({"MAILGUARD_THROTTLE_HOLD": "soon"}, "MAILGUARD_THROTTLE_HOLD:"),
+        ({"MAILGUARD_THROTTLE_HOLD": "2d"}, "MAILGUARD_THROTTLE_HOLD "),
+        ({"MAILGUARD_THROTTLE_HOLD_MAX": "30s"}, "MAILGUARD_THROTTLE_HOLD_MAX"),
+        ({"MAILGUARD_THROTTLE_HOLD_MAX": "-1"}, "MAILGUARD_THROTTLE_HOLD_MAX"),
+    ],
+)
+def test_bad_hold_settings_name_their_variable(env: dict[str, str], named: str) -> None:
+    """A bad value stops the worker at start with a line naming the variable."""
+    with pytest.raises(ValueError, match=named):
+        Settings.from_env(env)
+
+
+def test_hold_settings_reach_the_guard() -> None:
+    """``2s`` / ``1m`` reach GuardConfig; ``off`` turns holds off."""
+    config = Settings.from_env(
+        {"MAILGUARD_THROTTLE_HOLD": "2s", "MAILGUARD_THROTTLE_HOLD_MAX": "1m"}
+    ).guard_config()
+    assert (config.throttle_hold, config.throttle_hold_max) == (2.0, 60.0)
+    assert Settings.from_env({"MAILGUARD_THROTTLE_HOLD": "off"}).throttle_hold is None
+
+
+# The guard ------------------------------------------------------------------------------------
+
+
+def make_guard(
+    clock: ManualClock, policy: str = "100/1s", **config: float | None
+) -> tuple[Guard, MemoryTransport]:
+    limiter = Limiter.from_url("memory://", Policy.parse(policy), clock=clock)
+    transport = MemoryTransport()
+    guard = Guard(
+        limiter,
+        MemoryLedger(clock),
+        transport,
+        kinds=Kinds.defaults(),
+        clock=clock,
+        config=GuardConfig(**config),  # type: ignore[arg-type]
+    )
+    return guard, transport
+
+
+def mail(mail_id: str, to: str = "ada@example.com") -> MailRequest:
+    return MailRequest(to=to, mail_id=mail_id, subject="s", body="b")
+
+
+def test_a_throttling_reply_holds_every_mail_then_they_go_once(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """454 once: the mail and the next one (to someone else) are booked after the hold without
+    reaching the transport; after it both go; one line at the start, one at the end."""
+    guard, transport = make_guard(clock, throttle_hold=30.0)
+    transport.fail_next(1, code=THROTTLED[0], reply=THROTTLED[1])
+    start = clock()
+    with caplog.at_level(logging.INFO, logger="mailguard"):
+        first = guard.process(mail("m1"))
+        assert isinstance(first, Later)
+        assert (first.outcome.status, first.outcome.reason) == ("deferred", "held")
+        assert first.outcome.hold == "sender" and first.outcome.smtp_code == 454
+        assert first.outcome.due is not None and first.outcome.due >= start + 30
+        tried = transport.attempts
+        second = guard.process(mail("m2", to="bob@example.com"))
+        assert isinstance(second, Later) and second.outcome.reason == "held"
+        assert second.outcome.smtp_reply == "454 " + THROTTLED[1]
+        assert transport.attempts == tried, "no transaction during the hold"
+        clock.set(first.outcome.due)
+        assert guard.process(mail("m1"), first.progress).outcome.status == "sent"
+        clock.set(max(clock(), second.outcome.due or 0))
+        assert guard.process(mail("m2", to="bob@example.com"), second.progress).outcome.status == (
+            "sent"
+        )
+    lines = [r.getMessage() for r in caplog.records]
+    started = [line for line in lines if line.startswith("hold started")]
+    assert len(started) == 1 and "sender until" in started[0] and "454" in started[0]
+    assert lines.count("hold ended: sender") == 1
+    assert len(transport.sent) == 2
+
+
+def test_a_recipient_throttle_holds_that_recipient_alone(clock: ManualClock) -> None:
+    """450 4.2.1: that recipient's next mail waits for the hold; another goes at once."""
+    guard, transport = make_guard(clock, throttle_hold=20.0)
+    transport.fail_next(1, code=450, reply="4.2.1 The user you are trying to contact is "
+                        "receiving mail at a rate that prevents additional messages")  # fmt: skip
+    held = guard.process(mail("m1"))
+    assert isinstance(held, Later) and held.outcome.hold == "recipient"
+    assert held.outcome.due is not None and held.outcome.due >= clock() + 20
+    assert guard.process(mail("m2", to="bob@example.com")).outcome.status == "sent"
+    again = guard.process(mail("m3", to="Ada@Example.com"))
+    assert isinstance(again, Later) and again.outcome.reason == "held"
+
+
+def test_holds_are_counted_by_scope_and_cause(clock: ManualClock) -> None:
+    """mailguard_holds_total{scope,cause}: the reply's code and enhanced status, bounded."""
+    registry = CollectorRegistry()
+    guard, transport = make_guard(clock, throttle_hold=5.0)
+    guard.metrics = Metrics(registry)
+    transport.fail_next(1, code=THROTTLED[0], reply=THROTTLED[1])
+    guard.process(mail("m1"))
+    clock.advance(10)
+    transport.fail_next(1, code=450, reply="4.2.1 try again later")
+    guard.process(mail("m2", to="bob@example.com"))
+    sample = registry.get_sample_value
+    assert sample("mailguard_holds_total", {"scope": "sender", "cause": "454 4.7.0"}) == 1
+    assert sample("mailguard_holds_total", {"scope": "recipient", "cause": "450 4.2.1"}) == 1
+
+
+def test_with_holds_off_a_throttling_reply_is_retried_as_before(clock: ManualClock) -> None:
+    """THROTTLE_HOLD=off: the 454 is a transient error with backoff, nobody is held."""
+    guard, transport = make_guard(clock, throttle_hold=None)
+    assert guard.holds is None
+    transport.fail_next(1, code=THROTTLED[0], reply=THROTTLED[1])
+    step = guard.process(mail("m1"))
+    assert isinstance(step, Later) and step.outcome.reason == "smtp_transient"
+    assert guard.process(mail("m2", to="bob@example.com")).outcome.status == "sent"
+
+
+def test_a_held_mail_past_its_deadline_is_dropped(clock: ManualClock) -> None:
+    """A hold longer than the kind's max_wait leaves no slot in time: dropped, never sent."""
+    guard, transport = make_guard(clock, throttle_hold=60.0, throttle_hold_max=3600.0)
+    guard.holds.hold_sender(3000, "421 4.7.0 try again later")  # type: ignore[union-attr]
+    step = guard.process(MailRequest(to="a@example.com", mail_id="c1", kind="code", context={
+        "code": "123456"}))  # fmt: skip
+    assert isinstance(step, Finish) and step.outcome.status == "dropped", step
+    assert step.outcome.hold == "sender" and transport.sent == []
+
+
+def test_the_transport_leaves_hold_replies_to_the_guard(smtp_server: SmtpTestServer) -> None:
+    """retry_holds=False (holds on): a 454 is raised after one try, a 451 4.3.0 still retried."""
+    from email.message import EmailMessage  # noqa: PLC0415
+
+    from mailer.errors import TransientSendError  # noqa: PLC0415
+    from mailer.transports import SmtpTransport  # noqa: PLC0415
+
+    message = EmailMessage()
+    message["From"], message["To"], message["Message-ID"] = "a@example.org", "b@example.com", "<m>"
+    message.set_content("x")
+    transport = SmtpTransport.from_url(smtp_server.url, retry_holds=False, sleep=lambda _: None)
+    smtp_server.fail_rcpt(" ".join(map(str, THROTTLED)), times=1)
+    with pytest.raises(TransientSendError) as raised:
+        transport.send(message)
+    assert (raised.value.code, raised.value.attempts) == (454, 1)
+    smtp_server.fail_rcpt("451 4.3.0 try later", times=1)
+    assert transport.send(message).attempts == 2
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+def test_holds_on_a_redis_cluster() -> None:
+    """On Cluster the two holds live in different slots: set, doubled and read in one pipeline."""
+    from devservers.redis_servers import RedisClusterServers  # noqa: PLC0415
+
+    cluster = RedisClusterServers().start()
+    try:
+        holds = Holds.from_url(cluster.url, secret="s")
+        holds.hold_sender(30, "454")
+        assert holds.hold_sender(30, "454").level == 1
+        held = holds.hold_recipient("ada@example.com", 30, "450 4.2.1")
+        sender, recipient = holds.active("ada@example.com")
+        assert sender is not None and sender.level == 1 and recipient == held
+        assert holds.active("bob@example.com")[1] is None
+    finally:
+        cluster.cleanup()

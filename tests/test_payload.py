@@ -1,0 +1,106 @@
+"""A parked mail's payload (workers/payload.py): version 2 is small and the same mail; version 1
+entries, parked by earlier workers, are still read as they were written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from mailer.seal import seal, unseal
+from mailer.steps import Progress
+from workers.payload import COMPRESS_OVER, Parked
+
+SECRET = "test-secret"
+MAIL = "0b0e6a4c-5a43-4c1e-9f39-6d0a3f2b9e11"
+PROGRESS = Progress(
+    deferrals=1, requested_at=1795484742.938, due=1795484876.0617483, first_due=1795484876.0617483
+)
+
+
+def _kwargs() -> tuple[dict[str, object], str]:
+    """A short mail's kwargs (no ``_progress``) and its sealed progress."""
+    sealed = seal(PROGRESS, MAIL, SECRET)
+    return {"subject": "s", "body": "b", "_requested_at": 1795484742.938, "mail_id": MAIL}, sealed
+
+
+def test_version_2_is_the_same_mail_in_a_third_of_the_bytes() -> None:
+    """The mail id, the seal and ``_requested_at`` are left out; decoding with the mail id gives
+    the same call, and the progress sealed again at publication unseals to the same progress."""
+    kwargs, sealed = _kwargs()
+    entry = Parked(MAIL, ["r1234@example.com"], kwargs | {"_progress": sealed}, 1795484876.062)
+    old = _version1(entry)
+    new = Parked(MAIL, entry.args, entry.kwargs, entry.due, progress=PROGRESS).encode()
+    assert new[:1] == b"[" and MAIL.encode() not in new and b"_progress" not in new
+    assert len(new) <= 150 and len(new) * 2.5 < len(old), (len(new), len(old))
+    back = Parked.decode(new, MAIL)
+    assert back.task_id == MAIL and back.args == ["r1234@example.com"]
+    assert back.kwargs == {"subject": "s", "body": "b", "mail_id": MAIL}
+    assert back.due == 1795484876.062 and back.progress == PROGRESS
+    published = back.message_kwargs(MAIL, SECRET)
+    assert unseal(published["_progress"], MAIL, SECRET) == PROGRESS
+    with pytest.raises(ValueError, match="mail id"):
+        Parked.decode(new)
+
+
+def test_a_version_1_payload_is_read_as_it_was_written() -> None:
+    """Bytes as the first parking workers wrote them (JSON object, sealed ``_progress`` in the
+    kwargs, ``task`` only when it is not the mail id): the same call is published, seal and all."""
+    kwargs, sealed = _kwargs()
+    written = (
+        '{"v":1,"args":["ada@example.com"],"task":"t-9","kwargs":{"subject":"s","body":"b",'
+        f'"_requested_at":1795484742.938,"mail_id":"{MAIL}","_progress":"{sealed}"}},'
+        '"due":1795484876.062}'
+    ).encode()
+    for given in (None, MAIL):  # the mail id is in the payload itself
+        entry = Parked.decode(written, given)
+        assert entry.task_id == "t-9" and entry.args == ["ada@example.com"]
+        assert entry.kwargs == kwargs | {"_progress": sealed} and entry.progress is None
+        assert entry.due == 1795484876.062
+        assert entry.message_kwargs(MAIL, "another secret") == entry.kwargs  # as it was
+    same = Parked.decode(written.replace(b'"task":"t-9",', b""))
+    assert same.task_id == MAIL
+
+
+def test_a_long_payload_is_compressed_and_a_caller_s_task_id_kept() -> None:
+    kwargs, _ = _kwargs()
+    body = "Dear Ada, " + "your order has shipped. " * 40
+    entry = Parked("task-1", ["ada@example.com"], kwargs | {"body": body}, 12.25, PROGRESS)
+    raw = entry.encode()
+    assert raw[:1] == b"x" and len(raw) < len(body) / 2
+    back = Parked.decode(raw, MAIL)
+    assert back.task_id == "task-1" and back.kwargs["body"] == body and back.progress == PROGRESS
+    short = Parked(MAIL, ["a@example.com"], {"mail_id": MAIL}, 12.25).encode()
+    assert len(short) <= COMPRESS_OVER and short[:1] == b"["
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        None,
+        b"",
+        b"\xff",
+        b"x\x9cnot zlib",
+        b"[]",
+        b'{"v": 3}',
+        b'{"v": 1, "task": "t", "args": []}',
+        b'[2, 1.0, [], {"mail_id": "m"}, null]',  # the mail id is never in the kwargs
+        b"[2, 1.0, [], {}, [1, 2, 3, 4, 5, 6, 7, 8, 9]]",  # more progress than there is
+        b'[2, "soon", [], {}, null]',
+        b"[2, 1.0, {}, {}, null]",
+        b"[2, 1.0, [], {}, null, 7]",  # a task id that is not a string
+    ],
+)
+def test_anything_else_is_a_value_error(bad: bytes | None) -> None:
+    """What the promoter buries (a dead letter), never retried."""
+    with pytest.raises(ValueError):
+        Parked.decode(bad, "m")
+
+
+def _version1(entry: Parked) -> bytes:
+    """What the version 1 encoder wrote for ``entry``."""
+    data: dict[str, object] = {"v": 1, "args": entry.args}
+    if entry.task_id != entry.kwargs.get("mail_id"):
+        data["task"] = entry.task_id
+    data |= {"kwargs": entry.kwargs, "due": round(entry.due, 3)}
+    return json.dumps(data, separators=(",", ":")).encode()
