@@ -58,12 +58,20 @@ def build_suppressions(settings: Settings, ledger: Ledger | None = None) -> Supp
     )
 
 
-def build_holds(settings: Settings, limiter: Limiter | ScopedLimiter | None = None) -> Holds:
-    """The holds, where the limiter lives (sharing a plain limiter's Redis client)."""
+def build_holds(
+    settings: Settings,
+    limiter: Limiter | ScopedLimiter | None = None,
+    ledger: Ledger | None = None,
+) -> Holds:
+    """The holds, where the limiter lives: sharing a plain limiter's Redis client, or the
+    ledger's when both live on one URL (the guard then reads holds and suppression together)."""
     from mailer.backends.redis import RedisBackend  # noqa: PLC0415 - redis only here
 
     backend = limiter.backend if isinstance(limiter, Limiter) else None
     client = backend.client if isinstance(backend, RedisBackend) else None
+    same_url = settings.effective_ledger_url == settings.limiter_url
+    if client is None and isinstance(ledger, RedisLedger) and same_url:
+        client = ledger.client
     with _naming("LIMITER_URL"):
         return Holds.from_url(
             settings.limiter_url,
@@ -112,6 +120,8 @@ def build_guard(settings: Settings, *, metrics: Metrics | None = None) -> Guard:
         kinds=settings.kinds,
         config=settings.guard_config(),
         suppressions=build_suppressions(settings, ledger),
-        holds=build_holds(settings, limiter) if settings.throttle_hold is not None else None,
+        holds=build_holds(settings, limiter, ledger)
+        if settings.throttle_hold is not None
+        else None,
         metrics=metrics,
     )

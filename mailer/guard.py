@@ -27,12 +27,13 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from email.message import EmailMessage
 
 from mailer import defaults
 from mailer import outcomes as why
 from mailer.address import Recipient, normalise_address
+from mailer.backends.redis_errors import REDIS_DOWN
 from mailer.clock import Clock, system_clock
 from mailer.decision import Decision
 from mailer.envelope import addresses, attachments, reply_to, sender, without_recipients
@@ -65,7 +66,7 @@ from mailer.outcomes import Outcome
 from mailer.replies import Action, Reaction, classify, enhanced_status
 from mailer.scoped import ScopedLimiter, check_tenant
 from mailer.steps import Defer, Drop, Fail, Finish, Later, Progress, Send, Step, plan
-from mailer.suppression import Suppressions
+from mailer.suppression import Suppression, Suppressions
 from mailer.transports.base import Transport
 
 __all__ = ["Fail", "Finish", "Guard", "GuardConfig", "Later", "MailRequest", "Progress", "Step"]
@@ -154,9 +155,10 @@ class Guard:
             if not isinstance(kept, Prepared):
                 return self._settle(prepared, owner, kept, guarded=False), False
             prepared = kept
+        known = None if prepared.more_keys else self._read_together(prepared)
         go = (
-            self._unless_suppressed(prepared, progress)
-            or self._unless_held(prepared, progress)
+            self._unless_suppressed(prepared, progress, known)
+            or self._unless_held(prepared, progress, known)
             or self._admit(prepared, progress)
         )
         step = self._send(prepared, go, progress) if isinstance(go, Go) else go
@@ -273,10 +275,29 @@ class Guard:
         )
         return Later(wait, waiting, progress)
 
-    def _unless_suppressed(self, mail: Prepared, progress: Progress) -> Step | None:
+    def _read_together(self, mail: Prepared) -> _Known | None:
+        """The recipient's suppression and both holds read in one ``MGET`` when the suppression
+        list and the holds share one Redis client (one round trip instead of two); None when
+        they do not, or when that read fails (the separate reads then answer, each with its own
+        outage rule)."""
+        if self.holds is None:
+            return None
+        suppression = self.suppressions.plain_read(mail.limit_key)
+        holds = self.holds.plain_read(mail.limit_key)
+        if suppression is None or holds is None or suppression[0] is not holds[0]:
+            return None
+        try:
+            raws = suppression[0].mget([suppression[1], *holds[1]])
+        except REDIS_DOWN:
+            return None
+        return _Known(self.suppressions.from_raw(raws[0]), self.holds.from_raws(raws[1:]))
+
+    def _unless_suppressed(
+        self, mail: Prepared, progress: Progress, known: _Known | None = None
+    ) -> Step | None:
         """``dropped`` / ``suppressed`` for an address whose mailbox is gone, else None."""
         try:
-            entry = self.suppressions.suppressed(mail.limit_key)
+            entry = known.suppression if known else self.suppressions.suppressed(mail.limit_key)
         except BackendUnavailable as exc:
             self.metrics.backend_down("ledger")
             return self._backend_down(mail.base, progress, exc, why.LEDGER_UNAVAILABLE)
@@ -316,7 +337,9 @@ class Guard:
 
     # holds ------------------------------------------------------------------------------
 
-    def _unless_held(self, mail: Prepared, progress: Progress) -> Go | Step | None:
+    def _unless_held(
+        self, mail: Prepared, progress: Progress, known: _Known | None = None
+    ) -> Go | Step | None:
         """With a hold in force (the sender's, or this recipient's), book the mail after it
         (``deferred`` / ``held``) without opening an SMTP transaction; else None.
 
@@ -326,7 +349,7 @@ class Guard:
         if self.holds is None:
             return None
         try:
-            sender, recipient = self.holds.active(mail.limit_key)
+            sender, recipient = known.holds if known else self.holds.active(mail.limit_key)
         except BackendUnavailable as exc:
             self.metrics.backend_down("limiter")
             if self.config.fail_open:
@@ -743,6 +766,15 @@ class Guard:
                 mail.mail_id,
                 extra={"mail_id": mail.mail_id},
             )
+
+
+@dataclass(frozen=True)
+class _Known:
+    """What :meth:`Guard._read_together` read: the suppression and the (sender, recipient)
+    holds in force, as the separate reads would answer them."""
+
+    suppression: Suppression | None
+    holds: tuple[Hold | None, Hold | None]
 
 
 class _Keyed:

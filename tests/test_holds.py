@@ -264,3 +264,43 @@ def test_holds_on_a_redis_cluster() -> None:
         assert holds.active("bob@example.com")[1] is None
     finally:
         cluster.cleanup()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("policy", ["1/60s, 5/1h", "recipient: 1/60s; sender: 100/1s"])
+def test_on_one_redis_the_guard_reads_suppression_and_holds_in_one_round_trip(
+    redis_url: str, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Limiter and ledger on one URL (plain or scoped policy): the suppression list and the
+    holds share one client, and a run reads both with one MGET, no separate GET; what it reads
+    steers the mail as the separate reads would (suppressed: dropped; sender held: deferred)."""
+    from mailer.factory import build_guard  # noqa: PLC0415
+
+    settings = Settings.from_env(
+        {
+            "MAILGUARD_LIMITER_URL": redis_url,
+            "MAILGUARD_SMTP_URL": "memory://",
+            "MAILGUARD_POLICY": policy,
+        }
+    )
+    guard = build_guard(settings, metrics=Metrics(CollectorRegistry()))
+    assert guard.holds is not None
+    shared = guard.suppressions.plain_read("ada@example.com")
+    assert shared is not None and guard.holds.plain_read("ada@example.com") is not None
+    assert shared[0] is guard.holds.plain_read("ada@example.com")[0]  # type: ignore[index]
+
+    def no_get(*args: object) -> None:
+        raise AssertionError("a separate GET")
+
+    monkeypatch.setattr(shared[0], "get", no_get)
+    stats = redis.Redis.from_url(redis_url)
+    stats.config_resetstat()
+    assert guard.process(mail("r1")).outcome.status == "sent"
+    assert stats.info("commandstats")["cmdstat_mget"]["calls"] == 1
+    guard.suppressions.suppress("bob@example.com", seconds=60, cause="550 5.1.1 user unknown")
+    dropped = guard.process(mail("r2", to="bob@example.com"))
+    assert (dropped.outcome.status, dropped.outcome.reason) == ("dropped", "suppressed")
+    guard.holds.hold_sender(30, "454 4.7.0 Throttling failure")
+    held = guard.process(mail("r3", to="cy@example.com"))
+    assert (held.outcome.status, held.outcome.reason) == ("deferred", "held")
+    stats.close()

@@ -15,9 +15,10 @@ tenant), and coordinates:
    mail is refused there, with nothing written.
 3. Then the mail is reserved in each scope at exactly ``t`` (``not_before = t``). Alone, every
    scope books ``t``; when a concurrent mail took it meanwhile, a scope answers a later slot or
-   refuses: what was reserved is given back and the decision starts again from step 2. After
-   :data:`MAX_ROUNDS` such rounds it raises :class:`~mailer.errors.BackendUnavailable`, which
-   the guard handles like an outage (retried with backoff, nothing sent).
+   refuses: what was reserved is given back and the decision starts again from step 2, at that
+   later slot (nothing earlier can have freed up but by a release, so no round repeats the
+   last). After :data:`MAX_ROUNDS` such rounds it raises :class:`~mailer.errors.Contended`
+   with nothing held, which the guard defers with a short backoff (never sent unguarded).
 4. The mail's id (tag) is first looked up in the recipient's log (mode ``q``): a mail that
    holds a slot gets it back and consumes nothing, as on one Redis.
 
@@ -43,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mailer.errors import BackendUnavailable
+from mailer.errors import BackendUnavailable, Contended
 
 #: How many rounds a decision may take before it is given up as contended.
 MAX_ROUNDS = 16
@@ -104,6 +105,7 @@ class ClusterDecider:
         now = _now_us(clock) // 1000
         t = max(not_before, now)
         for _ in range(MAX_ROUNDS):
+            later = t
             replies, bind, t = self._converge(scopes, clock, share, offset, t, months)
             if t > now and t - now > wait_ms:
                 return replies, bind  # refused: nothing was written
@@ -112,17 +114,20 @@ class ClusterDecider:
             for key, digit in scopes:
                 raw = self._call([key], ["b", clock, tag, wait_ms, share, offset, digit, t], months)
                 if not raw[0] and not raw[1]:  # taken meanwhile: give back, decide again
+                    later = int(raw[2])
                     break
                 stored = int(raw[2]) if raw[1] else -(-_now_us(clock) // 1000)
                 reserved.append((key, digit, stored))
                 if raw[2] != t:  # a later slot here (another mail took t meanwhile)
+                    later = int(raw[2])
                     break
                 booked.append(raw)
             if len(booked) == len(scopes):
                 return booked, bind
             self._give_back(reserved, clock, tag, offset, months)
-        raise BackendUnavailable(
-            self._url, RuntimeError(f"scoped decision did not settle in {MAX_ROUNDS} rounds")
+            t = max(t, later)
+        raise Contended(
+            f"the scoped decision found no common slot in {MAX_ROUNDS} rounds; nothing is held"
         )
 
     def peek(
