@@ -59,7 +59,7 @@ from mailer.holds import RECIPIENT, SENDER, Hold, Holds
 from mailer.kinds import Kind, Kinds, render
 from mailer.ledger import Ledger
 from mailer.limiter import MAX_WAIT, Limiter
-from mailer.message import Mail, build_message, message_id
+from mailer.message import Mail, build_message, check_mail, message_id, needs_build_to_check
 from mailer.metrics import UNGUARDED, UNKNOWN_KIND, Metrics, default_metrics
 from mailer.multi import acquire_all, release_all
 from mailer.outcomes import Outcome
@@ -178,7 +178,7 @@ class Guard:
             decided_at=now,
         )
         try:
-            recipient, more, kind, message = self._build(request, now)
+            recipient, more, kind, draft, message = self._build(request, now)
             hashed = (
                 self.limiter.storage_key("recipient", recipient.limit_key)
                 if isinstance(self.limiter, ScopedLimiter)
@@ -198,7 +198,9 @@ class Guard:
             mail_id=request.mail_id,
             kind=kind,
             limit_key=recipient.limit_key,
+            draft=draft,
             message=message,
+            built_at=now,
             tenant=tenant,
             more_keys=more,
             base=base.but(
@@ -208,11 +210,13 @@ class Guard:
 
     def _build(
         self, request: MailRequest, now: float
-    ) -> tuple[Recipient, tuple[str, ...], Kind, EmailMessage]:
-        """Normalise, render and build; raises ``InvalidAddress`` / ``InvalidMessage``.
+    ) -> tuple[Recipient, tuple[str, ...], Kind, Mail, EmailMessage | None]:
+        """Normalise, render and check; raises ``InvalidAddress`` / ``InvalidMessage``.
 
         Returns the first recipient (its key is the mail's), the limit keys of the other
-        envelope recipients (deduplicated), the kind and the message.
+        envelope recipients (deduplicated), the kind, the mail and its message if it had to be
+        built to be checked. Building is most of a run's own cost, so a mail that will wait
+        (booked, parked) is only checked (:func:`mailer.message.check_mail`).
         """
         to = [normalise_address(a, self.config.rules) for a in addresses(request.to, "to")]
         cc = [normalise_address(a, self.config.rules) for a in addresses(request.cc, "cc")]
@@ -238,7 +242,16 @@ class Guard:
             reply_to=tuple(reply_to(request.reply_to, self.config.rules)),
             attachments=attachments(request.attachments),
         )
-        return everyone[0], tuple(keys[1:]), kind, build_message(mail, now=now)
+        if needs_build_to_check(mail):
+            return everyone[0], tuple(keys[1:]), kind, mail, build_message(mail, now=now)
+        check_mail(mail)
+        return everyone[0], tuple(keys[1:]), kind, mail, None
+
+    def _message(self, mail: Prepared) -> EmailMessage:
+        """The mail's message, built now unless it was built to be checked."""
+        if mail.message is not None:
+            return mail.message
+        return build_message(mail.draft, now=mail.built_at)
 
     # 2. claim ------------------------------------------------------------------------------
 
@@ -325,7 +338,7 @@ class Guard:
         kept = [k for k in keys if k not in gone]
         if not kept:
             return self._unless_suppressed(mail, progress) or Finish(mail.base)
-        message = without_recipients(mail.message, gone, self.config.rules)
+        message = without_recipients(self._message(mail), gone, self.config.rules)
         log.info(
             "mail %s: %d suppressed recipients left out of %d",
             mail.mail_id,
@@ -633,7 +646,12 @@ class Guard:
         """Send under the claim: sent, a transient failure to retry later, or failed for good."""
         base = mail.base if go.due is None else mail.base.but(due=go.due)
         try:
-            receipt = self.transport.send(mail.message)
+            message = self._message(mail)
+        except InvalidMessage as exc:  # not expected: check_mail passed (needs_build_to_check)
+            self._release(mail)
+            return Finish(base.but(reason=why.INVALID, detail=str(exc)))
+        try:
+            receipt = self.transport.send(message)
         except PermanentSendError as exc:
             failed = failure(base, why.SMTP_PERMANENT, progress.attempts + exc.attempts, exc)
             self._suppress_if_gone(mail, exc)

@@ -14,6 +14,7 @@ from mailer import defaults
 from mailer.address import AddressRules
 from mailer.errors import InvalidMessage, SendError
 from mailer.kinds import Kind
+from mailer.message import Mail
 from mailer.outcomes import Outcome
 from mailer.steps import Fail
 
@@ -67,13 +68,18 @@ class Prepared:
     mail_id: str
     kind: Kind
     limit_key: str
-    message: EmailMessage
+    #: The checked mail (:func:`mailer.message.check_mail`), built only when it is sent.
+    draft: Mail
     base: Outcome
     #: The tenant the mail counts against (validated), None for none.
     tenant: str | None = None
     #: The limit keys of the message's other envelope recipients (to, cc, bcc after the
     #: first, deduplicated): each must have room too (:mod:`mailer.multi`).
     more_keys: tuple[str, ...] = ()
+    #: The message, when it was built already (to check it, or to change its recipients).
+    message: EmailMessage | None = None
+    #: When the mail was validated (epoch seconds): its ``Date``.
+    built_at: float | None = None
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 Status = Literal["sent", "deferred", "dropped", "failed"]
@@ -62,8 +62,9 @@ class Outcome:
     hold: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (what ``AsyncResult(mail_id).get()`` returns)."""
-        return asdict(self)
+        """A JSON-ready dict (what ``AsyncResult(mail_id).get()`` returns). Every field is a
+        scalar: a plain copy, not ``dataclasses.asdict``'s deep one (a tenth of the cost)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Outcome:

@@ -100,13 +100,14 @@ class Suppressions:
         entry = self._store.get(self._key(address))
         return entry if entry is not None and entry.until > self._clock() else None
 
-    def plain_read(self, address: str) -> tuple[Any, str] | None:
+    def plain_read(self, limit_key: str) -> tuple[Any, str] | None:
         """The redis-py client and the key that :meth:`suppressed` reads with one ``GET``, for
         a caller that reads it together with other keys of the same client (the guard: with
-        the holds, one ``MGET``); None on memory. Answer with :meth:`from_raw`."""
+        the holds, one ``MGET``); None on memory. Answer with :meth:`from_raw`. ``limit_key``
+        is an address normalised already (``Recipient.limit_key``): it is not parsed again."""
         if not isinstance(self._store, _RedisStore):
             return None
-        return self._store.client, self._key(address)
+        return self._store.client, self._hasher.storage_key(limit_key)
 
     def from_raw(self, raw: bytes | str | None) -> Suppression | None:
         """What :meth:`suppressed` answers for the value read at :meth:`plain_read`'s key."""

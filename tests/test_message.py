@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mailer.errors import InvalidMessage, MailguardError
-from mailer.message import Mail, MessageLimits, build_message, message_id
+from mailer.message import (
+    Mail,
+    MessageLimits,
+    build_message,
+    check_mail,
+    message_id,
+    needs_build_to_check,
+)
 
 
 def _mail(**changes: Any) -> Mail:
@@ -205,3 +212,35 @@ def test_any_subject_and_body_build_or_raise_invalid_message(subject: str, body:
         assert breaks_line or "\0" in subject + body
     else:
         assert message["Message-ID"].startswith("<0b8e2a5c")
+
+
+@given(
+    st.text(max_size=60),
+    st.text(max_size=60),
+    st.text(max_size=60),
+    st.sampled_from(["ada@example.com", "", " ", "a\nb@example.com", "Jörg <j@bücher.ch>"]),
+    st.one_of(st.none(), st.text(max_size=30)),
+)
+def test_check_mail_agrees_with_building_when_no_build_is_needed_to_check(
+    subject: str, body: str, mail_id: str, sender: str, html: str | None
+) -> None:
+    """Without extra headers, attachments or Reply-To, ``check_mail`` refuses exactly what
+    ``build_message`` refuses, with the same message: the guard may check a mail that waits
+    and build it only when it sends."""
+    mail = _mail(subject=subject, body=body, mail_id=mail_id, sender=sender, html=html)
+    assert not needs_build_to_check(mail)
+    try:
+        build_message(mail)
+    except InvalidMessage as exc:
+        with pytest.raises(InvalidMessage) as checked:
+            check_mail(mail)
+        assert str(checked.value) == str(exc)
+    else:
+        assert check_mail(mail) == ("ada@example.com",)
+
+
+def test_only_headers_attachments_and_reply_to_need_a_build_to_check() -> None:
+    """The header registry parses extra headers and Reply-To, attachments carry MIME types."""
+    assert needs_build_to_check(_mail(headers={"X-Tag": "a"}))
+    assert needs_build_to_check(_mail(reply_to=("ada@example.com",)))
+    assert not needs_build_to_check(_mail(cc=("bob@example.com",), html="<p>hi</p>"))
