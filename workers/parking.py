@@ -44,12 +44,19 @@ def schedule_for(settings: Settings) -> Schedule:
 
 
 def park(
-    settings: Settings, later: Later, *, task_id: str, args: Any, kwargs: dict[str, Any]
+    settings: Settings,
+    later: Later,
+    *,
+    task_id: str,
+    args: Any,
+    kwargs: dict[str, Any],
+    always: bool = False,
 ) -> float | None:
-    """Park this deferred run if its wait is longer than ``park_after``: its due time, or None
-    when it keeps a countdown (short wait, parking off, no promoter for a memory schedule, or
-    the schedule's Redis is down: the caller then holds a countdown, as without parking)."""
-    due = parked_until(later, time.time(), settings.park_after)
+    """Park this deferred run if its wait is longer than ``park_after`` (any wait with
+    ``always``): its due time, or None when it keeps a countdown (short wait, parking off, no
+    promoter for a memory schedule, or the schedule's Redis is down: the caller then holds a
+    countdown, as without parking)."""
+    due = parked_until(later, time.time(), settings.park_after, always=always)
     if due is None:
         return None
     store = schedule_for(settings)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -14,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery import Task, shared_task
-from celery.exceptions import Ignore
+from celery.exceptions import Ignore, Reject
 from kombu.utils.json import dumps, loads
 
 from mailer.arguments import InvalidArguments, check_arguments
@@ -26,6 +27,8 @@ from mailer.steps import Fail, Finish, Later, Progress
 from workers import app as app_module
 from workers import parking, priority
 from workers.app import settings as _env_settings
+
+log = logging.getLogger("mailguard")
 
 #: The settings this process's guard is built from (the environment's, or :func:`use_settings`).
 settings: Settings = _env_settings
@@ -229,7 +232,7 @@ def send_mail(
     if isinstance(step, Fail):
         raise MailFailed(step.outcome.as_dict())
     assert isinstance(step, Later)
-    self.update_state(state="DEFERRED", meta=step.outcome.as_dict())
+    _show_deferred(self, step, mail_id)
     again = dict(self.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
     why = step.outcome.reason or "deferred"
@@ -246,10 +249,41 @@ def send_mail(
         self.request.ignore_result = True
         return step.outcome.as_dict()
     countdown = min(step.countdown, settings.longest_countdown)  # longer waits are parked
-    if step.eta is not None:  # the limiter's clock, not this worker's (see mailer.steps.Later)
-        eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
-        self.retry(eta=eta, kwargs=again, throw=False)
-    else:
-        eta = datetime.now(timezone.utc) + timedelta(seconds=countdown)
-        self.retry(countdown=countdown, kwargs=again, throw=False)
+    try:
+        if step.eta is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
+            eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
+            self.retry(eta=eta, kwargs=again, throw=False)
+        else:
+            eta = datetime.now(timezone.utc) + timedelta(seconds=countdown)
+            self.retry(countdown=countdown, kwargs=again, throw=False)
+    except Reject as exc:
+        return _unpublished(self, step, again, exc)
     raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")
+
+
+def _show_deferred(task: Task[Any, Any], step: Later, mail_id: str) -> None:
+    """Store the ``DEFERRED`` state. The state is a view: a result backend that is down (any
+    error of any backend) is logged and the mail still waits, rather than the run failing and
+    its message being acknowledged with the mail never sent."""
+    try:
+        task.update_state(state="DEFERRED", meta=step.outcome.as_dict())
+    except Exception as exc:  # whatever the backend raises, the mail must still wait
+        log.warning("mail %s: DEFERRED state not stored (result backend: %s)", mail_id, exc)
+
+
+def _unpublished(
+    task: Task[Any, Any], step: Later, again: dict[str, Any], exc: Reject
+) -> dict[str, Any]:
+    """The next run could not be published (the broker is down or refused it): Celery's
+    ``retry`` then rejects this message *without* requeueing it, which would lose the mail.
+    Park it instead, whatever its wait (the promoter publishes it once the broker takes it);
+    without a schedule, reject it *with* requeue so that the broker delivers it again."""
+    mail_id = str(again["mail_id"])
+    task_id = str(task.request.id)
+    args = task.request.args
+    if parking.park(settings, step, task_id=task_id, args=args, kwargs=again, always=True):
+        log.warning("mail %s: its next run could not be published (%s); parked", mail_id, exc)
+        task.request.ignore_result = True
+        return step.outcome.as_dict()
+    log.warning("mail %s: its next run could not be published (%s); requeued", mail_id, exc)
+    raise Reject(exc.args[0] if exc.args else None, requeue=True) from None
