@@ -99,10 +99,14 @@ def check_summary(summary: dict[str, Any]) -> None:
     assert {m["recipient"] for m in dropped} == {"mallory"}
     burst = summary["burst"]
     assert burst["size"] == 200 and burst["took"] is not None, "every reader got the newsletter"
-    assert burst["code_ahead_of"] >= burst["size"] // 2, "the code mail overtook the newsletter"
+    # Of the readers still waiting when it was queued (the machine's load decides how many had
+    # the newsletter already), the code mail overtook most.
+    assert burst["waiting_at_code"] >= 20, "the newsletter was still going out"
+    assert burst["code_ahead_of"] >= burst["waiting_at_code"] // 2, "the code mail overtook it"
     # A deferral seen only by its outcome (its DEFERRED state passed between two polls) has no
     # tier: the others must still show every tier binding.
-    binding = ({m["tier"] for m in deferred} | {m["tier"] for m in dropped}) - {None}
+    # (A mail re-booked late may be booked by another tier the second time: all count.)
+    binding = ({t for m in deferred for t in m["tiers"]} | {m["tier"] for m in dropped}) - {None}
     assert binding == {str(t) for t in policy.tiers}, "each tier binds somewhere in the story"
 
 

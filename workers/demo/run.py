@@ -63,6 +63,7 @@ class Row:
     state: str = "planned"  # planned, queued, deferred, sent, dropped, failed
     booked: float | None = None
     tier: str | None = None
+    tiers: list[str] = field(default_factory=list)  # every tier that booked it, in order
     wait: float | None = None
     due: float | None = None
     sent_at: float | None = None
@@ -106,6 +107,8 @@ class Row:
             self.rebooked = True
         self.booked = due
         self.tier = meta.get("tier") or self.tier
+        if self.tier and self.tier not in self.tiers:
+            self.tiers.append(self.tier)
         self.wait = _float(meta.get("wait"))
 
     def _settled(self, state: str, meta: Mapping[str, Any]) -> None:
@@ -136,6 +139,7 @@ class Row:
             "deferred": self.booked is not None,
             "booked": self.booked,
             "tier": self.tier,
+            "tiers": list(self.tiers),
             "wait": self.waited,
             "due": self.due,
             "sent_at": self.sent_at,
@@ -159,6 +163,9 @@ class Burst:
     code_address: str
     enqueued_at: float | None = None
     received: dict[str, float] = field(default_factory=dict)  # first receipt per address
+    #: Readers who had not received the newsletter when the code mail was queued: the most
+    #: the code mail can overtake (the others left before it existed).
+    waiting_at_code: int | None = None
 
     @property
     def done(self) -> bool:
@@ -180,6 +187,7 @@ class Burst:
             if code is None or self.enqueued_at is None
             else code - self.enqueued_at,
             "code_ahead_of": ahead,
+            "waiting_at_code": self.waiting_at_code,
             "took": (
                 max(self.received[r] for r in self.readers) - self.enqueued_at
                 if self.enqueued_at is not None and self.done
@@ -352,11 +360,15 @@ def _play(
             for _ in range(CONCURRENCY):
                 pause.apply_async(args=[run.outage[1] - run.outage[0]], priority=0)
         run.paused = paused and run.elapsed < run.outage[1]
-        if run.burst.enqueued_at is None and run.elapsed >= run.burst.at:
+        burst_now = run.burst.enqueued_at is None and run.elapsed >= run.burst.at
+        if burst_now:
             _enqueue_burst(run.burst, send_mail)  # before the rows due now: dee's code is one
         while waiting and waiting[0].at <= run.elapsed:
             row = waiting.pop(0)
             _enqueue(row, send_mail)
+        if burst_now:
+            early = run.smtp.first_received()
+            run.burst.waiting_at_code = sum(r not in early for r in run.burst.readers)
         for row in run.rows:
             if row.mail_id and not row.settled:
                 row.update(*read_state(app, row.mail_id))

@@ -160,7 +160,7 @@ def conclusions(run: Run) -> list[str]:
         lines.append(
             f"a code mail queued right behind a newsletter to {burst['size']} readers was "
             f"received {burst['code_after']:.2f} s later, ahead of {burst['code_ahead_of']} "
-            "of them (kind priority 9 over 5)"
+            f"of the {burst['waiting_at_code']} still waiting (kind priority 9 over 5)"
             + (f"; the newsletter took {burst['took']:.1f} s in all" if burst["took"] else "")
         )
     dropped = [r for r in run.rows if r.state == "dropped"]
