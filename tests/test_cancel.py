@@ -57,7 +57,9 @@ def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpT
             )
             poll(lambda: results[-1].state in ("SUCCESS", "DEFERRED"), 10, f"mail {n} to run")
         ids = [r.id for r in results]  # the task ids; the second mail has a mail id of its own
-        assert schedule.stats().parked == 1 and schedule.payload(ids[2]) is not None
+        # DEFERRED is stored just before the run parks the mail: wait for the parking itself.
+        poll(lambda: schedule.stats().parked == 1, 10, "the third mail to be parked")
+        assert schedule.payload(ids[2]) is not None
         done = run(["cancel", ids[1], "--yes"], env)  # the countdown mail, before its run
         assert done.returncode == 0, done.stderr
         shown = run(["scheduled", "--json"], env)
