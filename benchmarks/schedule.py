@@ -27,6 +27,9 @@ machine, most of it the worker's own throughput, twice per design):
 5. **floor**: ``min(N, FLOOR_MAILS)`` unguarded tasks (``bench.unguarded``: build and send, no
    guard) published and drained on the same worker: mails per second, publish to last result.
 
+``--waiting-only`` stops after step 3 (the memory and idle figures of a scale run such as
+``--mails 100000 --parked-only``, without waiting for the slot).
+
 The booking window (how far ahead every mail is booked) is sized from a first, short floor
 measurement, so that parking ``N`` mails ends before the slot even on a busy machine.
 
@@ -179,9 +182,13 @@ def estimate_rate(mails: int) -> float:
         server.cleanup()
 
 
-def run_design(name: str, park_after: str, mails: int, window: float) -> Figures:
+def run_design(
+    name: str, park_after: str, mails: int, window: float, *, waiting_only: bool = False
+) -> Figures:
     """Run one design end to end on a fresh Redis and worker; its figures. ``window`` is the
-    seconds from the limiter's first sends to the slot every mail is booked for."""
+    seconds from the limiter's first sends to the slot every mail is booked for.
+    ``waiting_only`` stops once every mail waits and the idle window is measured (the scale
+    run's memory figures, without waiting for the slot, the sends and the floor)."""
     server = RedisServer().start()
     env = worker_env(
         server.url,
@@ -243,6 +250,8 @@ def run_design(name: str, park_after: str, mails: int, window: float) -> Figures
         spent = int(admin.info("stats")["total_commands_processed"]) - commands - 2
         figures.idle_commands = spent / IDLE
         figures.idle_runs = _runs(worker.log()) - log_before
+        if waiting_only:
+            return figures
 
         if time.time() > due:
             print(f"  {name}: warning: the slot passed before the idle window ended", flush=True)
@@ -277,14 +286,23 @@ def main() -> None:
     parser.add_argument(
         "--parked-only", action="store_true", help="skip the countdown design (for iterating)"
     )
+    parser.add_argument(
+        "--waiting-only",
+        action="store_true",
+        help="stop once every mail waits: memory and idle figures only (for --mails 100000)",
+    )
     args = parser.parse_args()
     print(f"schedule benchmark: {args.mails:,} mails per design; {_machine()}", flush=True)
     rate = estimate_rate(args.mails)
     # Parking runs at about half the floor on a quiet machine: leave three times that.
     window = 30 + 3 * args.mails / rate
     print(f"  first floor {rate:,.0f} mails/s: every mail booked {window:.0f} s ahead", flush=True)
-    parked = run_design("parked", "5s", args.mails, window)
-    held = Figures() if args.parked_only else run_design("countdown", "off", args.mails, window)
+    parked = run_design("parked", "5s", args.mails, window, waiting_only=args.waiting_only)
+    held = (
+        Figures()
+        if args.parked_only
+        else run_design("countdown", "off", args.mails, window, waiting_only=args.waiting_only)
+    )
     rows = [
         ("enqueue to waiting, mails/s", parked.enqueue_rate, held.enqueue_rate, "{:,.0f}"),
         ("unguarded floor, mails/s", parked.floor_rate, held.floor_rate, "{:,.0f}"),
@@ -304,6 +322,8 @@ def main() -> None:
         ("due -> all sent, s", parked.sent, held.sent, "{:.2f}"),
         ("task runs per mail booked 1 day ahead", 1, 1 + 86_400 // 600, "{:d}"),
     ]
+    if args.waiting_only:  # nothing was sent and no floor measured
+        rows = [r for r in rows if "unguarded" not in r[0] and not r[0].startswith("due")]
     print(f"\n| {args.mails:,} mails | parked | countdown + hops |")
     print("|---|---|---|")
     for label, a, b, shape in rows:
@@ -312,8 +332,9 @@ def main() -> None:
             for v in (a, b)
         ]
         print(f"| {label} | {cells[0]} | {cells[1]} |")
-    ratio = parked.enqueue_rate / parked.floor_rate if parked.floor_rate else 0.0
-    print(f"\nparked enqueue rate / unguarded floor on the same worker: {ratio:.2f}")
+    if parked.floor_rate:
+        ratio = parked.enqueue_rate / parked.floor_rate
+        print(f"\nparked enqueue rate / unguarded floor on the same worker: {ratio:.2f}")
 
 
 if __name__ == "__main__":
