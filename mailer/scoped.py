@@ -16,7 +16,9 @@ id gets its slot back and ``release`` knows which window or bucket to give it ba
 Tier kinds, per scope key (times in ms, GCRA state in µs):
 
 - ``sliding``: the exact log of :mod:`mailer.sliding_log`; appending at ``x`` keeps tier
-  ``(L, W)`` iff ``n < L`` or ``ts[n-L] <= x - W``.
+  ``(L, W)`` iff ``n < L`` or ``ts[n-L] <= x - W``. In the shared scopes a mail is inserted
+  instead, before bookings already made when it fits (:mod:`mailer.insertion`): shares then
+  leave room for a code mail in every window, bookings included.
 - ``fixed``: a count per calendar window (:mod:`mailer.windows`); ``x`` fits iff the window
   holding ``x`` has fewer than ``L`` admissions, else the earliest is the next window's start.
 - ``gcra``: one theoretical arrival time ``tat`` (µs); emission interval ``T = ceil(W/L)`` µs
@@ -44,6 +46,7 @@ from zoneinfo import ZoneInfo
 from mailer.backends.scoped_redis import month_starts
 from mailer.clock import Clock, system_clock
 from mailer.decision import Decision
+from mailer.insertion import earliest_insert_now, window_max
 from mailer.keys import KeyHasher, check_key, mail_tag
 from mailer.limiter import MAX_WAIT, not_before_ms
 from mailer.policy import Policy, Tier
@@ -504,7 +507,9 @@ class ScopedLimiter:
         now = now_us // 1000
         # The earliest time every tier of every scope admits: raise t until all agree.
         t, hi = now, -(-now_us // 1000)
-        for _, state in states:  # entries up to now rounded up do not delay a mail now
+        for scope, state in states:  # entries up to now rounded up do not delay a mail now
+            if scope.name in SHARED_SCOPES:
+                continue  # shared logs take mails by insertion (mailer.insertion): no order
             if state is not None and state.ts and state.ts[-1] > max(t, hi):
                 t = state.ts[-1]
         t = max(t, not_before)  # a hold's end (epoch ms; 0: none)
@@ -532,8 +537,9 @@ class ScopedLimiter:
     def _tier_earliest(  # noqa: PLR0911, PLR0917 - one return per tier kind
         self, scope: _Scope, i: int, state: ScopeState | None, t: int, share: float, now_us: int
     ) -> int:
-        """Earliest ms >= ``t`` at which tier ``i`` of ``scope`` admits one more (appending).
+        """Earliest ms >= ``t`` at which tier ``i`` of ``scope`` admits one more.
 
+        The recipient's sliding tiers append; the shared scopes' insert (:mod:`mailer.insertion`).
         A gcra tier compares an admission now with the real time ``now_us`` (µs), so a burst
         within one ms is not delayed by the ms rounding.
         """
@@ -542,6 +548,10 @@ class ScopedLimiter:
         if state is None:
             return t
         if tier.kind == "sliding":
+            if scope.name in SHARED_SCOPES:
+                now = now_us // 1000
+                hi = -(-now_us // 1000)
+                return earliest_insert_now(state.ts, limit, tier.window_ms, t, now=now, hi=hi)
             n = len(state.ts)
             if n >= limit:
                 return max(t, state.ts[n - limit] + tier.window_ms)
@@ -566,7 +576,9 @@ class ScopedLimiter:
     ) -> int:
         tier = scope.tiers[i]
         limit = share_limit(tier.limit, share) if scope.name in SHARED_SCOPES else tier.limit
-        if tier.kind == "sliding":
+        if tier.kind == "sliding" and scope.name in SHARED_SCOPES:
+            used = window_max(state.ts, at, tier.window_ms)
+        elif tier.kind == "sliding":
             used = len(state.ts) - bisect_right(state.ts, at - tier.window_ms)
         elif tier.kind == "gcra":
             interval = -(-tier.window_ms * 1000 // tier.limit)
@@ -609,9 +621,10 @@ class ScopedLimiter:
     ) -> None:
         """Record one admission at ``x_us`` (µs); ``x_ms`` is its stored ms (rounded up) and
         ``win_ms`` the ms whose calendar window counts it."""
-        if _has_log(scope):
-            state.ts.append(x_ms)
-            state.tags.append(tag)
+        if _has_log(scope):  # in order: a shared log may hold later bookings
+            at = bisect_right(state.ts, x_ms)
+            state.ts.insert(at, x_ms)
+            state.tags.insert(at, tag)
         expires = x_ms + scope.keep_ms
         for i, tier in enumerate(scope.tiers):
             if tier.kind == "gcra":

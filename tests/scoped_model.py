@@ -1,7 +1,8 @@
 """A brute-force model of the scoped limiter's contract, the oracle of ``test_scoped_properties``.
 
 The contract (``mailer/scoped.py``): a mail is admitted at the earliest ms ``x`` (not before now
-rounded down, nor before the newest entry of any of its scopes' logs) at which every tier of
+rounded down, nor before the newest entry of its recipient's log; shared scopes' sliding tiers
+take it by insertion, before later bookings) at which every tier of
 every scope it has a key in has room, counting its kind's share in the shared scopes; admitted
 now it is stored at now rounded up, booked at ``x``; a refusal consumes nothing; the same mail
 id gets its slot back; ``release`` gives it back everywhere.
@@ -60,6 +61,18 @@ class ScopedModel:
     ) -> bool:
         mine = self._mine(scope, subject)
         limit = self._limit(scope, tier, share)
+        if tier.kind == "sliding" and scope in SHARED:
+            # inserted: every window of W ms holding x has room; a mail now is stored at now
+            # rounded up, so it must fit seen from now (before it) and from there (after it)
+            stored = [a.stored_ms for a in mine]
+            now, hi = now_us // 1000, -(-now_us // 1000)
+            if x != now or hi == now:
+                return _window_room(stored, x, tier.window_ms, limit)
+            # seen from now, an entry stored at now rounded up may be an admission of this ms
+            seen_now = [now if s == hi else s for s in stored]
+            return _window_room(seen_now, now, tier.window_ms, limit) and _window_room(
+                stored, hi, tier.window_ms, limit
+            )
         if tier.kind == "sliding":
             # entries after x (up to now rounded up) are in every window a new entry joins
             return sum(1 for a in mine if x - tier.window_ms < a.stored_ms) < limit
@@ -100,12 +113,10 @@ class ScopedModel:
                     return Answer(allowed, not allowed, a.stored_ms, wait)
         scopes = [(s, t) for s, t in self.policy.scope_tiers() if subjects.get(s)]
         low = now
-        for scope, tiers in [*scopes, ("recipient", ())]:
-            if scope == "recipient" or any(t.kind == "sliding" for t in tiers):
-                for a in self._mine(scope, subjects[scope]):
-                    if a.stored_ms > -(-now_us // 1000):  # up to now rounded up: no delay
-                        low = max(low, a.stored_ms)
-        candidates = {low}
+        for a in self._mine("recipient", subjects["recipient"]):  # its mails keep their order
+            if a.stored_ms > -(-now_us // 1000):  # up to now rounded up: no delay
+                low = max(low, a.stored_ms)
+        candidates = {low, -(-now_us // 1000)}  # now rounded up: the next ms a mail may go
         for a in self.admissions:
             for _, tiers in scopes:
                 for tier in tiers:
@@ -116,6 +127,9 @@ class ScopedModel:
                         interval = -(-tier.window_ms * 1000 // tier.limit)
                         for k in range(-tier.limit, len(self.admissions) + 1):
                             candidates.add(-(-(a.real_us + k * interval) // 1000))
+        for scope, subject, tier, start in self.ghosts:  # a count a release left behind
+            if subjects.get(scope) == subject:
+                candidates.add(window(start, tier, timezone.utc)[1])
         for (scope, subject, tier), tat in self.tats.items():
             if subjects.get(scope) == subject:
                 interval = -(-tier.window_ms * 1000 // tier.limit)
@@ -181,6 +195,13 @@ class ScopedModel:
                 for tier in tiers:
                     breaches += _breaches(scope, tier, times)
         return breaches
+
+
+def _window_room(stored: list[int], x: int, window_ms: int, limit: int) -> bool:
+    """Whether every window of ``window_ms`` ms holding ``x`` has fewer than ``limit`` entries."""
+    starts = {x - window_ms + 1} | {e - window_ms + 1 for e in stored if x <= e < x + window_ms}
+    starts |= {e for e in stored if x - window_ms < e <= x}
+    return all(sum(1 for e in stored if a <= e < a + window_ms) < limit for a in starts if a <= x)
 
 
 def _breaches(scope: str, tier: Tier, times: list[int]) -> list[str]:

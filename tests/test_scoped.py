@@ -27,18 +27,36 @@ def test_sender_scope_paces_mails_to_many_recipients() -> None:
     assert [s - base for s in slots] == [0] * 4 + [2000] * 4 + [4000] * 4
 
 
-def test_a_bulk_kind_with_half_share_leaves_room_for_a_code_mail() -> None:
-    """A burst of a share-0.5 kind fills only half of each sender window; code goes at once.
-
-    (A fixed tier: in a sliding tier a code mail still queues behind bulk mails already booked,
-    as a shared sliding log keeps its mails in order; see docs/scopes.md.)
-    """
-    limiter, _ = _limiter("sender: 4/1s fixed")
-    bulk = [limiter.acquire(f"b{i}@example.com", max_wait=60, share=0.5) for i in range(6)]
-    assert [d.allowed for d in bulk] == [True, True, False, False, False, False]
-    assert all(d.booked for d in bulk[2:])
-    code = limiter.acquire("ada@example.com")
-    assert code.allowed
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+@pytest.mark.parametrize("tier", ["4/1s fixed", "4/1s"])
+def test_a_bulk_kind_with_half_share_leaves_room_for_a_code_mail(
+    backend: str, tier: str, request: pytest.FixtureRequest
+) -> None:
+    """A burst of a share-0.5 kind fills only half of each sender window, bookings included;
+    a code mail goes at once, before the bulk mails booked for later (a shared sliding log
+    takes it by insertion), and so do a second one; a third finds the window full."""
+    clock = ManualClock(START + 0.0004)  # between two ms: the insertion's never-early edge
+    url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
+    limiter = ScopedLimiter(
+        Policy.parse(f"sender: {tier}"),
+        url=url,
+        clock=clock,
+        secret="s",
+        namespace=f"share-{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        bulk = [limiter.acquire(f"b{i}@example.com", max_wait=60, share=0.5) for i in range(40)]
+        assert [d.allowed for d in bulk[:3]] == [True, True, False]
+        assert all(d.booked for d in bulk[2:])
+        assert bulk[-1].retry_after > 15, "the bulk mails are booked far ahead"
+        codes = [limiter.acquire(f"c{i}@example.com", max_wait=60) for i in range(3)]
+        assert [d.allowed for d in codes] == [True, True, False]
+        assert codes[2].retry_after <= 1.002, "the third code mail waits for the next window only"
+        clock.advance(1.001)
+        late = limiter.acquire("d@example.com", max_wait=60)
+        assert late.allowed, "each window keeps room for the larger share"
+    finally:
+        limiter.close()
 
 
 def test_refusal_consumes_nothing_in_any_scope() -> None:

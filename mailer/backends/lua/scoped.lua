@@ -128,11 +128,58 @@ local function limit_of(st, tier)
   return tier[2]
 end
 
--- earliest ms >= t at which tier ti of st admits one more (appending)
+-- the first index j of the sorted list ts (n entries) with ts[j] >= v (n + 1: none); with
+-- fold, entries equal to fold are read as fold - 1 (seen from now: admissions of this ms)
+local function first_at(ts, n, v, fold)
+  local lo, hi = 1, n + 1
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    local e = ts[mid]
+    if e == fold then e = e - 1 end
+    if e < v then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+-- earliest ms >= t at which one more entry fits in st's sorted log, inserted (mailer/insertion.py)
+local function insert_at(st, limit, w, t, fold)
+  local ts, x = st.ts, t
+  for j = first_at(ts, st.n, x - w + 1, fold), st.n - limit + 1 do
+    local first, last = ts[j], ts[j + limit - 1]
+    if first == fold then first = first - 1 end
+    if last == fold then last = last - 1 end
+    if last - w + 1 > x then break end
+    if last - first < w and x <= first + w - 1 then x = first + w end
+  end
+  return x
+end
+
+-- the most entries of st's sorted log in one window of w ms that holds at
+local function window_max(st, at, w)
+  local ts, n = st.ts, st.n
+  local low, high = first_at(ts, n, at - w + 1, nil), first_at(ts, n, at + w, nil) - 1
+  local best = high - first_at(ts, n, at, nil) + 1
+  local r = low
+  for i = low, high do
+    if ts[i] > at then break end
+    while r <= high and ts[r] <= ts[i] + w - 1 do r = r + 1 end
+    if r - i > best then best = r - i end
+  end
+  return best
+end
+
+-- earliest ms >= t at which tier ti of st admits one more (appending; inserting in the shared
+-- scopes' sliding logs, where a mail admitted now must fit at now and at now rounded up)
 local function earliest(st, ti, t)
   local tier = st.spec[4][ti]
   local limit = limit_of(st, tier)
-  if tier[1] == 1 then
+  if tier[1] == 1 and st.spec[2] == 1 then
+    local hi = -floor(-now_us / 1000)
+    if t ~= now or hi == now then return insert_at(st, limit, tier[3], t, nil) end
+    local after = insert_at(st, limit, tier[3], hi, nil)
+    if after == hi and insert_at(st, limit, tier[3], now, hi) == now then return now end
+    return after
+  elseif tier[1] == 1 then
     if st.n >= limit then
       local c = st.ts[st.n - limit + 1] + tier[3]
       if c > t then return c end
@@ -158,7 +205,9 @@ local function room(st, ti, at, at_us)
   local tier = st.spec[4][ti]
   local limit = limit_of(st, tier)
   local used = 0
-  if tier[1] == 1 then
+  if tier[1] == 1 and st.spec[2] == 1 then
+    used = window_max(st, at, tier[3])
+  elseif tier[1] == 1 then
     local low, ts = at - tier[3], st.ts
     for j = st.n, 1, -1 do
       if ts[j] > low then used = used + 1 else break end
@@ -248,8 +297,8 @@ end
 
 if not found then
   local t, hi = now, -floor(-now_us / 1000)
-  for _, st in ipairs(P) do
-    if st.n > 0 and st.ts[st.n] > t and st.ts[st.n] > hi then t = st.ts[st.n] end
+  for _, st in ipairs(P) do  -- the recipient's mails keep their order; shared logs insert
+    if st.spec[2] == 0 and st.n > 0 and st.ts[st.n] > t and st.ts[st.n] > hi then t = st.ts[st.n] end
   end
   local not_before = tonumber(ARGV[8] or '0')
   if not_before > t then t = not_before end
@@ -273,9 +322,14 @@ if not found then
     local x_us, x_ms, win = t * 1000, t, t
     if allowed == 1 then x_us, x_ms, win = now_us, -floor(-now_us / 1000), now end
     for _, st in ipairs(P) do
-      if st.spec[3] == 1 then
+      if st.spec[3] == 1 then  -- in order: a shared log may hold later bookings
+        local j = st.n + 1
+        while j > 1 and st.ts[j - 1] > x_ms do
+          st.ts[j], st.tags[j] = st.ts[j - 1], st.tags[j - 1]
+          j = j - 1
+        end
+        st.ts[j], st.tags[j] = x_ms, tag
         st.n = st.n + 1
-        st.ts[st.n], st.tags[st.n] = x_ms, tag
         save_log(st)
       end
       for ti, tier in ipairs(st.spec[4]) do
