@@ -78,6 +78,8 @@ def check_tenant(tenant: object) -> str | None:
         return None
     if not isinstance(tenant, str) or not 1 <= len(tenant) <= MAX_TENANT_LENGTH:
         raise ValueError(f"tenant must be a str of 1 to {MAX_TENANT_LENGTH} characters")
+    if tenant.isascii() and tenant.isprintable():
+        return tenant  # the common case, without a loop over the characters
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in tenant):
         raise ValueError("tenant must not contain control characters")
     return tenant

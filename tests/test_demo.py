@@ -69,6 +69,12 @@ def check_summary(summary: dict[str, Any]) -> None:
 
     deferred = [m for m in mails if m["deferred"]]
     assert deferred, "the story defers mails"
+    # On a loaded machine a booked code mail (1.25 s of tolerance at --speed 3) can run later
+    # than its slot and its deadline: it is dropped (late, expired), never sent late.
+    overdue = [m for m in deferred if m["status"] == "dropped"]
+    for mail in overdue:
+        assert mail["kind"] == "code" and mail["reason"] in ("late", "expired"), mail
+    deferred = [m for m in deferred if m not in overdue]
     for mail in deferred:
         assert mail["status"] == "sent", mail
         if not mail["rebooked"]:
@@ -77,12 +83,14 @@ def check_summary(summary: dict[str, Any]) -> None:
     rebooked = [m for m in mails if m["rebooked"]]
     start, end = summary["outage"]["from"], summary["outage"]["until"]
     assert summary["rebooked"] == len(rebooked) >= 1, "the worker's pause makes a mail re-book"
-    assert any(m["due"] > end for m in rebooked), "a mail late for the pause, sent at a new slot"
+    assert any(m["status"] == "sent" and m["due"] > end for m in rebooked), (
+        "a mail late for the pause, sent at a new slot"
+    )
     for mail in mails:
         if mail["status"] == "sent":
             assert mail["sent_at"] - mail["due"] <= 0.5, "sent mails go at their slot"
 
-    dropped = [m for m in mails if m["status"] == "dropped"]
+    dropped = [m for m in mails if m["status"] == "dropped" and m not in overdue]
     code_wait = summary["max_wait"]["code"]
     assert dropped, "the abused recipient's codes are dropped"
     for mail in dropped:

@@ -56,33 +56,6 @@ local now = math.floor(now_us / 1000)
 local tag, max_wait, share, off = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local floor = math.floor
 
--- the present scopes: {spec, key, ts, tags, n, tat = {}, counts = {}}
-local P = {}
-for i = 1, #ARGV[7] do
-  local spec = S[tonumber(string.sub(ARGV[7], i, i))]
-  local st = {spec = spec, key = KEYS[i], ts = {}, tags = {}, n = 0, tat = {}, counts = {}}
-  if spec[3] == 1 then
-    local raw = redis.call('GET', st.key .. ':l')
-    if raw then
-      local count = (#raw - 6) / 10
-      local v = {struct.unpack('>I6' .. string.rep('I4I6', count), raw)}
-      local base, cut = v[1], now - spec[1]
-      for j = 2, 2 * count, 2 do
-        local t = base + v[j]
-        if t > cut then st.n = st.n + 1; st.ts[st.n], st.tags[st.n] = t, v[j + 1] end
-      end
-    end
-  end
-  local tiers = spec[4]
-  for ti = 1, #tiers do
-    if tiers[ti][1] == 3 then
-      local tat = tonumber(redis.call('GET', st.key .. ':g' .. ti))
-      if tat and tat > now * 1000 then st.tat[ti] = tat end
-    end
-  end
-  P[i] = st
-end
-
 -- Calendar-month windows (ARGV[10], "N=b1,b2,...;M=..."): the window starts the caller computed
 -- in its time zone for tiers of N months, around now; other fixed windows are arithmetic.
 local months = {}
@@ -107,6 +80,47 @@ local function window_of(tier, t)
     end
   end
   return b[1] - tier[3], b[1]
+end
+
+-- the present scopes: {spec, key, ts, tags, n, tat = {}, counts = {}}, read in one MGET: each
+-- log, each gcra tier's tat, each fixed tier's count in the window holding now (others lazily)
+local P, names, reads = {}, {}, {}
+for i = 1, #ARGV[7] do
+  local spec = S[tonumber(string.sub(ARGV[7], i, i))]
+  local st = {spec = spec, key = KEYS[i], ts = {}, tags = {}, n = 0, tat = {}, counts = {}}
+  if spec[3] == 1 then
+    names[#names + 1], reads[#reads + 1] = st.key .. ':l', {st, 0}
+  end
+  local tiers = spec[4]
+  for ti = 1, #tiers do
+    if tiers[ti][1] == 3 then
+      names[#names + 1], reads[#reads + 1] = st.key .. ':g' .. ti, {st, ti}
+    elseif tiers[ti][1] == 2 then
+      local k = ti .. ':' .. string.format('%.0f', (window_of(tiers[ti], now)))
+      names[#names + 1], reads[#reads + 1] = st.key .. ':f' .. k, {st, k}
+    end
+  end
+  P[i] = st
+end
+local values = redis.call('MGET', unpack(names))
+for r = 1, #reads do
+  local st, what, raw = reads[r][1], reads[r][2], values[r]
+  if what == 0 then
+    if raw then
+      local count = (#raw - 6) / 10
+      local v = {struct.unpack('>I6' .. string.rep('I4I6', count), raw)}
+      local base, cut = v[1], now - st.spec[1]
+      for j = 2, 2 * count, 2 do
+        local t = base + v[j]
+        if t > cut then st.n = st.n + 1; st.ts[st.n], st.tags[st.n] = t, v[j + 1] end
+      end
+    end
+  elseif type(what) == 'number' then
+    local tat = tonumber(raw)
+    if tat and tat > now * 1000 then st.tat[what] = tat end
+  else
+    st.counts[what] = tonumber(raw) or 0
+  end
 end
 
 local function count_of(st, ti, start)
