@@ -82,6 +82,11 @@ local function window_of(tier, t)
   return b[1] - tier[3], b[1]
 end
 
+-- a fixed tier's count key (after "<base>:f") for the window starting at start (ms)
+local function count_key(ti, start)
+  return ti .. ':' .. string.format('%.0f', start)
+end
+
 -- the present scopes: {spec, key, ts, tags, n, tat = {}, counts = {}}, read in one MGET: each
 -- log, each gcra tier's tat, each fixed tier's count in the window holding now (others lazily)
 local P, names, reads = {}, {}, {}
@@ -96,7 +101,7 @@ for i = 1, #ARGV[7] do
     if tiers[ti][1] == 3 then
       names[#names + 1], reads[#reads + 1] = st.key .. ':g' .. ti, {st, ti}
     elseif tiers[ti][1] == 2 then
-      local k = ti .. ':' .. string.format('%.0f', (window_of(tiers[ti], now)))
+      local k = count_key(ti, (window_of(tiers[ti], now)))
       names[#names + 1], reads[#reads + 1] = st.key .. ':f' .. k, {st, k}
     end
   end
@@ -124,7 +129,7 @@ for r = 1, #reads do
 end
 
 local function count_of(st, ti, start)
-  local k = ti .. ':' .. string.format('%.0f', start)
+  local k = count_key(ti, start)
   local c = st.counts[k]
   if c == nil then
     c = tonumber(redis.call('GET', st.key .. ':f' .. k)) or 0
@@ -285,7 +290,7 @@ if mode == 'r' then
       elseif tier[1] == 2 then
         local start = window_of(tier, at)
         if start ~= at and count_of(st, ti, start) > 0 then
-          redis.call('DECR', st.key .. ':f' .. ti .. ':' .. string.format('%.0f', start))
+          redis.call('DECR', st.key .. ':f' .. count_key(ti, start))
         end
       end
     end
@@ -355,7 +360,7 @@ if not found then
         elseif tier[1] == 2 then
           local start, stop = window_of(tier, win)
           local c = count_of(st, ti, start)
-          local k = ti .. ':' .. string.format('%.0f', start)
+          local k = count_key(ti, start)
           if redis.call('INCR', st.key .. ':f' .. k) == 1 then
             redis.call('PEXPIRE', st.key .. ':f' .. k, stop - now + slack)
           end
