@@ -21,15 +21,18 @@ Tier kinds, per scope key (times in ms, GCRA state in µs):
   leave room for a code mail in every window, bookings included.
 - ``fixed``: a count per calendar window (:mod:`mailer.windows`); ``x`` fits iff the window
   holding ``x`` has fewer than ``L`` admissions, else the earliest is the next window's start.
-- ``gcra``: one theoretical arrival time ``tat`` (µs); emission interval ``T = ceil(W/L)`` µs
-  (rounded up: never faster than the policy), tolerance ``tau = (L-1)·T``; ``x`` fits iff
-  ``tat - x <= tau``; admitting sets ``tat = max(tat, x) + T``.
+- ``gcra``: emission interval ``T = ceil(W/L)`` µs (rounded up: never faster than the
+  policy); the bucket's arrival time over every emission before now (one timestamp) plus the
+  emissions booked from now on, so a mail may be inserted before bookings, as in the shared
+  sliding tiers (:mod:`mailer.gcra_log`). Without bookings: redis-cell's GCRA, ``x`` fits iff
+  ``tat - x <= (L-1)·T``.
 
 Never early: the decision compares with now rounded *down* to the ms and stores an admission
 made now at now rounded *up*, so no admission is earlier than the policy allows, even by a
 microsecond. Kind shares: in the shared scopes (domain, sender, tenant) a kind with share
-``s < 1`` sees each tier's limit as ``max(1, floor(s·L))``, so the rest stays free for kinds
-with a larger share (``code`` keeps 1.0).
+``s < 1`` sees each tier's limit as ``max(1, floor(s·L))`` (a gcra tier: also its rate, over the
+emissions from now on), so the rest stays free for kinds with a larger share (``code`` keeps
+1.0).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ from zoneinfo import ZoneInfo
 from mailer.backends.scoped_redis import month_starts
 from mailer.clock import Clock, system_clock
 from mailer.decision import Decision
+from mailer.gcra_log import GcraLog, expires_us, fold, give_back, insert, interval_us, used
+from mailer.gcra_log import earliest as gcra_earliest
 from mailer.insertion import earliest_insert_now, window_max
 from mailer.keys import KeyHasher, check_key, mail_tag
 from mailer.limiter import MAX_WAIT, not_before_ms
@@ -99,11 +104,11 @@ def check_share(share: object) -> float:
 
 @dataclass
 class ScopeState:
-    """What one scope key holds: a sliding log, a tat per gcra tier, counts per fixed window."""
+    """What one scope key holds: a sliding log, a bucket per gcra tier, counts per fixed window."""
 
     ts: list[int] = field(default_factory=list)
     tags: list[int] = field(default_factory=list)
-    tat: dict[int, int] = field(default_factory=dict)  # tier index -> µs
+    gcra: dict[int, GcraLog] = field(default_factory=dict)  # tier index -> its bucket
     counts: dict[tuple[int, int], int] = field(default_factory=dict)  # (tier index, start) -> n
     expires_ms: int = 0
 
@@ -229,7 +234,7 @@ class ScopedLimiter:
             decision = self._acquire(states, now_us, tag, wait_ms, share, not_before=nb)
             if decision.refused:  # a refusal leaves nothing behind, not even an empty state
                 for (_, key), (_, state) in zip(keys, states, strict=True):
-                    if state is not None and not (state.ts or state.tat or state.counts):
+                    if state is not None and not (state.ts or state.gcra or state.counts):
                         del self._states[key]
             return decision
 
@@ -470,7 +475,7 @@ class ScopedLimiter:
             if state is None and create:
                 state = self._states[key] = ScopeState()
             if state is not None:
-                self._prune(scope, state, now_us // 1000)
+                self._prune(scope, state, now_us)
             out.append((scope, state))
         return out
 
@@ -559,14 +564,10 @@ class ScopedLimiter:
                 return max(t, state.ts[n - limit] + tier.window_ms)
             return t
         if tier.kind == "gcra":
-            tat = state.tat.get(i)
-            if tat is None:
+            log = state.gcra.get(i)
+            if log is None:
                 return t
-            interval = -(-tier.window_ms * 1000 // tier.limit)
-            fits_us = tat - (limit - 1) * interval
-            if fits_us <= now_us:
-                return t
-            return max(t, -(-fits_us // 1000))
+            return _gcra_earliest(log, tier, limit, t, now_us)
         while True:  # fixed: the first window from t's with room
             start, end = window(t, tier, self._tz)
             if state.counts.get((i, start), 0) < limit:
@@ -579,16 +580,23 @@ class ScopedLimiter:
         tier = scope.tiers[i]
         limit = share_limit(tier.limit, share) if scope.name in SHARED_SCOPES else tier.limit
         if tier.kind == "sliding" and scope.name in SHARED_SCOPES:
-            used = window_max(state.ts, at, tier.window_ms)
+            count = window_max(state.ts, at, tier.window_ms)
         elif tier.kind == "sliding":
-            used = len(state.ts) - bisect_right(state.ts, at - tier.window_ms)
+            count = len(state.ts) - bisect_right(state.ts, at - tier.window_ms)
         elif tier.kind == "gcra":
-            interval = -(-tier.window_ms * 1000 // tier.limit)
-            ahead = state.tat.get(i, 0) - at_us
-            used = -(-ahead // interval) if ahead > 0 else 0
+            log = state.gcra.get(i)
+            if log is None:
+                return limit
+            full = tier.limit - used(
+                log.floor, log.times, interval_us(tier.limit, tier.window_ms), at_us
+            )
+            if limit == tier.limit:
+                return max(0, full)
+            part = limit - used(0, log.times, interval_us(limit, tier.window_ms), at_us)
+            return max(0, min(full, part))
         else:
-            used = state.counts.get((i, window(at, tier, self._tz)[0]), 0)
-        return max(0, limit - used)
+            count = state.counts.get((i, window(at, tier, self._tz)[0]), 0)
+        return max(0, limit - count)
 
     def _answer(  # noqa: PLR0917
         self,
@@ -630,24 +638,29 @@ class ScopedLimiter:
         expires = x_ms + scope.keep_ms
         for i, tier in enumerate(scope.tiers):
             if tier.kind == "gcra":
-                interval = -(-tier.window_ms * 1000 // tier.limit)
-                state.tat[i] = max(state.tat.get(i, 0), x_us) + interval
+                log = state.gcra.setdefault(i, GcraLog())
+                insert(log, x_us, tag)
+                until = expires_us(log, interval_us(tier.limit, tier.window_ms))
+                expires = max(expires, -(-until // 1000))
             elif tier.kind == "fixed":
                 start, end = window(win_ms, tier, self._tz)
                 state.counts[(i, start)] = state.counts.get((i, start), 0) + 1
                 expires = max(expires, end)
         state.expires_ms = max(state.expires_ms, expires)
 
-    def _prune(self, scope: _Scope, state: ScopeState, now_ms: int) -> None:
-        """Forget what no window ending at or after ``now_ms`` can see."""
+    def _prune(self, scope: _Scope, state: ScopeState, now_us: int) -> None:
+        """Forget what no window ending at or after now can see; fold past gcra emissions."""
+        now_ms = now_us // 1000
         if state.ts:
             cut = bisect_right(state.ts, now_ms - scope.keep_ms)
             if cut:
                 del state.ts[:cut]
                 del state.tags[:cut]
-        for i, tat in list(state.tat.items()):
-            if tat <= now_ms * 1000:
-                del state.tat[i]
+        for i, log in list(state.gcra.items()):
+            tier = scope.tiers[i]
+            fold(log, now_us, interval_us(tier.limit, tier.window_ms))
+            if not log.floor and not log.times:
+                del state.gcra[i]
         for index, start in list(state.counts):
             if window(start, scope.tiers[index], self._tz)[1] <= now_ms:
                 del state.counts[(index, start)]
@@ -659,18 +672,31 @@ class ScopedLimiter:
                 del state.tags[j]
                 break
         for i, tier in enumerate(scope.tiers):
-            if tier.kind == "gcra" and state.tat.get(i, 0) > now_us:
-                # Only the bucket's latest emission can be taken back (one tat holds no
-                # history): when a later mail has been admitted since, give back nothing.
-                interval = -(-tier.window_ms * 1000 // tier.limit)
-                if -(-(state.tat[i] - interval) // 1000) == at:
-                    state.tat[i] = max(state.tat[i] - interval, now_us)
+            if tier.kind == "gcra" and i in state.gcra:
+                # Emissions from now on are listed; one before now is in the floor for good.
+                give_back(state.gcra[i], tag, at)
             elif tier.kind == "fixed":
                 # A slot stored at a window's very start may have been admitted in the last ms
                 # of the window before (stored rounded up): give back nothing rather than guess.
                 start = window(at, tier, self._tz)[0]
                 if start != at and state.counts.get((i, start), 0) > 0:
                     state.counts[(i, start)] -= 1
+
+
+def _gcra_earliest(log: GcraLog, tier: Tier, limit: int, t: int, now_us: int) -> int:
+    """Earliest ms >= ``t`` at which gcra ``tier`` admits one more: the full tier, and with a
+    share (``limit`` below the tier's) the tier at that limit over the emissions from now on."""
+    now = now_us // 1000
+    full = interval_us(tier.limit, tier.window_ms)
+    if limit == tier.limit:
+        return gcra_earliest(log.floor, log.times, tier.limit, full, t, now, now_us)
+    part = interval_us(limit, tier.window_ms)
+    while True:
+        x = gcra_earliest(log.floor, log.times, tier.limit, full, t, now, now_us)
+        y = gcra_earliest(0, log.times, limit, part, x, now, now_us)
+        if y == x:
+            return x
+        t = y
 
 
 def _has_log(scope: _Scope) -> bool:

@@ -9,7 +9,7 @@ id gets its slot back; ``release`` gives it back everywhere.
 
 It keeps every admission (minus releases) with its subjects and finds the answer by trying
 candidate times and counting, so it shares no shortcut with the implementation (no
-``ts[n-L] + W``, no pruning, GCRA recomputed by replaying every admission).
+``ts[n-L] + W``, no pruning, no bucket: a gcra tier is every span of its emissions counted).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ class ScopedModel:
     admissions: list[Admission] = field(default_factory=list)
     #: Fixed-window counts a release did not give back: (scope, subject, tier, start) -> n.
     ghosts: dict[tuple[str, str, Tier, int], int] = field(default_factory=dict)
-    #: GCRA theoretical arrival times (µs) per (scope, subject, tier), updated as recorded.
-    tats: dict[tuple[str, str, Tier], int] = field(default_factory=dict)
+    #: GCRA emissions (µs) a release could not take back (they were before now), per tier.
+    spent: dict[tuple[str, str, Tier], list[int]] = field(default_factory=dict)
 
     def _limit(self, scope: str, tier: Tier, share: float) -> int:
         return max(1, math.floor(tier.limit * share + 1e-9)) if scope in SHARED else tier.limit
@@ -80,19 +80,18 @@ class ScopedModel:
             start = window(x, tier, timezone.utc)[0]
             count = sum(1 for a in mine if window(a.window_ms, tier, timezone.utc)[0] == start)
             return count + self.ghosts.get((scope, subject, tier, start), 0) < limit
-        interval = -(-tier.window_ms * 1000 // tier.limit)
-        tat = self.tats.get((scope, subject, tier), 0)
-        return tat - max(x * 1000, now_us) <= (limit - 1) * interval  # real time for "now"
+        # gcra: every span of emissions holding x keeps the tier; a kind with a share also
+        # keeps the tier at its limit over the emissions from now on
+        times = [a.real_us for a in mine] + self.spent.get((scope, subject, tier), [])
+        x_us = now_us if x == now_us // 1000 else x * 1000  # "now": the real time
+        ok = _spans_keep(times, x_us, tier.limit, _interval(tier.limit, tier.window_ms))
+        if limit < tier.limit:
+            later = [e for e in times if e >= now_us]
+            ok = ok and _spans_keep(later, x_us, limit, _interval(limit, tier.window_ms))
+        return ok
 
     def _record(self, admission: Admission) -> None:
         self.admissions.append(admission)
-        for scope, tiers in self.policy.scope_tiers():
-            subject = admission.subjects.get(scope)
-            for tier in tiers:
-                if subject and tier.kind == "gcra":
-                    interval = -(-tier.window_ms * 1000 // tier.limit)
-                    key = (scope, subject, tier)
-                    self.tats[key] = max(self.tats.get(key, 0), admission.real_us) + interval
 
     def acquire(  # noqa: PLR0912 - one branch per rule of the contract
         self,
@@ -124,17 +123,14 @@ class ScopedModel:
                     if tier.kind == "fixed":
                         candidates.add(window(a.window_ms, tier, timezone.utc)[1])
                     if tier.kind == "gcra":
-                        interval = -(-tier.window_ms * 1000 // tier.limit)
-                        for k in range(-tier.limit, len(self.admissions) + 1):
-                            candidates.add(-(-(a.real_us + k * interval) // 1000))
+                        candidates |= _gcra_candidates(a.real_us, tier, share, len(self.admissions))
         for scope, subject, tier, start in self.ghosts:  # a count a release left behind
             if subjects.get(scope) == subject:
                 candidates.add(window(start, tier, timezone.utc)[1])
-        for (scope, subject, tier), tat in self.tats.items():
+        for (scope, subject, tier), spent in self.spent.items():
             if subjects.get(scope) == subject:
-                interval = -(-tier.window_ms * 1000 // tier.limit)
-                for k in range(tier.limit + 1):
-                    candidates.add(-(-(tat - k * interval) // 1000))
+                for e in spent:
+                    candidates |= _gcra_candidates(e, tier, share, len(self.admissions))
         x = min(
             c
             for c in candidates
@@ -172,11 +168,8 @@ class ScopedModel:
             if not subject:
                 continue
             for tier in tiers:
-                if tier.kind == "gcra":
-                    interval = -(-tier.window_ms * 1000 // tier.limit)
-                    tat = self.tats.get((scope, subject, tier), 0)
-                    if tat > now_us and -(-(tat - interval) // 1000) == a.stored_ms:
-                        self.tats[(scope, subject, tier)] = max(tat - interval, now_us)
+                if tier.kind == "gcra" and a.real_us < now_us:  # past: spent for good
+                    self.spent.setdefault((scope, subject, tier), []).append(a.real_us)
                 elif tier.kind == "fixed" and window(a.stored_ms, tier, timezone.utc)[0] == (
                     a.stored_ms
                 ):
@@ -195,6 +188,35 @@ class ScopedModel:
                 for tier in tiers:
                     breaches += _breaches(scope, tier, times)
         return breaches
+
+
+def _interval(limit: int, window_ms: int) -> int:
+    """GCRA's emission interval in µs, rounded up (never faster than the policy)."""
+    return -(-window_ms * 1000 // limit)
+
+
+def _spans_keep(times: list[int], x_us: int, limit: int, interval: int) -> bool:
+    """Whether every span ``[a, b]`` of ``times`` plus ``x_us`` that holds ``x_us`` holds at
+    most ``limit + (b - a) / interval`` emissions (GCRA's condition, counted)."""
+    points = sorted([*times, x_us])
+    for a in points:
+        for b in points:
+            if a <= x_us <= b:
+                count = sum(1 for e in points if a <= e <= b)
+                if (count - limit) * interval > b - a:
+                    return False
+    return True
+
+
+def _gcra_candidates(e: int, tier: Tier, share: float, n: int) -> set[int]:
+    """The ms where a gcra tier's answer may start because of the emission at ``e`` µs: ``e``
+    itself and ``e + k·T`` for the tier's interval and the share's."""
+    out = {-(-e // 1000)}
+    for limit in {tier.limit, max(1, math.floor(tier.limit * share + 1e-9))}:
+        interval = _interval(limit, tier.window_ms)
+        for k in range(-limit, n + 2):
+            out.add(-(-(e + k * interval) // 1000))
+    return out
 
 
 def _window_room(stored: list[int], x: int, window_ms: int, limit: int) -> bool:

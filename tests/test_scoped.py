@@ -28,13 +28,14 @@ def test_sender_scope_paces_mails_to_many_recipients() -> None:
 
 
 @pytest.mark.parametrize("backend", ["memory", "redis"])
-@pytest.mark.parametrize("tier", ["4/1s fixed", "4/1s"])
+@pytest.mark.parametrize("tier", ["4/1s fixed", "4/1s", "4/1s gcra"])
 def test_a_bulk_kind_with_half_share_leaves_room_for_a_code_mail(
     backend: str, tier: str, request: pytest.FixtureRequest
 ) -> None:
-    """A burst of a share-0.5 kind fills only half of each sender window, bookings included;
-    a code mail goes at once, before the bulk mails booked for later (a shared sliding log
-    takes it by insertion), and so do a second one; a third finds the window full."""
+    """A burst of a share-0.5 kind fills only half of each sender window (gcra: half the
+    burst and half the rate), bookings included; a code mail goes at once, before the bulk
+    mails booked for later (sliding and gcra tiers take it by insertion), and so does a second
+    one; a third finds the tier full for now."""
     clock = ManualClock(START + 0.0004)  # between two ms: the insertion's never-early edge
     url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
     limiter = ScopedLimiter(
@@ -55,6 +56,35 @@ def test_a_bulk_kind_with_half_share_leaves_room_for_a_code_mail(
         clock.advance(1.001)
         late = limiter.acquire("d@example.com", max_wait=60)
         assert late.allowed, "each window keeps room for the larger share"
+    finally:
+        limiter.close()
+
+
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_gcra_gives_back_any_booking_not_only_the_latest(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A gcra tier lists the emissions booked from now on, so releasing a booking in the
+    middle frees exactly its slot, and the next mail takes it."""
+    clock = ManualClock(START)
+    url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
+    limiter = ScopedLimiter(
+        Policy.parse("sender: 1/1s gcra"),
+        url=url,
+        clock=clock,
+        secret="s",
+        namespace=f"gcra-{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        slots = [
+            limiter.acquire(f"r{i}@example.com", mail_id=f"m{i}", max_wait=60).at_ms
+            for i in range(4)
+        ]
+        base = int(START * 1000)
+        assert [s - base for s in slots] == [0, 1000, 2000, 3000]
+        assert limiter.release("r1@example.com", "m1")
+        assert limiter.acquire("n@example.com", max_wait=60).at_ms == base + 1000
+        assert limiter.acquire("o@example.com", max_wait=60).at_ms == base + 4000
     finally:
         limiter.close()
 

@@ -10,7 +10,9 @@ calendar-month tier)}.
 
 KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed hash>}"; its
           data: <base>:l the sliding log (packed as in sliding_log.lua: base I6, then I4 offset
-          and I6 tag per entry), <base>:g<tier> a gcra tier's theoretical arrival time (µs),
+          and I6 tag per entry), <base>:g<tier> a gcra tier: the bucket's arrival time over
+          the emissions before now (µs, decimal; "0": none), then, when mails are booked,
+          "|" and I7 time (µs) and I6 tag per emission from now on (mailer/gcra_log.py),
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
           "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,
@@ -87,12 +89,34 @@ local function count_key(ti, start)
   return ti .. ':' .. string.format('%.0f', start)
 end
 
--- the present scopes: {spec, key, ts, tags, n, tat = {}, counts = {}}, read in one MGET: each
--- log, each gcra tier's tat, each fixed tier's count in the window holding now (others lazily)
+-- a gcra tier's bucket {floor, ts, tags, n}, the emissions before now folded into the floor
+local function read_gcra(raw, interval)
+  local g = {floor = 0, ts = {}, tags = {}, n = 0}
+  local bar = string.find(raw, '|', 1, true)
+  local floor_us = tonumber(bar and string.sub(raw, 1, bar - 1) or raw) or 0
+  if bar then
+    local count = (#raw - bar) / 13
+    local v = {struct.unpack('>' .. string.rep('I7I6', count), string.sub(raw, bar + 1))}
+    for j = 1, 2 * count, 2 do
+      local e = v[j]
+      if e < now_us then
+        if e > floor_us then floor_us = e end
+        floor_us = floor_us + interval
+      else
+        g.n = g.n + 1; g.ts[g.n], g.tags[g.n] = e, v[j + 1]
+      end
+    end
+  end
+  if floor_us > now_us then g.floor = floor_us end
+  return g
+end
+
+-- the present scopes: {spec, key, ts, tags, n, gl = {}, counts = {}}, read in one MGET: each
+-- log, each gcra tier's bucket, each fixed tier's count in the window holding now (others lazily)
 local P, names, reads = {}, {}, {}
 for i = 1, #ARGV[7] do
   local spec = S[tonumber(string.sub(ARGV[7], i, i))]
-  local st = {spec = spec, key = KEYS[i], ts = {}, tags = {}, n = 0, tat = {}, counts = {}}
+  local st = {spec = spec, key = KEYS[i], ts = {}, tags = {}, n = 0, gl = {}, counts = {}}
   if spec[3] == 1 then
     names[#names + 1], reads[#reads + 1] = st.key .. ':l', {st, 0}
   end
@@ -121,8 +145,7 @@ for r = 1, #reads do
       end
     end
   elseif type(what) == 'number' then
-    local tat = tonumber(raw)
-    if tat and tat > now * 1000 then st.tat[what] = tat end
+    if raw then st.gl[what] = read_gcra(raw, st.spec[4][what][4]) end
   else
     st.counts[what] = tonumber(raw) or 0
   end
@@ -173,6 +196,77 @@ local function insert_at(st, limit, w, t, fold)
   return x
 end
 
+-- ceil(a / b) for whole numbers, exact where a / b in floating point is not
+local function ceil_div(a, b)
+  local q = floor(a / b)
+  if q * b < a then q = q + 1 end
+  return q
+end
+
+-- tat_k and R_k of a gcra bucket, k = 0 .. n (mailer/gcra_log.py), in tats[k + 1], rights[k + 1]
+local function gcra_bounds(g, base, interval)
+  local tats, rights, n = {base}, {}, g.n
+  for j = 1, n do
+    local e = g.ts[j]
+    local prev = tats[j]
+    if e > prev then prev = e end
+    tats[j + 1] = prev + interval
+  end
+  rights[n + 1] = -math.huge
+  for k = n, 1, -1 do
+    local a, b = interval - g.ts[k], rights[k + 1] + interval
+    if b > a then a = b end
+    rights[k] = a
+  end
+  return tats, rights
+end
+
+-- the number of emissions of g at or before x (µs)
+local function gcra_before(g, x)
+  local lo, hi = 1, g.n + 1
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if g.ts[mid] <= x then lo = mid + 1 else hi = mid end
+  end
+  return lo - 1
+end
+
+-- earliest ms >= t at which one more emission keeps the view (limit, interval) of bucket g,
+-- from base (its floor, or 0: the emissions from now on only); t == now is an admission at now_us
+local function gcra_first(g, base, limit, interval, t)
+  local c = (limit - 1) * interval
+  local tats, rights = gcra_bounds(g, base, interval)
+  if t == now then
+    local k = gcra_before(g, now_us) + 1
+    local tat, right = tats[k], rights[k]
+    if tat - now_us <= c and right + now_us <= c and tat + right <= c then return now end
+    t = now + 1
+  end
+  local x = t
+  local k = gcra_before(g, x * 1000)
+  while true do
+    local tat, right = tats[k + 1], rights[k + 1]
+    if tat + right <= c then
+      local lo = ceil_div(tat - c, 1000)
+      if lo > x then x = lo end
+      if (k == g.n or x * 1000 < g.ts[k + 1]) and right + x * 1000 <= c then return x end
+    end
+    local next_ms = ceil_div(g.ts[k + 1], 1000)
+    if next_ms > x then x = next_ms end
+    k = gcra_before(g, x * 1000)
+  end
+end
+
+-- the emissions the spans of g holding at_us already use, in whole intervals
+local function gcra_used(g, base, interval, at_us)
+  local tats, rights = gcra_bounds(g, base, interval)
+  local k = gcra_before(g, at_us) + 1
+  local ahead = 0
+  if tats[k] > at_us then ahead = tats[k] - at_us end
+  if rights[k] + at_us > 0 then ahead = ahead + rights[k] + at_us end
+  return ceil_div(ahead, interval)
+end
+
 -- the most entries of st's sorted log in one window of w ms that holds at
 local function window_max(st, at, w)
   local ts, n = st.ts, st.n
@@ -205,13 +299,16 @@ local function earliest(st, ti, t)
     end
     return t
   elseif tier[1] == 3 then
-    local tat = st.tat[ti]
-    if tat == nil then return t end
-    local fits_us = tat - (limit - 1) * tier[4]
-    if fits_us <= now_us then return t end  -- now, in real µs: a burst in one ms goes together
-    local fits = -floor(-fits_us / 1000)
-    if fits > t then return fits end
-    return t
+    local g = st.gl[ti]
+    if g == nil then return t end
+    if limit == tier[2] then return gcra_first(g, g.floor, limit, tier[4], t) end
+    local part = ceil_div(tier[3] * 1000, limit)  -- a share: its rate over the emissions ahead
+    while true do
+      local x = gcra_first(g, g.floor, tier[2], tier[4], t)
+      local y = gcra_first(g, 0, limit, part, x)
+      if y == x then return x end
+      t = y
+    end
   end
   while true do
     local start, stop = window_of(tier, t)
@@ -232,8 +329,15 @@ local function room(st, ti, at, at_us)
       if ts[j] > low then used = used + 1 else break end
     end
   elseif tier[1] == 3 then
-    local ahead = (st.tat[ti] or 0) - at_us
-    if ahead > 0 then used = -floor(-ahead / tier[4]) end
+    local g = st.gl[ti]
+    if g == nil then return limit end
+    local full = tier[2] - gcra_used(g, g.floor, tier[4], at_us)
+    if limit < tier[2] then
+      local part = limit - gcra_used(g, 0, ceil_div(tier[3] * 1000, limit), at_us)
+      if part < full then full = part end
+    end
+    if full > 0 then return full end
+    return 0
   else
     used = count_of(st, ti, (window_of(tier, at)))
   end
@@ -250,10 +354,20 @@ local function save_log(st)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
-local function save_tat(st, ti)
-  local tat = st.tat[ti]
-  redis.call('SET', st.key .. ':g' .. ti, string.format('%.0f', tat), 'PX',
-    -floor(-tat / 1000) - now + slack + 1)
+local function save_gcra(st, ti)
+  local g, interval = st.gl[ti], st.spec[4][ti][4]
+  if g.n == 0 and g.floor == 0 then redis.call('DEL', st.key .. ':g' .. ti) return end
+  local tat, text = g.floor, string.format('%.0f', g.floor)
+  if g.n > 0 then
+    local flat = {}
+    for j = 1, g.n do
+      flat[2 * j - 1], flat[2 * j] = g.ts[j], g.tags[j]
+      if g.ts[j] > tat then tat = g.ts[j] end
+      tat = tat + interval
+    end
+    text = text .. '|' .. struct.pack('>' .. string.rep('I7I6', g.n), unpack(flat, 1, 2 * g.n))
+  end
+  redis.call('SET', st.key .. ':g' .. ti, text, 'PX', -floor(-tat / 1000) - now + slack + 1)
 end
 
 local head = P[1]
@@ -280,12 +394,14 @@ if mode == 'r' then
       end
     end
     for ti, tier in ipairs(st.spec[4]) do
-      if tier[1] == 3 and (st.tat[ti] or 0) > now_us then
-        local tat = st.tat[ti] - tier[4]
-        if -floor(-tat / 1000) == at then  -- only the latest emission can be taken back
-          if tat < now_us then tat = now_us end
-          st.tat[ti] = tat
-          save_tat(st, ti)
+      if tier[1] == 3 and st.gl[ti] then  -- an emission before now is in the floor for good
+        local g = st.gl[ti]
+        for j = g.n, 1, -1 do
+          if g.tags[j] == tag and -floor(-g.ts[j] / 1000) == at then
+            table.remove(g.ts, j); table.remove(g.tags, j); g.n = g.n - 1
+            save_gcra(st, ti)
+            break
+          end
         end
       elseif tier[1] == 2 then
         local start = window_of(tier, at)
@@ -353,10 +469,16 @@ if not found then
       end
       for ti, tier in ipairs(st.spec[4]) do
         if tier[1] == 3 then
-          local tat = st.tat[ti] or 0
-          if x_us > tat then tat = x_us end
-          st.tat[ti] = tat + tier[4]
-          save_tat(st, ti)
+          local g = st.gl[ti] or {floor = 0, ts = {}, tags = {}, n = 0}
+          local j = g.n + 1
+          while j > 1 and g.ts[j - 1] > x_us do
+            g.ts[j], g.tags[j] = g.ts[j - 1], g.tags[j - 1]
+            j = j - 1
+          end
+          g.ts[j], g.tags[j] = x_us, tag
+          g.n = g.n + 1
+          st.gl[ti] = g
+          save_gcra(st, ti)
         elseif tier[1] == 2 then
           local start, stop = window_of(tier, win)
           local c = count_of(st, ti, start)

@@ -1,0 +1,135 @@
+"""GCRA tiers that take a mail by insertion: a bucket floor plus the emissions from now on.
+
+A GCRA tier ``L/W`` (emission interval ``T = ceil(W/L)`` µs) holds for a sorted sequence of
+emissions iff every span ``[a, b]`` of it holds at most ``L + (b - a)/T`` of them. A bucket
+with one theoretical arrival time (``tat``) can only append: a bulk mail booked an hour ahead
+moves ``tat`` an hour ahead, and a code mail after it must wait that hour. So a gcra tier keeps
+
+- ``floor``: the ``tat`` of every emission before now (µs; 0: none), which is exactly what the
+  spans starting before now ask of what comes after (:func:`fold`), and
+- the emissions from now on (admissions of this µs and bookings), sorted, with their tags,
+
+and a mail takes the earliest ms at which inserting it keeps every span holding it (one pass:
+:func:`earliest`). Without bookings the list is empty and the tier is the one timestamp of
+redis-cell's GCRA.
+
+Shares. A kind with share ``s < 1`` must also keep the tier seen with limit ``L_s = max(1,
+floor(s·L))`` and interval ``T_s = ceil(W/L_s)``, over the emissions from now on: bulk mails
+fill at most ``s`` of the rate they book ahead, so a code mail finds the rest free, as in a
+sliding tier. The full tier is always kept (never over).
+
+For one insertion point ``x`` with ``k`` emissions at or before it, the spans holding ``x``
+keep the tier iff ``tat_k - x <= c``, ``R_k + x <= c`` and ``tat_k + R_k <= c``, where ``c =
+(L-1)·T``, ``tat_k`` is the bucket's arrival time after the first ``k`` emissions (from the
+floor) and ``R_k = max over j > k of ((j-k)·T - e_j)`` (the spans ending after ``x``).
+``mailer/backends/lua/scoped.lua`` mirrors these functions; ``tests/scoped_model.py`` counts
+spans instead.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass, field
+
+#: Below any time: ``R_k`` when no emission follows.
+_NONE = -(1 << 80)
+
+
+@dataclass
+class GcraLog:
+    """One gcra tier of one scope key: the floor (µs, 0: none) and the emissions from now on."""
+
+    floor: int = 0
+    times: list[int] = field(default_factory=list)  # µs, sorted
+    tags: list[int] = field(default_factory=list)
+
+
+def interval_us(limit: int, window_ms: int) -> int:
+    """The emission interval of ``limit`` per ``window_ms``, in µs, rounded up."""
+    return -(-window_ms * 1000 // limit)
+
+
+def fold(log: GcraLog, now_us: int, interval: int) -> None:
+    """Move the emissions before ``now_us`` into the floor (they can no longer be given back)."""
+    cut = 0
+    floor = log.floor
+    for e in log.times:
+        if e >= now_us:
+            break
+        floor = max(floor, e) + interval
+        cut += 1
+    if cut:
+        del log.times[:cut]
+        del log.tags[:cut]
+    log.floor = floor if floor > now_us else 0
+
+
+def _bounds(floor: int, times: list[int], interval: int) -> tuple[list[int], list[int]]:
+    """``tat_k`` and ``R_k`` for k = 0 .. len(times) (see the module's docstring)."""
+    tats = [floor]
+    for e in times:
+        tats.append(max(tats[-1], e) + interval)
+    rights = [_NONE] * (len(times) + 1)
+    for k in range(len(times) - 1, -1, -1):
+        rights[k] = max(interval - times[k], rights[k + 1] + interval)
+    return tats, rights
+
+
+def earliest(  # noqa: PLR0917 - one tier's view and one question
+    floor: int, times: list[int], limit: int, interval: int, t: int, now: int, now_us: int
+) -> int:
+    """The earliest ms ``>= t`` at which one more emission keeps the tier ``(limit, interval)``.
+
+    ``x == now`` (ms, rounded down) means an admission at ``now_us`` exactly; any later ``x``
+    a booking at ``x`` ms.
+    """
+    c = (limit - 1) * interval
+    tats, rights = _bounds(floor, times, interval)
+    if t == now:
+        k = bisect_right(times, now_us)
+        tat, right = tats[k], rights[k]
+        if tat - now_us <= c and right + now_us <= c and tat + right <= c:
+            return now
+        t = now + 1
+    x = t
+    k = bisect_right(times, x * 1000)
+    while True:
+        tat, right = tats[k], rights[k]
+        if tat + right <= c:
+            x = max(x, -(-(tat - c) // 1000))
+            if (k == len(times) or x * 1000 < times[k]) and right + x * 1000 <= c:
+                return x
+        x = max(x, -(-times[k] // 1000))  # the next gap, from its first emission on
+        k = bisect_right(times, x * 1000)
+
+
+def used(floor: int, times: list[int], interval: int, at_us: int) -> int:
+    """How many emissions the spans holding ``at_us`` already use, in whole intervals."""
+    tats, rights = _bounds(floor, times, interval)
+    k = bisect_right(times, at_us)
+    ahead = max(0, tats[k] - at_us) + max(0, rights[k] + at_us)
+    return -(-ahead // interval)
+
+
+def insert(log: GcraLog, x_us: int, tag: int) -> None:
+    """Record one emission at ``x_us`` (µs) for the mail tagged ``tag``."""
+    at = bisect_right(log.times, x_us)
+    log.times.insert(at, x_us)
+    log.tags.insert(at, tag)
+
+
+def give_back(log: GcraLog, tag: int, at: int) -> None:
+    """Take back the emission of the mail tagged ``tag`` whose slot is ``at`` (ms), if held."""
+    for j in range(len(log.times) - 1, -1, -1):
+        if log.tags[j] == tag and -(-log.times[j] // 1000) == at:
+            del log.times[j]
+            del log.tags[j]
+            return
+
+
+def expires_us(log: GcraLog, interval: int) -> int:
+    """When the tier holds nothing any more (µs): the bucket is full again from then on."""
+    tat = log.floor
+    for e in log.times:
+        tat = max(tat, e) + interval
+    return tat
