@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import struct
 import uuid
 
 import pytest
+import redis
 
 from mailer import ManualClock, Policy
 from mailer.scoped import ScopedLimiter
@@ -87,6 +89,49 @@ def test_gcra_gives_back_any_booking_not_only_the_latest(
         assert limiter.acquire("o@example.com", max_wait=60).at_ms == base + 4000
     finally:
         limiter.close()
+
+
+@pytest.mark.parametrize("tier", ["14/1s", "14/1s gcra"])
+def test_a_shared_scope_holds_thousands_of_bookings_on_redis(tier: str, redis_url: str) -> None:
+    """Lua's stack holds some 8000 values: a sender log of 6000 bookings (a newsletter booked
+    ahead) is unpacked and packed in chunks, so the next mail is still decided and released."""
+    clock = ManualClock(START)
+    limiter = ScopedLimiter(
+        Policy.parse(f"sender: {tier}"),
+        url=redis_url,
+        clock=clock,
+        secret="s",
+        namespace=f"big-{uuid.uuid4().hex[:8]}",
+    )
+    client = redis.Redis.from_url(redis_url)
+    base = limiter.storage_key("sender", "sender")
+    start_ms = int(START * 1000) + 1
+    slots = [start_ms + 100 * i for i in range(6000)]  # 10 per s: room for 4 more per s
+    if tier.endswith("gcra"):
+        packed = b"".join(_i7(ms * 1000) + _i6(i + 1) for i, ms in enumerate(slots))
+        client.set(f"{base}:g1", b"0|" + packed, px=3_600_000)
+    else:
+        packed = _i6(slots[0]) + b"".join(
+            struct.pack(">I", ms - slots[0]) + _i6(i + 1) for i, ms in enumerate(slots)
+        )
+        client.set(f"{base}:l", packed, px=3_600_000)
+    try:
+        mine = limiter.acquire("me@example.com", mail_id="mine", max_wait=3600)
+        assert mine.allowed or mine.booked
+        assert limiter.release("me@example.com", "mine")
+        stored = client.get(f"{base}:g1" if tier.endswith("gcra") else f"{base}:l")
+        assert stored is not None and len(stored) > 6000 * 10, "the bookings are all kept"
+    finally:
+        limiter.close()
+        client.close()
+
+
+def _i6(value: int) -> bytes:
+    return value.to_bytes(6, "big")
+
+
+def _i7(value: int) -> bytes:
+    return value.to_bytes(7, "big")
 
 
 def test_refusal_consumes_nothing_in_any_scope() -> None:

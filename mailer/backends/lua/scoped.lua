@@ -89,14 +89,42 @@ local function count_key(ti, start)
   return ti .. ':' .. string.format('%.0f', start)
 end
 
+-- Lua's stack holds some 8000 values: logs are packed and unpacked CHUNK records at a time
+local CHUNK = 1000
+
+-- the count records of format rec (k values each) in raw from byte pos, as one flat table
+local function unpack_records(rec, k, count, raw, pos)
+  local out, m = {}, 0
+  while count > 0 do
+    local c = count
+    if c > CHUNK then c = CHUNK end
+    local v = {struct.unpack('>' .. string.rep(rec, c), raw, pos)}
+    for j = 1, c * k do out[m + j] = v[j] end
+    m, pos, count = m + c * k, v[c * k + 1], count - c
+  end
+  return out
+end
+
+-- the flat table's count records of format rec (k values each), packed
+local function pack_records(rec, k, flat, count)
+  local parts, done = {}, 0
+  while done < count do
+    local c = count - done
+    if c > CHUNK then c = CHUNK end
+    parts[#parts + 1] = struct.pack('>' .. string.rep(rec, c), unpack(flat, done * k + 1, (done + c) * k))
+    done = done + c
+  end
+  return table.concat(parts)
+end
+
 -- a gcra tier's bucket {floor, ts, tags, n}, the emissions before now folded into the floor
 local function read_gcra(raw, interval)
-  local g = {floor = 0, ts = {}, tags = {}, n = 0}
+  local g = {floor = 0, ts = {}, tags = {}, n = 0, seen = {}}
   local bar = string.find(raw, '|', 1, true)
   local floor_us = tonumber(bar and string.sub(raw, 1, bar - 1) or raw) or 0
   if bar then
     local count = (#raw - bar) / 13
-    local v = {struct.unpack('>' .. string.rep('I7I6', count), string.sub(raw, bar + 1))}
+    local v = unpack_records('I7I6', 2, count, raw, bar + 1)
     for j = 1, 2 * count, 2 do
       local e = v[j]
       if e < now_us then
@@ -137,9 +165,9 @@ for r = 1, #reads do
   if what == 0 then
     if raw then
       local count = (#raw - 6) / 10
-      local v = {struct.unpack('>I6' .. string.rep('I4I6', count), raw)}
-      local base, cut = v[1], now - st.spec[1]
-      for j = 2, 2 * count, 2 do
+      local base, cut = struct.unpack('>I6', raw), now - st.spec[1]
+      local v = unpack_records('I4I6', 2, count, raw, 7)
+      for j = 1, 2 * count, 2 do
         local t = base + v[j]
         if t > cut then st.n = st.n + 1; st.ts[st.n], st.tags[st.n] = t, v[j + 1] end
       end
@@ -203,8 +231,11 @@ local function ceil_div(a, b)
   return q
 end
 
--- tat_k and R_k of a gcra bucket, k = 0 .. n (mailer/gcra_log.py), in tats[k + 1], rights[k + 1]
+-- tat_k and R_k of a gcra bucket, k = 0 .. n (mailer/gcra_log.py), in tats[k + 1], rights[k + 1];
+-- kept in g.seen until the bucket changes (one decision asks the same view several times)
 local function gcra_bounds(g, base, interval)
+  local seen = g.seen[(base == 0 and 's' or 'f') .. interval]
+  if seen then return seen[1], seen[2] end
   local tats, rights, n = {base}, {}, g.n
   for j = 1, n do
     local e = g.ts[j]
@@ -218,6 +249,7 @@ local function gcra_bounds(g, base, interval)
     if b > a then a = b end
     rights[k] = a
   end
+  g.seen[(base == 0 and 's' or 'f') .. interval] = {tats, rights}
   return tats, rights
 end
 
@@ -348,9 +380,9 @@ end
 local function save_log(st)
   if st.n == 0 then redis.call('DEL', st.key .. ':l') return end
   local base, n = st.ts[1], st.n
-  local flat = {base}  -- one struct.pack call for the whole log
-  for j = 1, n do flat[2 * j], flat[2 * j + 1] = st.ts[j] - base, st.tags[j] end
-  local packed = struct.pack('>I6' .. string.rep('I4I6', n), unpack(flat, 1, 2 * n + 1))
+  local flat = {}
+  for j = 1, n do flat[2 * j - 1], flat[2 * j] = st.ts[j] - base, st.tags[j] end
+  local packed = struct.pack('>I6', base) .. pack_records('I4I6', 2, flat, n)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
@@ -365,7 +397,7 @@ local function save_gcra(st, ti)
       if g.ts[j] > tat then tat = g.ts[j] end
       tat = tat + interval
     end
-    text = text .. '|' .. struct.pack('>' .. string.rep('I7I6', g.n), unpack(flat, 1, 2 * g.n))
+    text = text .. '|' .. pack_records('I7I6', 2, flat, g.n)
   end
   redis.call('SET', st.key .. ':g' .. ti, text, 'PX', -floor(-tat / 1000) - now + slack + 1)
 end
@@ -398,7 +430,7 @@ if mode == 'r' then
         local g = st.gl[ti]
         for j = g.n, 1, -1 do
           if g.tags[j] == tag and -floor(-g.ts[j] / 1000) == at then
-            table.remove(g.ts, j); table.remove(g.tags, j); g.n = g.n - 1
+            table.remove(g.ts, j); table.remove(g.tags, j); g.n, g.seen = g.n - 1, {}
             save_gcra(st, ti)
             break
           end
@@ -470,6 +502,7 @@ if not found then
       for ti, tier in ipairs(st.spec[4]) do
         if tier[1] == 3 then
           local g = st.gl[ti] or {floor = 0, ts = {}, tags = {}, n = 0}
+          g.seen = {}
           local j = g.n + 1
           while j > 1 and g.ts[j - 1] > x_us do
             g.ts[j], g.tags[j] = g.ts[j - 1], g.tags[j - 1]
