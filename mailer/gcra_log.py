@@ -13,9 +13,11 @@ and a mail takes the earliest ms at which inserting it keeps every span holding 
 :func:`earliest`). Without bookings the list is empty and the tier is the one timestamp of
 redis-cell's GCRA.
 
-Shares. A kind with share ``s < 1`` must also keep the tier seen with limit ``L_s = max(1,
-floor(s·L))`` and interval ``T_s = ceil(W/L_s)``, over the emissions from now on: bulk mails
-fill at most ``s`` of the rate they book ahead, so a code mail finds the rest free, as in a
+Shares. A kind with share ``s < 1`` must also keep the tier seen as a bucket of ``L_s =
+max(1, floor(s·L))`` refilled at ``L_s`` per ``W`` (interval ``T_s = ceil(W/L_s)``): the
+tokens the past still holds in the full bucket (rounded up) count in it token for token
+(:func:`share_floor`), and the emissions from now on as they are. Bulk mails fill at most ``s``
+of the burst and of the rate they book ahead, so a code mail finds the rest free, as in a
 sliding tier. The full tier is always kept (never over).
 
 For one insertion point ``x`` with ``k`` emissions at or before it, the spans holding ``x``
@@ -33,6 +35,8 @@ from dataclasses import dataclass, field
 
 #: Below any time: ``R_k`` when no emission follows.
 _NONE = -(1 << 80)
+#: How far ahead (µs) a share's floor may reach: beyond, never (exact in Lua's doubles too).
+_FAR = 1 << 52
 
 
 @dataclass
@@ -62,6 +66,15 @@ def fold(log: GcraLog, now_us: int, interval: int) -> None:
         del log.times[:cut]
         del log.tags[:cut]
     log.floor = floor if floor > now_us else 0
+
+
+def share_floor(floor: int, now_us: int, interval: int, part: int) -> int:
+    """The floor a kind with a share sees (µs, 0: none): the tokens the bucket's past still
+    holds at ``now_us`` (whole intervals, rounded up), each held for the share's ``part``."""
+    if floor <= now_us:
+        return 0
+    tokens = -(-(floor - now_us) // interval)
+    return now_us + min(tokens * part, _FAR)
 
 
 def _bounds(floor: int, times: list[int], interval: int) -> tuple[list[int], list[int]]:

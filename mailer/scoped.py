@@ -49,7 +49,16 @@ from zoneinfo import ZoneInfo
 from mailer.backends.scoped_redis import month_starts
 from mailer.clock import Clock, system_clock
 from mailer.decision import Decision
-from mailer.gcra_log import GcraLog, expires_us, fold, give_back, insert, interval_us, used
+from mailer.gcra_log import (
+    GcraLog,
+    expires_us,
+    fold,
+    give_back,
+    insert,
+    interval_us,
+    share_floor,
+    used,
+)
 from mailer.gcra_log import earliest as gcra_earliest
 from mailer.insertion import earliest_insert_now, window_max
 from mailer.keys import KeyHasher, check_key, mail_tag
@@ -574,8 +583,15 @@ class ScopedLimiter:
                 return t
             t = end
 
-    def _room(  # noqa: PLR0917
-        self, scope: _Scope, i: int, state: ScopeState, at: int, at_us: int, share: float
+    def _room(  # noqa: PLR0917 - one tier's question at one time
+        self,
+        scope: _Scope,
+        i: int,
+        state: ScopeState,
+        at: int,
+        at_us: int,
+        share: float,
+        now_us: int,
     ) -> int:
         tier = scope.tiers[i]
         limit = share_limit(tier.limit, share) if scope.name in SHARED_SCOPES else tier.limit
@@ -592,7 +608,12 @@ class ScopedLimiter:
             )
             if limit == tier.limit:
                 return max(0, full)
-            part = limit - used(0, log.times, interval_us(limit, tier.window_ms), at_us)
+            full_us, part_us = (
+                interval_us(tier.limit, tier.window_ms),
+                interval_us(limit, tier.window_ms),
+            )
+            base = share_floor(log.floor, now_us, full_us, part_us)
+            part = limit - used(base, log.times, part_us, at_us)
             return max(0, min(full, part))
         else:
             count = state.counts.get((i, window(at, tier, self._tz)[0]), 0)
@@ -613,7 +634,7 @@ class ScopedLimiter:
         remaining = []
         for scope, state in states:
             for i in range(len(scope.tiers)):
-                room = self._room(scope, i, state or ScopeState(), seen, seen_us, share)
+                room = self._room(scope, i, state or ScopeState(), seen, seen_us, share, now_us)
                 remaining.append(room)
         at_ms = at
         return Decision(
@@ -691,9 +712,10 @@ def _gcra_earliest(log: GcraLog, tier: Tier, limit: int, t: int, now_us: int) ->
     if limit == tier.limit:
         return gcra_earliest(log.floor, log.times, tier.limit, full, t, now, now_us)
     part = interval_us(limit, tier.window_ms)
+    base = share_floor(log.floor, now_us, full, part)
     while True:
         x = gcra_earliest(log.floor, log.times, tier.limit, full, t, now, now_us)
-        y = gcra_earliest(0, log.times, limit, part, x, now, now_us)
+        y = gcra_earliest(base, log.times, limit, part, x, now, now_us)
         if y == x:
             return x
         t = y

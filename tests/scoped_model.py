@@ -81,14 +81,23 @@ class ScopedModel:
             count = sum(1 for a in mine if window(a.window_ms, tier, timezone.utc)[0] == start)
             return count + self.ghosts.get((scope, subject, tier, start), 0) < limit
         # gcra: every span of emissions holding x keeps the tier; a kind with a share also
-        # keeps the tier at its limit over the emissions from now on
-        times = [a.real_us for a in mine] + self.spent.get((scope, subject, tier), [])
+        # keeps a bucket of its limit, refilled at its limit per W, where the tokens the past
+        # holds in the full bucket count token for token
+        times = self._emissions(scope, subject, tier)
         x_us = now_us if x == now_us // 1000 else x * 1000  # "now": the real time
-        ok = _spans_keep(times, x_us, tier.limit, _interval(tier.limit, tier.window_ms))
+        full = _interval(tier.limit, tier.window_ms)
+        ok = _spans_keep(times, x_us, tier.limit, full)
         if limit < tier.limit:
+            part = _interval(limit, tier.window_ms)
+            base = _share_base(times, now_us, full, part)
             later = [e for e in times if e >= now_us]
-            ok = ok and _spans_keep(later, x_us, limit, _interval(limit, tier.window_ms))
+            ok = ok and _spans_keep(later, x_us, limit, part, base)
         return ok
+
+    def _emissions(self, scope: str, subject: str, tier: Tier) -> list[int]:
+        """A gcra tier's emissions (µs): every admission kept and every one spent."""
+        mine = [a.real_us for a in self._mine(scope, subject)]
+        return mine + self.spent.get((scope, subject, tier), [])
 
     def _record(self, admission: Admission) -> None:
         self.admissions.append(admission)
@@ -124,6 +133,19 @@ class ScopedModel:
                         candidates.add(window(a.window_ms, tier, timezone.utc)[1])
                     if tier.kind == "gcra":
                         candidates |= _gcra_candidates(a.real_us, tier, share, len(self.admissions))
+        for scope, tiers in scopes:  # a share's bucket starts from the past's tokens
+            for tier in tiers:
+                limit = self._limit(scope, tier, share)
+                if tier.kind == "gcra" and limit < tier.limit:
+                    times = self._emissions(scope, subjects[scope], tier)
+                    full, part = (
+                        _interval(tier.limit, tier.window_ms),
+                        _interval(limit, tier.window_ms),
+                    )
+                    base = _share_base(times, now_us, full, part)
+                    if base:
+                        for k in range(-limit, len(self.admissions) + 2):
+                            candidates.add(-(-(base + k * part) // 1000))
         for scope, subject, tier, start in self.ghosts:  # a count a release left behind
             if subjects.get(scope) == subject:
                 candidates.add(window(start, tier, timezone.utc)[1])
@@ -195,10 +217,27 @@ def _interval(limit: int, window_ms: int) -> int:
     return -(-window_ms * 1000 // limit)
 
 
-def _spans_keep(times: list[int], x_us: int, limit: int, interval: int) -> bool:
+def _share_base(times: list[int], now_us: int, full: int, part: int) -> int:
+    """Where a share's bucket starts (µs, 0: none): the tokens the full bucket's past holds
+    at ``now_us`` (its arrival time over the emissions before now, counted from every start,
+    less now, in whole intervals rounded up), each held for ``part``."""
+    past = sorted(e for e in times if e < now_us)
+    tat = max((a + sum(1 for e in past if e >= a) * full for a in past), default=0)
+    if tat <= now_us:
+        return 0
+    return now_us + min(-(-(tat - now_us) // full) * part, 1 << 52)
+
+
+def _spans_keep(times: list[int], x_us: int, limit: int, interval: int, base: int = 0) -> bool:
     """Whether every span ``[a, b]`` of ``times`` plus ``x_us`` that holds ``x_us`` holds at
-    most ``limit + (b - a) / interval`` emissions (GCRA's condition, counted)."""
+    most ``limit + (b - a) / interval`` emissions (GCRA's condition, counted). ``base`` (µs,
+    0: none) starts a bucket whose arrival time is already there: every ``b`` at or after
+    ``x_us`` has at most ``limit + (b - base) / interval`` emissions up to it."""
     points = sorted([*times, x_us])
+    if base:
+        for b in points:
+            if b >= x_us and (sum(1 for e in points if e <= b) - limit) * interval > b - base:
+                return False
     for a in points:
         for b in points:
             if a <= x_us <= b:

@@ -25,6 +25,7 @@ POLICIES = [
     "sender: 4/2s; tenant: 3/1s gcra",
     "recipient: 1/200ms; sender: 2/1s, 6/1d fixed",
     "domain: 2/500ms gcra; sender: 3/1s fixed, 5/3s",
+    "recipient: 1/300ms; sender: 3/1s gcra; tenant: 2/1s gcra",
 ]
 RECIPIENTS = ["r0@a.example", "r1@a.example", "r2@b.example"]
 START_US = 1_700_006_399_000_000  # 1 s before a UTC midnight

@@ -234,7 +234,8 @@ end
 -- tat_k and R_k of a gcra bucket, k = 0 .. n (mailer/gcra_log.py), in tats[k + 1], rights[k + 1];
 -- kept in g.seen until the bucket changes (one decision asks the same view several times)
 local function gcra_bounds(g, base, interval)
-  local seen = g.seen[(base == 0 and 's' or 'f') .. interval]
+  local name = string.format('%.0f:%.0f', base, interval)
+  local seen = g.seen[name]
   if seen then return seen[1], seen[2] end
   local tats, rights, n = {base}, {}, g.n
   for j = 1, n do
@@ -249,8 +250,17 @@ local function gcra_bounds(g, base, interval)
     if b > a then a = b end
     rights[k] = a
   end
-  g.seen[(base == 0 and 's' or 'f') .. interval] = {tats, rights}
+  g.seen[name] = {tats, rights}
   return tats, rights
+end
+
+-- the floor a kind with a share sees (mailer/gcra_log.py share_floor): the tokens the bucket's
+-- past still holds at now, each held for the share's interval part; 0: none
+local function share_floor(g, interval, part)
+  if g.floor <= now_us then return 0 end
+  local d = ceil_div(g.floor - now_us, interval) * part
+  if d > 4503599627370496 then d = 4503599627370496 end  -- 2^52 µs: never, exact in doubles
+  return now_us + d
 end
 
 -- the number of emissions of g at or before x (µs)
@@ -334,10 +344,11 @@ local function earliest(st, ti, t)
     local g = st.gl[ti]
     if g == nil then return t end
     if limit == tier[2] then return gcra_first(g, g.floor, limit, tier[4], t) end
-    local part = ceil_div(tier[3] * 1000, limit)  -- a share: its rate over the emissions ahead
+    local part = ceil_div(tier[3] * 1000, limit)  -- a share: a smaller bucket, refilled slower
+    local base = share_floor(g, tier[4], part)
     while true do
       local x = gcra_first(g, g.floor, tier[2], tier[4], t)
-      local y = gcra_first(g, 0, limit, part, x)
+      local y = gcra_first(g, base, limit, part, x)
       if y == x then return x end
       t = y
     end
@@ -365,7 +376,8 @@ local function room(st, ti, at, at_us)
     if g == nil then return limit end
     local full = tier[2] - gcra_used(g, g.floor, tier[4], at_us)
     if limit < tier[2] then
-      local part = limit - gcra_used(g, 0, ceil_div(tier[3] * 1000, limit), at_us)
+      local part_us = ceil_div(tier[3] * 1000, limit)
+      local part = limit - gcra_used(g, share_floor(g, tier[4], part_us), part_us, at_us)
       if part < full then full = part end
     end
     if full > 0 then return full end
