@@ -30,9 +30,8 @@ Tier kinds, per scope key (times in ms, GCRA state in µs):
 Never early: the decision compares with now rounded *down* to the ms and stores an admission
 made now at now rounded *up*, so no admission is earlier than the policy allows, even by a
 microsecond. Kind shares: in the shared scopes (domain, sender, tenant) a kind with share
-``s < 1`` sees each tier's limit as ``max(1, floor(s·L))`` (a gcra tier: also its rate, over the
-emissions from now on), so the rest stays free for kinds with a larger share (``code`` keeps
-1.0).
+``s < 1`` sees each tier's limit as ``max(1, floor(s·L))`` (a gcra tier: also its rate), so the
+rest stays free for kinds with a larger share (``code`` keeps 1.0).
 """
 
 from __future__ import annotations
@@ -706,7 +705,7 @@ class ScopedLimiter:
 
 def _gcra_earliest(log: GcraLog, tier: Tier, limit: int, t: int, now_us: int) -> int:
     """Earliest ms >= ``t`` at which gcra ``tier`` admits one more: the full tier, and with a
-    share (``limit`` below the tier's) the tier at that limit over the emissions from now on."""
+    share (``limit`` below the tier's) a bucket of that limit (:mod:`mailer.gcra_log`)."""
     now = now_us // 1000
     full = interval_us(tier.limit, tier.window_ms)
     if limit == tier.limit:
