@@ -5,9 +5,9 @@ emissions iff every span ``[a, b]`` of it holds at most ``L + (b - a)/T`` of the
 with one theoretical arrival time (``tat``) can only append: a bulk mail booked an hour ahead
 moves ``tat`` an hour ahead, and a code mail after it must wait that hour. So a gcra tier keeps
 
-- ``floor``: the ``tat`` of every emission before now (µs; 0: none), which is exactly what the
-  spans starting before now ask of what comes after (:func:`fold`), and
-- the emissions from now on (admissions of this µs and bookings), sorted, with their tags,
+- ``floor``: the ``tat`` of every emission up to now (µs; 0: none), which is exactly what the
+  spans starting then ask of what comes after (:func:`fold`), and
+- the emissions after now (bookings), sorted, with their tags,
 
 and a mail takes the earliest ms at which inserting it keeps every span holding it (one pass:
 :func:`earliest`). Without bookings the list is empty and the tier is the one timestamp of
@@ -16,7 +16,7 @@ redis-cell's GCRA.
 Shares. A kind with share ``s < 1`` must also keep the tier seen as a bucket of ``L_s =
 max(1, floor(s·L))`` refilled at ``L_s`` per ``W`` (interval ``T_s = ceil(W/L_s)``): the
 tokens the past still holds in the full bucket (rounded up) count in it token for token
-(:func:`share_floor`), and the emissions from now on as they are. Bulk mails fill at most ``s``
+(:func:`share_floor`), and the emissions booked after now as they are. Bulk mails fill at most ``s``
 of the burst and of the rate they book ahead, so a code mail finds the rest free, as in a
 sliding tier. The full tier is always kept (never over).
 
@@ -41,11 +41,17 @@ _FAR = 1 << 52
 
 @dataclass
 class GcraLog:
-    """One gcra tier of one scope key: the floor (µs, 0: none) and the emissions from now on."""
+    """One gcra tier of one scope key: the floor (µs, 0: none) and the emissions after now.
+
+    ``last``: the tag of the last emission folded into the floor when the bucket had caught up
+    with it (floor = its time + one interval), so that it alone made the floor and can be
+    given back; else 0.
+    """
 
     floor: int = 0
     times: list[int] = field(default_factory=list)  # µs, sorted
     tags: list[int] = field(default_factory=list)
+    last: int = 0
 
 
 def interval_us(limit: int, window_ms: int) -> int:
@@ -54,18 +60,19 @@ def interval_us(limit: int, window_ms: int) -> int:
 
 
 def fold(log: GcraLog, now_us: int, interval: int) -> None:
-    """Move the emissions before ``now_us`` into the floor (they can no longer be given back)."""
+    """Move the emissions up to ``now_us`` into the floor (only the last can be given back)."""
     cut = 0
-    floor = log.floor
-    for e in log.times:
-        if e >= now_us:
+    floor, last = log.floor, log.last
+    for e, tag in zip(log.times, log.tags, strict=True):
+        if e > now_us:
             break
+        last = tag if floor <= e else 0
         floor = max(floor, e) + interval
         cut += 1
     if cut:
         del log.times[:cut]
         del log.tags[:cut]
-    log.floor = floor if floor > now_us else 0
+    log.floor, log.last = (floor, last) if floor > now_us else (0, 0)
 
 
 def share_floor(floor: int, now_us: int, interval: int, part: int) -> int:
@@ -131,13 +138,16 @@ def insert(log: GcraLog, x_us: int, tag: int) -> None:
     log.tags.insert(at, tag)
 
 
-def give_back(log: GcraLog, tag: int, at: int) -> None:
-    """Take back the emission of the mail tagged ``tag`` whose slot is ``at`` (ms), if held."""
+def give_back(log: GcraLog, tag: int, at: int, interval: int) -> None:
+    """Take back the emission of the mail tagged ``tag`` whose slot is ``at`` (ms): listed, or
+    the floor's last when it alone made the floor (the bucket is then full: floor 0)."""
     for j in range(len(log.times) - 1, -1, -1):
         if log.tags[j] == tag and -(-log.times[j] // 1000) == at:
             del log.times[j]
             del log.tags[j]
             return
+    if tag and log.last == tag and -(-(log.floor - interval) // 1000) == at:
+        log.floor, log.last = 0, 0
 
 
 def expires_us(log: GcraLog, interval: int) -> int:

@@ -693,8 +693,8 @@ class ScopedLimiter:
                 break
         for i, tier in enumerate(scope.tiers):
             if tier.kind == "gcra" and i in state.gcra:
-                # Emissions from now on are listed; one before now is in the floor for good.
-                give_back(state.gcra[i], tag, at)
+                # Listed (after now), or the floor's last when it alone made the floor.
+                give_back(state.gcra[i], tag, at, interval_us(tier.limit, tier.window_ms))
             elif tier.kind == "fixed":
                 # A slot stored at a window's very start may have been admitted in the last ms
                 # of the window before (stored rounded up): give back nothing rather than guess.

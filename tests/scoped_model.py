@@ -47,7 +47,7 @@ class ScopedModel:
     admissions: list[Admission] = field(default_factory=list)
     #: Fixed-window counts a release did not give back: (scope, subject, tier, start) -> n.
     ghosts: dict[tuple[str, str, Tier, int], int] = field(default_factory=dict)
-    #: GCRA emissions (µs) a release could not take back (they were before now), per tier.
+    #: GCRA emissions (µs) a release could not take back (they were not after now), per tier.
     spent: dict[tuple[str, str, Tier], list[int]] = field(default_factory=dict)
 
     def _limit(self, scope: str, tier: Tier, share: float) -> int:
@@ -90,7 +90,7 @@ class ScopedModel:
         if limit < tier.limit:
             part = _interval(limit, tier.window_ms)
             base = _share_base(times, now_us, full, part)
-            later = [e for e in times if e >= now_us]
+            later = [e for e in times if e > now_us]
             ok = ok and _spans_keep(later, x_us, limit, part, base)
         return ok
 
@@ -190,8 +190,11 @@ class ScopedModel:
             if not subject:
                 continue
             for tier in tiers:
-                if tier.kind == "gcra" and a.real_us < now_us:  # past: spent for good
-                    self.spent.setdefault((scope, subject, tier), []).append(a.real_us)
+                if tier.kind == "gcra" and a.real_us <= now_us:
+                    # past: spent for good, unless the others alone leave the bucket full then
+                    others = [e for e in self._emissions(scope, subject, tier) if e <= now_us]
+                    if _tat(others, _interval(tier.limit, tier.window_ms)) > a.real_us:
+                        self.spent.setdefault((scope, subject, tier), []).append(a.real_us)
                 elif tier.kind == "fixed" and window(a.stored_ms, tier, timezone.utc)[0] == (
                     a.stored_ms
                 ):
@@ -217,12 +220,17 @@ def _interval(limit: int, window_ms: int) -> int:
     return -(-window_ms * 1000 // limit)
 
 
+def _tat(times: list[int], interval: int) -> int:
+    """GCRA's arrival time after ``times`` (µs), counted from every start: the most any
+    ``a + (emissions at or after a) · interval`` reaches; 0 without emissions."""
+    return max((a + sum(1 for e in times if e >= a) * interval for a in times), default=0)
+
+
 def _share_base(times: list[int], now_us: int, full: int, part: int) -> int:
     """Where a share's bucket starts (µs, 0: none): the tokens the full bucket's past holds
-    at ``now_us`` (its arrival time over the emissions before now, counted from every start,
+    at ``now_us`` (its arrival time over the emissions up to now, counted from every start,
     less now, in whole intervals rounded up), each held for ``part``."""
-    past = sorted(e for e in times if e < now_us)
-    tat = max((a + sum(1 for e in past if e >= a) * full for a in past), default=0)
+    tat = _tat([e for e in times if e <= now_us], full)
     if tat <= now_us:
         return 0
     return now_us + min(-(-(tat - now_us) // full) * part, 1 << 52)

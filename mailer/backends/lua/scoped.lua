@@ -11,8 +11,9 @@ calendar-month tier)}.
 KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed hash>}"; its
           data: <base>:l the sliding log (packed as in sliding_log.lua: base I6, then I4 offset
           and I6 tag per entry), <base>:g<tier> a gcra tier: the bucket's arrival time over
-          the emissions before now (µs, decimal; "0": none), then, when mails are booked,
-          "|" and I7 time (µs) and I6 tag per emission from now on (mailer/gcra_log.py),
+          the emissions up to now (µs, decimal; "0": none), then "," and the tag of the
+          last of them when it alone made the floor (mailer/gcra_log.py), when mails are booked
+          "|" and I7 time (µs) and I6 tag per emission after now (mailer/gcra_log.py),
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
           "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,
@@ -119,23 +120,26 @@ end
 
 -- a gcra tier's bucket {floor, ts, tags, n}, the emissions before now folded into the floor
 local function read_gcra(raw, interval)
-  local g = {floor = 0, ts = {}, tags = {}, n = 0, seen = {}}
+  local g = {floor = 0, ts = {}, tags = {}, n = 0, seen = {}, last = 0}
   local bar = string.find(raw, '|', 1, true)
-  local floor_us = tonumber(bar and string.sub(raw, 1, bar - 1) or raw) or 0
+  local head = bar and string.sub(raw, 1, bar - 1) or raw
+  local comma = string.find(head, ',', 1, true)
+  local floor_us, last = tonumber(head) or 0, 0
+  if comma then floor_us, last = tonumber(string.sub(head, 1, comma - 1)), tonumber(string.sub(head, comma + 1)) end
   if bar then
     local count = (#raw - bar) / 13
     local v = unpack_records('I7I6', 2, count, raw, bar + 1)
     for j = 1, 2 * count, 2 do
       local e = v[j]
-      if e < now_us then
-        if e > floor_us then floor_us = e end
+      if e <= now_us then
+        if floor_us <= e then floor_us, last = e, v[j + 1] else last = 0 end
         floor_us = floor_us + interval
       else
         g.n = g.n + 1; g.ts[g.n], g.tags[g.n] = e, v[j + 1]
       end
     end
   end
-  if floor_us > now_us then g.floor = floor_us end
+  if floor_us > now_us then g.floor, g.last = floor_us, last end
   return g
 end
 
@@ -277,6 +281,15 @@ end
 -- from base (its floor, or 0: the emissions from now on only); t == now is an admission at now_us
 local function gcra_first(g, base, limit, interval, t)
   local c = (limit - 1) * interval
+  if g.n == 0 then  -- nothing booked: the one timestamp of redis-cell's GCRA
+    if t == now then
+      if base - now_us <= c then return now end
+      t = now + 1
+    end
+    local fits = ceil_div(base - c, 1000)
+    if fits > t then return fits end
+    return t
+  end
   local tats, rights = gcra_bounds(g, base, interval)
   if t == now then
     local k = gcra_before(g, now_us) + 1
@@ -301,6 +314,10 @@ end
 
 -- the emissions the spans of g holding at_us already use, in whole intervals
 local function gcra_used(g, base, interval, at_us)
+  if g.n == 0 then
+    if base > at_us then return ceil_div(base - at_us, interval) end
+    return 0
+  end
   local tats, rights = gcra_bounds(g, base, interval)
   local k = gcra_before(g, at_us) + 1
   local ahead = 0
@@ -398,20 +415,29 @@ local function save_log(st)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
+-- stored: the emissions up to now folded into the floor (an admission now is one number)
 local function save_gcra(st, ti)
   local g, interval = st.gl[ti], st.spec[4][ti][4]
-  if g.n == 0 and g.floor == 0 then redis.call('DEL', st.key .. ':g' .. ti) return end
-  local tat, text = g.floor, string.format('%.0f', g.floor)
-  if g.n > 0 then
-    local flat = {}
-    for j = 1, g.n do
-      flat[2 * j - 1], flat[2 * j] = g.ts[j], g.tags[j]
-      if g.ts[j] > tat then tat = g.ts[j] end
-      tat = tat + interval
+  local tat, base, last, flat, m = g.floor, g.floor, g.last, {}, 0
+  for j = 1, g.n do
+    local e = g.ts[j]
+    if e <= now_us then  -- sorted: the emissions up to now come first
+      if tat <= e then last = g.tags[j] else last = 0 end
     end
-    text = text .. '|' .. pack_records('I7I6', 2, flat, g.n)
+    if e > tat then tat = e end
+    tat = tat + interval
+    if e <= now_us then
+      base = tat
+    else
+      flat[2 * m + 1], flat[2 * m + 2], m = e, g.tags[j], m + 1
+    end
   end
-  redis.call('SET', st.key .. ':g' .. ti, text, 'PX', -floor(-tat / 1000) - now + slack + 1)
+  local key = st.key .. ':g' .. ti
+  if tat <= now_us then redis.call('DEL', key) return end
+  local text = string.format('%.0f', base)
+  if last ~= 0 and base > now_us then text = text .. ',' .. string.format('%.0f', last) end
+  if m > 0 then text = text .. '|' .. pack_records('I7I6', 2, flat, m) end
+  redis.call('SET', key, text, 'PX', -floor(-tat / 1000) - now + slack + 1)
 end
 
 local head = P[1]
@@ -440,13 +466,18 @@ if mode == 'r' then
     for ti, tier in ipairs(st.spec[4]) do
       if tier[1] == 3 and st.gl[ti] then  -- an emission before now is in the floor for good
         local g = st.gl[ti]
+        local found = false
         for j = g.n, 1, -1 do
           if g.tags[j] == tag and -floor(-g.ts[j] / 1000) == at then
             table.remove(g.ts, j); table.remove(g.tags, j); g.n, g.seen = g.n - 1, {}
-            save_gcra(st, ti)
+            found = true
             break
           end
         end
+        if not found and tag ~= 0 and g.last == tag and -floor(-(g.floor - tier[4]) / 1000) == at then
+          g.floor, g.last, found = 0, 0, true  -- it alone made the floor: the bucket is full
+        end
+        if found then save_gcra(st, ti) end
       elseif tier[1] == 2 then
         local start = window_of(tier, at)
         if start ~= at and count_of(st, ti, start) > 0 then
