@@ -91,6 +91,36 @@ def test_gcra_gives_back_any_booking_not_only_the_latest(
         limiter.close()
 
 
+@pytest.mark.parametrize("backend", ["memory", "redis"])
+def test_gcra_gives_back_an_admission_a_moment_later(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """An admission folds into the bucket at once; released a moment later (the guard found
+    the sender held) it is still given back when it alone filled the bucket, and not when a
+    later mail has gone since."""
+    clock = ManualClock(START)
+    url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
+    limiter = ScopedLimiter(
+        Policy.parse("recipient: 1/1h; sender: 1/1s gcra"),
+        url=url,
+        clock=clock,
+        secret="s",
+        namespace=f"gcra-{uuid.uuid4().hex[:8]}",
+    )
+    try:
+        assert limiter.acquire("a@example.com", mail_id="a").allowed
+        clock.advance(0.005)
+        assert limiter.release("a@example.com", "a")
+        assert limiter.acquire("b@example.com", mail_id="b").allowed, "a's token came back"
+        clock.advance(1.0)
+        assert limiter.acquire("c@example.com", mail_id="c").allowed
+        clock.advance(0.005)
+        assert limiter.release("b@example.com", "b"), "b held a slot in the recipient's log"
+        assert limiter.acquire("d@example.com").refused, "c went after b: b stays spent"
+    finally:
+        limiter.close()
+
+
 @pytest.mark.parametrize("tier", ["14/1s", "14/1s gcra"])
 def test_a_shared_scope_holds_thousands_of_bookings_on_redis(tier: str, redis_url: str) -> None:
     """Lua's stack holds some 8000 values: a sender log of 6000 bookings (a newsletter booked
