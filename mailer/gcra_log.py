@@ -131,8 +131,13 @@ def used(floor: int, times: list[int], interval: int, at_us: int) -> int:
     return -(-ahead // interval)
 
 
-def insert(log: GcraLog, x_us: int, tag: int) -> None:
-    """Record one emission at ``x_us`` (µs) for the mail tagged ``tag``."""
+def insert(log: GcraLog, x_us: int, tag: int, now_us: int, interval: int) -> None:
+    """Record one emission at ``x_us`` (µs) for the mail tagged ``tag``: an admission (at or
+    before ``now_us``) goes into the floor at once, a booking into the list."""
+    if x_us <= now_us:
+        log.last = tag if log.floor <= x_us else 0
+        log.floor = max(log.floor, x_us) + interval
+        return
     at = bisect_right(log.times, x_us)
     log.times.insert(at, x_us)
     log.tags.insert(at, tag)

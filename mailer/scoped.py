@@ -542,11 +542,11 @@ class ScopedLimiter:
         if allowed and record:
             for scope, state in states:
                 assert state is not None
-                self._record(scope, state, tag, now_us, -(-now_us // 1000), now)
+                self._record(scope, state, tag, now_us, -(-now_us // 1000), now, now_us=now_us)
         elif booked:
             for scope, state in states:
                 assert state is not None
-                self._record(scope, state, tag, t * 1000, t, t)
+                self._record(scope, state, tag, t * 1000, t, t, now_us=now_us)
         return self._answer(states, now_us, allowed, booked, t, None if allowed else bind, share)
 
     def _tier_earliest(  # noqa: PLR0911, PLR0917 - one return per tier kind
@@ -647,7 +647,15 @@ class ScopedLimiter:
         )
 
     def _record(  # noqa: PLR0917 - one admission's coordinates
-        self, scope: _Scope, state: ScopeState, tag: int, x_us: int, x_ms: int, win_ms: int
+        self,
+        scope: _Scope,
+        state: ScopeState,
+        tag: int,
+        x_us: int,
+        x_ms: int,
+        win_ms: int,
+        *,
+        now_us: int,
     ) -> None:
         """Record one admission at ``x_us`` (µs); ``x_ms`` is its stored ms (rounded up) and
         ``win_ms`` the ms whose calendar window counts it."""
@@ -659,8 +667,9 @@ class ScopedLimiter:
         for i, tier in enumerate(scope.tiers):
             if tier.kind == "gcra":
                 log = state.gcra.setdefault(i, GcraLog())
-                insert(log, x_us, tag)
-                until = expires_us(log, interval_us(tier.limit, tier.window_ms))
+                interval = interval_us(tier.limit, tier.window_ms)
+                insert(log, x_us, tag, now_us, interval)
+                until = expires_us(log, interval)
                 expires = max(expires, -(-until // 1000))
             elif tier.kind == "fixed":
                 start, end = window(win_ms, tier, self._tz)

@@ -236,10 +236,9 @@ local function ceil_div(a, b)
 end
 
 -- tat_k and R_k of a gcra bucket, k = 0 .. n (mailer/gcra_log.py), in tats[k + 1], rights[k + 1];
--- kept in g.seen until the bucket changes (one decision asks the same view several times)
-local function gcra_bounds(g, base, interval)
-  local name = string.format('%.0f:%.0f', base, interval)
-  local seen = g.seen[name]
+-- kept in g.seen[view] ('f' the full bucket, 's' a share's) until the bucket changes
+local function gcra_bounds(g, base, interval, view)
+  local seen = g.seen[view]
   if seen then return seen[1], seen[2] end
   local tats, rights, n = {base}, {}, g.n
   for j = 1, n do
@@ -254,7 +253,7 @@ local function gcra_bounds(g, base, interval)
     if b > a then a = b end
     rights[k] = a
   end
-  g.seen[name] = {tats, rights}
+  g.seen[view] = {tats, rights}
   return tats, rights
 end
 
@@ -279,7 +278,7 @@ end
 
 -- earliest ms >= t at which one more emission keeps the view (limit, interval) of bucket g,
 -- from base (its floor, or 0: the emissions from now on only); t == now is an admission at now_us
-local function gcra_first(g, base, limit, interval, t)
+local function gcra_first(g, base, limit, interval, t, view)
   local c = (limit - 1) * interval
   if g.n == 0 then  -- nothing booked: the one timestamp of redis-cell's GCRA
     if t == now then
@@ -290,7 +289,7 @@ local function gcra_first(g, base, limit, interval, t)
     if fits > t then return fits end
     return t
   end
-  local tats, rights = gcra_bounds(g, base, interval)
+  local tats, rights = gcra_bounds(g, base, interval, view)
   if t == now then
     local k = gcra_before(g, now_us) + 1
     local tat, right = tats[k], rights[k]
@@ -313,12 +312,12 @@ local function gcra_first(g, base, limit, interval, t)
 end
 
 -- the emissions the spans of g holding at_us already use, in whole intervals
-local function gcra_used(g, base, interval, at_us)
+local function gcra_used(g, base, interval, at_us, view)
   if g.n == 0 then
     if base > at_us then return ceil_div(base - at_us, interval) end
     return 0
   end
-  local tats, rights = gcra_bounds(g, base, interval)
+  local tats, rights = gcra_bounds(g, base, interval, view)
   local k = gcra_before(g, at_us) + 1
   local ahead = 0
   if tats[k] > at_us then ahead = tats[k] - at_us end
@@ -360,12 +359,12 @@ local function earliest(st, ti, t)
   elseif tier[1] == 3 then
     local g = st.gl[ti]
     if g == nil then return t end
-    if limit == tier[2] then return gcra_first(g, g.floor, limit, tier[4], t) end
+    if limit == tier[2] then return gcra_first(g, g.floor, limit, tier[4], t, 'f') end
     local part = ceil_div(tier[3] * 1000, limit)  -- a share: a smaller bucket, refilled slower
     local base = share_floor(g, tier[4], part)
     while true do
-      local x = gcra_first(g, g.floor, tier[2], tier[4], t)
-      local y = gcra_first(g, base, limit, part, x)
+      local x = gcra_first(g, g.floor, tier[2], tier[4], t, 'f')
+      local y = gcra_first(g, base, limit, part, x, 's')
       if y == x then return x end
       t = y
     end
@@ -391,10 +390,10 @@ local function room(st, ti, at, at_us)
   elseif tier[1] == 3 then
     local g = st.gl[ti]
     if g == nil then return limit end
-    local full = tier[2] - gcra_used(g, g.floor, tier[4], at_us)
+    local full = tier[2] - gcra_used(g, g.floor, tier[4], at_us, 'f')
     if limit < tier[2] then
       local part_us = ceil_div(tier[3] * 1000, limit)
-      local part = limit - gcra_used(g, share_floor(g, tier[4], part_us), part_us, at_us)
+      local part = limit - gcra_used(g, share_floor(g, tier[4], part_us), part_us, at_us, 's')
       if part < full then full = part end
     end
     if full > 0 then return full end
@@ -544,15 +543,20 @@ if not found then
       end
       for ti, tier in ipairs(st.spec[4]) do
         if tier[1] == 3 then
-          local g = st.gl[ti] or {floor = 0, ts = {}, tags = {}, n = 0}
+          local g = st.gl[ti] or {floor = 0, ts = {}, tags = {}, n = 0, last = 0}
           g.seen = {}
-          local j = g.n + 1
-          while j > 1 and g.ts[j - 1] > x_us do
-            g.ts[j], g.tags[j] = g.ts[j - 1], g.tags[j - 1]
-            j = j - 1
+          if x_us <= now_us then  -- an admission now goes into the floor at once (gcra_log.py)
+            if g.floor <= x_us then g.floor, g.last = x_us + tier[4], tag
+            else g.floor, g.last = g.floor + tier[4], 0 end
+          else
+            local j = g.n + 1
+            while j > 1 and g.ts[j - 1] > x_us do
+              g.ts[j], g.tags[j] = g.ts[j - 1], g.tags[j - 1]
+              j = j - 1
+            end
+            g.ts[j], g.tags[j] = x_us, tag
+            g.n = g.n + 1
           end
-          g.ts[j], g.tags[j] = x_us, tag
-          g.n = g.n + 1
           st.gl[ti] = g
           save_gcra(st, ti)
         elseif tier[1] == 2 then
