@@ -87,7 +87,7 @@ end
 
 -- a fixed tier's count key (after "<base>:f") for the window starting at start (ms)
 local function count_key(ti, start)
-  return ti .. ':' .. string.format('%.0f', start)
+  return ti .. ':' .. start  -- ms below 1e14 print whole (%.14g)
 end
 
 -- Lua's stack holds some 8000 values: logs are packed and unpacked CHUNK records at a time
@@ -95,6 +95,7 @@ local CHUNK = 1000
 
 -- the count records of format rec (k values each) in raw from byte pos, as one flat table
 local function unpack_records(rec, k, count, raw, pos)
+  if count <= CHUNK then return {struct.unpack('>' .. string.rep(rec, count), raw, pos)} end
   local out, m = {}, 0
   while count > 0 do
     local c = count
@@ -120,13 +121,14 @@ end
 
 -- a gcra tier's bucket {floor, ts, tags, n}, the emissions before now folded into the floor
 local function read_gcra(raw, interval)
-  local g = {floor = 0, ts = {}, tags = {}, n = 0, seen = {}, last = 0}
+  local g = {floor = 0, n = 0, last = 0}  -- ts, tags and seen made when needed
   local bar = string.find(raw, '|', 1, true)
   local head = bar and string.sub(raw, 1, bar - 1) or raw
   local comma = string.find(head, ',', 1, true)
   local floor_us, last = tonumber(head) or 0, 0
   if comma then floor_us, last = tonumber(string.sub(head, 1, comma - 1)), tonumber(string.sub(head, comma + 1)) end
   if bar then
+    g.ts, g.tags = {}, {}
     local count = (#raw - bar) / 13
     local v = unpack_records('I7I6', 2, count, raw, bar + 1)
     for j = 1, 2 * count, 2 do
@@ -145,27 +147,32 @@ end
 
 -- the present scopes: {spec, key, ts, tags, n, gl = {}, counts = {}}, read in one MGET: each
 -- log, each gcra tier's bucket, each fixed tier's count in the window holding now (others lazily)
-local P, names, reads = {}, {}, {}
+local P, names, read_st, read_what = {}, {}, {}, {}
 for i = 1, #ARGV[7] do
   local spec = S[tonumber(string.sub(ARGV[7], i, i))]
-  local st = {spec = spec, key = KEYS[i], ts = {}, tags = {}, n = 0, gl = {}, counts = {}}
+  local st = {spec = spec, key = KEYS[i], n = 0}
+  local r = #names + 1
   if spec[3] == 1 then
-    names[#names + 1], reads[#reads + 1] = st.key .. ':l', {st, 0}
+    st.ts, st.tags = {}, {}
+    names[r], read_st[r], read_what[r], r = st.key .. ':l', st, 0, r + 1
   end
   local tiers = spec[4]
   for ti = 1, #tiers do
-    if tiers[ti][1] == 3 then
-      names[#names + 1], reads[#reads + 1] = st.key .. ':g' .. ti, {st, ti}
-    elseif tiers[ti][1] == 2 then
+    local kind = tiers[ti][1]
+    if kind == 3 then
+      st.gl = st.gl or {}
+      names[r], read_st[r], read_what[r], r = st.key .. ':g' .. ti, st, ti, r + 1
+    elseif kind == 2 then
+      st.counts = st.counts or {}
       local k = count_key(ti, (window_of(tiers[ti], now)))
-      names[#names + 1], reads[#reads + 1] = st.key .. ':f' .. k, {st, k}
+      names[r], read_st[r], read_what[r], r = st.key .. ':f' .. k, st, k, r + 1
     end
   end
   P[i] = st
 end
 local values = redis.call('MGET', unpack(names))
-for r = 1, #reads do
-  local st, what, raw = reads[r][1], reads[r][2], values[r]
+for r = 1, #names do
+  local st, what, raw = read_st[r], read_what[r], values[r]
   if what == 0 then
     if raw then
       local count = (#raw - 6) / 10
@@ -238,6 +245,7 @@ end
 -- tat_k and R_k of a gcra bucket, k = 0 .. n (mailer/gcra_log.py), in tats[k + 1], rights[k + 1];
 -- kept in g.seen[view] ('f' the full bucket, 's' a share's) until the bucket changes
 local function gcra_bounds(g, base, interval, view)
+  if g.seen == nil then g.seen = {} end
   local seen = g.seen[view]
   if seen then return seen[1], seen[2] end
   local tats, rights, n = {base}, {}, g.n
@@ -468,7 +476,7 @@ if mode == 'r' then
         local found = false
         for j = g.n, 1, -1 do
           if g.tags[j] == tag and -floor(-g.ts[j] / 1000) == at then
-            table.remove(g.ts, j); table.remove(g.tags, j); g.n, g.seen = g.n - 1, {}
+            table.remove(g.ts, j); table.remove(g.tags, j); g.n, g.seen = g.n - 1, nil
             found = true
             break
           end
@@ -543,12 +551,13 @@ if not found then
       end
       for ti, tier in ipairs(st.spec[4]) do
         if tier[1] == 3 then
-          local g = st.gl[ti] or {floor = 0, ts = {}, tags = {}, n = 0, last = 0}
-          g.seen = {}
+          local g = st.gl[ti] or {floor = 0, n = 0, last = 0}
+          g.seen = nil
           if x_us <= now_us then  -- an admission now goes into the floor at once (gcra_log.py)
             if g.floor <= x_us then g.floor, g.last = x_us + tier[4], tag
             else g.floor, g.last = g.floor + tier[4], 0 end
           else
+            if g.ts == nil then g.ts, g.tags = {}, {} end
             local j = g.n + 1
             while j > 1 and g.ts[j - 1] > x_us do
               g.ts[j], g.tags[j] = g.ts[j - 1], g.tags[j - 1]
