@@ -19,6 +19,20 @@ def _limiter(text: str) -> tuple[ScopedLimiter, ManualClock]:
     return ScopedLimiter(Policy.parse(text), clock=clock, secret="s"), clock
 
 
+def _on(
+    backend: str, text: str, clock: ManualClock, request: pytest.FixtureRequest
+) -> ScopedLimiter:
+    """A scoped limiter for ``text`` on ``backend`` (memory, or the suite's Redis)."""
+    url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
+    return ScopedLimiter(
+        Policy.parse(text),
+        url=url,
+        clock=clock,
+        secret="s",
+        namespace=f"scoped-{uuid.uuid4().hex[:8]}",
+    )
+
+
 def test_sender_scope_paces_mails_to_many_recipients() -> None:
     """sender: 4/2s: 12 mails to 12 recipients are booked 4 per 2 s, in order."""
     limiter, _ = _limiter("sender: 4/2s")
@@ -39,14 +53,7 @@ def test_a_bulk_kind_with_half_share_leaves_room_for_a_code_mail(
     mails booked for later (sliding and gcra tiers take it by insertion), and so does a second
     one; a third finds the tier full for now."""
     clock = ManualClock(START + 0.0004)  # between two ms: the insertion's never-early edge
-    url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
-    limiter = ScopedLimiter(
-        Policy.parse(f"sender: {tier}"),
-        url=url,
-        clock=clock,
-        secret="s",
-        namespace=f"share-{uuid.uuid4().hex[:8]}",
-    )
+    limiter = _on(backend, f"sender: {tier}", clock, request)
     try:
         bulk = [limiter.acquire(f"b{i}@example.com", max_wait=60, share=0.5) for i in range(40)]
         assert [d.allowed for d in bulk[:3]] == [True, True, False]
@@ -69,14 +76,7 @@ def test_gcra_gives_back_any_booking_not_only_the_latest(
     """A gcra tier lists the emissions booked from now on, so releasing a booking in the
     middle frees exactly its slot, and the next mail takes it."""
     clock = ManualClock(START)
-    url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
-    limiter = ScopedLimiter(
-        Policy.parse("sender: 1/1s gcra"),
-        url=url,
-        clock=clock,
-        secret="s",
-        namespace=f"gcra-{uuid.uuid4().hex[:8]}",
-    )
+    limiter = _on(backend, "sender: 1/1s gcra", clock, request)
     try:
         slots = [
             limiter.acquire(f"r{i}@example.com", mail_id=f"m{i}", max_wait=60).at_ms
@@ -99,14 +99,7 @@ def test_gcra_gives_back_an_admission_a_moment_later(
     the sender held) it is still given back when it alone filled the bucket, and not when a
     later mail has gone since."""
     clock = ManualClock(START)
-    url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
-    limiter = ScopedLimiter(
-        Policy.parse("recipient: 1/1h; sender: 1/1s gcra"),
-        url=url,
-        clock=clock,
-        secret="s",
-        namespace=f"gcra-{uuid.uuid4().hex[:8]}",
-    )
+    limiter = _on(backend, "recipient: 1/1h; sender: 1/1s gcra", clock, request)
     try:
         assert limiter.acquire("a@example.com", mail_id="a").allowed
         clock.advance(0.005)

@@ -447,6 +447,17 @@ local function save_gcra(st, ti)
   redis.call('SET', key, text, 'PX', -floor(-tat / 1000) - now + slack + 1)
 end
 
+-- insert time x with this mail's tag into the sorted list of l ({ts, tags, n}), after equals
+local function insert_sorted(l, x)
+  local j = l.n + 1
+  while j > 1 and l.ts[j - 1] > x do
+    l.ts[j], l.tags[j] = l.ts[j - 1], l.tags[j - 1]
+    j = j - 1
+  end
+  l.ts[j], l.tags[j] = x, tag
+  l.n = l.n + 1
+end
+
 local head = P[1]
 
 if mode == 'q' then
@@ -540,13 +551,7 @@ if not found then
     if allowed == 1 then x_us, x_ms, win = now_us, -floor(-now_us / 1000), now end
     for _, st in ipairs(P) do
       if st.spec[3] == 1 then  -- in order: a shared log may hold later bookings
-        local j = st.n + 1
-        while j > 1 and st.ts[j - 1] > x_ms do
-          st.ts[j], st.tags[j] = st.ts[j - 1], st.tags[j - 1]
-          j = j - 1
-        end
-        st.ts[j], st.tags[j] = x_ms, tag
-        st.n = st.n + 1
+        insert_sorted(st, x_ms)
         save_log(st)
       end
       for ti, tier in ipairs(st.spec[4]) do
@@ -558,13 +563,7 @@ if not found then
             else g.floor, g.last = g.floor + tier[4], 0 end
           else
             if g.ts == nil then g.ts, g.tags = {}, {} end
-            local j = g.n + 1
-            while j > 1 and g.ts[j - 1] > x_us do
-              g.ts[j], g.tags[j] = g.ts[j - 1], g.tags[j - 1]
-              j = j - 1
-            end
-            g.ts[j], g.tags[j] = x_us, tag
-            g.n = g.n + 1
+            insert_sorted(g, x_us)
           end
           st.gl[ti] = g
           save_gcra(st, ti)
