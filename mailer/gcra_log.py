@@ -1,4 +1,4 @@
-"""GCRA tiers that take a mail by insertion: a bucket floor plus the emissions from now on.
+"""GCRA tiers that take a mail by insertion: a bucket floor plus the emissions booked ahead.
 
 A GCRA tier ``L/W`` (emission interval ``T = ceil(W/L)`` µs) holds for a sorted sequence of
 emissions iff every span ``[a, b]`` of it holds at most ``L + (b - a)/T`` of them. A bucket
@@ -16,9 +16,13 @@ redis-cell's GCRA.
 Shares. A kind with share ``s < 1`` must also keep the tier seen as a bucket of ``L_s =
 max(1, floor(s·L))`` refilled at ``L_s`` per ``W`` (interval ``T_s = ceil(W/L_s)``): the
 tokens the past still holds in the full bucket (rounded up) count in it token for token
-(:func:`share_floor`), and the emissions booked after now as they are. Bulk mails fill at most ``s``
-of the burst and of the rate they book ahead, so a code mail finds the rest free, as in a
-sliding tier. The full tier is always kept (never over).
+(:func:`share_floor`), and the emissions booked after now as they are. Bulk mails fill at most
+``s`` of the burst and of the rate they book ahead, so a code mail finds the rest free, as in
+a sliding tier. The full tier is always kept (never over).
+
+Do not use it where a mail must be decided in O(1) whatever the backlog: a decision reads every
+listed booking (a newsletter booked ahead under a gcra sender tier makes each decision O(its
+size)); with nothing booked it is the one timestamp.
 
 For one insertion point ``x`` with ``k`` emissions at or before it, the spans holding ``x``
 keep the tier iff ``tat_k - x <= c``, ``R_k + x <= c`` and ``tat_k + R_k <= c``, where ``c =

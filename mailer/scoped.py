@@ -22,8 +22,8 @@ Tier kinds, per scope key (times in ms, GCRA state in µs):
 - ``fixed``: a count per calendar window (:mod:`mailer.windows`); ``x`` fits iff the window
   holding ``x`` has fewer than ``L`` admissions, else the earliest is the next window's start.
 - ``gcra``: emission interval ``T = ceil(W/L)`` µs (rounded up: never faster than the
-  policy); the bucket's arrival time over every emission before now (one timestamp) plus the
-  emissions booked from now on, so a mail may be inserted before bookings, as in the shared
+  policy); the bucket's arrival time over every emission up to now (one timestamp) plus the
+  emissions booked after now, so a mail may be inserted before bookings, as in the shared
   sliding tiers (:mod:`mailer.gcra_log`). Without bookings: redis-cell's GCRA, ``x`` fits iff
   ``tat - x <= (L-1)·T``.
 
@@ -602,15 +602,11 @@ class ScopedLimiter:
             log = state.gcra.get(i)
             if log is None:
                 return limit
-            full = tier.limit - used(
-                log.floor, log.times, interval_us(tier.limit, tier.window_ms), at_us
-            )
+            full_us = interval_us(tier.limit, tier.window_ms)
+            full = tier.limit - used(log.floor, log.times, full_us, at_us)
             if limit == tier.limit:
                 return max(0, full)
-            full_us, part_us = (
-                interval_us(tier.limit, tier.window_ms),
-                interval_us(limit, tier.window_ms),
-            )
+            part_us = interval_us(limit, tier.window_ms)  # a share: its own, smaller bucket
             base = share_floor(log.floor, now_us, full_us, part_us)
             part = limit - used(base, log.times, part_us, at_us)
             return max(0, min(full, part))
