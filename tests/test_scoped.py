@@ -73,7 +73,7 @@ def test_a_bulk_kind_with_half_share_leaves_room_for_a_code_mail(
 def test_gcra_gives_back_any_booking_not_only_the_latest(
     backend: str, request: pytest.FixtureRequest
 ) -> None:
-    """A gcra tier lists the emissions booked from now on, so releasing a booking in the
+    """A gcra tier lists the emissions booked ahead, so releasing a booking in the
     middle frees exactly its slot, and the next mail takes it."""
     clock = ManualClock(START)
     limiter = _on(backend, "sender: 1/1s gcra", clock, request)

@@ -119,7 +119,7 @@ local function pack_records(rec, k, flat, count)
   return table.concat(parts)
 end
 
--- a gcra tier's bucket {floor, ts, tags, n}, the emissions before now folded into the floor
+-- a gcra tier's bucket {floor, last, n, ts, tags}: the emissions up to now folded into the floor
 local function read_gcra(raw, interval)
   local g = {floor = 0, n = 0, last = 0}  -- ts, tags and seen made when needed
   local bar = string.find(raw, '|', 1, true)
@@ -285,7 +285,7 @@ local function gcra_before(g, x)
 end
 
 -- earliest ms >= t at which one more emission keeps the view (limit, interval) of bucket g,
--- from base (its floor, or 0: the emissions from now on only); t == now is an admission at now_us
+-- from base (the floor, or a share's floor); t == now is an admission at now_us
 local function gcra_first(g, base, limit, interval, t, view)
   local c = (limit - 1) * interval
   if g.n == 0 then  -- nothing booked: the one timestamp of redis-cell's GCRA
@@ -482,7 +482,7 @@ if mode == 'r' then
       end
     end
     for ti, tier in ipairs(st.spec[4]) do
-      if tier[1] == 3 and st.gl[ti] then  -- an emission before now is in the floor for good
+      if tier[1] == 3 and st.gl[ti] then  -- listed, or the floor's last
         local g = st.gl[ti]
         local found = false
         for j = g.n, 1, -1 do
