@@ -125,8 +125,8 @@ local function read_gcra(raw, interval)
   local bar = string.find(raw, '|', 1, true)
   local head = bar and string.sub(raw, 1, bar - 1) or raw
   local comma = string.find(head, ',', 1, true)
-  local floor_us, last = tonumber(head) or 0, 0
-  if comma then floor_us, last = tonumber(string.sub(head, 1, comma - 1)), tonumber(string.sub(head, comma + 1)) end
+  local floor_us = tonumber(comma and string.sub(head, 1, comma - 1) or head) or 0
+  local last = comma and tonumber(string.sub(head, comma + 1)) or 0
   if bar then
     g.ts, g.tags = {}, {}
     local count = (#raw - bar) / 13
@@ -422,28 +422,22 @@ local function save_log(st)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
--- stored: the emissions up to now folded into the floor (an admission now is one number)
+-- stored: the floor, its last tag, the bookings (read_gcra folded the past, and an admission
+-- goes into the floor as it is recorded: every listed emission is after now); expires when the
+-- bucket is full again
 local function save_gcra(st, ti)
   local g, interval = st.gl[ti], st.spec[4][ti][4]
-  local tat, base, last, flat, m = g.floor, g.floor, g.last, {}, 0
+  local tat, flat = g.floor, {}
   for j = 1, g.n do
-    local e = g.ts[j]
-    if e <= now_us then  -- sorted: the emissions up to now come first
-      if tat <= e then last = g.tags[j] else last = 0 end
-    end
-    if e > tat then tat = e end
+    if g.ts[j] > tat then tat = g.ts[j] end
     tat = tat + interval
-    if e <= now_us then
-      base = tat
-    else
-      flat[2 * m + 1], flat[2 * m + 2], m = e, g.tags[j], m + 1
-    end
+    flat[2 * j - 1], flat[2 * j] = g.ts[j], g.tags[j]
   end
   local key = st.key .. ':g' .. ti
   if tat <= now_us then redis.call('DEL', key) return end
-  local text = string.format('%.0f', base)
-  if last ~= 0 and base > now_us then text = text .. ',' .. string.format('%.0f', last) end
-  if m > 0 then text = text .. '|' .. pack_records('I7I6', 2, flat, m) end
+  local text = string.format('%.0f', g.floor)
+  if g.last ~= 0 then text = text .. ',' .. string.format('%.0f', g.last) end
+  if g.n > 0 then text = text .. '|' .. pack_records('I7I6', 2, flat, g.n) end
   redis.call('SET', key, text, 'PX', -floor(-tat / 1000) - now + slack + 1)
 end
 
