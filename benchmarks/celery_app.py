@@ -2,7 +2,7 @@
 
 ``celery -A benchmarks.celery_app worker`` runs ``mailguard.send_mail`` exactly as
 ``workers.app`` does, and also ``bench.unguarded``: the same message built with
-:func:`mailer.message.build_message` and sent through the same transport kind (built from the
+:func:`mailer.mail.message.build_message` and sent through the same transport kind (built from the
 same settings, one per pool process), with no validation, limiter or ledger. It lives here, not
 in the product.
 
@@ -25,16 +25,16 @@ from typing import Any
 
 from celery import Task
 
-import mailer.guard
+import mailer.guard.engine
 import workers.tasks
 from mailer.factory import build_transport
 from mailer.guard import Guard
-from mailer.ledger import MemoryLedger, RedisLedger
-from mailer.limiter import Limiter
-from mailer.message import Mail, build_message
+from mailer.limits.limiter import Limiter
+from mailer.mail.message import Mail, build_message
+from mailer.mail.transports import ConsoleTransport, MemoryTransport, SmtpTransport
+from mailer.mail.transports.base import Transport
 from mailer.outcomes import Outcome
-from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport
-from mailer.transports.base import Transport
+from mailer.records.ledger import MemoryLedger, RedisLedger
 from workers.app import app, settings
 from workers.tasks import GuardedTask
 
@@ -77,7 +77,7 @@ def _emit(kind: str, mail_id: str, total: float) -> None:
 def _instrument() -> None:
     for cls in (MemoryTransport, ConsoleTransport, SmtpTransport):
         cls.send = _timed("send", cls.send)  # type: ignore[method-assign]
-    mailer.guard.build_message = _timed("build", mailer.guard.build_message)  # type: ignore[attr-defined]
+    mailer.guard.engine.build_message = _timed("build", mailer.guard.engine.build_message)  # type: ignore[attr-defined]
     Limiter.acquire = _timed("acquire", Limiter.acquire)  # type: ignore[method-assign]
     for ledger in (RedisLedger, MemoryLedger):
         for name in ("begin", "record", "unclaim"):

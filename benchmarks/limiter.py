@@ -30,8 +30,8 @@ import redis
 
 from devservers.redis_servers import RedisServer
 from mailer import Limiter, ManualClock, Policy
-from mailer.policy import REFERENCE_POLICY
-from mailer.scoped import ScopedLimiter
+from mailer.limits.policy import REFERENCE_POLICY
+from mailer.limits.scoped import ScopedLimiter
 
 ROUNDS = 5
 CALLS_PER_ROUND = 2_000

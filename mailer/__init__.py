@@ -3,9 +3,7 @@
 The library part: it never imports Celery (``workers`` wires it into Celery).
 """
 
-from mailer.address import AddressRules, Recipient, normalise_address
 from mailer.clock import Clock, ManualClock, system_clock
-from mailer.decision import Decision
 from mailer.durations import parse_duration
 from mailer.errors import (
     BackendUnavailable,
@@ -17,10 +15,12 @@ from mailer.errors import (
     SendError,
     TransientSendError,
 )
-from mailer.kinds import Kind, Kinds, render
-from mailer.limiter import Limiter
-from mailer.message import Mail, build_message
-from mailer.policy import REFERENCE_POLICY, Policy, Tier
+from mailer.limits.decision import Decision
+from mailer.limits.limiter import Limiter
+from mailer.limits.policy import REFERENCE_POLICY, Policy, Tier
+from mailer.mail.address import AddressRules, Recipient, normalise_address
+from mailer.mail.kinds import Kind, Kinds, render
+from mailer.mail.message import Mail, build_message
 
 __all__ = [
     "REFERENCE_POLICY",

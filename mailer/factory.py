@@ -8,15 +8,15 @@ from contextlib import contextmanager
 from urllib.parse import urlsplit
 
 from mailer.guard import Guard
-from mailer.holds import Holds
-from mailer.ledger import Ledger, MemoryLedger, RedisLedger
-from mailer.limiter import Limiter
+from mailer.limits.limiter import Limiter
+from mailer.limits.scoped import ScopedLimiter
+from mailer.mail.transports import ConsoleTransport, MemoryTransport, SmtpTransport
+from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics
-from mailer.scoped import ScopedLimiter
+from mailer.records.holds import Holds
+from mailer.records.ledger import Ledger, MemoryLedger, RedisLedger
+from mailer.records.suppression import Suppressions
 from mailer.settings import Settings
-from mailer.suppression import Suppressions
-from mailer.transports import ConsoleTransport, MemoryTransport, SmtpTransport
-from mailer.transports.base import Transport
 
 
 def build_limiter(settings: Settings) -> Limiter:
@@ -41,7 +41,7 @@ def build_ledger(settings: Settings, limiter: Limiter | ScopedLimiter | None = N
     url = settings.effective_ledger_url
     if urlsplit(url).scheme == "memory":
         return MemoryLedger()
-    from mailer.backends.redis import RedisBackend, client_from_url  # noqa: PLC0415
+    from mailer.limits.stores.redis import RedisBackend, client_from_url  # noqa: PLC0415
 
     backend = limiter.backend if isinstance(limiter, Limiter) else None
     if isinstance(backend, RedisBackend) and url == settings.limiter_url:
@@ -65,7 +65,7 @@ def build_holds(
 ) -> Holds:
     """The holds, where the limiter lives: sharing a plain limiter's Redis client, or the
     ledger's when both live on one URL (the guard then reads holds and suppression together)."""
-    from mailer.backends.redis import RedisBackend  # noqa: PLC0415 - redis only here
+    from mailer.limits.stores.redis import RedisBackend  # noqa: PLC0415 - redis only here
 
     backend = limiter.backend if isinstance(limiter, Limiter) else None
     client = backend.client if isinstance(backend, RedisBackend) else None

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-    from mailer.schedule import ScheduleStats
+    from mailer.records.schedule import ScheduleStats
 
 #: Seconds: one Redis round trip is about 0.1-0.5 ms on loopback; a timeout is seconds.
 DECISION_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1, 0.5, 2.5)
@@ -252,7 +252,7 @@ def use_multiprocess_dir() -> tuple[Path, bool]:
 class ScheduleCollector:
     """The schedule's gauges, read when scraped (one pipelined round trip per scrape).
 
-    ``stats`` is :meth:`mailer.schedule.Schedule.stats`; a schedule that cannot be read
+    ``stats`` is :meth:`mailer.records.schedule.Schedule.stats`; a schedule that cannot be read
     yields no sample rather than failing the scrape.
     """
 

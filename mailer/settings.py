@@ -16,7 +16,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_FAIL_MODE`` | ``fail_closed`` | limiter down: ``fail_closed`` defers, ``fail_open`` sends unguarded |
 | ``MAILGUARD_QUEUE`` | ``mail`` | the kombu queue of ``send_mail`` |
 | ``MAILGUARD_MAX_COUNTDOWN`` | ``10m`` | longest single deferral; longer waits hop |
-| ``MAILGUARD_PARK_AFTER`` | ``30s`` | a deferral longer than this is parked in the schedule (:mod:`mailer.schedule`), not held by a worker; ``off`` holds every wait as a countdown |
+| ``MAILGUARD_PARK_AFTER`` | ``30s`` | a deferral longer than this is parked in the schedule (:mod:`mailer.records.schedule`), not held by a worker; ``off`` holds every wait as a countdown |
 | ``MAILGUARD_PROMOTE_LEASE`` | ``30s`` | how long a worker holds the parked mails it is promoting before another may take them again |
 | ``MAILGUARD_SEND_RETRIES`` | ``5`` | Celery-level retries after the transport gave up on a transient error |
 | ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
@@ -52,9 +52,9 @@ from typing import Literal
 from mailer import defaults
 from mailer.durations import parse_duration, parse_size
 from mailer.guard import GuardConfig
-from mailer.kinds import Kinds
-from mailer.policy import REFERENCE_POLICY, Policy
-from mailer.windows import zone
+from mailer.limits.policy import REFERENCE_POLICY, Policy
+from mailer.limits.windows import zone
+from mailer.mail.kinds import Kinds
 
 PREFIX = "MAILGUARD_"
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its

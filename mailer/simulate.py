@@ -1,9 +1,10 @@
 """Replay a trace of send attempts through the real limiter on a virtual clock: tune a policy.
 
 Every attempt asks the same limiter code a worker asks (memory backend,
-:class:`~mailer.clock.ManualClock`): :class:`~mailer.limiter.Limiter` for a policy of recipient
-sliding tiers, :class:`~mailer.scoped.ScopedLimiter` for a scoped one (domain, sender and tenant
-scopes, fixed and gcra tiers, kind shares), with its kind's ``max_wait`` as the worker would:
+:class:`~mailer.clock.ManualClock`): :class:`~mailer.limits.limiter.Limiter` for a
+policy of recipient sliding tiers, :class:`~mailer.limits.scoped.ScopedLimiter` for a scoped one
+(domain, sender and tenant scopes, fixed and gcra tiers, kind shares), with its kind's
+``max_wait`` as the worker would:
 
 - allowed: sent at its attempt time (on time);
 - booked: *deferred*, sent at its booking, ``lateness`` = booking - attempt (seconds);
@@ -33,14 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from mailer.address import DEFAULT_RULES, AddressRules, normalise_address
 from mailer.clock import ManualClock
-from mailer.decision import Decision
 from mailer.errors import InvalidAddress, UnknownKind
-from mailer.kinds import Kinds
-from mailer.limiter import MAX_WAIT, Limiter
-from mailer.policy import Policy
-from mailer.scoped import ScopedLimiter, check_tenant
+from mailer.limits.decision import Decision
+from mailer.limits.limiter import MAX_WAIT, Limiter
+from mailer.limits.policy import Policy
+from mailer.limits.scoped import ScopedLimiter, check_tenant
+from mailer.mail.address import DEFAULT_RULES, AddressRules, normalise_address
+from mailer.mail.kinds import Kinds
 from mailer.steps import Send, plan
 
 #: Epoch seconds of a trace's time 0 (a Monday, 00:00 UTC); only differences ever matter.

@@ -20,7 +20,7 @@ Every layer speaks these words; this table is where they are written down:
 | SMTP 4xx, retries used up | | ``Fail`` | ``failed`` / ``retries_exhausted`` | FAILURE |
 | SMTP 5xx | | ``Fail`` | ``failed`` / ``smtp_permanent`` | FAILURE |
 
-- :func:`plan` (pure) turns a :class:`~mailer.decision.Decision` into a :data:`Plan`.
+- :func:`plan` (pure) turns a :class:`~mailer.limits.decision.Decision` into a :data:`Plan`.
 - :class:`~mailer.guard.Guard` answers each run with a :data:`Step`: :class:`Finish` (done,
   sent or dropped), :class:`Fail` (failed for good) or :class:`Later` (run again in
   ``countdown`` seconds, carrying :class:`Progress`).
@@ -35,9 +35,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
-from mailer.decision import Decision
+from mailer.limits.decision import Decision
+from mailer.limits.policy import Tier
 from mailer.outcomes import Outcome, Status
-from mailer.policy import Tier
 
 #: The Celery state a mail of each status is in (``AsyncResult(id).state``).
 CELERY_STATE: Mapping[Status, str] = {
@@ -108,7 +108,7 @@ _OWNER_CHARS = frozenset("0123456789abcdef")
 @dataclass(frozen=True)
 class Progress:
     """What one run of a mail hands to the next (JSON-ready via ``as_dict``; it travels sealed,
-    see :mod:`mailer.seal`).
+    see :mod:`mailer.mail.seal`).
 
     ``limiter_failures`` counts runs that found a backend (limiter or ledger) down.
     ``stale_owner`` is the claim owner of a run that ended without knowing whether its claim

@@ -8,7 +8,7 @@ longest window, gets its slot back and consumes nothing more; ``release`` gives 
 ``peek`` answers without consuming. The binding tier is the one whose own wait is longest.
 
 It keeps every admission made (minus releases) and finds answers by trying candidate times and
-counting windows, so it shares no shortcut with :mod:`mailer.sliding_log` (no ``ts[n-L] + W``
+counting windows, so it shares no shortcut with :mod:`mailer.limits.sliding_log` (no ``ts[n-L] + W``
 formula, no pruning): a bug there does not repeat here.
 """
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mailer.policy import Policy
+from mailer.limits.policy import Policy
 
 
 @dataclass

@@ -18,8 +18,8 @@ import math
 from dataclasses import dataclass, field
 from datetime import timezone
 
-from mailer.policy import Policy, Tier
-from mailer.windows import window
+from mailer.limits.policy import Policy, Tier
+from mailer.limits.windows import window
 
 SHARED = ("domain", "sender", "tenant")
 

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from mailer.address import AddressRules, Recipient, limit_key, normalise_address
 from mailer.errors import InvalidAddress, MailguardError
+from mailer.mail.address import AddressRules, Recipient, limit_key, normalise_address
 
 
 def test_surrounding_whitespace_is_stripped_and_domain_lower_cased() -> None:

@@ -11,9 +11,9 @@ import asyncio
 import pytest
 
 from mailer import BackendUnavailable, Limiter, ManualClock, Policy
-from mailer.address import normalise_address
-from mailer.aio import AsyncLimiter
-from mailer.precheck import aprecheck, precheck
+from mailer.limits.aio import AsyncLimiter
+from mailer.limits.precheck import aprecheck, precheck
+from mailer.mail.address import normalise_address
 
 POLICY = Policy.parse("1/60s, 5/1h", name="recipient")
 ADA = "ada@example.com"

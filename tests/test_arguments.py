@@ -1,4 +1,5 @@
-"""Argument bounds (``mailer.arguments``) and sealed progress (``mailer.seal``), without Celery."""
+"""Argument bounds (``mailer.mail.arguments``) and sealed progress (``mailer.mail.seal``),
+without Celery."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from mailer.arguments import MAX_DEPTH, InvalidArguments, check_arguments
-from mailer.seal import seal, unseal
+from mailer.mail.arguments import MAX_DEPTH, InvalidArguments, check_arguments
+from mailer.mail.seal import seal, unseal
 from mailer.steps import Progress
 
 

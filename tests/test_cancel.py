@@ -11,7 +11,7 @@ import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from mailer import Limiter, Policy
-from mailer.schedule import RedisSchedule
+from mailer.records.schedule import RedisSchedule
 from tests.smtp_server import SmtpTestServer
 from tests.test_cli import SCRIPT, run
 from tests.waiting import poll

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from kombu.exceptions import EncodeError
 
-from mailer.address import normalise_address
 from mailer.errors import InvalidAddress
+from mailer.mail.address import normalise_address
 from tests.stacks import Stack, loose_stack
 
 TASK = "mailguard.send_mail"

@@ -207,7 +207,7 @@ SCOPED = "recipient: 1/60s, 5/1h; domain: 600/1m; sender: 4/2s, 100/1d fixed; te
 def test_status_under_a_scoped_policy_shows_every_scope(redis_url: str) -> None:
     """status ADDRESS --tenant: the next slot and each scope's room; --sender and --tenant NAME
     alone: those shared scopes; read through the workers' own scoped limiter."""
-    from mailer.scoped import ScopedLimiter  # noqa: PLC0415
+    from mailer.limits.scoped import ScopedLimiter  # noqa: PLC0415
 
     secret = os.urandom(8).hex()  # a budget of this test's own on the session's Redis
     env = {
@@ -247,7 +247,7 @@ def test_status_under_a_scoped_policy_shows_every_scope(redis_url: str) -> None:
 def test_status_sender_shows_a_hold_under_any_policy(redis_url: str) -> None:
     """status --sender: 'no hold', then the hold in force and its end (text and JSON), under a
     plain policy alone and beside a scoped policy's sender room."""
-    from mailer.holds import Holds  # noqa: PLC0415
+    from mailer.records.holds import Holds  # noqa: PLC0415
 
     env = limiter_env(redis_url)
     calm = invoke(["status", "--sender"], env)

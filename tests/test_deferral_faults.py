@@ -24,7 +24,7 @@ import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
-from mailer.schedule import RedisSchedule
+from mailer.records.schedule import RedisSchedule
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 

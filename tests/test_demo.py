@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from mailer.policy import Policy
+from mailer.limits.policy import Policy
 
 SCRIPT = Path(sys.executable).with_name("mailguard")
 ADDRESSES = (

@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from mailer.address import normalise_address
 from mailer.factory import build_limiter
+from mailer.mail.address import normalise_address
 from mailer.settings import KNOWN, Settings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from mailer.arguments import check_arguments
+from mailer.mail.arguments import check_arguments
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 

@@ -7,9 +7,9 @@ import pytest
 from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, Kind, Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Fail, Finish, Guard, GuardConfig, Later, MailRequest, Progress
-from mailer.ledger import MemoryLedger
+from mailer.mail.transports import MemoryTransport
+from mailer.records.ledger import MemoryLedger
 from mailer.steps import Defer, Drop, Send, plan
-from mailer.transports import MemoryTransport
 
 ADA = "ada@example.com"
 

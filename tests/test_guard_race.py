@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Finish, Guard, MailRequest, Step
-from mailer.ledger import Begun, MemoryLedger
-from mailer.transports import MemoryTransport
+from mailer.mail.transports import MemoryTransport
+from mailer.records.ledger import Begun, MemoryLedger
 
 
 class InterleavingLedger(MemoryLedger):

@@ -13,11 +13,11 @@ from prometheus_client import CollectorRegistry
 from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
-from mailer.holds import Hold, Holds, next_hold
-from mailer.ledger import MemoryLedger
+from mailer.mail.transports import MemoryTransport
 from mailer.metrics import Metrics
+from mailer.records.holds import Hold, Holds, next_hold
+from mailer.records.ledger import MemoryLedger
 from mailer.settings import Settings
-from mailer.transports import MemoryTransport
 from tests.smtp_server import SmtpTestServer
 
 THROTTLED = (454, "4.7.0 Throttling failure: Maximum sending rate exceeded.")
@@ -233,7 +233,7 @@ def test_the_transport_leaves_hold_replies_to_the_guard(smtp_server: SmtpTestSer
     from email.message import EmailMessage  # noqa: PLC0415
 
     from mailer.errors import TransientSendError  # noqa: PLC0415
-    from mailer.transports import SmtpTransport  # noqa: PLC0415
+    from mailer.mail.transports import SmtpTransport  # noqa: PLC0415
 
     message = EmailMessage()
     message["From"], message["To"], message["Message-ID"] = "a@example.org", "b@example.com", "<m>"

@@ -17,7 +17,7 @@ from celery import Celery
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from mailer.arguments import InvalidArguments
+from mailer.mail.arguments import InvalidArguments
 from tests.stacks import Stack, loose_stack
 from workers.tasks import check_call
 

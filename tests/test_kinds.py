@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from mailer.durations import parse_duration
 from mailer.errors import InvalidMessage, UnknownKind
-from mailer.kinds import Kind, Kinds, render
+from mailer.mail.kinds import Kind, Kinds, render
 
 
 def test_defaults_hold_default_code_and_notice() -> None:

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Finish, Guard, GuardConfig, Later
-from mailer.ledger import MemoryLedger
-from mailer.transports import MemoryTransport
+from mailer.mail.transports import MemoryTransport
+from mailer.records.ledger import MemoryLedger
 from tests.test_guard import req
 
 POLICY = "1/60s, 3/10m, 5/1h"

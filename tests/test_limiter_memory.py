@@ -6,7 +6,7 @@ import os
 import warnings
 
 from mailer import Limiter, ManualClock, Policy
-from mailer.backends.memory import MemoryBackend
+from mailer.limits.stores.memory import MemoryBackend
 
 POLICY = Policy.parse("1/60s, 5/1h, 10/24h")
 

@@ -9,7 +9,7 @@ import redis
 
 from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, Limiter, ManualClock, Policy
-from mailer.backends.redis import RedisBackend
+from mailer.limits.stores.redis import RedisBackend
 
 ADA = "ada@example.com"
 REFERENCE = Policy.parse("1/60s, 5/1h, 10/24h", name="recipient")

@@ -9,7 +9,7 @@ import redis
 
 from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisServer
 from mailer import Limiter, Policy
-from mailer.scoped import ScopedLimiter
+from mailer.limits.scoped import ScopedLimiter
 
 POLICY = Policy.parse("1/60s, 5/1h, 10/24h", name="recipient")
 

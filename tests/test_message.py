@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mailer.errors import InvalidMessage, MailguardError
-from mailer.message import (
+from mailer.mail.message import (
     Mail,
     MessageLimits,
     build_message,

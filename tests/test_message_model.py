@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from mailer import Decision, Kinds, Limiter, ManualClock, Policy
-from mailer.arguments import InvalidArguments, check_arguments
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
-from mailer.ledger import MemoryLedger
-from mailer.suppression import Suppressions
-from mailer.transports import MemoryTransport
+from mailer.mail.arguments import InvalidArguments, check_arguments
+from mailer.mail.transports import MemoryTransport
+from mailer.records.ledger import MemoryLedger
+from mailer.records.suppression import Suppressions
 
 CSV = base64.b64encode(b"id,total\n2041,99.50\n").decode()
 

@@ -21,13 +21,13 @@ from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import free_port
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
-from mailer.kinds import Kind
-from mailer.ledger import MemoryLedger
 from mailer.logs import JsonFormatter
+from mailer.mail.kinds import Kind
+from mailer.mail.transports import MemoryTransport
 from mailer.metrics import NO_METRICS, Metrics, default_metrics
 from mailer.outcomes import Outcome
+from mailer.records.ledger import MemoryLedger
 from mailer.settings import ALL_INTERFACES, Settings
-from mailer.transports import MemoryTransport
 from tests.smtp_server import SmtpTestServer
 
 TASK = "mailguard.send_mail"

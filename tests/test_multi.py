@@ -1,5 +1,5 @@
-"""One slot for several recipients (mailer.multi): memory, a real Redis and a real Redis Cluster,
-plain and scoped limiters."""
+"""One slot for several recipients (mailer.limits.multi): memory, a real Redis and a real Redis
+Cluster, plain and scoped limiters."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from devservers.redis_servers import RedisClusterServers
 from mailer import Contended, Decision, Limiter, ManualClock, Policy
-from mailer.multi import MAX_ROUNDS, acquire_all, release_all
-from mailer.scoped import ScopedLimiter
+from mailer.limits.multi import MAX_ROUNDS, acquire_all, release_all
+from mailer.limits.scoped import ScopedLimiter
 
 START = 1_700_000_000.0
 KEYS = ["ada@example.com", "bob@example.com", "cy@example.com"]

@@ -22,9 +22,9 @@ from celery.result import AsyncResult
 
 from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
-from mailer.message import message_id
+from mailer.mail.message import message_id
 from mailer.outcomes import Outcome
-from mailer.schedule import RedisSchedule
+from mailer.records.schedule import RedisSchedule
 from mailer.settings import Settings
 from mailer.steps import Later, Progress
 from tests.smtp_server import SmtpTestServer
@@ -356,7 +356,7 @@ def test_a_promoted_mail_keeps_its_task_id_request_time_progress_and_priority(
     sealed ``_progress`` as parked, at its kind's priority (``news``: 2, so Redis step 7)."""
     import base64  # noqa: PLC0415
 
-    from mailer.schedule import MemorySchedule  # noqa: PLC0415
+    from mailer.records.schedule import MemorySchedule  # noqa: PLC0415
     from workers import tasks  # noqa: PLC0415 - registers send_mail on every app
     from workers.promoter import Promoter  # noqa: PLC0415
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from mailer.seal import seal, unseal
+from mailer.mail.seal import seal, unseal
 from mailer.steps import Progress
 from workers.payload import COMPRESS_OVER, Parked
 

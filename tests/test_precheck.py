@@ -10,11 +10,11 @@ import math
 import pytest
 
 from mailer import Kinds, ManualClock
-from mailer.address import normalise_address
 from mailer.guard import Finish, Guard, MailRequest
-from mailer.ledger import MemoryLedger
-from mailer.precheck import precheck
-from mailer.transports import MemoryTransport
+from mailer.limits.precheck import precheck
+from mailer.mail.address import normalise_address
+from mailer.mail.transports import MemoryTransport
+from mailer.records.ledger import MemoryLedger
 from tests.conftest import LimiterFactory
 
 ADA = "ada@example.com"

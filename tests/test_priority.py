@@ -21,7 +21,7 @@ import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.rabbitmq import RabbitServer
-from mailer.kinds import Kinds
+from mailer.mail.kinds import Kinds
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import tasks

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mailer.replies import MAX_STATED_HOLD, Action, classify, stated_hold
+from mailer.mail.replies import MAX_STATED_HOLD, Action, classify, stated_hold
 
 HOLD_SENDER = Action.HOLD_SENDER
 HOLD_RECIPIENT = Action.HOLD_RECIPIENT

@@ -10,8 +10,8 @@ import redis
 
 from mailer import ManualClock
 from mailer.outcomes import Outcome
-from mailer.schedule import MemorySchedule, RedisSchedule, Schedule
-from mailer.schedule.park import parked_until
+from mailer.records.schedule import MemorySchedule, RedisSchedule, Schedule
+from mailer.records.schedule.park import parked_until
 from mailer.steps import Later, Progress
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisServer
-from mailer.schedule import RedisSchedule, Schedule, schedule_from_url
+from mailer.records.schedule import RedisSchedule, Schedule, schedule_from_url
 
 
 def _walk(schedule: Schedule) -> None:

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from mailer import ManualClock, Policy
-from mailer.scoped import ScopedLimiter
+from mailer.limits.scoped import ScopedLimiter
 
 START = 1_700_000_000.0
 

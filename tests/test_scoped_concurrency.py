@@ -15,7 +15,7 @@ import uuid
 
 from devservers.redis_servers import RedisClusterServers, RedisServer
 from mailer import Contended, Policy
-from mailer.scoped import ScopedLimiter
+from mailer.limits.scoped import ScopedLimiter
 
 POLICY = "sender: 5/1s, 8/1s gcra, 40/1h fixed"
 THREADS, PROCESSES, MAILS = 8, 4, 5
@@ -65,7 +65,7 @@ def test_threads_and_processes_never_exceed_the_sender_quota(redis_server: Redis
 
 def test_on_a_redis_cluster_the_sender_quota_is_never_exceeded_either() -> None:
     """The same on a 3-node Redis Cluster, where each recipient's slot and the sender's differ
-    and the decision runs scope by scope with rollbacks (mailer.backends.scoped_cluster)."""
+    and the decision runs scope by scope with rollbacks (mailer.limits.stores.scoped_cluster)."""
     cluster = RedisClusterServers().start()
     try:
         _never_over(cluster.url)

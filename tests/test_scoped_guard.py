@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from mailer import Kinds, ManualClock
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest, Progress
-from mailer.ledger import MemoryLedger
-from mailer.policy import Policy
-from mailer.scoped import ScopedLimiter
-from mailer.transports import MemoryTransport
+from mailer.limits.policy import Policy
+from mailer.limits.scoped import ScopedLimiter
+from mailer.mail.transports import MemoryTransport
+from mailer.records.ledger import MemoryLedger
 
 
 def make_guard(clock: ManualClock, policy: str) -> tuple[Guard, ScopedLimiter]:

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from devservers.redis_servers import RedisClusterServers, RedisServer
 from mailer import ManualClock, Policy
-from mailer.scoped import ScopedLimiter
+from mailer.limits.scoped import ScopedLimiter
 from tests.scoped_model import Answer, ScopedModel
 
 POLICIES = [
@@ -102,7 +102,7 @@ def test_redis_cluster_decides_scope_by_scope_as_one_redis_does(
     cluster: RedisClusterServers, trace: tuple[str, list[tuple[object, ...]]]
 ) -> None:
     """On a Cluster each scope lives in its own slot and is decided by its own script call
-    (mailer.backends.scoped_cluster): without concurrency, the same decisions as memory and
+    (mailer.limits.stores.scoped_cluster): without concurrency, the same decisions as memory and
     the model, never over, never early."""
     text, ops = trace
     policy = Policy.parse(text)

@@ -202,8 +202,8 @@ def test_a_scoped_policy_builds_the_scoped_limiter_and_bad_ones_are_one_line() -
     """A scoped or fixed/gcra MAILGUARD_POLICY gives the guard the scoped limiter (recipient
     sliding tiers alone keep the plain one); a bad scope is refused in one line."""
     from mailer.factory import build_guard_limiter  # noqa: PLC0415
-    from mailer.limiter import Limiter  # noqa: PLC0415
-    from mailer.scoped import ScopedLimiter  # noqa: PLC0415
+    from mailer.limits.limiter import Limiter  # noqa: PLC0415
+    from mailer.limits.scoped import ScopedLimiter  # noqa: PLC0415
 
     scoped = Settings.from_env({"MAILGUARD_POLICY": "recipient: 1/60s; sender: 14/1s gcra"})
     assert isinstance(build_guard_limiter(scoped), ScopedLimiter)
@@ -217,7 +217,7 @@ def test_a_scoped_policy_builds_the_scoped_limiter_and_bad_ones_are_one_line() -
 def test_the_timezone_of_fixed_windows_is_a_setting() -> None:
     """MAILGUARD_TIMEZONE reaches the scoped limiter; an unknown zone is one line naming it."""
     from mailer.factory import build_guard_limiter  # noqa: PLC0415
-    from mailer.scoped import ScopedLimiter  # noqa: PLC0415
+    from mailer.limits.scoped import ScopedLimiter  # noqa: PLC0415
 
     paris = Settings.from_env(
         {"MAILGUARD_POLICY": "100/1d fixed", "MAILGUARD_TIMEZONE": "Europe/Paris"}

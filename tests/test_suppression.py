@@ -13,9 +13,9 @@ from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.guard import Fail, Finish, Guard, MailRequest
-from mailer.ledger import MemoryLedger
-from mailer.suppression import Suppressions
-from mailer.transports import MemoryTransport
+from mailer.mail.transports import MemoryTransport
+from mailer.records.ledger import MemoryLedger
+from mailer.records.suppression import Suppressions
 from tests.smtp_server import SmtpTestServer
 from workers.cli import main
 

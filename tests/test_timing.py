@@ -13,11 +13,11 @@ import redis
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from mailer import Kinds, ManualClock
 from mailer.guard import Finish, Guard, Later, Progress
-from mailer.kinds import Kind
-from mailer.ledger import MemoryLedger
-from mailer.limiter import Limiter
-from mailer.policy import Policy
-from mailer.transports import MemoryTransport
+from mailer.limits.limiter import Limiter
+from mailer.limits.policy import Policy
+from mailer.mail.kinds import Kind
+from mailer.mail.transports import MemoryTransport
+from mailer.records.ledger import MemoryLedger
 from tests.smtp_server import SmtpTestServer
 from tests.test_guard import make_guard, req
 from tests.waiting import poll

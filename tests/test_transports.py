@@ -15,15 +15,15 @@ import pytest
 
 from devservers.redis_servers import free_port
 from mailer.errors import MailguardError, PermanentSendError, SendError, TransientSendError
-from mailer.message import Mail, build_message
-from mailer.transports import (
+from mailer.mail.message import Mail, build_message
+from mailer.mail.transports import (
     ConsoleTransport,
     MemoryTransport,
     SendReceipt,
     SmtpTransport,
     Transport,
 )
-from mailer.transports.base import mask_addresses, recipient_hash
+from mailer.mail.transports.base import mask_addresses, recipient_hash
 from tests.smtp_server import SmtpTestServer, TestCertificate
 
 # Re-exported so pytest finds the fixtures here until tests/conftest.py imports them.
@@ -349,11 +349,11 @@ def test_smtp_logs_never_contain_the_recipient(
     smtp_server.fail_rcpt(f"451 4.2.1 <{RECIPIENT}> busy", times=1)
     smtp_server.refuse_data(f"554 5.6.0 rejected for {RECIPIENT}")
     with (
-        caplog.at_level(logging.WARNING, logger="mailer.transports.smtp"),
+        caplog.at_level(logging.WARNING, logger="mailer.mail.transports.smtp"),
         pytest.raises(PermanentSendError),
     ):
         _transport(smtp_server.url, sleeps).send(_message())
-    ours = [r.getMessage() for r in caplog.records if r.name == "mailer.transports.smtp"]
+    ours = [r.getMessage() for r in caplog.records if r.name == "mailer.mail.transports.smtp"]
     assert len(ours) == 2
     assert all(MAIL_ID in line for line in ours)
     assert "lovelace" not in " ".join(ours).lower()

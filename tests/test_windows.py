@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 import pytest
 
 from mailer import ManualClock, Policy
-from mailer.scoped import ScopedLimiter
-from mailer.windows import window, zone
+from mailer.limits.scoped import ScopedLimiter
+from mailer.limits.windows import window, zone
 
 
 def _ms(text: str, tz: str = "UTC") -> int:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mailer.limiter import Limiter
-from mailer.policy import MAX_LIMIT, Policy, Tier
-from mailer.scoped import SENDER_KEY, ScopedLimiter
+from mailer.limits.limiter import Limiter
+from mailer.limits.policy import MAX_LIMIT, Policy, Tier
+from mailer.limits.scoped import SENDER_KEY, ScopedLimiter
 from mailer.settings import Settings
 
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from mailer.address import normalise_address
 from mailer.durations import parse_duration
 from mailer.errors import (
     BackendUnavailable,
@@ -28,9 +27,10 @@ from mailer.errors import (
     MailguardError,
     mask_url,
 )
-from mailer.kinds import Kinds, render
-from mailer.limiter import Limiter
-from mailer.policy import Policy
+from mailer.limits.limiter import Limiter
+from mailer.limits.policy import Policy
+from mailer.mail.address import normalise_address
+from mailer.mail.kinds import Kinds, render
 from mailer.settings import Settings
 from workers import cli_schedule, cli_suppression, views
 from workers.budget import budget_report, scoped_report
@@ -311,7 +311,7 @@ def _scoped_status(
     as_json: bool,
     hold: dict[str, Any] | None = None,
 ) -> None:
-    from mailer.scoped import ScopedLimiter, check_tenant  # noqa: PLC0415
+    from mailer.limits.scoped import ScopedLimiter, check_tenant  # noqa: PLC0415
 
     try:
         check_tenant(tenant)

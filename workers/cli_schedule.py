@@ -16,11 +16,11 @@ from typing import Any
 import click
 
 from mailer import outcomes as why
-from mailer.address import normalise_address
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_guard_limiter, build_ledger
+from mailer.limits.scoped import ScopedLimiter
+from mailer.mail.address import normalise_address
 from mailer.outcomes import Outcome
-from mailer.scoped import ScopedLimiter
 from mailer.settings import Settings
 from workers import views
 from workers.cli_errors import fail, shared_ledger_settings

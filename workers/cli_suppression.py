@@ -16,7 +16,7 @@ import click
 from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_suppressions
-from mailer.suppression import Suppressions
+from mailer.records.suppression import Suppressions
 from workers.cli_errors import USAGE, fail, shared_ledger_settings
 
 

@@ -1,4 +1,4 @@
-"""Parking a deferred mail: its task message goes to the schedule (:mod:`mailer.schedule`).
+"""Parking a deferred mail: its task message goes to the schedule (:mod:`mailer.records.schedule`).
 
 The payload is the message a promoter publishes again (:mod:`workers.payload`: a compact JSON
 array of the due time, args, kwargs and the progress, about 150 B for a short mail): the
@@ -19,8 +19,8 @@ import time
 from typing import Any
 
 from mailer.errors import BackendUnavailable
-from mailer.schedule import MemorySchedule, Schedule, schedule_from_url
-from mailer.schedule.park import parked_until
+from mailer.records.schedule import MemorySchedule, Schedule, schedule_from_url
+from mailer.records.schedule.park import parked_until
 from mailer.settings import Settings
 from mailer.steps import Later
 from workers.payload import Parked

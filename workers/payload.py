@@ -31,7 +31,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from mailer.seal import seal
+from mailer.mail.seal import seal
 from mailer.steps import Progress
 
 PAYLOAD_VERSION = 2

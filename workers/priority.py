@@ -1,6 +1,6 @@
 """Kind priorities on the broker: a code mail is taken before a waiting newsletter.
 
-A kind's priority is 0-9, higher first (:attr:`mailer.kinds.Kind.priority`). Each broker keeps
+A kind's priority is 0-9, higher first (:attr:`mailer.mail.kinds.Kind.priority`). Each broker keeps
 waiting messages per priority in its own way, and Celery passes ``priority`` through:
 
 - **Redis**: kombu keeps one list per priority step and its consumer pops them in step order,
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mailer.kinds import DEFAULT_PRIORITY, MAX_PRIORITY, Kinds
+from mailer.mail.kinds import DEFAULT_PRIORITY, MAX_PRIORITY, Kinds
 
 #: Broker URL schemes whose priorities are kombu's Redis transport's (lower number first).
 REDIS_SCHEMES = ("redis", "rediss", "sentinel")

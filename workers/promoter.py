@@ -1,9 +1,9 @@
 """The promoter: a thread in every worker's main process that publishes parked mails when due.
 
 Leaderless: each worker polls the schedule every :data:`POLL` seconds with one cheap read
-(:meth:`~mailer.schedule.Schedule.next_due`: about 3 Redis commands a second while nothing is
-due); when something is due within a second, one script call
-(:meth:`~mailer.schedule.Schedule.take_due`) atomically moves up to :data:`BATCH` entries to
+(:meth:`~mailer.records.schedule.Schedule.next_due`: about 3 Redis commands a second while
+nothing is due); when something is due within a second, one script call
+(:meth:`~mailer.records.schedule.Schedule.take_due`) atomically moves up to :data:`BATCH` entries to
 *promoting* under a lease (``MAILGUARD_PROMOTE_LEASE``). It publishes each under its own task
 id with the remaining countdown (under a second; none when overdue), all through one producer
 in one batch (one pipeline on the Redis broker), then forgets them (``done``). Killed in
@@ -28,7 +28,7 @@ from typing import Any
 from celery import bootsteps
 
 from mailer.errors import BackendUnavailable
-from mailer.schedule import TAKE_AHEAD, Schedule, Taken
+from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
 from mailer.settings import Settings
 from workers import parking, priority
 from workers.payload import Parked

@@ -11,9 +11,9 @@ the pool:
 1. :func:`workers.tasks.check_call` bounds the raw arguments: a bad message ends at once as
    ``dropped`` / ``invalid`` (state SUCCESS, like every dropped mail), acknowledged, never seen
    by a pool process.
-2. A *redelivered* copy is counted in the ledger (:meth:`mailer.ledger.Ledger.handoff`; a first
-   delivery costs nothing): once ``MAILGUARD_POISON_AFTER`` copies were handed over without any
-   run of the mail ending, the message is quarantined: outcome ``dropped`` / ``poison``
+2. A *redelivered* copy is counted in the ledger (:meth:`mailer.records.ledger.Ledger.handoff`; a
+   first delivery costs nothing): once ``MAILGUARD_POISON_AFTER`` copies were handed over without
+   any run of the mail ending, the message is quarantined: outcome ``dropped`` / ``poison``
    recorded as final, kept in the dead-letter list (``mailguard status --dead-letters``), and
    acknowledged, so the worker carries on with the rest.
 """
@@ -27,8 +27,8 @@ from celery.worker.request import Request
 from celery.worker.state import task_ready
 
 from mailer import outcomes as why
-from mailer.arguments import InvalidArguments
 from mailer.errors import BackendUnavailable
+from mailer.mail.arguments import InvalidArguments
 from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
 

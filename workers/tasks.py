@@ -18,10 +18,10 @@ from celery import Task, shared_task
 from celery.exceptions import Ignore, Reject
 from kombu.utils.json import dumps, loads
 
-from mailer.arguments import InvalidArguments, check_arguments
 from mailer.factory import build_guard
 from mailer.guard import Guard, MailRequest
-from mailer.seal import seal, unseal
+from mailer.mail.arguments import InvalidArguments, check_arguments
+from mailer.mail.seal import seal, unseal
 from mailer.settings import Settings
 from mailer.steps import Fail, Finish, Later, Progress
 from workers import app as app_module
@@ -80,9 +80,9 @@ def use_settings(new: Settings) -> Settings:
 
 
 #: Keyword arguments only mailguard itself passes: ``_progress`` (sealed: see
-#: :mod:`mailer.seal`) and ``_requested_at``, the epoch seconds of ``send_mail.delay`` (a kind's
-#: ``max_wait`` counts from it; the guard never lets it be later than the mail's first run, so a
-#: forged value can only shorten the mail's own deadline).
+#: :mod:`mailer.mail.seal`) and ``_requested_at``, the epoch seconds of ``send_mail.delay`` (a
+#: kind's ``max_wait`` counts from it; the guard never lets it be later than the mail's first run,
+#: so a forged value can only shorten the mail's own deadline).
 PRIVATE = ("_progress", "_requested_at")
 
 
@@ -90,7 +90,7 @@ def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
     """``send_mail``'s call as keywords, or ``InvalidArguments`` (one line) saying what is wrong.
 
     Run at enqueue (:meth:`GuardedTask.apply_async`) and again on receipt, before the pool
-    (:class:`workers.request.GuardedRequest`): bounds from :mod:`mailer.arguments`, a
+    (:class:`workers.request.GuardedRequest`): bounds from :mod:`mailer.mail.arguments`, a
     ``_progress`` that mailguard sealed for this mail id, and nothing a worker could not decode.
     """
     if app_module.settings_error and settings is _env_settings:

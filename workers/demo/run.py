@@ -23,7 +23,7 @@ from typing import Any
 from celery import Celery
 
 from mailer.errors import mask_url
-from mailer.policy import Policy
+from mailer.limits.policy import Policy
 from mailer.settings import Settings
 from workers.demo.capture import SmtpCapture
 from workers.demo.story import (

@@ -22,8 +22,8 @@ from typing import Any
 
 from celery import Celery
 
-from mailer.kinds import Kinds
-from mailer.policy import Policy, Tier
+from mailer.limits.policy import Policy, Tier
+from mailer.mail.kinds import Kinds
 from mailer.settings import Settings
 from workers.app import create_app
 

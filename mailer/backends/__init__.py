@@ -1,5 +1,0 @@
-"""Limiter storage backends: ``memory`` (one process) and ``redis`` (many workers and hosts)."""
-
-from mailer.backends.base import Backend
-
-__all__ = ["Backend"]

@@ -1,0 +1,129 @@
+"""The guard's data: what a run is asked (:class:`MailRequest`), configured with
+(:class:`GuardConfig`), and carries between its steps (:class:`Prepared`, :class:`Go`); and the
+small helpers that shape outcomes and log fields. Plain data, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from email.message import EmailMessage
+from typing import Any
+
+from mailer import defaults
+from mailer.errors import InvalidMessage, SendError
+from mailer.mail.address import AddressRules
+from mailer.mail.kinds import Kind
+from mailer.mail.message import Mail
+from mailer.outcomes import Outcome
+from mailer.steps import Fail
+
+
+@dataclass(frozen=True)
+class MailRequest:
+    """What ``send_mail`` was called with. Nothing here is trusted: the guard validates it."""
+
+    to: Any
+    mail_id: str
+    subject: Any = None
+    body: Any = None
+    html: Any = None
+    kind: Any = "default"
+    context: Any = None
+    headers: Any = None
+    tenant: Any = None
+    cc: Any = None
+    bcc: Any = None
+    reply_to: Any = None
+    from_email: Any = None
+    attachments: Any = None
+
+
+@dataclass(frozen=True)
+class GuardConfig:
+    """The guard's knobs; durations in seconds. Defaults: :mod:`mailer.defaults`.
+
+    Build it from the environment with :meth:`mailer.settings.Settings.guard_config`.
+    """
+
+    sender: str = defaults.SENDER
+    fail_open: bool = False
+    max_countdown: float = defaults.MAX_COUNTDOWN
+    send_retries: int = defaults.SEND_RETRIES
+    retry_backoff: float = defaults.RETRY_BACKOFF
+    claim_lease: float = defaults.CLAIM_LEASE
+    suppress_for: float = defaults.SUPPRESS_FOR
+    late_tolerance: float = defaults.LATE_TOLERANCE
+    #: A hold's length when the reply states none; None: no holds (throttling replies retried).
+    throttle_hold: float | None = defaults.THROTTLE_HOLD
+    #: The longest a hold grows by doubling.
+    throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
+    rules: AddressRules = field(default_factory=AddressRules)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated mail: what the later steps need. ``base`` is every result's starting point."""
+
+    mail_id: str
+    kind: Kind
+    limit_key: str
+    #: The checked mail (:func:`mailer.mail.message.check_mail`), built only when it is sent.
+    draft: Mail
+    base: Outcome
+    #: The tenant the mail counts against (validated), None for none.
+    tenant: str | None = None
+    #: The limit keys of the message's other envelope recipients (to, cc, bcc after the
+    #: first, deduplicated): each must have room too (:mod:`mailer.limits.multi`).
+    more_keys: tuple[str, ...] = ()
+    #: The message, when it was built already (to check it, or to change its recipients).
+    message: EmailMessage | None = None
+    #: When the mail was validated (epoch seconds): its ``Date``.
+    built_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Go:
+    """Admitted: send now. ``due`` is the slot (epoch seconds); ``guarded`` is False when the
+    limiter was down and ``fail_open`` let the mail go without it."""
+
+    due: float | None
+    guarded: bool = True
+
+
+def iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def mapping(value: Any, name: str) -> Mapping[str, Any]:
+    """``value`` as a mapping (None is empty); raises ``InvalidMessage`` naming ``name``."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidMessage(f"{name} must be a mapping")
+    return value
+
+
+def log_fields(outcome: Outcome) -> dict[str, Any]:
+    """A log record's structured fields (``extra=``): ids and outcome, never the address."""
+    return {
+        "mail_id": outcome.mail_id,
+        "recipient": outcome.recipient,
+        "kind": outcome.kind,
+        "status": outcome.status,
+        "reason": outcome.reason,
+        "tier": outcome.tier,
+    }
+
+
+def failure(base: Outcome, reason: str, attempts: int, exc: SendError) -> Fail:
+    return Fail(
+        base.but(
+            status="failed",
+            reason=reason,
+            attempts=attempts,
+            smtp_code=exc.code,
+            smtp_reply=exc.reply,
+            detail=exc.reason,
+        )
+    )

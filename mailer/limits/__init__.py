@@ -1,0 +1,1 @@
+"""The limiter: policies, the exact multi-tier algorithms, decisions and their stores."""

@@ -1,0 +1,55 @@
+"""What the limiter answers: a :class:`Decision`, plain data that a planner turns into action."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from mailer.limits.policy import Tier
+
+
+class Decision(NamedTuple):
+    """The limiter's answer for one key at one moment.
+
+    Times are kept as whole milliseconds (``at_ms``, ``retry_after_ms``) so that they are exact;
+    ``at`` and ``retry_after`` give the same values in seconds.
+
+    - ``allowed``: the mail may go now (an admission was recorded, unless this came from
+      ``peek``).
+    - ``booked``: refused now, but a future slot was reserved at ``at`` (reservations,
+      ``max_wait > 0``). Send at ``at``; acquiring again with the same mail id then allows it.
+    - neither: refused; nothing was consumed. ``at`` is the earliest time a fresh attempt can
+      be admitted if nothing else is admitted meanwhile.
+    - ``retry_after_ms``: ``at_ms - now`` (0 when allowed), exact: an attempt at
+      ``now + retry_after`` is admitted, one a millisecond earlier is not.
+    - ``tier``: the tier that binds (the one with the longest wait); ``None`` when allowed, when
+      an existing slot of the same mail id was returned, or when only the order of already
+      booked mails binds.
+    - ``remaining``: per tier of the policy (sorted by window; scope by scope, recipient first,
+      for a scoped policy), how many more admissions the window ending now (at ``at`` for a
+      booked mail) still holds, bookings included.
+    - ``scope``: the scope of the binding tier, ``None`` when ``tier`` is.
+    """
+
+    allowed: bool
+    booked: bool
+    at_ms: int
+    retry_after_ms: int
+    tier: Tier | None
+    remaining: tuple[int, ...]
+    #: The scope of ``tier`` (``recipient``, ``domain``, ``sender``, ``tenant``); None with it.
+    scope: str | None = None
+
+    @property
+    def at(self) -> float:
+        """Epoch seconds of the admission, the booking, or (refused) the earliest admission."""
+        return self.at_ms / 1000
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds to wait before the mail may go (0.0 when allowed), rounded up to the ms."""
+        return self.retry_after_ms / 1000
+
+    @property
+    def refused(self) -> bool:
+        """Neither allowed now nor booked for later."""
+        return not (self.allowed or self.booked)

@@ -1,0 +1,1 @@
+"""One mail: addresses, envelope, message, kinds and templates, call arguments, transports."""

@@ -1,0 +1,38 @@
+"""A development transport that prints one line per message instead of sending it."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from email.message import EmailMessage
+from typing import TextIO
+
+from mailer.mail.transports.base import SendReceipt, recipient_hash, recipients_of
+
+
+class ConsoleTransport:
+    """Prints ``Message-ID``, a hash of each recipient and the subject to ``stream``.
+
+    For development: nothing is delivered, and addresses are never printed in clear (see
+    :func:`~mailer.mail.transports.base.recipient_hash` for how little the hash hides). ``stream``
+    defaults to standard output at the time of each send.
+    """
+
+    def __init__(self, stream: TextIO | None = None, *, max_subject: int = 80) -> None:
+        self._stream = stream
+        self._max_subject = max_subject
+        self._lock = threading.Lock()
+
+    def send(self, message: EmailMessage) -> SendReceipt:
+        """Print the summary line and return a 250 receipt."""
+        message_id = message["Message-ID"]
+        to = ",".join(recipient_hash(a) for a in recipients_of(message)) or "-"
+        subject = str(message.get("Subject", ""))
+        if len(subject) > self._max_subject:
+            subject = subject[: self._max_subject - 1] + "…"
+        line = f"mailguard console: message-id={message_id} to={to} subject={subject!r}\n"
+        stream = self._stream if self._stream is not None else sys.stdout
+        with self._lock:
+            stream.write(line)
+            stream.flush()
+        return SendReceipt(message_id=message_id, code=250, reply="OK: printed")

@@ -1,0 +1,62 @@
+"""An in-memory transport for tests: it keeps every message it was given."""
+
+from __future__ import annotations
+
+import threading
+from email.message import EmailMessage
+
+from mailer.errors import PermanentSendError, TransientSendError
+from mailer.mail.transports.base import SendReceipt
+
+
+class MemoryTransport:
+    """Stores sent messages in a list, thread-safely; can be told to fail the next sends.
+
+    For tests and demos only: nothing leaves the process, and the list grows without bound.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sent: list[EmailMessage] = []
+        self._failures: list[tuple[bool, int, str]] = []
+        self.attempts = 0
+
+    def send(self, message: EmailMessage) -> SendReceipt:
+        """Store ``message`` and return a 250 receipt, or raise the next planned failure."""
+        with self._lock:
+            self.attempts += 1
+            if self._failures:
+                permanent, code, reply = self._failures.pop(0)
+                if permanent:
+                    raise PermanentSendError(
+                        "memory transport refused the message", code=code, reply=reply
+                    )
+                raise TransientSendError(
+                    "memory transport deferred the message", code=code, reply=reply
+                )
+            self._sent.append(message)
+        return SendReceipt(message_id=message["Message-ID"], code=250, reply="OK: kept in memory")
+
+    def fail_next(
+        self, count: int = 1, *, permanent: bool = False, code: int | None = None, reply: str = ""
+    ) -> None:
+        """Make the next ``count`` sends fail: 451 transient by default, 550 with ``permanent``."""
+        if count < 0:
+            raise ValueError("count must not be negative")
+        code = code if code is not None else (550 if permanent else 451)
+        reply = reply or ("no such user" if permanent else "try again later")
+        with self._lock:
+            self._failures.extend([(permanent, code, reply)] * count)
+
+    @property
+    def sent(self) -> list[EmailMessage]:
+        """A copy of the list of messages sent so far, oldest first."""
+        with self._lock:
+            return list(self._sent)
+
+    def clear(self) -> None:
+        """Forget the sent messages, the planned failures and the attempt count."""
+        with self._lock:
+            self._sent.clear()
+            self._failures.clear()
+            self.attempts = 0

@@ -1,0 +1,65 @@
+"""The ledger's protocol and what its answers mean (:mod:`mailer.records.ledger`: the story)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from mailer.defaults import OUTCOME_TTL
+from mailer.outcomes import Outcome
+
+#: How long a recorded outcome is kept, in seconds (7 days: longer than any deferral).
+SENT_TTL = OUTCOME_TTL
+
+#: How long a mail's hand-off count is kept, in seconds (a day: redeliveries come far sooner).
+RUNS_TTL = 86_400
+#: How many dead letters are kept (the oldest are forgotten first).
+MAX_DEAD_LETTERS = 10_000
+
+#: What :meth:`Ledger.begin` answers: the recorded outcome, True (claimed) or False (held).
+Begun = Outcome | bool
+
+
+class Ledger(Protocol):
+    """Claims and sent-markers per mail id. Every method is one atomic step."""
+
+    def begin(
+        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+    ) -> Begun:
+        """The recorded outcome of ``mail_id`` if it finished; else claim it for ``lease``
+        seconds under ``owner`` and answer True; False if another owner holds the claim.
+
+        ``takeover`` names an earlier run of the same mail that ended without knowing whether
+        its claim was written (the ledger timed out): a claim held by it is taken over at once
+        instead of waiting out its lease. Only that owner: a concurrent copy still waits."""
+        ...
+
+    def unclaim(self, mail_id: str, owner: str) -> None:
+        """Give the claim back, if ``owner`` still holds it."""
+        ...
+
+    def record(self, outcome: Outcome) -> None:
+        """Remember ``outcome`` (sent, dropped or failed) as the final one of its mail id and
+        drop the claim: every later ``begin`` answers it."""
+        ...
+
+    def handoff(self, mail_id: str) -> int:
+        """Count one more hand-off of a *redelivered* copy of ``mail_id`` to a pool, in one
+        atomic step: the count so far, or 0 when the mail finished or a run holds its claim.
+
+        Every run that ends (``unclaim``, ``record``) resets the count, so it only grows while
+        copies keep dying before any run ends: a poison message. The caller decides the limit.
+        """
+        ...
+
+    def quarantine(self, outcome: Outcome) -> None:
+        """Record ``outcome`` (``dropped`` / ``poison``) as final and keep it in the dead-letter
+        list (the newest :data:`MAX_DEAD_LETTERS`)."""
+        ...
+
+    def dead_letters(self, limit: int = 100) -> list[Outcome]:
+        """The newest quarantined outcomes, newest first (for operators)."""
+        ...
+
+    def recorded(self, mail_id: str) -> Outcome | None:
+        """The final outcome of ``mail_id``, if one was recorded (for operators and tests)."""
+        ...

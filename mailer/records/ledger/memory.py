@@ -1,0 +1,79 @@
+"""The ledger in a dict: for tests, the demo, and a threads or solo pool (one process)."""
+
+from __future__ import annotations
+
+import threading
+
+from mailer.clock import Clock, system_clock
+from mailer.outcomes import Outcome
+from mailer.records.ledger.base import MAX_DEAD_LETTERS, RUNS_TTL, SENT_TTL, Begun
+
+
+class MemoryLedger:
+    """The ledger inside one process (tests, the demo, a threads or solo pool)."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or system_clock
+        self._lock = threading.Lock()
+        self._claims: dict[str, tuple[str, float]] = {}
+        self._done: dict[str, tuple[Outcome, float]] = {}
+        self._runs: dict[str, tuple[int, float]] = {}
+        self._dead: list[Outcome] = []
+
+    def begin(
+        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+    ) -> Begun:
+        now = self._clock()
+        with self._lock:
+            done = self._done.get(mail_id)
+            if done is not None and done[1] > now:
+                return done[0]
+            held = self._claims.get(mail_id)
+            if held is not None and held[1] > now and held[0] not in (owner, takeover):
+                return False
+            self._claims[mail_id] = (owner, now + lease)
+            return True
+
+    def unclaim(self, mail_id: str, owner: str) -> None:
+        with self._lock:
+            self._runs.pop(mail_id, None)
+            held = self._claims.get(mail_id)
+            if held is not None and held[0] == owner:
+                del self._claims[mail_id]
+
+    def record(self, outcome: Outcome) -> None:
+        now = self._clock()
+        with self._lock:
+            self._done[outcome.mail_id] = (outcome, now + SENT_TTL)
+            self._claims.pop(outcome.mail_id, None)
+            self._runs.pop(outcome.mail_id, None)
+            if len(self._done) > 1024:  # forget expired outcomes now and then
+                for key in [k for k, (_, exp) in self._done.items() if exp <= now]:
+                    del self._done[key]
+
+    def handoff(self, mail_id: str) -> int:
+        now = self._clock()
+        with self._lock:
+            done = self._done.get(mail_id)
+            held = self._claims.get(mail_id)
+            if (done is not None and done[1] > now) or (held is not None and held[1] > now):
+                return 0
+            count, expires = self._runs.get(mail_id, (0, now))
+            count = count + 1 if expires > now else 1
+            self._runs[mail_id] = (count, now + RUNS_TTL)
+            return count
+
+    def quarantine(self, outcome: Outcome) -> None:
+        self.record(outcome)
+        with self._lock:
+            self._dead.insert(0, outcome)
+            del self._dead[MAX_DEAD_LETTERS:]
+
+    def dead_letters(self, limit: int = 100) -> list[Outcome]:
+        with self._lock:
+            return self._dead[:limit]
+
+    def recorded(self, mail_id: str) -> Outcome | None:
+        with self._lock:
+            done = self._done.get(mail_id)
+        return done[0] if done is not None and done[1] > self._clock() else None

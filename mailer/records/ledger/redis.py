@@ -1,0 +1,127 @@
+"""The ledger in Redis: one ``EVALSHA`` of a script in ``lua/`` per method (``GET`` for
+:meth:`RedisLedger.recorded`).
+
+Keys, both with the mail id as ``{hash tag}`` so that one mail's keys share a Cluster slot:
+
+- ``<ns>:claim:{<mail id>}``: the owner of the claim, expiring after the lease (``PX``)
+- ``<ns>:sent:{<mail id>}``: the recorded outcome as JSON, expiring after
+  :data:`~mailer.records.ledger.base.SENT_TTL` (``EX``)
+- ``<ns>:runs:{<mail id>}``: how many redelivered copies were handed to a pool since a run
+  last ended (``handoff.lua``), expiring after :data:`~mailer.records.ledger.base.RUNS_TTL`
+
+And one key for all mails: ``<ns>:dead-letters``, a sorted set of quarantined outcomes (JSON)
+by time, the newest :data:`~mailer.records.ledger.base.MAX_DEAD_LETTERS`.
+
+Expiry is Redis's own clock: the ledger takes no clock. The scripts' headers name every key and
+argument.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from typing import Any
+
+from mailer.errors import BackendUnavailable
+from mailer.limits.stores.redis_errors import REDIS_DOWN
+from mailer.outcomes import Outcome
+from mailer.records.ledger.base import MAX_DEAD_LETTERS, RUNS_TTL, SENT_TTL, Begun
+
+
+def _script(name: str) -> str:
+    return resources.files("mailer.records.ledger").joinpath(f"lua/{name}.lua").read_text()
+
+
+#: The scripts' texts, read once from the package files.
+BEGIN_SCRIPT = _script("begin")
+UNCLAIM_SCRIPT = _script("unclaim")
+RECORD_SCRIPT = _script("record")
+HANDOFF_SCRIPT = _script("handoff")
+
+
+class RedisLedger:
+    """The ledger in Redis: ``<ns>:claim:{id}`` (owner, PX lease) and ``<ns>:sent:{id}`` (JSON).
+
+    One round trip per method. Both keys of a mail share its id as hash tag (Cluster-safe).
+    Raises :class:`mailer.errors.BackendUnavailable` with ``backend="ledger"`` when the server
+    cannot be reached.
+    """
+
+    def __init__(self, client: Any, url: str, namespace: str = "mailguard") -> None:
+        self._client = client
+        self._url = url
+        self._ns = namespace
+        self._begin = client.register_script(BEGIN_SCRIPT)
+        self._unclaim = client.register_script(UNCLAIM_SCRIPT)
+        self._record = client.register_script(RECORD_SCRIPT)
+        self._handoff = client.register_script(HANDOFF_SCRIPT)
+        self._dead = f"{namespace}:dead-letters"
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (other stores on the ledger's Redis share it)."""
+        return self._client
+
+    def _keys(self, mail_id: str) -> list[str]:
+        """The claim, the sent marker and the hand-off count of ``mail_id`` (one slot)."""
+        tag = f"{{{mail_id}}}"
+        return [f"{self._ns}:claim:{tag}", f"{self._ns}:sent:{tag}", f"{self._ns}:runs:{tag}"]
+
+    def begin(
+        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+    ) -> Begun:
+        args = [owner, int(lease * 1000), takeover or ""]
+        try:
+            answer = self._begin(keys=self._keys(mail_id)[:2], args=args)
+        except REDIS_DOWN as exc:
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        if isinstance(answer, bytes | str):
+            return Outcome.from_dict(json.loads(answer))
+        return bool(answer)
+
+    def unclaim(self, mail_id: str, owner: str) -> None:
+        try:
+            claim, _, runs = self._keys(mail_id)
+            self._unclaim(keys=[claim, runs], args=[owner])
+        except REDIS_DOWN as exc:
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+
+    def record(self, outcome: Outcome) -> None:
+        try:
+            self._record(
+                keys=self._keys(outcome.mail_id), args=[json.dumps(outcome.as_dict()), SENT_TTL]
+            )
+        except REDIS_DOWN as exc:
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+
+    def handoff(self, mail_id: str) -> int:
+        try:
+            return int(self._handoff(keys=self._keys(mail_id), args=[RUNS_TTL * 1000]))
+        except REDIS_DOWN as exc:
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+
+    def quarantine(self, outcome: Outcome) -> None:
+        self.record(outcome)
+        entry = json.dumps(outcome.as_dict())
+        try:
+            # Another slot than the mail's keys (Cluster): a second call, after the record.
+            pipe = self._client.pipeline(transaction=False)
+            pipe.zadd(self._dead, {entry: outcome.decided_at or 0.0})
+            pipe.zremrangebyrank(self._dead, 0, -MAX_DEAD_LETTERS - 1)
+            pipe.execute()
+        except REDIS_DOWN as exc:
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+
+    def dead_letters(self, limit: int = 100) -> list[Outcome]:
+        try:
+            raw = self._client.zrevrange(self._dead, 0, max(limit, 1) - 1)
+        except REDIS_DOWN as exc:
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        return [Outcome.from_dict(json.loads(item)) for item in raw]
+
+    def recorded(self, mail_id: str) -> Outcome | None:
+        try:
+            raw = self._client.get(self._keys(mail_id)[1])
+        except REDIS_DOWN as exc:
+            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        return None if raw is None else Outcome.from_dict(json.loads(raw))

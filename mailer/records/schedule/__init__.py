@@ -1,0 +1,60 @@
+"""The schedule: mails that wait long for their slot are parked here, not held by workers.
+
+A booked mail whose wait is longer than ``MAILGUARD_PARK_AFTER`` is *parked*: its payload (the
+task message, opaque to this package: ``workers/`` encodes it) goes into a sorted set by due
+time in the ledger's Redis, and its run ends. No broker message, no worker memory, no hops.
+
+Every worker polls :meth:`Schedule.take_due` (one script call): up to N due entries move, in
+one atomic step, to a *promoting* set under a lease; the worker publishes each under its own
+task id with the remaining countdown (under a second), then calls :meth:`Schedule.done`. A
+worker killed between publishing and ``done`` leaves its lease to end; any worker then takes
+the entries again and publishes a second copy, which the ledger's claim and sent marker keep
+from sending twice. Nobody leads: two workers never take one entry within a lease.
+
+- :mod:`mailer.records.schedule.base`: the :class:`Schedule` protocol, :class:`Taken`, the defaults
+- :mod:`mailer.records.schedule.memory`: :class:`MemorySchedule`, inside one process
+- :mod:`mailer.records.schedule.redis`: :class:`RedisSchedule`; scripts in ``lua/``
+- :mod:`mailer.records.schedule.park`: when a deferral is parked (pure)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from mailer.defaults import QUEUE
+from mailer.records.schedule.base import (
+    PROMOTE_LEASE,
+    TAKE_AHEAD,
+    TAKE_LIMIT,
+    Schedule,
+    ScheduleStats,
+    Taken,
+)
+from mailer.records.schedule.memory import MemorySchedule
+from mailer.records.schedule.redis import RedisSchedule
+
+
+def schedule_from_url(url: str, *, client: Any = None, queue: str = QUEUE) -> Schedule:
+    """The schedule of ``queue`` on ``memory://`` or a Redis URL (the ledger's); ``client``
+    reuses a redis-py client."""
+    if urlsplit(url).scheme == "memory":
+        return MemorySchedule()
+    if client is None:
+        from mailer.limits.stores.redis import client_from_url  # noqa: PLC0415 - redis only here
+
+        client = client_from_url(url)
+    return RedisSchedule(client, url, queue=queue)
+
+
+__all__ = [
+    "PROMOTE_LEASE",
+    "TAKE_AHEAD",
+    "TAKE_LIMIT",
+    "MemorySchedule",
+    "RedisSchedule",
+    "Schedule",
+    "ScheduleStats",
+    "Taken",
+    "schedule_from_url",
+]

@@ -1,0 +1,88 @@
+"""The schedule's protocol and its plain data (:mod:`mailer.records.schedule`: the story)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+#: How many due entries one :meth:`Schedule.take_due` moves at most.
+TAKE_LIMIT = 500
+#: How long a worker holds the entries it took, in seconds, before another may take them again.
+PROMOTE_LEASE = 30.0
+#: Entries due within this many seconds are taken now (they travel with a countdown under it).
+TAKE_AHEAD = 1.0
+
+
+@dataclass(frozen=True)
+class Taken:
+    """An entry taken for promotion: its mail id and payload (None if it vanished: cancelled)."""
+
+    mail_id: str
+    payload: bytes | None
+
+
+@dataclass(frozen=True)
+class ScheduleStats:
+    """How many entries wait (``parked``), are being promoted, or are dead letters; and the
+    due time of the earliest parked entry (epoch seconds, None when nothing is parked)."""
+
+    parked: int
+    promoting: int
+    dead: int
+    earliest_due: float | None
+
+
+class Schedule(Protocol):
+    """Parked mails by due time, each with an opaque payload. Every method is one atomic step.
+
+    A mail id is in at most one place: parked (by due time), promoting (taken under a lease)
+    or dead (undecodable). Times are epoch seconds; the Redis schedule reads Redis's clock.
+    """
+
+    def park(self, mail_id: str, due: float, payload: bytes) -> None:
+        """Park ``mail_id`` until ``due`` with ``payload``; a parked or promoting entry of the
+        same id is replaced (a promoted mail that parks again)."""
+        ...
+
+    def take_due(
+        self, limit: int = TAKE_LIMIT, lease: float = PROMOTE_LEASE, ahead: float = TAKE_AHEAD
+    ) -> list[Taken]:
+        """Move up to ``limit`` entries to *promoting* under a lease of ``lease`` seconds and
+        return them: first those whose lease expired (a worker died while promoting them),
+        then those due within ``ahead`` seconds, earliest first."""
+        ...
+
+    def next_due(self) -> float | None:
+        """When the schedule next has something to hand out (epoch seconds; None: empty): the
+        earliest due time or promotion lease end. One cheap read: what a poller asks first."""
+        ...
+
+    def done(self, mail_ids: Sequence[str]) -> int:
+        """Forget promoted entries (published): only those still promoting, so an entry parked
+        again meanwhile stays. Returns how many were forgotten."""
+        ...
+
+    def bury(self, mail_id: str) -> None:
+        """Move a promoting entry whose payload cannot be used to the dead letters."""
+        ...
+
+    def cancel(self, mail_id: str) -> bytes | None:
+        """Remove ``mail_id`` wherever it waits (parked or promoting); its payload, or None."""
+        ...
+
+    def payload(self, mail_id: str) -> bytes | None:
+        """The payload of ``mail_id`` if it waits (parked or promoting); nothing changes."""
+        ...
+
+    def stats(self) -> ScheduleStats:
+        """Counts, and the earliest due time or ended lease (see :meth:`next_due`)."""
+        ...
+
+    def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
+        """Every parked or promoting entry: mail id, due (None while promoting), payload."""
+        ...
+
+    def dead_letters(self, limit: int = 100) -> list[tuple[str, bytes]]:
+        """Up to ``limit`` dead letters: mail id and the payload as it was."""
+        ...

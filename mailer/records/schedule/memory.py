@@ -1,0 +1,90 @@
+"""The schedule inside one process: dicts under a lock, on an injected clock."""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from collections.abc import Iterator, Sequence
+
+from mailer.clock import Clock, system_clock
+from mailer.records.schedule.base import PROMOTE_LEASE, TAKE_AHEAD, TAKE_LIMIT, ScheduleStats, Taken
+
+
+class MemorySchedule:
+    """:class:`~mailer.records.schedule.base.Schedule` in this process (demo, threads/solo pools).
+
+    Only a worker in the same process can promote what it holds: a prefork child parks into
+    its own copy, so the workers park into it only when their promoter runs in-process.
+    """
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self._clock = clock or system_clock
+        self._lock = threading.Lock()
+        self._due: dict[str, float] = {}
+        self._promoting: dict[str, float] = {}  # mail id -> lease end
+        self._payloads: dict[str, bytes] = {}
+        self._dead: dict[str, bytes] = {}
+
+    def park(self, mail_id: str, due: float, payload: bytes) -> None:
+        with self._lock:
+            self._promoting.pop(mail_id, None)
+            self._due[mail_id] = due
+            self._payloads[mail_id] = payload
+
+    def take_due(
+        self, limit: int = TAKE_LIMIT, lease: float = PROMOTE_LEASE, ahead: float = TAKE_AHEAD
+    ) -> list[Taken]:
+        with self._lock:
+            now = self._clock()
+            # One order for both, as the Redis schedule's one sorted set: due time or lease end.
+            scored = [*self._due.items(), *self._promoting.items()]
+            ready = heapq.nsmallest(
+                limit,
+                (item for item in scored if item[1] <= now + ahead),
+                key=lambda item: (item[1], item[0]),
+            )
+            ids = [mail_id for mail_id, _ in ready]
+            for mail_id in ids:
+                self._due.pop(mail_id, None)
+                self._promoting[mail_id] = now + lease
+            return [Taken(mail_id, self._payloads.get(mail_id)) for mail_id in ids]
+
+    def next_due(self) -> float | None:
+        with self._lock:
+            return min([*self._due.values(), *self._promoting.values()], default=None)
+
+    def done(self, mail_ids: Sequence[str]) -> int:
+        with self._lock:
+            gone = [m for m in mail_ids if self._promoting.pop(m, None) is not None]
+            for mail_id in gone:
+                self._payloads.pop(mail_id, None)
+            return len(gone)
+
+    def bury(self, mail_id: str) -> None:
+        with self._lock:
+            self._promoting.pop(mail_id, None)
+            self._dead[mail_id] = self._payloads.pop(mail_id, b"")
+
+    def cancel(self, mail_id: str) -> bytes | None:
+        with self._lock:
+            self._due.pop(mail_id, None)
+            self._promoting.pop(mail_id, None)
+            return self._payloads.pop(mail_id, None)
+
+    def payload(self, mail_id: str) -> bytes | None:
+        with self._lock:
+            return self._payloads.get(mail_id)
+
+    def stats(self) -> ScheduleStats:
+        with self._lock:
+            earliest = min([*self._due.values(), *self._promoting.values()], default=None)
+            return ScheduleStats(len(self._due), len(self._promoting), len(self._dead), earliest)
+
+    def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
+        with self._lock:
+            rows = [(m, self._due.get(m), p) for m, p in self._payloads.items()]
+        yield from rows
+
+    def dead_letters(self, limit: int = 100) -> list[tuple[str, bytes]]:
+        with self._lock:
+            return list(self._dead.items())[:limit]
