@@ -41,7 +41,8 @@ def build_ledger(settings: Settings, limiter: Limiter | ScopedLimiter | None = N
     url = settings.effective_ledger_url
     if urlsplit(url).scheme == "memory":
         return MemoryLedger()
-    from mailer.limits.stores.redis import RedisBackend, client_from_url  # noqa: PLC0415
+    from mailer.limits.stores.redis import RedisBackend  # noqa: PLC0415
+    from mailer.storage import client_from_url  # noqa: PLC0415
 
     backend = limiter.backend if isinstance(limiter, Limiter) else None
     if isinstance(backend, RedisBackend) and url == settings.limiter_url:

@@ -16,10 +16,10 @@ import pytest
 
 from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, ManualClock
-from mailer.limits.stores.redis import client_from_url
 from mailer.outcomes import Outcome
 from mailer.records.ledger import SENT_TTL, Ledger, MemoryLedger, RedisLedger
 from mailer.records.ledger import redis as redis_ledger
+from mailer.storage import client_from_url
 
 #: A lease short enough to wait out on a real Redis, in seconds; waits add a margin to it.
 SHORT = 0.2

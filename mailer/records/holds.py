@@ -94,7 +94,7 @@ class Holds:
             store = _MemoryStore(clock)
         else:
             if client is None:
-                from mailer.limits.stores.redis import client_from_url  # noqa: PLC0415 - redis only
+                from mailer.storage import client_from_url  # noqa: PLC0415 - redis only
 
                 client = client_from_url(url)
             store = _RedisStore(client, url, cluster=scheme.endswith("+cluster"))

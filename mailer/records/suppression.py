@@ -79,7 +79,7 @@ class Suppressions:
         if urlsplit(url).scheme == "memory":
             return cls(_MemoryStore(clock or system_clock), secret=secret, clock=clock)
         if client is None:
-            from mailer.limits.stores.redis import client_from_url  # noqa: PLC0415 - redis only here
+            from mailer.storage import client_from_url  # noqa: PLC0415 - redis only here
 
             client = client_from_url(url)
         return cls(_RedisStore(client, url), secret=secret, namespace=namespace, clock=clock)

@@ -12,15 +12,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.exceptions
 
 from mailer.clock import Clock, to_us
-from mailer.errors import BackendUnavailable, mask_url
+from mailer.errors import BackendUnavailable
 from mailer.limits.sliding_log import RawDecision, TierSpec
-from mailer.limits.stores.redis_errors import REDIS_DOWN
+from mailer.storage import REDIS_DOWN, client_from_url
 
 #: The script's text with the policy markers in place; :func:`compile_script` fills them.
 SCRIPT_TEMPLATE = (
@@ -37,56 +36,6 @@ def compile_script(spec: TierSpec) -> tuple[str, str]:
         "--[[WINDOWS]]", ", ".join(map(str, spec.windows))
     )
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
-
-
-def client_from_url(url: str, **options: Any) -> Any:
-    """Build a redis-py client from a URL.
-
-    - ``redis://[:password@]host:port/db``, ``rediss://`` (TLS), ``unix:///path?db=0``
-    - ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS): Redis Cluster, any node
-      as the entry point; every key of one subject shares a hash tag, so one slot.
-    - ``redis+sentinel://[:password@]host:port[,host:port...]/service[/db]``: the current
-      master of ``service`` as told by the sentinels, followed across failovers.
-
-    Timeouts default to 2 s (connect and reply), so an outage is reported quickly.
-    """
-    options.setdefault("socket_connect_timeout", 2.0)
-    options.setdefault("socket_timeout", 2.0)
-    scheme = urlsplit(url).scheme
-    if scheme.endswith("+cluster"):
-        from redis.cluster import RedisCluster  # noqa: PLC0415 - only for cluster URLs
-
-        return RedisCluster.from_url(url.replace("+cluster", "", 1), **options)
-    if scheme == "redis+sentinel":
-        return _sentinel_master(url, **options)
-    return redis.Redis.from_url(url, **options)
-
-
-def _sentinel_master(url: str, **options: Any) -> Any:
-    from redis.sentinel import Sentinel  # noqa: PLC0415 - only for sentinel URLs
-
-    parts = urlsplit(url)
-    hosts_part = parts.netloc.rsplit("@", 1)[-1]
-    password = (
-        unquote(parts.netloc.rsplit("@", 1)[0].split(":", 1)[-1]) if "@" in parts.netloc else None
-    )
-    sentinels = []
-    for host_port in hosts_part.split(","):
-        host, _, port = host_port.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"bad sentinel address {host_port!r} in {mask_url(url)}")
-        sentinels.append((host.strip("[]"), int(port)))
-    path = [p for p in parts.path.split("/") if p]
-    if not path:
-        raise ValueError(f"sentinel URL {mask_url(url)} names no service: .../<service>[/db]")
-    db = int(path[1]) if len(path) > 1 else 0
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        sentinels,
-        socket_timeout=options["socket_timeout"],
-        socket_connect_timeout=options["socket_connect_timeout"],
-    )
-    master = sentinel.master_for  # redis-py leaves these two untyped
-    return master(path[0], db=db, password=password, **options)  # type: ignore[no-untyped-call]
 
 
 class RedisBackend:

@@ -21,9 +21,9 @@ import redis.exceptions
 
 from mailer.errors import BackendUnavailable
 from mailer.limits.policy import MONTH_MS, Tier
-from mailer.limits.stores.redis import client_from_url
 from mailer.limits.stores.redis_errors import REDIS_DOWN
 from mailer.limits.windows import window
+from mailer.storage import client_from_url
 
 _TEMPLATE = resources.files("mailer.limits.stores").joinpath("lua/scoped.lua").read_text()
 _KIND = {"sliding": 1, "fixed": 2, "gcra": 3}

@@ -41,7 +41,7 @@ def schedule_from_url(url: str, *, client: Any = None, queue: str = QUEUE) -> Sc
     if urlsplit(url).scheme == "memory":
         return MemorySchedule()
     if client is None:
-        from mailer.limits.stores.redis import client_from_url  # noqa: PLC0415 - redis only here
+        from mailer.storage import client_from_url  # noqa: PLC0415 - redis only here
 
         client = client_from_url(url)
     return RedisSchedule(client, url, queue=queue)
