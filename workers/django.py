@@ -33,6 +33,7 @@ from typing import Any
 from django.core.mail.backends.base import BaseEmailBackend
 from django.core.mail.message import EmailMessage
 
+
 class EmailBackend(BaseEmailBackend):  # type: ignore[misc] # Django ships no type hints
     """Hands each message to the guarded ``send_mail`` task; see the module doc."""
 

@@ -25,6 +25,7 @@ from mailer.settings import Settings
 from mailer.steps import DEFERRED, celery_state
 from workers.cli.errors import fail
 from workers.cli.shared import shared_ledger_settings
+from workers.outcomes import read_state
 from workers.parking import schedule_for
 from workers.payload import Parked
 
@@ -45,7 +46,6 @@ def cancel(mail_id: str, yes: bool) -> None:
     """
     settings = shared_ledger_settings("schedule")
     from workers.app import app  # noqa: PLC0415 - Celery only when needed
-    from workers.outcomes import read_state  # noqa: PLC0415
 
     given = mail_id
     try:
