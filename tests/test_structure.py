@@ -10,6 +10,9 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
+from mailer import outcomes
+from mailer.steps import VOCABULARY, celery_state
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / ".ci" / "check_structure.py"
 
@@ -96,3 +99,19 @@ def test_long_functions_waivers_and_celery_in_the_library_are_found(tmp_path: Pa
     assert "function over has 61 lines" in found[0]
     assert "complexity waiver" in found[1]
     assert found[2].endswith("mailer/ imports kombu")
+
+
+def test_the_vocabulary_has_a_row_for_every_reason() -> None:
+    """Every reason of :mod:`mailer.outcomes` has a row in :data:`mailer.steps.VOCABULARY`, and
+    each status has one Celery state (SUCCESS for sent and dropped, DEFERRED, FAILURE)."""
+    reasons = {
+        value for name, value in vars(outcomes).items() if name.isupper() and isinstance(value, str)
+    }
+    assert reasons == {word.reason for word in VOCABULARY} - {None}
+    assert {word.status: word.state for word in VOCABULARY} == {
+        "sent": "SUCCESS",
+        "dropped": "SUCCESS",
+        "deferred": "DEFERRED",
+        "failed": "FAILURE",
+    }
+    assert all(celery_state(word.status) == word.state for word in VOCABULARY)
