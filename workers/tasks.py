@@ -2,6 +2,10 @@
 
 >>> send_mail.delay("ada@example.com", subject="Your code", body="493 112")   # doctest: +SKIP
 >>> send_mail.delay("ada@example.com", kind="code", context={"code": "493112"})  # doctest: +SKIP
+
+The process's settings and guard live in :mod:`workers.state`; ``workers.tasks.settings``,
+``guard`` and ``use_settings`` are that module's, re-exported. The call checks are
+:mod:`workers.call`'s.
 """
 
 from __future__ import annotations
