@@ -22,10 +22,13 @@ test: install
 	@sh .ci/install-redis
 	$(BIN)/python -m pytest -n $(PYTEST_JOBS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
 
+## lint: ruff, ruff format, mypy strict, then the structural measures (.ci/check_structure.py:
+## module and function sizes, complexity waivers, import circles, no Celery in mailer/).
 lint: install
 	$(BIN)/ruff check mailer workers devservers tests benchmarks examples
 	$(BIN)/ruff format --check mailer workers devservers tests benchmarks examples
 	$(BIN)/mypy
+	$(BIN)/python .ci/check_structure.py
 
 bench: install
 	@sh .ci/install-redis

@@ -1,32 +1,20 @@
 """The one vocabulary of a mail's run, from the limiter's answer to the Celery state.
 
-Every layer speaks these words; this table is where they are written down:
-
-| what happened | ``plan()`` | ``Step`` | ``Outcome`` status / reason | Celery state |
-|---|---|---|---|---|
-| limiter: allowed | ``Send`` | ``Finish`` | ``sent`` / none | SUCCESS |
-| limiter: booked | ``Defer`` | ``Later`` | ``deferred`` / ``booked`` | DEFERRED |
-| limiter: refused (too far) | ``Drop`` | ``Finish`` | ``dropped`` / ``rate_limited`` | SUCCESS |
-| past the kind's deadline | | ``Finish`` | ``dropped`` / ``expired`` | SUCCESS |
-| ran late, next slot too far | ``Drop`` | ``Finish`` | ``dropped`` / ``late`` | SUCCESS |
-| bad input | | ``Finish`` | ``dropped`` / ``invalid`` | SUCCESS |
-| cancelled (``mailguard cancel``) | | ``Finish`` | ``dropped`` / ``cancelled`` | SUCCESS |
-| message that keeps ending its worker | | on receipt | ``dropped`` / ``poison`` | SUCCESS |
-| already finished (a repeat) | | ``Finish`` / ``Fail`` | the recorded outcome | as recorded |
-| another run holds the claim | | ``Later`` | ``deferred`` / ``in_flight`` | DEFERRED |
-| limiter down (fail_closed) | | ``Later`` | ``deferred`` / ``limiter_unavailable`` | DEFERRED |
-| ledger down (either mode) | | ``Later`` | ``deferred`` / ``ledger_unavailable`` | DEFERRED |
-| SMTP 4xx, timeout, lost link | | ``Later`` | ``deferred`` / ``smtp_transient`` | DEFERRED |
-| SMTP 4xx, retries used up | | ``Fail`` | ``failed`` / ``retries_exhausted`` | FAILURE |
-| SMTP 5xx | | ``Fail`` | ``failed`` / ``smtp_permanent`` | FAILURE |
+Every layer speaks these words; :data:`VOCABULARY` is where they are written down, one
+:class:`Word` a row (what happened, ``plan()``'s answer, the guard's ``Step``, the
+``Outcome`` status and reason, the Celery state a reader sees). A repeated run of a finished
+mail answers the recorded outcome, in the state it was recorded with.
 
 - :func:`plan` (pure) turns a :class:`~mailer.limits.decision.Decision` into a :data:`Plan`.
 - :class:`~mailer.guard.Guard` answers each run with a :data:`Step`: :class:`Finish` (done,
   sent or dropped), :class:`Fail` (failed for good) or :class:`Later` (run again in
   ``countdown`` seconds, carrying :class:`Progress`).
-- ``workers/tasks.py`` carries a step out: return the outcome, raise ``MailFailed``, or set the
-  state ``DEFERRED`` and retry with the countdown. :data:`CELERY_STATE` names the state a
-  reader sees for each status (the simulator and the demo use the same words).
+- ``workers/tasks.py`` carries a step out: return the outcome, raise ``MailFailed``, or store
+  the state :data:`DEFERRED` and retry with the countdown. :func:`celery_state` names the state
+  a reader sees for each status; the CLI, the demo and the simulator use the same words.
+
+The Celery states are plain strings here (this module never imports Celery): the only place in
+``mailer/`` and ``workers/`` where they are written.
 """
 
 from __future__ import annotations
@@ -35,17 +23,63 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
+from mailer import outcomes as why
 from mailer.limits.decision import Decision
 from mailer.limits.policy import Tier
 from mailer.outcomes import Outcome, Status
 
-#: The Celery state a mail of each status is in (``AsyncResult(id).state``).
-CELERY_STATE: Mapping[Status, str] = {
-    "sent": "SUCCESS",
-    "dropped": "SUCCESS",
-    "deferred": "DEFERRED",
-    "failed": "FAILURE",
-}
+#: Celery's state of a task it knows nothing of (an unknown id, an expired result, a mail not
+#: yet taken by a worker).
+PENDING = "PENDING"
+#: A mail waiting for its booked slot or its next try; the outcome so far is the state's meta.
+DEFERRED = "DEFERRED"
+#: The task returned its outcome: ``sent`` or ``dropped``.
+SUCCESS = "SUCCESS"
+#: The task raised ``MailFailed``: ``failed``.
+FAILURE = "FAILURE"
+#: The states of a mail that has settled (it will not run again).
+FINAL_STATES = frozenset({SUCCESS, FAILURE})
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One row of the vocabulary. ``plan`` is ``plan()``'s answer (empty when the limiter is
+    not asked); ``step`` the guard's ``Step`` (``on receipt``: decided before the guard runs)."""
+
+    happened: str
+    plan: str
+    step: str
+    status: Status
+    reason: str | None
+    state: str
+
+
+VOCABULARY: tuple[Word, ...] = (
+    Word("limiter: allowed", "Send", "Finish", "sent", None, SUCCESS),
+    Word("limiter: booked", "Defer", "Later", "deferred", why.BOOKED, DEFERRED),
+    Word("limiter: refused (too far)", "Drop", "Finish", "dropped", why.RATE_LIMITED, SUCCESS),
+    Word("past the kind's deadline", "", "Finish", "dropped", why.EXPIRED, SUCCESS),
+    Word("ran late, next slot too far", "Drop", "Finish", "dropped", why.LATE, SUCCESS),
+    Word("bad input", "", "Finish", "dropped", why.INVALID, SUCCESS),
+    Word("cancelled (mailguard cancel)", "", "Finish", "dropped", why.CANCELLED, SUCCESS),
+    Word("every recipient suppressed", "", "Finish", "dropped", why.SUPPRESSED, SUCCESS),
+    Word("message that keeps ending its worker", "", "on receipt", "dropped", why.POISON, SUCCESS),
+    Word("another run holds the claim", "", "Later", "deferred", why.IN_FLIGHT, DEFERRED),
+    Word("booked after a hold (slow down)", "Defer", "Later", "deferred", why.HELD, DEFERRED),
+    Word("recipients found no common slot", "", "Later", "deferred", why.CONTENDED, DEFERRED),
+    Word("limiter down (fail_closed)", "", "Later", "deferred", why.LIMITER_UNAVAILABLE, DEFERRED),
+    Word("ledger down (either mode)", "", "Later", "deferred", why.LEDGER_UNAVAILABLE, DEFERRED),
+    Word("SMTP 4xx, timeout, lost link", "", "Later", "deferred", why.SMTP_TRANSIENT, DEFERRED),
+    Word("SMTP 4xx, retries used up", "", "Fail", "failed", why.RETRIES_EXHAUSTED, FAILURE),
+    Word("SMTP 5xx", "", "Fail", "failed", why.SMTP_PERMANENT, FAILURE),
+)
+
+_STATE: Mapping[str, str] = {word.status: word.state for word in VOCABULARY}
+
+
+def celery_state(status: Status) -> str:
+    """The Celery state (``AsyncResult(id).state``) of a mail whose outcome has ``status``."""
+    return _STATE[status]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +116,9 @@ class Drop:
 
 
 Plan = Send | Defer | Drop
+#: The outcome status each :data:`Plan` leads to (``plan()`` never fails a mail): a Plan's
+#: ``status``. The simulator's results speak it.
+PlanStatus = Literal["sent", "deferred", "dropped"]
 
 
 def plan(decision: Decision, *, max_countdown: float) -> Plan:

@@ -105,3 +105,51 @@ def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpT
         schedule_client.close()
         limiter.close()
     assert len(smtp_server.delivered) == 1, "only the first mail was sent"
+
+
+def test_cancel_a_parked_mail_gives_every_recipient_its_slot_back(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """Given two mails to the same four recipients (a list ``to``, a ``cc`` and a ``bcc``)
+    under ``1/20s, 50/1h`` with ``PARK_AFTER`` 5 s: the first is sent, the second is booked
+    20 s ahead in every recipient's budget and parked. When it is cancelled, then every
+    recipient, not only the first ``to``, has that slot back (49 of 50 left in the hour, as the
+    guard's own release would leave it), and nothing more is sent."""
+    policy = "1/20s, 50/1h"
+    env = worker_env(redis_url, smtp_server.url, MAILGUARD_POLICY=policy, MAILGUARD_PARK_AFTER="5s")
+    recipients = ["ann@example.com", "ben@example.com", "cat@example.com", "dan@example.com"]
+    call = {
+        "args": [recipients[:2]],
+        "kwargs": {"subject": "s", "body": "b", "cc": recipients[2], "bcc": [recipients[3]]},
+    }
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    schedule_client = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
+    schedule = RedisSchedule(schedule_client, env["MAILGUARD_LIMITER_URL"])
+    limiter = Limiter.from_url(
+        env["MAILGUARD_LIMITER_URL"],
+        Policy.parse(policy, name="recipient"),
+        secret=env["MAILGUARD_SECRET"],
+    )
+
+    def left_in_the_hour() -> list[int]:
+        return [limiter.peek(address).remaining[1] for address in recipients]
+
+    try:
+        first = app.send_task(TASK, **call)
+        assert first.get(timeout=20)["status"] == "sent"
+        second = app.send_task(TASK, **call)
+        poll(lambda: schedule.stats().parked == 1, 15, "the second mail to be parked")
+        assert left_in_the_hour() == [48, 48, 48, 48], "both mails counted for everyone"
+        done = run(["cancel", second.id, "--yes"], env)
+        assert done.returncode == 0, done.stderr
+        assert "slot freed" in done.stdout
+        assert left_in_the_hour() == [49, 49, 49, 49], "every recipient has its slot back"
+        assert second.state == "SUCCESS"
+        assert (second.result["status"], second.result["reason"]) == ("dropped", "cancelled")
+    finally:
+        worker.stop()
+        app.close()
+        schedule_client.close()
+        limiter.close()
+    assert len(smtp_server.delivered) == 1, "only the first mail was sent"

@@ -357,7 +357,6 @@ def test_a_promoted_mail_keeps_its_task_id_request_time_progress_and_priority(
     import base64  # noqa: PLC0415
 
     from mailer.records.schedule import MemorySchedule  # noqa: PLC0415
-    from workers import tasks  # noqa: PLC0415 - registers send_mail on every app
     from workers.promoter import Promoter  # noqa: PLC0415
 
     env = worker_env(redis_url, "memory://", MAILGUARD_KIND_NEWS_PRIORITY="2")
@@ -365,7 +364,7 @@ def test_a_promoted_mail_keeps_its_task_id_request_time_progress_and_priority(
     schedule = MemorySchedule()
     kwargs = {"kind": "news", "mail_id": "m1", "_requested_at": 1.5, "_progress": "sealed"}
     schedule.park("m1", time.time(), Parked("task-1", ["ada@example.com"], kwargs, 0.0).encode())
-    promoter = Promoter(app, app.tasks[tasks.send_mail.name], schedule, Settings.from_env(env))
+    promoter = Promoter(app, schedule, Settings.from_env(env))
     try:
         assert promoter.promote_once() == 1
     finally:

@@ -17,20 +17,18 @@ from celery import Celery, current_task, signals
 from kombu import Queue
 
 from mailer import defaults, metrics
+from mailer.factory import build_guard
 from mailer.logs import JsonFormatter
 from mailer.settings import Settings
-from workers import priority
+from workers import priority, state
 from workers.broker_transport import transport_for
+from workers.parking import schedule_for
 from workers.promoter import PromoterStep
 
-try:
-    settings = Settings.from_env()
-    #: Why the environment's settings are unusable (one line naming the variable), or None.
-    #: A worker refuses to start with it and ``send_mail.delay`` raises it; the app itself is
-    #: still importable (on embedded defaults), so that importing never raises.
-    settings_error: str | None = None
-except ValueError as _exc:
-    settings, settings_error = Settings(), str(_exc)
+#: The environment's settings (:data:`workers.state.env_settings`): the app is built from them.
+settings: Settings = state.env_settings
+#: Why they are unusable (one line naming the variable), or None (:mod:`workers.state`).
+settings_error: str | None = state.settings_error
 
 
 def transport_options(config: Settings) -> dict[str, Any]:
@@ -125,8 +123,6 @@ def _preflight(sender: Any = None, **_: Any) -> None:
     problems = [settings_error] if settings_error else settings.problems()
     if problems:
         raise SystemExit(f"mailguard: {problems[0]}")
-    from mailer.factory import build_guard  # noqa: PLC0415 - builds Redis clients
-
     try:
         build_guard(settings, metrics=metrics.NO_METRICS)  # no metric objects before the fork
     except ValueError as exc:
@@ -182,8 +178,6 @@ def _schedule_gauges() -> tuple[Any, ...]:
     """The schedule's gauges, when parking is on (read from the ledger's Redis per scrape)."""
     if settings.park_after is None:
         return ()
-    from workers.parking import schedule_for  # noqa: PLC0415 - builds a Redis client
-
     return (metrics.ScheduleCollector(lambda: schedule_for(settings).stats()),)
 
 

@@ -33,9 +33,6 @@ from typing import Any
 from django.core.mail.backends.base import BaseEmailBackend
 from django.core.mail.message import EmailMessage
 
-#: The keyword arguments of ``send_mail`` this backend fills from a Django message.
-CARRIED = ("to", "cc", "bcc", "reply_to", "from_email", "headers", "html", "attachments")
-
 
 class EmailBackend(BaseEmailBackend):  # type: ignore[misc] # Django ships no type hints
     """Hands each message to the guarded ``send_mail`` task; see the module doc."""

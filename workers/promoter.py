@@ -30,7 +30,7 @@ from celery import bootsteps
 from mailer.errors import BackendUnavailable
 from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
 from mailer.settings import Settings
-from workers import parking, priority
+from workers import parking, priority, state
 from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
@@ -46,11 +46,19 @@ KILL_AFTER_PUBLISH = "_MAILGUARD_TEST_KILL_AFTER_PUBLISH"
 
 
 class Promoter:
-    """Publishes due entries of ``schedule`` as ``task`` (``send_mail``) through ``app``."""
+    """Publishes due entries of ``schedule`` as the task named ``task_name`` (``send_mail``)
+    through ``app``; the task need not be imported in this process."""
 
-    def __init__(self, app: Any, task: Any, schedule: Schedule, settings: Settings) -> None:
+    def __init__(
+        self,
+        app: Any,
+        schedule: Schedule,
+        settings: Settings,
+        *,
+        task_name: str = state.SEND_MAIL,
+    ) -> None:
         self.app = app
-        self.task = task
+        self.task_name = task_name
         self.schedule = schedule
         self.lease = settings.promote_lease
         self.kinds = settings.kinds
@@ -58,7 +66,8 @@ class Promoter:
         # Read once: a configuration lookup costs ~20 µs, the route is the same for every mail.
         self._broker_url = str(app.conf.broker_url)
         self._amqp = app.amqp
-        self._route = dict(app.amqp.router.route({}, task.name, (), {}, task))
+        route = app.amqp.router.route({}, task_name, (), {}, app.tasks.get(task_name))
+        self._route = dict(route)
         self._reply_to = ""  # this thread's (app.thread_oid), set by each batch
         self._sent_event = bool(app.conf.task_send_sent_event)
         self._stop = threading.Event()
@@ -148,7 +157,7 @@ class Promoter:
             level = priority.kind_priority(self.kinds, entry.kwargs.get("kind", "default"))
             message = self._amqp.create_task_message(
                 entry.task_id,
-                self.task.name,
+                self.task_name,
                 entry.args,
                 entry.message_kwargs(mail_id, self._secret),
                 countdown if countdown > 0.001 else None,
@@ -168,7 +177,7 @@ class Promoter:
             return False
         self._amqp.send_task_message(
             producer,
-            self.task.name,
+            self.task_name,
             message,
             **self._route,
             priority=priority.message_priority(self._broker_url, level),
@@ -191,9 +200,7 @@ class PromoterStep(bootsteps.StartStopStep):
         self.promoter: Promoter | None = None
 
     def start(self, worker: Any) -> None:
-        from workers import tasks  # noqa: PLC0415 - tasks imports the app that adds this step
-
-        settings = tasks.settings
+        settings = state.current()
         if settings.park_after is None:
             return
         try:
@@ -201,8 +208,7 @@ class PromoterStep(bootsteps.StartStopStep):
         except ValueError as exc:
             log.warning("mailguard promoter not started: %s", exc)
             return
-        task = worker.app.tasks[tasks.send_mail.name]
-        self.promoter = Promoter(worker.app, task, schedule, settings)
+        self.promoter = Promoter(worker.app, schedule, settings)
         parking.promoter_pid[:] = [os.getpid()]
         self.promoter.start()
 

@@ -8,7 +8,7 @@ that kills whatever worker takes it comes back (late acks) and kills the next on
 :class:`GuardedRequest` runs in the worker's main process, right before a request is handed to
 the pool:
 
-1. :func:`workers.tasks.check_call` bounds the raw arguments: a bad message ends at once as
+1. :func:`workers.call.check_call` bounds the raw arguments: a bad message ends at once as
    ``dropped`` / ``invalid`` (state SUCCESS, like every dropped mail), acknowledged, never seen
    by a pool process.
 2. A *redelivered* copy is counted in the ledger (:meth:`mailer.records.ledger.Ledger.handoff`; a
@@ -31,6 +31,9 @@ from mailer.errors import BackendUnavailable
 from mailer.mail.arguments import InvalidArguments
 from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
+from workers import state
+from workers.call import check_call
+from workers.tasks import Deferred
 
 log = logging.getLogger("mailguard")
 
@@ -67,8 +70,6 @@ class GuardedRequest(Request):
     ) -> None:
         """A run that ended :class:`workers.tasks.Deferred` is announced as ``task-retried``
         (Flower and ``celery events`` show RETRY, not STARTED); then Celery's own handling."""
-        from workers.tasks import Deferred  # noqa: PLC0415 - tasks imports us
-
         exc = getattr(exc_info, "exception", None)
         exc = getattr(exc, "exc", exc)  # the pool wraps it in ExceptionWithTraceback
         if isinstance(exc, Deferred):
@@ -85,8 +86,6 @@ class GuardedRequest(Request):
 
     def _receipt_outcome(self) -> Outcome | None:
         """The outcome that ends this request on receipt, or None to hand it to the pool."""
-        from workers.tasks import check_call, guard, settings  # noqa: PLC0415 - tasks imports us
-
         try:
             call = check_call(self.args, self.kwargs)
         except InvalidArguments as exc:
@@ -94,10 +93,10 @@ class GuardedRequest(Request):
         if not self.delivery_info.get("redelivered"):
             return None
         mail_id = call.get("mail_id") or self.id
-        ledger = guard().ledger
+        ledger = state.guard().ledger
         try:
             count = ledger.handoff(mail_id)
-            if count <= settings.poison_after:
+            if count <= state.current().poison_after:
                 return None
             poison = _outcome(
                 mail_id,

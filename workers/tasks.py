@@ -2,13 +2,15 @@
 
 >>> send_mail.delay("ada@example.com", subject="Your code", body="493 112")   # doctest: +SKIP
 >>> send_mail.delay("ada@example.com", kind="code", context={"code": "493112"})  # doctest: +SKIP
+
+The process's settings and guard live in :mod:`workers.state`; ``workers.tasks.settings``,
+``guard`` and ``use_settings`` are that module's, re-exported. The call checks are
+:mod:`workers.call`'s.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -16,22 +18,35 @@ from typing import Any
 
 from celery import Task, shared_task
 from celery.exceptions import Ignore, Reject
-from kombu.utils.json import dumps, loads
 
-from mailer.factory import build_guard
-from mailer.guard import Guard, MailRequest
-from mailer.mail.arguments import InvalidArguments, check_arguments
+from mailer.guard import MailRequest
 from mailer.mail.seal import seal, unseal
 from mailer.settings import Settings
-from mailer.steps import Fail, Finish, Later, Progress
-from workers import app as app_module
-from workers import parking, priority
-from workers.app import settings as _env_settings
+from mailer.steps import DEFERRED, Fail, Finish, Later, Progress
+from workers import app as _app  # noqa: F401 - makes mailguard's app this process's default
+from workers import parking, priority, state
+from workers.call import PRIVATE, check_call
+from workers.state import guard, use_settings
+
+__all__ = [
+    "PRIVATE",
+    "Deferred",
+    "GuardedTask",
+    "MailFailed",
+    "check_call",
+    "guard",
+    "send_mail",
+    "use_settings",
+]
 
 log = logging.getLogger("mailguard")
 
-#: The settings this process's guard is built from (the environment's, or :func:`use_settings`).
-settings: Settings = _env_settings
+
+def __getattr__(name: str) -> Settings:
+    """``workers.tasks.settings``: the settings in force (:func:`workers.state.current`)."""
+    if name == "settings":
+        return state.current()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class MailFailed(Exception):
@@ -43,77 +58,11 @@ class Deferred(Ignore):
     (A *parked* run does not raise it: it returns its ``deferred`` outcome with the request's
     ``ignore_result`` set, see :func:`send_mail`.)
 
-    Celery treats it as :class:`~celery.exceptions.Ignore` (the result keeps the ``DEFERRED``
-    state the task stored); the worker's main process sends a ``task-retried`` event for it
-    (:class:`workers.request.GuardedRequest`), so Flower and ``celery events`` show RETRY.
+    Celery treats it as :class:`~celery.exceptions.Ignore` (the result keeps the
+    :data:`~mailer.steps.DEFERRED` state the task stored); the worker's main process sends a
+    ``task-retried`` event for it (:class:`workers.request.GuardedRequest`), so Flower and
+    ``celery events`` show RETRY.
     """
-
-
-_guard: Guard | None = None
-_guard_pid = 0
-_guard_lock = threading.Lock()
-
-
-def guard() -> Guard:
-    """This process's guard, built on first use (after the prefork pool forked)."""
-    global _guard, _guard_pid
-    with _guard_lock:
-        if _guard is None or _guard_pid != os.getpid():
-            _guard, _guard_pid = build_guard(settings), os.getpid()
-        return _guard
-
-
-def use_settings(new: Settings) -> Settings:
-    """Build this process's guard from ``new`` from now on; return the settings it replaces.
-
-    For a process that runs its own in-process worker on settings of its own rather than the
-    environment's (``mailguard demo``). Only the guard changes: the cached guard is dropped and
-    the next run builds one from ``new``. ``workers.app.settings`` stays what the environment
-    says, and the Celery app keeps its configuration: a caller that also needs another broker or
-    result backend configures ``workers.app.app.conf`` itself before starting its worker (see
-    :func:`workers.demo.configure`). Call it before the worker starts, not while mails run.
-    """
-    global settings, _guard
-    with _guard_lock:
-        old, settings, _guard = settings, new, None
-    return old
-
-
-#: Keyword arguments only mailguard itself passes: ``_progress`` (sealed: see
-#: :mod:`mailer.mail.seal`) and ``_requested_at``, the epoch seconds of ``send_mail.delay`` (a
-#: kind's ``max_wait`` counts from it; the guard never lets it be later than the mail's first run,
-#: so a forged value can only shorten the mail's own deadline).
-PRIVATE = ("_progress", "_requested_at")
-
-
-def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
-    """``send_mail``'s call as keywords, or ``InvalidArguments`` (one line) saying what is wrong.
-
-    Run at enqueue (:meth:`GuardedTask.apply_async`) and again on receipt, before the pool
-    (:class:`workers.request.GuardedRequest`): bounds from :mod:`mailer.mail.arguments`, a
-    ``_progress`` that mailguard sealed for this mail id, and nothing a worker could not decode.
-    """
-    if app_module.settings_error and settings is _env_settings:
-        raise ValueError(f"mailguard: {app_module.settings_error}")
-    call = check_arguments(
-        args, kwargs, max_message_bytes=settings.max_message_bytes, private=PRIVATE
-    )
-    if "_progress" in call:
-        mail_id = call.get("mail_id")
-        if (
-            not isinstance(mail_id, str)
-            or unseal(call["_progress"], mail_id, settings.secret) is None
-        ):
-            raise InvalidArguments("send_mail: _progress is private to mailguard")
-    requested = call.get("_requested_at")
-    if requested is not None and (
-        isinstance(requested, bool)
-        or not isinstance(requested, (int, float))
-        or not 0 <= requested < 1e11
-    ):
-        raise InvalidArguments("send_mail: _requested_at is private to mailguard")
-    _check_transportable(args, kwargs)
-    return call
 
 
 class GuardedTask(Task[Any, Any]):
@@ -130,7 +79,7 @@ class GuardedTask(Task[Any, Any]):
         if "_requested_at" not in call:
             kwargs = {**(kwargs or {}), "_requested_at": round(time.time(), 3)}
         if "priority" not in options:
-            level = priority.kind_priority(settings.kinds, call.get("kind", "default"))
+            level = priority.kind_priority(state.current().kinds, call.get("kind", "default"))
             options["priority"] = priority.message_priority(self.app.conf.broker_url, level)
         options.setdefault("argsrepr", "(<redacted>)")
         options.setdefault("kwargsrepr", "{<redacted>}")
@@ -145,29 +94,14 @@ def _count_queue_wait(eta: Any, requested_at: float, kind: Any) -> None:
     except (TypeError, ValueError):
         return
     if ready:
-        level = priority.kind_priority(settings.kinds, kind)
+        level = priority.kind_priority(state.current().kinds, kind)
         guard().metrics.queue_wait(level, time.time() - ready)
-
-
-def _check_transportable(args: Any, kwargs: Any) -> None:
-    """Refuse at enqueue what a worker could not decode (it would stay PENDING forever).
-
-    kombu's JSON reads ``{"__type__": ..., "__value__": ...}`` as a typed value; a caller's
-    context shaped like that encodes fine but fails to decode on the worker.
-    """
-    try:
-        loads(dumps([args, kwargs]))
-    except (TypeError, ValueError) as exc:
-        raise InvalidArguments(
-            f"send_mail arguments cannot travel as JSON: {type(exc).__name__}; use plain "
-            "str/int/float/bool/None, lists and dicts with str keys"
-        ) from None
 
 
 @shared_task(
     bind=True,
     base=GuardedTask,
-    name="mailguard.send_mail",
+    name=state.SEND_MAIL,
     acks_late=True,
     reject_on_worker_lost=True,
     max_retries=None,  # deferrals are unlimited; the guard counts SMTP retries itself
@@ -202,9 +136,11 @@ def send_mail(
     ``subject``/``body`` left out are rendered from ``kind``'s templates with ``context``.
     ``mail_id`` defaults to this task's id and stays the same over every deferral. Returns the
     outcome dict (status ``sent`` or ``dropped``); a failed mail raises :class:`MailFailed`.
-    While deferred, ``AsyncResult(id).state == "DEFERRED"`` with the outcome as ``info`` (a
-    parked run returns that ``deferred`` outcome, not stored: the state stays DEFERRED).
+    While deferred, ``AsyncResult(id).state`` is :data:`~mailer.steps.DEFERRED` with the
+    outcome as ``info`` (a parked run returns that ``deferred`` outcome, not stored: the state
+    stays DEFERRED).
     """
+    settings = state.current()
     mail_id = mail_id or str(self.request.id)
     request = MailRequest(
         to=to,
@@ -231,44 +167,49 @@ def send_mail(
         return step.outcome.as_dict()
     if isinstance(step, Fail):
         raise MailFailed(step.outcome.as_dict())
-    assert isinstance(step, Later)
-    _show_deferred(self, step, mail_id)
-    again = dict(self.request.kwargs or {})
+    return _wait(self, step, mail_id, settings)
+
+
+def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -> dict[str, Any]:
+    """Carry out a ``Later``: store the deferred state, then park the next run (return the
+    ``deferred`` outcome) or publish it with its countdown (raise :class:`Deferred`)."""
+    _show_deferred(task, step, mail_id)
+    again = dict(task.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
     why = step.outcome.reason or "deferred"
     if step.outcome.tier:
         why += f" by {step.outcome.tier}"
-    task_id = str(self.request.id)
-    if parking.park(settings, step, task_id=task_id, args=self.request.args, kwargs=again):
+    task_id = str(task.request.id)
+    if parking.park(settings, step, task_id=task_id, args=task.request.args, kwargs=again):
         # Parked: a promoter publishes it again when due (workers/promoter.py). The run returns
         # rather than raise Deferred: Celery stores nothing more (the DEFERRED state stays) and
         # skips an ignored run's cost (two tracebacks of its own tracer, about 1.5 ms, and a
         # 43 KB pickle back to the main process). The main process still announces
         # ``task-retried`` (workers/request.py); the worker log says "succeeded: {'status':
         # 'deferred', ...}".
-        self.request.ignore_result = True
+        task.request.ignore_result = True
         return step.outcome.as_dict()
     countdown = min(step.countdown, settings.longest_countdown)  # longer waits are parked
     try:
         if step.eta is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
             eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
-            self.retry(eta=eta, kwargs=again, throw=False)
+            task.retry(eta=eta, kwargs=again, throw=False)
         else:
             eta = datetime.now(timezone.utc) + timedelta(seconds=countdown)
-            self.retry(countdown=countdown, kwargs=again, throw=False)
+            task.retry(countdown=countdown, kwargs=again, throw=False)
     except Reject as exc:
-        return _unpublished(self, step, again, exc)
+        return _unpublished(task, step, again, exc)
     raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")
 
 
 def _show_deferred(task: Task[Any, Any], step: Later, mail_id: str) -> None:
-    """Store the ``DEFERRED`` state. The state is a view: a result backend that is down (any
-    error of any backend) is logged and the mail still waits, rather than the run failing and
-    its message being acknowledged with the mail never sent."""
+    """Store the :data:`~mailer.steps.DEFERRED` state. The state is a view: a result backend
+    that is down (any error of any backend) is logged and the mail still waits, rather than the
+    run failing and its message being acknowledged with the mail never sent."""
     try:
-        task.update_state(state="DEFERRED", meta=step.outcome.as_dict())
+        task.update_state(state=DEFERRED, meta=step.outcome.as_dict())
     except Exception as exc:  # whatever the backend raises, the mail must still wait
-        log.warning("mail %s: DEFERRED state not stored (result backend: %s)", mail_id, exc)
+        log.warning("mail %s: %s state not stored (result backend: %s)", mail_id, DEFERRED, exc)
 
 
 def _unpublished(
@@ -281,6 +222,7 @@ def _unpublished(
     mail_id = str(again["mail_id"])
     task_id = str(task.request.id)
     args = task.request.args
+    settings = state.current()
     if parking.park(settings, step, task_id=task_id, args=args, kwargs=again, always=True):
         log.warning("mail %s: its next run could not be published (%s); parked", mail_id, exc)
         task.request.ignore_result = True

@@ -49,7 +49,8 @@ The package, in the order a run uses it:
 from __future__ import annotations
 
 from workers.demo.capture import SmtpCapture
-from workers.demo.run import Row, Run, quiet_logs, run_demo
+from workers.demo.rows import Row
+from workers.demo.run import Run, quiet_logs, run_demo
 from workers.demo.story import (
     MAX_WAIT,
     POLICY,

@@ -14,7 +14,8 @@ from rich.live import Live
 from rich.table import Table
 
 from mailer.errors import mask_url
-from workers.demo.run import Row, Run, run_demo
+from workers.demo.rows import Row
+from workers.demo.run import Run, run_demo
 from workers.demo.story import MAX_WAIT, RECIPIENTS
 
 _STYLES = {

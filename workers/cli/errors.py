@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 import click
-
-if TYPE_CHECKING:
-    from mailer.settings import Settings
 
 #: Exit codes.
 OK, REFUSED, USAGE = 0, 1, 2
@@ -80,23 +77,3 @@ def error_line(message: str) -> None:
     """``mailguard: error: MESSAGE`` on stderr, on one line whatever ``message`` holds."""
     text = " ".join(str(message).split())
     click.echo(f"mailguard: error: {text}", err=True)
-
-
-def shared_ledger_settings(what: str) -> Settings:
-    """The environment's settings for a command that reads what the workers keep beside the
-    ledger (``what``: their schedule, their suppression list); exit 2 on bad settings, 1 on a
-    memory ledger, which only its own worker can see."""
-    from mailer.settings import Settings  # noqa: PLC0415 - only for the commands that need it
-
-    try:
-        settings = Settings.from_env()
-    except ValueError as exc:
-        fail(str(exc), USAGE)
-    for problem in settings.problems():
-        fail(problem, USAGE)
-    if settings.effective_ledger_url.startswith("memory:"):
-        fail(
-            f"the ledger is memory://: each worker keeps its own {what}, which this command "
-            "cannot see; set the workers' shared redis:// MAILGUARD_LEDGER_URL"
-        )
-    return settings

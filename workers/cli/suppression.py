@@ -17,7 +17,8 @@ from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_suppressions
 from mailer.records.suppression import Suppressions
-from workers.cli_errors import USAGE, fail, shared_ledger_settings
+from workers.cli.errors import USAGE, fail
+from workers.cli.shared import shared_ledger_settings
 
 
 def _store() -> Suppressions:

@@ -1,0 +1,5 @@
+"""``python -m workers.cli``: the ``mailguard`` command."""
+
+from workers.cli.group import main
+
+main()

@@ -1,0 +1,47 @@
+"""The ``mailguard`` command group, with every command added to it."""
+
+from __future__ import annotations
+
+import click
+
+from workers.cli import (
+    cancel,
+    demo,
+    outcome,
+    reset,
+    schedule,
+    send,
+    simulate,
+    status,
+    suppression,
+    worker,
+)
+from workers.cli.errors import OneLineErrors
+
+
+@click.group(
+    name="mailguard", cls=OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.option("--debug", is_flag=True, help="Show tracebacks instead of one-line errors.")
+def main(debug: bool) -> None:
+    """mailguard: a Celery guard for outbound mail, exact rate limits per recipient.
+
+    Configured by MAILGUARD_* environment variables, as the worker is.
+    """
+
+
+for command in (
+    worker.worker,
+    demo.demo,
+    send.send,
+    outcome.outcome,
+    status.status,
+    reset.reset,
+    simulate.simulate,
+    suppression.suppress,
+    suppression.unsuppress,
+    suppression.suppressed,
+    cancel.cancel,
+    schedule.scheduled,
+):
+    main.add_command(command)

@@ -1,0 +1,173 @@
+"""``mailguard status``: a recipient's budget per tier, the sender's hold, or the dead letters.
+
+Reads the shared limiter, holds and ledger without consuming anything."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from mailer.errors import BackendUnavailable
+from mailer.factory import build_holds, build_ledger
+from mailer.limits.policy import Policy
+from mailer.limits.scoped import ScopedLimiter, check_tenant
+from mailer.settings import Settings
+from workers.cli import views
+from workers.cli.budget import budget_report, scoped_report
+from workers.cli.errors import USAGE, fail
+from workers.cli.shared import (
+    env_settings,
+    recipient_key,
+    refuse_problems,
+    shared_limiter,
+    shared_limiter_url,
+)
+
+
+@click.command(short_help="Show a recipient's budget per tier, or the dead letters.")
+@click.argument("address", required=False)
+@click.option(
+    "--sender", is_flag=True, help="The sender's hold, and its scope's budget (a scoped policy)."
+)
+@click.option("--tenant", metavar="NAME", help="A tenant's budget (a scoped policy).")
+@click.option("--dead-letters", is_flag=True, help="List quarantined (poison) mails instead.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(
+    address: str | None, sender: bool, tenant: str | None, dead_letters: bool, as_json: bool
+) -> None:
+    """ADDRESS's budget: per tier used/limit, when the next mail may go, booked sends.
+
+    Reads the configured limiter (MAILGUARD_LIMITER_URL, a shared redis://) without
+    consuming anything. The address is shown only as the hash the outcomes carry.
+    Under a scoped policy, every scope the mail is counted in (recipient, domain, sender, and
+    with --tenant NAME that tenant); --sender and --tenant NAME without ADDRESS show those
+    shared scopes alone. --sender also shows a hold in force after a throttling reply (no
+    worker sends until it ends), under any policy. With --dead-letters (and nothing else): the
+    mails quarantined as poison, newest first.
+    """
+    settings = env_settings()
+    if dead_letters:
+        if address is not None or sender or tenant is not None:
+            fail("give either ADDRESS, --sender, --tenant or --dead-letters", USAGE)
+        _show_dead_letters(settings, as_json)
+        return
+    if address is None and not sender and tenant is None:
+        fail("missing ADDRESS (or --sender, --tenant NAME, --dead-letters)", USAGE)
+    key = None if address is None else recipient_key(address)
+    hold = _sender_hold(settings) if sender else None
+    if _is_scoped(settings.policy):
+        _scoped_status(settings, key, tenant=tenant, sender=sender, as_json=as_json, hold=hold)
+        return
+    if key is None and sender:
+        _show_hold({"scope": "sender"}, hold, as_json=as_json)
+        return
+    if key is None:
+        fail(f"policy {settings.policy} has no sender or tenant scope: give an ADDRESS", USAGE)
+    limiter = shared_limiter(settings)
+    try:
+        report = budget_report(limiter, settings, key)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    finally:
+        limiter.close()
+    if sender:
+        _show_hold(report, hold, as_json=as_json, show=views.show_status)
+    elif as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        views.show_status(report)
+
+
+def _sender_hold(settings: Settings) -> dict[str, Any] | None:
+    """The sender's hold in force (until, since, level, cause), or None."""
+
+    shared_limiter_url(settings)
+    try:
+        hold = build_holds(settings).sender()
+    except ValueError as exc:
+        fail(str(exc), USAGE)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    return None if hold is None else asdict(hold)
+
+
+def _show_hold(
+    report: dict[str, Any],
+    hold: dict[str, Any] | None,
+    *,
+    as_json: bool,
+    show: Callable[[Mapping[str, Any]], None] | None = None,
+) -> None:
+    """``report`` (shown by ``show``, if any) and the sender's hold line; JSON: one object."""
+    if as_json:
+        click.echo(json.dumps(report | {"hold": hold}, indent=2))
+        return
+    if show is not None:
+        show(report)
+    if hold is None:
+        click.echo("sender: no hold")
+    else:
+        click.echo(
+            f"sender held until {views.when(hold['until'])} ({hold['cause']}), "
+            f"{max(hold['until'] - time.time(), 0.0):.0f} s left, level {hold['level']}"
+        )
+
+
+def _is_scoped(policy: Policy) -> bool:
+    """Whether the workers decide ``policy`` with the scoped limiter (as the guard builds it)."""
+    return policy.scoped or any(t.kind != "sliding" for t in policy.tiers)
+
+
+def _scoped_status(
+    settings: Settings,
+    key: str | None,
+    *,
+    tenant: str | None,
+    sender: bool,
+    as_json: bool,
+    hold: dict[str, Any] | None = None,
+) -> None:
+
+    try:
+        check_tenant(tenant)
+    except ValueError as exc:
+        fail(f"--tenant: {exc}", USAGE)
+    shared_limiter_url(settings)
+    try:
+        limiter = ScopedLimiter(
+            settings.policy, url=settings.limiter_url, secret=settings.secret, tz=settings.timezone
+        )
+    except ValueError as exc:
+        fail(f"MAILGUARD_LIMITER_URL: {exc}", USAGE)
+    try:
+        report = scoped_report(limiter, key, tenant=tenant, sender=sender)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    finally:
+        limiter.close()
+    if sender:
+        _show_hold(report, hold, as_json=as_json, show=views.show_scoped_status)
+    elif as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        views.show_scoped_status(report)
+
+
+def _show_dead_letters(settings: Settings, as_json: bool) -> None:
+    refuse_problems(settings)
+    if settings.effective_ledger_url.startswith("memory:"):
+        fail("the ledger is memory://: only its own worker process can see it; set a redis:// URL")
+
+    try:
+        letters = [o.as_dict() for o in build_ledger(settings).dead_letters(limit=1000)]
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    if as_json:
+        click.echo(json.dumps(letters, indent=2))
+    else:
+        views.show_dead_letters(letters)

@@ -1,0 +1,75 @@
+"""What one worker process holds: the environment's settings, the settings in force, its guard.
+
+``workers.app``, ``workers.tasks``, ``workers.promoter`` and ``workers.request`` read the process
+state here and nowhere else. Read the settings in force with :func:`current` (``use_settings``
+replaces them), never by copying :data:`settings` into another module at import.
+
+Celery-free: it only builds the guard, from :mod:`mailer.factory`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from mailer.factory import build_guard
+from mailer.guard import Guard
+from mailer.settings import Settings
+
+#: The name ``send_mail`` is registered and published under (the promoter publishes by it).
+SEND_MAIL = "mailguard.send_mail"
+
+try:
+    env_settings = Settings.from_env()
+    #: Why the environment's settings are unusable (one line naming the variable), or None.
+    #: A worker refuses to start with it and ``send_mail.delay`` raises it; importing never
+    #: raises (the process then runs on embedded defaults).
+    settings_error: str | None = None
+except ValueError as _exc:
+    env_settings, settings_error = Settings(), str(_exc)
+
+#: The settings this process's guard is built from: the environment's, or :func:`use_settings`'s.
+settings: Settings = env_settings
+
+_guard: Guard | None = None
+_guard_pid = 0
+_lock = threading.Lock()
+
+
+def current() -> Settings:
+    """The settings in force in this process (read at each call: ``use_settings`` changes them)."""
+    return settings
+
+
+def refusal() -> str | None:
+    """Why ``send_mail`` must refuse every call: the environment's settings are unusable and no
+    :func:`use_settings` replaced them (one line naming the variable); else None."""
+    if settings_error and settings is env_settings:
+        return f"mailguard: {settings_error}"
+    return None
+
+
+def guard() -> Guard:
+    """This process's guard, built on first use (so after the prefork pool forked: a guard built
+    before the fork would share its connections with every pool process)."""
+    global _guard, _guard_pid
+    with _lock:
+        if _guard is None or _guard_pid != os.getpid():
+            _guard, _guard_pid = build_guard(settings), os.getpid()
+        return _guard
+
+
+def use_settings(new: Settings) -> Settings:
+    """Build this process's guard from ``new`` from now on; return the settings it replaces.
+
+    For a process that runs its own in-process worker on settings of its own rather than the
+    environment's (``mailguard demo``). Only the guard changes: the cached guard is dropped and
+    the next run builds one from ``new``. ``workers.app.settings`` stays what the environment
+    says, and the Celery app keeps its configuration: a caller that also needs another broker or
+    result backend configures ``workers.app.app.conf`` itself before starting its worker (see
+    :func:`workers.demo.configure`). Call it before the worker starts, not while mails run.
+    """
+    global settings, _guard
+    with _lock:
+        old, settings, _guard = settings, new, None
+    return old
