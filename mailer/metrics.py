@@ -73,66 +73,71 @@ class Metrics:
     """The guard's metric objects, registered on ``registry`` (the global one by default)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        from prometheus_client import REGISTRY, Counter, Histogram  # noqa: PLC0415
+        from prometheus_client import REGISTRY  # noqa: PLC0415
 
         registry = REGISTRY if registry is None else registry
         self.registry = registry
-        self.outcomes = Counter(
+        self.outcomes = _counter(
+            registry,
             "mailguard_outcomes",
             "Runs of a mail by outcome (a deferred mail counts once per deferral).",
             ["kind", "status", "reason", "tier"],
-            registry=registry,
         )
-        self.decision_seconds = Histogram(
+        self.decision_seconds = _histogram(
+            registry,
             "mailguard_limiter_decision_seconds",
             "Time the limiter took to answer one acquire, in seconds.",
-            buckets=DECISION_BUCKETS,
-            registry=registry,
+            [],
+            DECISION_BUCKETS,
         )
-        self.lateness_seconds = Histogram(
+        self.lateness_seconds = _histogram(
+            registry,
             "mailguard_lateness_seconds",
             "Deferred mails that were sent: sent_at - due (the booked slot), in seconds.",
             ["kind"],
-            buckets=LATENESS_BUCKETS,
-            registry=registry,
+            LATENESS_BUCKETS,
         )
-        self.first_slot_lateness = Histogram(
+        self.first_slot_lateness = _histogram(
+            registry,
             "mailguard_first_slot_lateness_seconds",
             "Booked mails that were sent: sent_at - the first slot booked for them, in seconds.",
             ["kind"],
-            buckets=LATENESS_BUCKETS,
-            registry=registry,
+            LATENESS_BUCKETS,
         )
-        self.queue_wait_seconds = Histogram(
+        self.queue_wait_seconds = _histogram(
+            registry,
             "mailguard_queue_wait_seconds",
             "From the moment a mail could run (request, or countdown's end) to its run, in s.",
             ["priority"],
-            buckets=QUEUE_BUCKETS,
-            registry=registry,
+            QUEUE_BUCKETS,
         )
-        self.unavailable = Counter(
+        self._counters(registry)
+
+    def _counters(self, registry: CollectorRegistry) -> None:
+        """The counters of events other than outcomes."""
+        self.unavailable = _counter(
+            registry,
             "mailguard_backend_unavailable",
             "Limiter or ledger calls that failed: the backend could not be reached.",
             ["backend"],
-            registry=registry,
         )
-        self.rebookings = Counter(
+        self.rebookings = _counter(
+            registry,
             "mailguard_rebookings",
             "Runs that started later than their booked slot and asked the limiter again.",
             ["kind"],
-            registry=registry,
         )
-        self.holds = Counter(
+        self.holds = _counter(
+            registry,
             "mailguard_holds",
             "Holds started after a throttling reply, by scope and the reply's code.",
             ["scope", "cause"],
-            registry=registry,
         )
-        self.repeated = Counter(
+        self.repeated = _counter(
+            registry,
             "mailguard_repeated_runs",
             "Runs that found their mail already finished; nothing was sent again.",
             ["kind"],
-            registry=registry,
         )
 
     def record(self, outcome: Outcome, kind: str) -> None:
@@ -301,3 +306,23 @@ def process_exited(pid: int) -> None:
     from prometheus_client import multiprocess  # noqa: PLC0415
 
     multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+def _counter(registry: CollectorRegistry, name: str, doc: str, labels: list[str]) -> Any:
+    """A prometheus_client ``Counter`` on ``registry`` (imported only when metrics are built)."""
+    from prometheus_client import Counter  # noqa: PLC0415
+
+    return Counter(name, doc, labels, registry=registry)
+
+
+def _histogram(
+    registry: CollectorRegistry,
+    name: str,
+    doc: str,
+    labels: list[str],
+    buckets: tuple[float, ...],
+) -> Any:
+    """A prometheus_client ``Histogram`` on ``registry`` with ``buckets`` (seconds)."""
+    from prometheus_client import Histogram  # noqa: PLC0415
+
+    return Histogram(name, doc, labels, buckets=buckets, registry=registry)

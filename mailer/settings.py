@@ -45,7 +45,7 @@ lower makes redeliveries happen; the ledger still keeps them from sending twice.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -261,84 +261,104 @@ class Settings:
             raise ValueError(f"mailguard settings: {exc}") from None
 
 
+#: Variables read as plain text into the attribute of the same name, lower case.
+_TEXT = (
+    "BROKER_URL",
+    "LIMITER_URL",
+    "LEDGER_URL",
+    "SMTP_URL",
+    "SECRET",
+    "SENDER",
+    "FAIL_MODE",
+    "QUEUE",
+)
+#: Variables read as durations (seconds) and the attribute each sets.
+_DURATIONS = (
+    ("MAX_COUNTDOWN", "max_countdown"),
+    ("RETRY_BACKOFF", "retry_backoff"),
+    ("CLAIM_LEASE", "claim_lease"),
+    ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
+    ("RESTORE_INTERVAL", "restore_interval"),
+    ("SUPPRESS_FOR", "suppress_for"),
+    ("LATE_TOLERANCE", "late_tolerance"),
+)
+
+
 def _read_values(env: Mapping[str, str]) -> dict[str, object]:
     """The settings' values given by ``env``, parsed; ``ValueError`` names a bad variable."""
     values: dict[str, object] = {}
-
-    def text(name: str, attr: str) -> None:
-        if (value := env.get(PREFIX + name)) is not None and value != "":
-            values[attr] = value
-
-    def duration(name: str, attr: str, *, off: bool = False) -> None:
-        if (value := env.get(PREFIX + name)) is not None and value != "":
-            if off and value.strip().lower() == "off":  # None: the feature is off
-                values[attr] = None
-                return
-            try:
-                values[attr] = parse_duration(value)
-            except ValueError as exc:
-                raise ValueError(f"{PREFIX}{name}: {exc}") from None
-
-    def integer(name: str, attr: str) -> None:
-        if (value := env.get(PREFIX + name)) is not None and value != "":
-            try:
-                values[attr] = int(value)
-            except ValueError:
-                raise ValueError(f"{PREFIX}{name}: {value!r} is not a whole number") from None
-
-    for name, attr in (
-        ("BROKER_URL", "broker_url"),
-        ("RESULT_BACKEND", "result_backend"),
-        ("LIMITER_URL", "limiter_url"),
-        ("LEDGER_URL", "ledger_url"),
-        ("SMTP_URL", "smtp_url"),
-        ("SECRET", "secret"),
-        ("SENDER", "sender"),
-        ("FAIL_MODE", "fail_mode"),
-        ("QUEUE", "queue"),
-    ):
-        text(name, attr)
-    for name, attr in (
-        ("MAX_COUNTDOWN", "max_countdown"),
-        ("RETRY_BACKOFF", "retry_backoff"),
-        ("CLAIM_LEASE", "claim_lease"),
-        ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
-        ("RESTORE_INTERVAL", "restore_interval"),
-        ("SUPPRESS_FOR", "suppress_for"),
-        ("LATE_TOLERANCE", "late_tolerance"),
-    ):
-        duration(name, attr)
-    for name, attr, off in (
-        ("PARK_AFTER", "park_after", True),
-        ("PROMOTE_LEASE", "promote_lease", False),
-        ("THROTTLE_HOLD", "throttle_hold", True),
-        ("THROTTLE_HOLD_MAX", "throttle_hold_max", False),
-    ):
-        duration(name, attr, off=off)
-    integer("SEND_RETRIES", "send_retries")
-    integer("POISON_AFTER", "poison_after")
-    if port := env.get(PREFIX + "METRICS_PORT"):
-        host, _, number = port.rpartition(":")
-        if not number.isdigit():
-            raise ValueError(f"{PREFIX}METRICS_PORT: {port!r} is not a port or host:port")
-        values["metrics_port"] = int(number)
-        values["metrics_host"] = host.strip("[]") or ALL_INTERFACES
-    text("LOG_FORMAT", "log_format")
-    if tz := env.get(PREFIX + "TIMEZONE"):
+    for name, attr, parse in _READERS:
+        value = env.get(PREFIX + name)
+        if value is None or value == "":
+            continue
         try:
-            zone(tz)  # an unknown zone raises here, at start
-            values["timezone"] = tz
+            parsed = parse(value)
         except ValueError as exc:
-            raise ValueError(f"{PREFIX}TIMEZONE: {exc}") from None
-    if size := env.get(PREFIX + "MAX_MESSAGE_BYTES"):
-        try:
-            values["max_message_bytes"] = parse_size(size)
-        except ValueError as exc:
-            raise ValueError(f"{PREFIX}MAX_MESSAGE_BYTES: {exc}") from None
-    integer("SMTP_ATTEMPTS", "smtp_attempts")
-    if policy := env.get(PREFIX + "POLICY"):
-        try:
-            values["policy"] = Policy.parse(policy, name="recipient")
-        except ValueError as exc:
-            raise ValueError(f"{PREFIX}POLICY: {exc}") from None
+            raise ValueError(f"{PREFIX}{name}: {exc}") from None
+        if isinstance(parsed, _Several):
+            values.update(parsed.values)
+        else:
+            values[attr] = parsed
     return values
+
+
+@dataclass(frozen=True)
+class _Several:
+    """A parser's answer that sets several attributes at once."""
+
+    values: dict[str, object]
+
+
+def _text(value: str) -> str:
+    return value
+
+
+def _off_or_duration(value: str) -> float | None:
+    """``off`` (the feature is off: None) or a duration in seconds."""
+    return None if value.strip().lower() == "off" else parse_duration(value)
+
+
+def _integer(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a whole number") from None
+
+
+def _metrics_port(value: str) -> _Several:
+    """``port`` or ``host:port`` (IPv6 hosts in brackets)."""
+    host, _, number = value.rpartition(":")
+    if not number.isdigit():
+        raise ValueError(f"{value!r} is not a port or host:port")
+    return _Several(
+        {"metrics_port": int(number), "metrics_host": host.strip("[]") or ALL_INTERFACES}
+    )
+
+
+def _timezone(value: str) -> str:
+    zone(value)  # an unknown zone raises here, at start
+    return value
+
+
+def _policy(value: str) -> Policy:
+    return Policy.parse(value, name="recipient")
+
+
+#: Each variable (without the prefix), the attribute it sets and how its text is parsed.
+_READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
+    *((name, name.lower(), _text) for name in _TEXT),
+    ("RESULT_BACKEND", "result_backend", _text),
+    *((name, attr, parse_duration) for name, attr in _DURATIONS),
+    ("PARK_AFTER", "park_after", _off_or_duration),
+    ("PROMOTE_LEASE", "promote_lease", parse_duration),
+    ("THROTTLE_HOLD", "throttle_hold", _off_or_duration),
+    ("THROTTLE_HOLD_MAX", "throttle_hold_max", parse_duration),
+    ("SEND_RETRIES", "send_retries", _integer),
+    ("POISON_AFTER", "poison_after", _integer),
+    ("METRICS_PORT", "metrics_port", _metrics_port),
+    ("LOG_FORMAT", "log_format", _text),
+    ("TIMEZONE", "timezone", _timezone),
+    ("MAX_MESSAGE_BYTES", "max_message_bytes", parse_size),
+    ("SMTP_ATTEMPTS", "smtp_attempts", _integer),
+    ("POLICY", "policy", _policy),
+)
