@@ -10,12 +10,13 @@ from urllib.parse import urlsplit
 from mailer.guard import Guard
 from mailer.limits.limiter import Limiter
 from mailer.limits.scoped import ScopedLimiter
+from mailer.limits.stores.redis import RedisBackend
 from mailer.mail.transports import ConsoleTransport, MemoryTransport, SmtpTransport
 from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics
-from mailer.records.holds import Holds
-from mailer.records.ledger import Ledger, MemoryLedger, RedisLedger
-from mailer.records.suppression import Suppressions
+from mailer.records.holds import Holds, holds_from_url
+from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
+from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.settings import Settings
 
 
@@ -39,22 +40,17 @@ def build_guard_limiter(settings: Settings) -> Limiter | ScopedLimiter:
 def build_ledger(settings: Settings, limiter: Limiter | ScopedLimiter | None = None) -> Ledger:
     """The ledger on the ledger URL; shares ``limiter``'s Redis client when the URLs match."""
     url = settings.effective_ledger_url
-    if urlsplit(url).scheme == "memory":
-        return MemoryLedger()
-    from mailer.limits.stores.redis import RedisBackend  # noqa: PLC0415
-    from mailer.storage import client_from_url  # noqa: PLC0415
-
     backend = limiter.backend if isinstance(limiter, Limiter) else None
-    if isinstance(backend, RedisBackend) and url == settings.limiter_url:
-        return RedisLedger(backend.client, url)
+    shared = url == settings.limiter_url
+    client = backend.client if isinstance(backend, RedisBackend) and shared else None
     with _naming("LEDGER_URL" if settings.ledger_url else "LIMITER_URL"):
-        return RedisLedger(client_from_url(url), url)
+        return ledger_from_url(url, client=client)
 
 
 def build_suppressions(settings: Settings, ledger: Ledger | None = None) -> Suppressions:
     """The suppression list, where the ledger lives (sharing its Redis client if given)."""
     client = ledger.client if isinstance(ledger, RedisLedger) else None
-    return Suppressions.from_url(
+    return suppressions_from_url(
         settings.effective_ledger_url, secret=settings.secret, client=client
     )
 
@@ -66,15 +62,13 @@ def build_holds(
 ) -> Holds:
     """The holds, where the limiter lives: sharing a plain limiter's Redis client, or the
     ledger's when both live on one URL (the guard then reads holds and suppression together)."""
-    from mailer.limits.stores.redis import RedisBackend  # noqa: PLC0415 - redis only here
-
     backend = limiter.backend if isinstance(limiter, Limiter) else None
     client = backend.client if isinstance(backend, RedisBackend) else None
     same_url = settings.effective_ledger_url == settings.limiter_url
     if client is None and isinstance(ledger, RedisLedger) and same_url:
         client = ledger.client
     with _naming("LIMITER_URL"):
-        return Holds.from_url(
+        return holds_from_url(
             settings.limiter_url,
             secret=settings.secret,
             client=client,

@@ -9,15 +9,18 @@ Every store (limiter, ledger, schedule, holds, suppressions) is chosen by its UR
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from importlib import resources
+from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import redis
 import redis.exceptions
 
 from mailer.errors import BackendUnavailable, mask_url
+
+T = TypeVar("T")
 
 #: The schemes that name a Redis server (plain, TLS, socket, Cluster, Sentinel).
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel")
@@ -64,6 +67,52 @@ def redis_down_as_unavailable(url: str, backend: str = "limiter") -> Iterator[No
         yield
     except REDIS_DOWN as exc:
         raise BackendUnavailable(url, exc, backend=backend) from exc
+
+
+#: A registered Lua script as :meth:`RedisStore.script` hands it out: ``run(keys, args)``.
+Script = Callable[[Sequence[Any], Sequence[Any]], Any]
+
+
+class RedisStore:
+    """A redis-py client with the URL and backend name it reports when Redis is down: every
+    call made through it raises :class:`~mailer.errors.BackendUnavailable` (``backend``) for
+    :data:`REDIS_DOWN`, and lets any other error through (a bug, not an outage).
+
+    A store keeps one and sends every command through :meth:`call` or a :meth:`script`; read
+    :attr:`client` directly only to share the connection with another store.
+    """
+
+    def __init__(self, client: Any, url: str, backend: str = "ledger") -> None:
+        self.client = client
+        self.url = url
+        self.backend = backend
+
+    def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``: a client method, a pipeline's ``execute``, a lambda."""
+        try:
+            return fn(*args, **kwargs)
+        except REDIS_DOWN as exc:
+            raise BackendUnavailable(self.url, exc, backend=self.backend) from exc
+
+    def script(self, source: str) -> Script:
+        """Register a Lua script (its text, e.g. from :func:`lua_source`); the answer runs it
+        as ``run(keys, args)`` with ``EVALSHA``, loading it again if the server lost it."""
+        registered = self.client.register_script(source)
+
+        def run(keys: Sequence[Any], args: Sequence[Any] = ()) -> Any:
+            return self.call(registered, keys=keys, args=args)
+
+        return run
+
+    def unavailable(self) -> AbstractContextManager[None]:
+        """A ``with`` block in which :data:`REDIS_DOWN` becomes ``BackendUnavailable`` (for a
+        generator that reads as it goes, where one :meth:`call` cannot hold the loop)."""
+        return redis_down_as_unavailable(self.url, self.backend)
+
+
+def lua_source(package: str, name: str) -> str:
+    """The text of the Lua script ``lua/<name>.lua`` shipped in ``package`` (package data)."""
+    return resources.files(package).joinpath(f"lua/{name}.lua").read_text()
 
 
 def client_from_url(url: str, **options: Any) -> Any:

@@ -1,10 +1,10 @@
-"""Holds after throttling replies: the store on memory and Redis, and the guard's use of them."""
+"""Holds after throttling replies: the Redis store's keys and outage, the settings, and the
+guard's use of holds (what every store promises: tests/test_contract_holds.py)."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -21,37 +21,6 @@ from mailer.settings import Settings
 from tests.smtp_server import SmtpTestServer
 
 THROTTLED = (454, "4.7.0 Throttling failure: Maximum sending rate exceeded.")
-
-
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def holds(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[Holds]:
-    """Holds on each backend, at most 10 s (the test's clock on memory)."""
-    if request.param == "memory":
-        yield Holds.from_url("memory://", secret="s", clock=clock, max_hold=10)
-        return
-    url = str(request.getfixturevalue("redis_url"))
-    yield Holds.from_url(url, secret="s", max_hold=10)
-
-
-def test_a_hold_doubles_while_in_force_up_to_the_max(holds: Holds) -> None:
-    """2 s, then 4 s (level 1), then 8 s, then capped at 10 s; the recipient's apart."""
-    first = holds.hold_sender(2, "454 4.7.0 Throttling failure")
-    assert (first.until - first.since, first.level) == (2, 0)
-    lengths = [round(h.until - h.since, 3) for h in (holds.hold_sender(2, "454") for _ in "abc")]
-    assert lengths == [4, 8, 10]
-    sender, recipient = holds.active("ada@example.com")
-    assert sender is not None and sender.level == 3 and sender.cause == "454"
-    assert recipient is None
-    held = holds.hold_recipient("ada@example.com", 3, "450 4.2.1 slow down")
-    assert holds.active("ada@example.com")[1] == held
-    assert holds.active("bob@example.com")[1] is None
-
-
-def test_a_stated_delay_longer_than_the_max_is_honoured(holds: Holds) -> None:
-    """The reply's own delay (here 60 s) is not cut to the max; doubling never passes it."""
-    holds.hold_sender(60, "421 try again in 1 minute")
-    hold = holds.sender()
-    assert hold is not None and hold.until - hold.since == 60
 
 
 def test_a_hold_ends_by_itself_on_memory(clock: ManualClock) -> None:

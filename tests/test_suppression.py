@@ -1,9 +1,9 @@
-"""The suppression list on memory and Redis, the guard's use of it, and the CLI around it."""
+"""The suppression list: the Redis store's keys and outage, the guard's use of the list, and the
+CLI around it (what every store promises: tests/test_contract_suppression.py)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
 import pytest
 import redis
@@ -20,28 +20,7 @@ from tests.smtp_server import SmtpTestServer
 from workers.cli import main
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def store(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[Suppressions]:
-    """A suppression list on each backend (the test's clock on memory)."""
-    if request.param == "memory":
-        yield Suppressions.from_url("memory://", secret="s", clock=clock)
-        return
-    url = str(request.getfixturevalue("redis_url"))
-    yield Suppressions.from_url(url, secret="s")
-
-
-def test_suppress_look_up_and_lift_by_normalised_address(store: Suppressions) -> None:
-    """An entry is found under any spelling of the address and lifted once."""
-    entry = store.suppress("Ada+news@Example.com", seconds=3600, cause="550 5.1.1 user unknown")
-    assert entry.until - entry.since == 3600
-    assert store.suppressed("ada@example.com") == entry
-    assert store.suppressed("bob@example.com") is None
-    assert store.lift("ADA@example.com") is True
-    assert store.lift("ada@example.com") is False
-    assert store.suppressed("ada@example.com") is None
-
-
-def test_a_suppression_ends_by_itself(clock: ManualClock) -> None:
+def test_a_suppression_ends_by_itself_on_memory(clock: ManualClock) -> None:
     """Past ``until`` the address is no longer suppressed (memory: the test's clock)."""
     store = Suppressions.from_url("memory://", clock=clock)
     store.suppress("ada@example.com", seconds=10, cause="bounce")

@@ -16,12 +16,30 @@ Shaped like the limiter's storage (:mod:`mailer.limits.stores`):
 - :mod:`mailer.records.ledger.base`: the :class:`Ledger` protocol, :data:`Begun`, :data:`SENT_TTL`
 - :mod:`mailer.records.ledger.memory`: :class:`MemoryLedger`, inside one process
 - :mod:`mailer.records.ledger.redis`: :class:`RedisLedger`, one script call per method; its scripts
-  are package files, ``lua/begin.lua``, ``lua/unclaim.lua`` and ``lua/record.lua``, each opening
-  with the keys and arguments it takes
+  are package files, ``lua/begin.lua``, ``lua/unclaim.lua``, ``lua/record.lua`` and
+  ``lua/handoff.lua``, each opening with the keys and arguments it takes
+- :func:`ledger_from_url`: the one that fits a URL's scheme
 """
 
+from __future__ import annotations
+
+from typing import Any
+
+from mailer.clock import Clock
 from mailer.records.ledger.base import SENT_TTL, Begun, Ledger
 from mailer.records.ledger.memory import MemoryLedger
 from mailer.records.ledger.redis import RedisLedger
+from mailer.storage import client_from_url, is_memory
 
-__all__ = ["SENT_TTL", "Begun", "Ledger", "MemoryLedger", "RedisLedger"]
+
+def ledger_from_url(
+    url: str, *, client: Any = None, clock: Clock | None = None, namespace: str = "mailguard"
+) -> Ledger:
+    """The ledger on ``memory://`` (on ``clock``) or a Redis URL (Redis's own clock);
+    ``client`` reuses a redis-py client."""
+    if is_memory(url):
+        return MemoryLedger(clock)
+    return RedisLedger(client if client is not None else client_from_url(url), url, namespace)
+
+
+__all__ = ["SENT_TTL", "Begun", "Ledger", "MemoryLedger", "RedisLedger", "ledger_from_url"]

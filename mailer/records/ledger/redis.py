@@ -19,24 +19,17 @@ argument.
 from __future__ import annotations
 
 import json
-from importlib import resources
 from typing import Any
 
-from mailer.errors import BackendUnavailable
-from mailer.limits.stores.redis_errors import REDIS_DOWN
 from mailer.outcomes import Outcome
 from mailer.records.ledger.base import MAX_DEAD_LETTERS, RUNS_TTL, SENT_TTL, Begun
-
-
-def _script(name: str) -> str:
-    return resources.files("mailer.records.ledger").joinpath(f"lua/{name}.lua").read_text()
-
+from mailer.storage import RedisStore, lua_source
 
 #: The scripts' texts, read once from the package files.
-BEGIN_SCRIPT = _script("begin")
-UNCLAIM_SCRIPT = _script("unclaim")
-RECORD_SCRIPT = _script("record")
-HANDOFF_SCRIPT = _script("handoff")
+BEGIN_SCRIPT = lua_source("mailer.records.ledger", "begin")
+UNCLAIM_SCRIPT = lua_source("mailer.records.ledger", "unclaim")
+RECORD_SCRIPT = lua_source("mailer.records.ledger", "record")
+HANDOFF_SCRIPT = lua_source("mailer.records.ledger", "handoff")
 
 
 class RedisLedger:
@@ -48,19 +41,18 @@ class RedisLedger:
     """
 
     def __init__(self, client: Any, url: str, namespace: str = "mailguard") -> None:
-        self._client = client
-        self._url = url
+        self._redis = RedisStore(client, url, backend="ledger")
         self._ns = namespace
-        self._begin = client.register_script(BEGIN_SCRIPT)
-        self._unclaim = client.register_script(UNCLAIM_SCRIPT)
-        self._record = client.register_script(RECORD_SCRIPT)
-        self._handoff = client.register_script(HANDOFF_SCRIPT)
+        self._begin = self._redis.script(BEGIN_SCRIPT)
+        self._unclaim = self._redis.script(UNCLAIM_SCRIPT)
+        self._record = self._redis.script(RECORD_SCRIPT)
+        self._handoff = self._redis.script(HANDOFF_SCRIPT)
         self._dead = f"{namespace}:dead-letters"
 
     @property
     def client(self) -> Any:
         """The redis-py client (other stores on the ledger's Redis share it)."""
-        return self._client
+        return self._redis.client
 
     def _keys(self, mail_id: str) -> list[str]:
         """The claim, the sent marker and the hand-off count of ``mail_id`` (one slot)."""
@@ -71,57 +63,34 @@ class RedisLedger:
         self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
     ) -> Begun:
         args = [owner, int(lease * 1000), takeover or ""]
-        try:
-            answer = self._begin(keys=self._keys(mail_id)[:2], args=args)
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        answer = self._begin(self._keys(mail_id)[:2], args)
         if isinstance(answer, bytes | str):
             return Outcome.from_dict(json.loads(answer))
         return bool(answer)
 
     def unclaim(self, mail_id: str, owner: str) -> None:
-        try:
-            claim, _, runs = self._keys(mail_id)
-            self._unclaim(keys=[claim, runs], args=[owner])
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        claim, _, runs = self._keys(mail_id)
+        self._unclaim([claim, runs], [owner])
 
     def record(self, outcome: Outcome) -> None:
-        try:
-            self._record(
-                keys=self._keys(outcome.mail_id), args=[json.dumps(outcome.as_dict()), SENT_TTL]
-            )
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        self._record(self._keys(outcome.mail_id), [json.dumps(outcome.as_dict()), SENT_TTL])
 
     def handoff(self, mail_id: str) -> int:
-        try:
-            return int(self._handoff(keys=self._keys(mail_id), args=[RUNS_TTL * 1000]))
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        return int(self._handoff(self._keys(mail_id), [RUNS_TTL * 1000]))
 
     def quarantine(self, outcome: Outcome) -> None:
         self.record(outcome)
         entry = json.dumps(outcome.as_dict())
-        try:
-            # Another slot than the mail's keys (Cluster): a second call, after the record.
-            pipe = self._client.pipeline(transaction=False)
-            pipe.zadd(self._dead, {entry: outcome.decided_at or 0.0})
-            pipe.zremrangebyrank(self._dead, 0, -MAX_DEAD_LETTERS - 1)
-            pipe.execute()
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        # Another slot than the mail's keys (Cluster): a second call, after the record.
+        pipe = self._redis.client.pipeline(transaction=False)
+        pipe.zadd(self._dead, {entry: outcome.decided_at or 0.0})
+        pipe.zremrangebyrank(self._dead, 0, -MAX_DEAD_LETTERS - 1)
+        self._redis.call(pipe.execute)
 
     def dead_letters(self, limit: int = 100) -> list[Outcome]:
-        try:
-            raw = self._client.zrevrange(self._dead, 0, max(limit, 1) - 1)
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        raw = self._redis.call(self._redis.client.zrevrange, self._dead, 0, max(limit, 1) - 1)
         return [Outcome.from_dict(json.loads(item)) for item in raw]
 
     def recorded(self, mail_id: str) -> Outcome | None:
-        try:
-            raw = self._client.get(self._keys(mail_id)[1])
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self._url, exc, backend="ledger") from exc
+        raw = self._redis.call(self._redis.client.get, self._keys(mail_id)[1])
         return None if raw is None else Outcome.from_dict(json.loads(raw))

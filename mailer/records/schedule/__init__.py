@@ -15,13 +15,14 @@ from sending twice. Nobody leads: two workers never take one entry within a leas
 - :mod:`mailer.records.schedule.memory`: :class:`MemorySchedule`, inside one process
 - :mod:`mailer.records.schedule.redis`: :class:`RedisSchedule`; scripts in ``lua/``
 - :mod:`mailer.records.schedule.park`: when a deferral is parked (pure)
+- :func:`schedule_from_url`: the one that fits a URL's scheme
 """
 
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
+from mailer.clock import Clock
 from mailer.defaults import QUEUE
 from mailer.records.schedule.base import (
     PROMOTE_LEASE,
@@ -33,18 +34,23 @@ from mailer.records.schedule.base import (
 )
 from mailer.records.schedule.memory import MemorySchedule
 from mailer.records.schedule.redis import RedisSchedule
+from mailer.storage import client_from_url, is_memory
 
 
-def schedule_from_url(url: str, *, client: Any = None, queue: str = QUEUE) -> Schedule:
-    """The schedule of ``queue`` on ``memory://`` or a Redis URL (the ledger's); ``client``
-    reuses a redis-py client."""
-    if urlsplit(url).scheme == "memory":
-        return MemorySchedule()
-    if client is None:
-        from mailer.storage import client_from_url  # noqa: PLC0415 - redis only here
-
-        client = client_from_url(url)
-    return RedisSchedule(client, url, queue=queue)
+def schedule_from_url(
+    url: str,
+    *,
+    client: Any = None,
+    clock: Clock | None = None,
+    namespace: str = "mailguard",
+    queue: str = QUEUE,
+) -> Schedule:
+    """The schedule of ``queue`` on ``memory://`` (on ``clock``) or a Redis URL (the ledger's;
+    Redis's clock); ``client`` reuses a redis-py client."""
+    if is_memory(url):
+        return MemorySchedule(clock)
+    client = client if client is not None else client_from_url(url)
+    return RedisSchedule(client, url, namespace=namespace, queue=queue)
 
 
 __all__ = [

@@ -1,7 +1,8 @@
 --[[
 mailguard ledger, begin: in one atomic step, the recorded outcome of a mail if it was sent, else
-a claim on it for the calling run. Mirrors MemoryLedger.begin in mailer/ledger/memory.py; the
-shared suite tests/test_ledger.py checks both agree. mailer/ledger/redis.py loads this file.
+a claim on it for the calling run. Mirrors MemoryLedger.begin in
+mailer/records/ledger/memory.py; the contract tests/test_contract_ledger.py checks both agree.
+mailer/records/ledger/redis.py loads this file.
 
 KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": a string holding the owner (the run that
           claimed the mail), with a PX expiry at the end of the lease

@@ -2,8 +2,9 @@
 mailguard ledger, handoff: count one more hand-off of a redelivered copy of a mail to a worker's
 pool, unless the mail finished or a run holds its claim. A message that kills the worker which
 handles it (before any run could finish it) comes back again and again; this count is how the
-worker recognises it and quarantines it (mailer/ledger/base.py Ledger.handoff). Mirrors
-MemoryLedger.handoff in mailer/ledger/memory.py. mailer/ledger/redis.py loads this file.
+worker recognises it and quarantines it (Ledger.handoff in mailer/records/ledger/base.py).
+Mirrors MemoryLedger.handoff in mailer/records/ledger/memory.py.
+mailer/records/ledger/redis.py loads this file.
 
 KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": a run holds the mail while it exists
 KEYS[2]   the sent marker, "<namespace>:sent:{<mail id>}": the recorded final outcome

@@ -1,7 +1,7 @@
 --[[
 mailguard ledger, record: remember a mail's final outcome and drop its claim, in one atomic
 step, so that every later begin.lua answers the outcome. Mirrors MemoryLedger.record in
-mailer/ledger/memory.py. mailer/ledger/redis.py loads this file.
+mailer/records/ledger/memory.py. mailer/records/ledger/redis.py loads this file.
 
 KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": deleted, whoever holds it
 KEYS[2]   the sent marker, "<namespace>:sent:{<mail id>}": set to ARGV[1], replacing any

@@ -1,7 +1,7 @@
 --[[
 mailguard ledger, unclaim: give a claim back, but only if the caller still holds it (a claim
 whose lease ran out may have been taken by another run since). Mirrors MemoryLedger.unclaim in
-mailer/ledger/memory.py. mailer/ledger/redis.py loads this file.
+mailer/records/ledger/memory.py. mailer/records/ledger/redis.py loads this file.
 
 KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": a string holding the owner, with a PX
           expiry at the end of the lease (set by begin.lua)

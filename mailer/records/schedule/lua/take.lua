@@ -1,7 +1,7 @@
 --[[
 mailguard schedule, take: move up to N due entries to "promoting" under a lease, atomically,
 so that two workers polling at once never take the same entry (until its lease ends). Mirrors
-MemorySchedule.take_due in mailer/schedule/memory.py.
+MemorySchedule.take_due in mailer/records/schedule/memory.py.
 
 KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting

@@ -1,0 +1,47 @@
+"""Holds: the mail server asked us to slow down, so nobody sends to it (or to one recipient) for
+a while.
+
+A throttling reply (``454 4.7.0 Throttling failure``, ``421 4.7.28``; see
+:mod:`mailer.mail.replies`) holds the **sender**: no worker opens an SMTP transaction until the hold
+ends, and the mails meanwhile are booked after it by the limiter. ``450 4.2.1`` holds one
+**recipient** alone. A new hold while one is active doubles the previous one (``level`` + 1),
+up to ``max_hold``; a reply's stated delay is honoured as given.
+
+Holds live where the limiter lives (memory: one process; the limiter's Redis: every worker),
+one key per hold, a JSON value ``{until, level, cause, since}`` expiring at ``until``:
+``<namespace>:hold:sender`` and ``<namespace>:hold:{<keyed hash of the recipient's limit
+key>}`` (no address in clear). :meth:`Holds.active` reads both in one round trip.
+
+- :mod:`mailer.records.holds.base`: :class:`Hold`, :func:`next_hold` (the doubling rule, pure),
+  the :class:`HoldStore` protocol
+- :mod:`mailer.records.holds.memory`: :class:`MemoryHoldStore`, inside one process
+- :mod:`mailer.records.holds.redis`: :class:`RedisHoldStore`; its script ``lua/put.lua``
+- :mod:`mailer.records.holds.holds`: :class:`Holds` (what the guard uses) and
+  :func:`holds_from_url`, which picks the store by the URL's scheme
+
+>>> from mailer.clock import ManualClock
+>>> holds = holds_from_url("memory://", clock=ManualClock(1000.0), max_hold=300)
+>>> holds.hold_sender(60, "454 4.7.0 Throttling failure").until
+1060.0
+>>> holds.hold_sender(60, "454 4.7.0 Throttling failure").until  # again within it: doubled
+1120.0
+>>> holds.active("ada@example.com")[0].level
+1
+"""
+
+from mailer.records.holds.base import RECIPIENT, SENDER, Hold, HoldStore, next_hold
+from mailer.records.holds.holds import Holds, holds_from_url
+from mailer.records.holds.memory import MemoryHoldStore
+from mailer.records.holds.redis import RedisHoldStore
+
+__all__ = [
+    "RECIPIENT",
+    "SENDER",
+    "Hold",
+    "HoldStore",
+    "Holds",
+    "MemoryHoldStore",
+    "RedisHoldStore",
+    "holds_from_url",
+    "next_hold",
+]

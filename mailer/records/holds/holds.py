@@ -1,0 +1,122 @@
+"""The holds as the guard uses them: scopes, keyed recipient keys and the clock over a
+:class:`~mailer.records.holds.base.HoldStore`, and :func:`holds_from_url`, which picks the store
+by the URL's scheme."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mailer.clock import Clock, system_clock
+from mailer.defaults import THROTTLE_HOLD_MAX
+from mailer.limits.keys import KeyHasher, check_key
+from mailer.records.holds.base import SENDER, Hold, HoldStore, decode_hold
+from mailer.records.holds.memory import MemoryHoldStore
+from mailer.records.holds.redis import RedisHoldStore
+from mailer.storage import client_from_url, is_cluster, is_memory
+
+
+class Holds:
+    """Set and read holds. Thread-safe. Build with :func:`holds_from_url` (or :meth:`from_url`).
+
+    Raises :class:`~mailer.errors.BackendUnavailable` (``backend="limiter"``) when Redis is
+    down: the guard then does what it does when the limiter is down (``fail_closed`` defers).
+    """
+
+    def __init__(
+        self,
+        store: HoldStore,
+        *,
+        secret: str | bytes | None = None,
+        namespace: str = "mailguard",
+        clock: Clock | None = None,
+        max_hold: float = THROTTLE_HOLD_MAX,
+    ) -> None:
+        if max_hold <= 0:
+            raise ValueError(f"max_hold must be > 0 s, got {max_hold}")
+        self._store = store
+        self._hasher = KeyHasher(secret, f"{namespace}:hold", "hold")
+        self._sender_key = f"{namespace}:hold:{SENDER}"
+        self._clock = clock or system_clock
+        self.max_hold = max_hold
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        secret: str | bytes | None = None,
+        namespace: str = "mailguard",
+        clock: Clock | None = None,
+        client: Any = None,
+        max_hold: float = THROTTLE_HOLD_MAX,
+    ) -> Holds:
+        """The same as :func:`holds_from_url`."""
+        return holds_from_url(
+            url, secret=secret, namespace=namespace, clock=clock, client=client, max_hold=max_hold
+        )
+
+    def key_of(self, key: str) -> str:
+        """The storage key of the recipient hold of limit key ``key`` (a keyed hash)."""
+        return self._hasher.storage_key(check_key(key))
+
+    def hold_sender(self, seconds: float, cause: str) -> Hold:
+        """Hold the sender for ``seconds`` (doubled while a hold is active); the hold now."""
+        return self._hold(self._sender_key, seconds, cause)
+
+    def hold_recipient(self, key: str, seconds: float, cause: str) -> Hold:
+        """Hold the recipient of limit key ``key`` alone, like :meth:`hold_sender`."""
+        return self._hold(self.key_of(key), seconds, cause)
+
+    def active(self, key: str | None = None) -> tuple[Hold | None, Hold | None]:
+        """The sender's hold and the recipient's (limit key ``key``) in force now, in one round
+        trip; None for none."""
+        keys = [self._sender_key] if key is None else [self._sender_key, self.key_of(key)]
+        now = self._clock()
+        found = [h if h is not None and h.until > now else None for h in self._store.get(keys)]
+        return found[0], found[1] if key is not None else None
+
+    def plain_read(self, key: str) -> tuple[Any, list[str]] | None:
+        """The redis-py client and the keys that :meth:`active` (with ``key``) reads with one
+        ``MGET``, for a caller that reads them together with other keys of the same client;
+        None on memory and on Cluster. Answer with :meth:`from_raws`."""
+        client = self._store.shared_client()
+        return None if client is None else (client, [self._sender_key, self.key_of(key)])
+
+    def from_raws(self, raws: list[Any]) -> tuple[Hold | None, Hold | None]:
+        """What :meth:`active` answers for the values read at :meth:`plain_read`'s keys."""
+        now = self._clock()
+        sender, recipient = (decode_hold(raw) for raw in raws)
+        return (
+            sender if sender is not None and sender.until > now else None,
+            recipient if recipient is not None and recipient.until > now else None,
+        )
+
+    def sender(self) -> Hold | None:
+        """The sender's hold in force now, or None."""
+        return self.active()[0]
+
+    def _hold(self, storage_key: str, seconds: float, cause: str) -> Hold:
+        if not seconds > 0:
+            raise ValueError(f"a hold lasts > 0 s, got {seconds}")
+        return self._store.put(storage_key, self._clock(), float(seconds), self.max_hold, cause)
+
+
+def holds_from_url(
+    url: str,
+    *,
+    secret: str | bytes | None = None,
+    namespace: str = "mailguard",
+    clock: Clock | None = None,
+    client: Any = None,
+    max_hold: float = THROTTLE_HOLD_MAX,
+) -> Holds:
+    """Holds on ``memory://`` or a Redis URL (the limiter's); ``client`` reuses a redis-py
+    client. Times are ``clock``'s on both (a hold's JSON carries its own ``until``)."""
+    clock = clock or system_clock
+    store: HoldStore
+    if is_memory(url):
+        store = MemoryHoldStore(clock)
+    else:
+        client = client if client is not None else client_from_url(url)
+        store = RedisHoldStore(client, url, cluster=is_cluster(url))
+    return Holds(store, secret=secret, namespace=namespace, clock=clock, max_hold=max_hold)

@@ -1,0 +1,49 @@
+"""Holds in Redis (the limiter's): one key per hold, a JSON value ``{until, level, cause,
+since}`` with a ``PX`` expiry at its end, set by the script ``lua/put.lua``.
+
+Keys: ``<ns>:hold:sender`` and ``<ns>:hold:{<keyed hash of a recipient's limit key>}`` (no
+address in clear). On Cluster the two live in different slots: they are read with a pipeline,
+not one ``MGET``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mailer.records.holds.base import CAUSE_CHARS, Hold, decode_hold
+from mailer.storage import RedisStore, lua_source
+
+PUT_SCRIPT = lua_source("mailer.records.holds", "put")
+
+
+class RedisHoldStore:
+    """:class:`~mailer.records.holds.base.HoldStore` in Redis; raises
+    :class:`~mailer.errors.BackendUnavailable` (``backend="limiter"``: holds live where the
+    limiter lives) when Redis is down."""
+
+    def __init__(self, client: Any, url: str, *, cluster: bool = False) -> None:
+        self._redis = RedisStore(client, url, backend="limiter")
+        self._cluster = cluster  # keys in other slots: a pipeline, not MGET
+        self._put = self._redis.script(PUT_SCRIPT)
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (shared with the limiter or the ledger when built from it)."""
+        return self._redis.client
+
+    def put(self, key: str, now: float, seconds: float, max_hold: float, cause: str) -> Hold:
+        raw = self._put([key], [repr(now), repr(seconds), repr(max_hold), cause[:CAUSE_CHARS]])
+        return decode_hold(raw)  # type: ignore[return-value]  # the script always answers one
+
+    def get(self, keys: list[str]) -> list[Hold | None]:
+        if self._cluster and len(keys) > 1:
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.get(key)
+            raws = self._redis.call(pipe.execute)
+        else:
+            raws = self._redis.call(self.client.mget, keys)
+        return [decode_hold(raw) for raw in raws]
+
+    def shared_client(self) -> Any:
+        return None if self._cluster else self.client

@@ -1,0 +1,33 @@
+"""The suppression list in a dict: for tests, the demo, and a threads or solo pool (one
+process)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from mailer.records.suppression.base import Suppression
+
+
+class MemorySuppressionStore:
+    """:class:`~mailer.records.suppression.base.SuppressionStore` in this process. Entries stay
+    until lifted or replaced; the list answers only those whose ``until`` is still ahead."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, Suppression] = {}
+
+    def put(self, key: str, entry: Suppression, seconds: float) -> None:
+        with self._lock:
+            self._entries[key] = entry
+
+    def get(self, key: str) -> Suppression | None:
+        with self._lock:
+            return self._entries.get(key)
+
+    def delete(self, key: str) -> bool:
+        with self._lock:
+            return self._entries.pop(key, None) is not None
+
+    def shared_client(self) -> Any:
+        return None

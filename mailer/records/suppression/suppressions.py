@@ -1,0 +1,109 @@
+"""The suppression list as the guard and the CLI use it: normalised addresses, keyed hashes and
+the clock over a :class:`~mailer.records.suppression.base.SuppressionStore`, and
+:func:`suppressions_from_url`, which picks the store by the URL's scheme."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mailer.clock import Clock, system_clock
+from mailer.defaults import SUPPRESS_FOR
+from mailer.limits.keys import KeyHasher
+from mailer.mail.address import DEFAULT_RULES, AddressRules, normalise_address
+from mailer.records.suppression.base import CAUSE_CHARS, Suppression, SuppressionStore
+from mailer.records.suppression.memory import MemorySuppressionStore
+from mailer.records.suppression.redis import RedisSuppressionStore
+from mailer.storage import client_from_url, is_memory
+
+
+class Suppressions:
+    """Suppress, look up and lift addresses. Thread-safe. Build with
+    :func:`suppressions_from_url` (or :meth:`from_url`).
+
+    Every method takes an address (normalised like the limiter's key: ``Ada+x@Example.com`` is
+    ``ada@example.com``) and raises ``InvalidAddress`` for one that is not an address, and
+    :class:`~mailer.errors.BackendUnavailable` (``backend="ledger"``) when Redis is down.
+    """
+
+    def __init__(
+        self,
+        store: SuppressionStore,
+        *,
+        secret: str | bytes | None = None,
+        namespace: str = "mailguard",
+        clock: Clock | None = None,
+        rules: AddressRules = DEFAULT_RULES,
+    ) -> None:
+        self._store = store
+        self._hasher = KeyHasher(secret, f"{namespace}:suppressed", "suppression")
+        self._clock = clock or system_clock
+        self._rules = rules
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        secret: str | bytes | None = None,
+        namespace: str = "mailguard",
+        clock: Clock | None = None,
+        client: Any = None,
+    ) -> Suppressions:
+        """The same as :func:`suppressions_from_url`."""
+        return suppressions_from_url(
+            url, secret=secret, namespace=namespace, clock=clock, client=client
+        )
+
+    def key_of(self, address: str) -> str:
+        """The storage key of ``address`` (a keyed hash; what logs and outcomes may show)."""
+        return self._key(address)
+
+    def suppress(self, address: str, *, seconds: float = SUPPRESS_FOR, cause: str) -> Suppression:
+        """Suppress ``address`` for ``seconds`` from now because of ``cause`` (a reply)."""
+        now = self._clock()
+        entry = Suppression(since=now, until=now + seconds, cause=cause[:CAUSE_CHARS])
+        self._store.put(self._key(address), entry, seconds)
+        return entry
+
+    def suppressed(self, address: str) -> Suppression | None:
+        """The suppression of ``address`` if one is in force now, else None."""
+        entry = self._store.get(self._key(address))
+        return entry if entry is not None and entry.until > self._clock() else None
+
+    def plain_read(self, limit_key: str) -> tuple[Any, str] | None:
+        """The redis-py client and the key that :meth:`suppressed` reads with one ``GET``, for
+        a caller that reads it together with other keys of the same client (the guard: with
+        the holds, one ``MGET``); None on memory. Answer with :meth:`from_raw`. ``limit_key``
+        is an address normalised already (``Recipient.limit_key``): it is not parsed again."""
+        client = self._store.shared_client()
+        return None if client is None else (client, self._hasher.storage_key(limit_key))
+
+    def from_raw(self, raw: bytes | str | None) -> Suppression | None:
+        """What :meth:`suppressed` answers for the value read at :meth:`plain_read`'s key."""
+        entry = None if raw is None else Suppression.from_json(raw)
+        return entry if entry is not None and entry.until > self._clock() else None
+
+    def lift(self, address: str) -> bool:
+        """Lift the suppression of ``address``; True if there was one."""
+        return self._store.delete(self._key(address))
+
+    def _key(self, address: str) -> str:
+        return self._hasher.storage_key(normalise_address(address, self._rules).limit_key)
+
+
+def suppressions_from_url(
+    url: str,
+    *,
+    secret: str | bytes | None = None,
+    namespace: str = "mailguard",
+    clock: Clock | None = None,
+    client: Any = None,
+) -> Suppressions:
+    """The suppression list on ``memory://`` or a Redis URL (the ledger's); ``client`` reuses
+    a redis-py client. Times are ``clock``'s on both (an entry carries its own ``until``)."""
+    store: SuppressionStore
+    if is_memory(url):
+        store = MemorySuppressionStore()
+    else:
+        store = RedisSuppressionStore(client if client is not None else client_from_url(url), url)
+    return Suppressions(store, secret=secret, namespace=namespace, clock=clock)

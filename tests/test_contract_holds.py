@@ -1,0 +1,146 @@
+"""The holds' contract: what every hold store promises (memory and a real Redis), one suite.
+
+Memory runs on a :class:`ManualClock`; on Redis a hold's key expires by Redis's clock and the
+holds compare ``until`` with the wall clock, so its tests use real holds of a few hundred
+milliseconds and wait just past them. Each is built by
+:func:`~mailer.records.holds.holds_from_url`, as the workers build it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from mailer import ManualClock
+from mailer.records.holds import (
+    Hold,
+    Holds,
+    HoldStore,
+    MemoryHoldStore,
+    RedisHoldStore,
+    holds_from_url,
+    next_hold,
+)
+from mailer.storage import client_from_url
+
+#: A hold short enough to wait out on a real Redis, in seconds.
+SHORT = 0.3
+#: Waiting this long lets a SHORT hold end on either backend.
+PAST_SHORT = 0.4
+
+
+@dataclass
+class HoldsBench:
+    """Holds on one backend, a bare store beside them on the same backend, how to move time
+    forward, and the raw client (Redis only)."""
+
+    holds: Holds
+    store: HoldStore
+    let_pass: Callable[[float], None]
+    client: object | None
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+def bench(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[HoldsBench]:
+    """Holds at most 10 s on each backend: the test's clock on memory, the wall clock on Redis."""
+    if request.param == "memory":
+        memory = holds_from_url("memory://", secret="s", clock=clock, max_hold=10)
+        yield HoldsBench(memory, MemoryHoldStore(clock), clock.advance, None)
+        return
+    url = str(request.getfixturevalue("redis_url"))
+    client = client_from_url(url)
+    holds = holds_from_url(url, secret="s", client=client, max_hold=10)
+    yield HoldsBench(holds, RedisHoldStore(client, url), time.sleep, client)
+    client.close()
+
+
+@pytest.fixture
+def holds(bench: HoldsBench) -> Holds:
+    """The bench's holds, for tests that need no more."""
+    return bench.holds
+
+
+def test_a_hold_doubles_while_in_force_up_to_the_max(holds: Holds) -> None:
+    """2 s, then 4 s (level 1), then 8 s, then capped at 10 s; the recipient's apart."""
+    first = holds.hold_sender(2, "454 4.7.0 Throttling failure")
+    assert (first.until - first.since, first.level) == (2, 0)
+    lengths = [round(h.until - h.since, 3) for h in (holds.hold_sender(2, "454") for _ in "abc")]
+    assert lengths == [4, 8, 10]
+    sender, recipient = holds.active("ada@example.com")
+    assert sender is not None and sender.level == 3 and sender.cause == "454"
+    assert recipient is None
+    held = holds.hold_recipient("ada@example.com", 3, "450 4.2.1 slow down")
+    assert holds.active("ada@example.com")[1] == held
+    assert holds.active("bob@example.com")[1] is None
+
+
+def test_a_stated_delay_longer_than_the_max_is_honoured(holds: Holds) -> None:
+    """The reply's own delay (here 60 s) is not cut to the max; doubling never passes it."""
+    holds.hold_sender(60, "421 try again in 1 minute")
+    hold = holds.sender()
+    assert hold is not None and hold.until - hold.since == 60
+
+
+def test_a_hold_ends_by_itself_and_the_next_starts_over(bench: HoldsBench) -> None:
+    """Past ``until`` no hold is in force, and a new one starts again at level 0."""
+    holds = bench.holds
+    holds.hold_sender(SHORT, "454")
+    holds.hold_recipient("ada@example.com", SHORT, "450 4.2.1")
+    assert holds.active("ada@example.com") != (None, None)
+    bench.let_pass(PAST_SHORT)
+    assert holds.active("ada@example.com") == (None, None)
+    assert holds.sender() is None
+    assert holds.hold_sender(SHORT, "454").level == 0
+    assert holds.hold_recipient("ada@example.com", SHORT, "450").level == 0
+
+
+def test_each_recipient_doubles_apart(holds: Holds) -> None:
+    """A recipient's hold (by limit key) doubles on its own; another recipient's and the
+    sender's stay apart."""
+    holds.hold_recipient("ada@example.com", 2, "450")
+    again = holds.hold_recipient("ada@example.com", 2, "450")
+    assert (again.level, round(again.until - again.since, 3)) == (1, 4)
+    assert holds.hold_recipient("bob@example.com", 2, "450").level == 0
+    assert holds.active("ada@example.com")[0] is None, "the sender is not held"
+
+
+def test_a_hold_keeps_the_first_300_characters_of_its_cause(holds: Holds) -> None:
+    """A long reply is cut to 300 characters, as set and as read back."""
+    hold = holds.hold_sender(2, "x" * 500)
+    assert hold.cause == "x" * 300
+    assert holds.sender() == hold
+
+
+def test_a_hold_must_last(holds: Holds) -> None:
+    """A hold of 0 s or less is refused before anything is stored."""
+    for seconds in (0, -1):
+        with pytest.raises(ValueError, match="a hold lasts > 0 s"):
+            holds.hold_sender(seconds, "454")
+    assert holds.sender() is None
+
+
+def test_the_stores_put_what_next_hold_says_and_get_in_order(bench: HoldsBench) -> None:
+    """Each store sets :func:`next_hold` of what it holds, atomically, and
+    reads many keys at once, in their order, None for a missing one."""
+    store = bench.store
+    first = store.put("ns:hold:a", 100.0, 2.0, 10.0, "454")
+    assert first == next_hold(None, 100.0, 2.0, 10.0, "454")
+    second = store.put("ns:hold:a", 101.0, 2.0, 10.0, "454")
+    assert second == Hold(until=105.0, level=1, cause="454", since=101.0)
+    assert store.get(["ns:hold:missing", "ns:hold:a"]) == [None, second]
+
+
+def test_plain_read_answers_as_active_does(bench: HoldsBench) -> None:
+    """On one Redis the keys plain_read names, read together, answer what active answers;
+    memory has no such read (None)."""
+    holds = bench.holds
+    holds.hold_sender(5, "454")
+    read = holds.plain_read("ada@example.com")
+    if bench.client is None:
+        assert read is None
+        return
+    assert read is not None and read[0] is bench.client
+    assert holds.from_raws(read[0].mget(read[1])) == holds.active("ada@example.com")
