@@ -89,6 +89,9 @@ class _PlainLimiter:  # until the limiter is one
         return self._limiter.storage_key(key)
 
 
+# end of: until the limiter is one
+
+
 @dataclass(frozen=True)
 class After:
     """A hold to wait out: the mail is booked at the earliest slot at or after ``hold`` ends.
