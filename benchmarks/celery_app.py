@@ -25,7 +25,7 @@ from typing import Any
 
 from celery import Task
 
-import mailer.guard.engine
+import mailer.guard.validate
 import workers.tasks
 from mailer.factory import build_transport
 from mailer.guard import Guard
@@ -77,7 +77,7 @@ def _emit(kind: str, mail_id: str, total: float) -> None:
 def _instrument() -> None:
     for cls in (MemoryTransport, ConsoleTransport, SmtpTransport):
         cls.send = _timed("send", cls.send)  # type: ignore[method-assign]
-    mailer.guard.engine.build_message = _timed("build", mailer.guard.engine.build_message)  # type: ignore[attr-defined]
+    mailer.guard.validate.build_message = _timed("build", mailer.guard.validate.build_message)  # type: ignore[attr-defined]
     Limiter.acquire = _timed("acquire", Limiter.acquire)  # type: ignore[method-assign]
     for ledger in (RedisLedger, MemoryLedger):
         for name in ("begin", "record", "unclaim"):

@@ -1,4 +1,6 @@
-"""Build the guard's parts from :class:`~mailer.settings.Settings`: limiter, ledger, transport."""
+"""The one builder of the guard and its parts: from :class:`~mailer.settings.Settings`
+(limiter, ledger, suppression list, holds, transport; :func:`build_guard`), or in one process
+for tests and tools (:func:`memory_guard`)."""
 
 from __future__ import annotations
 
@@ -7,13 +9,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlsplit
 
-from mailer.guard import Guard
+from mailer.clock import Clock, system_clock
+from mailer.guard import Guard, GuardConfig
 from mailer.limits.limiter import Limiter
 from mailer.limits.scoped import ScopedLimiter
 from mailer.limits.stores.redis import RedisBackend
+from mailer.mail.kinds import Kinds
 from mailer.mail.transports import ConsoleTransport, MemoryTransport, SmtpTransport
 from mailer.mail.transports.base import Transport
-from mailer.metrics import Metrics
+from mailer.metrics import Metrics, default_metrics
 from mailer.records.holds import Holds, holds_from_url
 from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
@@ -118,5 +122,44 @@ def build_guard(settings: Settings, *, metrics: Metrics | None = None) -> Guard:
         holds=build_holds(settings, limiter, ledger)
         if settings.throttle_hold is not None
         else None,
-        metrics=metrics,
+        clock=system_clock,
+        metrics=metrics if metrics is not None else default_metrics(),
+    )
+
+
+def memory_guard(
+    limiter: Limiter | ScopedLimiter,
+    ledger: Ledger,
+    transport: Transport,
+    *,
+    kinds: Kinds | None = None,
+    config: GuardConfig | None = None,
+    clock: Clock | None = None,
+    metrics: Metrics | None = None,
+    suppressions: Suppressions | None = None,
+    holds: Holds | None = None,
+) -> Guard:
+    """A guard whose suppression list and holds live in this process unless given: for tests,
+    examples and single-process tools. Not for workers: each process would keep its own list
+    and holds (use :func:`build_guard`).
+
+    Defaults: the default kinds, ``GuardConfig()``, the system clock, the global metrics;
+    holds only when ``config.throttle_hold`` is not None (else they are off, even if given).
+    """
+    config = config or GuardConfig()
+    clock = clock or system_clock
+    if config.throttle_hold is None:
+        holds = None
+    elif holds is None:
+        holds = Holds.from_url("memory://", clock=clock, max_hold=config.throttle_hold_max)
+    return Guard(
+        limiter,
+        ledger,
+        transport,
+        suppressions=suppressions or Suppressions.from_url("memory://", clock=clock),
+        holds=holds,
+        kinds=kinds or Kinds.defaults(),
+        config=config,
+        clock=clock,
+        metrics=metrics if metrics is not None else default_metrics(),
     )

@@ -6,6 +6,7 @@ import pytest
 
 from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, Kind, Kinds, Limiter, ManualClock, Policy
+from mailer.factory import memory_guard
 from mailer.guard import Fail, Finish, Guard, GuardConfig, Later, MailRequest, Progress
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import MemoryLedger
@@ -19,7 +20,7 @@ def make_guard(clock: ManualClock, **config: object) -> tuple[Guard, MemoryTrans
         "memory://", Policy.parse("1/60s, 5/1h, 10/24h", name="recipient"), clock=clock
     )
     transport = MemoryTransport()
-    guard = Guard(
+    guard = memory_guard(
         limiter,
         MemoryLedger(clock),
         transport,
@@ -186,7 +187,7 @@ def test_limiter_down_defers_with_backoff_or_sends_unguarded(own_redis: RedisSer
     for fail_open in (False, True):
         limiter = Limiter.from_url(own_redis.url, policy, secret="s")
         transport = MemoryTransport()
-        guard = Guard(
+        guard = memory_guard(
             limiter,
             MemoryLedger(clock),
             transport,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mailer import Kinds, Limiter, ManualClock, Policy
-from mailer.guard import Finish, Guard, MailRequest, Step
+from mailer.factory import memory_guard
+from mailer.guard import Finish, MailRequest, Step
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import Begun, MemoryLedger
 
@@ -31,7 +32,7 @@ def test_a_copy_that_finished_between_check_and_claim_is_not_sent_again(
     limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=clock)
     ledger = InterleavingLedger(clock)
     transport = MemoryTransport()
-    guard = Guard(limiter, ledger, transport, kinds=Kinds.defaults(), clock=clock)
+    guard = memory_guard(limiter, ledger, transport, kinds=Kinds.defaults(), clock=clock)
     request = MailRequest(to="ada@example.com", mail_id="m1", subject="s", body="b")
     other: list[Step] = []
     ledger.before_claim = lambda: other.append(guard.process(request))  # copy A, all of it

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
+from mailer.factory import memory_guard
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
 from mailer.mail.transports import MemoryTransport
 from mailer.metrics import Metrics
@@ -102,7 +103,7 @@ def make_guard(
 ) -> tuple[Guard, MemoryTransport]:
     limiter = Limiter.from_url("memory://", Policy.parse(policy), clock=clock)
     transport = MemoryTransport()
-    guard = Guard(
+    guard = memory_guard(
         limiter,
         MemoryLedger(clock),
         transport,

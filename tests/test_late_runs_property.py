@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mailer import Kinds, Limiter, ManualClock, Policy
-from mailer.guard import Finish, Guard, GuardConfig, Later
+from mailer.factory import memory_guard
+from mailer.guard import Finish, GuardConfig, Later
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import MemoryLedger
 from tests.test_guard import req
@@ -43,7 +44,7 @@ def test_late_runs_never_over_admit_never_go_early_and_keep_the_others_slots(
     clock = ManualClock(1_700_000_000.0)
     policy = Policy.parse(POLICY, name="recipient")
     transport = MemoryTransport()
-    guard = Guard(
+    guard = memory_guard(
         Limiter.from_url("memory://", policy, clock=clock),
         MemoryLedger(clock),
         transport,

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from mailer import Decision, Kinds, Limiter, ManualClock, Policy
+from mailer.factory import memory_guard
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
 from mailer.mail.arguments import InvalidArguments, check_arguments
 from mailer.mail.transports import MemoryTransport
@@ -26,7 +27,7 @@ def make_guard(clock: ManualClock) -> tuple[Guard, MemoryTransport, Limiter, Sup
     )
     transport = MemoryTransport()
     suppressions = Suppressions.from_url("memory://", clock=clock)
-    guard = Guard(
+    guard = memory_guard(
         limiter,
         MemoryLedger(clock),
         transport,
@@ -171,7 +172,7 @@ def test_a_contended_message_is_deferred_never_sent_unguarded(clock: ManualClock
         "memory://", Policy.parse("1/60s", name="recipient"), clock=clock
     )
     transport = MemoryTransport()
-    guard = Guard(
+    guard = memory_guard(
         limiter,
         MemoryLedger(clock),
         transport,

@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import free_port
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
+from mailer.factory import memory_guard
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
 from mailer.logs import JsonFormatter
 from mailer.mail.kinds import Kind
@@ -41,7 +42,7 @@ def make_guard(clock: ManualClock, registry: CollectorRegistry) -> tuple[Guard, 
     limiter = Limiter.from_url("memory://", Policy.parse("1/60s", name="recipient"), clock=clock)
     ledger = MemoryLedger(clock)
     kinds = Kinds.defaults().with_kind(Kind("now", subject="s", body="b", max_wait=0))
-    guard = Guard(
+    guard = memory_guard(
         limiter,
         ledger,
         MemoryTransport(),
@@ -127,7 +128,7 @@ def test_hops_towards_one_slot_count_one_deferral(clock: ManualClock) -> None:
     """A booking 60 s ahead with a 20 s max countdown hops twice: ``deferred`` counts once."""
     registry = CollectorRegistry()
     limiter = Limiter.from_url("memory://", Policy.parse("1/60s", name="recipient"), clock=clock)
-    guard = Guard(
+    guard = memory_guard(
         limiter,
         MemoryLedger(clock),
         MemoryTransport(),
@@ -177,13 +178,17 @@ def test_guard_counts_an_unavailable_ledger(clock: ManualClock) -> None:
 def test_no_metrics_records_nothing_and_the_default_is_shared(clock: ManualClock) -> None:
     """``NO_METRICS`` leaves every registry untouched; guards share one default ``Metrics``."""
     limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=clock)
-    quiet = Guard(limiter, MemoryLedger(clock), MemoryTransport(), clock=clock, metrics=NO_METRICS)
+    quiet = memory_guard(
+        limiter, MemoryLedger(clock), MemoryTransport(), clock=clock, metrics=NO_METRICS
+    )
     default_metrics()
     sent = {"kind": "default", "status": "sent", "reason": "", "tier": ""}
     before = count(REGISTRY, "mailguard_outcomes_total", **sent)
     assert isinstance(quiet.process(MailRequest(ADA, "m1", "s", "b")), Finish)
     assert count(REGISTRY, "mailguard_outcomes_total", **sent) == before
-    assert Guard(limiter, MemoryLedger(clock), MemoryTransport()).metrics is default_metrics()
+    assert (
+        memory_guard(limiter, MemoryLedger(clock), MemoryTransport()).metrics is default_metrics()
+    )
 
 
 def test_json_formatter_writes_the_vetted_fields_only() -> None:

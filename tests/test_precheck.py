@@ -10,7 +10,8 @@ import math
 import pytest
 
 from mailer import Kinds, ManualClock
-from mailer.guard import Finish, Guard, MailRequest
+from mailer.factory import memory_guard
+from mailer.guard import Finish, MailRequest
 from mailer.limits.precheck import precheck
 from mailer.mail.address import normalise_address
 from mailer.mail.transports import MemoryTransport
@@ -37,7 +38,9 @@ def test_after_a_send_by_the_guard_it_answers_429(
     """A mail the guard sent to Ada makes the pre-check answer 429 with Retry-After 60."""
     limiter = make_limiter("1/60s, 5/1h")
     transport = MemoryTransport()
-    guard = Guard(limiter, MemoryLedger(clock), transport, kinds=Kinds.defaults(), clock=clock)
+    guard = memory_guard(
+        limiter, MemoryLedger(clock), transport, kinds=Kinds.defaults(), clock=clock
+    )
     step = guard.process(MailRequest(to=ADA, mail_id="m1", subject="Your code", body="493112"))
     assert isinstance(step, Finish) and step.outcome.status == "sent"
     assert len(transport.sent) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from mailer import Kinds, ManualClock
+from mailer.factory import memory_guard
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest, Progress
 from mailer.limits.policy import Policy
 from mailer.limits.scoped import ScopedLimiter
@@ -12,7 +13,7 @@ from mailer.records.ledger import MemoryLedger
 
 def make_guard(clock: ManualClock, policy: str) -> tuple[Guard, ScopedLimiter]:
     limiter = ScopedLimiter(Policy.parse(policy, name="recipient"), clock=clock)
-    guard = Guard(
+    guard = memory_guard(
         limiter,
         MemoryLedger(clock),
         MemoryTransport(),

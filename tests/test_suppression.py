@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
+from mailer.factory import memory_guard
 from mailer.guard import Fail, Finish, Guard, MailRequest
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import MemoryLedger
@@ -55,7 +56,9 @@ def test_an_outage_is_the_ledgers(own_redis: RedisServer) -> None:
 def make_guard(clock: ManualClock) -> tuple[Guard, MemoryTransport]:
     limiter = Limiter.from_url("memory://", Policy.parse("100/1s"), clock=clock)
     transport = MemoryTransport()
-    guard = Guard(limiter, MemoryLedger(clock), transport, kinds=Kinds.defaults(), clock=clock)
+    guard = memory_guard(
+        limiter, MemoryLedger(clock), transport, kinds=Kinds.defaults(), clock=clock
+    )
     return guard, transport
 
 

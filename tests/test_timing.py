@@ -12,7 +12,8 @@ import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from mailer import Kinds, ManualClock
-from mailer.guard import Finish, Guard, Later, Progress
+from mailer.factory import memory_guard
+from mailer.guard import Finish, Later, Progress
 from mailer.limits.limiter import Limiter
 from mailer.limits.policy import Policy
 from mailer.mail.kinds import Kind
@@ -158,7 +159,7 @@ def test_a_booking_is_timed_on_the_limiters_clock_not_the_workers(clock: ManualC
     limiter_clock = clock
     ahead = ManualClock(clock.now + 30)
     limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=limiter_clock)
-    guard = Guard(limiter, MemoryLedger(ahead), MemoryTransport(), clock=ahead)
+    guard = memory_guard(limiter, MemoryLedger(ahead), MemoryTransport(), clock=ahead)
     assert isinstance(guard.process(req("s1")), Finish)
     step = guard.process(req("s2"))
     assert isinstance(step, Later) and step.eta is not None

@@ -1,6 +1,6 @@
 """The guard's data: what a run is asked (:class:`MailRequest`), configured with
-(:class:`GuardConfig`), and carries between its steps (:class:`Prepared`, :class:`Go`); and the
-small helpers that shape outcomes and log fields. Plain data, no I/O."""
+(:class:`GuardConfig`), and carries between its steps (:class:`Prepared`, :class:`Admitted`,
+:class:`Refused`); and the small helpers that shape outcomes and log fields. Plain data, no I/O."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ from email.message import EmailMessage
 from typing import Any
 
 from mailer import defaults
-from mailer.errors import InvalidMessage, SendError
+from mailer.errors import InvalidMessage, PermanentSendError, SendError, TransientSendError
 from mailer.mail.address import AddressRules
 from mailer.mail.kinds import Kind
 from mailer.mail.message import Mail
 from mailer.outcomes import Outcome
-from mailer.steps import Fail
+from mailer.steps import Fail, Progress
 
 
 @dataclass(frozen=True)
@@ -83,12 +83,25 @@ class Prepared:
 
 
 @dataclass(frozen=True)
-class Go:
-    """Admitted: send now. ``due`` is the slot (epoch seconds); ``guarded`` is False when the
-    limiter was down and ``fail_open`` let the mail go without it."""
+class Admitted:
+    """The mail may be sent now. ``due`` is its slot (epoch seconds); ``guarded`` is False when
+    the limiter was down and ``fail_open`` let the mail go without it (no slot to give back)."""
 
     due: float | None
     guarded: bool = True
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The transport refused the mail: what the gates' ``on_send_error`` hooks see.
+
+    ``base`` is the outcome so far (with the slot in ``due``); ``progress`` already counts the
+    SMTP attempts this send made.
+    """
+
+    error: PermanentSendError | TransientSendError
+    base: Outcome
+    progress: Progress
 
 
 def iso(epoch: float) -> str:

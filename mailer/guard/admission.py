@@ -1,0 +1,93 @@
+"""Admission: the limiter's answer for a mail that passed the gates, and what it means.
+
+The kind's ``max_wait`` counts from the request (:meth:`~mailer.guard.booking.Booking.window`):
+a mail past that deadline is dropped ``expired``, and no booking reaches beyond it. A run that
+starts more than ``late_tolerance`` seconds after its booked slot gives the slot back and asks
+again (:meth:`Admission.rebook`), so late mails are spaced by the policy in real time. A limiter
+that is down defers (``fail_closed``) or lets the mail go unguarded (``fail_open``); recipients
+that found no common slot always defer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from mailer import outcomes as why
+from mailer.errors import BackendUnavailable, Contended
+from mailer.guard.booking import Booking
+from mailer.guard.data import Admitted, GuardConfig, Prepared, log_fields
+from mailer.guard.outage import backend_down
+from mailer.limits.decision import Decision
+from mailer.mail.kinds import Kinds
+from mailer.metrics import UNKNOWN_KIND, Metrics
+from mailer.steps import Finish, Progress, Step
+
+log = logging.getLogger("mailguard")
+
+
+class Admission:
+    """Asks the limiter (with reservations) and plans: send now, wait for the booking, drop."""
+
+    def __init__(
+        self, booking: Booking, config: GuardConfig, kinds: Kinds, metrics: Metrics
+    ) -> None:
+        self.booking = booking
+        self.config = config
+        self.kinds = kinds
+        self.metrics = metrics
+
+    def admit(self, mail: Prepared, progress: Progress) -> Admitted | Step:
+        """:class:`Admitted`, ``Later`` (booked; limiter down) or ``Finish`` (dropped)."""
+        window = self.booking.window(mail, progress)
+        if isinstance(window, Finish):
+            return window
+        now, max_wait = window
+        late = False
+        try:
+            started = time.perf_counter()
+            decision = self.booking.acquire(mail, max_wait)
+            self.metrics.decision(time.perf_counter() - started)
+            if decision.allowed and now - decision.at > self.config.late_tolerance:
+                late = True
+                decision = self.rebook(mail, decision, max_wait, now)
+        except (BackendUnavailable, Contended) as exc:
+            return self._unanswered(mail, progress, exc)
+        return self.booking.answer(mail, mail.base, progress, decision, now, late=late)
+
+    def rebook(self, mail: Prepared, slot: Decision, max_wait: float, now: float) -> Decision:
+        """This run is late for its slot: give the slot back and ask the limiter again, now.
+
+        The recipient's log then holds this mail at (about) the time it really leaves, and the
+        mails booked after it keep their slots, so two mails that leave are never closer than
+        the policy allows, whatever made this one late (an outage, a crash, a backlog).
+        """
+        self.booking.give_back(mail)
+        again = self.booking.acquire(mail, max_wait)
+        self.metrics.rebooked(mail.kind.name if mail.kind.name in self.kinds else UNKNOWN_KIND)
+        log.info(
+            "mail %s ran %.1f s after its slot: %s",
+            mail.mail_id,
+            now - slot.at,
+            "sent now" if again.allowed else "booked again" if again.booked else "no slot in time",
+            extra=log_fields(mail.base),
+        )
+        return again
+
+    def _unanswered(
+        self, mail: Prepared, progress: Progress, exc: BackendUnavailable | Contended
+    ) -> Admitted | Step:
+        """No decision: the limiter is down (``fail_closed`` defers, ``fail_open`` sends
+        unguarded) or the recipients were contended (deferred: the limiter works, so sending
+        would break "never over", whatever ``fail_open`` says)."""
+        if isinstance(exc, Contended):
+            return backend_down(self.config, mail.base, progress, exc, why.CONTENDED)
+        self.metrics.backend_down("limiter")
+        if not self.config.fail_open:
+            return backend_down(self.config, mail.base, progress, exc, why.LIMITER_UNAVAILABLE)
+        log.warning(
+            "mail %s: limiter unavailable, sending unguarded (fail_open)",
+            mail.mail_id,
+            extra=log_fields(mail.base),
+        )
+        return Admitted(due=None, guarded=False)

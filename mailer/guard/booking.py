@@ -1,0 +1,361 @@
+"""Booking with a deadline: the limiter's slot for one mail, within what its kind still allows.
+
+:class:`Booking` is the one place that
+
+- computes the deadline (the kind's ``max_wait``, in seconds, counts from the request:
+  ``Progress.requested_at``) and drops an expired mail (:meth:`Booking.window`);
+- asks the limiter for a mail: its one recipient, or every envelope recipient at one common
+  slot (:mod:`mailer.limits.multi`), with the mail's tenant and kind share; gives a slot back;
+- turns a decision into what to do (:meth:`Booking.answer`, through
+  :func:`~mailer.steps.plan`): :class:`~mailer.guard.data.Admitted` (send now), ``Later``
+  (booked; a hop towards a far slot is not a new deferral) or ``Finish`` (``dropped``).
+
+Admission (:mod:`mailer.guard.admission`) and the holds gate (:meth:`Booking.after_hold`) both
+book through it. It decides nothing about outages beyond the hold booking's own rule: the
+caller says what a limiter that is down means.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from mailer import outcomes as why
+from mailer.clock import Clock
+from mailer.errors import BackendUnavailable, Contended
+from mailer.guard.data import Admitted, GuardConfig, Prepared, iso, log_fields
+from mailer.guard.outage import backend_down
+from mailer.limits.decision import Decision
+from mailer.limits.limiter import MAX_WAIT, Limiter
+from mailer.limits.multi import acquire_all, release_all
+from mailer.limits.scoped import ScopedLimiter
+from mailer.metrics import Metrics
+from mailer.outcomes import Outcome
+from mailer.records.holds import Hold
+from mailer.steps import Defer, Drop, Finish, Later, Progress, Send, Step, plan
+
+log = logging.getLogger("mailguard")
+
+
+class OneLimiter(Protocol):
+    """What the guard asks of its limiter: every scope of the policy in one call."""
+
+    def acquire(
+        self,
+        recipient: str,
+        *,
+        tenant: str | None = None,
+        mail_id: str | None = None,
+        max_wait: float = 0.0,
+        share: float = 1.0,
+        not_before: float | None = None,
+    ) -> Decision: ...
+
+    def release(self, recipient: str, mail_id: str, *, tenant: str | None = None) -> bool: ...
+
+    def storage_key(self, scope: str, key: str) -> str: ...
+
+
+# until the limiter is one: the plain Limiter seen through the one API (no tenant, no share).
+def as_one_limiter(limiter: Limiter | ScopedLimiter) -> OneLimiter:
+    """``limiter`` as :class:`OneLimiter`; a recipient-only plain limiter ignores tenant and
+    share (its policy has neither)."""
+    return _PlainLimiter(limiter) if isinstance(limiter, Limiter) else limiter
+
+
+class _PlainLimiter:  # until the limiter is one
+    def __init__(self, limiter: Limiter) -> None:
+        self._limiter = limiter
+
+    def acquire(
+        self,
+        recipient: str,
+        *,
+        tenant: str | None = None,
+        mail_id: str | None = None,
+        max_wait: float = 0.0,
+        share: float = 1.0,
+        not_before: float | None = None,
+    ) -> Decision:
+        return self._limiter.acquire(
+            recipient, mail_id=mail_id, max_wait=max_wait, not_before=not_before
+        )
+
+    def release(self, recipient: str, mail_id: str, *, tenant: str | None = None) -> bool:
+        return self._limiter.release(recipient, mail_id)
+
+    def storage_key(self, scope: str, key: str) -> str:
+        return self._limiter.storage_key(key)
+
+
+# end of: until the limiter is one
+
+
+@dataclass(frozen=True)
+class After:
+    """A hold to wait out: the mail is booked at the earliest slot at or after ``hold`` ends.
+    ``scope`` is ``sender`` or ``recipient``."""
+
+    scope: str
+    hold: Hold
+
+    def fields(self, base: Outcome) -> dict[str, Any]:
+        """The outcome fields of a mail booked or dropped because of this hold: the reply this
+        run received (in ``base``), else the one that started the hold."""
+        return {"hold": self.scope, "smtp_reply": base.smtp_reply or self.hold.cause}
+
+    def held_until(self) -> str:
+        return f"{self.scope} held until {iso(self.hold.until)}"
+
+
+class Booking:
+    """A mail's slot from the limiter within its kind's deadline. Thread-safe if the limiter is."""
+
+    def __init__(
+        self,
+        limiter: Limiter | ScopedLimiter,
+        config: GuardConfig,
+        clock: Clock,
+        metrics: Metrics,
+    ) -> None:
+        self.limiter = as_one_limiter(limiter)
+        self.config = config
+        self._clock = clock
+        self._metrics = metrics
+
+    def recipient_key(self, limit_key: str) -> str:
+        """The hashed storage key of a recipient (safe to log and to show in outcomes)."""
+        return self.limiter.storage_key("recipient", limit_key)
+
+    def window(self, mail: Prepared, progress: Progress) -> tuple[float, float] | Finish:
+        """Now, and the longest wait in seconds the kind still allows (capped at the limiter's
+        ``MAX_WAIT``); ``dropped`` / ``expired`` more than ``late_tolerance`` past it."""
+        now = self._clock()
+        left = progress.requested_at + mail.kind.max_wait - now
+        if left < -self.config.late_tolerance:
+            return self._expired(mail, progress, now)
+        return now, min(max(left, 0.0), MAX_WAIT)
+
+    def acquire(self, mail: Prepared, max_wait: float, not_before: float | None = None) -> Decision:
+        """The limiter's decision for ``mail`` in every scope; ``not_before`` (epoch seconds,
+        a hold's end) books the earliest slot at or after it. Raises ``BackendUnavailable``,
+        and ``Contended`` for several recipients that found no common slot."""
+        if mail.more_keys:  # several recipients: one slot that suits them all
+            return acquire_all(
+                _ForMail(self.limiter, mail),
+                [mail.limit_key, *mail.more_keys],
+                mail_id=mail.mail_id,
+                max_wait=max_wait,
+                not_before=not_before,
+            )
+        return self.limiter.acquire(
+            mail.limit_key,
+            mail_id=mail.mail_id,
+            max_wait=max_wait,
+            tenant=mail.tenant,
+            share=mail.kind.share,
+            not_before=not_before,
+        )
+
+    def give_back(self, mail: Prepared) -> bool:
+        """Release ``mail``'s slot in every recipient's key; whether one was held. Raises
+        ``BackendUnavailable``."""
+        if mail.more_keys:
+            keys = [mail.limit_key, *mail.more_keys]
+            return release_all(_ForMail(self.limiter, mail), keys, mail.mail_id)
+        return self.limiter.release(mail.limit_key, mail.mail_id, tenant=mail.tenant)
+
+    def release(self, mail: Prepared) -> None:
+        """Give a slot back that will not be used (a failed, expired or cancelled mail): the
+        recipient should not pay for it. A limiter that is down is logged, never raised."""
+        try:
+            self.give_back(mail)
+        except BackendUnavailable:
+            self._metrics.backend_down("limiter")
+            log.warning(
+                "mail %s: could not release its slot (limiter unavailable)",
+                mail.mail_id,
+                extra={"mail_id": mail.mail_id},
+            )
+
+    def answer(
+        self,
+        mail: Prepared,
+        base: Outcome,
+        progress: Progress,
+        decision: Decision,
+        now: float,
+        *,
+        late: bool = False,
+        after: After | None = None,
+    ) -> Admitted | Step:
+        """What ``decision`` means for ``mail``: send now, wait for the booking, or drop
+        (``rate_limited``; ``late`` for a late run re-booked; with its hold when ``after``)."""
+        action = plan(decision, max_countdown=self.config.max_countdown)
+        if isinstance(action, Send):
+            return Admitted(due=action.at)
+        tier = _tier_name(decision, action.tier)
+        if tier is None and after is not None:
+            tier = f"{after.scope} hold"
+        if isinstance(action, Drop):
+            return _dropped(mail, base, decision, action, tier, late=late, after=after)
+        if after is None:
+            return _booked(base, action, tier, progress, now)
+        held = {"reason": why.HELD, "detail": after.held_until(), **after.fields(base)}
+        return _booked(base, action, tier, progress, now, **held)
+
+    def after_hold(
+        self, mail: Prepared, base: Outcome, progress: Progress, after: After, *, holds_slot: bool
+    ) -> Admitted | Step:
+        """Give back the slot ``mail`` holds (if any) and book it at the earliest slot at or
+        after the hold ends, within its kind's deadline: ``deferred`` / ``held``, or
+        :class:`Admitted` when the limiter's clock says the hold is already over.
+
+        A limiter that is down defers (whatever ``fail_open`` says: sending would break the
+        hold)."""
+        window = self.window(mail, progress)
+        if isinstance(window, Finish):
+            return window
+        now, max_wait = window
+        try:
+            if holds_slot or progress.due:
+                self.give_back(mail)
+            decision = self.acquire(mail, max_wait, not_before=after.hold.until)
+        except (BackendUnavailable, Contended) as exc:
+            if isinstance(exc, Contended):
+                return backend_down(self.config, base, progress, exc, why.CONTENDED)
+            self._metrics.backend_down("limiter")
+            return backend_down(self.config, base, progress, exc, why.LIMITER_UNAVAILABLE)
+        return self.answer(mail, base, progress, decision, now, after=after)
+
+    def _expired(self, mail: Prepared, progress: Progress, now: float) -> Finish:
+        """``dropped`` / ``expired``: the kind's deadline, counted from the request, has passed."""
+        deadline = progress.requested_at + mail.kind.max_wait
+        dropped = mail.base.but(
+            reason=why.EXPIRED,
+            detail=f"{now - progress.requested_at:.1f} s after the request, kind "
+            f"{mail.kind.name!r} allows {mail.kind.max_wait:g} s (deadline {iso(deadline)})",
+        )
+        log.info("mail %s dropped: expired", mail.mail_id, extra=log_fields(dropped))
+        if progress.due:
+            self.release(mail)  # the recipient keeps the slot this mail will not use
+        return Finish(dropped)
+
+
+class _ForMail:
+    """The limiter as :mod:`mailer.limits.multi` wants it: one key at a time, with the mail's
+    tenant and kind share."""
+
+    def __init__(self, limiter: OneLimiter, mail: Prepared) -> None:
+        self.limiter = limiter
+        self.mail = mail
+
+    def acquire(
+        self,
+        key: str,
+        *,
+        mail_id: str | None = None,
+        max_wait: float = 0.0,
+        not_before: float | None = None,
+    ) -> Decision:
+        return self.limiter.acquire(
+            key,
+            mail_id=mail_id,
+            max_wait=max_wait,
+            tenant=self.mail.tenant,
+            share=self.mail.kind.share,
+            not_before=not_before,
+        )
+
+    def release(self, key: str, mail_id: str) -> bool:
+        return self.limiter.release(key, mail_id, tenant=self.mail.tenant)
+
+
+def _dropped(
+    mail: Prepared,
+    base: Outcome,
+    decision: Decision,
+    action: Drop,
+    tier: str | None,
+    *,
+    late: bool,
+    after: After | None,
+) -> Finish:
+    """``dropped``: no slot within the kind's wait (``late``: after re-booking a late run)."""
+    if after is None:
+        fields: dict[str, Any] = {"reason": why.LATE if late else why.RATE_LIMITED}
+        fields["due"] = decision.at
+        said = f"rate limited by {tier}, wait {action.wait:.3f} s"
+    else:
+        fields = {"reason": why.RATE_LIMITED, **after.fields(base)}
+        fields["detail"] = f"{after.held_until()}: no slot within the kind's wait"
+        said = f"{after.held_until()}, no slot in time"
+    dropped = base.but(status="dropped", tier=tier, wait=action.wait, **fields)
+    log.info("mail %s dropped: %s", mail.mail_id, said, extra=log_fields(dropped))
+    return Finish(dropped)
+
+
+def _booked(
+    base: Outcome,
+    action: Defer,
+    tier: str | None,
+    progress: Progress,
+    now: float,
+    **fields: Any,
+) -> Later:
+    """A booked mail: run again at its slot (or hop towards it; a hop is not a new deferral).
+
+    ``fields`` change the outcome (a held mail: its reason, hold and reply). The run is timed
+    on the limiter's clock (``eta``: its now, ``due - wait``, plus the countdown). A run that
+    came back for this very slot while the limiter says it is not due yet was started early by
+    a worker whose clock is ahead: it waits the limiter's remaining ``countdown`` on its own
+    clock instead (an ``eta`` would look due to it again at once).
+    """
+    eta: float | None = action.due - action.wait + action.countdown
+    new_booking = action.due != progress.due
+    if not new_booking and now >= action.due:
+        eta = None
+        log.warning(
+            "mail %s ran %.3f s before its slot by the limiter's clock: this worker's clock is "
+            "ahead of the limiter's",
+            base.mail_id,
+            action.wait,
+            extra={"mail_id": base.mail_id},
+        )
+    elif new_booking:
+        progress = replace(
+            progress,
+            deferrals=progress.deferrals + 1,
+            due=action.due,
+            first_due=progress.first_due or action.due,
+        )
+    waiting = base.but(
+        **{
+            "status": "deferred",
+            "reason": why.BOOKED,
+            "tier": tier,
+            "wait": action.wait,
+            "due": action.due,
+            "deferrals": progress.deferrals,
+        }
+        | fields
+    )
+    if new_booking:  # one line per booking; hops towards it are quiet
+        log.info(
+            "mail %s deferred %.1f s to %s by %s",
+            base.mail_id,
+            action.wait,
+            iso(action.due),
+            tier or "the mails booked before it",
+            extra=log_fields(waiting),
+        )
+    return Later(action.countdown, waiting, progress, eta)
+
+
+def _tier_name(decision: Decision, tier: object) -> str | None:
+    """The binding tier as outcomes show it: ``1/60s``, or with its scope, ``sender 14/1s``."""
+    if tier is None:
+        return None
+    scope = decision.scope
+    return f"{scope} {tier}" if scope and scope != "recipient" else str(tier)

@@ -1,0 +1,76 @@
+"""The claim: one atomic ledger ``begin`` on the mail id, so a mail is sent at most once.
+
+Claimed (None), or what to answer instead: the recorded outcome of a mail that finished
+already (a repeat), ``Later`` when another run holds the claim (``in_flight``), or when the
+ledger is down (``ledger_unavailable``, whatever the fail mode: without the ledger no run can
+promise "once").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+
+from mailer import defaults
+from mailer import outcomes as why
+from mailer.errors import BackendUnavailable
+from mailer.guard.data import GuardConfig, Prepared, log_fields
+from mailer.guard.outage import backend_down
+from mailer.metrics import Metrics
+from mailer.outcomes import Outcome
+from mailer.records.ledger import Ledger
+from mailer.steps import Fail, Finish, Later, Progress, Step
+
+log = logging.getLogger("mailguard")
+
+
+class Claim:
+    """Takes the ledger's claim on a mail id for one run. ``release`` gives a slot back (a
+    mail cancelled while it waited)."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        config: GuardConfig,
+        metrics: Metrics,
+        release: Callable[[Prepared], None],
+    ) -> None:
+        self.ledger = ledger
+        self.config = config
+        self.metrics = metrics
+        self._release = release
+
+    def claim(self, mail: Prepared, owner: str, progress: Progress) -> Step | None:
+        """None when the run ``owner`` now holds the claim; else the step to answer: the
+        recorded outcome of a finished mail (``Finish``, or ``Fail`` for a failed one), or
+        ``Later``. A stale owner in ``progress`` (a run that timed out on the ledger) is taken
+        over at once."""
+        stale = progress.stale_owner or None
+        try:
+            begun = self.ledger.begin(mail.mail_id, owner, self.config.claim_lease, takeover=stale)
+        except BackendUnavailable as exc:
+            # The claim may have been written after the client gave up: the next run may take it.
+            self.metrics.backend_down("ledger")
+            progress = replace(progress, stale_owner=owner)
+            return backend_down(self.config, mail.base, progress, exc, why.LEDGER_UNAVAILABLE)
+        if isinstance(begun, Outcome):
+            log.info(
+                "mail %s already %s; nothing sent again",
+                mail.mail_id,
+                begun.status,
+                extra=log_fields(begun),
+            )
+            if begun.reason == why.CANCELLED:
+                self._release(mail)  # cancelled while it waited as a countdown: its slot back
+            return Fail(begun) if begun.status == "failed" else Finish(begun)
+        if begun:
+            return None
+        wait = defaults.IN_FLIGHT_WAIT
+        waiting = mail.base.but(status="deferred", reason=why.IN_FLIGHT, wait=wait)
+        log.info(
+            "mail %s is being sent by another run; checking again later",
+            mail.mail_id,
+            extra=log_fields(waiting),
+        )
+        return Later(wait, waiting, progress)

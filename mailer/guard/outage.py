@@ -1,0 +1,54 @@
+"""A backend that does not answer: defer the mail with doubling backoff, one log line.
+
+Used when the limiter or the ledger is down, or when several recipients found no common slot
+(contended). Durations in seconds, from :class:`~mailer.guard.data.GuardConfig`
+(``retry_backoff`` doubling up to ``max_countdown``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from mailer import defaults
+from mailer import outcomes as why
+from mailer.errors import BackendUnavailable, Contended
+from mailer.guard.data import GuardConfig, log_fields
+from mailer.outcomes import Outcome
+from mailer.steps import Later, Progress
+
+log = logging.getLogger("mailguard")
+
+_WHAT = {
+    why.LEDGER_UNAVAILABLE: "ledger unavailable",
+    why.CONTENDED: "recipients contended, no common slot",
+}
+
+
+def backoff(config: GuardConfig, failures: int) -> float:
+    """The wait in seconds after ``failures`` failed runs in a row (doubling, capped)."""
+    return defaults.backoff(failures, first=config.retry_backoff, cap=config.max_countdown)
+
+
+def backend_down(
+    config: GuardConfig,
+    base: Outcome,
+    progress: Progress,
+    exc: BackendUnavailable | Contended,
+    reason: str,
+) -> Later:
+    """``deferred`` / ``reason`` with doubling backoff; counts the run in ``limiter_failures``.
+
+    ``reason`` is ``ledger_unavailable``, ``limiter_unavailable`` or ``contended``.
+    """
+    progress = replace(progress, limiter_failures=progress.limiter_failures + 1)
+    countdown = backoff(config, progress.limiter_failures)
+    waiting = base.but(status="deferred", reason=reason, wait=countdown, detail=str(exc))
+    log.warning(
+        "mail %s deferred %.1f s: %s",
+        base.mail_id,
+        countdown,
+        _WHAT.get(reason, "limiter unavailable (fail_closed)"),
+        extra=log_fields(waiting),
+    )
+    return Later(countdown, waiting, progress)

@@ -1,0 +1,102 @@
+"""Sending an admitted mail through the transport, under the run's claim.
+
+:meth:`Sending.send` answers ``Finish`` (``sent``), or :class:`~mailer.guard.data.Refused`
+when the transport refused the mail: the gates' ``on_send_error`` hooks see it first (a hard
+bounce suppresses, a throttling reply holds); :meth:`Sending.after_refusal` is the answer when no
+gate took it: ``failed`` for a permanent error, else again later with doubling backoff until
+``send_retries`` are used up.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+from mailer import outcomes as why
+from mailer.clock import Clock
+from mailer.errors import InvalidMessage, PermanentSendError, TransientSendError
+from mailer.guard.booking import Booking
+from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, failure, log_fields
+from mailer.guard.outage import backoff
+from mailer.guard.validate import message_of
+from mailer.mail.transports.base import Transport
+from mailer.metrics import UNGUARDED
+from mailer.steps import Finish, Later, Progress, Step
+
+log = logging.getLogger("mailguard")
+
+
+class Sending:
+    """Sends through ``transport``; ``booking`` gives back the slot of a mail that cannot go."""
+
+    def __init__(
+        self, transport: Transport, booking: Booking, config: GuardConfig, clock: Clock
+    ) -> None:
+        self.transport = transport
+        self.booking = booking
+        self.config = config
+        self._clock = clock
+
+    def send(self, mail: Prepared, admitted: Admitted, progress: Progress) -> Step | Refused:
+        """``sent``, ``dropped`` / ``invalid`` (a message that fails to build), or the refusal."""
+        base = mail.base if admitted.due is None else mail.base.but(due=admitted.due)
+        try:
+            message = message_of(mail)
+        except InvalidMessage as exc:  # not expected: check_mail passed (needs_build_to_check)
+            self.booking.release(mail)
+            return Finish(base.but(reason=why.INVALID, detail=str(exc)))
+        try:
+            receipt = self.transport.send(message)
+        except (PermanentSendError, TransientSendError) as exc:
+            tried = replace(progress, attempts=progress.attempts + exc.attempts)
+            return Refused(exc, base, tried)
+        outcome = base.but(
+            status="sent",
+            reason=None,
+            attempts=progress.attempts + receipt.attempts,
+            smtp_code=receipt.code,
+            smtp_reply=receipt.reply,
+            sent_at=self._clock(),
+            detail=None if admitted.guarded else UNGUARDED,
+        )
+        log.info("mail %s sent to %s", mail.mail_id, base.recipient, extra=log_fields(outcome))
+        return Finish(outcome)
+
+    def after_refusal(self, refused: Refused) -> Step:
+        """A refusal no gate answered: ``failed`` (permanent), else retried with backoff."""
+        exc, base, progress = refused.error, refused.base, refused.progress
+        if isinstance(exc, PermanentSendError):
+            failed = failure(base, why.SMTP_PERMANENT, progress.attempts, exc)
+            log.warning(
+                "mail %s failed: permanent SMTP error %s",
+                base.mail_id,
+                exc.code,
+                extra=log_fields(failed.outcome),
+            )
+            return failed
+        progress = replace(progress, send_failures=progress.send_failures + 1)
+        if progress.send_failures > self.config.send_retries:
+            failed = failure(base, why.RETRIES_EXHAUSTED, progress.attempts, exc)
+            log.warning(
+                "mail %s failed: transient SMTP errors, retries exhausted",
+                base.mail_id,
+                extra=log_fields(failed.outcome),
+            )
+            return failed
+        countdown = backoff(self.config, progress.send_failures)
+        waiting = base.but(
+            status="deferred",
+            reason=why.SMTP_TRANSIENT,
+            attempts=progress.attempts,
+            wait=countdown,
+            smtp_code=exc.code,
+            smtp_reply=exc.reply,
+        )
+        log.info(
+            "mail %s: transient SMTP error %s, again in %.1f s",
+            base.mail_id,
+            exc.code,
+            countdown,
+            extra=log_fields(waiting),
+        )
+        return Later(countdown, waiting, progress)
