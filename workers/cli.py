@@ -311,7 +311,7 @@ def _scoped_status(
     as_json: bool,
     hold: dict[str, Any] | None = None,
 ) -> None:
-    from mailer.limits.scoped import ScopedLimiter, check_tenant  # noqa: PLC0415
+    from mailer.limits.checks import check_tenant  # noqa: PLC0415
 
     try:
         check_tenant(tenant)
@@ -319,8 +319,8 @@ def _scoped_status(
         fail(f"--tenant: {exc}", USAGE)
     _shared_limiter_url(settings)
     try:
-        limiter = ScopedLimiter(
-            settings.policy, url=settings.limiter_url, secret=settings.secret, tz=settings.timezone
+        limiter = Limiter.from_url(
+            settings.limiter_url, settings.policy, secret=settings.secret, tz=settings.timezone
         )
     except ValueError as exc:
         fail(f"MAILGUARD_LIMITER_URL: {exc}", USAGE)
@@ -366,7 +366,7 @@ def reset(address: str, yes: bool) -> None:
     key = _recipient(address)
     limiter = _shared_limiter(settings)
     try:
-        hashed = limiter.storage_key(key)
+        hashed = limiter.storage_key("recipient", key)
         if not yes and not click.confirm(
             f"Forget every send and booking of recipient {hashed}?", err=True
         ):
@@ -542,7 +542,9 @@ def _shared_limiter_url(settings: Settings) -> None:
 def _shared_limiter(settings: Settings) -> Limiter:
     _shared_limiter_url(settings)
     try:
-        return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
+        return Limiter.from_url(
+            settings.limiter_url, settings.policy, secret=settings.secret, tz=settings.timezone
+        )
     except ValueError as exc:
         fail(f"MAILGUARD_LIMITER_URL: {exc}", USAGE)
 

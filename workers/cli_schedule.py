@@ -18,7 +18,6 @@ import click
 from mailer import outcomes as why
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_guard_limiter, build_ledger
-from mailer.limits.scoped import ScopedLimiter
 from mailer.mail.address import normalise_address
 from mailer.outcomes import Outcome
 from mailer.settings import Settings
@@ -103,13 +102,9 @@ def _cancelled(settings: Settings, mail_id: str, meta: Any, payload: bytes | Non
         return outcome  # nothing to release: the mail was never admitted
     limiter = build_guard_limiter(settings)
     try:
-        if isinstance(limiter, ScopedLimiter):  # its slot back in every scope
-            tenant = entry.kwargs.get("tenant")
-            limiter.release(key, mail_id, tenant=tenant if isinstance(tenant, str) else None)
-            hashed = limiter.storage_key("recipient", key)
-        else:
-            limiter.release(key, mail_id)
-            hashed = limiter.storage_key(key)
+        tenant = entry.kwargs.get("tenant")  # its slot back in every scope
+        limiter.release(key, mail_id, tenant=tenant if isinstance(tenant, str) else None)
+        hashed = limiter.storage_key("recipient", key)
         return outcome.but(recipient=hashed, kind=str(entry.kwargs.get("kind", "default")))
     finally:
         limiter.close()

@@ -51,11 +51,10 @@ from mailer.guard.data import (
     log_fields,
     mapping,
 )
+from mailer.limits.checks import check_tenant
 from mailer.limits.decision import Decision
 from mailer.limits.limiter import MAX_WAIT, Limiter
 from mailer.limits.multi import acquire_all, release_all
-from mailer.limits.scoped import ScopedLimiter, check_tenant
-from mailer.limits.stores.redis_errors import REDIS_DOWN
 from mailer.mail.address import Recipient, normalise_address
 from mailer.mail.envelope import addresses, attachments, reply_to, sender, without_recipients
 from mailer.mail.kinds import Kind, Kinds, render
@@ -68,6 +67,7 @@ from mailer.records.holds import RECIPIENT, SENDER, Hold, Holds
 from mailer.records.ledger import Ledger
 from mailer.records.suppression import Suppression, Suppressions
 from mailer.steps import Defer, Drop, Fail, Finish, Later, Progress, Send, Step, plan
+from mailer.storage import REDIS_DOWN
 
 __all__ = ["Fail", "Finish", "Guard", "GuardConfig", "Later", "MailRequest", "Progress", "Step"]
 
@@ -83,7 +83,7 @@ class Guard:
 
     def __init__(
         self,
-        limiter: Limiter | ScopedLimiter,
+        limiter: Limiter,
         ledger: Ledger,
         transport: Transport,
         *,
@@ -179,11 +179,7 @@ class Guard:
         )
         try:
             recipient, more, kind, draft, message = self._build(request, now)
-            hashed = (
-                self.limiter.storage_key("recipient", recipient.limit_key)
-                if isinstance(self.limiter, ScopedLimiter)
-                else self.limiter.storage_key(recipient.limit_key)
-            )
+            hashed = self.limiter.storage_key("recipient", recipient.limit_key)
             tenant = None if request.tenant is None else check_tenant(request.tenant)
         except (InvalidAddress, InvalidMessage, ValueError) as exc:
             dropped = base.but(reason=why.INVALID, detail=str(exc))
@@ -579,10 +575,6 @@ class Guard:
                 max_wait=max_wait,
                 not_before=not_before,
             )
-        if isinstance(limiter, Limiter):  # recipient only: the plain path of before
-            return limiter.acquire(
-                mail.limit_key, mail_id=mail.mail_id, max_wait=max_wait, not_before=not_before
-            )
         return limiter.acquire(
             mail.limit_key,
             mail_id=mail.mail_id,
@@ -599,8 +591,6 @@ class Guard:
             return release_all(
                 _Keyed(limiter, mail), [mail.limit_key, *mail.more_keys], mail.mail_id
             )
-        if isinstance(limiter, Limiter):
-            return limiter.release(mail.limit_key, mail.mail_id)
         return limiter.release(mail.limit_key, mail.mail_id, tenant=mail.tenant)
 
     def _expired(self, mail: Prepared, progress: Progress, now: float) -> Finish:
@@ -799,7 +789,7 @@ class _Keyed:
     """The guard's limiter seen as :mod:`mailer.limits.multi` wants it: one key at a time, the
     mail's tenant and kind share applied on a scoped limiter."""
 
-    def __init__(self, limiter: Limiter | ScopedLimiter, mail: Prepared) -> None:
+    def __init__(self, limiter: Limiter, mail: Prepared) -> None:
         self.limiter = limiter
         self.mail = mail
         self.url = getattr(limiter, "url", "limiter")
@@ -812,10 +802,6 @@ class _Keyed:
         max_wait: float = 0.0,
         not_before: float | None = None,
     ) -> Decision:
-        if isinstance(self.limiter, Limiter):
-            return self.limiter.acquire(
-                key, mail_id=mail_id, max_wait=max_wait, not_before=not_before
-            )
         return self.limiter.acquire(
             key,
             mail_id=mail_id,
@@ -826,8 +812,6 @@ class _Keyed:
         )
 
     def release(self, key: str, mail_id: str) -> bool:
-        if isinstance(self.limiter, Limiter):
-            return self.limiter.release(key, mail_id)
         return self.limiter.release(key, mail_id, tenant=self.mail.tenant)
 
 

@@ -28,7 +28,7 @@ For one insertion point ``x`` with ``k`` emissions at or before it, the spans ho
 keep the tier iff ``tat_k - x <= c``, ``R_k + x <= c`` and ``tat_k + R_k <= c``, where ``c =
 (L-1)·T``, ``tat_k`` is the bucket's arrival time after the first ``k`` emissions (from the
 floor) and ``R_k = max over j > k of ((j-k)·T - e_j)`` (the spans ending after ``x``).
-``mailer/backends/lua/scoped.lua`` mirrors these functions; ``tests/scoped_model.py`` counts
+``mailer/limits/stores/lua/scoped.lua`` mirrors these functions; ``tests/scoped_model.py`` counts
 spans instead.
 """
 

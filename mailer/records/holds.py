@@ -34,7 +34,7 @@ from mailer.clock import Clock, system_clock
 from mailer.defaults import THROTTLE_HOLD_MAX
 from mailer.errors import BackendUnavailable
 from mailer.limits.keys import KeyHasher, check_key
-from mailer.limits.stores.redis_errors import REDIS_DOWN
+from mailer.storage import REDIS_DOWN
 
 SENDER = "sender"
 RECIPIENT = "recipient"

@@ -30,8 +30,8 @@ from mailer.clock import Clock, system_clock
 from mailer.defaults import SUPPRESS_FOR
 from mailer.errors import BackendUnavailable
 from mailer.limits.keys import KeyHasher
-from mailer.limits.stores.redis_errors import REDIS_DOWN
 from mailer.mail.address import DEFAULT_RULES, AddressRules, normalise_address
+from mailer.storage import REDIS_DOWN
 
 
 @dataclass(frozen=True)

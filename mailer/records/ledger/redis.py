@@ -23,9 +23,9 @@ from importlib import resources
 from typing import Any
 
 from mailer.errors import BackendUnavailable
-from mailer.limits.stores.redis_errors import REDIS_DOWN
 from mailer.outcomes import Outcome
 from mailer.records.ledger.base import MAX_DEAD_LETTERS, RUNS_TTL, SENT_TTL, Begun
+from mailer.storage import REDIS_DOWN
 
 
 def _script(name: str) -> str:

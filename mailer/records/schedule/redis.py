@@ -23,8 +23,8 @@ from typing import Any
 from mailer.clock import to_ms
 from mailer.defaults import QUEUE
 from mailer.errors import BackendUnavailable
-from mailer.limits.stores.redis_errors import REDIS_DOWN
 from mailer.records.schedule.base import PROMOTE_LEASE, TAKE_AHEAD, TAKE_LIMIT, ScheduleStats, Taken
+from mailer.storage import REDIS_DOWN
 
 
 def _script(name: str) -> str:
