@@ -46,7 +46,9 @@ class ScopedMemoryStore:
         tz: str = "UTC",
     ) -> None:
         self.policy = policy
-        self._decider = Decider(zone(tz))
+        #: The time zone ``fixed`` windows align to.
+        self.tz = zone(tz)
+        self._decider = Decider(self.tz)
         self._scopes = build_scopes(policy, secret=secret, namespace=namespace)
         self._clock = clock or system_clock
         self._states: dict[tuple[str, bytes], ScopeState] = {}
