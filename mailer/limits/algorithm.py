@@ -312,12 +312,12 @@ def _gcra_earliest(log: GcraLog, tier: Tier, limit: int, t: int, now_us: int) ->
     now = now_us // 1000
     full = interval_us(tier.limit, tier.window_ms)
     if limit == tier.limit:
-        return gcra_earliest(log.floor, log.times, tier.limit, full, t, now, now_us)
+        return gcra_earliest(log.floor, log.times, tier.limit, full, t, now=now, now_us=now_us)
     part = interval_us(limit, tier.window_ms)
     base = share_floor(log.floor, now_us, full, part)
     while True:
-        x = gcra_earliest(log.floor, log.times, tier.limit, full, t, now, now_us)
-        y = gcra_earliest(base, log.times, limit, part, x, now, now_us)
+        x = gcra_earliest(log.floor, log.times, tier.limit, full, t, now=now, now_us=now_us)
+        y = gcra_earliest(base, log.times, limit, part, x, now=now, now_us=now_us)
         if y == x:
             return x
         t = y

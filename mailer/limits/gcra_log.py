@@ -99,8 +99,8 @@ def _bounds(floor: int, times: list[int], interval: int) -> tuple[list[int], lis
     return tats, rights
 
 
-def earliest(  # noqa: PLR0917 - one tier's view and one question
-    floor: int, times: list[int], limit: int, interval: int, t: int, now: int, now_us: int
+def earliest(
+    floor: int, times: list[int], limit: int, interval: int, t: int, *, now: int, now_us: int
 ) -> int:
     """The earliest ms ``>= t`` at which one more emission keeps the tier ``(limit, interval)``.
 

@@ -90,12 +90,13 @@ def earliest(
     return t, tier
 
 
-def acquire(  # noqa: PLR0917 - mirrors the Lua script's argument list
+def acquire(
     ts: list[int],
     tags: list[int],
     now_ms: int,
     spec: TierSpec,
     tag: int,
+    *,
     max_wait_ms: int,
     now_hi: int | None = None,
     not_before_ms: int = 0,

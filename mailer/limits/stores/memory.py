@@ -118,7 +118,16 @@ class SlidingMemoryStore:
                 log = logs[key] = _Log()
             elif log.ts and log.ts[0] <= now - spec.max_window_ms:
                 sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
-            raw = sliding_log.acquire(log.ts, log.tags, now, spec, tag, wait_ms, hi, not_before_ms)
+            raw = sliding_log.acquire(
+                log.ts,
+                log.tags,
+                now,
+                spec,
+                tag,
+                max_wait_ms=wait_ms,
+                now_hi=hi,
+                not_before_ms=not_before_ms,
+            )
             if raw[0] or raw[1]:
                 log.expires_ms = log.ts[-1] + spec.max_window_ms
                 logs.move_to_end(key)
