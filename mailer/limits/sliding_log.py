@@ -90,13 +90,12 @@ def earliest(
     return t, tier
 
 
-def acquire(
+def acquire(  # noqa: PLR0917 - positional: the memory store's hot path (keywords cost more)
     ts: list[int],
     tags: list[int],
     now_ms: int,
     spec: TierSpec,
     tag: int,
-    *,
     max_wait_ms: int,
     now_hi: int | None = None,
     not_before_ms: int = 0,

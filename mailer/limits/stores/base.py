@@ -31,7 +31,7 @@ class Store(Protocol):
         recipient: str,
         tag: int,
         wait_ms: int,
-        tenant: str | None,
+        tenant: str | None = None,
         *,
         share: float = 1.0,
         not_before_ms: int = 0,

@@ -99,7 +99,7 @@ class SlidingMemoryStore:
         recipient: str,
         tag: int,
         wait_ms: int,
-        tenant: str | None,  # no tenant scope in this shape
+        tenant: str | None = None,  # no tenant scope in this shape
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         not_before_ms: int = 0,
@@ -118,16 +118,7 @@ class SlidingMemoryStore:
                 log = logs[key] = _Log()
             elif log.ts and log.ts[0] <= now - spec.max_window_ms:
                 sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
-            raw = sliding_log.acquire(
-                log.ts,
-                log.tags,
-                now,
-                spec,
-                tag,
-                max_wait_ms=wait_ms,
-                now_hi=hi,
-                not_before_ms=not_before_ms,
-            )
+            raw = sliding_log.acquire(log.ts, log.tags, now, spec, tag, wait_ms, hi, not_before_ms)
             if raw[0] or raw[1]:
                 log.expires_ms = log.ts[-1] + spec.max_window_ms
                 logs.move_to_end(key)
@@ -160,7 +151,7 @@ class SlidingMemoryStore:
     def peek(
         self,
         recipient: str,
-        tenant: str | None,  # no tenant scope in this shape
+        tenant: str | None = None,  # no tenant scope in this shape
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         domain: str | None = None,  # no domain scope in this shape

@@ -87,7 +87,7 @@ class SlidingRedisStore:
         recipient: str,
         tag: int,
         wait_ms: int,
-        tenant: str | None,  # no tenant scope in this shape
+        tenant: str | None = None,  # no tenant scope in this shape
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         not_before_ms: int = 0,
@@ -136,7 +136,7 @@ class SlidingRedisStore:
     def peek(
         self,
         recipient: str,
-        tenant: str | None,  # no tenant scope in this shape
+        tenant: str | None = None,  # no tenant scope in this shape
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         domain: str | None = None,  # no domain scope in this shape

@@ -61,7 +61,7 @@ class ScopedMemoryStore:
         recipient: str,
         tag: int,
         wait_ms: int,
-        tenant: str | None,
+        tenant: str | None = None,
         *,
         share: float = 1.0,
         not_before_ms: int = 0,
