@@ -19,6 +19,7 @@ from mailer import outcomes as why
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_guard_limiter, build_ledger
 from mailer.mail.address import normalise_address
+from mailer.mail.envelope import addresses
 from mailer.outcomes import Outcome
 from mailer.settings import Settings
 from workers import views
@@ -96,18 +97,34 @@ def _cancelled(settings: Settings, mail_id: str, meta: Any, payload: bytes | Non
         return outcome  # a countdown mail gives its slot back when it runs (the guard)
     try:
         entry = Parked.decode(payload, mail_id)
-        to = entry.args[0] if entry.args else entry.kwargs.get("to")
-        key = normalise_address(str(to), settings.guard_config().rules).limit_key
+        keys = _limit_keys(entry, settings)
     except (ValueError, InvalidAddress):
         return outcome  # nothing to release: the mail was never admitted
     limiter = build_guard_limiter(settings)
     try:
-        tenant = entry.kwargs.get("tenant")  # its slot back in every scope
-        limiter.release(key, mail_id, tenant=tenant if isinstance(tenant, str) else None)
-        hashed = limiter.storage_key("recipient", key)
+        tenant = entry.kwargs.get("tenant")
+        for key in keys:  # every recipient's slot back, in every scope
+            limiter.release(key, mail_id, tenant=tenant if isinstance(tenant, str) else None)
+        hashed = limiter.storage_key("recipient", keys[0])
         return outcome.but(recipient=hashed, kind=str(entry.kwargs.get("kind", "default")))
     finally:
         limiter.close()
+
+
+def _limit_keys(entry: Parked, settings: Settings) -> list[str]:
+    """The limit keys of a parked mail's envelope (To, Cc, Bcc; deduplicated, the first To's
+    first), as the guard booked them; ``InvalidAddress`` when the guard would have dropped it."""
+    rules = settings.guard_config().rules
+    to = entry.args[0] if entry.args else entry.kwargs.get("to")
+    everyone = [
+        *addresses(to, "to"),
+        *addresses(entry.kwargs.get("cc"), "cc"),
+        *addresses(entry.kwargs.get("bcc"), "bcc"),
+    ]
+    keys = list(dict.fromkeys(normalise_address(a, rules).limit_key for a in everyone))
+    if not keys:
+        raise InvalidAddress("to: no address")
+    return keys
 
 
 @click.command(short_help="How many mails wait in the schedule, by due hour and kind.")
