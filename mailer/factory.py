@@ -16,6 +16,7 @@ from mailer.records.holds import Holds
 from mailer.records.ledger import Ledger, MemoryLedger, RedisLedger
 from mailer.records.suppression import Suppressions
 from mailer.settings import Settings
+from mailer.storage import client_from_url, is_memory
 
 
 def build_limiter(settings: Settings) -> Limiter:
@@ -34,10 +35,8 @@ def build_guard_limiter(settings: Settings) -> Limiter:
 def build_ledger(settings: Settings, limiter: Limiter | None = None) -> Ledger:
     """The ledger on the ledger URL; shares ``limiter``'s Redis client when the URLs match."""
     url = settings.effective_ledger_url
-    if urlsplit(url).scheme == "memory":
+    if is_memory(url):
         return MemoryLedger()
-    from mailer.storage import client_from_url  # noqa: PLC0415
-
     client = None if limiter is None else limiter.client
     if client is not None and url == settings.limiter_url:
         return RedisLedger(client, url)
