@@ -31,7 +31,6 @@ import redis
 from devservers.redis_servers import RedisServer
 from mailer import Limiter, ManualClock, Policy
 from mailer.limits.policy import REFERENCE_POLICY
-from mailer.limits.scoped import ScopedLimiter
 
 ROUNDS = 5
 CALLS_PER_ROUND = 2_000
@@ -75,7 +74,7 @@ def bench_redis_decisions(url: str) -> list[tuple[str, float, float, float]]:
     noop = client.script_load("return 0")
     hot = Limiter.from_url(url, POLICY, secret="bench", namespace="hot")
     distinct = Limiter.from_url(url, POLICY, secret="bench", namespace="distinct")
-    scoped = ScopedLimiter(SCOPED_POLICY, url=url, secret="bench", namespace="scoped")
+    scoped = Limiter.from_url(url, SCOPED_POLICY, secret="bench", namespace="scoped")
     hot_key = "hot@example.com"
     keys = [f"user{i}@example.com" for i in range(DISTINCT_KEYS * ROUNDS)]
     hot.acquire(hot_key)  # from now on the hot key is refused (1 per minute)
@@ -136,7 +135,7 @@ def bench_redis_memory(url: str) -> dict[str, float]:
             assert all(d.allowed for d in limiter.acquire_many(batch, mail_ids=ids))
         clock.advance(3_600)
     after = client.info("memory")["used_memory"]
-    usage = client.memory_usage(limiter.storage_key(keys[0]))
+    usage = client.memory_usage(limiter.storage_key("recipient", keys[0]))
     limiter.close()
 
     client.flushall()

@@ -12,41 +12,38 @@ from urllib.parse import urlsplit
 from mailer.clock import Clock, system_clock
 from mailer.guard import Guard, GuardConfig
 from mailer.limits.limiter import Limiter
-from mailer.limits.scoped import ScopedLimiter
-from mailer.limits.stores.redis import RedisBackend
 from mailer.mail.kinds import Kinds
 from mailer.mail.transports import ConsoleTransport, MemoryTransport, SmtpTransport
 from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics, default_metrics
 from mailer.records.holds import Holds, holds_from_url
-from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
+from mailer.records.ledger import Ledger, MemoryLedger, RedisLedger, ledger_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.settings import Settings
+from mailer.storage import is_memory
 
 
 def build_limiter(settings: Settings) -> Limiter:
-    """The limiter on ``settings.limiter_url`` with the policy and secret."""
+    """The limiter on ``settings.limiter_url`` with the policy, secret and time zone."""
     with _naming("LIMITER_URL"):
-        return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
-
-
-def build_guard_limiter(settings: Settings) -> Limiter | ScopedLimiter:
-    """The guard's limiter: every scope of a scoped policy, else :func:`build_limiter`'s."""
-    policy = settings.policy
-    if not policy.scoped and all(t.kind == "sliding" for t in policy.tiers):
-        return build_limiter(settings)  # recipient sliding tiers only: the plain, faster path
-    with _naming("LIMITER_URL"):
-        return ScopedLimiter(
-            policy, url=settings.limiter_url, secret=settings.secret, tz=settings.timezone
+        return Limiter.from_url(
+            settings.limiter_url, settings.policy, secret=settings.secret, tz=settings.timezone
         )
 
 
-def build_ledger(settings: Settings, limiter: Limiter | ScopedLimiter | None = None) -> Ledger:
+def build_guard_limiter(settings: Settings) -> Limiter:
+    """The guard's limiter: :func:`build_limiter`'s (every scope of the policy)."""
+    return build_limiter(settings)
+
+
+def build_ledger(settings: Settings, limiter: Limiter | None = None) -> Ledger:
     """The ledger on the ledger URL; shares ``limiter``'s Redis client when the URLs match."""
     url = settings.effective_ledger_url
-    backend = limiter.backend if isinstance(limiter, Limiter) else None
-    shared = url == settings.limiter_url
-    client = backend.client if isinstance(backend, RedisBackend) and shared else None
+    if is_memory(url):
+        return MemoryLedger()
+    client = None if limiter is None else limiter.client
+    if client is not None and url == settings.limiter_url:
+        return RedisLedger(client, url)
     with _naming("LEDGER_URL" if settings.ledger_url else "LIMITER_URL"):
         return ledger_from_url(url, client=client)
 
@@ -61,13 +58,12 @@ def build_suppressions(settings: Settings, ledger: Ledger | None = None) -> Supp
 
 def build_holds(
     settings: Settings,
-    limiter: Limiter | ScopedLimiter | None = None,
+    limiter: Limiter | None = None,
     ledger: Ledger | None = None,
 ) -> Holds:
-    """The holds, where the limiter lives: sharing a plain limiter's Redis client, or the
+    """The holds, where the limiter lives: sharing the limiter's Redis client, or the
     ledger's when both live on one URL (the guard then reads holds and suppression together)."""
-    backend = limiter.backend if isinstance(limiter, Limiter) else None
-    client = backend.client if isinstance(backend, RedisBackend) else None
+    client = None if limiter is None else limiter.client
     same_url = settings.effective_ledger_url == settings.limiter_url
     if client is None and isinstance(ledger, RedisLedger) and same_url:
         client = ledger.client
@@ -128,7 +124,7 @@ def build_guard(settings: Settings, *, metrics: Metrics | None = None) -> Guard:
 
 
 def memory_guard(
-    limiter: Limiter | ScopedLimiter,
+    limiter: Limiter,
     ledger: Ledger,
     transport: Transport,
     *,

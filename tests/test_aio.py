@@ -23,7 +23,7 @@ def pair(url: str, clock: ManualClock) -> tuple[AsyncLimiter, Limiter]:
     """An async and a blocking limiter on the same storage (the memory one: shared backend)."""
     blocking = Limiter.from_url(url, POLICY, clock=clock, secret="s")
     if url.startswith("memory:"):
-        return AsyncLimiter(POLICY, blocking.backend, secret="s"), blocking  # type: ignore[arg-type]
+        return AsyncLimiter.sharing(blocking), blocking
     return AsyncLimiter.from_url(url, POLICY, clock=clock, secret="s"), blocking
 
 

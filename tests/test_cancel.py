@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import pytest
 import redis
@@ -153,3 +154,48 @@ def test_cancel_a_parked_mail_gives_every_recipient_its_slot_back(
         schedule_client.close()
         limiter.close()
     assert len(smtp_server.delivered) == 1, "only the first mail was sent"
+
+
+@pytest.mark.parametrize(
+    "policy", ["1/60s, 5/1h", "recipient: 1/60s; sender: 4/1h; tenant: 4/1d fixed"]
+)
+def test_cancel_of_a_parked_message_frees_every_recipient(redis_url: str, policy: str) -> None:
+    """A parked message to two To addresses, a Cc and a Bcc (one of them twice): cancelling it
+    gives the slot back to every recipient, in every scope (the sender's and its tenant's too),
+    as the guard's own release does."""
+    from mailer.factory import build_guard_limiter  # noqa: PLC0415
+    from mailer.limits.multi import acquire_all  # noqa: PLC0415
+    from mailer.settings import Settings  # noqa: PLC0415
+    from workers.cli.cancel import _cancelled  # noqa: PLC0415
+    from workers.payload import Parked  # noqa: PLC0415
+
+    settings = Settings.from_env(
+        {
+            "MAILGUARD_LIMITER_URL": redis_url,
+            "MAILGUARD_POLICY": policy,
+            "MAILGUARD_SECRET": os.urandom(8).hex(),  # a budget of this test's own
+        }
+    )
+    keys = ["ada@example.com", "bob@example.com", "cy@example.com", "dan@example.com"]
+    limiter = build_guard_limiter(settings)
+    try:
+        for key in keys:  # the guard books the message in each recipient with the tenant
+            assert limiter.acquire(key, tenant="acme", mail_id="m1").allowed
+        assert all(limiter.peek(key, tenant="acme").refused for key in keys)
+        entry = Parked(
+            task_id="m1",
+            args=[["Ada@Example.com", "bob@example.com"]],
+            kwargs={
+                "mail_id": "m1",
+                "cc": "cy@example.com",
+                "bcc": ["dan@example.com", "ada@example.com"],
+                "tenant": "acme",
+            },
+            due=time.time() + 600,
+        )
+        outcome = _cancelled(settings, "m1", {}, entry.encode())
+        assert outcome.recipient == limiter.storage_key("recipient", "ada@example.com")
+        assert all(limiter.peek(key, tenant="acme").allowed for key in keys)
+        assert acquire_all(limiter, keys, mail_id="m2").allowed, "nothing of m1 is held"
+    finally:
+        limiter.close()

@@ -179,7 +179,7 @@ def test_status_shows_used_per_tier_next_slot_and_bookings(redis_url: str) -> No
     result = invoke(["status", "Ada+news@Example.com", "--json"], limiter_env(redis_url))
     assert result.exit_code == 0, result.output
     status = json.loads(result.stdout)
-    assert status["recipient"] == limiter.storage_key("ada@example.com")
+    assert status["recipient"] == limiter.storage_key("recipient", "ada@example.com")
     assert status["booked"] == 1 and status["allowed_now"] is False
     assert status["binding_tier"] == "1/1s" and 1.0 < status["wait"] <= 2.0
     assert [(t["tier"], t["used"], t["limit"]) for t in status["tiers"]] == [
@@ -207,15 +207,13 @@ SCOPED = "recipient: 1/60s, 5/1h; domain: 600/1m; sender: 4/2s, 100/1d fixed; te
 def test_status_under_a_scoped_policy_shows_every_scope(redis_url: str) -> None:
     """status ADDRESS --tenant: the next slot and each scope's room; --sender and --tenant NAME
     alone: those shared scopes; read through the workers' own scoped limiter."""
-    from mailer.limits.scoped import ScopedLimiter  # noqa: PLC0415
-
     secret = os.urandom(8).hex()  # a budget of this test's own on the session's Redis
     env = {
         "MAILGUARD_LIMITER_URL": redis_url,
         "MAILGUARD_POLICY": SCOPED,
         "MAILGUARD_SECRET": secret,
     }
-    limiter = ScopedLimiter(Policy.parse(SCOPED, name="recipient"), url=redis_url, secret=secret)
+    limiter = Limiter.from_url(redis_url, Policy.parse(SCOPED, name="recipient"), secret=secret)
     for n in range(3):
         assert limiter.acquire(f"u{n}@gmail.com", tenant="acme", mail_id=f"m{n}").allowed
     limiter.close()
@@ -276,7 +274,7 @@ def test_reset_asks_and_forgets_only_when_confirmed(redis_url: str) -> None:
     limiter.acquire("bob@example.com")
     forced = invoke(["reset", "--yes", "bob@example.com"], env)
     assert forced.exit_code == 0 and limiter.peek("bob@example.com").allowed
-    assert forced.stdout.strip() == f"reset {limiter.storage_key('bob@example.com')}"
+    assert forced.stdout.strip() == f"reset {limiter.storage_key('recipient', 'bob@example.com')}"
     limiter.close()
 
 

@@ -6,7 +6,7 @@ import os
 import warnings
 
 from mailer import Limiter, ManualClock, Policy
-from mailer.limits.stores.memory import MemoryBackend
+from mailer.limits.stores.memory import SlidingMemoryStore
 
 POLICY = Policy.parse("1/60s, 5/1h, 10/24h")
 
@@ -15,8 +15,8 @@ def test_idle_keys_are_evicted_so_memory_stays_bounded() -> None:
     """Keys idle for longer than the longest window are forgotten as new traffic flows."""
     clock = ManualClock(1_700_000_000.0)
     limiter = Limiter.from_url("memory://", POLICY, clock=clock)
-    backend = limiter.backend
-    assert isinstance(backend, MemoryBackend)
+    backend = limiter.store
+    assert isinstance(backend, SlidingMemoryStore)
     for i in range(5_000):
         limiter.acquire(f"user{i}@example.com")
     assert len(backend) == 5_000
@@ -32,8 +32,8 @@ def test_refused_first_contact_leaves_no_empty_log() -> None:
     limiter = Limiter.from_url("memory://", POLICY, clock=ManualClock())
     assert limiter.peek("a@example.com").allowed
     assert limiter.release("a@example.com", "m") is False
-    assert isinstance(limiter.backend, MemoryBackend)
-    assert len(limiter.backend) == 0
+    assert isinstance(limiter.store, SlidingMemoryStore)
+    assert len(limiter.store) == 0
 
 
 def test_use_after_fork_warns() -> None:

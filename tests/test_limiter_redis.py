@@ -9,7 +9,7 @@ import redis
 
 from devservers.redis_servers import RedisServer
 from mailer import BackendUnavailable, Limiter, ManualClock, Policy
-from mailer.limits.stores.redis import RedisBackend
+from mailer.limits.stores.redis import SlidingRedisStore
 
 ADA = "ada@example.com"
 REFERENCE = Policy.parse("1/60s, 5/1h, 10/24h", name="recipient")
@@ -25,11 +25,13 @@ def test_stored_keys_are_keyed_hashes_with_a_hash_tag(redis_url: str) -> None:
     limiter.acquire(ADA, mail_id="m1")
     client = _client(redis_url)
     keys = client.keys("*")
-    assert keys == [limiter.storage_key(ADA).encode()]
+    assert keys == [limiter.storage_key("recipient", ADA).encode()]
     assert keys[0].startswith(b"mailguard:{") and keys[0].endswith(b"}")
     assert b"ada" not in keys[0] and b"ada" not in client.get(keys[0])
     other = Limiter.from_url(redis_url, REFERENCE, secret="k2")
-    assert other.storage_key(ADA) != limiter.storage_key(ADA), "the secret keys the hash"
+    assert other.storage_key("recipient", ADA) != limiter.storage_key("recipient", ADA), (
+        "the secret keys the hash"
+    )
     limiter.close()
     other.close()
     client.close()
@@ -41,7 +43,7 @@ def test_every_key_expires_when_its_newest_entry_leaves_the_longest_window(redis
     limiter = Limiter.from_url(redis_url, REFERENCE, clock=clock, secret="s")
     limiter.acquire(ADA, mail_id="now")
     client = _client(redis_url)
-    key = limiter.storage_key(ADA)
+    key = limiter.storage_key("recipient", ADA)
     slack = 3_600_000  # a simulated clock adds an hour to every TTL
     assert 86_399_000 + slack < client.pttl(key) <= 86_400_000 + slack
     limiter.acquire(ADA, mail_id="later", max_wait=3600)  # booked at +60 s
@@ -61,8 +63,8 @@ def test_full_reference_log_fits_in_200_bytes(redis_url: str) -> None:
         assert limiter.acquire(ADA, mail_id=f"00000000-0000-4000-8000-{i:012d}").allowed
         clock.advance(3_600)
     client = _client(redis_url)
-    assert len(client.get(limiter.storage_key(ADA))) == 106
-    assert client.memory_usage(limiter.storage_key(ADA)) <= 200
+    assert len(client.get(limiter.storage_key("recipient", ADA))) == 106
+    assert client.memory_usage(limiter.storage_key("recipient", ADA)) <= 200
     limiter.close()
     client.close()
 
@@ -82,7 +84,7 @@ def test_server_clock_decides_not_the_clients(
     assert first.allowed and abs(first.at_ms - server_ms) < 5_000
     # The first admission is stored at server time rounded up to the ms (never early): +1 ms.
     assert second.refused and 55_000 < second.retry_after_ms <= 60_001
-    assert 86_390_000 < client.pttl(limiter.storage_key(ADA)) <= 86_400_001, (
+    assert 86_390_000 < client.pttl(limiter.storage_key("recipient", ADA)) <= 86_400_001, (
         "no slack in production"
     )
     limiter.close()
@@ -92,8 +94,8 @@ def test_server_clock_decides_not_the_clients(
 def test_script_is_reloaded_after_script_flush(redis_url: str) -> None:
     """After SCRIPT FLUSH (or a restart) the next decision loads the script again and succeeds."""
     limiter = Limiter.from_url(redis_url, REFERENCE, secret="s")
-    assert isinstance(limiter.backend, RedisBackend)
-    sha = limiter.backend.script_sha
+    assert isinstance(limiter.store, SlidingRedisStore)
+    sha = limiter.store.script_sha
     client = _client(redis_url)
     assert limiter.acquire(ADA).allowed
     client.script_flush()

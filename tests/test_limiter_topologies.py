@@ -9,7 +9,6 @@ import redis
 
 from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisServer
 from mailer import Limiter, Policy
-from mailer.limits.scoped import ScopedLimiter
 
 POLICY = Policy.parse("1/60s, 5/1h, 10/24h", name="recipient")
 
@@ -41,7 +40,7 @@ def test_cluster_decides_for_keys_on_every_node(cluster: RedisClusterServers) ->
     assert all(count > 0 for count in holders), f"keys spread over every node: {holders}"
     limiter.close()
     # A recipient-only scoped policy (fixed and gcra tiers) keeps one hash tag: fine on a Cluster.
-    scoped = ScopedLimiter(Policy.parse("2/1h gcra, 3/1d fixed"), url=cluster.url, secret="s")
+    scoped = Limiter.from_url(cluster.url, Policy.parse("2/1h gcra, 3/1d fixed"), secret="s")
     assert all(scoped.acquire(k).allowed for k in keys[:10])
     assert all(scoped.acquire(k).allowed for k in keys[:10])
     assert all(scoped.acquire(k).refused for k in keys[:10])
@@ -57,12 +56,12 @@ def test_sentinel_url_finds_the_master() -> None:
         assert limiter.acquire("ada@example.com").allowed
         assert limiter.acquire("ada@example.com").refused
         client = redis.Redis(port=master.port)
-        assert client.exists(limiter.storage_key("ada@example.com")) == 1
+        assert client.exists(limiter.storage_key("recipient", "ada@example.com")) == 1
         client.close()
         limiter.close()
-        scoped = ScopedLimiter(
+        scoped = Limiter.from_url(
+            sentinel.url,
             Policy.parse("recipient: 1/60s; sender: 2/1h gcra; tenant: 3/1d fixed"),
-            url=sentinel.url,
             secret="s",
         )
         assert scoped.acquire("ada@example.com", tenant="acme").allowed

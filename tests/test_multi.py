@@ -11,7 +11,6 @@ import pytest
 from devservers.redis_servers import RedisClusterServers
 from mailer import Contended, Decision, Limiter, ManualClock, Policy
 from mailer.limits.multi import MAX_ROUNDS, acquire_all, release_all
-from mailer.limits.scoped import ScopedLimiter
 
 START = 1_700_000_000.0
 KEYS = ["ada@example.com", "bob@example.com", "cy@example.com"]
@@ -28,7 +27,7 @@ def cluster() -> Iterator[RedisClusterServers]:
 @pytest.fixture(
     params=["memory", "redis", "cluster", "scoped-memory", "scoped-redis", "scoped-cluster"]
 )
-def limiter(request: pytest.FixtureRequest) -> tuple[Limiter | ScopedLimiter, ManualClock]:
+def limiter(request: pytest.FixtureRequest) -> tuple[Limiter, ManualClock]:
     clock = ManualClock(START)
     if "memory" in request.param:
         url = "memory://"
@@ -39,9 +38,7 @@ def limiter(request: pytest.FixtureRequest) -> tuple[Limiter | ScopedLimiter, Ma
     namespace = f"multi-{uuid.uuid4().hex[:8]}"
     if request.param.startswith("scoped"):
         policy = Policy.parse("recipient: 1/60s, 3/1h; sender: 100/1s")
-        made: Limiter | ScopedLimiter = ScopedLimiter(
-            policy, url=url, clock=clock, secret="s", namespace=namespace
-        )
+        made: Limiter = Limiter.from_url(url, policy, clock=clock, secret="s", namespace=namespace)
     else:
         policy = Policy.parse("1/60s, 3/1h", name="recipient")
         made = Limiter.from_url(url, policy, clock=clock, secret="s", namespace=namespace)
@@ -50,7 +47,7 @@ def limiter(request: pytest.FixtureRequest) -> tuple[Limiter | ScopedLimiter, Ma
 
 
 def test_a_message_waits_for_the_recipient_without_room(
-    limiter: tuple[Limiter | ScopedLimiter, ManualClock],
+    limiter: tuple[Limiter, ManualClock],
 ) -> None:
     """bob got a mail 20 s ago: a message to ada, bob and cy is booked for all three at bob's
     next slot (40 s), each recipient's log counting it once; release gives it back in all."""
@@ -68,7 +65,7 @@ def test_a_message_waits_for_the_recipient_without_room(
 
 
 def test_a_refusal_leaves_nothing_held_anywhere(
-    limiter: tuple[Limiter | ScopedLimiter, ManualClock],
+    limiter: tuple[Limiter, ManualClock],
 ) -> None:
     """cy's next slot is beyond max_wait: refused, and ada and bob hold nothing of it."""
     lim, _ = limiter
@@ -79,7 +76,7 @@ def test_a_refusal_leaves_nothing_held_anywhere(
 
 
 def test_every_recipient_with_room_goes_now(
-    limiter: tuple[Limiter | ScopedLimiter, ManualClock],
+    limiter: tuple[Limiter, ManualClock],
 ) -> None:
     lim, _ = limiter
     d = acquire_all(lim, KEYS, mail_id="msg")
@@ -88,7 +85,7 @@ def test_every_recipient_with_room_goes_now(
 
 
 def test_keys_must_be_given_and_distinct(
-    limiter: tuple[Limiter | ScopedLimiter, ManualClock],
+    limiter: tuple[Limiter, ManualClock],
 ) -> None:
     lim, _ = limiter
     with pytest.raises(ValueError, match="at least one key"):

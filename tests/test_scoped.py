@@ -8,28 +8,21 @@ import uuid
 import pytest
 import redis
 
-from mailer import ManualClock, Policy
-from mailer.limits.scoped import ScopedLimiter
+from mailer import Limiter, ManualClock, Policy
 
 START = 1_700_000_000.0
 
 
-def _limiter(text: str) -> tuple[ScopedLimiter, ManualClock]:
+def _limiter(text: str) -> tuple[Limiter, ManualClock]:
     clock = ManualClock(START)
-    return ScopedLimiter(Policy.parse(text), clock=clock, secret="s"), clock
+    return Limiter.from_url("memory://", Policy.parse(text), clock=clock, secret="s"), clock
 
 
-def _on(
-    backend: str, text: str, clock: ManualClock, request: pytest.FixtureRequest
-) -> ScopedLimiter:
+def _on(backend: str, text: str, clock: ManualClock, request: pytest.FixtureRequest) -> Limiter:
     """A scoped limiter for ``text`` on ``backend`` (memory, or the suite's Redis)."""
     url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
-    return ScopedLimiter(
-        Policy.parse(text),
-        url=url,
-        clock=clock,
-        secret="s",
-        namespace=f"scoped-{uuid.uuid4().hex[:8]}",
+    return Limiter.from_url(
+        url, Policy.parse(text), clock=clock, secret="s", namespace=f"scoped-{uuid.uuid4().hex[:8]}"
     )
 
 
@@ -119,9 +112,9 @@ def test_a_shared_scope_holds_thousands_of_bookings_on_redis(tier: str, redis_ur
     """Lua's stack holds some 8000 values: a sender log of 6000 bookings (a newsletter booked
     ahead) is unpacked and packed in chunks, so the next mail is still decided and released."""
     clock = ManualClock(START)
-    limiter = ScopedLimiter(
+    limiter = Limiter.from_url(
+        redis_url,
         Policy.parse(f"sender: {tier}"),
-        url=redis_url,
         clock=clock,
         secret="s",
         namespace=f"big-{uuid.uuid4().hex[:8]}",
@@ -211,8 +204,8 @@ def test_room_per_scope_is_read_without_consuming(
         "recipient: 1/1s, 5/1h; domain: 100/1m; sender: 4/2s, 10/1d fixed; tenant: 3/1d fixed"
     )
     url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
-    limiter = ScopedLimiter(
-        policy, url=url, clock=clock, secret="s", namespace=f"room-{uuid.uuid4().hex[:8]}"
+    limiter = Limiter.from_url(
+        url, policy, clock=clock, secret="s", namespace=f"room-{uuid.uuid4().hex[:8]}"
     )
     try:
         for n in range(3):
@@ -243,8 +236,8 @@ def test_not_before_books_every_scope_after_a_hold(
     clock = ManualClock(START)
     url = request.getfixturevalue("redis_url") if backend == "redis" else "memory://"
     policy = Policy.parse("recipient: 1/60s; sender: 2/1s")
-    limiter = ScopedLimiter(
-        policy, url=url, clock=clock, secret="s", namespace=f"nb-{uuid.uuid4().hex[:8]}"
+    limiter = Limiter.from_url(
+        url, policy, clock=clock, secret="s", namespace=f"nb-{uuid.uuid4().hex[:8]}"
     )
     try:
         end = START + 10
@@ -277,8 +270,8 @@ def test_calendar_month_tiers_on_redis_decide_as_in_memory(
     answers = []
     for url in ("memory://", request.getfixturevalue("redis_url")):
         clock = ManualClock(first - 10)
-        limiter = ScopedLimiter(
-            policy, url=url, clock=clock, secret="s", tz=tz, namespace=f"mo-{uuid.uuid4().hex[:8]}"
+        limiter = Limiter.from_url(
+            url, policy, clock=clock, secret="s", tz=tz, namespace=f"mo-{uuid.uuid4().hex[:8]}"
         )
         try:
             got = [

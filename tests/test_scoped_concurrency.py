@@ -14,8 +14,7 @@ import threading
 import uuid
 
 from devservers.redis_servers import RedisClusterServers, RedisServer
-from mailer import Contended, Policy
-from mailer.limits.scoped import ScopedLimiter
+from mailer import Contended, Limiter, Policy
 
 POLICY = "sender: 5/1s, 8/1s gcra, 40/1h fixed"
 THREADS, PROCESSES, MAILS = 8, 4, 5
@@ -39,7 +38,7 @@ def _sender_over(slots_ms: list[int]) -> list[str]:
 
 
 def _caller(url: str, namespace: str, name: str, out: list[tuple[bool, bool, int]]) -> None:
-    limiter = ScopedLimiter(Policy.parse(POLICY), url=url, secret="s", namespace=namespace)
+    limiter = Limiter.from_url(url, Policy.parse(POLICY), secret="s", namespace=namespace)
     try:
         for i in range(MAILS):
             try:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from mailer import Kinds, ManualClock
+from mailer import Kinds, Limiter, ManualClock
 from mailer.factory import memory_guard
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest, Progress
 from mailer.limits.policy import Policy
-from mailer.limits.scoped import ScopedLimiter
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import MemoryLedger
 
 
-def make_guard(clock: ManualClock, policy: str) -> tuple[Guard, ScopedLimiter]:
-    limiter = ScopedLimiter(Policy.parse(policy, name="recipient"), clock=clock)
+def make_guard(clock: ManualClock, policy: str) -> tuple[Guard, Limiter]:
+    limiter = Limiter.from_url("memory://", Policy.parse(policy, name="recipient"), clock=clock)
     guard = memory_guard(
         limiter,
         MemoryLedger(clock),

@@ -15,8 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from devservers.redis_servers import RedisClusterServers, RedisServer
-from mailer import ManualClock, Policy
-from mailer.limits.scoped import ScopedLimiter
+from mailer import Limiter, ManualClock, Policy
 from tests.scoped_model import Answer, ScopedModel
 
 POLICIES = [
@@ -74,8 +73,8 @@ def test_memory_and_redis_match_the_model_and_are_never_over_nor_early(
     clock = ManualClock(START_US / 1_000_000)
     namespace = f"scoped-{uuid.uuid4().hex[:12]}"
     limiters = [
-        ScopedLimiter(policy, clock=clock, secret="s"),
-        ScopedLimiter(policy, url=redis_server.url, clock=clock, secret="s", namespace=namespace),
+        Limiter.from_url("memory://", policy, clock=clock, secret="s"),
+        Limiter.from_url(redis_server.url, policy, clock=clock, secret="s", namespace=namespace),
     ]
     try:
         _replay(limiters, policy, clock, ops)
@@ -109,8 +108,8 @@ def test_redis_cluster_decides_scope_by_scope_as_one_redis_does(
     clock = ManualClock(START_US / 1_000_000)
     namespace = f"scoped-{uuid.uuid4().hex[:12]}"
     limiters = [
-        ScopedLimiter(policy, clock=clock, secret="s"),
-        ScopedLimiter(policy, url=cluster.url, clock=clock, secret="s", namespace=namespace),
+        Limiter.from_url("memory://", policy, clock=clock, secret="s"),
+        Limiter.from_url(cluster.url, policy, clock=clock, secret="s", namespace=namespace),
     ]
     try:
         _replay(limiters, policy, clock, ops, exact_binding=False)
@@ -119,7 +118,7 @@ def test_redis_cluster_decides_scope_by_scope_as_one_redis_does(
 
 
 def _replay(
-    limiters: list[ScopedLimiter],
+    limiters: list[Limiter],
     policy: Policy,
     clock: ManualClock,
     ops: list[tuple[object, ...]],

@@ -199,17 +199,18 @@ def test_the_cli_refuses_what_a_worker_refuses() -> None:
 
 
 def test_a_scoped_policy_builds_the_scoped_limiter_and_bad_ones_are_one_line() -> None:
-    """A scoped or fixed/gcra MAILGUARD_POLICY gives the guard the scoped limiter (recipient
-    sliding tiers alone keep the plain one); a bad scope is refused in one line."""
+    """A scoped or fixed/gcra MAILGUARD_POLICY gives the guard's limiter the scoped store
+    (recipient sliding tiers alone keep the single-key one); a bad scope is refused in one
+    line."""
     from mailer.factory import build_guard_limiter  # noqa: PLC0415
-    from mailer.limits.limiter import Limiter  # noqa: PLC0415
-    from mailer.limits.scoped import ScopedLimiter  # noqa: PLC0415
+    from mailer.limits.stores.memory import SlidingMemoryStore  # noqa: PLC0415
+    from mailer.limits.stores.scoped_memory import ScopedMemoryStore  # noqa: PLC0415
 
     scoped = Settings.from_env({"MAILGUARD_POLICY": "recipient: 1/60s; sender: 14/1s gcra"})
-    assert isinstance(build_guard_limiter(scoped), ScopedLimiter)
+    assert isinstance(build_guard_limiter(scoped).store, ScopedMemoryStore)
     fixed = Settings.from_env({"MAILGUARD_POLICY": "100/1d fixed"})
-    assert isinstance(build_guard_limiter(fixed), ScopedLimiter)
-    assert isinstance(build_guard_limiter(Settings.from_env({})), Limiter)
+    assert isinstance(build_guard_limiter(fixed).store, ScopedMemoryStore)
+    assert isinstance(build_guard_limiter(Settings.from_env({})).store, SlidingMemoryStore)
     with pytest.raises(ValueError, match="MAILGUARD_POLICY: unknown scope 'sendr'"):
         Settings.from_env({"MAILGUARD_POLICY": "sendr: 4/2s"})
 
@@ -217,12 +218,12 @@ def test_a_scoped_policy_builds_the_scoped_limiter_and_bad_ones_are_one_line() -
 def test_the_timezone_of_fixed_windows_is_a_setting() -> None:
     """MAILGUARD_TIMEZONE reaches the scoped limiter; an unknown zone is one line naming it."""
     from mailer.factory import build_guard_limiter  # noqa: PLC0415
-    from mailer.limits.scoped import ScopedLimiter  # noqa: PLC0415
+    from mailer.limits.stores.scoped_memory import ScopedMemoryStore  # noqa: PLC0415
 
     paris = Settings.from_env(
         {"MAILGUARD_POLICY": "100/1d fixed", "MAILGUARD_TIMEZONE": "Europe/Paris"}
     )
     limiter = build_guard_limiter(paris)
-    assert isinstance(limiter, ScopedLimiter) and str(limiter._tz) == "Europe/Paris"
+    assert isinstance(limiter.store, ScopedMemoryStore) and str(limiter.store.tz) == "Europe/Paris"
     with pytest.raises(ValueError, match="MAILGUARD_TIMEZONE: unknown time zone 'Mars/Base'"):
         Settings.from_env({"MAILGUARD_TIMEZONE": "Mars/Base"})

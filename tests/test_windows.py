@@ -6,8 +6,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from mailer import ManualClock, Policy
-from mailer.limits.scoped import ScopedLimiter
+from mailer import Limiter, ManualClock, Policy
 from mailer.limits.windows import window, zone
 
 
@@ -42,7 +41,7 @@ def test_unknown_time_zone_is_refused() -> None:
 def test_a_tenants_daily_quota_defers_the_fourth_mail_to_midnight() -> None:
     """tenant: 3/1d fixed: the 4th mail of the day is booked at the next local midnight."""
     clock = ManualClock(_ms("2026-11-23T15:00:00") / 1000)
-    limiter = ScopedLimiter(Policy.parse("tenant: 3/1d fixed"), clock=clock)
+    limiter = Limiter.from_url("memory://", Policy.parse("tenant: 3/1d fixed"), clock=clock)
     for i in range(3):
         assert limiter.acquire(f"r{i}@example.com", tenant="acme").allowed
     fourth = limiter.acquire("r3@example.com", tenant="acme", mail_id="m4", max_wait=86_400)

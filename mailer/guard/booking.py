@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any
 
 from mailer import outcomes as why
 from mailer.clock import Clock
@@ -29,67 +29,12 @@ from mailer.guard.outage import backend_down
 from mailer.limits.decision import Decision
 from mailer.limits.limiter import MAX_WAIT, Limiter
 from mailer.limits.multi import acquire_all, release_all
-from mailer.limits.scoped import ScopedLimiter
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
 from mailer.records.holds import Hold
 from mailer.steps import Defer, Drop, Finish, Later, Progress, Send, Step, plan
 
 log = logging.getLogger("mailguard")
-
-
-class OneLimiter(Protocol):
-    """What the guard asks of its limiter: every scope of the policy in one call."""
-
-    def acquire(
-        self,
-        recipient: str,
-        *,
-        tenant: str | None = None,
-        mail_id: str | None = None,
-        max_wait: float = 0.0,
-        share: float = 1.0,
-        not_before: float | None = None,
-    ) -> Decision: ...
-
-    def release(self, recipient: str, mail_id: str, *, tenant: str | None = None) -> bool: ...
-
-    def storage_key(self, scope: str, key: str) -> str: ...
-
-
-# until the limiter is one: the plain Limiter seen through the one API (no tenant, no share).
-def as_one_limiter(limiter: Limiter | ScopedLimiter) -> OneLimiter:
-    """``limiter`` as :class:`OneLimiter`; a recipient-only plain limiter ignores tenant and
-    share (its policy has neither)."""
-    return _PlainLimiter(limiter) if isinstance(limiter, Limiter) else limiter
-
-
-class _PlainLimiter:  # until the limiter is one
-    def __init__(self, limiter: Limiter) -> None:
-        self._limiter = limiter
-
-    def acquire(
-        self,
-        recipient: str,
-        *,
-        tenant: str | None = None,
-        mail_id: str | None = None,
-        max_wait: float = 0.0,
-        share: float = 1.0,
-        not_before: float | None = None,
-    ) -> Decision:
-        return self._limiter.acquire(
-            recipient, mail_id=mail_id, max_wait=max_wait, not_before=not_before
-        )
-
-    def release(self, recipient: str, mail_id: str, *, tenant: str | None = None) -> bool:
-        return self._limiter.release(recipient, mail_id)
-
-    def storage_key(self, scope: str, key: str) -> str:
-        return self._limiter.storage_key(key)
-
-
-# end of: until the limiter is one
 
 
 @dataclass(frozen=True)
@@ -114,12 +59,12 @@ class Booking:
 
     def __init__(
         self,
-        limiter: Limiter | ScopedLimiter,
+        limiter: Limiter,
         config: GuardConfig,
         clock: Clock,
         metrics: Metrics,
     ) -> None:
-        self.limiter = as_one_limiter(limiter)
+        self.limiter = limiter
         self.config = config
         self._clock = clock
         self._metrics = metrics
@@ -247,7 +192,7 @@ class _ForMail:
     """The limiter as :mod:`mailer.limits.multi` wants it: one key at a time, with the mail's
     tenant and kind share."""
 
-    def __init__(self, limiter: OneLimiter, mail: Prepared) -> None:
+    def __init__(self, limiter: Limiter, mail: Prepared) -> None:
         self.limiter = limiter
         self.mail = mail
 

@@ -42,7 +42,6 @@ from mailer.guard.sending import Sending
 from mailer.guard.settle import Settle
 from mailer.guard.validate import Validator
 from mailer.limits.limiter import Limiter
-from mailer.limits.scoped import ScopedLimiter
 from mailer.mail.kinds import Kinds
 from mailer.mail.transports.base import Transport
 from mailer.metrics import UNKNOWN_KIND, Metrics
@@ -64,7 +63,7 @@ class Guard:
 
     def __init__(
         self,
-        limiter: Limiter | ScopedLimiter,
+        limiter: Limiter,
         ledger: Ledger,
         transport: Transport,
         *,

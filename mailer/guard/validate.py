@@ -17,7 +17,7 @@ from mailer import outcomes as why
 from mailer.clock import Clock
 from mailer.errors import InvalidAddress, InvalidMessage
 from mailer.guard.data import GuardConfig, MailRequest, Prepared, log_fields, mapping
-from mailer.limits.scoped import check_tenant
+from mailer.limits.checks import check_tenant
 from mailer.mail.address import Recipient, normalise_address
 from mailer.mail.envelope import addresses, attachments, reply_to, sender
 from mailer.mail.kinds import Kind, Kinds, render

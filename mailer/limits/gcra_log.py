@@ -28,7 +28,7 @@ For one insertion point ``x`` with ``k`` emissions at or before it, the spans ho
 keep the tier iff ``tat_k - x <= c``, ``R_k + x <= c`` and ``tat_k + R_k <= c``, where ``c =
 (L-1)·T``, ``tat_k`` is the bucket's arrival time after the first ``k`` emissions (from the
 floor) and ``R_k = max over j > k of ((j-k)·T - e_j)`` (the spans ending after ``x``).
-``mailer/backends/lua/scoped.lua`` mirrors these functions; ``tests/scoped_model.py`` counts
+``mailer/limits/stores/lua/scoped.lua`` mirrors these functions; ``tests/scoped_model.py`` counts
 spans instead.
 """
 
@@ -99,8 +99,8 @@ def _bounds(floor: int, times: list[int], interval: int) -> tuple[list[int], lis
     return tats, rights
 
 
-def earliest(  # noqa: PLR0917 - one tier's view and one question
-    floor: int, times: list[int], limit: int, interval: int, t: int, now: int, now_us: int
+def earliest(
+    floor: int, times: list[int], limit: int, interval: int, t: int, *, now: int, now_us: int
 ) -> int:
     """The earliest ms ``>= t`` at which one more emission keeps the tier ``(limit, interval)``.
 

@@ -11,7 +11,7 @@ holding ``x`` already holds ``L`` entries, that is iff no ``L`` consecutive entr
 e_{j+L-1}`` span less than ``W`` together with ``x``. Such a group forbids exactly the ms in
 ``[e_{j+L-1} - W + 1, e_j + W - 1]`` (when ``e_{j+L-1} - e_j < W``); both ends grow with ``j``,
 so one pass from the first group that can hold ``x`` finds the earliest allowed ``x``, and
-feasibility only returns at some ``e_j + W``. ``mailer/backends/lua/scoped.lua`` mirrors both
+feasibility only returns at some ``e_j + W``. ``mailer/limits/stores/lua/scoped.lua`` mirrors both
 functions; ``tests/scoped_model.py`` counts windows instead.
 
 Do not use it for a scope whose mails must keep their order (the recipient's): a later mail

@@ -1,4 +1,5 @@
-"""The multi-tier limiter: may this key (a recipient) be sent a mail now, and if not, when?
+"""The limiter: may a mail go to this recipient now, under every scope and tier of the policy,
+and if not, when?
 
 >>> from mailer import Limiter, ManualClock, Policy
 >>> clock = ManualClock(1_000.0)
@@ -7,54 +8,45 @@
 True
 >>> limiter.acquire("ada@example.com").retry_after
 60.0
+>>> scoped = Limiter.from_url("memory://", Policy.parse("recipient: 1/1s; sender: 2/1s gcra"),
+...                           clock=clock)
+>>> scoped.acquire("ada@example.com").allowed, scoped.acquire("bob@example.com").allowed
+(True, True)
+>>> d = scoped.acquire("cy@example.com"); d.allowed, d.retry_after, d.scope, str(d.tier)
+(False, 0.5, 'sender', '2/1s gcra')
+
+One class for every policy: the store its URL and policy choose (:func:`mailer.limits.stores.
+open_store`) decides, in memory or on Redis; a policy of recipient sliding tiers only gets the
+single-key stores, a faster path with the same answers.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from urllib.parse import urlsplit
+from typing import Any
 
 from mailer.clock import Clock
-from mailer.errors import mask_url
+from mailer.limits.checks import MAX_WAIT, check_share, check_tenant, max_wait_ms, not_before_ms
 from mailer.limits.decision import Decision
-from mailer.limits.keys import MAX_KEY_LENGTH, KeyHasher, check_key, mail_tag
-from mailer.limits.policy import Policy
-from mailer.limits.sliding_log import RawDecision, TierSpec
-from mailer.limits.stores.base import Backend
-from mailer.limits.stores.memory import MemoryBackend
+from mailer.limits.keys import MAX_KEY_LENGTH, check_key, mail_tag
+from mailer.limits.policy import Policy, Tier
+from mailer.limits.scopes import STATUS_RECIPIENT, scope_tiers
+from mailer.limits.stores import Store, open_store
 
-#: The longest ``max_wait`` a booking may reach, in seconds (7 days).
-MAX_WAIT = 7 * 86_400.0
-
-_REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster", "redis+sentinel")
+__all__ = ["MAX_WAIT", "Limiter", "not_before_ms"]
 
 
 class Limiter:
-    """Enforces every tier of one :class:`Policy` per key, atomically, on one backend.
+    """Enforces every scope and tier of one :class:`Policy`, atomically, on one store.
 
-    Keys (normally normalised addresses) are hashed with ``secret`` before they reach storage.
-    Build with :meth:`from_url`. All methods are thread-safe.
+    Subjects (normalised addresses, domains, tenants) are hashed with ``secret`` before they
+    reach storage. Build with :meth:`from_url`. All methods are thread-safe.
     """
 
-    def __init__(
-        self,
-        policy: Policy,
-        backend: Backend,
-        *,
-        namespace: str = "mailguard",
-        secret: str | bytes | None = None,
-    ) -> None:
-        if policy.scoped or any(t.kind != "sliding" for t in policy.tiers):
-            raise ValueError(
-                f"policy {policy}: scopes and fixed/gcra tiers need "
-                "mailer.limits.scoped.ScopedLimiter"
-            )
+    def __init__(self, policy: Policy, store: Store) -> None:
         self.policy = policy
-        self.backend = backend
-        self._hasher = KeyHasher(secret, namespace, policy.name)
-        self._tiers = policy.tiers
-        self._key = self._hasher.digest if backend.keys_as_digest else self._hasher.storage_key
+        self.store = store
+        self.url = store.url
 
     @classmethod
     def from_url(
@@ -62,148 +54,147 @@ class Limiter:
         url: str,
         policy: Policy,
         *,
+        secret: str | bytes | None = None,
         clock: Clock | None = None,
         namespace: str = "mailguard",
-        secret: str | bytes | None = None,
+        tz: str = "UTC",
     ) -> Limiter:
         """Build a limiter on ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
         ``redis+cluster://`` or ``redis+sentinel://`` storage (see
-        :func:`mailer.limits.stores.redis.client_from_url` for the URL forms).
+        :func:`mailer.storage.client_from_url` for the URL forms).
 
-        ``clock`` returns epoch seconds. The memory backend reads it (default: the system
-        clock). The Redis backend reads the server's ``TIME`` unless a clock is given; give one
-        only in tests and simulations, since workers' clocks disagree. ``secret`` keys the hash
-        of every stored key: set it, the same on every worker.
+        ``secret`` keys the hash of every stored key: set it, the same on every worker.
+        ``clock`` returns epoch seconds. Memory reads it (default: the system clock). Redis
+        reads the server's ``TIME`` unless a clock is given; give one only in tests and
+        simulations, since workers' clocks disagree. ``tz`` (an IANA name, default UTC)
+        aligns ``fixed`` tiers' calendar windows. Raises ``ValueError`` for another URL.
         """
-        if policy.scoped or any(t.kind != "sliding" for t in policy.tiers):
-            raise ValueError(
-                f"policy {policy}: scopes and fixed/gcra tiers need "
-                "mailer.limits.scoped.ScopedLimiter"
-            )
-        spec = TierSpec([(t.limit, t.window_ms) for t in policy.tiers])
-        scheme = urlsplit(url).scheme if isinstance(url, str) else ""
-        backend: Backend
-        if scheme == "memory":
-            backend = MemoryBackend(spec, clock)
-        elif scheme in _REDIS_SCHEMES:
-            from mailer.limits.stores.redis import RedisBackend  # noqa: PLC0415 - redis is optional here
+        store = open_store(url, policy, clock=clock, namespace=namespace, secret=secret, tz=tz)
+        return cls(policy, store)
 
-            backend = RedisBackend(spec, url, clock=clock)
-        else:
-            raise ValueError(
-                f"unsupported limiter URL {mask_url(str(url))!r}: use memory://, redis://, "
-                "rediss://, unix://, redis+cluster:// or redis+sentinel://"
-            )
-        return cls(policy, backend, namespace=namespace, secret=secret)
+    @property
+    def client(self) -> Any:
+        """The store's redis-py client, to share its connection pool; None in memory."""
+        return self.store.client
 
-    def storage_key(self, key: str) -> str:
-        """The hashed key under which ``key``'s log is stored (safe to log)."""
-        return self._hasher.storage_key(check_key(key))
+    def storage_key(self, scope: str, key: str) -> str:
+        """The hashed key under which ``key``'s state in ``scope`` is stored (safe to log).
+
+        ``ValueError`` for a scope the policy does not limit.
+        """
+        return self.store.storage_key(scope, check_key(key))
 
     def acquire(
         self,
-        key: str,
+        recipient: str,
         *,
+        tenant: str | None = None,
         mail_id: str | None = None,
         max_wait: float = 0.0,
+        share: float = 1.0,
         not_before: float | None = None,
     ) -> Decision:
-        """Admit one mail to ``key`` now, book a later slot, or refuse; atomically over all tiers.
+        """Admit one mail to ``recipient`` now, book a later slot, or refuse; atomically over
+        every tier of every scope the mail has a key in.
 
-        ``max_wait`` (seconds) > 0 turns on reservations: when the earliest admissible time is
-        at most that far away it is booked under ``mail_id`` and returned with ``booked=True``.
+        ``tenant`` counts the mail in that tenant's scope (none: in no tenant). ``max_wait``
+        (seconds) > 0 turns on reservations: when the earliest time every scope admits is at
+        most that far away it is booked under ``mail_id`` and returned with ``booked=True``.
         With a ``mail_id`` that already holds an admission or booking, that same slot is
-        returned and nothing more is consumed. A refusal consumes nothing. ``not_before``
-        (epoch seconds, e.g. the end of a hold after a throttling reply) makes the slot the
-        earliest admissible time at or after it: booked (within ``max_wait``), never now.
-        Raises ``ValueError`` for a bad key, mail id or max_wait, and
-        :class:`mailer.errors.BackendUnavailable` when the storage cannot be reached.
+        returned and nothing more is consumed. A refusal consumes nothing. ``share`` in
+        (0, 1] caps this mail's kind in the shared scopes (domain, sender, tenant).
+        ``not_before`` (epoch seconds, e.g. the end of a hold after a throttling reply) makes
+        the slot the earliest admissible time at or after it: booked (within ``max_wait``),
+        never now. ``Decision.scope`` and ``.tier`` name the binding scope and tier.
+        Raises ``ValueError`` for a bad argument, :class:`mailer.errors.BackendUnavailable`
+        when the storage cannot be reached.
         """
         # The common case (a str key, no mail id, no wait) skips the helper calls: hot path.
-        if type(key) is not str or not 0 < len(key) <= MAX_KEY_LENGTH:
-            check_key(key)
+        if type(recipient) is not str or not 0 < len(recipient) <= MAX_KEY_LENGTH:
+            check_key(recipient)
         tag = 0 if mail_id is None else mail_tag(mail_id)
-        wait_ms = 0 if max_wait == 0.0 else _max_wait_ms(max_wait)
-        if not_before is not None:
-            raw = self.backend.acquire(self._key(key), tag, wait_ms, not_before_ms(not_before))
-            return self._decision(raw)
-        return self._decision(self.backend.acquire(self._key(key), tag, wait_ms))
+        wait_ms = 0 if max_wait == 0.0 else max_wait_ms(max_wait)
+        if tenant is not None:
+            check_tenant(tenant)
+        if share != 1.0 or type(share) is not float:
+            share = check_share(share)
+        if not_before is None and tenant is None and share == 1.0:
+            return self.store.acquire(recipient, tag, wait_ms)  # positional: the faster call
+        nb = 0 if not_before is None else not_before_ms(not_before)
+        return self.store.acquire(recipient, tag, wait_ms, tenant, share=share, not_before_ms=nb)
 
     def acquire_many(
         self,
-        keys: Sequence[str],
+        recipients: Sequence[str],
         *,
         mail_ids: Sequence[str | None] | None = None,
         max_wait: float = 0.0,
     ) -> list[Decision]:
-        """:meth:`acquire` for many keys in one round trip (one script call); answers in order.
+        """:meth:`acquire` for many recipients, answers in order: in one round trip (one
+        script call) on one Redis for a single-key policy, one call each otherwise.
 
-        Each key's decision is atomic on its own; rely on nothing more (on Redis Cluster, and in
-        the memory backend, the keys are decided one after the other).
+        Each decision is atomic on its own; rely on nothing more (on Redis Cluster, and in
+        memory, the recipients are decided one after the other).
         """
-        if mail_ids is not None and len(mail_ids) != len(keys):
+        if mail_ids is not None and len(mail_ids) != len(recipients):
             raise ValueError("mail_ids must have one entry per key")
-        ids: Sequence[str | None] = mail_ids if mail_ids is not None else [None] * len(keys)
-        items = [(self._key(check_key(k)), mail_tag(m)) for k, m in zip(keys, ids, strict=True)]
-        return [
-            self._decision(raw) for raw in self.backend.acquire_many(items, _max_wait_ms(max_wait))
-        ]
+        ids: Sequence[str | None] = mail_ids if mail_ids is not None else [None] * len(recipients)
+        checked = [check_key(r) for r in recipients]
+        tags = [mail_tag(m) for m in ids]
+        return self.store.acquire_many(checked, tags, max_wait_ms(max_wait))
 
-    def peek(self, key: str) -> Decision:
+    def peek(
+        self,
+        recipient: str,
+        *,
+        tenant: str | None = None,
+        share: float = 1.0,
+        domain: str | None = None,
+    ) -> Decision:
         """Answer as :meth:`acquire` would for a fresh mail now, consuming nothing.
 
-        For a web form that wants to say "try again in 42 s" before enqueueing.
+        For a web form that wants to say "try again in 42 s" before enqueueing. ``domain``
+        (default: the recipient's) asks about another domain's scope.
         """
-        return self._decision(self.backend.peek(self._key(check_key(key))))
+        check_key(recipient)
+        check_tenant(tenant)
+        return self.store.peek(recipient, tenant, share=check_share(share), domain=domain)
 
-    def release(self, key: str, mail_id: str) -> bool:
-        """Give back the admission or booking of ``mail_id``; return whether there was one.
+    def room(self, scope: str, key: str) -> tuple[tuple[Tier, int], ...]:
+        """Per tier of ``scope``, how many more admissions ``key`` has room for now.
+
+        ``key`` is the scope's subject: an address (``recipient``), a domain, ``sender``, or a
+        tenant's name. Read with :meth:`peek` (memory or Redis alike): nothing is consumed.
+        """
+        kept = scope_tiers(self.policy)
+        if scope not in {name for name, _ in kept}:
+            raise ValueError(f"policy {self.policy} has no scope {scope!r}")
+        recipient = key if scope == "recipient" else STATUS_RECIPIENT
+        domain = key if scope == "domain" else None
+        tenant = key if scope == "tenant" else None
+        remaining = self.peek(recipient, domain=domain, tenant=tenant).remaining
+        offset = 0
+        for name, tiers in kept:
+            if name == scope:
+                return tuple(zip(tiers, remaining[offset : offset + len(tiers)], strict=True))
+            if name != "tenant" or tenant is not None:  # no tenant: its tiers are not asked
+                offset += len(tiers)
+        raise AssertionError("unreachable: the scope is one of the policy's")
+
+    def release(self, recipient: str, mail_id: str, *, tenant: str | None = None) -> bool:
+        """Give ``mail_id``'s admission or booking back in every scope; whether there was one.
 
         For a mail that failed for good: the recipient should not pay for our failure.
         """
-        return self.backend.release(self._key(check_key(key)), mail_tag(mail_id))
+        tag = mail_tag(mail_id)
+        return self.store.release(check_key(recipient), tag, tenant)
 
-    def reset(self, key: str) -> None:
-        """Forget every admission and booking of ``key``."""
-        self.backend.reset(self._key(check_key(key)))
+    def reset(self, recipient: str | None = None) -> None:
+        """Forget every admission and booking of ``recipient`` (its own keys: shared scopes
+        keep what it sent), or with None everything this limiter holds (memory only: Redis
+        refuses with a ``ValueError``, its storage is shared)."""
+        self.store.reset(None if recipient is None else check_key(recipient))
 
     def close(self) -> None:
-        """Release the backend's connections (memory: forget everything)."""
-        self.backend.close()
-
-    def _decision(self, raw: RawDecision) -> Decision:
-        tier_index = raw[4]
-        return _new_decision(
-            (
-                raw[0] == 1,
-                raw[1] == 1,
-                raw[2],
-                raw[3],
-                self._tiers[tier_index - 1] if tier_index else None,
-                raw[5:],
-                "recipient" if tier_index else None,
-            )
-        )
-
-
-def _new_decision(fields: tuple[object, ...]) -> Decision:
-    # tuple.__new__ skips NamedTuple's Python-level __new__: a measurable share of a memory call.
-    return tuple.__new__(Decision, fields)
-
-
-def not_before_ms(not_before: float) -> int:
-    """``not_before`` (epoch seconds) as the limiter's whole ms, rounded up (never early).
-
-    Raises ``ValueError`` for a value that is not a finite number of epoch seconds.
-    """
-    if isinstance(not_before, bool) or not isinstance(not_before, (int, float)):
-        raise ValueError(f"not_before must be epoch seconds, got {type(not_before).__name__}")
-    if not 0 <= not_before < 1e11:  # also refuses NaN and infinities
-        raise ValueError(f"not_before must be epoch seconds, got {not_before!r}")
-    return math.ceil(not_before * 1000 - 1e-6)  # 1e-6 ms: float noise, not a real ms
-
-
-def _max_wait_ms(max_wait: float) -> int:
-    if not 0 <= max_wait <= MAX_WAIT:  # also refuses NaN
-        raise ValueError(f"max_wait must be between 0 and {MAX_WAIT:.0f} seconds, got {max_wait}")
-    return int(max_wait * 1000)
+        """Release the store's connections (memory: forget everything)."""
+        self.store.close()

@@ -2,8 +2,8 @@
 
 :func:`acquire_all` books one mail (one ``mail_id``) in the logs of several keys at one slot, the
 earliest time every key admits, on any limiter that takes ``not_before`` (:class:`~mailer.limits.
-limiter.Limiter` or :class:`~mailer.limits.scoped.ScopedLimiter`,
-memory or Redis, Cluster included):
+limiter.Limiter` with any policy, memory or Redis, Cluster included; a caller that counts the
+mail in a tenant or under a kind's share binds them in the limiter it passes):
 
 1. Keys are asked in the order given, each with ``not_before = t``, the latest slot answered so
    far (a mail's own earlier booking is answered again: re-runs are idempotent).

@@ -26,8 +26,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mailer.errors import InvalidAddress
+from mailer.limits.checks import MAX_WAIT
 from mailer.limits.decision import Decision
-from mailer.limits.limiter import MAX_WAIT, Limiter
+from mailer.limits.limiter import Limiter
 from mailer.mail.address import DEFAULT_RULES, AddressRules, normalise_address
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ def precheck(
     *,
     max_wait: float = 0.0,
     rules: AddressRules = DEFAULT_RULES,
+    tenant: str | None = None,
 ) -> tuple[int, dict[str, str]]:
     """May a mail to ``address`` be enqueued now? Returns ``(status, headers)`` for an HTTP reply.
 
@@ -55,13 +57,15 @@ def precheck(
 
     The budget is the recipient's limit key, as in the worker: ``Ada+news@Example.com`` and
     ``ada@example.com`` share one. Pass the worker's ``rules`` if it uses non-default ones.
-    Consumes nothing. Raises :class:`mailer.BackendUnavailable` when the limiter's Redis cannot be
-    reached: the app chooses to answer 503, or to enqueue anyway and let the worker's guard decide.
+    Under a scoped policy every scope answers (domain, sender, and ``tenant``'s when given, as
+    for ``send_mail.delay(..., tenant=...)``). Consumes nothing. Raises
+    :class:`mailer.BackendUnavailable` when the limiter's Redis cannot be reached: the app
+    chooses to answer 503, or to enqueue anyway and let the worker's guard decide.
     """
     key = _limit_key(address, max_wait, rules)
     if key is None:
         return BAD_REQUEST, {}
-    return _answer(limiter.peek(key), max_wait)
+    return _answer(limiter.peek(key, tenant=tenant), max_wait)
 
 
 async def aprecheck(
@@ -70,13 +74,14 @@ async def aprecheck(
     *,
     max_wait: float = 0.0,
     rules: AddressRules = DEFAULT_RULES,
+    tenant: str | None = None,
 ) -> tuple[int, dict[str, str]]:
     """:func:`precheck` for asyncio apps, on a :class:`mailer.limits.aio.AsyncLimiter` (one awaited
     round trip; the same answers and the same budget as the workers')."""
     key = _limit_key(address, max_wait, rules)
     if key is None:
         return BAD_REQUEST, {}
-    return _answer(await limiter.peek(key), max_wait)
+    return _answer(await limiter.peek(key, tenant=tenant), max_wait)
 
 
 def _limit_key(address: str, max_wait: float, rules: AddressRules) -> str | None:

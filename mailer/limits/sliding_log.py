@@ -11,7 +11,7 @@ log has ``n >= L`` entries and ``ts[n-L] > x - W``. So the earliest admissible t
 
     t* = max(now, ts[-1], max over tiers with n >= L of ts[n-L] + W)
 
-This module is the reference the Redis script (``backends/lua/sliding_log.lua``) mirrors line
+This module is the reference the Redis script (``stores/lua/sliding_log.lua``) mirrors line
 for line; the shared test suite checks that both give identical answers on the same traces.
 Raw answers are tuples ``(allowed, booked, at_ms, wait_ms, tier_index, *remaining)`` with
 ``tier_index`` 1-based (0: none), the Redis script's reply format.
@@ -29,13 +29,12 @@ RawDecision = tuple[int, ...]
 class TierSpec:
     """The numbers of a policy that the algorithm needs, precomputed once per limiter."""
 
-    __slots__ = ("limits", "max_limit", "max_window_ms", "pairs", "windows")
+    __slots__ = ("limits", "max_window_ms", "pairs", "windows")
 
     def __init__(self, pairs: Sequence[tuple[int, int]]) -> None:
         self.pairs = tuple(pairs)
         self.limits = tuple(limit for limit, _ in self.pairs)
         self.windows = tuple(window for _, window in self.pairs)
-        self.max_limit = max(self.limits)
         self.max_window_ms = max(self.windows)
 
 
@@ -91,7 +90,7 @@ def earliest(
     return t, tier
 
 
-def acquire(  # noqa: PLR0917 - mirrors the Lua script's argument list
+def acquire(  # noqa: PLR0917 - positional: the memory store's hot path (keywords cost more)
     ts: list[int],
     tags: list[int],
     now_ms: int,

@@ -9,10 +9,11 @@ about, so a window that spans a daylight-saving change is an hour longer or shor
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
-from mailer.limits.policy import Tier
+from mailer.limits.policy import MONTH_MS, Tier
 
 
 def zone(name: str) -> timezone | ZoneInfo:
@@ -48,3 +49,21 @@ def offset_ms(tz: timezone | ZoneInfo, now: float) -> int:
     """The offset of ``tz`` from UTC at epoch seconds ``now``, in ms."""
     delta = datetime.fromtimestamp(now, tz).utcoffset()
     return int(delta.total_seconds() * 1000) if delta else 0
+
+
+def month_starts(tiers: Iterable[Tier], now_ms: int, tz: timezone | ZoneInfo) -> str:
+    """For each month count N of ``tiers``' calendar-month tiers, the starts (epoch ms) of its
+    windows from two before the one holding ``now_ms`` to four after (bookings reach at most 7
+    days ahead), as ``"N=b1,b2,...;M=..."``; "" without such tiers. The scoped Lua script's
+    ``ARGV[10]`` (Lua has no calendar)."""
+    parts = []
+    for months in sorted({t.months for t in tiers if t.months}):
+        tier = Tier(1, months * MONTH_MS, "fixed", months)
+        start, _ = window(now_ms, tier, tz)
+        starts = [start]
+        for _ in range(2):
+            starts.insert(0, window(starts[0] - 1, tier, tz)[0])
+        for _ in range(4):
+            starts.append(window(starts[-1], tier, tz)[1])
+        parts.append(f"{months}=" + ",".join(str(b) for b in starts))
+    return ";".join(parts)

@@ -42,7 +42,7 @@ from typing import Any
 
 from mailer.defaults import MAX_MESSAGE_BYTES
 from mailer.errors import InvalidAddress, InvalidMessage, MailguardError
-from mailer.limits.scoped import check_tenant
+from mailer.limits.checks import check_tenant
 from mailer.mail.address import normalise_address
 from mailer.mail.message import check_extra_header
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from mailer.limits.limiter import Limiter
 from mailer.limits.policy import MAX_LIMIT, Policy, Tier
-from mailer.limits.scoped import SENDER_KEY, ScopedLimiter
+from mailer.limits.scopes import SENDER_KEY
 from mailer.settings import Settings
 
 
@@ -30,7 +30,7 @@ def budget_report(limiter: Limiter, settings: Settings, key: str) -> dict[str, A
         for tier, room in zip(settings.policy.tiers, decision.remaining, strict=True)
     ]
     return {
-        "recipient": limiter.storage_key(key),
+        "recipient": limiter.storage_key("recipient", key),
         "policy": str(settings.policy),
         "allowed_now": decision.allowed,
         "next_at": decision.at,
@@ -61,7 +61,7 @@ def bookings(settings: Settings, key: str, now_ms: int) -> int:
 
 
 def scoped_report(
-    limiter: ScopedLimiter, key: str | None, *, tenant: str | None, sender: bool
+    limiter: Limiter, key: str | None, *, tenant: str | None, sender: bool
 ) -> dict[str, Any]:
     """The budgets of a scoped policy's scopes, read without consuming (their JSON form).
 

@@ -6,10 +6,9 @@ Needs the workers' shared ledger (``MAILGUARD_LEDGER_URL``, else the limiter's U
 
 from __future__ import annotations
 
-import functools
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -17,7 +16,6 @@ import click
 from mailer import outcomes as why
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_guard_limiter, build_ledger
-from mailer.limits.scoped import ScopedLimiter
 from mailer.mail.address import AddressRules, normalise_address
 from mailer.mail.envelope import addresses
 from mailer.outcomes import Outcome
@@ -121,15 +119,9 @@ def _release(settings: Settings, keys: list[str], mail_id: str, tenant: str | No
     """Give ``mail_id``'s slot back to every recipient in ``keys`` (in every scope of a scoped
     policy, ``tenant``'s included); the first recipient's hash, as the outcome shows it."""
     limiter = build_guard_limiter(settings)
-    release: Callable[[str, str], bool]
     try:
-        if isinstance(limiter, ScopedLimiter):
-            release = functools.partial(limiter.release, tenant=tenant)
-            hashed = limiter.storage_key("recipient", keys[0])
-        else:
-            release, hashed = limiter.release, limiter.storage_key(keys[0])
         for key in keys:
-            release(key, mail_id)
-        return hashed
+            limiter.release(key, mail_id, tenant=tenant)
+        return limiter.storage_key("recipient", keys[0])
     finally:
         limiter.close()

@@ -21,7 +21,7 @@ def reset(address: str, yes: bool) -> None:
     key = recipient_key(address)
     limiter = shared_limiter(settings)
     try:
-        hashed = limiter.storage_key(key)
+        hashed = limiter.storage_key("recipient", key)
         if not yes and not click.confirm(
             f"Forget every send and booking of recipient {hashed}?", err=True
         ):

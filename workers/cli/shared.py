@@ -56,7 +56,9 @@ def shared_limiter(settings: Settings) -> Limiter:
     """The workers' shared limiter for the configured policy (close it after use)."""
     shared_limiter_url(settings)
     try:
-        return Limiter.from_url(settings.limiter_url, settings.policy, secret=settings.secret)
+        return Limiter.from_url(
+            settings.limiter_url, settings.policy, secret=settings.secret, tz=settings.timezone
+        )
     except ValueError as exc:
         fail(f"MAILGUARD_LIMITER_URL: {exc}", USAGE)
 

@@ -14,8 +14,8 @@ import click
 
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_holds, build_ledger
-from mailer.limits.policy import Policy
-from mailer.limits.scoped import ScopedLimiter, check_tenant
+from mailer.limits.checks import check_tenant
+from mailer.limits.scopes import single_key
 from mailer.settings import Settings
 from workers.cli import views
 from workers.cli.budget import budget_report, scoped_report
@@ -60,7 +60,7 @@ def status(
         fail("missing ADDRESS (or --sender, --tenant NAME, --dead-letters)", USAGE)
     key = None if address is None else recipient_key(address)
     hold = _sender_hold(settings) if sender else None
-    if _is_scoped(settings.policy):
+    if not single_key(settings.policy):  # a report of every scope
         _scoped_status(settings, key, tenant=tenant, sender=sender, as_json=as_json, hold=hold)
         return
     if key is None and sender:
@@ -118,11 +118,6 @@ def _show_hold(
         )
 
 
-def _is_scoped(policy: Policy) -> bool:
-    """Whether the workers decide ``policy`` with the scoped limiter (as the guard builds it)."""
-    return policy.scoped or any(t.kind != "sliding" for t in policy.tiers)
-
-
 def _scoped_status(
     settings: Settings,
     key: str | None,
@@ -137,13 +132,7 @@ def _scoped_status(
         check_tenant(tenant)
     except ValueError as exc:
         fail(f"--tenant: {exc}", USAGE)
-    shared_limiter_url(settings)
-    try:
-        limiter = ScopedLimiter(
-            settings.policy, url=settings.limiter_url, secret=settings.secret, tz=settings.timezone
-        )
-    except ValueError as exc:
-        fail(f"MAILGUARD_LIMITER_URL: {exc}", USAGE)
+    limiter = shared_limiter(settings)
     try:
         report = scoped_report(limiter, key, tenant=tenant, sender=sender)
     except BackendUnavailable as exc:

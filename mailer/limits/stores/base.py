@@ -1,37 +1,61 @@
-"""The narrow protocol every limiter backend offers: atomic operations over all tiers at once."""
+"""What every limiter store offers :class:`mailer.Limiter`: atomic operations over every scope
+and tier of the policy it was built for.
+
+Arguments arrive checked (a str recipient, ints in ms, a tag from
+:func:`mailer.limits.keys.mail_tag`, 0 for no mail id); subjects arrive in clear and each store
+hashes them its own way. Every operation is one atomic step (on Redis Cluster with several
+scopes: see :mod:`mailer.limits.stores.scoped_cluster`). A store that cannot reach its storage
+raises :class:`mailer.errors.BackendUnavailable`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from mailer.limits.sliding_log import RawDecision
+from mailer.limits.decision import Decision
 
 
-class Backend(Protocol):
-    """Storage for sliding logs. Keys arrive hashed (see ``keys_as_digest``); tags are 48-bit ints.
+class Store(Protocol):
+    """Storage and decision for one policy: memory or Redis, single key or scoped."""
 
-    Every method is one atomic step over every tier of the policy the backend was built with.
-    Answers are raw tuples (see :mod:`mailer.limits.sliding_log`); :class:`mailer.Limiter`
-    turns them into :class:`mailer.Decision`.
-    """
-
+    #: The storage URL (memory: ``memory://``).
     url: str
-    #: True: keys arrive as the 12-byte digest (bytes); False: as ``<namespace>:{<hash>}`` text.
-    keys_as_digest: bool
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (its connection pool may be shared); None in memory."""
 
     def acquire(
-        self, key: Any, tag: int, max_wait_ms: int, not_before_ms: int = 0
-    ) -> RawDecision: ...
+        self,
+        recipient: str,
+        tag: int,
+        wait_ms: int,
+        tenant: str | None = None,
+        *,
+        share: float = 1.0,
+        not_before_ms: int = 0,
+    ) -> Decision:
+        """Admit now, book within ``wait_ms``, or refuse (see :meth:`mailer.Limiter.acquire`)."""
 
     def acquire_many(
-        self, items: Sequence[tuple[Any, int]], max_wait_ms: int
-    ) -> list[RawDecision]: ...
+        self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
+    ) -> list[Decision]:
+        """:meth:`acquire` for each recipient (no tenant, full share), answers in order."""
 
-    def peek(self, key: Any) -> RawDecision: ...
+    def peek(
+        self, recipient: str, tenant: str | None, *, share: float = 1.0, domain: str | None = None
+    ) -> Decision:
+        """Answer as :meth:`acquire` would for a fresh mail now, recording nothing."""
 
-    def release(self, key: Any, tag: int) -> bool: ...
+    def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
+        """Give the mail's slot back in every scope; whether it held one."""
 
-    def reset(self, key: Any) -> None: ...
+    def storage_key(self, scope: str, key: str) -> str:
+        """``key``'s hashed storage key in ``scope``; ``ValueError`` for a scope not kept."""
 
-    def close(self) -> None: ...
+    def reset(self, recipient: str | None) -> None:
+        """Forget ``recipient``'s own keys, or (None) everything this store holds."""
+
+    def close(self) -> None:
+        """Release connections (memory: forget everything)."""

@@ -1,9 +1,10 @@
-"""In-process limiter storage: a dict of sliding logs behind one lock.
+"""In-process store for a policy of recipient sliding tiers only: a dict of sliding logs behind
+one lock, one log per recipient (:mod:`mailer.limits.sliding_log`).
 
 Correct only when every sender shares this process (tests, the demo, a threads or solo Celery
 pool). Two processes each holding one of these enforce the limit twice over, each on its own:
-use the Redis backend for a prefork pool or several workers. A backend used in a process forked
-after it was built warns (``RuntimeWarning``) once, because that is exactly this mistake.
+use Redis for a prefork pool or several workers. A store used in a process forked after it was
+built warns (``RuntimeWarning``) once, because that is exactly this mistake.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from collections.abc import Sequence
 
 from mailer.clock import Clock, system_clock, to_us
 from mailer.limits import sliding_log
+from mailer.limits.decision import Decision, new_decision
+from mailer.limits.keys import KeyHasher
+from mailer.limits.policy import Policy
 from mailer.limits.sliding_log import RawDecision, TierSpec
 
 _fork_generation = 0
@@ -32,6 +36,23 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 _EVICT_EVERY = 32
 
 
+def fork_generation() -> int:
+    """How many forks this process is from the first: a store built in another generation was
+    built before a fork (see :func:`warn_forked`)."""
+    return _fork_generation
+
+
+def warn_forked() -> None:
+    """Warn that an in-process store is used in a child forked after it was built."""
+    warnings.warn(
+        "the memory limiter backend was built before this process was forked: each "
+        "process now limits on its own, so the limits are not enforced across them. "
+        "Use a redis:// limiter URL with a prefork pool or several workers.",
+        RuntimeWarning,
+        stacklevel=4,
+    )
+
+
 class _Log:
     __slots__ = ("expires_ms", "tags", "ts")
 
@@ -41,7 +62,7 @@ class _Log:
         self.expires_ms = 0
 
 
-class MemoryBackend:
+class SlidingMemoryStore:
     """Sliding logs in a dict, thread-safe, with an injected clock and bounded memory.
 
     A log is forgotten once its newest entry has left the longest window (checked every 32
@@ -50,15 +71,23 @@ class MemoryBackend:
     """
 
     url = "memory://"
-    keys_as_digest = True
+    client = None
 
-    def __init__(self, spec: TierSpec, clock: Clock | None = None) -> None:
-        self._spec = spec
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        clock: Clock | None = None,
+        namespace: str = "mailguard",
+        secret: str | bytes | None = None,
+    ) -> None:
+        self._hasher = KeyHasher(secret, namespace, policy.name)
+        self._tiers = policy.tiers
+        self._spec = TierSpec([(t.limit, t.window_ms) for t in policy.tiers])
         self._clock = clock or system_clock
         self._logs: OrderedDict[bytes, _Log] = OrderedDict()
         self._lock = threading.Lock()
         self._generation = _fork_generation
-        self._warned = False
         self._until_evict = _EVICT_EVERY
 
     def __len__(self) -> int:
@@ -66,10 +95,19 @@ class MemoryBackend:
         return len(self._logs)
 
     def acquire(
-        self, key: bytes, tag: int, max_wait_ms: int, not_before_ms: int = 0
-    ) -> RawDecision:
+        self,
+        recipient: str,
+        tag: int,
+        wait_ms: int,
+        tenant: str | None = None,  # no tenant scope in this shape
+        *,
+        share: float = 1.0,  # the recipient's own budget: no share
+        not_before_ms: int = 0,
+    ) -> Decision:
         if self._generation != _fork_generation:
-            self._warn_forked()
+            self._generation = _fork_generation
+            warn_forked()
+        key = self._hasher.digest(recipient)
         spec = self._spec
         with self._lock:
             now_us = to_us(self._clock())
@@ -80,10 +118,8 @@ class MemoryBackend:
                 log = logs[key] = _Log()
             elif log.ts and log.ts[0] <= now - spec.max_window_ms:
                 sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
-            answer = sliding_log.acquire(
-                log.ts, log.tags, now, spec, tag, max_wait_ms, hi, not_before_ms
-            )
-            if answer[0] or answer[1]:
+            raw = sliding_log.acquire(log.ts, log.tags, now, spec, tag, wait_ms, hi, not_before_ms)
+            if raw[0] or raw[1]:
                 log.expires_ms = log.ts[-1] + spec.max_window_ms
                 logs.move_to_end(key)
             elif not log.ts:
@@ -92,46 +128,78 @@ class MemoryBackend:
             if not self._until_evict:
                 self._until_evict = _EVICT_EVERY
                 self._evict(now)
-            return answer
+        index = raw[4]
+        return new_decision(
+            (
+                raw[0] == 1,
+                raw[1] == 1,
+                raw[2],
+                raw[3],
+                self._tiers[index - 1] if index else None,
+                raw[5:],
+                "recipient" if index else None,
+            )
+        )
 
     def acquire_many(
-        self, items: Sequence[tuple[bytes, int]], max_wait_ms: int
-    ) -> list[RawDecision]:
-        return [self.acquire(key, tag, max_wait_ms) for key, tag in items]
+        self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
+    ) -> list[Decision]:
+        return [
+            self.acquire(r, tag, wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
+        ]
 
-    def peek(self, key: bytes) -> RawDecision:
+    def peek(
+        self,
+        recipient: str,
+        tenant: str | None = None,  # no tenant scope in this shape
+        *,
+        share: float = 1.0,  # the recipient's own budget: no share
+        domain: str | None = None,  # no domain scope in this shape
+    ) -> Decision:
+        key = self._hasher.digest(recipient)
         with self._lock:
             now_us = to_us(self._clock())
             now, hi = now_us // 1000, -(-now_us // 1000)
             log = self._logs.get(key)
             if log is None:
-                return sliding_log.peek([], now, self._spec)
+                return self._decision(sliding_log.peek([], now, self._spec))
             ts = list(log.ts)
             sliding_log.prune(ts, list(log.tags), now, self._spec.max_window_ms)
-            return sliding_log.peek(ts, now, self._spec, hi)
+            return self._decision(sliding_log.peek(ts, now, self._spec, hi))
 
-    def release(self, key: bytes, tag: int) -> bool:
+    def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
+        key = self._hasher.digest(recipient)
         with self._lock:
             log = self._logs.get(key)
             if log is None:
                 return False
             now = to_us(self._clock()) // 1000
             sliding_log.prune(log.ts, log.tags, now, self._spec.max_window_ms)
-            if not sliding_log.release(log.ts, log.tags, tag):
-                if not log.ts:
-                    del self._logs[key]
-                return False
+            released = sliding_log.release(log.ts, log.tags, tag)
             if not log.ts:
                 del self._logs[key]
-            return True
+            return released
 
-    def reset(self, key: bytes) -> None:
+    def storage_key(self, scope: str, key: str) -> str:
+        if scope != "recipient":
+            raise ValueError(f"policy {', '.join(map(str, self._tiers))} has no scope {scope!r}")
+        return self._hasher.storage_key(key)
+
+    def reset(self, recipient: str | None) -> None:
         with self._lock:
-            self._logs.pop(key, None)
+            if recipient is None:
+                self._logs.clear()
+            else:
+                self._logs.pop(self._hasher.digest(recipient), None)
 
     def close(self) -> None:
-        with self._lock:
-            self._logs.clear()
+        self.reset(None)
+
+    def _decision(self, raw: RawDecision) -> Decision:
+        index = raw[4]
+        tier = self._tiers[index - 1] if index else None
+        scope = "recipient" if index else None
+        return new_decision((raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, raw[5:], scope))
 
     def _evict(self, now_ms: int) -> None:
         logs = self._logs
@@ -142,15 +210,3 @@ class MemoryBackend:
             if log.expires_ms > now_ms:
                 return
             del logs[key]
-
-    def _warn_forked(self) -> None:
-        self._generation = _fork_generation
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                "the memory limiter backend was built before this process was forked: each "
-                "process now limits on its own, so the limits are not enforced across them. "
-                "Use a redis:// limiter URL with a prefork pool or several workers.",
-                RuntimeWarning,
-                stacklevel=3,
-            )

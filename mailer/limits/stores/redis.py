@@ -1,25 +1,28 @@
-"""Redis limiter storage: one ``EVALSHA`` of ``lua/sliding_log.lua`` per decision.
+"""Redis store for a policy of recipient sliding tiers only: one ``EVALSHA`` of
+``lua/sliding_log.lua`` per decision, over one key per recipient.
 
-For many worker processes and hosts. The script reads the server's ``TIME`` (one clock for every
-worker) unless the limiter was given a clock (tests, simulations). Every key has a TTL that ends
-when its newest entry leaves the longest window. Keys carry a ``{hash tag}``.
+For many worker processes and hosts (Redis, Sentinel or Cluster). The script reads the server's
+``TIME`` (one clock for every worker) unless the store was given a clock (tests, simulations).
+Every key has a TTL that ends when its newest entry leaves the longest window. Keys are
+``<namespace>:{<hash>}``, the hash keyed by the secret and the policy's name.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-import redis
 import redis.exceptions
 
 from mailer.clock import Clock, to_us
 from mailer.errors import BackendUnavailable
-from mailer.limits.sliding_log import RawDecision, TierSpec
-from mailer.storage import REDIS_DOWN, client_from_url
+from mailer.limits.decision import Decision, new_decision
+from mailer.limits.keys import KeyHasher
+from mailer.limits.policy import Policy, Tier
+from mailer.limits.sliding_log import TierSpec
+from mailer.storage import REDIS_DOWN, client_from_url, is_cluster, redis_down_as_unavailable
 
 #: The script's text with the policy markers in place; :func:`compile_script` fills them.
 SCRIPT_TEMPLATE = (
@@ -27,99 +30,161 @@ SCRIPT_TEMPLATE = (
 )
 
 
-def compile_script(spec: TierSpec) -> tuple[str, str]:
-    """Return ``(source, sha1)`` of the script with ``spec``'s tiers compiled in.
+def compile_script(policy: Policy) -> tuple[str, str]:
+    """Return ``(source, sha1)`` of the script with ``policy``'s recipient tiers compiled in.
 
     Baking the policy into the script saves sending and parsing it on every call.
     """
+    spec = TierSpec([(t.limit, t.window_ms) for t in policy.tiers])
     source = SCRIPT_TEMPLATE.replace("--[[LIMITS]]", ", ".join(map(str, spec.limits))).replace(
         "--[[WINDOWS]]", ", ".join(map(str, spec.windows))
     )
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
 
 
-class RedisBackend:
+def close_client(client: Any) -> None:
+    """Close a redis-py client and, when the sentinels chose its master, their connections."""
+    client.close()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        sentinel.close()
+
+
+class SlidingRedisStore:
     """Sliding logs in Redis strings, one atomic script call per decision.
 
     Raises :class:`mailer.errors.BackendUnavailable` when the server cannot be reached.
     A script missing from the server's cache (restart, ``SCRIPT FLUSH``) is loaded again.
     """
 
-    keys_as_digest = False
-
     def __init__(
         self,
-        spec: TierSpec,
+        policy: Policy,
         url: str,
         *,
         clock: Clock | None = None,
+        namespace: str = "mailguard",
+        secret: str | bytes | None = None,
         client: Any = None,
     ) -> None:
         self.url = url
+        self._hasher = KeyHasher(secret, namespace, policy.name)
+        self._tiers = policy.tiers
         self._client = client if client is not None else client_from_url(url)
         # Keys of different subjects may live in different Cluster slots: acquire_many then
         # goes key by key there, and in one multi-key script call elsewhere.
-        self._pipelined = not type(self._client).__name__.endswith("Cluster")
+        self._pipelined = not is_cluster(url)
         self._clock = clock
-        self.script, self.script_sha = compile_script(spec)
+        self.script, self.script_sha = compile_script(policy)
 
     @property
     def client(self) -> Any:
         """The redis-py client (shared connection pool)."""
         return self._client
 
-    def acquire(self, key: str, tag: int, max_wait_ms: int, not_before_ms: int = 0) -> RawDecision:
-        if not_before_ms:
-            now = "" if self._clock is None else to_us(self._clock())
-            return tuple(self._evalsha([key], ["a", now, tag, max_wait_ms, not_before_ms]))
-        return tuple(self._call(key, "a", tag, max_wait_ms))
+    def acquire(
+        self,
+        recipient: str,
+        tag: int,
+        wait_ms: int,
+        tenant: str | None = None,  # no tenant scope in this shape
+        *,
+        share: float = 1.0,  # the recipient's own budget: no share
+        not_before_ms: int = 0,
+    ) -> Decision:
+        now = "" if self._clock is None else to_us(self._clock())
+        args = (
+            ["a", now, tag, wait_ms, not_before_ms] if not_before_ms else ["a", now, tag, wait_ms]
+        )
+        # EVALSHA inline, not through a helper: this is the hot path.
+        key = self._hasher.storage_key(recipient)
+        try:
+            try:
+                raw = self._client.evalsha(self.script_sha, 1, key, *args)
+            except redis.exceptions.NoScriptError:  # the command did not run: load, run again
+                self._client.script_load(self.script)
+                raw = self._client.evalsha(self.script_sha, 1, key, *args)
+        except REDIS_DOWN as exc:
+            raise BackendUnavailable(self.url, exc) from exc
+        index = raw[4]
+        return new_decision(
+            (
+                raw[0] == 1,
+                raw[1] == 1,
+                raw[2],
+                raw[3],
+                self._tiers[index - 1] if index else None,
+                tuple(raw[5:]),
+                "recipient" if index else None,
+            )
+        )
 
-    def acquire_many(self, items: Sequence[tuple[str, int]], max_wait_ms: int) -> list[RawDecision]:
+    def acquire_many(
+        self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
+    ) -> list[Decision]:
         """All keys in one script call (one round trip); key by key on Redis Cluster."""
-        if not items:
+        if not recipients:
             return []
         if not self._pipelined:
-            return [self.acquire(key, tag, max_wait_ms) for key, tag in items]
-        keys = [key for key, _ in items]
-        args = ["m", "" if self._clock is None else to_us(self._clock()), max_wait_ms]
-        args += [tag for _, tag in items]
-        return [tuple(answer) for answer in self._evalsha(keys, args)]
+            return [
+                self.acquire(r, tag, wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
+            ]
+        keys = [self._hasher.storage_key(r) for r in recipients]
+        args = ["m", "" if self._clock is None else to_us(self._clock()), wait_ms, *tags]
+        return [self._decision(answer) for answer in self._evalsha(keys, args)]
 
-    def peek(self, key: str) -> RawDecision:
-        return tuple(self._call(key, "p", 0, 0))
+    def peek(
+        self,
+        recipient: str,
+        tenant: str | None = None,  # no tenant scope in this shape
+        *,
+        share: float = 1.0,  # the recipient's own budget: no share
+        domain: str | None = None,  # no domain scope in this shape
+    ) -> Decision:
+        return self._decision(self._call(recipient, "p", 0))
 
-    def release(self, key: str, tag: int) -> bool:
-        return bool(self._call(key, "r", tag, 0))
+    def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
+        return bool(self._call(recipient, "r", tag))
 
-    def reset(self, key: str) -> None:
-        with self._translate():
-            self._client.delete(key)
+    def storage_key(self, scope: str, key: str) -> str:
+        if scope != "recipient":
+            raise ValueError(f"policy {', '.join(map(str, self._tiers))} has no scope {scope!r}")
+        return self._hasher.storage_key(key)
+
+    def reset(self, recipient: str | None) -> None:
+        if recipient is None:
+            raise ValueError(
+                "a Redis limiter forgets one recipient at a time (its storage is shared): "
+                "give a recipient"
+            )
+        with redis_down_as_unavailable(self.url):
+            self._client.delete(self._hasher.storage_key(recipient))
 
     def close(self) -> None:
-        self._client.close()
-        # A sentinel-managed client also holds connections to the sentinels.
-        manager = getattr(getattr(self._client, "connection_pool", None), "sentinel_manager", None)
-        for sentinel in getattr(manager, "sentinels", ()):
-            sentinel.close()
+        close_client(self._client)
 
-    def _call(self, key: str, mode: str, tag: int, max_wait_ms: int) -> Any:
+    def _call(self, recipient: str, mode: str, tag: int) -> Any:
         now = "" if self._clock is None else to_us(self._clock())
-        return self._evalsha([key], [mode, now, tag, max_wait_ms])
+        return self._evalsha([self._hasher.storage_key(recipient)], [mode, now, tag, 0])
 
     def _evalsha(self, keys: list[str], args: list[Any]) -> Any:
-        # try/except inline rather than _translate(): this is the hot path.
         try:
             try:
                 return self._client.evalsha(self.script_sha, len(keys), *keys, *args)
-            except redis.exceptions.NoScriptError:  # the command did not run: load, run again
+            except redis.exceptions.NoScriptError:
                 self._client.script_load(self.script)
                 return self._client.evalsha(self.script_sha, len(keys), *keys, *args)
         except REDIS_DOWN as exc:
             raise BackendUnavailable(self.url, exc) from exc
 
-    @contextmanager
-    def _translate(self) -> Iterator[None]:
-        try:
-            yield
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self.url, exc) from exc
+    def _decision(self, raw: Sequence[int]) -> Decision:
+        return sliding_decision(raw, self._tiers)
+
+
+def sliding_decision(raw: Sequence[int], tiers: Sequence[Tier]) -> Decision:
+    """The decision a sliding-log reply ``(allowed, booked, at, wait, tier, *remaining)`` says,
+    ``tiers`` the policy's recipient tiers."""
+    index = raw[4]
+    tier = tiers[index - 1] if index else None
+    scope = "recipient" if index else None
+    return new_decision((raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, tuple(raw[5:]), scope))

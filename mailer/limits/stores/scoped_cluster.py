@@ -42,9 +42,12 @@ where one Redis needs 1. The price of spreading scopes over a Cluster.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mailer.errors import BackendUnavailable, Contended
+from mailer.limits.decision import Decision
+from mailer.limits.policy import Tier
 
 #: How many rounds a decision may take before it is given up as contended.
 MAX_ROUNDS = 16
@@ -55,35 +58,83 @@ Call = Callable[[list[str], list[Any]], Any]
 Bind = tuple[int, int] | None
 
 
+@dataclass(frozen=True)
+class Asked:
+    """What every call of one decision shares: the mail's present scopes as ``(key, digit)``
+    pairs (recipient first), the clock argument (``"t<µs>"`` or a given µs), the share
+    (``ARGV[5]``), the time zone offset (ms) and the calendar-month window starts."""
+
+    scopes: Sequence[tuple[str, str]]
+    clock: str
+    share: str
+    offset: int
+    months: str = ""
+
+    @property
+    def now_ms(self) -> int:
+        """The decision's now, in ms (rounded down)."""
+        us = int(self.clock[1:]) if self.clock.startswith("t") else int(self.clock)
+        return us // 1000
+
+
 class ClusterDecider:
     """Runs one decision scope by scope; see the module doc.
 
-    ``call(keys, args)`` runs the compiled scoped script; ``now_us()`` reads the cluster's
-    clock (µs) or returns a simulation's, with ``clock_arg(now_us)`` its ``ARGV[2]`` form.
-    ``scopes`` are ``(key, digit)`` pairs of the mail's present scopes, recipient first.
+    ``call(keys, args)`` runs the compiled scoped script on the one slot of ``keys``.
     """
 
     def __init__(self, call: Call, url: str) -> None:
         self._script = call
         self._url = url
 
-    def _call(self, keys: list[str], args: list[Any], months: str) -> Any:
+    def decide(
+        self,
+        mode: str,
+        asked: Asked,
+        *,
+        tag: int = 0,
+        wait_ms: int = 0,
+        not_before: int = 0,
+        tiers: Sequence[tuple[str, tuple[Tier, ...]]] = (),
+    ) -> Decision | int:
+        """One decision in ``mode`` (``a`` acquire, ``p`` peek, ``r`` release: 1 or 0).
+
+        ``tiers`` are the present scopes' ``(name, tiers)``, in the order of ``asked.scopes``.
+        """
+        if mode == "r":
+            return int(self.release(asked, tag))
+        if mode == "p":
+            replies, bind = self.peek(asked)
+        else:
+            replies, bind = self.acquire(asked, tag=tag, wait_ms=wait_ms, not_before=not_before)
+        last = replies[-1]
+        remaining = tuple(value for raw in replies for value in raw[6:])
+        now = asked.now_ms
+        if not last[0] and not last[1]:  # refused (peek: not now): the last scope says when
+            allowed = booked = False
+            at = int(last[2])
+            wait = at - now
+        else:
+            allowed = all(raw[0] == 1 for raw in replies)
+            booked = not allowed
+            at = max(int(raw[2]) for raw in replies)
+            wait = 0 if allowed else at - now
+        if bind is not None and not allowed:
+            name, scope_tiers = tiers[bind[0]]
+            return Decision(allowed, booked, at, wait, scope_tiers[bind[1] - 1], remaining, name)
+        return Decision(allowed, booked, at, wait, None, remaining, None)
+
+    def _call(self, key: str, args: list[Any], months: str) -> Any:
         """One script call; with calendar-month tiers, their window starts as ``ARGV[10]``."""
         if months:  # ARGV[8] and [9] padded (0: no not_before, "": no slot)
             args = [*args, *[0, ""][len(args) - 7 :], months]
-        return self._script(keys, args)
+        return self._script([key], args)
+
+    def _args(self, asked: Asked, mode: str, digit: str, *more: Any) -> list[Any]:
+        return [mode, asked.clock, *more[:2], asked.share, asked.offset, digit, *more[2:]]
 
     def acquire(
-        self,
-        scopes: Sequence[tuple[str, str]],
-        clock: str,
-        *,
-        tag: int,
-        wait_ms: int,
-        share: str,
-        offset: int,
-        not_before: int,
-        months: str = "",
+        self, asked: Asked, *, tag: int, wait_ms: int, not_before: int
     ) -> tuple[list[Any], Bind]:
         """Reserve the mail in every scope at one slot; return the replies and the binding
         ``(scope position, tier index)`` (None: no tier binds).
@@ -93,65 +144,62 @@ class ClusterDecider:
         gets that slot's answer from every scope (mode ``h``).
         """
         if tag:
-            first, digit = scopes[0]
-            held = self._call([first], ["q", clock, tag, 0, share, offset, digit], months)
+            held = self._held(asked, tag)
             if held:  # the same mail asked again: its slot, nothing more consumed
                 return [
-                    self._call(
-                        [key], ["h", clock, tag, 0, share, offset, digit, 0, int(held)], months
-                    )
-                    for key, digit in scopes
+                    self._call(key, self._args(asked, "h", digit, tag, 0, 0, held), asked.months)
+                    for key, digit in asked.scopes
                 ], None
-        now = _now_us(clock) // 1000
+        now = asked.now_ms
         t = max(not_before, now)
         for _ in range(MAX_ROUNDS):
-            later = t
-            replies, bind, t = self._converge(scopes, clock, share, offset, t, months)
+            replies, bind, t = self._converge(asked, t)
             if t > now and t - now > wait_ms:
                 return replies, bind  # refused: nothing was written
-            reserved: list[tuple[str, str, int]] = []  # key, digit, the slot it is stored at
-            booked: list[Any] = []
-            for key, digit in scopes:
-                raw = self._call([key], ["b", clock, tag, wait_ms, share, offset, digit, t], months)
-                if not raw[0] and not raw[1]:  # taken meanwhile: give back, decide again
-                    later = int(raw[2])
-                    break
-                stored = int(raw[2]) if raw[1] else -(-_now_us(clock) // 1000)
-                reserved.append((key, digit, stored))
-                if raw[2] != t:  # a later slot here (another mail took t meanwhile)
-                    later = int(raw[2])
-                    break
-                booked.append(raw)
-            if len(booked) == len(scopes):
+            booked, reserved, later = self._reserve(asked, t, tag=tag, wait_ms=wait_ms)
+            if len(booked) == len(asked.scopes):
                 return booked, bind
-            self._give_back(reserved, clock, tag, offset, months)
+            self._give_back(asked, reserved, tag)
             t = max(t, later)
         raise Contended(
             f"the scoped decision found no common slot in {MAX_ROUNDS} rounds; nothing is held"
         )
 
-    def peek(
-        self,
-        scopes: Sequence[tuple[str, str]],
-        clock: str,
-        share: str,
-        offset: int,
-        months: str = "",
-    ) -> tuple[list[Any], Bind]:
+    def _held(self, asked: Asked, tag: int) -> int:
+        """The slot (ms) the mail tagged ``tag`` holds in the recipient's log, else 0."""
+        first, digit = asked.scopes[0]
+        return int(self._call(first, self._args(asked, "q", digit, tag, 0), asked.months))
+
+    def _reserve(
+        self, asked: Asked, t: int, *, tag: int, wait_ms: int
+    ) -> tuple[list[Any], list[tuple[str, str, int]], int]:
+        """Book ``t`` scope by scope; stop at the first scope that answers otherwise. Returns
+        the replies of the scopes that booked ``t``, every reservation made (key, digit, the
+        slot it is stored at) and the later slot a scope answered (``t`` if none)."""
+        reserved: list[tuple[str, str, int]] = []
+        booked: list[Any] = []
+        for key, digit in asked.scopes:
+            raw = self._call(key, self._args(asked, "b", digit, tag, wait_ms, t), asked.months)
+            if not raw[0] and not raw[1]:  # taken meanwhile: give back, decide again
+                return booked, reserved, int(raw[2])
+            stored = int(raw[2]) if raw[1] else -(-self._now_us(asked) // 1000)
+            reserved.append((key, digit, stored))
+            if raw[2] != t:  # a later slot here (another mail took t meanwhile)
+                return booked, reserved, int(raw[2])
+            booked.append(raw)
+        return booked, reserved, t
+
+    @staticmethod
+    def _now_us(asked: Asked) -> int:
+        clock = asked.clock
+        return int(clock[1:]) if clock.startswith("t") else int(clock)
+
+    def peek(self, asked: Asked) -> tuple[list[Any], Bind]:
         """Answer as :meth:`acquire` would for a fresh mail, consuming nothing."""
-        now = _now_us(clock) // 1000
-        replies, bind, _ = self._converge(scopes, clock, share, offset, now, months)
+        replies, bind, _ = self._converge(asked, asked.now_ms)
         return replies, bind
 
-    def _converge(  # noqa: PLR0917 - one decision's inputs
-        self,
-        scopes: Sequence[tuple[str, str]],
-        clock: str,
-        share: str,
-        offset: int,
-        t: int,
-        months: str,
-    ) -> tuple[list[Any], Bind, int]:
+    def _converge(self, asked: Asked, t: int) -> tuple[list[Any], Bind, int]:
         """Peek every scope at ``not_before = t`` until all answer the same slot: the earliest
         time every scope admits (``t`` only grows). Returns the last round's replies, the tier
         that last raised ``t``, and the slot."""
@@ -159,8 +207,8 @@ class ClusterDecider:
         for _ in range(MAX_ROUNDS):
             replies = []
             moved = False
-            for position, (key, digit) in enumerate(scopes):
-                raw = self._call([key], ["p", clock, 0, 0, share, offset, digit, t], months)
+            for position, (key, digit) in enumerate(asked.scopes):
+                raw = self._call(key, self._args(asked, "p", digit, 0, 0, t), asked.months)
                 replies.append(raw)
                 if int(raw[2]) > t:  # the last to raise t binds (None: the order of bookings)
                     t, moved = int(raw[2]), True
@@ -171,34 +219,18 @@ class ClusterDecider:
             self._url, RuntimeError(f"scoped peek did not settle in {MAX_ROUNDS} rounds")
         )
 
-    def release(
-        self,
-        scopes: Sequence[tuple[str, str]],
-        clock: str,
-        tag: int,
-        offset: int,
-        months: str = "",
-    ) -> bool:
-        """Give the mail's slot back in every scope, the recipient's last; whether it held one."""
-        key, digit = scopes[0]
-        at = self._call([key], ["q", clock, tag, 0, "1", offset, digit], months)
+    def release(self, asked: Asked, tag: int) -> bool:
+        """Give the mail's slot back in every scope, the recipient's last; whether it held one.
+
+        ``asked.share`` should be ``"1"``: a release gives back whatever the share."""
+        at = self._held(asked, tag)
         if not at:
             return False
-        for key, digit in [*scopes[1:], scopes[0]]:
-            self._call([key], ["r", clock, tag, 0, "1", offset, digit, 0, int(at)], months)
+        for key, digit in [*asked.scopes[1:], asked.scopes[0]]:
+            self._call(key, self._args(asked, "r", digit, tag, 0, 0, at), asked.months)
         return True
 
-    def _give_back(
-        self, reserved: list[tuple[str, str, int]], clock: str, tag: int, offset: int, months: str
-    ) -> None:
+    def _give_back(self, asked: Asked, reserved: list[tuple[str, str, int]], tag: int) -> None:
+        whole = replace(asked, share="1")  # a release gives back whatever the share
         for key, digit, stored in reversed(reserved):
-            self._call([key], ["r", clock, tag, 0, "1", offset, digit, 0, stored], months)
-
-
-def _now_us(clock: str) -> int:
-    return int(clock[1:]) if clock.startswith("t") else int(clock)
-
-
-def _stored_now(clock: str) -> int:
-    """The ms an admission now is stored at: now rounded up (never early)."""
-    return -(-_now_us(clock) // 1000)
+            self._call(key, self._args(whole, "r", digit, tag, 0, 0, stored), asked.months)

@@ -1,63 +1,26 @@
-"""Redis storage for the scoped limiter: one ``EVALSHA`` of ``lua/scoped.lua`` per decision.
+"""Redis store for any policy: one ``EVALSHA`` of ``lua/scoped.lua`` per decision over every
+scope the mail has a key in (one Redis, or Sentinel's master).
 
-Every scope the mail has a key in is decided in the one script call (one Redis, or Sentinel's
-master); on Redis Cluster, scope by scope (:mod:`mailer.limits.stores.scoped_cluster`). The
-policy is compiled into the script. Fixed windows align to the time zone's offset from UTC at
-the time of the call (a window spanning a daylight-saving change is off by that change on
-Redis); calendar-month (``mo``) windows are computed here, in the time zone, and handed to the
-script with each call (:func:`month_starts`; Lua has no calendar).
+On Redis Cluster a mail's scopes live in different slots, so a decision over several goes scope
+by scope (:mod:`mailer.limits.stores.scoped_cluster`), on one clock read from the cluster.
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable
-from datetime import timezone
-from importlib import resources
+from collections.abc import Sequence
 from typing import Any
-from zoneinfo import ZoneInfo
 
 import redis.exceptions
 
+from mailer.clock import Clock
 from mailer.errors import BackendUnavailable
-from mailer.limits.policy import MONTH_MS, Tier
-from mailer.limits.stores.redis_errors import REDIS_DOWN
-from mailer.limits.windows import window
-from mailer.storage import client_from_url
-
-_TEMPLATE = resources.files("mailer.limits.stores").joinpath("lua/scoped.lua").read_text()
-_KIND = {"sliding": 1, "fixed": 2, "gcra": 3}
-
-
-def compile_scoped(scopes: list[tuple[int, bool, bool, tuple[Tier, ...]]]) -> tuple[str, str]:
-    """Return ``(source, sha1)`` of the script with these ``(keep_ms, shared, has_log, tiers)``."""
-    entries = []
-    for keep_ms, shared, has_log, tiers in scopes:
-        body = ", ".join(
-            f"{{{_KIND[t.kind]}, {t.limit}, {t.window_ms}, "
-            f"{-(-t.window_ms * 1000 // t.limit)}, {t.months}}}"
-            for t in tiers
-        )
-        entries.append(f"{{{keep_ms}, {int(shared)}, {int(has_log)}, {{{body}}}}}")
-    source = _TEMPLATE.replace("--[[SCOPES]]", ", ".join(entries))
-    return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
-
-
-def month_starts(tiers: Iterable[Tier], now_ms: int, tz: timezone | ZoneInfo) -> str:
-    """``ARGV[10]``: for each month count N of ``tiers``' calendar-month tiers, the starts (epoch
-    ms) of its windows from two before the one holding ``now_ms`` to four after (bookings reach
-    at most 7 days ahead), as ``"N=b1,b2,...;M=..."``; "" without such tiers."""
-    parts = []
-    for months in sorted({t.months for t in tiers if t.months}):
-        tier = Tier(1, months * MONTH_MS, "fixed", months)
-        start, _ = window(now_ms, tier, tz)
-        starts = [start]
-        for _ in range(2):
-            starts.insert(0, window(starts[0] - 1, tier, tz)[0])
-        for _ in range(4):
-            starts.append(window(starts[-1], tier, tz)[1])
-        parts.append(f"{months}=" + ",".join(str(b) for b in starts))
-    return ";".join(parts)
+from mailer.limits.decision import Decision
+from mailer.limits.policy import Policy
+from mailer.limits.scopes import find_scope
+from mailer.limits.stores.redis import close_client
+from mailer.limits.stores.scoped_cluster import Asked, ClusterDecider
+from mailer.limits.stores.scoped_script import Planned, ScopedScript
+from mailer.storage import REDIS_DOWN, client_from_url, is_cluster, redis_down_as_unavailable
 
 
 class ScopedRedisStore:
@@ -65,34 +28,126 @@ class ScopedRedisStore:
 
     def __init__(
         self,
+        policy: Policy,
         url: str,
-        scopes: list[tuple[int, bool, bool, tuple[Tier, ...]]],
         *,
+        clock: Clock | None = None,
+        namespace: str = "mailguard",
+        secret: str | bytes | None = None,
+        tz: str = "UTC",
         client: Any = None,
     ) -> None:
         self.url = url
-        self.client = client if client is not None else client_from_url(url)
-        self.script, self.sha = compile_scoped(scopes)
+        self.policy = policy
+        self.script = ScopedScript(policy, clock=clock, namespace=namespace, secret=secret, tz=tz)
+        self._client = client if client is not None else client_from_url(url)
+        self._cluster = (
+            ClusterDecider(self.call, url)
+            if is_cluster(url) and len(self.script.scopes) > 1
+            else None
+        )
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (shared connection pool)."""
+        return self._client
+
+    def acquire(
+        self,
+        recipient: str,
+        tag: int,
+        wait_ms: int,
+        tenant: str | None = None,
+        *,
+        share: float = 1.0,
+        not_before_ms: int = 0,
+    ) -> Decision:
+        planned = self.script.plan(
+            "a",
+            recipient,
+            tenant=tenant,
+            tag=tag,
+            wait_ms=wait_ms,
+            share=share,
+            not_before=not_before_ms,
+        )
+        answer: Decision = self._run(planned)
+        return answer
+
+    def acquire_many(
+        self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
+    ) -> list[Decision]:
+        return [
+            self.acquire(r, tag, wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
+        ]
+
+    def peek(
+        self, recipient: str, tenant: str | None, *, share: float = 1.0, domain: str | None = None
+    ) -> Decision:
+        planned = self.script.plan("p", recipient, tenant=tenant, domain=domain, share=share)
+        answer: Decision = self._run(planned)
+        return answer
+
+    def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
+        return bool(self._run(self.script.plan("r", recipient, tenant=tenant, tag=tag)))
+
+    def storage_key(self, scope: str, key: str) -> str:
+        return find_scope(self.script.scopes, scope, self.policy).hasher.storage_key(key)
+
+    def reset(self, recipient: str | None) -> None:
+        """Delete ``recipient``'s own keys (its log, gcra buckets and fixed-window counts)."""
+        if recipient is None:
+            raise ValueError(
+                "a Redis limiter forgets one recipient at a time (its storage is shared): "
+                "give a recipient"
+            )
+        base = self.storage_key("recipient", recipient)
+        with redis_down_as_unavailable(self.url):
+            keys = [key for key in self._client.scan_iter(match=base + ":*", count=1000)]
+            if keys:
+                self._client.delete(*keys)
+
+    def close(self) -> None:
+        close_client(self._client)
 
     def call(self, keys: list[str], args: list[Any]) -> Any:
         """One script call: ``keys`` the present scopes' base keys, ``args`` ARGV."""
         try:
             try:
-                return self.client.evalsha(self.sha, len(keys), *keys, *args)
+                return self._client.evalsha(self.script.sha, len(keys), *keys, *args)
             except redis.exceptions.NoScriptError:
-                self.client.script_load(self.script)
-                return self.client.evalsha(self.sha, len(keys), *keys, *args)
+                self._client.script_load(self.script.source)
+                return self._client.evalsha(self.script.sha, len(keys), *keys, *args)
         except REDIS_DOWN as exc:
             raise BackendUnavailable(self.url, exc) from exc
 
-    def time(self) -> tuple[int, int]:
-        """The server's ``TIME``: seconds and microseconds (on a Cluster, one node's)."""
-        try:
-            seconds, micros = self.client.time()
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self.url, exc) from exc
-        return int(seconds), int(micros)
+    def _run(self, planned: Planned) -> Any:
+        """A decision (``a``, ``p``) or whether a slot was released (``r``: 1 or 0)."""
+        if self._cluster is not None and len(planned.present) > 1:
+            return self._on_cluster(planned, self._cluster)
+        raw = self.call(planned.keys, planned.argv())
+        if planned.args[0] == "r":
+            return raw
+        return self.script.decision(raw, planned.present)
 
-    def close(self) -> None:
-        """Release the client's connections."""
-        self.client.close()
+    def _on_cluster(self, planned: Planned, cluster: ClusterDecider) -> Decision | int:
+        """:meth:`_run` on Redis Cluster: scope by scope, on one clock read from the cluster
+        (or the given one)."""
+        mode, given, tag, wait_ms, share, offset = planned.args[:6]
+        clock = str(given) if given != "" else f"t{self._cluster_now_us()}"
+        scopes = [(k, s.digit) for k, s in zip(planned.keys, planned.present, strict=True)]
+        asked = Asked(scopes, clock, share, offset, planned.months)
+        return cluster.decide(
+            mode,
+            asked,
+            tag=tag,
+            wait_ms=wait_ms,
+            not_before=planned.not_before,
+            tiers=[(s.name, s.tiers) for s in planned.present],
+        )
+
+    def _cluster_now_us(self) -> int:
+        """The cluster's clock in µs (``TIME`` of one node: every node's on one host)."""
+        with redis_down_as_unavailable(self.url):
+            seconds, micros = self._client.time()
+        return int(seconds) * 1_000_000 + int(micros)

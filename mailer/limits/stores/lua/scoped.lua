@@ -1,9 +1,11 @@
 --[[
 mailguard scoped limiter: one atomic decision over every scope (recipient, domain, sender,
-tenant) and every tier kind (sliding, fixed, gcra). Mirrors mailer/scoped.py step for step;
-tests/test_scoped_properties.py checks that both give identical answers.
+tenant) and every tier kind (sliding, fixed, gcra). Mirrors mailer/limits/algorithm.py step for
+step; tests/test_scoped_properties.py checks that both give identical answers. Run by
+mailer/limits/stores/scoped_redis.py (on Redis Cluster: once per scope,
+mailer/limits/stores/scoped_cluster.py).
 
-The policy is compiled in: mailer/backends/scoped_redis.py replaces --[[SCOPES]] with one entry
+The policy is compiled in: mailer/limits/stores/scoped_script.py replaces --[[SCOPES]] with one entry
 per scope of the policy, recipient first: {keep_ms, shared (0/1), has_log (0/1), tiers} and each
 tier {kind (1 sliding, 2 fixed, 3 gcra), limit, window_ms, interval_us (gcra), months (0: not a
 calendar-month tier)}.
@@ -12,8 +14,8 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           data: <base>:l the sliding log (packed as in sliding_log.lua: base I6, then I4 offset
           and I6 tag per entry), <base>:g<tier> a gcra tier: the bucket's arrival time over
           the emissions up to now (µs, decimal; "0": none), then "," and the tag of the
-          last of them when it alone made the floor (mailer/gcra_log.py), when mails are booked
-          "|" and I7 time (µs) and I6 tag per emission after now (mailer/gcra_log.py),
+          last of them when it alone made the floor (mailer/limits/gcra_log.py), when mails are booked
+          "|" and I7 time (µs) and I6 tag per emission after now,
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
           "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,
@@ -31,10 +33,10 @@ ARGV[7]   which scopes this mail has keys in: their 1-based indexes, one digit e
 ARGV[8]   optional, acquire and peek: not_before in epoch ms (a hold's end, or on Redis Cluster
           the slot another scope found); the slot is the earliest time at or after it that
           every scope admits
+ARGV[9]   optional, release: the slot (ms) to give back (Redis Cluster, scope by scope: a scope
+          of fixed or gcra tiers only keeps no log to find it in); "h": the slot the mail holds
 ARGV[10]  optional: calendar-month window starts (ms) around now, "N=b1,b2,..." per month count
           N of the policy's month tiers, ";"-separated (Lua has no calendar)
-ARGV[9]   optional, release: the slot (ms) to give back (Redis Cluster, scope by scope: a scope
-          of fixed or gcra tiers only keeps no log to find it in)
 
 Reply (a, p): {allowed, booked, at_ms, wait_ms, scope, tier, remaining...}; scope and tier are
 1-based indexes of the binding tier (0: none), remaining one per tier of the present scopes.

@@ -1,8 +1,9 @@
 --[[
 mailguard sliding-log limiter: one atomic decision over every tier of a policy.
-Mirrors mailer/sliding_log.py step for step; the shared test suite checks both agree.
+Mirrors mailer/limits/sliding_log.py step for step; the shared test suite checks both agree.
+Run by mailer/limits/stores/redis.py for a policy of recipient sliding tiers only.
 
-The policy is compiled in: mailer/backends/redis.py replaces the two --[[LIMITS]] and
+The policy is compiled in: mailer/limits/stores/redis.py replaces the two --[[LIMITS]] and
 --[[WINDOWS]] markers below with the tiers (sorted by window, windows in ms), so each policy is
 its own script (its own SHA) and no call carries the policy.
 

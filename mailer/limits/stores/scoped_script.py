@@ -1,0 +1,127 @@
+"""The scoped Lua script (``lua/scoped.lua``) compiled for one policy, and what each call sends
+and gets back: shared by the blocking store (:mod:`~mailer.limits.stores.scoped_redis`) and the
+asyncio limiter (:mod:`mailer.limits.aio`). No I/O here.
+
+The policy is compiled into the script. Fixed windows align to the time zone's offset from UTC
+at the time of the call (a window spanning a daylight-saving change is off by that change on
+Redis); calendar-month (``mo``) windows are computed here, in the time zone, and handed to the
+script with each call (:func:`mailer.limits.windows.month_starts`; Lua has no calendar).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import timezone
+from importlib import resources
+from typing import Any
+
+from mailer.clock import Clock, system_clock
+from mailer.limits.decision import Decision, new_decision
+from mailer.limits.policy import Policy
+from mailer.limits.scopes import Scope, build_scopes
+from mailer.limits.windows import month_starts, offset_ms, zone
+
+_TEMPLATE = resources.files("mailer.limits.stores").joinpath("lua/scoped.lua").read_text()
+_KIND = {"sliding": 1, "fixed": 2, "gcra": 3}
+
+
+def compile_scoped(scopes: list[Scope]) -> tuple[str, str]:
+    """Return ``(source, sha1)`` of the script with these scopes' tiers compiled in."""
+    entries = []
+    for scope in scopes:
+        body = ", ".join(
+            f"{{{_KIND[t.kind]}, {t.limit}, {t.window_ms}, "
+            f"{-(-t.window_ms * 1000 // t.limit)}, {t.months}}}"
+            for t in scope.tiers
+        )
+        entries.append(
+            f"{{{scope.keep_ms}, {int(scope.shared)}, {int(scope.has_log)}, {{{body}}}}}"
+        )
+    source = _TEMPLATE.replace("--[[SCOPES]]", ", ".join(entries))
+    return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
+
+
+@dataclass
+class Planned:
+    """One call: the present scopes' base keys, ``ARGV[1..7]``, the scopes themselves, the
+    ``not_before`` (ms, 0: none) and the calendar-month window starts ("" without such tiers)."""
+
+    keys: list[str]
+    args: list[Any]
+    present: list[Scope]
+    not_before: int
+    months: str
+
+    def argv(self) -> list[Any]:
+        """The whole ``ARGV`` of one script call over every present scope (one Redis)."""
+        if self.months:
+            return [*self.args, self.not_before, "", self.months]
+        if self.not_before:
+            return [*self.args, self.not_before]
+        return self.args
+
+
+class ScopedScript:
+    """The script for ``policy``; ``clock`` (epoch seconds) is sent with each call when given
+    (tests and simulations), else the script reads the server's ``TIME``."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        clock: Clock | None = None,
+        namespace: str = "mailguard",
+        secret: str | bytes | None = None,
+        tz: str = "UTC",
+    ) -> None:
+        self.policy = policy
+        self.scopes = build_scopes(policy, secret=secret, namespace=namespace)
+        self.source, self.sha = compile_scoped(self.scopes)
+        self._tz = zone(tz)
+        self._clock = clock
+        self._month_tiers = [t for s in self.scopes for t in s.tiers if t.months]
+
+    def plan(
+        self,
+        mode: str,
+        recipient: str,
+        *,
+        tenant: str | None = None,
+        domain: str | None = None,
+        tag: int = 0,
+        wait_ms: int = 0,
+        share: float = 1.0,
+        not_before: int = 0,
+    ) -> Planned:
+        """The call for ``mode`` (``a`` acquire, ``p`` peek, ``r`` release) of one mail."""
+        keys: list[str] = []
+        digits = ""
+        present: list[Scope] = []
+        for scope in self.scopes:
+            subject = scope.subject(recipient, domain, tenant)
+            if subject is not None:
+                keys.append(scope.storage_key(subject))
+                digits += scope.digit
+                present.append(scope)
+        seconds = self._clock() if self._clock else None
+        offset = 0
+        if self._tz is not timezone.utc:
+            offset = offset_ms(self._tz, seconds if seconds is not None else system_clock())
+        given = "" if seconds is None else round(seconds * 1_000_000)
+        shared = "1" if share == 1.0 else repr(share)
+        args = [mode, given, tag, wait_ms, shared, offset, digits]
+        months = ""
+        if self._month_tiers:
+            now_ms = round((seconds if seconds is not None else system_clock()) * 1000)
+            months = month_starts(self._month_tiers, now_ms, self._tz)
+        return Planned(keys, args, present, not_before, months)
+
+    @staticmethod
+    def decision(raw: list[Any], present: list[Scope]) -> Decision:
+        """The decision an ``a`` or ``p`` reply says (scope and tier: 1-based, 0 for none)."""
+        if raw[4]:
+            scope = present[raw[4] - 1]
+            fields = (raw[0] == 1, raw[1] == 1, raw[2], raw[3], scope.tiers[raw[5] - 1])
+            return new_decision((*fields, tuple(raw[6:]), scope.name))
+        return new_decision((raw[0] == 1, raw[1] == 1, raw[2], raw[3], None, tuple(raw[6:]), None))
