@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import urlsplit
 
 from mailer.clock import Clock, system_clock
 from mailer.guard import Guard, GuardConfig
@@ -17,10 +16,10 @@ from mailer.mail.transports import ConsoleTransport, MemoryTransport, SmtpTransp
 from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics, default_metrics
 from mailer.records.holds import Holds, holds_from_url
-from mailer.records.ledger import Ledger, MemoryLedger, RedisLedger, ledger_from_url
+from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.settings import Settings
-from mailer.storage import is_memory
+from mailer.storage import scheme as url_scheme
 
 
 def build_limiter(settings: Settings) -> Limiter:
@@ -39,11 +38,7 @@ def build_guard_limiter(settings: Settings) -> Limiter:
 def build_ledger(settings: Settings, limiter: Limiter | None = None) -> Ledger:
     """The ledger on the ledger URL; shares ``limiter``'s Redis client when the URLs match."""
     url = settings.effective_ledger_url
-    if is_memory(url):
-        return MemoryLedger()
-    client = None if limiter is None else limiter.client
-    if client is not None and url == settings.limiter_url:
-        return RedisLedger(client, url)
+    client = None if limiter is None or url != settings.limiter_url else limiter.client
     with _naming("LEDGER_URL" if settings.ledger_url else "LIMITER_URL"):
         return ledger_from_url(url, client=client)
 
@@ -78,7 +73,7 @@ def build_holds(
 
 def build_transport(settings: Settings) -> Transport:
     """``console://`` (stderr), ``memory://`` (kept in the process) or an SMTP URL."""
-    scheme = urlsplit(settings.smtp_url).scheme
+    scheme = url_scheme(settings.smtp_url)
     if scheme == "console":
         return ConsoleTransport(sys.stderr)
     if scheme == "memory":
