@@ -110,6 +110,23 @@ class RedisStore:
         return redis_down_as_unavailable(self.url, self.backend)
 
 
+def run_script(
+    client: Any, script: tuple[str, str], keys: Sequence[Any], args: Sequence[Any], url: str
+) -> Any:
+    """``EVALSHA`` of ``script`` (its ``(source, sha1)``) on ``client``, loading it again when
+    the server lost it (restart, ``SCRIPT FLUSH``); :data:`REDIS_DOWN` becomes
+    :class:`~mailer.errors.BackendUnavailable` for the limiter at ``url``."""
+    source, sha = script
+    try:
+        try:
+            return client.evalsha(sha, len(keys), *keys, *args)
+        except redis.exceptions.NoScriptError:  # the command did not run: load, run again
+            client.script_load(source)
+            return client.evalsha(sha, len(keys), *keys, *args)
+    except REDIS_DOWN as exc:
+        raise BackendUnavailable(url, exc) from exc
+
+
 def lua_source(package: str, name: str) -> str:
     """The text of the Lua script ``lua/<name>.lua`` shipped in ``package`` (package data)."""
     return resources.files(package).joinpath(f"lua/{name}.lua").read_text()

@@ -22,7 +22,13 @@ from mailer.limits.decision import Decision, new_decision
 from mailer.limits.keys import KeyHasher
 from mailer.limits.policy import Policy, Tier
 from mailer.limits.sliding_log import TierSpec
-from mailer.storage import REDIS_DOWN, client_from_url, is_cluster, redis_down_as_unavailable
+from mailer.storage import (
+    REDIS_DOWN,
+    client_from_url,
+    is_cluster,
+    redis_down_as_unavailable,
+    run_script,
+)
 
 #: The script's text with the policy markers in place; :func:`compile_script` fills them.
 SCRIPT_TEMPLATE = (
@@ -168,14 +174,7 @@ class SlidingRedisStore:
         return self._evalsha([self._hasher.storage_key(recipient)], [mode, now, tag, 0])
 
     def _evalsha(self, keys: list[str], args: list[Any]) -> Any:
-        try:
-            try:
-                return self._client.evalsha(self.script_sha, len(keys), *keys, *args)
-            except redis.exceptions.NoScriptError:
-                self._client.script_load(self.script)
-                return self._client.evalsha(self.script_sha, len(keys), *keys, *args)
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self.url, exc) from exc
+        return run_script(self._client, (self.script, self.script_sha), keys, args, self.url)
 
     def _decision(self, raw: Sequence[int]) -> Decision:
         return sliding_decision(raw, self._tiers)

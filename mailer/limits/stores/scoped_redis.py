@@ -10,17 +10,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import redis.exceptions
-
 from mailer.clock import Clock
-from mailer.errors import BackendUnavailable
 from mailer.limits.decision import Decision
 from mailer.limits.policy import Policy
 from mailer.limits.scopes import find_scope
 from mailer.limits.stores.redis import close_client
 from mailer.limits.stores.scoped_cluster import Asked, ClusterDecider
 from mailer.limits.stores.scoped_script import Planned, ScopedScript
-from mailer.storage import REDIS_DOWN, client_from_url, is_cluster, redis_down_as_unavailable
+from mailer.storage import (
+    client_from_url,
+    is_cluster,
+    redis_down_as_unavailable,
+    run_script,
+)
 
 
 class ScopedRedisStore:
@@ -112,14 +114,8 @@ class ScopedRedisStore:
 
     def call(self, keys: list[str], args: list[Any]) -> Any:
         """One script call: ``keys`` the present scopes' base keys, ``args`` ARGV."""
-        try:
-            try:
-                return self._client.evalsha(self.script.sha, len(keys), *keys, *args)
-            except redis.exceptions.NoScriptError:
-                self._client.script_load(self.script.source)
-                return self._client.evalsha(self.script.sha, len(keys), *keys, *args)
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self.url, exc) from exc
+        script = (self.script.source, self.script.sha)
+        return run_script(self._client, script, keys, args, self.url)
 
     def _run(self, planned: Planned) -> Any:
         """A decision (``a``, ``p``) or whether a slot was released (``r``: 1 or 0)."""
