@@ -97,7 +97,11 @@ REPLIES = [
     (451, "4.7.1 Greylisting in action, please come back later", GREYLIST),
     (450, "4.2.0 Greylisted for 300 seconds", GREYLIST),
     (451, "Greylisted, please try again in 180 seconds", GREYLIST),
-    (451, "4.7.1 <a@example.com>: Recipient address rejected: Graylisted, try again later", GREYLIST),
+    (
+        451,
+        "4.7.1 <a@example.com>: Recipient address rejected: Graylisted, try again later",
+        GREYLIST,
+    ),
     # timeouts, dropped and closing connections: network conditions, nobody held
     (421, "4.4.2 mx.example.com Error: timeout exceeded", RETRY),
     (421, "4.4.2 connection dropped", RETRY),

@@ -56,6 +56,10 @@ class Holds:
             url, secret=secret, namespace=namespace, clock=clock, client=client, max_hold=max_hold
         )
 
+    def now(self) -> float:
+        """The holds' clock, epoch seconds (a hold's ``since`` and ``until`` are on it)."""
+        return self._clock()
+
     def key_of(self, key: str) -> str:
         """The storage key of the recipient hold of limit key ``key`` (a keyed hash)."""
         return self._hasher.storage_key(check_key(key))
