@@ -102,8 +102,10 @@ def test_temporary_failures_of_three_recipients_hold_the_sender_two_do_not(
     for address in ("ada@example.com", "bob@example.com", "cy@example.com"):
         smtp_server.fail_rcpt_for(address, PLAIN)
     try:
-        two = [send_mail.delay(to, subject="s", body="b") for to in ("ada@example.com",
-                                                                     "bob@example.com")]  # fmt: skip
+        two = [
+            send_mail.delay(to, subject="s", body="b")
+            for to in ("ada@example.com", "bob@example.com")
+        ]
         poll(lambda: all(r.ready() for r in two), 15, "two failing recipients to be sent")
         calm = worker.log()
         third = send_mail.delay("cy@example.com", subject="s", body="b")
