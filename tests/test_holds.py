@@ -4,6 +4,7 @@ guard's use of holds (what every store promises: tests/test_contract_holds.py)."
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import pytest
@@ -450,3 +451,50 @@ def test_replies_to_mails_in_flight_before_the_hold_do_not_double_it(clock: Manu
     assert isinstance(step, Later) and step.outcome.hold == "sender"
     again = holds.sender()
     assert again is not None and (again.level, again.length) == (1, 10.0)
+
+
+# Seen -----------------------------------------------------------------------------------------
+
+
+def test_the_sender_hold_gauge_reads_seconds_left_at_each_scrape(clock: ManualClock) -> None:
+    """mailguard_sender_hold_seconds: the seconds left on the sender's hold, 0 without one;
+    holds that cannot be read leave the sample out rather than failing the scrape."""
+    from mailer.metrics import HoldCollector  # noqa: PLC0415
+
+    holds = Holds.from_url("memory://", clock=clock, max_hold=60)
+    registry = CollectorRegistry()
+    registry.register(HoldCollector(holds.sender, clock))
+    assert registry.get_sample_value("mailguard_sender_hold_seconds") == 0.0
+    holds.hold_sender(5, "454 4.7.0 Throttling failure")
+    clock.advance(2)
+    assert registry.get_sample_value("mailguard_sender_hold_seconds") == 3.0
+
+    def down() -> Hold | None:
+        raise BackendUnavailable("redis://127.0.0.1:1/0")
+
+    broken = CollectorRegistry()
+    broken.register(HoldCollector(down, clock))
+    assert broken.get_sample_value("mailguard_sender_hold_seconds") is None
+
+
+@pytest.mark.redis
+def test_status_sender_says_why_the_sender_is_held(redis_url: str) -> None:
+    """status --sender: the hold's cause, and whether its length was stated by the server or
+    is the first length doubled while the throttling continued."""
+    from click.testing import CliRunner  # noqa: PLC0415
+
+    from workers.cli import main  # noqa: PLC0415
+
+    env: dict[str, str | None] = {k: None for k in os.environ if k.startswith("MAILGUARD_")}
+    env |= {"MAILGUARD_LIMITER_URL": redis_url, "MAILGUARD_SECRET": "s1"}
+    holds = Holds.from_url(redis_url, secret="s1")
+    holds.hold_sender(120, "421 4.7.0 Too many messages, try again in 2 minutes", stated=True)
+    shown = CliRunner().invoke(main, ["status", "--sender"], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert "(421 4.7.0 Too many messages" in shown.output
+    assert "120 s stated by the server" in shown.output
+    redis.Redis.from_url(redis_url).delete("mailguard:hold:sender")
+    holds.hold_sender(5, "3 recipients failed within 10 s, the last with 451 4.3.0")
+    guessed = CliRunner().invoke(main, ["status", "--sender"], env=env)
+    assert "3 recipients failed within 10 s" in guessed.output
+    assert "5 s: the first length, doubled 0 times" in guessed.output
