@@ -32,9 +32,15 @@ LATE_TOLERANCE = 1.0
 POISON_AFTER = 3
 #: How long a hard bounce suppresses the recipient (30 days).
 SUPPRESS_FOR = 30 * 86_400.0
-#: How long a throttling reply holds the sender (or ``450 4.2.1`` one recipient) when the reply
-#: states no delay (60 s).
-THROTTLE_HOLD = 60.0
+#: A hold's first length when the reply states no delay (5 s): a throttling reply holds the
+#: sender (or ``450 4.2.1`` one recipient) that long, doubling while the throttling continues.
+THROTTLE_HOLD = 5.0
+#: How long a greylisted mail waits before it is tried again when the reply states no delay
+#: (60 s: most greylisting servers accept a retry after a minute).
+GREYLIST_DELAY = 60.0
+#: Temporary failures of this many distinct recipients within this many seconds hold the
+#: sender (3 in 10 s).
+HOLD_EVIDENCE = (3, 10.0)
 #: The longest a hold grows by doubling while throttling replies keep coming (15 minutes).
 THROTTLE_HOLD_MAX = 15 * 60.0
 #: A deferral longer than this is parked in the schedule rather than held as a countdown.

@@ -30,6 +30,8 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
 - ``mailguard_parked_mails``, ``mailguard_parked_overdue_seconds`` (gauges, read from the
   schedule at each scrape by :class:`ScheduleCollector`): mails parked in the schedule, and how
   long ago the earliest of them was due (0 when none is overdue: the promoters keep up).
+- ``mailguard_sender_hold_seconds`` (gauge, read from the holds at each scrape by
+  :class:`HoldCollector`): seconds left on the sender's hold (0: none in force).
 
 prometheus-client is imported when the first :class:`Metrics` is built, so a worker can set
 ``PROMETHEUS_MULTIPROC_DIR`` (multiprocess mode) before that. In multiprocess mode every process
@@ -56,6 +58,7 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
+    from mailer.records.holds import Hold
     from mailer.records.schedule import ScheduleStats
 
 #: Seconds: one Redis round trip is about 0.1-0.5 ms on loopback; a timeout is seconds.
@@ -282,6 +285,32 @@ class ScheduleCollector:
         due = stats.earliest_due
         overdue.add_metric([], 0.0 if due is None else max(self._clock() - due, 0.0))
         yield overdue
+
+
+class HoldCollector:
+    """The sender's hold as a gauge, read when scraped (one ``GET`` per scrape).
+
+    ``sender`` is :meth:`mailer.records.holds.Holds.sender`; holds that cannot be read yield no
+    sample rather than failing the scrape.
+    """
+
+    def __init__(self, sender: Callable[[], Hold | None], clock: Clock = system_clock) -> None:
+        self._sender = sender
+        self._clock = clock
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+
+        try:
+            hold = self._sender()
+        except Exception:  # the scrape goes on without the hold
+            return
+        left = GaugeMetricFamily(
+            "mailguard_sender_hold_seconds",
+            "Seconds left on the sender's hold (0: no hold in force): no worker sends until then.",
+        )
+        left.add_metric([], 0.0 if hold is None else max(hold.until - self._clock(), 0.0))
+        yield left
 
 
 def serve(host: str, port: int, collectors: tuple[Any, ...] = ()) -> Any:

@@ -24,8 +24,10 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_LATE_TOLERANCE`` | ``1s`` | a run that starts later than its booked slot by more asks the limiter again |
 | ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
 | ``MAILGUARD_SUPPRESS_FOR`` | ``30d`` | how long a hard bounce (``550 5.1.1 user unknown``) suppresses the recipient |
-| ``MAILGUARD_THROTTLE_HOLD`` | ``60s`` | how long a throttling reply (``454 4.7.0``, ``421``) holds the sender, or ``450 4.2.1`` one recipient, when the reply states no delay; ``off``: no holds, such replies are retried like any 4xx |
-| ``MAILGUARD_THROTTLE_HOLD_MAX`` | ``15m`` | the longest a hold grows by doubling while throttling replies keep coming (>= ``THROTTLE_HOLD``, at most ``1d``) |
+| ``MAILGUARD_THROTTLE_HOLD`` | ``5s`` | a hold's first length when the reply states no delay: a rate or quota reply (``454 Throttling failure``, ``421 4.7.28``) holds the sender that long, ``450 4.2.1`` one recipient; ``off``: no holds and no greylisting delay, such replies are retried like any 4xx |
+| ``MAILGUARD_THROTTLE_HOLD_MAX`` | ``15m`` | the longest a hold grows by doubling while the throttling continues (>= ``THROTTLE_HOLD``, at most ``1d``) |
+| ``MAILGUARD_GREYLIST_DELAY`` | ``60s`` | how long a greylisted mail (``451 4.7.1 try again later``, Postgrey) waits before it is tried again when the reply states no delay; nobody else waits (> 0, at most ``1d``) |
+| ``MAILGUARD_HOLD_EVIDENCE`` | ``3/10s`` | temporary failures of this many distinct recipients within this window hold the sender (``count/window``, count 2-1000, window at most ``1h``); ``off``: only replies hold |
 | ``MAILGUARD_POISON_AFTER`` | ``3`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
 | ``MAILGUARD_MAX_MESSAGE_BYTES`` | ``10MB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * longest countdown + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
@@ -96,6 +98,8 @@ KNOWN = frozenset(
         "PROMOTE_LEASE",
         "THROTTLE_HOLD",
         "THROTTLE_HOLD_MAX",
+        "GREYLIST_DELAY",
+        "HOLD_EVIDENCE",
     )
 )
 
@@ -133,6 +137,8 @@ class Settings:
     promote_lease: float = defaults.PROMOTE_LEASE
     throttle_hold: float | None = defaults.THROTTLE_HOLD
     throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
+    greylist_delay: float = defaults.GREYLIST_DELAY
+    hold_evidence: tuple[int, float] | None = defaults.HOLD_EVIDENCE
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
@@ -174,6 +180,18 @@ class Settings:
                 f"{PREFIX}THROTTLE_HOLD_MAX must be > 0 s, at least {PREFIX}THROTTLE_HOLD "
                 f"({hold:g} s) and at most 1d, got {self.throttle_hold_max:g} s"
             )
+        if not 0 < self.greylist_delay <= 86_400:
+            raise ValueError(
+                f"{PREFIX}GREYLIST_DELAY must be > 0 s and at most 1d, got "
+                f"{self.greylist_delay:g} s"
+            )
+        if self.hold_evidence is not None:
+            count, window = self.hold_evidence
+            if not (2 <= count <= 1000 and 0 < window <= 3600):
+                raise ValueError(
+                    f"{PREFIX}HOLD_EVIDENCE must be count/window with a count of 2-1000 and a "
+                    f"window > 0 s and at most 1h, or off, got {count}/{window:g}s"
+                )
 
     @property
     def longest_countdown(self) -> float:
@@ -229,6 +247,8 @@ class Settings:
             late_tolerance=self.late_tolerance,
             throttle_hold=self.throttle_hold,
             throttle_hold_max=self.throttle_hold_max,
+            greylist_delay=self.greylist_delay,
+            hold_evidence=self.hold_evidence,
         )
 
     @property
@@ -318,6 +338,16 @@ def _off_or_duration(value: str) -> float | None:
     return None if value.strip().lower() == "off" else parse_duration(value)
 
 
+def _evidence(value: str) -> tuple[int, float] | None:
+    """``off`` (None) or ``count/window``: ``3/10s``."""
+    if value.strip().lower() == "off":
+        return None
+    count, slash, window = value.partition("/")
+    if not slash or not count.strip().isdigit():
+        raise ValueError(f"{value!r} is not count/window (3/10s) or off")
+    return int(count), parse_duration(window.strip())
+
+
 def _integer(value: str) -> int:
     try:
         return int(value)
@@ -353,6 +383,8 @@ _READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("PROMOTE_LEASE", "promote_lease", parse_duration),
     ("THROTTLE_HOLD", "throttle_hold", _off_or_duration),
     ("THROTTLE_HOLD_MAX", "throttle_hold_max", parse_duration),
+    ("GREYLIST_DELAY", "greylist_delay", parse_duration),
+    ("HOLD_EVIDENCE", "hold_evidence", _evidence),
     ("SEND_RETRIES", "send_retries", _integer),
     ("POISON_AFTER", "poison_after", _integer),
     ("METRICS_PORT", "metrics_port", _metrics_port),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -84,8 +85,9 @@ def test_a_stated_delay_longer_than_the_max_is_honoured(holds: Holds) -> None:
     assert hold is not None and hold.until - hold.since == 60
 
 
-def test_a_hold_ends_by_itself_and_the_next_starts_over(bench: HoldsBench) -> None:
-    """Past ``until`` no hold is in force, and a new one starts again at level 0."""
+def test_a_hold_ends_by_itself_and_a_reply_soon_after_doubles_it(bench: HoldsBench) -> None:
+    """Past ``until`` no hold is in force; a throttling reply within one length after its end
+    means the throttling continued: the next hold doubles (level 1)."""
     holds = bench.holds
     holds.hold_sender(SHORT, "454")
     holds.hold_recipient("ada@example.com", SHORT, "450 4.2.1")
@@ -93,8 +95,40 @@ def test_a_hold_ends_by_itself_and_the_next_starts_over(bench: HoldsBench) -> No
     bench.let_pass(PAST_SHORT)
     assert holds.active("ada@example.com") == (None, None)
     assert holds.sender() is None
-    assert holds.hold_sender(SHORT, "454").level == 0
+    again = holds.hold_sender(SHORT, "454")
+    assert (again.level, round(again.length, 3)) == (1, 2 * SHORT)
+    assert holds.hold_recipient("ada@example.com", SHORT, "450").level == 1
+
+
+def test_a_hold_forgotten_one_length_after_its_end_starts_over(bench: HoldsBench) -> None:
+    """A throttling reply more than one length after the hold's end starts again from the
+    first length (level 0): the throttling had stopped."""
+    holds = bench.holds
+    holds.hold_sender(SHORT, "454")
+    holds.hold_recipient("ada@example.com", SHORT, "450 4.2.1")
+    bench.let_pass(2 * SHORT + 0.1)
+    fresh = holds.hold_sender(SHORT, "454")
+    assert (fresh.level, round(fresh.length, 3)) == (0, SHORT)
     assert holds.hold_recipient("ada@example.com", SHORT, "450").level == 0
+
+
+def test_a_reply_to_a_send_admitted_before_the_hold_does_not_double_it(holds: Holds) -> None:
+    """Replies to mails already in flight when the hold began are the same throttling: the
+    hold stays as it is (made longer only by a longer stated delay)."""
+    first = holds.hold_sender(2, "454 4.7.0 Throttling failure")
+    echo = holds.hold_sender(2, "454", asked=first.since - 0.5)
+    assert echo == first
+    longer = holds.hold_sender(5, "421 try again in 5 s", asked=first.since - 0.5, stated=True)
+    assert (longer.level, round(longer.length, 3), longer.stated) == (0, 5, True)
+    assert holds.sender() == longer
+
+
+def test_a_hold_says_whether_its_length_was_stated(holds: Holds) -> None:
+    """``stated``: the reply's own delay; a default or a doubling is not (a guess)."""
+    assert holds.hold_sender(2, "454").stated is False
+    doubled = holds.hold_sender(1, "421 try again in 1 s", stated=True)
+    assert (doubled.length, doubled.stated) == (4, False)
+    assert holds.hold_recipient("ada@example.com", 3, "450 4.2.1 wait 3 s", stated=True).stated
 
 
 def test_each_recipient_doubles_apart(holds: Holds) -> None:
@@ -126,11 +160,52 @@ def test_the_stores_put_what_next_hold_says_and_get_in_order(bench: HoldsBench) 
     """Each store sets :func:`next_hold` of what it holds, atomically, and
     reads many keys at once, in their order, None for a missing one."""
     store = bench.store
-    first = store.put("ns:hold:a", 100.0, 2.0, 10.0, "454")
-    assert first == next_hold(None, 100.0, 2.0, 10.0, "454")
-    second = store.put("ns:hold:a", 101.0, 2.0, 10.0, "454")
-    assert second == Hold(until=105.0, level=1, cause="454", since=101.0)
+    now = float(round(time.time())) if bench.client is not None else 100.0  # Redis: its clock
+    first = store.put("ns:hold:a", now, 2.0, 10.0, "454")
+    assert first == next_hold(None, now, 2.0, 10.0, "454")
+    second = store.put("ns:hold:a", now + 1, 2.0, 10.0, "454")
+    assert second == Hold(until=now + 5, level=1, cause="454", since=now + 1)
+    echo = store.put("ns:hold:a", now + 1.5, 2.0, 10.0, "454", asked=now + 0.5)
+    assert echo == second == next_hold(second, now + 1.5, 2.0, 10.0, "454", asked=now + 0.5)
+    stated = store.put("ns:hold:b", now, 3.0, 10.0, "421 wait 3 s", stated=True)
+    assert stated == next_hold(None, now, 3.0, 10.0, "421 wait 3 s", stated=True)
+    assert stated.stated
     assert store.get(["ns:hold:missing", "ns:hold:a"]) == [None, second]
+
+
+def test_evidence_counts_distinct_recipients_within_the_window(bench: HoldsBench) -> None:
+    """Two failures of one recipient count once; the third distinct recipient within the
+    window reaches the count, which then starts over; failures older than the window are
+    forgotten."""
+    holds = bench.holds
+    assert holds.witness("ada@example.com", SHORT, 3) == 1
+    assert holds.witness("ada@example.com", SHORT, 3) == 1
+    assert holds.witness("bob@example.com", SHORT, 3) == 2
+    assert holds.witness("cy@example.com", SHORT, 3) == 3
+    assert holds.witness("dee@example.com", SHORT, 3) == 1, "the count started over"
+    bench.let_pass(PAST_SHORT)
+    assert holds.witness("eve@example.com", SHORT, 3) == 1, "dee's failure is forgotten"
+    with pytest.raises(ValueError, match="evidence needs"):
+        holds.witness("ada@example.com", 0, 3)
+
+
+def test_the_stores_witness_atomically_and_keep_no_address(bench: HoldsBench) -> None:
+    """The bare stores answer the same counts; on Redis the evidence is one sorted set of
+    hashes that expires one window after its last failure."""
+    store = bench.store
+    now = float(round(time.time())) if bench.client is not None else 100.0
+    counts = [store.witness("ns:hold:evidence", m, now + i * 0.01, 5.0, 3) for i, m in
+              enumerate(["h1", "h2", "h1", "h3", "h4"])]  # fmt: skip
+    assert counts == [1, 2, 2, 3, 1]
+    assert store.witness("ns:hold:evidence", "h5", now + 10.0, 5.0, 3) == 1
+    if bench.client is None:
+        return
+    client: Any = bench.client
+    assert client.zrange("ns:hold:evidence", 0, -1) == [b"h5"]
+    assert 0 < client.pttl("ns:hold:evidence") <= 5000
+    bench.holds.witness("ada@example.com", 5.0, 3)
+    stored = b" ".join(client.zrange("mailguard:hold:evidence", 0, -1))
+    assert stored.startswith(b"{") and b"ada" not in stored
 
 
 def test_plain_read_answers_as_active_does(bench: HoldsBench) -> None:

@@ -1,4 +1,4 @@
-"""The reply classifier on real replies from SES, Gmail, Microsoft, Yahoo and Postfix."""
+"""The reply classifier on real replies from SES, Gmail, Microsoft, Yahoo, Postfix and Postgrey."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 
 from mailer.mail.replies import MAX_STATED_HOLD, Action, classify, stated_hold
 
+GREYLIST = Action.GREYLIST
 HOLD_SENDER = Action.HOLD_SENDER
 HOLD_RECIPIENT = Action.HOLD_RECIPIENT
 SUPPRESS = Action.SUPPRESS
@@ -33,7 +34,7 @@ REPLIES = [
         "been temporarily rate limited.",
         HOLD_SENDER,
     ),
-    (421, "4.7.0 Try again later, closing connection.", HOLD_SENDER),
+    (421, "4.7.0 Try again later, closing connection.", RETRY),  # no rate wording
     (
         550,
         "5.1.1 The email account that you tried to reach does not exist. Please try "
@@ -46,11 +47,11 @@ REPLIES = [
     (550, "5.7.1 Our system has detected that this message is likely unsolicited mail.", FAIL),
     # Microsoft (Outlook.com, Exchange Online)
     (550, "5.5.0 Requested action not taken: mailbox unavailable.", SUPPRESS),
-    (421, "4.7.500 Server busy. Please try again later from [192.0.2.1]. (S77719)", HOLD_SENDER),
-    (451, "4.7.500 Server busy. Please try again later from [192.0.2.1]. (S77714)", HOLD_SENDER),
+    (421, "4.7.500 Server busy. Please try again later from [192.0.2.1]. (S77719)", GREYLIST),
+    (451, "4.7.500 Server busy. Please try again later from [192.0.2.1]. (S77714)", GREYLIST),
     (550, "5.7.708 Service unavailable. Access denied, traffic not accepted from this IP.", FAIL),
     (554, "5.2.0 STOREDRV.Deliver.Exception:StoreDriverRetryableException", FAIL),
-    (452, "4.5.3 Too many recipients", HOLD_SENDER),
+    (452, "4.5.3 Too many recipients", RETRY),  # one message's size, not a rate
     # Yahoo
     (
         421,
@@ -77,13 +78,56 @@ REPLIES = [
         RETRY,
     ),
     (452, "4.3.1 Insufficient system storage", RETRY),
-    (421, "4.3.2 Service shutting down", HOLD_SENDER),
+    (421, "4.3.2 Service shutting down", RETRY),
     (554, "5.7.1 <a@example.com>: Relay access denied", FAIL),
-    (450, "4.7.1 <a@example.com>: Recipient address rejected: Greylisted", HOLD_SENDER),
+    (450, "4.7.1 <a@example.com>: Recipient address rejected: Greylisted", GREYLIST),
     (551, "5.1.6 User has moved; please try <b@example.com>", SUPPRESS),
     (553, "5.1.3 Bad recipient address syntax", SUPPRESS),
     (553, "5.1.8 <bounce@example.org>: Sender address rejected: Domain not found", FAIL),
     (550, "5.7.1 Message rejected as spam by Content Filtering.", FAIL),
+    # Postgrey, and greylisting in Postfix, sendmail and Exim setups
+    (
+        450,
+        "4.2.0 <a@example.com>: Recipient address rejected: Greylisted, see "
+        "http://postgrey.schweikert.ch/help/example.com.html",
+        GREYLIST,
+    ),
+    (451, "4.7.1 try again later", GREYLIST),
+    (451, "4.7.1 Please try again later", GREYLIST),
+    (451, "4.7.1 Greylisting in action, please come back later", GREYLIST),
+    (450, "4.2.0 Greylisted for 300 seconds", GREYLIST),
+    (451, "Greylisted, please try again in 180 seconds", GREYLIST),
+    (
+        451,
+        "4.7.1 <a@example.com>: Recipient address rejected: Graylisted, try again later",
+        GREYLIST,
+    ),
+    # timeouts, dropped and closing connections: network conditions, nobody held
+    (421, "4.4.2 mx.example.com Error: timeout exceeded", RETRY),
+    (421, "4.4.2 connection dropped", RETRY),
+    (421, "4.4.2 Connection timed out after 30 seconds", RETRY),
+    (451, "4.4.1 Connection timed out", RETRY),
+    (421, "4.4.5 Server busy, try again later.", RETRY),  # Gmail
+    (421, "Service not available, closing transmission channel", RETRY),
+    (454, "4.7.0 Temporary authentication failure", RETRY),
+    (451, "4.4.0 Error: queue file write error", RETRY),
+    # explicit rate and quota statements: the sender is held
+    (
+        421,
+        "4.7.0 [192.0.2.1] Our system has detected an unusual rate of unsolicited mail "
+        "originating from your IP address.",
+        HOLD_SENDER,
+    ),
+    (421, "4.7.0 Too many messages from this IP, try again in 10 minutes", HOLD_SENDER),
+    (451, "4.3.0 Local error, try again in 5 minutes", HOLD_SENDER),
+    (
+        451,
+        "4.7.650 The mail server [192.0.2.1] has been temporarily rate limited due to IP "
+        "reputation.",
+        HOLD_SENDER,
+    ),
+    (450, "4.7.1 Error: too many connections from 192.0.2.1", HOLD_SENDER),
+    (454, "4.7.0 Sending quota exceeded for today", HOLD_SENDER),
     # plain, unknown, odd
     (450, "Requested mail action not taken: mailbox busy", HOLD_RECIPIENT),
     (451, "Local error in processing", RETRY),
@@ -124,6 +168,18 @@ def test_a_stated_delay_is_believed_only_when_sane(reply: str, seconds: float | 
 
 
 def test_a_hold_reaction_carries_the_stated_delay_and_a_retry_none() -> None:
-    """Holds carry the reply's delay; plain retries never do."""
+    """Holds and greylisting carry the reply's delay; plain retries never do."""
     assert classify(421, "4.7.0 Try again in 2 minutes").hold == 120.0
-    assert classify(451, "4.3.0 try again in 2 minutes").hold is None
+    assert classify(450, "4.2.0 Greylisted for 300 seconds").hold == 300.0
+    assert classify(451, "4.7.1 try again later").hold is None
+    assert classify(421, "4.4.2 Connection timed out after 30 seconds").hold is None
+
+
+def test_a_waiting_reaction_is_not_retried_at_once_and_a_plain_retry_is() -> None:
+    """Greylisting and holds ask to wait (the transport leaves them to the guard); a network
+    condition or an unknown reply may be tried again at once."""
+    assert classify(451, "4.7.1 try again later").hold_action
+    assert classify(454, "Throttling failure: Maximum sending rate exceeded.").hold_action
+    assert classify(450, "4.2.1 receiving mail at a rate").hold_action
+    assert not classify(421, "4.4.2 connection dropped").hold_action
+    assert not classify(451, "Local error in processing").hold_action

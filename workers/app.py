@@ -17,9 +17,10 @@ from celery import Celery, current_task, signals
 from kombu import Queue
 
 from mailer import defaults, metrics
-from mailer.factory import build_guard
+from mailer.factory import build_guard, build_holds
 from mailer.logs import JsonFormatter
 from mailer.settings import Settings
+from mailer.storage import is_memory
 from workers import priority, state
 from workers.broker_transport import transport_for
 from workers.parking import schedule_for
@@ -162,7 +163,9 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
     directory, made = metrics.use_multiprocess_dir()
     try:
         server = metrics.serve(
-            settings.metrics_host, settings.metrics_port, collectors=_schedule_gauges()
+            settings.metrics_host,
+            settings.metrics_port,
+            collectors=(*_schedule_gauges(), *_hold_gauges()),
         )
     except OSError as exc:
         if made:
@@ -179,6 +182,15 @@ def _schedule_gauges() -> tuple[Any, ...]:
     if settings.park_after is None:
         return ()
     return (metrics.ScheduleCollector(lambda: schedule_for(settings).stats()),)
+
+
+def _hold_gauges() -> tuple[Any, ...]:
+    """The sender's hold gauge, when holds are on and shared (read from the limiter's Redis
+    per scrape; memory holds live in each pool process, out of the server's sight)."""
+    if settings.throttle_hold is None or is_memory(settings.limiter_url):
+        return ()
+    holds = build_holds(settings)
+    return (metrics.HoldCollector(holds.sender),)
 
 
 @signals.worker_process_shutdown.connect

@@ -37,10 +37,17 @@ from mailer.steps import Defer, Drop, Finish, Later, Progress, Send, Step, plan
 log = logging.getLogger("mailguard")
 
 
+#: The scope of an :class:`After` that waits out a greylisting delay (this mail alone).
+GREYLISTING = "greylisting"
+#: How far before its deadline a mail is booked when a guessed hold outlasts the deadline,
+#: in seconds (at most half the wait left): room for the limiter to find the slot in time.
+LATEST_MARGIN = 0.5
+
+
 @dataclass(frozen=True)
 class After:
     """A hold to wait out: the mail is booked at the earliest slot at or after ``hold`` ends.
-    ``scope`` is ``sender`` or ``recipient``."""
+    ``scope`` is ``sender``, ``recipient`` or ``greylisting`` (this mail's own delay)."""
 
     scope: str
     hold: Hold
@@ -51,7 +58,23 @@ class After:
         return {"hold": self.scope, "smtp_reply": base.smtp_reply or self.hold.cause}
 
     def held_until(self) -> str:
+        if self.scope == GREYLISTING:
+            return f"greylisted until {iso(self.hold.until)}"
         return f"{self.scope} held until {iso(self.hold.until)}"
+
+    def tier(self) -> str:
+        """The ``tier`` of a mail booked or dropped because of this hold."""
+        return GREYLISTING if self.scope == GREYLISTING else f"{self.scope} hold"
+
+    def end(self, now: float, max_wait: float) -> float:
+        """When the mail may go (epoch seconds): the hold's end; for a guessed hold (no delay
+        stated by the server) that ends past the mail's deadline (``now + max_wait``), its
+        latest slot instead: the deadline less :data:`LATEST_MARGIN` (a stated hold past the
+        deadline drops the mail)."""
+        latest = now + max_wait - min(LATEST_MARGIN, max_wait / 2)
+        if self.hold.stated or self.hold.until <= latest:
+            return self.hold.until
+        return latest
 
 
 class Booking:
@@ -142,20 +165,25 @@ class Booking:
             return Admitted(due=action.at)
         tier = _tier_name(decision, action.tier)
         if tier is None and after is not None:
-            tier = f"{after.scope} hold"
+            tier = after.tier()
         if isinstance(action, Drop):
             return _dropped(mail, base, decision, action, tier, late=late, after=after)
         if after is None:
             return _booked(base, action, tier, progress, now)
-        held = {"reason": why.HELD, "detail": after.held_until(), **after.fields(base)}
+        detail = after.held_until()
+        if action.due < after.hold.until:
+            detail += " (a guess): booked at the latest slot its deadline allows"
+        held = {"reason": why.HELD, "detail": detail, **after.fields(base)}
         return _booked(base, action, tier, progress, now, **held)
 
     def after_hold(
         self, mail: Prepared, base: Outcome, progress: Progress, after: After, *, holds_slot: bool
     ) -> Admitted | Step:
         """Give back the slot ``mail`` holds (if any) and book it at the earliest slot at or
-        after the hold ends, within its kind's deadline: ``deferred`` / ``held``, or
-        :class:`Admitted` when the limiter's clock says the hold is already over.
+        after the hold ends (:meth:`After.end`: the latest slot before its deadline when a
+        guessed hold outlasts it), within its kind's deadline: ``deferred`` / ``held``, or
+        :class:`Admitted` when the limiter's clock says the hold is already over; ``dropped``
+        when no slot is left before the deadline.
 
         A limiter that is down defers (whatever ``fail_open`` says: sending would break the
         hold)."""
@@ -166,7 +194,7 @@ class Booking:
         try:
             if holds_slot or progress.due:
                 self.give_back(mail)
-            decision = self.acquire(mail, max_wait, not_before=after.hold.until)
+            decision = self.acquire(mail, max_wait, not_before=after.end(now, max_wait))
         except (BackendUnavailable, Contended) as exc:
             if isinstance(exc, Contended):
                 return backend_down(self.config, base, progress, exc, why.CONTENDED)

@@ -58,6 +58,10 @@ class GuardConfig:
     throttle_hold: float | None = defaults.THROTTLE_HOLD
     #: The longest a hold grows by doubling.
     throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
+    #: How long a greylisted mail waits when the reply states no delay.
+    greylist_delay: float = defaults.GREYLIST_DELAY
+    #: (distinct recipients, seconds): that many temporary failures hold the sender; None: off.
+    hold_evidence: tuple[int, float] | None = defaults.HOLD_EVIDENCE
     rules: AddressRules = field(default_factory=AddressRules)
 
 

@@ -1,20 +1,28 @@
 """What a mail server's reply asks of the sender: a small pure classifier.
 
 :func:`classify` reads an SMTP reply (code and text, including the enhanced status code such as
-``4.7.0``) and answers a :class:`Reaction`:
+``4.7.0``) and answers a :class:`Reaction`. A 4xx is read in this order:
 
+- ``GREYLIST``: greylisting: retry this mail alone after a delay, hold nobody. A 4xx that says
+  greylist / graylist / Postgrey; a ``450`` / ``451`` with ``4.2.0`` or ``4.7.1`` that says try
+  again later (or please retry, come back later); a ``4.7.500``-``4.7.699`` (Microsoft) that
+  says server busy or try again later, without rate wording.
 - ``HOLD_RECIPIENT``: this recipient receives too fast, hold it alone: ``450`` without an
   enhanced code, ``4.2.1`` (Gmail's "receiving mail at a rate"), or such a text in a 4xx.
-- ``HOLD_SENDER``: we send too fast, hold every worker: ``421`` of any kind, ``454``, a 4xx
-  with ``4.7.x``, or a 4xx whose text says rate, throttl or too many.
-- ``SUPPRESS``: the mailbox is gone, suppress the address: ``550``/``551``/``553`` with
-  ``5.1.x`` (not ``5.1.7``/``5.1.8``, which are about the sender), or a 5xx that says user
-  unknown, no such user, mailbox unavailable, does not exist and the like.
-- ``FAIL``: any other 5xx fails this mail only, as before (e.g. ``554 5.7.1`` content).
-- ``RETRY``: any other 4xx, or a reply the classifier does not know: retried with backoff.
+- ``HOLD_SENDER``: the relay states that we send too fast, hold every worker: a text that says
+  rate, throttl, too many messages / connections / requests, volume, a sending or daily quota,
+  or asks to try again in a stated delay ("try again in 5 minutes"), whatever the code.
+- ``RETRY``: any other 4xx: network and timeout conditions (``421 4.4.x``), ``421 4.7.0 Try
+  again later`` and ``454`` without rate wording, mailbox full (``4.2.2``), unknown replies.
 
-``hold`` is the delay the reply states ("try again in 2 minutes"), in seconds, when it states
-one between 1 s and a day; otherwise None (the caller's configured hold applies). Pure: no I/O.
+A 5xx: ``SUPPRESS`` the address when the mailbox is gone (``550``/``551``/``553`` with ``5.1.x``,
+not ``5.1.7``/``5.1.8``, which are about the sender, or a text that says user unknown, no such
+user, mailbox unavailable, does not exist and the like); any other 5xx is ``FAIL`` (this mail
+only). Any other code is ``RETRY``.
+
+``hold`` is the delay the reply states ("try again in 2 minutes", "greylisted for 300 seconds"),
+in seconds, when it states one between 1 s and a day; otherwise None (the caller's configured
+delay applies). Always None for ``RETRY``. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ class Action(enum.Enum):
 
     RETRY = "retry"
     FAIL = "fail"
+    GREYLIST = "greylist"
     HOLD_SENDER = "hold_sender"
     HOLD_RECIPIENT = "hold_recipient"
     SUPPRESS = "suppress"
@@ -43,16 +52,30 @@ class Reaction:
 
     @property
     def hold_action(self) -> bool:
-        """True when the reply asks for a hold (of the sender or of the recipient)."""
-        return self.action in (Action.HOLD_SENDER, Action.HOLD_RECIPIENT)
+        """True when the reply asks to wait before trying again: a hold of the sender or of
+        the recipient, or a greylisting delay. The guard answers these; an SMTP transport with
+        holds on does not retry them at once."""
+        return self.action in (Action.HOLD_SENDER, Action.HOLD_RECIPIENT, Action.GREYLIST)
 
 
 #: The longest delay a reply may state and be believed, in seconds (a day).
 MAX_STATED_HOLD = 86_400.0
 
 _ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
-_RATE = re.compile(r"rate|throttl|too many", re.IGNORECASE)
+_RATE = re.compile(
+    r"\brate(?:s|d|[- ]?limit\w*)?\b|throttl|too many (?:messages|mails|e-?mails|connections"
+    r"|concurrent|requests|sessions|transactions)|\bvolume\b|(?:sending|message|daily|hourly) "
+    r"(?:quota|limit)|quota exceeded",
+    re.IGNORECASE,
+)
 _RECIPIENT_RATE = re.compile(r"receiving (?:mail|messages) (?:at|too)", re.IGNORECASE)
+_GREYLISTED = re.compile(r"gr[ae]y-?list|postgrey", re.IGNORECASE)
+_TRY_LATER = re.compile(
+    r"try (?:again )?later|retry later|please retry|come back later|server (?:is )?busy",
+    re.IGNORECASE,
+)
+_ASKS_DELAY = re.compile(r"\b(?:try|retry|wait|again|back|reconnect)", re.IGNORECASE)
+_GREYLIST_STATUS = {("4", "2", "0"), ("4", "7", "1")}
 _GONE = re.compile(
     r"user unknown|unknown user|no such (?:user|mailbox|recipient)|mailbox (?:unavailable|not "
     r"found|does not exist)|does ?n[o']t exist|doesn't have an? \S+ account|recipient not found"
@@ -86,14 +109,26 @@ def classify(code: int, reply: str) -> Reaction:
 
 
 def _transient(code: int, status: tuple[str, ...], text: str) -> Action:
-    """The action for a 4xx reply."""
+    """The action for a 4xx reply (the order of the module's list)."""
+    if _GREYLISTED.search(text):
+        return Action.GREYLIST
     if (code == 450 and not status[0]) or status == ("4", "2", "1"):
         return Action.HOLD_RECIPIENT
     if _RECIPIENT_RATE.search(text):
         return Action.HOLD_RECIPIENT
-    if code in (421, 454) or status[:2] == ("4", "7") or _RATE.search(text):
+    if _RATE.search(text) or (stated_hold(text) is not None and _ASKS_DELAY.search(text)):
         return Action.HOLD_SENDER
+    if _TRY_LATER.search(text) and _greylisting_status(code, status):
+        return Action.GREYLIST
     return Action.RETRY
+
+
+def _greylisting_status(code: int, status: tuple[str, ...]) -> bool:
+    """A ``450``/``451`` with ``4.2.0`` or ``4.7.1``, or a ``4.7.500``-``4.7.699`` (Microsoft's
+    "server busy" for a sender it does not know yet)."""
+    if code in (450, 451) and tuple(status) in _GREYLIST_STATUS:
+        return True
+    return status[:2] == ("4", "7") and status[2].isdigit() and 500 <= int(status[2]) <= 699
 
 
 def enhanced_status(reply: str) -> str | None:

@@ -46,9 +46,10 @@ def status(
     consuming anything. The address is shown only as the hash the outcomes carry.
     Under a scoped policy, every scope the mail is counted in (recipient, domain, sender, and
     with --tenant NAME that tenant); --sender and --tenant NAME without ADDRESS show those
-    shared scopes alone. --sender also shows a hold in force after a throttling reply (no
-    worker sends until it ends), under any policy. With --dead-letters (and nothing else): the
-    mails quarantined as poison, newest first.
+    shared scopes alone. --sender also shows a hold in force (no worker sends until it ends),
+    under any policy, and why: the reply or the evidence (temporary failures of several
+    recipients) that started it, and whether its length was stated by the server. With
+    --dead-letters (and nothing else): the mails quarantined as poison, newest first.
     """
     settings = env_settings()
     if dead_letters:
@@ -112,9 +113,16 @@ def _show_hold(
     if hold is None:
         click.echo("sender: no hold")
     else:
+        length = hold["until"] - hold["since"]
+        why = (
+            f"{length:g} s stated by the server"
+            if hold["stated"]
+            else f"{length:g} s: the first length, doubled {hold['level']} times while the "
+            "throttling continued"
+        )
         click.echo(
             f"sender held until {views.when(hold['until'])} ({hold['cause']}), "
-            f"{max(hold['until'] - time.time(), 0.0):.0f} s left, level {hold['level']}"
+            f"{max(hold['until'] - time.time(), 0.0):.0f} s left, level {hold['level']}; {why}"
         )
 
 

@@ -1,40 +1,57 @@
-"""The holds gate: after a throttling reply, wait the hold out instead of retrying at once.
+"""The holds gate: after a reply that asks to wait, wait it out instead of retrying at once.
 
 Before admission, a mail meets the holds in force (the sender's, and its recipient's; see
 :mod:`mailer.records.holds`): with one, it is booked at the earliest slot after the hold ends
-(``deferred`` / ``held``) without opening an SMTP transaction. On a send error whose reply asks
-to slow down (:func:`mailer.mail.replies.classify`), the sender (or that recipient) is held,
-the mail's slot is given back and the mail booked after the hold. The holds live where the
-limiter does: a holds store that is down is the limiter down (``fail_closed`` defers,
-``fail_open`` goes on to the limiter). Use only with holds on (``throttle_hold`` not None).
+(``deferred`` / ``held``) without opening an SMTP transaction. A hold whose length is a guess (no
+delay stated by the server) never drops a mail whose deadline comes first: the mail is booked
+at the latest slot its deadline allows, and goes then (:meth:`Booking.after_hold`).
+
+On a send error (:func:`mailer.mail.replies.classify`):
+
+- greylisting: this mail alone is booked again after the reply's delay or ``greylist_delay``;
+- a rate or quota reply holds the sender (or ``4.2.1``: that recipient) and books the mail
+  after the hold;
+- another temporary error is evidence: when ``hold_evidence`` distinct recipients failed so
+  within its window (counted where every worker sees it), the sender is held; below that the
+  default retry rule answers.
+
+The holds live where the limiter does: a holds store that is down is the limiter down
+(``fail_closed`` defers, ``fail_open`` goes on to the limiter). Use only with holds on
+(``throttle_hold`` not None).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from typing import Any
 
 from mailer import defaults
 from mailer import outcomes as why
 from mailer.errors import BackendUnavailable, TransientSendError
-from mailer.guard.booking import After, Booking
+from mailer.guard.booking import GREYLISTING, After, Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, iso, log_fields
 from mailer.guard.gates import Reads
 from mailer.guard.outage import backend_down
-from mailer.mail.replies import Action, classify, enhanced_status
+from mailer.mail.replies import Action, Reaction, classify, enhanced_status
 from mailer.metrics import Metrics
 from mailer.records.holds import RECIPIENT, SENDER, Hold, Holds
-from mailer.steps import Progress, Step
+from mailer.steps import Finish, Progress, Step
 
 log = logging.getLogger("mailguard")
 
 #: Recipient holds a worker remembers (to log their end once); the oldest are forgotten first.
 _KNOWN_HOLDS = 1024
+#: The ``cause`` label of holds started by evidence (failures across recipients).
+EVIDENCE = "evidence"
+#: A hold whose ``since`` is this close to the call was written by it (JSON keeps 0.1 ms).
+_SAME_TIME = 0.001
 
 
 class HoldsGate:
-    """Books held mails after their hold; starts a hold on a throttling reply."""
+    """Books held mails after their hold; greylisted mails after their delay; starts a hold on
+    a rate reply or on evidence."""
 
     def __init__(
         self, holds: Holds, booking: Booking, config: GuardConfig, metrics: Metrics
@@ -55,7 +72,8 @@ class HoldsGate:
         self, mail: Prepared, progress: Progress, raws: list[Any] | None
     ) -> Prepared | Admitted | Step:
         """With a hold in force, the mail booked after it (``deferred`` / ``held``, or
-        :class:`Admitted` when the limiter's clock says it is over); else ``mail`` goes on."""
+        :class:`Admitted` when the limiter's clock says it is over); else ``mail`` goes on. A
+        mail at its slot whose deadline comes before a guessed hold's end goes on too."""
         try:
             if raws is not None:
                 sender, recipient = self.holds.from_raws(raws)
@@ -73,30 +91,107 @@ class HoldsGate:
             scope, hold = RECIPIENT, recipient
         if hold is None or (progress.due and progress.due >= hold.until):
             return mail  # no hold, or already booked after it (a hop towards its slot)
-        after = After(scope, hold)
-        return self.booking.after_hold(mail, mail.base, progress, after, holds_slot=False)
+        if progress.due and not hold.stated:
+            window = self.booking.window(mail, progress)
+            if isinstance(window, Finish):
+                return window
+            now, max_wait = window
+            if now + max_wait < hold.until:
+                return mail  # booked before its deadline: it cannot wait the guess out
+        return self.booking.after_hold(
+            mail, mail.base, progress, After(scope, hold), holds_slot=False
+        )
 
     def on_send_error(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:
-        """A reply that asks to slow down holds the sender (or this recipient): the slot is
-        given back and the mail booked after the hold. Other errors: None."""
+        """Greylisting books this mail after its delay; a rate reply holds the sender (or this
+        recipient) and books the mail after the hold; a plain temporary error is counted as
+        evidence (a hold once enough recipients failed). Other errors: None."""
         exc = refused.error
-        if not isinstance(exc, TransientSendError) or exc.code is None:
+        if not isinstance(exc, TransientSendError):
             return None
-        reaction = classify(exc.code, exc.reply or "")
-        if not reaction.hold_action:
-            return None
-        progress = refused.progress
+        reaction = (
+            classify(exc.code, exc.reply or "") if exc.code is not None else Reaction(Action.RETRY)
+        )
+        if reaction.action is Action.GREYLIST:
+            return self._greylisted(mail, refused, reaction)
+        if reaction.action is Action.RETRY:
+            return self._witness(mail, refused)
+        seconds = reaction.hold or self.config.throttle_hold or defaults.THROTTLE_HOLD
+        scope = SENDER if reaction.action is Action.HOLD_SENDER else RECIPIENT
+        cause = f"{exc.code} {exc.reply or ''}".strip()
+        label = _cause_label(exc.code, exc.reply)
+        stated = bool(reaction.hold)
+        return self._hold(
+            mail, refused, scope=scope, seconds=seconds, cause=cause, label=label, stated=stated
+        )
+
+    def _greylisted(
+        self, mail: Prepared, refused: Refused, reaction: Reaction
+    ) -> Admitted | Step | None:
+        """This mail alone, booked again after the greylisting delay (the reply's, else
+        ``greylist_delay``); counted as a send failure (``send_retries`` bound the tries)."""
+        exc, progress = refused.error, refused.progress
+        if progress.send_failures >= self.config.send_retries:
+            return None  # the default rule fails it: retries exhausted
+        progress = replace(progress, send_failures=progress.send_failures + 1)
         base = refused.base.but(
             attempts=progress.attempts, smtp_code=exc.code, smtp_reply=exc.reply
         )
-        seconds = reaction.hold or self.config.throttle_hold or defaults.THROTTLE_HOLD
+        delay = reaction.hold or self.config.greylist_delay
+        now = self.holds.now()
         cause = f"{exc.code} {exc.reply or ''}".strip()
-        scope = SENDER if reaction.action is Action.HOLD_SENDER else RECIPIENT
+        wait = Hold(until=now + delay, level=0, cause=cause, since=now, stated=bool(reaction.hold))
+        after = After(GREYLISTING, wait)
+        return self.booking.after_hold(mail, base, progress, after, holds_slot=True)
+
+    def _witness(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:
+        """Count this recipient's temporary failure; the failure that completes the evidence
+        holds the sender. Else None (the default retry rule answers)."""
+        if self.config.hold_evidence is None:
+            return None
+        count, window = self.config.hold_evidence
+        try:
+            seen = self.holds.witness(mail.limit_key, window, count)
+        except BackendUnavailable:
+            self.metrics.backend_down("limiter")
+            return None
+        if seen < count:
+            return None
+        exc = refused.error
+        cause = (
+            f"{count} recipients failed within {window:g} s, the last with "
+            f"{exc.code or ''} {exc.reply or exc.reason}"
+        ).replace("  ", " ")
+        seconds = self.config.throttle_hold or defaults.THROTTLE_HOLD
+        return self._hold(
+            mail, refused, scope=SENDER, seconds=seconds, cause=cause, label=EVIDENCE, stated=False
+        )
+
+    def _hold(
+        self,
+        mail: Prepared,
+        refused: Refused,
+        *,
+        scope: str,
+        seconds: float,
+        cause: str,
+        label: str,
+        stated: bool,
+    ) -> Admitted | Step:
+        """Start (or double) the hold of ``scope``, then book the mail after it."""
+        exc, progress = refused.error, refused.progress
+        base = refused.base.but(
+            attempts=progress.attempts, smtp_code=exc.code, smtp_reply=exc.reply
+        )
+        asked = refused.base.due
+        before = self.holds.now()
         try:
             if scope == SENDER:
-                hold = self.holds.hold_sender(seconds, cause)
+                hold = self.holds.hold_sender(seconds, cause, asked=asked, stated=stated)
             else:
-                hold = self.holds.hold_recipient(mail.limit_key, seconds, cause)
+                hold = self.holds.hold_recipient(
+                    mail.limit_key, seconds, cause, asked=asked, stated=stated
+                )
         except BackendUnavailable as down:
             # The hold could not be written: its store is the limiter's, so the limiter is
             # down too; defer (fail_closed or not: this mail was just refused).
@@ -104,15 +199,19 @@ class HoldsGate:
             self.booking.release(mail)
             return backend_down(self.config, base, progress, down, why.LIMITER_UNAVAILABLE)
         who = SENDER if scope == SENDER else f"recipient {mail.base.recipient}"
-        self._note(SENDER if scope == SENDER else mail.base.recipient or "", who, hold)
-        self.metrics.hold(scope, _cause_label(exc.code, exc.reply))
-        log.warning(
-            "hold started: %s until %s (%s)",
-            who,
-            iso(hold.until),
-            cause,
-            extra=log_fields(base) | {"hold": scope, "until": hold.until, "level": hold.level},
-        )
+        name = SENDER if scope == SENDER else mail.base.recipient or ""
+        self._note(name, who, hold)
+        if hold.since >= before - _SAME_TIME:  # written now, not a hold already answered
+            self.metrics.hold(scope, label)
+            log.warning(
+                "hold started: %s until %s (%s), %s",
+                who,
+                iso(hold.until),
+                cause,
+                f"{hold.length:g} s stated by the server" if hold.stated else
+                f"{hold.length:g} s, level {hold.level}",
+                extra=log_fields(base) | {"hold": scope, "until": hold.until, "level": hold.level},
+            )  # fmt: skip
         return self.booking.after_hold(mail, base, progress, After(scope, hold), holds_slot=True)
 
     def _note(self, name: str, who: str, hold: Hold | None) -> None:

@@ -1,21 +1,27 @@
 """Holds: the mail server asked us to slow down, so nobody sends to it (or to one recipient) for
 a while.
 
-A throttling reply (``454 4.7.0 Throttling failure``, ``421 4.7.28``; see
-:mod:`mailer.mail.replies`) holds the **sender**: no worker opens an SMTP transaction until the hold
-ends, and the mails meanwhile are booked after it by the limiter. ``450 4.2.1`` holds one
-**recipient** alone. A new hold while one is active doubles the previous one (``level`` + 1),
-up to ``max_hold``; a reply's stated delay is honoured as given.
+A reply that states a rate or quota (``454 4.7.0 Throttling failure``, ``421 4.7.28``; see
+:mod:`mailer.mail.replies`) holds the **sender**: no worker opens an SMTP transaction until the
+hold ends, and the mails meanwhile are booked after it by the limiter. ``450 4.2.1`` holds one
+**recipient** alone. Temporary failures of several distinct recipients within a short window
+(:meth:`Holds.witness`) are evidence enough to hold the sender too. A hold lasts the reply's
+stated delay or the caller's first length; a new reply while the throttling continues (the
+hold in force, or ended less than its length ago) doubles it (``level`` + 1), up to
+``max_hold``; a reply to a send admitted before the hold began does not (the same throttling).
 
 Holds live where the limiter lives (memory: one process; the limiter's Redis: every worker),
-one key per hold, a JSON value ``{until, level, cause, since}`` expiring at ``until``:
-``<namespace>:hold:sender`` and ``<namespace>:hold:{<keyed hash of the recipient's limit
-key>}`` (no address in clear). :meth:`Holds.active` reads both in one round trip.
+one key per hold, a JSON value ``{until, level, cause, since, stated}`` expiring one length
+after ``until``: ``<namespace>:hold:sender`` and ``<namespace>:hold:{<keyed hash of the
+recipient's limit key>}`` (no address in clear); the evidence in ``<namespace>:hold:evidence``,
+a sorted set of recipients' keyed hashes. :meth:`Holds.active` reads both holds in one round
+trip.
 
 - :mod:`mailer.records.holds.base`: :class:`Hold`, :func:`next_hold` (the doubling rule, pure),
   the :class:`HoldStore` protocol
 - :mod:`mailer.records.holds.memory`: :class:`MemoryHoldStore`, inside one process
-- :mod:`mailer.records.holds.redis`: :class:`RedisHoldStore`; its script ``lua/put.lua``
+- :mod:`mailer.records.holds.redis`: :class:`RedisHoldStore`; its scripts ``lua/put.lua`` and
+  ``lua/witness.lua``
 - :mod:`mailer.records.holds.holds`: :class:`Holds` (what the guard uses) and
   :func:`holds_from_url`, which picks the store by the URL's scheme
 

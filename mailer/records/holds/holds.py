@@ -36,6 +36,7 @@ class Holds:
         self._store = store
         self._hasher = KeyHasher(secret, f"{namespace}:hold", "hold")
         self._sender_key = f"{namespace}:hold:{SENDER}"
+        self._evidence_key = f"{namespace}:hold:evidence"
         self._clock = clock or system_clock
         self.max_hold = max_hold
 
@@ -55,17 +56,42 @@ class Holds:
             url, secret=secret, namespace=namespace, clock=clock, client=client, max_hold=max_hold
         )
 
+    def now(self) -> float:
+        """The holds' clock, epoch seconds (a hold's ``since`` and ``until`` are on it)."""
+        return self._clock()
+
     def key_of(self, key: str) -> str:
         """The storage key of the recipient hold of limit key ``key`` (a keyed hash)."""
         return self._hasher.storage_key(check_key(key))
 
-    def hold_sender(self, seconds: float, cause: str) -> Hold:
-        """Hold the sender for ``seconds`` (doubled while a hold is active); the hold now."""
-        return self._hold(self._sender_key, seconds, cause)
+    def hold_sender(
+        self, seconds: float, cause: str, *, asked: float | None = None, stated: bool = False
+    ) -> Hold:
+        """Hold the sender for ``seconds`` (doubled while the throttling continues: see
+        :func:`~mailer.records.holds.base.next_hold`, with ``asked`` and ``stated``); the hold
+        now."""
+        return self._hold(self._sender_key, seconds, cause, asked, stated)
 
-    def hold_recipient(self, key: str, seconds: float, cause: str) -> Hold:
+    def hold_recipient(
+        self,
+        key: str,
+        seconds: float,
+        cause: str,
+        *,
+        asked: float | None = None,
+        stated: bool = False,
+    ) -> Hold:
         """Hold the recipient of limit key ``key`` alone, like :meth:`hold_sender`."""
-        return self._hold(self.key_of(key), seconds, cause)
+        return self._hold(self.key_of(key), seconds, cause, asked, stated)
+
+    def witness(self, key: str, window: float, count: int) -> int:
+        """The recipient of limit key ``key`` failed with a temporary error now: how many
+        distinct recipients failed within the last ``window`` seconds (every worker's, by
+        keyed hash). Reaching ``count`` starts the count over: one caller sees it reached."""
+        if not window > 0 or count < 1:
+            raise ValueError(f"evidence needs a window > 0 s and a count >= 1, got {count}")
+        member = self.key_of(key).rsplit(":", 1)[-1]
+        return self._store.witness(self._evidence_key, member, self._clock(), window, count)
 
     def active(self, key: str | None = None) -> tuple[Hold | None, Hold | None]:
         """The sender's hold and the recipient's (limit key ``key``) in force now, in one round
@@ -95,10 +121,15 @@ class Holds:
         """The sender's hold in force now, or None."""
         return self.active()[0]
 
-    def _hold(self, storage_key: str, seconds: float, cause: str) -> Hold:
+    def _hold(
+        self, storage_key: str, seconds: float, cause: str, asked: float | None, stated: bool
+    ) -> Hold:
         if not seconds > 0:
             raise ValueError(f"a hold lasts > 0 s, got {seconds}")
-        return self._store.put(storage_key, self._clock(), float(seconds), self.max_hold, cause)
+        now = self._clock()
+        return self._store.put(
+            storage_key, now, float(seconds), self.max_hold, cause, asked=asked, stated=stated
+        )
 
 
 def holds_from_url(

@@ -8,7 +8,7 @@ from typing import Any
 from mailer.clock import Clock, system_clock
 from mailer.records.holds.base import Hold, next_hold
 
-#: Past this many holds, the ended ones are forgotten at the next put.
+#: Past this many holds, the ones no longer remembered are forgotten at the next put.
 FORGET_AFTER = 10_000
 
 
@@ -19,19 +19,42 @@ class MemoryHoldStore:
         self._clock = clock or system_clock
         self._lock = threading.Lock()
         self._holds: dict[str, Hold] = {}
+        self._evidence: dict[str, dict[str, float]] = {}
 
-    def put(self, key: str, now: float, seconds: float, max_hold: float, cause: str) -> Hold:
+    def put(
+        self,
+        key: str,
+        now: float,
+        seconds: float,
+        max_hold: float,
+        cause: str,
+        *,
+        asked: float | None = None,
+        stated: bool = False,
+    ) -> Hold:
         with self._lock:
-            hold = next_hold(self._holds.get(key), now, seconds, max_hold, cause)
+            previous = self._holds.get(key)
+            hold = next_hold(previous, now, seconds, max_hold, cause, asked=asked, stated=stated)
             self._holds[key] = hold
             if len(self._holds) > FORGET_AFTER:
                 now = self._clock()
-                self._holds = {k: h for k, h in self._holds.items() if h.until > now}
+                self._holds = {k: h for k, h in self._holds.items() if h.remembered(now)}
             return hold
 
     def get(self, keys: list[str]) -> list[Hold | None]:
         with self._lock:
             return [self._holds.get(key) for key in keys]
+
+    def witness(self, key: str, member: str, now: float, window: float, count: int) -> int:
+        with self._lock:
+            seen = self._evidence.setdefault(key, {})
+            seen[member] = now
+            for old in [m for m, at in seen.items() if at <= now - window]:
+                del seen[old]
+            distinct = len(seen)
+            if distinct >= count:
+                del self._evidence[key]
+            return distinct
 
     def shared_client(self) -> Any:
         return None

@@ -1,9 +1,11 @@
 """Holds in Redis (the limiter's): one key per hold, a JSON value ``{until, level, cause,
-since}`` with a ``PX`` expiry at its end, set by the script ``lua/put.lua``.
+since, stated}`` with a ``PX`` expiry one length after its end, set by the script
+``lua/put.lua``; the evidence of failures across recipients in a sorted set, counted by
+``lua/witness.lua``.
 
-Keys: ``<ns>:hold:sender`` and ``<ns>:hold:{<keyed hash of a recipient's limit key>}`` (no
-address in clear). On Cluster the two live in different slots: they are read with a pipeline,
-not one ``MGET``.
+Keys: ``<ns>:hold:sender``, ``<ns>:hold:{<keyed hash of a recipient's limit key>}`` and
+``<ns>:hold:evidence`` (members: recipients' keyed hashes; no address in clear). On Cluster the
+holds live in different slots: they are read with a pipeline, not one ``MGET``.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from mailer.records.holds.base import CAUSE_CHARS, Hold, decode_hold
 from mailer.storage import RedisStore, lua_source
 
 PUT_SCRIPT = lua_source("mailer.records.holds", "put")
+WITNESS_SCRIPT = lua_source("mailer.records.holds", "witness")
 
 
 class RedisHoldStore:
@@ -25,15 +28,31 @@ class RedisHoldStore:
         self._redis = RedisStore(client, url, backend="limiter")
         self._cluster = cluster  # keys in other slots: a pipeline, not MGET
         self._put = self._redis.script(PUT_SCRIPT)
+        self._witness = self._redis.script(WITNESS_SCRIPT)
 
     @property
     def client(self) -> Any:
         """The redis-py client (shared with the limiter or the ledger when built from it)."""
         return self._redis.client
 
-    def put(self, key: str, now: float, seconds: float, max_hold: float, cause: str) -> Hold:
-        raw = self._put([key], [repr(now), repr(seconds), repr(max_hold), cause[:CAUSE_CHARS]])
+    def put(
+        self,
+        key: str,
+        now: float,
+        seconds: float,
+        max_hold: float,
+        cause: str,
+        *,
+        asked: float | None = None,
+        stated: bool = False,
+    ) -> Hold:
+        args = [repr(now), repr(seconds), repr(max_hold), cause[:CAUSE_CHARS]]
+        args += [repr(now if asked is None else asked), "1" if stated else "0"]
+        raw = self._put([key], args)
         return decode_hold(raw)  # type: ignore[return-value]  # the script always answers one
+
+    def witness(self, key: str, member: str, now: float, window: float, count: int) -> int:
+        return int(self._witness([key], [repr(now), repr(window), str(count), member]))
 
     def get(self, keys: list[str]) -> list[Hold | None]:
         if self._cluster and len(keys) > 1:
