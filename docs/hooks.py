@@ -74,7 +74,7 @@ def cli_reference() -> str:
 
     from workers.cli.group import main
 
-    width = {"terminal_width": CLI_WIDTH, "max_content_width": CLI_WIDTH}
+    width: dict[str, Any] = {"terminal_width": CLI_WIDTH, "max_content_width": CLI_WIDTH}
     root = click.Context(main, info_name="mailguard", **width, **main.context_settings)
     parts = [f"## mailguard\n\n```text\n{main.get_help(root)}\n```\n"]
     for name, command in main.commands.items():
@@ -125,4 +125,4 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
 
 
 if __name__ == "__main__":
-    print(GENERATORS[sys.argv[1]]())  # noqa: T201
+    print(GENERATORS[sys.argv[1]]())
