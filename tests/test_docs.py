@@ -74,7 +74,7 @@ def test_the_settings_generator_refuses_a_row_it_cannot_read(tmp_path: Path) -> 
     source = tmp_path / "settings.py"
     source.write_text(
         '"""Settings.\n\n| variable | type | default | example | meaning |\n|---|---|---|---|---|\n'
-        "| ``MAILGUARD_X`` | ``1`` | x |\n\"\"\"\n"
+        '| ``MAILGUARD_X`` | ``1`` | x |\n"""\n'
     )
     with pytest.raises(ValueError, match="MAILGUARD_X"):
         _hooks().settings_rows(source)
@@ -102,9 +102,7 @@ def test_the_metrics_reference_names_every_family(site: Path) -> None:
 def test_the_outcomes_reference_has_every_reason(site: Path) -> None:
     """Every reason of ``mailer/outcomes.py`` is in the generated vocabulary table."""
     reasons = {
-        value
-        for name, value in vars(outcomes).items()
-        if name.isupper() and isinstance(value, str)
+        value for name, value in vars(outcomes).items() if name.isupper() and isinstance(value, str)
     }
     page = _page(site, "reference/outcomes")
     assert sorted(reason for reason in reasons if f"<code>{reason}</code>" not in page) == []
