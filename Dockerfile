@@ -9,6 +9,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY mailer ./mailer
 COPY workers ./workers
+# The distribution celery-mailguard, from this checkout, with hiredis (the `fast` extra).
 RUN pip install ".[fast]" \
     && useradd --create-home --uid 10001 --user-group mailguard
 USER mailguard

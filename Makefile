@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint bench demo clean
+.PHONY: install install-demo test lint docs bench demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -11,6 +11,10 @@ $(BIN)/python:
 
 install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+
+## install-demo: the package alone (no dev extras): what `mailguard demo` needs.
+install-demo: $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
 
 ## test: the whole test suite (starts its own redis-server; installs it with apt-get if missing),
 ## then a branch-coverage report of mailer/ and workers/ (files at 100 % are not listed).
@@ -22,13 +26,20 @@ test: install
 	@sh .ci/install-redis
 	$(BIN)/python -m pytest -n $(PYTEST_JOBS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
 
-## lint: ruff, ruff format, mypy strict, then the structural measures (.ci/check_structure.py:
-## module and function sizes, complexity waivers, import circles, no Celery in mailer/).
+## lint: ruff, ruff format, mypy strict, the structural measures (.ci/check_structure.py:
+## module and function sizes, complexity waivers, import circles, no Celery in mailer/), then
+## the manual's strict build.
 lint: install
-	$(BIN)/ruff check mailer workers devservers tests benchmarks examples
-	$(BIN)/ruff format --check mailer workers devservers tests benchmarks examples
+	$(BIN)/ruff check mailer workers devservers tests benchmarks examples docs/hooks.py
+	$(BIN)/ruff format --check mailer workers devservers tests benchmarks examples docs/hooks.py
 	$(BIN)/mypy
 	$(BIN)/python .ci/check_structure.py
+	$(MAKE) --no-print-directory docs
+
+## docs: the manual (mkdocs.yml, docs/) built strictly into site/: a warning (a broken link, a
+## page outside the nav) fails it. No network: the reference pages are generated from the code.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 bench: install
 	@sh .ci/install-redis
@@ -38,8 +49,8 @@ bench: install
 	$(BIN)/python -m benchmarks.schedule
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site
 
 ## demo: the main job on embedded defaults (in-process worker, memory limiter, local SMTP capture; no Redis)
-demo: install
+demo: install-demo
 	$(BIN)/mailguard demo

@@ -3,39 +3,39 @@
 With no environment at all everything runs inside one process: a memory broker with an
 in-process worker, the memory limiter, the console transport. A deployment sets the URLs.
 
-| variable | default | meaning |
-|---|---|---|
-| ``MAILGUARD_BROKER_URL`` | ``memory://`` | Celery broker (``redis://…``, ``amqp://…``) |
-| ``MAILGUARD_RESULT_BACKEND`` | ``cache+memory://`` | where outcomes are stored (``redis://…``) |
-| ``MAILGUARD_LIMITER_URL`` | ``memory://`` | limiter storage (``redis://…`` for several processes) |
-| ``MAILGUARD_LEDGER_URL`` | the limiter URL | where sent-markers and send claims live |
-| ``MAILGUARD_SMTP_URL`` | ``console://`` | ``smtp://host:port``, ``smtps://user:pass@host``, ``?starttls=1``; ``console://``, ``memory://`` |
-| ``MAILGUARD_POLICY`` | ``1/60s, 5/1h, 10/24h`` | tiers per recipient |
-| ``MAILGUARD_SECRET`` | none | keys the hash of every stored address: set it, the same everywhere |
-| ``MAILGUARD_SENDER`` | ``mailguard@localhost`` | the From header |
-| ``MAILGUARD_FAIL_MODE`` | ``fail_closed`` | limiter down: ``fail_closed`` defers, ``fail_open`` sends unguarded |
-| ``MAILGUARD_QUEUE`` | ``mail`` | the kombu queue of ``send_mail`` |
-| ``MAILGUARD_MAX_COUNTDOWN`` | ``10m`` | longest single deferral; longer waits hop |
-| ``MAILGUARD_PARK_AFTER`` | ``30s`` | a deferral longer than this is parked in the schedule (:mod:`mailer.records.schedule`), not held by a worker; ``off`` holds every wait as a countdown |
-| ``MAILGUARD_PROMOTE_LEASE`` | ``30s`` | how long a worker holds the parked mails it is promoting before another may take them again |
-| ``MAILGUARD_SEND_RETRIES`` | ``5`` | Celery-level retries after the transport gave up on a transient error |
-| ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
-| ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |
-| ``MAILGUARD_LATE_TOLERANCE`` | ``1s`` | a run that starts later than its booked slot by more asks the limiter again |
-| ``MAILGUARD_SMTP_ATTEMPTS`` | ``3`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
-| ``MAILGUARD_SUPPRESS_FOR`` | ``30d`` | how long a hard bounce (``550 5.1.1 user unknown``) suppresses the recipient |
-| ``MAILGUARD_THROTTLE_HOLD`` | ``5s`` | a hold's first length when the reply states no delay: a rate or quota reply (``454 Throttling failure``, ``421 4.7.28``) holds the sender that long, ``450 4.2.1`` one recipient; ``off``: no holds and no greylisting delay, such replies are retried like any 4xx |
-| ``MAILGUARD_THROTTLE_HOLD_MAX`` | ``15m`` | the longest a hold grows by doubling while the throttling continues (>= ``THROTTLE_HOLD``, at most ``1d``) |
-| ``MAILGUARD_GREYLIST_DELAY`` | ``60s`` | how long a greylisted mail (``451 4.7.1 try again later``, Postgrey) waits before it is tried again when the reply states no delay; nobody else waits (> 0, at most ``1d``) |
-| ``MAILGUARD_HOLD_EVIDENCE`` | ``3/10s`` | temporary failures of this many distinct recipients within this window hold the sender (``count/window``, count 2-1000, window at most ``1h``); ``off``: only replies hold |
-| ``MAILGUARD_POISON_AFTER`` | ``3`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
-| ``MAILGUARD_MAX_MESSAGE_BYTES`` | ``10MB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
-| ``MAILGUARD_VISIBILITY_TIMEOUT`` | ``2 * longest countdown + 5m`` | Redis broker redelivery timeout; set lower only to test redelivery |
-| ``MAILGUARD_RESTORE_INTERVAL`` | kombu's (about 100 s) | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
-| ``MAILGUARD_METRICS_PORT`` | none (no server) | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
-| ``MAILGUARD_TIMEZONE`` | ``UTC`` | where ``fixed`` tiers' calendar windows start (``1d`` at local midnight): an IANA name such as ``Europe/Paris`` |
-| ``MAILGUARD_LOG_FORMAT`` | ``text`` | the worker's log lines: ``text`` (Celery's format) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
-| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | built-ins | kinds |
+| variable | type | default | example | meaning |
+|---|---|---|---|---|
+| ``MAILGUARD_BROKER_URL`` | URL | ``memory://`` | ``redis://localhost:6379/1`` | Celery broker (``redis://…``, ``amqp://…``) |
+| ``MAILGUARD_RESULT_BACKEND`` | URL | ``cache+memory://`` | ``redis://localhost:6379/2`` | where outcomes are stored (``redis://…``) |
+| ``MAILGUARD_LIMITER_URL`` | URL | ``memory://`` | ``redis://localhost:6379/0`` | limiter storage (``redis://…`` for several processes) |
+| ``MAILGUARD_LEDGER_URL`` | URL | the limiter URL | ``redis://ledger:6379/0`` | where sent-markers and send claims live |
+| ``MAILGUARD_SMTP_URL`` | URL | ``console://`` | ``smtp://relay:587?starttls=1`` | ``smtp://host:port``, ``smtps://user:pass@host``, ``?starttls=1``; ``console://``, ``memory://`` |
+| ``MAILGUARD_POLICY`` | policy | ``1/60s, 5/1h, 10/24h`` | ``recipient: 1/60s, 5/1h; sender: 14/1s gcra`` | tiers per recipient, or per scope (``recipient: …; domain: …; sender: …; tenant: …``) |
+| ``MAILGUARD_SECRET`` | text | none | the output of ``openssl rand -hex 32`` | keys the hash of every stored address: set it, the same everywhere |
+| ``MAILGUARD_SENDER`` | address | ``mailguard@localhost`` | ``orders@example.org`` | the From header |
+| ``MAILGUARD_FAIL_MODE`` | ``fail_closed`` or ``fail_open`` | ``fail_closed`` | ``fail_open`` | limiter down: ``fail_closed`` defers, ``fail_open`` sends unguarded |
+| ``MAILGUARD_QUEUE`` | queue name | ``mail`` | ``mail-eu`` | the kombu queue of ``send_mail`` |
+| ``MAILGUARD_MAX_COUNTDOWN`` | duration | ``10m`` | ``5m`` | longest single deferral; longer waits hop |
+| ``MAILGUARD_PARK_AFTER`` | duration or ``off`` | ``30s`` | ``off`` | a deferral longer than this is parked in the schedule (:mod:`mailer.records.schedule`), not held by a worker; ``off`` holds every wait as a countdown |
+| ``MAILGUARD_PROMOTE_LEASE`` | duration | ``30s`` | ``1m`` | how long a worker holds the parked mails it is promoting before another may take them again |
+| ``MAILGUARD_SEND_RETRIES`` | whole number | ``5`` | ``8`` | Celery-level retries after the transport gave up on a transient error |
+| ``MAILGUARD_RETRY_BACKOFF`` | duration | ``30s`` | ``1m`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
+| ``MAILGUARD_CLAIM_LEASE`` | duration | ``5m`` | ``10m`` | how long a worker's claim on sending one mail lasts |
+| ``MAILGUARD_LATE_TOLERANCE`` | duration | ``1s`` | ``100ms`` | a run that starts later than its booked slot by more asks the limiter again |
+| ``MAILGUARD_SMTP_ATTEMPTS`` | whole number | ``3`` | ``5`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
+| ``MAILGUARD_SUPPRESS_FOR`` | duration | ``30d`` | ``90d`` | how long a hard bounce (``550 5.1.1 user unknown``) suppresses the recipient |
+| ``MAILGUARD_THROTTLE_HOLD`` | duration or ``off`` | ``5s`` | ``30s`` | a hold's first length when the reply states no delay: a rate or quota reply (``454 Throttling failure``, ``421 4.7.28``) holds the sender that long, ``450 4.2.1`` one recipient; ``off``: no holds and no greylisting delay, such replies are retried like any 4xx |
+| ``MAILGUARD_THROTTLE_HOLD_MAX`` | duration | ``15m`` | ``1h`` | the longest a hold grows by doubling while the throttling continues (>= ``THROTTLE_HOLD``, at most ``1d``) |
+| ``MAILGUARD_GREYLIST_DELAY`` | duration | ``60s`` | ``5m`` | how long a greylisted mail (``451 4.7.1 try again later``, Postgrey) waits before it is tried again when the reply states no delay; nobody else waits (> 0, at most ``1d``) |
+| ``MAILGUARD_HOLD_EVIDENCE`` | ``count/window`` or ``off`` | ``3/10s`` | ``5/30s`` | temporary failures of this many distinct recipients within this window hold the sender (count 2-1000, window at most ``1h``); ``off``: only replies hold |
+| ``MAILGUARD_POISON_AFTER`` | whole number | ``3`` | ``5`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
+| ``MAILGUARD_MAX_MESSAGE_BYTES`` | size | ``10MB`` | ``512KB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
+| ``MAILGUARD_VISIBILITY_TIMEOUT`` | duration | ``2 * longest countdown + 5m`` | ``30s`` | Redis broker redelivery timeout; set lower only to test redelivery |
+| ``MAILGUARD_RESTORE_INTERVAL`` | duration | kombu's (about 100 s) | ``10s`` | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
+| ``MAILGUARD_METRICS_PORT`` | port or host:port | none (no server) | ``127.0.0.1:9808`` | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
+| ``MAILGUARD_TIMEZONE`` | IANA zone name | ``UTC`` | ``Europe/Paris`` | where ``fixed`` tiers' calendar windows start (``1d`` at local midnight): an IANA name such as ``Europe/Paris`` |
+| ``MAILGUARD_LOG_FORMAT`` | ``text`` or ``json`` | ``text`` | ``json`` | the worker's log lines: ``text`` (Celery's format) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
+| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | per option: duration, 0-9, share (0, 1], template | built-ins | ``MAILGUARD_KIND_CODE_MAX_WAIT=2m`` | kinds |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The longest countdown is
 ``min(MAX_COUNTDOWN, PARK_AFTER)`` (``MAX_COUNTDOWN`` with parking off): longer waits are parked.

@@ -20,7 +20,7 @@ header such as ``To``); so does an enqueue error (a bad address, a message over
 skipped and not counted.
 
 The task goes through the current Celery app (``send_mail`` is a shared task): the project's own
-app when it has one, else mailguard's. Needs Django (``pip install 'mailguard[django]'``).
+app when it has one, else mailguard's. Needs Django (``pip install 'celery-mailguard[django]'``).
 """
 
 from __future__ import annotations

@@ -24,14 +24,14 @@ def plot(report: Report, path: str | Path, *, recipients: int = 8) -> None:
     """Draw ``report`` to a PNG at ``path``: a timeline of the ``recipients`` most limited
     recipients (attempts, sends, deferrals, drops) above a histogram of lateness.
 
-    Needs matplotlib (``pip install 'mailguard[plot]'``); raises ``RuntimeError`` saying so
+    Needs matplotlib (``pip install 'celery-mailguard[plot]'``); raises ``RuntimeError`` saying so
     when it is missing.
     """
     try:
         from matplotlib.figure import Figure  # noqa: PLC0415 - optional extra, loaded on use
     except ImportError:
         raise RuntimeError(
-            "plotting needs matplotlib: pip install 'mailguard[plot]' (or matplotlib)"
+            "plotting needs matplotlib: pip install 'celery-mailguard[plot]' (or matplotlib)"
         ) from None
     fig = Figure(figsize=(11, 7), layout="constrained")
     timeline, histogram = fig.subplots(2, 1, height_ratios=(3, 2))
