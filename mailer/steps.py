@@ -191,7 +191,14 @@ class Progress:
         times = {name: t if 0 <= t < _LATEST_TIME else 0.0 for name, t in times.items()}  # NaN
         if "first_seen" not in data:  # written before first_seen: the deadline keeps its start
             times["first_seen"] = times["requested_at"]
-        return cls(**counters, stale_owner=owner, **times)
+        return cls(
+            **counters,
+            stale_owner=owner,
+            requested_at=times["requested_at"],
+            due=times["due"],
+            first_due=times["first_due"],
+            first_seen=times["first_seen"],
+        )
 
 
 @dataclass(frozen=True)

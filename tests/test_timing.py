@@ -1,5 +1,6 @@
 """Timing in wall-clock terms: late runs re-book, deadlines count from when the guard first saw
-the mail, hops are not deferrals. The guard on in-process parts with an injected clock (no real waiting)."""
+the mail, hops are not deferrals. The guard on in-process parts with an injected clock (no real
+waiting)."""
 
 from __future__ import annotations
 

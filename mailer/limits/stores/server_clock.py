@@ -12,7 +12,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-
 from typing import Any
 
 from mailer.errors import BackendUnavailable
