@@ -137,7 +137,7 @@ def plan(decision: Decision, *, max_countdown: float) -> Plan:
 
 
 _COUNTERS = ("attempts", "send_failures", "limiter_failures", "deferrals")
-_TIMES = ("requested_at", "due", "first_due")
+_TIMES = ("requested_at", "due", "first_due", "first_seen")
 _LATEST_TIME = 1e11  # epoch seconds, year 5138: anything later is malformed
 _OWNER_CHARS = frozenset("0123456789abcdef")
 
@@ -150,10 +150,14 @@ class Progress:
     ``limiter_failures`` counts runs that found a backend (limiter or ledger) down.
     ``stale_owner`` is the claim owner of a run that ended without knowing whether its claim
     is held (the ledger timed out): the next run may take that claim over at once.
-    ``requested_at`` (epoch seconds) is when the mail was asked for (``send_mail.delay``, else
-    its first run): its kind's ``max_wait`` counts from there. ``due`` is the slot it holds
-    (epoch seconds; 0 for none): a run for the same slot is a hop, not another deferral.
-    ``first_due`` is the first slot ever booked for it (lateness is measured against it).
+    ``requested_at`` (epoch seconds on the caller's clock) is when the mail was asked for
+    (``send_mail.delay``): only the queue-wait metric reads it. ``first_seen`` (epoch seconds
+    on the limiter's clock, 0 until then) is when the guard first saw the mail, set once by its
+    first run that took the claim: its kind's ``max_wait`` counts from there. ``due`` is the
+    slot it holds (epoch seconds on the limiter's clock; 0 for none): a run for the same slot
+    is a hop, not another deferral. ``first_due`` is the first slot ever booked for it
+    (lateness is measured against it). A progress written without ``first_seen`` counts from
+    its ``requested_at``.
     """
 
     attempts: int = 0  # SMTP tries so far
@@ -164,6 +168,7 @@ class Progress:
     requested_at: float = 0.0
     due: float = 0.0
     first_due: float = 0.0
+    first_seen: float = 0.0
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}
@@ -183,16 +188,16 @@ class Progress:
             times = {name: float(data.get(name, 0.0)) for name in _TIMES}
         except (TypeError, ValueError, OverflowError):
             return cls()
-        requested_at, due, first_due = (
-            t if 0 <= t < _LATEST_TIME else 0.0
-            for t in times.values()  # NaN too
-        )
+        times = {name: t if 0 <= t < _LATEST_TIME else 0.0 for name, t in times.items()}  # NaN
+        if "first_seen" not in data:  # written before first_seen: the deadline keeps its start
+            times["first_seen"] = times["requested_at"]
         return cls(
             **counters,
             stale_owner=owner,
-            requested_at=requested_at,
-            due=due,
-            first_due=first_due,
+            requested_at=times["requested_at"],
+            due=times["due"],
+            first_due=times["first_due"],
+            first_seen=times["first_seen"],
         )
 
 

@@ -14,7 +14,11 @@ from workers.payload import COMPRESS_OVER, Parked
 SECRET = "test-secret"
 MAIL = "0b0e6a4c-5a43-4c1e-9f39-6d0a3f2b9e11"
 PROGRESS = Progress(
-    deferrals=1, requested_at=1795484742.938, due=1795484876.0617483, first_due=1795484876.0617483
+    deferrals=1,
+    requested_at=1795484742.938,
+    due=1795484876.0617483,
+    first_due=1795484876.0617483,
+    first_seen=1795484743.012,
 )
 
 
@@ -62,6 +66,21 @@ def test_a_version_1_payload_is_read_as_it_was_written() -> None:
     assert same.task_id == MAIL
 
 
+def test_a_progress_written_before_first_seen_keeps_its_deadline() -> None:
+    """A version 2 payload and a sealed progress written before ``first_seen`` existed (eight
+    values; no such key) count the kind's deadline from their ``requested_at``, as they did: an
+    upgrade does not give a waiting mail a new deadline."""
+    values = [0, 0, 0, 1, "", 1795484742.938, 1795484876.062, 1795484876.062]
+    written = json.dumps([2, 1795484876.062, ["ada@example.com"], {}, values]).encode()
+    parked = Parked.decode(written, MAIL).progress
+    assert parked is not None and parked.first_seen == parked.requested_at == 1795484742.938
+    old = {k: v for k, v in PROGRESS.as_dict().items() if k != "first_seen"}
+    assert Progress.from_dict(old).first_seen == PROGRESS.requested_at
+    assert Progress.from_dict(PROGRESS.as_dict()) == PROGRESS
+    unseen = Progress(requested_at=1795484742.938)  # a run that never reached the limiter
+    assert Progress.from_dict(unseen.as_dict()).first_seen == 0.0
+
+
 def test_a_long_payload_is_compressed_and_a_caller_s_task_id_kept() -> None:
     kwargs, _ = _kwargs()
     body = "Dear Ada, " + "your order has shipped. " * 40
@@ -85,7 +104,7 @@ def test_a_long_payload_is_compressed_and_a_caller_s_task_id_kept() -> None:
         b'{"v": 3}',
         b'{"v": 1, "task": "t", "args": []}',
         b'[2, 1.0, [], {"mail_id": "m"}, null]',  # the mail id is never in the kwargs
-        b"[2, 1.0, [], {}, [1, 2, 3, 4, 5, 6, 7, 8, 9]]",  # more progress than there is
+        b"[2, 1.0, [], {}, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]",  # more progress than there is
         b'[2, "soon", [], {}, null]',
         b"[2, 1.0, {}, {}, null]",
         b"[2, 1.0, [], {}, null, 7]",  # a task id that is not a string

@@ -1,5 +1,6 @@
-"""Timing in wall-clock terms: late runs re-book, deadlines count from the request, hops are
-not deferrals. The guard on in-process parts with an injected clock (no real waiting)."""
+"""Timing in wall-clock terms: late runs re-book, deadlines count from when the guard first saw
+the mail, hops are not deferrals. The guard on in-process parts with an injected clock (no real
+waiting)."""
 
 from __future__ import annotations
 
@@ -76,10 +77,10 @@ def test_an_on_time_run_does_not_rebook(clock: ManualClock) -> None:
     assert isinstance(final, Finish) and final.outcome.due == step.outcome.due
 
 
-def test_a_kinds_deadline_counts_from_the_request(clock: ManualClock) -> None:
-    """A code mail (5 min) requested 10 minutes ago is dropped ``expired`` on its first run."""
+def test_a_kinds_deadline_counts_from_when_the_guard_first_saw_it(clock: ManualClock) -> None:
+    """A code mail (5 min) the guard first saw 10 minutes ago is dropped ``expired``."""
     guard, transport = make_guard(clock)
-    asked = Progress(requested_at=clock.now - 600)
+    asked = Progress(first_seen=clock.now - 600)
     step = guard.process(
         req("c1", kind="code", subject=None, body=None, context={"code": "1"}), asked
     )
@@ -98,7 +99,7 @@ def test_a_booked_mail_whose_copy_comes_back_after_its_deadline_is_dropped(
     code = {"kind": "code", "subject": None, "body": None, "context": {"code": "42"}}
     guard.process(req("c0", **code))
     booked = guard.process(req("c1", **code))
-    assert isinstance(booked, Later) and booked.progress.requested_at == clock.now
+    assert isinstance(booked, Later) and booked.progress.first_seen == clock.now
     clock.advance(kinds["code"].max_wait + 30)
     step = guard.process(req("c1", **code), booked.progress)
     assert isinstance(step, Finish) and step.outcome.reason == "expired"

@@ -48,6 +48,7 @@ PROGRESS_FIELDS = (
     "requested_at",
     "due",
     "first_due",
+    "first_seen",
 )
 _SEPARATORS = (",", ":")
 

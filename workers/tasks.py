@@ -159,7 +159,7 @@ def send_mail(
         attachments=attachments,
     )
     progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
-    if not progress.requested_at and _requested_at:
+    if not progress.requested_at and _requested_at:  # the caller's clock: queue wait only
         progress = replace(progress, requested_at=min(float(_requested_at), time.time()))
     _count_queue_wait(self.request.eta, progress.requested_at, kind)
     step = guard().process(request, progress)

@@ -1,9 +1,10 @@
 """Admission: the limiter's answer for a mail that passed the gates, and what it means.
 
-The kind's ``max_wait`` counts from the request (:meth:`~mailer.guard.booking.Booking.window`):
-a mail past that deadline is dropped ``expired``, and no booking reaches beyond it. A run that
-starts more than ``late_tolerance`` seconds after its booked slot gives the slot back and asks
-again (:meth:`Admission.rebook`), so late mails are spaced by the policy in real time. A limiter
+The kind's ``max_wait`` counts from when the guard first saw the mail, on the limiter's clock
+(:meth:`~mailer.guard.booking.Booking.window`): a mail past that deadline is dropped
+``expired``, and no booking reaches beyond it. A run that starts, by the limiter's clock, more
+than ``late_tolerance`` seconds after its booked slot gives the slot back and asks again
+(:meth:`Admission.rebook`), so late mails are spaced by the policy in real time. A limiter
 that is down defers (``fail_closed``) or lets the mail go unguarded (``fail_open``); recipients
 that found no common slot always defer.
 """
@@ -39,12 +40,12 @@ class Admission:
 
     def admit(self, mail: Prepared, progress: Progress) -> Admitted | Step:
         """:class:`Admitted`, ``Later`` (booked; limiter down) or ``Finish`` (dropped)."""
-        window = self.booking.window(mail, progress)
-        if isinstance(window, Finish):
-            return window
-        now, max_wait = window
         late = False
         try:
+            window = self.booking.window(mail, progress)
+            if isinstance(window, Finish):
+                return window
+            now, max_wait = window
             started = time.perf_counter()
             decision = self.booking.acquire(mail, max_wait)
             self.metrics.decision(time.perf_counter() - started)
@@ -53,7 +54,7 @@ class Admission:
                 decision = self.rebook(mail, decision, max_wait, now)
         except (BackendUnavailable, Contended) as exc:
             return self._unanswered(mail, progress, exc)
-        return self.booking.answer(mail, mail.base, progress, decision, now, late=late)
+        return self.booking.answer(mail, mail.base, progress, decision, late=late)
 
     def rebook(self, mail: Prepared, slot: Decision, max_wait: float, now: float) -> Decision:
         """This run is late for its slot: give the slot back and ask the limiter again, now.

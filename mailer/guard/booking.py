@@ -2,8 +2,10 @@
 
 :class:`Booking` is the one place that
 
-- computes the deadline (the kind's ``max_wait``, in seconds, counts from the request:
-  ``Progress.requested_at``) and drops an expired mail (:meth:`Booking.window`);
+- computes the deadline (the kind's ``max_wait``, in seconds, counts from when the guard first
+  saw the mail: ``Progress.first_seen``) and drops an expired mail (:meth:`Booking.window`),
+  both on the limiter's clock (:meth:`~mailer.limits.limiter.Limiter.now`), so no worker's or
+  caller's clock moves a deadline;
 - asks the limiter for a mail: its one recipient, or every envelope recipient at one common
   slot (:mod:`mailer.limits.multi`), with the mail's tenant and kind share; gives a slot back;
 - turns a decision into what to do (:meth:`Booking.answer`, through
@@ -96,11 +98,21 @@ class Booking:
         """The hashed storage key of a recipient (safe to log and to show in outcomes)."""
         return self.limiter.storage_key("recipient", limit_key)
 
+    def stamp(self) -> float:
+        """Epoch seconds on the limiter's clock, else (its server never reached) this worker's:
+        for an outcome's times (``sent_at`` is compared with ``due``). Never raises."""
+        try:
+            return self.limiter.now()
+        except BackendUnavailable:
+            return self._clock()
+
     def window(self, mail: Prepared, progress: Progress) -> tuple[float, float] | Finish:
-        """Now, and the longest wait in seconds the kind still allows (capped at the limiter's
-        ``MAX_WAIT``); ``dropped`` / ``expired`` more than ``late_tolerance`` past it."""
-        now = self._clock()
-        left = progress.requested_at + mail.kind.max_wait - now
+        """Now on the limiter's clock, and the longest wait in seconds the kind still allows
+        (capped at the limiter's ``MAX_WAIT``); ``dropped`` / ``expired`` more than
+        ``late_tolerance`` past it. A mail not yet seen counts from now. Raises
+        ``BackendUnavailable`` when the limiter's server was never reached."""
+        now = self.limiter.now()
+        left = (progress.first_seen or now) + mail.kind.max_wait - now
         if left < -self.config.late_tolerance:
             return self._expired(mail, progress, now)
         return now, min(max(left, 0.0), MAX_WAIT)
@@ -153,7 +165,6 @@ class Booking:
         base: Outcome,
         progress: Progress,
         decision: Decision,
-        now: float,
         *,
         late: bool = False,
         after: After | None = None,
@@ -168,13 +179,14 @@ class Booking:
             tier = after.tier()
         if isinstance(action, Drop):
             return _dropped(mail, base, decision, action, tier, late=late, after=after)
+        local = self._clock()  # how this worker's Celery will read an eta (see _booked)
         if after is None:
-            return _booked(base, action, tier, progress, now)
+            return _booked(base, action, tier, progress, local)
         detail = after.held_until()
         if action.due < after.hold.until:
             detail += " (a guess): booked at the latest slot its deadline allows"
         held = {"reason": why.HELD, "detail": detail, **after.fields(base)}
-        return _booked(base, action, tier, progress, now, **held)
+        return _booked(base, action, tier, progress, local, **held)
 
     def after_hold(
         self, mail: Prepared, base: Outcome, progress: Progress, after: After, *, holds_slot: bool
@@ -187,11 +199,11 @@ class Booking:
 
         A limiter that is down defers (whatever ``fail_open`` says: sending would break the
         hold)."""
-        window = self.window(mail, progress)
-        if isinstance(window, Finish):
-            return window
-        now, max_wait = window
         try:
+            window = self.window(mail, progress)
+            if isinstance(window, Finish):
+                return window
+            now, max_wait = window
             if holds_slot or progress.due:
                 self.give_back(mail)
             decision = self.acquire(mail, max_wait, not_before=after.end(now, max_wait))
@@ -200,14 +212,15 @@ class Booking:
                 return backend_down(self.config, base, progress, exc, why.CONTENDED)
             self._metrics.backend_down("limiter")
             return backend_down(self.config, base, progress, exc, why.LIMITER_UNAVAILABLE)
-        return self.answer(mail, base, progress, decision, now, after=after)
+        return self.answer(mail, base, progress, decision, after=after)
 
     def _expired(self, mail: Prepared, progress: Progress, now: float) -> Finish:
-        """``dropped`` / ``expired``: the kind's deadline, counted from the request, has passed."""
-        deadline = progress.requested_at + mail.kind.max_wait
+        """``dropped`` / ``expired``: the kind's deadline, counted on the limiter's clock from
+        when the guard first saw the mail, has passed."""
+        deadline = progress.first_seen + mail.kind.max_wait
         dropped = mail.base.but(
             reason=why.EXPIRED,
-            detail=f"{now - progress.requested_at:.1f} s after the request, kind "
+            detail=f"{now - progress.first_seen:.1f} s after the guard first saw it, kind "
             f"{mail.kind.name!r} allows {mail.kind.max_wait:g} s (deadline {iso(deadline)})",
         )
         log.info("mail %s dropped: expired", mail.mail_id, extra=log_fields(dropped))
@@ -274,20 +287,21 @@ def _booked(
     action: Defer,
     tier: str | None,
     progress: Progress,
-    now: float,
+    local: float,
     **fields: Any,
 ) -> Later:
     """A booked mail: run again at its slot (or hop towards it; a hop is not a new deferral).
 
     ``fields`` change the outcome (a held mail: its reason, hold and reply). The run is timed
-    on the limiter's clock (``eta``: its now, ``due - wait``, plus the countdown). A run that
-    came back for this very slot while the limiter says it is not due yet was started early by
-    a worker whose clock is ahead: it waits the limiter's remaining ``countdown`` on its own
-    clock instead (an ``eta`` would look due to it again at once).
+    on the limiter's clock (``eta``: the decision's now, ``due - wait``, plus the countdown).
+    A run that came back for this very slot while the limiter says it is not due yet was
+    started early by a worker whose clock is ahead (``local``, this worker's clock, already
+    past the slot): it waits the limiter's remaining ``countdown`` on its own clock instead
+    (an ``eta`` would look due to it again at once).
     """
     eta: float | None = action.due - action.wait + action.countdown
     new_booking = action.due != progress.due
-    if not new_booking and now >= action.due:
+    if not new_booking and local >= action.due:
         eta = None
         log.warning(
             "mail %s ran %.3f s before its slot by the limiter's clock: this worker's clock is "

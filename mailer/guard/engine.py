@@ -31,6 +31,7 @@ from dataclasses import replace
 
 from mailer import outcomes as why
 from mailer.clock import Clock
+from mailer.errors import BackendUnavailable
 from mailer.guard.admission import Admission
 from mailer.guard.booking import Booking
 from mailer.guard.claim import Claim
@@ -117,7 +118,7 @@ class Guard:
             gates.append(HoldsGate(self.holds, booking, config, metrics))
         self._gates = tuple(gates)
         self._admission = Admission(booking, config, self._kinds, metrics)
-        self._sending = Sending(self.transport, booking, config, clock)
+        self._sending = Sending(self.transport, booking, config, booking.stamp)  # sent_at vs due
         self._settle = Settle(self.ledger, metrics, booking.release)
 
     def process(self, request: MailRequest, progress: Progress | None = None) -> Step:
@@ -151,14 +152,21 @@ class Guard:
         if held is not None:
             return held, not isinstance(held, Later)
         progress = replace(progress, stale_owner="")
-        if not progress.requested_at:
-            # A message from another producer carries no request time: its first run's.
-            progress = replace(progress, requested_at=mail.base.decided_at or self._clock())
+        if not progress.first_seen:  # once: the kind's deadline counts from here
+            progress = self._first_seen(progress)
         mail, passed = self._pass_gates(mail, progress)
         if not isinstance(passed, Admitted):
             return self._settle.settle(mail, owner, passed, guarded=False), False
         step, admitted = self._deliver(mail, passed, progress)
         return self._settle.settle(mail, owner, step, guarded=admitted.guarded), False
+
+    def _first_seen(self, progress: Progress) -> Progress:
+        """``progress`` with ``first_seen``: now on the limiter's clock. A limiter never reached
+        leaves it unset (the admission that follows finds the limiter down too)."""
+        try:
+            return replace(progress, first_seen=self.limiter.now())
+        except BackendUnavailable:
+            return progress
 
     def _pass_gates(self, mail: Prepared, progress: Progress) -> tuple[Prepared, Admitted | Step]:
         """Each gate's ``before_admit``, then admission: the mail as the gates left it, and

@@ -77,6 +77,14 @@ class Limiter:
         """The store's redis-py client, to share its connection pool; None in memory."""
         return self.store.client
 
+    def now(self) -> float:
+        """Epoch seconds on the clock this limiter decides on: memory's clock; on Redis the
+        server's ``TIME`` (or the given clock), read once every 10 s per process and carried
+        forward on the monotonic clock in between, so it costs no round trip per call and no
+        worker's wall clock moves it. Compare slots and deadlines with this, not a local clock.
+        Raises :class:`mailer.errors.BackendUnavailable` when the server was never reached."""
+        return self.store.now()
+
     def storage_key(self, scope: str, key: str) -> str:
         """The hashed key under which ``key``'s state in ``scope`` is stored (safe to log).
 

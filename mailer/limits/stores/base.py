@@ -26,6 +26,12 @@ class Store(Protocol):
     def client(self) -> Any:
         """The redis-py client (its connection pool may be shared); None in memory."""
 
+    def now(self) -> float:
+        """Epoch seconds on the clock this store decides on: the injected clock, else (Redis)
+        the server's ``TIME``, read once every few seconds and carried forward on this
+        process's monotonic clock (:mod:`~mailer.limits.stores.server_clock`). Raises
+        :class:`mailer.errors.BackendUnavailable` when the server was never reached."""
+
     def acquire(
         self,
         recipient: str,

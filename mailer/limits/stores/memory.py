@@ -94,6 +94,10 @@ class SlidingMemoryStore:
         """How many keys are held now (idle ones may linger until evicted)."""
         return len(self._logs)
 
+    def now(self) -> float:
+        """The clock this store decides on (epoch seconds)."""
+        return self._clock()
+
     def acquire(
         self,
         recipient: str,

@@ -22,6 +22,7 @@ from mailer.limits.decision import Decision, new_decision
 from mailer.limits.keys import KeyHasher
 from mailer.limits.policy import Policy, Tier
 from mailer.limits.sliding_log import TierSpec
+from mailer.limits.stores.server_clock import redis_clock
 from mailer.storage import (
     REDIS_DOWN,
     client_from_url,
@@ -81,12 +82,18 @@ class SlidingRedisStore:
         # goes key by key there, and in one multi-key script call elsewhere.
         self._pipelined = not is_cluster(url)
         self._clock = clock
+        self._server_clock = redis_clock(self._client, url)
         self.script, self.script_sha = compile_script(policy)
 
     @property
     def client(self) -> Any:
         """The redis-py client (shared connection pool)."""
         return self._client
+
+    def now(self) -> float:
+        """The clock the script decides on: the given one, else the server's (estimated,
+        :mod:`~mailer.limits.stores.server_clock`)."""
+        return self._clock() if self._clock is not None else self._server_clock()
 
     def acquire(
         self,

@@ -56,6 +56,10 @@ class ScopedMemoryStore:
         self._calls = 0
         self._generation = fork_generation()
 
+    def now(self) -> float:
+        """The clock this store decides on (epoch seconds)."""
+        return self._clock()
+
     def acquire(
         self,
         recipient: str,

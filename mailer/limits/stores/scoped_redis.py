@@ -17,6 +17,7 @@ from mailer.limits.scopes import find_scope
 from mailer.limits.stores.redis import close_client
 from mailer.limits.stores.scoped_cluster import Asked, ClusterDecider
 from mailer.limits.stores.scoped_script import Planned, ScopedScript
+from mailer.limits.stores.server_clock import redis_clock
 from mailer.storage import (
     client_from_url,
     is_cluster,
@@ -43,6 +44,8 @@ class ScopedRedisStore:
         self.policy = policy
         self.script = ScopedScript(policy, clock=clock, namespace=namespace, secret=secret, tz=tz)
         self._client = client if client is not None else client_from_url(url)
+        self._clock = clock
+        self._server_clock = redis_clock(self._client, url)
         self._cluster = (
             ClusterDecider(self.call, url)
             if is_cluster(url) and len(self.script.scopes) > 1
@@ -53,6 +56,11 @@ class ScopedRedisStore:
     def client(self) -> Any:
         """The redis-py client (shared connection pool)."""
         return self._client
+
+    def now(self) -> float:
+        """The clock the script decides on: the given one, else the server's (estimated,
+        :mod:`~mailer.limits.stores.server_clock`)."""
+        return self._clock() if self._clock is not None else self._server_clock()
 
     def acquire(
         self,
