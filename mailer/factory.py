@@ -57,7 +57,8 @@ def build_holds(
     ledger: Ledger | None = None,
 ) -> Holds:
     """The holds, where the limiter lives: sharing the limiter's Redis client, or the
-    ledger's when both live on one URL (the guard then reads holds and suppression together)."""
+    ledger's when both live on one URL (the guard then reads holds and suppression together).
+    Their times are the limiter's clock, as every deadline is."""
     client = None if limiter is None else limiter.client
     same_url = settings.effective_ledger_url == settings.limiter_url
     if client is None and isinstance(ledger, RedisLedger) and same_url:
@@ -67,6 +68,7 @@ def build_holds(
             settings.limiter_url,
             secret=settings.secret,
             client=client,
+            clock=None if limiter is None else limiter.now,
             max_hold=settings.throttle_hold_max,
         )
 
