@@ -24,12 +24,45 @@ class MemorySchedule:
         self._promoting: dict[str, float] = {}  # mail id -> lease end
         self._payloads: dict[str, bytes] = {}
         self._dead: dict[str, bytes] = {}
+        self._watched: set[str] = set()  # ids in _due whose entry is a watch
 
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
         with self._lock:
             self._promoting.pop(mail_id, None)
+            self._watched.discard(mail_id)
             self._due[mail_id] = due
             self._payloads[mail_id] = payload
+
+    def watch(self, mail_id: str, due: float, payload: bytes) -> None:
+        with self._lock:
+            self._promoting.pop(mail_id, None)
+            self._watched.add(mail_id)
+            self._due[mail_id] = due
+            self._payloads[mail_id] = payload
+
+    def running(self, mail_id: str, lease: float) -> bool:
+        with self._lock:
+            if mail_id not in self._watched:
+                return False
+            self._due[mail_id] = self._clock() + lease
+            return True
+
+    def forget(self, mail_id: str) -> bool:
+        with self._lock:
+            self._watched.discard(mail_id)
+            self._promoting.pop(mail_id, None)
+            self._due.pop(mail_id, None)
+            return self._payloads.pop(mail_id, None) is not None
+
+    def release(self, taken: Sequence[Taken], after: float) -> int:
+        with self._lock:
+            at = self._clock() + after
+            back = [t for t in taken if self._promoting.pop(t.mail_id, None) is not None]
+            for entry in back:
+                self._due[entry.mail_id] = at
+                if entry.watched:
+                    self._watched.add(entry.mail_id)
+            return len(back)
 
     def take_due(
         self, limit: int = TAKE_LIMIT, lease: float = PROMOTE_LEASE, ahead: float = TAKE_AHEAD
@@ -43,11 +76,14 @@ class MemorySchedule:
                 (item for item in scored if item[1] <= now + ahead),
                 key=lambda item: (item[1], item[0]),
             )
-            ids = [mail_id for mail_id, _ in ready]
+            # A watch is taken once its time has passed, never ahead (take.lua alike).
+            ids = [m for m, at in ready if m not in self._watched or at <= now]
+            watched = {m for m in ids if m in self._watched}
             for mail_id in ids:
                 self._due.pop(mail_id, None)
+                self._watched.discard(mail_id)
                 self._promoting[mail_id] = now + lease
-            return [Taken(mail_id, self._payloads.get(mail_id)) for mail_id in ids]
+            return [Taken(m, self._payloads.get(m), m in watched) for m in ids]
 
     def next_due(self) -> float | None:
         with self._lock:
@@ -69,6 +105,7 @@ class MemorySchedule:
         with self._lock:
             self._due.pop(mail_id, None)
             self._promoting.pop(mail_id, None)
+            self._watched.discard(mail_id)
             return self._payloads.pop(mail_id, None)
 
     def payload(self, mail_id: str) -> bytes | None:
@@ -78,7 +115,9 @@ class MemorySchedule:
     def stats(self) -> ScheduleStats:
         with self._lock:
             earliest = min([*self._due.values(), *self._promoting.values()], default=None)
-            return ScheduleStats(len(self._due), len(self._promoting), len(self._dead), earliest)
+            parked = len(self._due) - len(self._watched)
+            watched = len(self._watched)
+            return ScheduleStats(parked, len(self._promoting), len(self._dead), earliest, watched)
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
         with self._lock:

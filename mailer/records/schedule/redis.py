@@ -4,9 +4,12 @@ One schedule per queue (``<q>``, ``MAILGUARD_QUEUE``): a promoter publishes to i
 so workers of another queue on the same Redis (``mailguard demo --redis``) never take its mails.
 
 - ``<ns>:{schedule:<q>}:due``: sorted set, mail id by due time (epoch milliseconds) while parked,
-  by the end of its promotion lease (ms) while promoting: its first score says whether
-  anything is due (:meth:`RedisSchedule.next_due`, one cheap command per poll)
+  by the end of its promotion lease (ms) while promoting, by the time a run should have been
+  seen (ms) while watched: its first score says whether anything is due
+  (:meth:`RedisSchedule.next_due`, one cheap command per poll)
 - ``<ns>:{schedule:<q>}:promoting``: set of the mail ids being promoted
+- ``<ns>:{schedule:<q>}:watched``: set of the mail ids whose entry is a watch (a countdown a
+  worker holds; published by the watchdog only if no run is seen in time)
 - ``<ns>:{schedule:<q>}:payloads``: hash, mail id -> payload (opaque bytes)
 - ``<ns>:{schedule:<q>}:dead``: hash, mail id -> payload that could not be used
 
@@ -29,6 +32,10 @@ TAKE_SCRIPT = lua_source("mailer.records.schedule", "take")
 DONE_SCRIPT = lua_source("mailer.records.schedule", "done")
 BURY_SCRIPT = lua_source("mailer.records.schedule", "bury")
 CANCEL_SCRIPT = lua_source("mailer.records.schedule", "cancel")
+WATCH_SCRIPT = lua_source("mailer.records.schedule", "watch")
+RUNNING_SCRIPT = lua_source("mailer.records.schedule", "running")
+FORGET_SCRIPT = lua_source("mailer.records.schedule", "forget")
+RELEASE_SCRIPT = lua_source("mailer.records.schedule", "release")
 
 
 class RedisSchedule:
@@ -43,12 +50,18 @@ class RedisSchedule:
         prefix = f"{namespace}:{{schedule:{tag}}}"
         self.due_key, self.promoting_key = f"{prefix}:due", f"{prefix}:promoting"
         self.payloads_key, self.dead_key = f"{prefix}:payloads", f"{prefix}:dead"
+        self.watched_key = f"{prefix}:watched"
         self._waiting = [self.due_key, self.promoting_key, self.payloads_key]
+        self._all = [*self._waiting, self.watched_key]
         self._park = self._redis.script(PARK_SCRIPT)
         self._take = self._redis.script(TAKE_SCRIPT)
         self._done = self._redis.script(DONE_SCRIPT)
         self._bury = self._redis.script(BURY_SCRIPT)
         self._cancel = self._redis.script(CANCEL_SCRIPT)
+        self._watch = self._redis.script(WATCH_SCRIPT)
+        self._running = self._redis.script(RUNNING_SCRIPT)
+        self._forget = self._redis.script(FORGET_SCRIPT)
+        self._release = self._redis.script(RELEASE_SCRIPT)
 
     @property
     def client(self) -> Any:
@@ -56,16 +69,31 @@ class RedisSchedule:
         return self._redis.client
 
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
-        self._park(self._waiting, [mail_id, to_ms(due), payload])
+        self._park(self._all, [mail_id, to_ms(due), payload])
+
+    def watch(self, mail_id: str, due: float, payload: bytes) -> None:
+        self._watch(self._all, [mail_id, to_ms(due), payload])
+
+    def running(self, mail_id: str, lease: float) -> bool:
+        return bool(self._running(self._all, [mail_id, int(lease * 1000)]))
+
+    def forget(self, mail_id: str) -> bool:
+        return bool(self._forget(self._all, [mail_id]))
+
+    def release(self, taken: Sequence[Taken], after: float) -> int:
+        if not taken:
+            return 0
+        pairs = [value for t in taken for value in (t.mail_id, "1" if t.watched else "0")]
+        return int(self._release(self._all, [int(after * 1000), *pairs]))
 
     def take_due(
         self, limit: int = TAKE_LIMIT, lease: float = PROMOTE_LEASE, ahead: float = TAKE_AHEAD
     ) -> list[Taken]:
         args = [max(int(limit), 1), int(lease * 1000), int(ahead * 1000)]
-        flat = self._take(self._waiting, args)
+        flat = self._take(self._all, args)
         return [
-            Taken(_text(flat[i]), flat[i + 1] if flat[i + 1] else None)
-            for i in range(0, len(flat), 2)
+            Taken(_text(flat[i]), flat[i + 1] if flat[i + 1] else None, bool(flat[i + 2]))
+            for i in range(0, len(flat), 3)
         ]
 
     def next_due(self) -> float | None:
@@ -81,7 +109,7 @@ class RedisSchedule:
         self._bury([*self._waiting, self.dead_key], [mail_id])
 
     def cancel(self, mail_id: str) -> bytes | None:
-        payload = self._cancel(self._waiting, [mail_id])
+        payload = self._cancel(self._all, [mail_id])
         return bytes(payload) if payload is not None else None
 
     def payload(self, mail_id: str) -> bytes | None:
@@ -94,12 +122,14 @@ class RedisSchedule:
         pipe.scard(self.promoting_key)
         pipe.hlen(self.dead_key)
         pipe.zrange(self.due_key, 0, 0, withscores=True)
-        waiting, promoting, dead, first = self._redis.call(pipe.execute)
+        pipe.scard(self.watched_key)
+        waiting, promoting, dead, first, watched = self._redis.call(pipe.execute)
         # The first score may be a promoting entry's lease end: then the earliest the schedule
         # will hand out anything (an ended lease is overdue: it must be published again).
         earliest = first[0][1] / 1000 if first else None
-        parked = int(waiting) - int(promoting)
-        return ScheduleStats(parked, int(promoting), int(dead), earliest if waiting else None)
+        parked = int(waiting) - int(promoting) - int(watched)
+        earliest = earliest if waiting else None
+        return ScheduleStats(parked, int(promoting), int(dead), earliest, int(watched))
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
         client = self.client
