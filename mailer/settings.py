@@ -18,7 +18,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_MAX_COUNTDOWN`` | ``10m`` | longest single deferral; longer waits hop |
 | ``MAILGUARD_PARK_AFTER`` | ``30s`` | a deferral longer than this is parked in the schedule (:mod:`mailer.records.schedule`), not held by a worker; ``off`` holds every wait as a countdown |
 | ``MAILGUARD_PROMOTE_LEASE`` | ``30s`` | how long a worker holds the parked mails it is promoting before another may take them again |
-| ``MAILGUARD_WATCH_GRACE`` | ``2s`` | a booked mail held as a countdown whose run has not started this long after the countdown's end is published again from the schedule by the watchdog (``100ms``-``10m``) |
+| ``MAILGUARD_WATCH_GRACE`` | ``500ms`` | a booked mail held as a countdown whose run has not started this long after the countdown's end is published again from the schedule by the watchdog (``100ms``-``10m``; keep it and 0.3 s under ``LATE_TOLERANCE`` so the copy keeps its slot) |
 | ``MAILGUARD_SEND_RETRIES`` | ``5`` | Celery-level retries after the transport gave up on a transient error |
 | ``MAILGUARD_RETRY_BACKOFF`` | ``30s`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | ``5m`` | how long a worker's claim on sending one mail lasts |

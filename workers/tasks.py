@@ -173,12 +173,10 @@ def send_mail(
 def _process(
     request: MailRequest, progress: Progress, settings: Settings, *, watched: bool
 ) -> Step:
-    """One run through the guard. A mail that was deferred before (``watched``: it may have a
-    watch in the schedule) tells the schedule that its run started, so the watchdog leaves a
-    long send alone; a run that finishes (sent, dropped, failed, or a repeat of a finished
-    mail) removes the mail's entry, so the watchdog never publishes it."""
-    if watched:
-        parking.running(settings, request.mail_id)
+    """One run through the guard. A run that finishes (sent, dropped, failed, or a repeat of
+    a finished mail) of a mail deferred before (``watched``: it may have an entry in the
+    schedule) removes that entry, so the watchdog never publishes it. (The run's start was
+    told to the schedule at the hand-off to the pool: :mod:`workers.request`.)"""
     step = guard().process(request, progress)
     if not isinstance(step, Later) and (watched or step.outcome.deferrals):
         parking.settled(settings, request.mail_id)

@@ -24,32 +24,32 @@ class MemorySchedule:
         self._promoting: dict[str, float] = {}  # mail id -> lease end
         self._payloads: dict[str, bytes] = {}
         self._dead: dict[str, bytes] = {}
-        self._watched: set[str] = set()  # ids in _due whose entry is a watch
+        self._watch: dict[str, float] = {}  # mail id -> when the watchdog may take it
 
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
         with self._lock:
             self._promoting.pop(mail_id, None)
-            self._watched.discard(mail_id)
+            self._watch.pop(mail_id, None)
             self._due[mail_id] = due
             self._payloads[mail_id] = payload
 
     def watch(self, mail_id: str, due: float, payload: bytes) -> None:
         with self._lock:
             self._promoting.pop(mail_id, None)
-            self._watched.add(mail_id)
-            self._due[mail_id] = due
+            self._due.pop(mail_id, None)
+            self._watch[mail_id] = due
             self._payloads[mail_id] = payload
 
     def running(self, mail_id: str, lease: float) -> bool:
         with self._lock:
-            if mail_id not in self._watched:
+            if mail_id not in self._watch:
                 return False
-            self._due[mail_id] = self._clock() + lease
+            self._watch[mail_id] = self._clock() + lease
             return True
 
     def forget(self, mail_id: str) -> bool:
         with self._lock:
-            self._watched.discard(mail_id)
+            self._watch.pop(mail_id, None)
             self._promoting.pop(mail_id, None)
             self._due.pop(mail_id, None)
             return self._payloads.pop(mail_id, None) is not None
@@ -59,9 +59,10 @@ class MemorySchedule:
             at = self._clock() + after
             back = [t for t in taken if self._promoting.pop(t.mail_id, None) is not None]
             for entry in back:
-                self._due[entry.mail_id] = at
                 if entry.watched:
-                    self._watched.add(entry.mail_id)
+                    self._watch[entry.mail_id] = at
+                else:
+                    self._due[entry.mail_id] = at
             return len(back)
 
     def take_due(
@@ -76,18 +77,26 @@ class MemorySchedule:
                 (item for item in scored if item[1] <= now + ahead),
                 key=lambda item: (item[1], item[0]),
             )
-            # A watch is taken once its time has passed, never ahead (take.lua alike).
-            ids = [m for m, at in ready if m not in self._watched or at <= now]
-            watched = {m for m in ids if m in self._watched}
-            for mail_id in ids:
+            ids = [mail_id for mail_id, _ in ready]
+            # Then the watchdog's: watches whose time passed, never ahead (take.lua alike).
+            overdue = [item for item in self._watch.items() if item[1] <= now]
+            watched = [m for m, _ in sorted(overdue, key=lambda i: (i[1], i[0]))]
+            watched = watched[: limit - len(ids)]
+            for mail_id in [*ids, *watched]:
                 self._due.pop(mail_id, None)
-                self._watched.discard(mail_id)
+                self._watch.pop(mail_id, None)
                 self._promoting[mail_id] = now + lease
-            return [Taken(m, self._payloads.get(m), m in watched) for m in ids]
+            return [
+                *(Taken(m, self._payloads.get(m)) for m in ids),
+                *(Taken(m, self._payloads.get(m), True) for m in watched),
+            ]
 
     def next_due(self) -> float | None:
         with self._lock:
-            return min([*self._due.values(), *self._promoting.values()], default=None)
+            return min(
+                [*self._due.values(), *self._promoting.values(), *self._watch.values()],
+                default=None,
+            )
 
     def done(self, mail_ids: Sequence[str]) -> int:
         with self._lock:
@@ -105,7 +114,7 @@ class MemorySchedule:
         with self._lock:
             self._due.pop(mail_id, None)
             self._promoting.pop(mail_id, None)
-            self._watched.discard(mail_id)
+            self._watch.pop(mail_id, None)
             return self._payloads.pop(mail_id, None)
 
     def payload(self, mail_id: str) -> bytes | None:
@@ -114,14 +123,14 @@ class MemorySchedule:
 
     def stats(self) -> ScheduleStats:
         with self._lock:
-            earliest = min([*self._due.values(), *self._promoting.values()], default=None)
-            parked = len(self._due) - len(self._watched)
-            watched = len(self._watched)
-            return ScheduleStats(parked, len(self._promoting), len(self._dead), earliest, watched)
+            times = [*self._due.values(), *self._promoting.values(), *self._watch.values()]
+            earliest = min(times, default=None)
+            counts = len(self._due), len(self._promoting), len(self._dead)
+            return ScheduleStats(*counts, earliest, len(self._watch))
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
         with self._lock:
-            rows = [(m, self._due.get(m), p) for m, p in self._payloads.items()]
+            rows = [(m, self._due.get(m, self._watch.get(m)), p) for m, p in self._payloads.items()]
         yield from rows
 
     def dead_letters(self, limit: int = 100) -> list[tuple[str, bytes]]:

@@ -4,12 +4,12 @@ One schedule per queue (``<q>``, ``MAILGUARD_QUEUE``): a promoter publishes to i
 so workers of another queue on the same Redis (``mailguard demo --redis``) never take its mails.
 
 - ``<ns>:{schedule:<q>}:due``: sorted set, mail id by due time (epoch milliseconds) while parked,
-  by the end of its promotion lease (ms) while promoting, by the time a run should have been
-  seen (ms) while watched: its first score says whether anything is due
-  (:meth:`RedisSchedule.next_due`, one cheap command per poll)
+  by the end of its promotion lease (ms) while promoting
 - ``<ns>:{schedule:<q>}:promoting``: set of the mail ids being promoted
-- ``<ns>:{schedule:<q>}:watched``: set of the mail ids whose entry is a watch (a countdown a
-  worker holds; published by the watchdog only if no run is seen in time)
+- ``<ns>:{schedule:<q>}:watch``: sorted set, mail id of a booked mail a worker holds as a
+  countdown by the time a run of it should have been seen (ms); the watchdog takes it after
+- the first scores of ``due`` and ``watch`` say whether anything is due
+  (:meth:`RedisSchedule.next_due`, one pipelined round trip per poll)
 - ``<ns>:{schedule:<q>}:payloads``: hash, mail id -> payload (opaque bytes)
 - ``<ns>:{schedule:<q>}:dead``: hash, mail id -> payload that could not be used
 
@@ -50,9 +50,9 @@ class RedisSchedule:
         prefix = f"{namespace}:{{schedule:{tag}}}"
         self.due_key, self.promoting_key = f"{prefix}:due", f"{prefix}:promoting"
         self.payloads_key, self.dead_key = f"{prefix}:payloads", f"{prefix}:dead"
-        self.watched_key = f"{prefix}:watched"
+        self.watch_key = f"{prefix}:watch"
         self._waiting = [self.due_key, self.promoting_key, self.payloads_key]
-        self._all = [*self._waiting, self.watched_key]
+        self._all = [*self._waiting, self.watch_key]
         self._park = self._redis.script(PARK_SCRIPT)
         self._take = self._redis.script(TAKE_SCRIPT)
         self._done = self._redis.script(DONE_SCRIPT)
@@ -97,8 +97,11 @@ class RedisSchedule:
         ]
 
     def next_due(self) -> float | None:
-        first = self._redis.call(self.client.zrange, self.due_key, 0, 0, withscores=True)
-        return float(first[0][1]) / 1000 if first else None
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(self.due_key, 0, 0, withscores=True)
+        pipe.zrange(self.watch_key, 0, 0, withscores=True)
+        firsts = [row[0][1] for row in self._redis.call(pipe.execute) if row]
+        return float(min(firsts)) / 1000 if firsts else None
 
     def done(self, mail_ids: Sequence[str]) -> int:
         if not mail_ids:
@@ -122,13 +125,14 @@ class RedisSchedule:
         pipe.scard(self.promoting_key)
         pipe.hlen(self.dead_key)
         pipe.zrange(self.due_key, 0, 0, withscores=True)
-        pipe.scard(self.watched_key)
-        waiting, promoting, dead, first, watched = self._redis.call(pipe.execute)
+        pipe.zcard(self.watch_key)
+        pipe.zrange(self.watch_key, 0, 0, withscores=True)
+        waiting, promoting, dead, first, watched, first_watch = self._redis.call(pipe.execute)
         # The first score may be a promoting entry's lease end: then the earliest the schedule
         # will hand out anything (an ended lease is overdue: it must be published again).
-        earliest = first[0][1] / 1000 if first else None
-        parked = int(waiting) - int(promoting) - int(watched)
-        earliest = earliest if waiting else None
+        firsts = [row[0][1] / 1000 for row in (first, first_watch) if row]
+        earliest = min(firsts) if firsts else None
+        parked = int(waiting) - int(promoting)
         return ScheduleStats(parked, int(promoting), int(dead), earliest, int(watched))
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
@@ -137,7 +141,9 @@ class RedisSchedule:
             for raw_id, payload in client.hscan_iter(self.payloads_key, count=1000):
                 mail_id = _text(raw_id)
                 score = client.zscore(self.due_key, mail_id)
-                if score is None or client.sismember(self.promoting_key, mail_id):
+                if score is None:
+                    score = client.zscore(self.watch_key, mail_id)
+                elif client.sismember(self.promoting_key, mail_id):
                     score = None
                 yield mail_id, None if score is None else score / 1000, bytes(payload)
 

@@ -7,8 +7,8 @@ KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score i
           while parked, the end of its promotion lease (epoch ms) while promoting
 KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
 KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
-KEYS[4]   "<ns>:{schedule:<queue>}:watched": set of the mail ids whose entry is a watch (a booked
-          mail held as a countdown by a worker: published again only if no run came)
+KEYS[4]   "<ns>:{schedule:<queue>}:watch": sorted set, member the mail id of a booked mail a worker
+          holds as a countdown, score the time by which a run of it should have been seen (ms)
           All keys share the hash tag {schedule:<queue>}: one Redis Cluster slot.
 ARGV[1]   mail id
 ARGV[2]   due time, epoch milliseconds (integer)
@@ -20,7 +20,7 @@ a watch of the same id becomes a parked entry (one entry per mail id).
 ]]
 
 redis.call('SREM', KEYS[2], ARGV[1])
-redis.call('SREM', KEYS[4], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
 return 1
