@@ -142,10 +142,14 @@ def test_a_copy_restored_after_the_watchdog_sent_its_mail_ends_as_a_repeat(
         MAILGUARD_RESTORE_INTERVAL="500ms",
     )
     app = client_app(env)
+    schedule = _schedule(redis_url)
     doomed = CeleryWorker(env, name="doomed").start()
     results = [_send(app, "bob@example.com", f"restore-{n}") for n in range(2)]
     try:
-        poll(lambda: sum(r.state == "DEFERRED" for r in results) == 1, 10, "one booked mail")
+        states = lambda: sorted(r.state for r in results)  # noqa: E731
+        poll(lambda: states() == ["DEFERRED", "SUCCESS"], 10, "one mail sent, one booked")
+        poll(lambda: schedule.stats().watched == 1, 5, "the booked one watched")
+        time.sleep(0.5)  # its countdown is published right after the watch is written
         doomed.kill()
         again = CeleryWorker(env, name="again").start()
         back = time.time()
@@ -163,6 +167,7 @@ def test_a_copy_restored_after_the_watchdog_sent_its_mail_ends_as_a_repeat(
         app.close()
     late = _audit(smtp_server, results, back)
     assert len(late) == 1 and late[0] <= ON_TIME, late
+    schedule.client.close()
 
 
 def test_a_broker_restart_with_countdown_held_mails(
