@@ -238,7 +238,12 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
                 for r in range(2)
             ]
             results += batch
-            poll(lambda b=batch: all(r.state != "PENDING" for r in b), 15, "the first runs")
+            poll(
+                lambda b=batch: all(r.state != "PENDING" for r in b),
+                30,
+                f"round {round_}'s first runs: {[r.state for r in batch]} "
+                + "".join(w.log()[-1500:] for w in workers),
+            )
             broker.stop()
             broker.start()
         poll(lambda: all(r.ready() for r in results), 45, "every mail settled")
@@ -247,11 +252,12 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
             worker.stop()
         app.close()
     received = _received(smtp_server)
-    lost = [r.id for r in results if message_id(r.id, SENDER) not in received]
+    outcomes = [r.get(timeout=1) for r in results]
+    lost = [o["mail_id"] for o in outcomes if message_id(o["mail_id"], SENDER) not in received]
     twice = [m for m, times in received.items() if len(times) > 1]
     print(f"broker kills: {len(results)} mails, lost {len(lost)}, sent twice {len(twice)}")
     assert lost == [] and twice == []
-    assert all(r.get(timeout=1)["status"] == "sent" for r in results)
+    assert all(o["status"] == "sent" for o in outcomes)
 
 
 def test_parking_off_a_refused_deferral_is_kept_and_the_consumer_lives(
