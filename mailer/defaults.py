@@ -47,6 +47,10 @@ THROTTLE_HOLD_MAX = 15 * 60.0
 PARK_AFTER = 30.0
 #: How long a worker holds the parked mails it is promoting (publishing) before others may.
 PROMOTE_LEASE = 30.0
+#: Seconds past the end of a countdown a worker holds, with no run of its mail seen, before
+#: the watchdog publishes the mail again from the schedule. With the promoter's poll (0.3 s)
+#: it stays under ``LATE_TOLERANCE``, so the copy keeps the mail's slot.
+WATCH_GRACE = 0.5
 #: Wait when another run holds the claim on the same mail.
 IN_FLIGHT_WAIT = 5.0
 

@@ -27,6 +27,9 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
   (``sender`` or ``recipient``) and cause (the reply's code and enhanced status, ``454 4.7.0``).
 - ``mailguard_repeated_runs_total{kind}``: runs that found their mail already finished (a
   redelivery, or the same mail id sent again); not counted in the outcomes.
+- ``mailguard_watchdog_republished_total``: booked mails held as countdowns that the watchdog
+  published again from the schedule (no run seen within the grace after the countdown's end:
+  a worker died, the broker lost the message, or it refused the countdown).
 - ``mailguard_parked_mails``, ``mailguard_parked_overdue_seconds`` (gauges, read from the
   schedule at each scrape by :class:`ScheduleCollector`): mails parked in the schedule, and how
   long ago the earliest of them was due (0 when none is overdue: the promoters keep up).
@@ -142,6 +145,12 @@ class Metrics:
             "Runs that found their mail already finished; nothing was sent again.",
             ["kind"],
         )
+        self.republished = _counter(
+            registry,
+            "mailguard_watchdog_republished",
+            "Booked mails the watchdog published again: no run seen after their countdown.",
+            [],
+        )
 
     def record(self, outcome: Outcome, kind: str) -> None:
         """Count one run's ``outcome``; ``kind`` is its bounded label (see :func:`kind_label`)."""
@@ -183,6 +192,10 @@ class Metrics:
         """A hold of ``scope`` (sender or recipient) started; ``cause`` is a bounded label."""
         self.holds.labels(scope, cause).inc()
 
+    def watchdog_republished(self) -> None:
+        """The watchdog published a booked mail again (no run of it seen in time)."""
+        self.republished.inc()
+
 
 class NoMetrics(Metrics):
     """Records nothing (and never imports prometheus-client)."""
@@ -212,6 +225,9 @@ class NoMetrics(Metrics):
         pass
 
     def hold(self, scope: str, cause: str) -> None:
+        pass
+
+    def watchdog_republished(self) -> None:
         pass
 
 

@@ -18,6 +18,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_MAX_COUNTDOWN`` | duration | ``10m`` | ``5m`` | longest single deferral; longer waits hop |
 | ``MAILGUARD_PARK_AFTER`` | duration or ``off`` | ``30s`` | ``off`` | a deferral longer than this is parked in the schedule (:mod:`mailer.records.schedule`), not held by a worker; ``off`` holds every wait as a countdown |
 | ``MAILGUARD_PROMOTE_LEASE`` | duration | ``30s`` | ``1m`` | how long a worker holds the parked mails it is promoting before another may take them again |
+| ``MAILGUARD_WATCH_GRACE`` | duration | ``500ms`` | ``300ms`` | a booked mail held as a countdown whose run has not started this long after the countdown's end is published again from the schedule by the watchdog (``100ms``-``10m``; keep it and 0.3 s under ``LATE_TOLERANCE`` so the copy keeps its slot) |
 | ``MAILGUARD_SEND_RETRIES`` | whole number | ``5`` | ``8`` | Celery-level retries after the transport gave up on a transient error |
 | ``MAILGUARD_RETRY_BACKOFF`` | duration | ``30s`` | ``1m`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | duration | ``5m`` | ``10m`` | how long a worker's claim on sending one mail lasts |
@@ -96,6 +97,7 @@ KNOWN = frozenset(
         "LATE_TOLERANCE",
         "PARK_AFTER",
         "PROMOTE_LEASE",
+        "WATCH_GRACE",
         "THROTTLE_HOLD",
         "THROTTLE_HOLD_MAX",
         "GREYLIST_DELAY",
@@ -135,6 +137,7 @@ class Settings:
     late_tolerance: float = defaults.LATE_TOLERANCE
     park_after: float | None = defaults.PARK_AFTER
     promote_lease: float = defaults.PROMOTE_LEASE
+    watch_grace: float = defaults.WATCH_GRACE
     throttle_hold: float | None = defaults.THROTTLE_HOLD
     throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
     greylist_delay: float = defaults.GREYLIST_DELAY
@@ -167,6 +170,11 @@ class Settings:
         if self.promote_lease < 1:
             raise ValueError(f"promote lease must be >= 1 s, got {self.promote_lease}")
         self._check_holds()
+        self._check_watch()
+
+    def _check_watch(self) -> None:
+        if not 0.1 <= self.watch_grace <= 600:
+            raise ValueError(f"{PREFIX}WATCH_GRACE must be 100ms-10m, got {self.watch_grace:g} s")
 
     def _check_holds(self) -> None:
         if self.throttle_hold is not None and not 0 < self.throttle_hold <= 86_400:
@@ -381,6 +389,7 @@ _READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     *((name, attr, parse_duration) for name, attr in _DURATIONS),
     ("PARK_AFTER", "park_after", _off_or_duration),
     ("PROMOTE_LEASE", "promote_lease", parse_duration),
+    ("WATCH_GRACE", "watch_grace", parse_duration),
     ("THROTTLE_HOLD", "throttle_hold", _off_or_duration),
     ("THROTTLE_HOLD_MAX", "throttle_hold_max", parse_duration),
     ("GREYLIST_DELAY", "greylist_delay", parse_duration),

@@ -187,3 +187,80 @@ def test_dead_letters_are_listed_up_to_the_limit(schedule: Schedule, now: float)
     assert len(schedule.dead_letters(limit=2)) == 2
     assert sorted(schedule.dead_letters()) == [("bad0", b"P0"), ("bad1", b"P1"), ("bad2", b"P2")]
     assert schedule.take_due() == [] and schedule.stats().dead == 3
+
+
+def test_a_watch_is_taken_once_its_time_passed_never_ahead(
+    schedule: Schedule, now: float, clock: ManualClock
+) -> None:
+    """A watch scored 0.3 s ahead is not taken even with ``ahead`` 1 s (its run may still
+    come); once its time passed it is taken, marked as the watchdog's, and then promoting."""
+    schedule.watch("w", now + 0.3, b"W")
+    schedule.park("p", now + 0.3, b"P")
+    stats = schedule.stats()
+    assert (stats.parked, stats.watched, stats.promoting) == (1, 1, 0)
+    assert [(t.mail_id, t.watched) for t in schedule.take_due(ahead=1)] == [("p", False)]
+    _let_pass(schedule, clock, 0.4)
+    assert [(t.mail_id, t.payload, t.watched) for t in schedule.take_due(ahead=1)] == [
+        ("w", b"W", True)
+    ]
+    stats = schedule.stats()
+    assert (stats.parked, stats.watched, stats.promoting) == (0, 0, 2)
+
+
+def test_a_run_that_starts_pushes_its_watch_a_lease_ahead(schedule: Schedule, now: float) -> None:
+    """``running`` moves a watch's time to now + lease (a long send is not published again);
+    it changes nothing for a parked entry or an unknown mail."""
+    schedule.watch("w", now - 1, b"W")
+    schedule.park("p", now - 1, b"P")
+    assert schedule.running("w", 60) is True
+    assert schedule.running("p", 60) is False
+    assert schedule.running("nobody", 60) is False
+    assert [t.mail_id for t in schedule.take_due(ahead=0)] == ["p"]
+    assert dict((m, due) for m, due, _ in schedule.scan())["w"] == pytest.approx(now + 60, abs=1)
+
+
+def test_one_entry_per_mail_id_across_park_and_watch(schedule: Schedule, now: float) -> None:
+    """Watching a parked or promoting mail replaces that entry, parking a watched one too;
+    ``forget`` removes whatever is there, and a promoter's ``done`` leaves a newer watch."""
+    schedule.park("m", now - 1, b"P")
+    schedule.watch("m", now + 60, b"W")
+    assert schedule.stats().parked == 0 and schedule.stats().watched == 1
+    assert schedule.payload("m") == b"W"
+    schedule.park("m", now - 1, b"P2")
+    assert schedule.stats().watched == 0 and schedule.stats().parked == 1
+    assert [t.mail_id for t in schedule.take_due(ahead=0)] == ["m"]
+    schedule.watch("m", now + 60, b"W2")  # the promoted mail ran and waits again
+    assert schedule.done(["m"]) == 0, "the new watch is not forgotten"
+    assert schedule.payload("m") == b"W2"
+    assert schedule.forget("m") is True
+    assert schedule.forget("m") is False
+    assert schedule.stats() == ScheduleStats(0, 0, 0, None)
+    schedule.watch("c", now + 60, b"C")
+    assert schedule.cancel("c") == b"C" and schedule.stats().watched == 0
+
+
+def test_entries_not_published_are_released_back_where_they_were(
+    schedule: Schedule, now: float, clock: ManualClock
+) -> None:
+    """The broker refused a take: ``release`` puts each entry back (parked, or watched), due
+    again after the delay instead of the lease; an entry parked anew meanwhile is left."""
+    schedule.watch("w", now - 1, b"W")
+    schedule.park("p", now - 1, b"P")
+    schedule.park("q", now - 1, b"Q")
+    taken = schedule.take_due(lease=30, ahead=0)
+    assert {t.mail_id for t in taken} == {"w", "p", "q"}
+    schedule.park("q", now + 3600, b"Q2")
+    assert schedule.release(taken, 0.2) == 2
+    stats = schedule.stats()
+    assert (stats.parked, stats.watched, stats.promoting) == (2, 1, 0)
+    _let_pass(schedule, clock, 0.3)
+    again = {(t.mail_id, t.watched) for t in schedule.take_due(ahead=0)}
+    assert again == {("w", True), ("p", False)}
+
+
+def _let_pass(schedule: Schedule, clock: ManualClock, seconds: float) -> None:
+    """Let ``seconds`` pass for ``schedule``: the manual clock, or Redis's own (a short sleep)."""
+    if isinstance(schedule, MemorySchedule):
+        clock.advance(seconds)
+    else:
+        time.sleep(seconds)

@@ -9,7 +9,8 @@ from mailer.records.schedule import RedisSchedule, Schedule, schedule_from_url
 
 
 def _walk(schedule: Schedule) -> None:
-    """Park, look, take, forget, bury and cancel: every script on this topology."""
+    """Park, look, take, forget, bury and cancel; watch, run, release and forget: every script
+    on this topology."""
     now = time.time()
     schedule.park("due", now - 1, b"D")
     schedule.park("bad", now - 1, b"\xff")
@@ -24,6 +25,15 @@ def _walk(schedule: Schedule) -> None:
     assert schedule.cancel("later") == b"L"
     stats = schedule.stats()
     assert (stats.parked, stats.promoting, stats.dead) == (0, 0, 1)
+    schedule.watch("held", now - 1, b"H")
+    schedule.watch("running", now - 1, b"R")
+    assert schedule.running("running", 60) is True
+    (taken_watch,) = schedule.take_due(limit=10, lease=30)
+    assert (taken_watch.mail_id, taken_watch.watched) == ("held", True)
+    assert schedule.release([taken_watch], 0) == 1
+    assert schedule.stats().watched == 2
+    assert schedule.forget("held") is True and schedule.forget("running") is True
+    assert schedule.stats().watched == 0
 
 
 def test_the_schedule_works_on_a_cluster() -> None:

@@ -1,4 +1,6 @@
 """Parking a deferred mail: its task message goes to the schedule (:mod:`mailer.records.schedule`).
+A booked mail held as a countdown is *watched* there instead: the same payload, for the
+watchdog (:mod:`workers.promoter`) to publish again if no run of it is seen in time.
 
 The payload is the message a promoter publishes again (:mod:`workers.payload`: a compact JSON
 array of the due time, args, kwargs and the progress, about 150 B for a short mail): the
@@ -60,7 +62,7 @@ def park(
     if due is None:
         return None
     store = schedule_for(settings)
-    if isinstance(store, MemorySchedule) and promoter_pid != [os.getpid()]:
+    if not _promoted(store):
         return None
     mail_id = str(kwargs["mail_id"])
     entry = Parked(task_id, list(args or ()), kwargs, due, progress=later.progress)
@@ -71,3 +73,57 @@ def park(
         return None
     log.info("mail %s parked until %.3f", mail_id, due, extra={"mail_id": mail_id})
     return due
+
+
+def _promoted(store: Schedule) -> bool:
+    """Whether a promoter can see ``store``: any Redis one; a memory one only in its process."""
+    return not isinstance(store, MemorySchedule) or promoter_pid == [os.getpid()]
+
+
+def watch(
+    settings: Settings,
+    later: Later,
+    *,
+    task_id: str,
+    args: Any,
+    kwargs: dict[str, Any],
+    due: float,
+) -> bool:
+    """Keep the payload of a mail about to wait as a countdown ending at ``due`` (epoch s):
+    the watchdog publishes it if no run is seen ``watch_grace`` seconds after. True when
+    watched; False when no promoter can see the schedule or its Redis is down (logged)."""
+    store = schedule_for(settings)
+    if not _promoted(store):
+        return False
+    mail_id = str(kwargs["mail_id"])
+    entry = Parked(task_id, list(args or ()), kwargs, due, progress=later.progress)
+    try:
+        store.watch(mail_id, due + settings.watch_grace, entry.encode())
+    except BackendUnavailable as exc:
+        log.warning("mail %s: not watched (schedule unavailable): %s", mail_id, exc)
+        return False
+    return True
+
+
+def running(settings: Settings, mail_id: str) -> None:
+    """A run of ``mail_id`` starts: a watch of it is not due for a claim lease (plus the grace),
+    so a long send is not published again. A schedule that is down is only logged."""
+    store = schedule_for(settings)
+    if not _promoted(store):
+        return
+    try:
+        store.running(mail_id, settings.claim_lease + settings.watch_grace)
+    except BackendUnavailable as exc:
+        log.info("mail %s: run start not recorded in the schedule: %s", mail_id, exc)
+
+
+def settled(settings: Settings, mail_id: str) -> None:
+    """A run of ``mail_id`` finished (sent, dropped or failed): its entry leaves the schedule.
+    A schedule that is down is only logged: the watchdog's copy then ends as a repeat."""
+    store = schedule_for(settings)
+    if not _promoted(store):
+        return
+    try:
+        store.forget(mail_id)
+    except BackendUnavailable as exc:
+        log.info("mail %s: entry left in the schedule: %s", mail_id, exc)

@@ -9,7 +9,15 @@ id with the remaining countdown (under a second; none when overdue), all through
 in one batch (one pipeline on the Redis broker), then forgets them (``done``). Killed in
 between, its lease ends and another worker publishes again; the ledger's claim and sent
 marker keep the copy from sending. An entry that cannot be decoded is buried (a dead letter)
-and logged, once.
+and logged, once. Entries the broker refuses go back to where they were, due again in
+:data:`RETRY` seconds.
+
+The same take is the **watchdog**: a booked mail held as a countdown has its payload watched in
+the schedule (:func:`workers.parking.watch`) until a run of it starts or finishes; one whose
+countdown ended more than ``MAILGUARD_WATCH_GRACE`` ago with no run seen (its worker died, the
+broker lost or refused the message) is taken and published again like a parked mail, logged
+once (mail id, how late) and counted (``mailguard_watchdog_republished_total``). Leased like
+promotion, so one worker publishes it; the ledger keeps a second copy from sending.
 
 Started by a worker bootstep (:class:`PromoterStep`, added by :func:`workers.app.create_app`),
 so ``celery worker``, ``mailguard worker`` and the in-process worker all run it.
@@ -28,6 +36,7 @@ from typing import Any
 from celery import bootsteps
 
 from mailer.errors import BackendUnavailable
+from mailer.metrics import default_metrics
 from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
 from mailer.settings import Settings
 from workers import parking, priority, state
@@ -39,6 +48,8 @@ log = logging.getLogger("mailguard")
 POLL = 0.3
 #: Entries taken and published at most per script call.
 BATCH = 500
+#: Seconds before entries the broker refused are taken again (not at their lease's end).
+RETRY = 1.0
 #: Test hook: a worker with this variable set kills itself (SIGKILL) after publishing a batch
 #: and before forgetting it, as a crash there would; the value is the seconds it waits first
 #: (its consumer may have taken the message meanwhile: kombu keeps it as unacknowledged).
@@ -116,33 +127,56 @@ class Promoter:
         taken = self.schedule.take_due(limit=BATCH, lease=self.lease)
         if not taken:
             return 0
-        published = self._publish_all(taken)
+        try:
+            published = self._publish_all(taken)
+        except Exception:
+            # Back where they were, due again shortly: the broker may be back in a second.
+            with contextlib.suppress(BackendUnavailable):
+                self.schedule.release(taken, RETRY)
+            raise
         if hook := os.environ.get(KILL_AFTER_PUBLISH):
             time.sleep(float(hook))
             os.kill(os.getpid(), signal.SIGKILL)
-        self.schedule.done(published)
+        self.schedule.done([entry.mail_id for entry, _ in published])
+        self._report(published)
         return len(taken)
 
-    def _publish_all(self, taken: list[Taken]) -> list[str]:
-        """Publish every usable entry of ``taken`` (bury the others); the mail ids published.
+    def _report(self, published: list[tuple[Taken, float]]) -> None:
+        """One log line and one count for each mail the watchdog published again."""
+        now = time.time()
+        for entry, due in published:
+            if entry.watched:
+                default_metrics().watchdog_republished()
+                log.warning(
+                    "mailguard watchdog: mail %s published again, %.2f s after its countdown "
+                    "ended with no run seen",
+                    entry.mail_id,
+                    now - due,
+                    extra={"mail_id": entry.mail_id},
+                )
+
+    def _publish_all(self, taken: list[Taken]) -> list[tuple[Taken, float]]:
+        """Publish every usable entry of ``taken`` (bury the others); each entry published and
+        its due time (epoch seconds).
 
         One producer and, where kombu offers it (5.7+, the Redis transport), one publish batch:
         the messages go out as one pipeline of ``LPUSH`` when the batch ends, not one round
-        trip each. If the broker refuses them, nothing is forgotten: the entries stay promoting
-        and are taken again when their lease ends (the ledger keeps copies from sending).
+        trip each. If the broker refuses them, nothing is forgotten: the entries go back to the
+        schedule, due in :data:`RETRY` seconds (the ledger keeps copies from sending).
         """
-        published: list[str] = []
+        published: list[tuple[Taken, float]] = []
         self._reply_to = self.app.thread_oid
         with self.app.producer_or_acquire() as producer:
             batch = getattr(producer, "batch", None)
             with batch(max_size=2 * BATCH) if batch is not None else contextlib.nullcontext():
                 for entry in taken:
-                    if self._publish(entry.mail_id, entry.payload, producer):
-                        published.append(entry.mail_id)
+                    due = self._publish(entry.mail_id, entry.payload, producer)
+                    if due is not None:
+                        published.append((entry, due))
         return published
 
-    def _publish(self, mail_id: str, payload: bytes | None, producer: Any) -> bool:
-        """Publish one entry; an unusable one is buried. True when published.
+    def _publish(self, mail_id: str, payload: bytes | None, producer: Any) -> float | None:
+        """Publish one entry; an unusable one is buried. Its due time when published.
 
         The message is the one ``Task.apply_async`` would make (Celery's own
         ``create_task_message`` and ``send_task_message``), without what a caller needs and the
@@ -174,7 +208,7 @@ class Promoter:
                 extra={"mail_id": mail_id},
             )
             self.schedule.bury(mail_id)
-            return False
+            return None
         self._amqp.send_task_message(
             producer,
             self.task_name,
@@ -184,7 +218,7 @@ class Promoter:
             declare=[],
             retry=False,
         )
-        return True
+        return entry.due
 
 
 class PromoterStep(bootsteps.StartStopStep):
@@ -200,9 +234,8 @@ class PromoterStep(bootsteps.StartStopStep):
         self.promoter: Promoter | None = None
 
     def start(self, worker: Any) -> None:
+        """Start the promoter; with parking off too: it is the watchdog of countdowns."""
         settings = state.current()
-        if settings.park_after is None:
-            return
         try:
             schedule = parking.schedule_for(settings)
         except ValueError as exc:

@@ -16,6 +16,10 @@ the pool:
    any run of the mail ending, the message is quarantined: outcome ``dropped`` / ``poison``
    recorded as final, kept in the dead-letter list (``mailguard status --dead-letters``), and
    acknowledged, so the worker carries on with the rest.
+3. A mail deferred before (its message carries ``_progress``) has its start told to the
+   schedule (:func:`workers.parking.running`): its watch, if any, is not due for a claim lease,
+   so the watchdog does not publish a mail whose run is starting or long (one round trip, here
+   in the main process at the hand-off, so a busy pool does not delay it).
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from mailer.errors import BackendUnavailable
 from mailer.mail.arguments import InvalidArguments
 from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
-from workers import state
+from workers import parking, state
 from workers.call import check_call
 from workers.tasks import Deferred
 
@@ -90,9 +94,11 @@ class GuardedRequest(Request):
             call = check_call(self.args, self.kwargs)
         except InvalidArguments as exc:
             return _outcome(self.id, {}, why.INVALID, str(exc))
+        mail_id = call.get("mail_id") or self.id
+        if call.get("_progress"):
+            parking.running(state.current(), str(mail_id))
         if not self.delivery_info.get("redelivered"):
             return None
-        mail_id = call.get("mail_id") or self.id
         ledger = state.guard().ledger
         try:
             count = ledger.handoff(mail_id)

@@ -22,7 +22,7 @@ from celery.exceptions import Ignore, Reject
 from mailer.guard import MailRequest
 from mailer.mail.seal import seal, unseal
 from mailer.settings import Settings
-from mailer.steps import DEFERRED, Fail, Finish, Later, Progress
+from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # noqa: F401 - makes mailguard's app this process's default
 from workers import parking, priority, state
 from workers.call import PRIVATE, check_call
@@ -162,12 +162,25 @@ def send_mail(
     if not progress.requested_at and _requested_at:  # the caller's clock: queue wait only
         progress = replace(progress, requested_at=min(float(_requested_at), time.time()))
     _count_queue_wait(self.request.eta, progress.requested_at, kind)
-    step = guard().process(request, progress)
+    step = _process(request, progress, settings, watched=bool(_progress))
     if isinstance(step, Finish):
         return step.outcome.as_dict()
     if isinstance(step, Fail):
         raise MailFailed(step.outcome.as_dict())
     return _wait(self, step, mail_id, settings)
+
+
+def _process(
+    request: MailRequest, progress: Progress, settings: Settings, *, watched: bool
+) -> Step:
+    """One run through the guard. A run that finishes (sent, dropped, failed, or a repeat of
+    a finished mail) of a mail deferred before (``watched``: it may have an entry in the
+    schedule) removes that entry, so the watchdog never publishes it. (The run's start was
+    told to the schedule at the hand-off to the pool: :mod:`workers.request`.)"""
+    step = guard().process(request, progress)
+    if not isinstance(step, Later) and (watched or step.outcome.deferrals):
+        parking.settled(settings, request.mail_id)
+    return step
 
 
 def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -> dict[str, Any]:
@@ -190,15 +203,23 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
         task.request.ignore_result = True
         return step.outcome.as_dict()
     countdown = min(step.countdown, settings.longest_countdown)  # longer waits are parked
+    if step.eta is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
+        eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
+    else:
+        eta = datetime.now(timezone.utc) + timedelta(seconds=countdown)
+    # The payload beside the booking first, then the countdown: whatever dies after this
+    # (this worker, the broker, the message), the watchdog publishes the mail again.
+    args = task.request.args
+    watched = parking.watch(
+        settings, step, task_id=task_id, args=args, kwargs=again, due=eta.timestamp()
+    )
     try:
-        if step.eta is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
-            eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
+        if step.eta is not None:
             task.retry(eta=eta, kwargs=again, throw=False)
         else:
-            eta = datetime.now(timezone.utc) + timedelta(seconds=countdown)
             task.retry(countdown=countdown, kwargs=again, throw=False)
     except Reject as exc:
-        return _unpublished(task, step, again, exc)
+        return _unpublished(task, step, again, exc, watched=watched)
     raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")
 
 
@@ -213,18 +234,29 @@ def _show_deferred(task: Task[Any, Any], step: Later, mail_id: str) -> None:
 
 
 def _unpublished(
-    task: Task[Any, Any], step: Later, again: dict[str, Any], exc: Reject
+    task: Task[Any, Any], step: Later, again: dict[str, Any], exc: Reject, *, watched: bool
 ) -> dict[str, Any]:
     """The next run could not be published (the broker is down or refused it): Celery's
     ``retry`` then rejects this message *without* requeueing it, which would lose the mail.
     Park it instead, whatever its wait (the promoter publishes it once the broker takes it);
-    without a schedule, reject it *with* requeue so that the broker delivers it again."""
+    with parking off, its watch keeps it (the watchdog publishes it once the broker takes it)
+    and this message is acknowledged, the consumer carrying on. Without a schedule, reject it
+    *with* requeue so that the broker delivers it again."""
     mail_id = str(again["mail_id"])
     task_id = str(task.request.id)
     args = task.request.args
     settings = state.current()
     if parking.park(settings, step, task_id=task_id, args=args, kwargs=again, always=True):
         log.warning("mail %s: its next run could not be published (%s); parked", mail_id, exc)
+        task.request.ignore_result = True
+        return step.outcome.as_dict()
+    if watched:
+        log.warning(
+            "mail %s: its next run could not be published (%s); kept for the watchdog",
+            mail_id,
+            exc,
+            extra={"mail_id": mail_id},
+        )
         task.request.ignore_result = True
         return step.outcome.as_dict()
     log.warning("mail %s: its next run could not be published (%s); requeued", mail_id, exc)

@@ -28,7 +28,9 @@ def _settings() -> Settings:
 @click.command(short_help="How many mails wait in the schedule, by due hour and kind.")
 @click.option("--json", "as_json", is_flag=True, help="Print the counts as JSON.")
 def scheduled(as_json: bool) -> None:
-    """How many mails are parked, by due hour (UTC) and by kind; promoting; dead letters."""
+    """How many mails are parked, by due hour (UTC) and by kind; promoting; dead letters;
+    watched (booked countdowns whose payload the watchdog keeps; counted by hour and kind too,
+    by the time the watchdog would publish them)."""
     settings = _settings()
     schedule = schedule_for(settings)
     hours: Counter[str] = Counter()
@@ -49,6 +51,7 @@ def scheduled(as_json: bool) -> None:
         "parked": stats.parked,
         "promoting": stats.promoting,
         "dead_letters": stats.dead,
+        "watched": stats.watched,
         "earliest_due": stats.earliest_due,
         "by_hour": dict(sorted(hours.items())),
         "by_kind": dict(sorted(kinds.items())),
@@ -59,6 +62,7 @@ def scheduled(as_json: bool) -> None:
         return
     earliest = "-" if stats.earliest_due is None else views.when(stats.earliest_due)
     click.echo(f"parked {stats.parked}, promoting {stats.promoting}, dead letters {stats.dead}")
+    click.echo(f"watched {stats.watched} (booked mails held as countdowns, for the watchdog)")
     click.echo(f"earliest due {earliest}")
     for title, counts in (("due hour (UTC)", hours), ("kind", kinds)):
         click.echo(f"  {title:<20} mails")

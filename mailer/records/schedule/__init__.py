@@ -11,6 +11,13 @@ worker killed between publishing and ``done`` leaves its lease to end; any worke
 the entries again and publishes a second copy, which the ledger's claim and sent marker keep
 from sending twice. Nobody leads: two workers never take one entry within a lease.
 
+A booked mail that waits as a countdown held by a worker is *watched*: its payload is kept
+beside it (:meth:`Schedule.watch`), scored by the time its run should have been seen (the
+countdown's end plus a grace). A run that starts pushes that time a lease ahead
+(:meth:`Schedule.running`); a run that finishes removes the entry (:meth:`Schedule.forget`).
+If the time passes with no run seen (the worker died, the broker lost the message), the same
+take hands the entry out and the promoter publishes it again: the watchdog.
+
 - :mod:`mailer.records.schedule.base`: the :class:`Schedule` protocol, :class:`Taken`, the defaults
 - :mod:`mailer.records.schedule.memory`: :class:`MemorySchedule`, inside one process
 - :mod:`mailer.records.schedule.redis`: :class:`RedisSchedule`; scripts in ``lua/``

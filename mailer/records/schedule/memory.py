@@ -24,12 +24,46 @@ class MemorySchedule:
         self._promoting: dict[str, float] = {}  # mail id -> lease end
         self._payloads: dict[str, bytes] = {}
         self._dead: dict[str, bytes] = {}
+        self._watch: dict[str, float] = {}  # mail id -> when the watchdog may take it
 
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
         with self._lock:
             self._promoting.pop(mail_id, None)
+            self._watch.pop(mail_id, None)
             self._due[mail_id] = due
             self._payloads[mail_id] = payload
+
+    def watch(self, mail_id: str, due: float, payload: bytes) -> None:
+        with self._lock:
+            self._promoting.pop(mail_id, None)
+            self._due.pop(mail_id, None)
+            self._watch[mail_id] = due
+            self._payloads[mail_id] = payload
+
+    def running(self, mail_id: str, lease: float) -> bool:
+        with self._lock:
+            if mail_id not in self._watch:
+                return False
+            self._watch[mail_id] = self._clock() + lease
+            return True
+
+    def forget(self, mail_id: str) -> bool:
+        with self._lock:
+            self._watch.pop(mail_id, None)
+            self._promoting.pop(mail_id, None)
+            self._due.pop(mail_id, None)
+            return self._payloads.pop(mail_id, None) is not None
+
+    def release(self, taken: Sequence[Taken], after: float) -> int:
+        with self._lock:
+            at = self._clock() + after
+            back = [t for t in taken if self._promoting.pop(t.mail_id, None) is not None]
+            for entry in back:
+                if entry.watched:
+                    self._watch[entry.mail_id] = at
+                else:
+                    self._due[entry.mail_id] = at
+            return len(back)
 
     def take_due(
         self, limit: int = TAKE_LIMIT, lease: float = PROMOTE_LEASE, ahead: float = TAKE_AHEAD
@@ -44,14 +78,25 @@ class MemorySchedule:
                 key=lambda item: (item[1], item[0]),
             )
             ids = [mail_id for mail_id, _ in ready]
-            for mail_id in ids:
+            # Then the watchdog's: watches whose time passed, never ahead (take.lua alike).
+            overdue = [item for item in self._watch.items() if item[1] <= now]
+            watched = [m for m, _ in sorted(overdue, key=lambda i: (i[1], i[0]))]
+            watched = watched[: limit - len(ids)]
+            for mail_id in [*ids, *watched]:
                 self._due.pop(mail_id, None)
+                self._watch.pop(mail_id, None)
                 self._promoting[mail_id] = now + lease
-            return [Taken(mail_id, self._payloads.get(mail_id)) for mail_id in ids]
+            return [
+                *(Taken(m, self._payloads.get(m)) for m in ids),
+                *(Taken(m, self._payloads.get(m), True) for m in watched),
+            ]
 
     def next_due(self) -> float | None:
         with self._lock:
-            return min([*self._due.values(), *self._promoting.values()], default=None)
+            return min(
+                [*self._due.values(), *self._promoting.values(), *self._watch.values()],
+                default=None,
+            )
 
     def done(self, mail_ids: Sequence[str]) -> int:
         with self._lock:
@@ -69,6 +114,7 @@ class MemorySchedule:
         with self._lock:
             self._due.pop(mail_id, None)
             self._promoting.pop(mail_id, None)
+            self._watch.pop(mail_id, None)
             return self._payloads.pop(mail_id, None)
 
     def payload(self, mail_id: str) -> bytes | None:
@@ -77,12 +123,14 @@ class MemorySchedule:
 
     def stats(self) -> ScheduleStats:
         with self._lock:
-            earliest = min([*self._due.values(), *self._promoting.values()], default=None)
-            return ScheduleStats(len(self._due), len(self._promoting), len(self._dead), earliest)
+            times = [*self._due.values(), *self._promoting.values(), *self._watch.values()]
+            earliest = min(times, default=None)
+            counts = len(self._due), len(self._promoting), len(self._dead)
+            return ScheduleStats(*counts, earliest, len(self._watch))
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
         with self._lock:
-            rows = [(m, self._due.get(m), p) for m, p in self._payloads.items()]
+            rows = [(m, self._due.get(m, self._watch.get(m)), p) for m, p in self._payloads.items()]
         yield from rows
 
     def dead_letters(self, limit: int = 100) -> list[tuple[str, bytes]]:

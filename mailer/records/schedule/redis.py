@@ -4,9 +4,12 @@ One schedule per queue (``<q>``, ``MAILGUARD_QUEUE``): a promoter publishes to i
 so workers of another queue on the same Redis (``mailguard demo --redis``) never take its mails.
 
 - ``<ns>:{schedule:<q>}:due``: sorted set, mail id by due time (epoch milliseconds) while parked,
-  by the end of its promotion lease (ms) while promoting: its first score says whether
-  anything is due (:meth:`RedisSchedule.next_due`, one cheap command per poll)
+  by the end of its promotion lease (ms) while promoting
 - ``<ns>:{schedule:<q>}:promoting``: set of the mail ids being promoted
+- ``<ns>:{schedule:<q>}:watch``: sorted set, mail id of a booked mail a worker holds as a
+  countdown by the time a run of it should have been seen (ms); the watchdog takes it after
+- the first scores of ``due`` and ``watch`` say whether anything is due
+  (:meth:`RedisSchedule.next_due`, one pipelined round trip per poll)
 - ``<ns>:{schedule:<q>}:payloads``: hash, mail id -> payload (opaque bytes)
 - ``<ns>:{schedule:<q>}:dead``: hash, mail id -> payload that could not be used
 
@@ -29,6 +32,10 @@ TAKE_SCRIPT = lua_source("mailer.records.schedule", "take")
 DONE_SCRIPT = lua_source("mailer.records.schedule", "done")
 BURY_SCRIPT = lua_source("mailer.records.schedule", "bury")
 CANCEL_SCRIPT = lua_source("mailer.records.schedule", "cancel")
+WATCH_SCRIPT = lua_source("mailer.records.schedule", "watch")
+RUNNING_SCRIPT = lua_source("mailer.records.schedule", "running")
+FORGET_SCRIPT = lua_source("mailer.records.schedule", "forget")
+RELEASE_SCRIPT = lua_source("mailer.records.schedule", "release")
 
 
 class RedisSchedule:
@@ -43,12 +50,18 @@ class RedisSchedule:
         prefix = f"{namespace}:{{schedule:{tag}}}"
         self.due_key, self.promoting_key = f"{prefix}:due", f"{prefix}:promoting"
         self.payloads_key, self.dead_key = f"{prefix}:payloads", f"{prefix}:dead"
+        self.watch_key = f"{prefix}:watch"
         self._waiting = [self.due_key, self.promoting_key, self.payloads_key]
+        self._all = [*self._waiting, self.watch_key]
         self._park = self._redis.script(PARK_SCRIPT)
         self._take = self._redis.script(TAKE_SCRIPT)
         self._done = self._redis.script(DONE_SCRIPT)
         self._bury = self._redis.script(BURY_SCRIPT)
         self._cancel = self._redis.script(CANCEL_SCRIPT)
+        self._watch = self._redis.script(WATCH_SCRIPT)
+        self._running = self._redis.script(RUNNING_SCRIPT)
+        self._forget = self._redis.script(FORGET_SCRIPT)
+        self._release = self._redis.script(RELEASE_SCRIPT)
 
     @property
     def client(self) -> Any:
@@ -56,21 +69,39 @@ class RedisSchedule:
         return self._redis.client
 
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
-        self._park(self._waiting, [mail_id, to_ms(due), payload])
+        self._park(self._all, [mail_id, to_ms(due), payload])
+
+    def watch(self, mail_id: str, due: float, payload: bytes) -> None:
+        self._watch(self._all, [mail_id, to_ms(due), payload])
+
+    def running(self, mail_id: str, lease: float) -> bool:
+        return bool(self._running(self._all, [mail_id, int(lease * 1000)]))
+
+    def forget(self, mail_id: str) -> bool:
+        return bool(self._forget(self._all, [mail_id]))
+
+    def release(self, taken: Sequence[Taken], after: float) -> int:
+        if not taken:
+            return 0
+        pairs = [value for t in taken for value in (t.mail_id, "1" if t.watched else "0")]
+        return int(self._release(self._all, [int(after * 1000), *pairs]))
 
     def take_due(
         self, limit: int = TAKE_LIMIT, lease: float = PROMOTE_LEASE, ahead: float = TAKE_AHEAD
     ) -> list[Taken]:
         args = [max(int(limit), 1), int(lease * 1000), int(ahead * 1000)]
-        flat = self._take(self._waiting, args)
+        flat = self._take(self._all, args)
         return [
-            Taken(_text(flat[i]), flat[i + 1] if flat[i + 1] else None)
-            for i in range(0, len(flat), 2)
+            Taken(_text(flat[i]), flat[i + 1] if flat[i + 1] else None, bool(flat[i + 2]))
+            for i in range(0, len(flat), 3)
         ]
 
     def next_due(self) -> float | None:
-        first = self._redis.call(self.client.zrange, self.due_key, 0, 0, withscores=True)
-        return float(first[0][1]) / 1000 if first else None
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrange(self.due_key, 0, 0, withscores=True)
+        pipe.zrange(self.watch_key, 0, 0, withscores=True)
+        firsts = [row[0][1] for row in self._redis.call(pipe.execute) if row]
+        return float(min(firsts)) / 1000 if firsts else None
 
     def done(self, mail_ids: Sequence[str]) -> int:
         if not mail_ids:
@@ -81,7 +112,7 @@ class RedisSchedule:
         self._bury([*self._waiting, self.dead_key], [mail_id])
 
     def cancel(self, mail_id: str) -> bytes | None:
-        payload = self._cancel(self._waiting, [mail_id])
+        payload = self._cancel(self._all, [mail_id])
         return bytes(payload) if payload is not None else None
 
     def payload(self, mail_id: str) -> bytes | None:
@@ -94,12 +125,15 @@ class RedisSchedule:
         pipe.scard(self.promoting_key)
         pipe.hlen(self.dead_key)
         pipe.zrange(self.due_key, 0, 0, withscores=True)
-        waiting, promoting, dead, first = self._redis.call(pipe.execute)
+        pipe.zcard(self.watch_key)
+        pipe.zrange(self.watch_key, 0, 0, withscores=True)
+        waiting, promoting, dead, first, watched, first_watch = self._redis.call(pipe.execute)
         # The first score may be a promoting entry's lease end: then the earliest the schedule
         # will hand out anything (an ended lease is overdue: it must be published again).
-        earliest = first[0][1] / 1000 if first else None
+        firsts = [row[0][1] / 1000 for row in (first, first_watch) if row]
+        earliest = min(firsts) if firsts else None
         parked = int(waiting) - int(promoting)
-        return ScheduleStats(parked, int(promoting), int(dead), earliest if waiting else None)
+        return ScheduleStats(parked, int(promoting), int(dead), earliest, int(watched))
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
         client = self.client
@@ -107,7 +141,9 @@ class RedisSchedule:
             for raw_id, payload in client.hscan_iter(self.payloads_key, count=1000):
                 mail_id = _text(raw_id)
                 score = client.zscore(self.due_key, mail_id)
-                if score is None or client.sismember(self.promoting_key, mail_id):
+                if score is None:
+                    score = client.zscore(self.watch_key, mail_id)
+                elif client.sismember(self.promoting_key, mail_id):
                     score = None
                 yield mail_id, None if score is None else score / 1000, bytes(payload)
 

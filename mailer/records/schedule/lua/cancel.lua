@@ -1,10 +1,12 @@
 --[[
-mailguard schedule, cancel: remove one mail wherever it waits (parked or promoting).
+mailguard schedule, cancel: remove one mail wherever it waits (parked, promoting or watched).
 
 KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting
 KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
 KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
+KEYS[4]   "<ns>:{schedule:<queue>}:watch": sorted set, member the mail id of a booked mail a worker
+          holds as a countdown, score the time by which a run of it should have been seen (ms)
 ARGV[1]   mail id
 
 Reply: the payload, or nil when the mail was not in the schedule.
@@ -13,5 +15,6 @@ Reply: the payload, or nil when the mail was not in the schedule.
 local payload = redis.call('HGET', KEYS[3], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('HDEL', KEYS[3], ARGV[1])
 return payload

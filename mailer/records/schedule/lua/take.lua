@@ -7,27 +7,45 @@ KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score i
           while parked, the end of its promotion lease (epoch ms) while promoting
 KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
 KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
+KEYS[4]   "<ns>:{schedule:<queue>}:watch": sorted set, member the mail id of a booked mail a worker
+          holds as a countdown, score the time by which a run of it should have been seen (ms)
 ARGV[1]   limit: how many entries at most (positive integer)
 ARGV[2]   lease in milliseconds: how long the caller holds what it takes
-ARGV[3]   ahead in milliseconds: entries scored before now + ahead are taken
+ARGV[3]   ahead in milliseconds: entries of "due" scored before now + ahead are taken
 
-Now is Redis's clock (TIME). One sorted set holds both kinds of entry, so one cheap read of its
-first score (ZRANGE 0 0 WITHSCORES) tells a poller whether anything is due: a parked mail whose
-due time came, or a promoting one whose lease ended (its promoter died between publishing and
-forgetting it; such a lease is re-taken up to ARGV[3] ms early). Earliest first.
-Reply: a flat array: mail id, payload (nil if it vanished), mail id, payload, ...
+Now is Redis's clock (TIME). One sorted set holds parked and promoting entries, so one cheap
+read of its first score (ZRANGE 0 0 WITHSCORES) tells a poller whether anything is due: a
+parked mail whose due time came, or a promoting one whose lease ended (its promoter died
+between publishing and forgetting it; such a lease is re-taken up to ARGV[3] ms early).
+Earliest first. Then, within the limit, the watchdog's: watches whose score passed with no
+run seen, never ahead (their run may still come); a watch taken is promoting like any entry.
+Reply: a flat array of triples: mail id, payload (nil if it vanished), 1 if the entry was a
+watch else 0, ...
 ]]
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ids = redis.call(
-  'ZRANGEBYSCORE', KEYS[1], '-inf', now + tonumber(ARGV[3]), 'LIMIT', 0, tonumber(ARGV[1]))
-local out = {}
+local limit = tonumber(ARGV[1])
 local lease_end = now + tonumber(ARGV[2])
+local out = {}
+local ids = redis.call(
+  'ZRANGEBYSCORE', KEYS[1], '-inf', now + tonumber(ARGV[3]), 'LIMIT', 0, limit)
 for _, id in ipairs(ids) do
   redis.call('ZADD', KEYS[1], lease_end, id)
   redis.call('SADD', KEYS[2], id)
   out[#out + 1] = id
   out[#out + 1] = redis.call('HGET', KEYS[3], id)
+  out[#out + 1] = 0
+end
+if #ids < limit then
+  local watched = redis.call('ZRANGEBYSCORE', KEYS[4], '-inf', now, 'LIMIT', 0, limit - #ids)
+  for _, id in ipairs(watched) do
+    redis.call('ZREM', KEYS[4], id)
+    redis.call('ZADD', KEYS[1], lease_end, id)
+    redis.call('SADD', KEYS[2], id)
+    out[#out + 1] = id
+    out[#out + 1] = redis.call('HGET', KEYS[3], id)
+    out[#out + 1] = 1
+  end
 end
 return out
