@@ -31,6 +31,7 @@ import os
 import signal
 import threading
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 from celery import bootsteps
@@ -187,14 +188,15 @@ class Promoter:
         """
         try:
             entry = Parked.decode(payload, mail_id)
-            countdown = entry.due - time.time()
+            countdown = entry.due - state.limiter_now()  # ``due`` is on the limiter's clock
             level = priority.kind_priority(self.kinds, entry.kwargs.get("kind", "default"))
             message = self._amqp.create_task_message(
                 entry.task_id,
                 self.task_name,
                 entry.args,
                 entry.message_kwargs(mail_id, self._secret),
-                countdown if countdown > 0.001 else None,
+                None,
+                eta=datetime.fromtimestamp(entry.due, timezone.utc) if countdown > 0.001 else None,
                 reply_to=self._reply_to,
                 create_sent_event=self._sent_event,
                 argsrepr="(<redacted>)",

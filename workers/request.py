@@ -16,7 +16,11 @@ the pool:
    any run of the mail ending, the message is quarantined: outcome ``dropped`` / ``poison``
    recorded as final, kept in the dead-letter list (``mailguard status --dead-letters``), and
    acknowledged, so the worker carries on with the rest.
-3. A mail deferred before (its message carries ``_progress``) has its start told to the
+3. Its ``eta`` (every ``eta`` mailguard publishes is on the limiter's clock) is read on the
+   limiter's clock: shifted by this process's offset from it (:func:`workers.state.clock_offset`,
+   refreshed every :data:`OFFSET_TTL` seconds), so a worker whose clock is off runs a booked
+   mail at its slot, neither early nor late.
+4. A mail deferred before (its message carries ``_progress``) has its start told to the
    schedule (:func:`workers.parking.running`): its watch, if any, is not due for a claim lease,
    so the watchdog does not publish a mail whose run is starting or long (one round trip, here
    in the main process at the hand-off, so a busy pool does not delay it).
@@ -25,6 +29,8 @@ the pool:
 from __future__ import annotations
 
 import logging
+import time
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery.worker.request import Request
@@ -41,6 +47,12 @@ from workers.tasks import Deferred
 
 log = logging.getLogger("mailguard")
 
+#: How long the main process trusts its offset from the limiter's clock, in seconds.
+OFFSET_TTL = 10.0
+#: An offset smaller than this (seconds) is left alone: noise, not skew.
+OFFSET_NOISE = 0.05
+_offset = [0.0, -OFFSET_TTL]  # the offset and the monotonic time it was read
+
 #: How the main process sees a parked run's return value (the repr of its ``deferred`` outcome).
 PARKED_REPR = "{'status': 'deferred'"
 
@@ -55,6 +67,15 @@ class GuardedRequest(Request):
 
     _mailguard_ended = False
     _mailguard_checked = False
+
+    @property
+    def eta(self) -> datetime | None:
+        """The message's ``eta`` (the limiter's clock) on this process's clock."""
+        eta: datetime | None = getattr(self, "_eta", None)
+        if eta is None:
+            return None
+        shift = _clock_offset()
+        return eta if abs(shift) < OFFSET_NOISE else eta - timedelta(seconds=shift)
 
     def revoked(self) -> bool:
         if super().revoked() or self._mailguard_ended:
@@ -132,6 +153,15 @@ class GuardedRequest(Request):
             outcome.detail,
             extra={"mail_id": outcome.mail_id, "status": "dropped", "reason": outcome.reason},
         )
+
+
+def _clock_offset() -> float:
+    """This process's offset from the limiter's clock (seconds), read at most every
+    :data:`OFFSET_TTL` seconds."""
+    now = time.monotonic()
+    if now - _offset[1] >= OFFSET_TTL:
+        _offset[:] = [state.clock_offset(), now]
+    return _offset[0]
 
 
 def _outcome(mail_id: str, call: dict[str, Any], reason: str, detail: str) -> Outcome:

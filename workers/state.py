@@ -9,9 +9,12 @@ Celery-free: it only builds the guard, from :mod:`mailer.factory`.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 
+from mailer.errors import BackendUnavailable
 from mailer.factory import build_guard
 from mailer.guard import Guard
 from mailer.settings import Settings
@@ -57,6 +60,26 @@ def guard() -> Guard:
         if _guard is None or _guard_pid != os.getpid():
             _guard, _guard_pid = build_guard(settings), os.getpid()
         return _guard
+
+
+def limiter_now() -> float:
+    """Epoch seconds on the limiter's clock (the Redis server's, estimated without a round trip
+    per call: :meth:`mailer.Limiter.now`); this process's clock while the limiter was never
+    reached. Every ``eta`` mailguard publishes is on this clock."""
+    try:
+        return guard().limiter.now()
+    except BackendUnavailable:
+        return time.time()
+
+
+def clock_offset() -> float:
+    """Seconds this process's clock is behind the limiter's (negative: ahead): what a received
+    ``eta`` (on the limiter's clock) is shifted by before this worker's Celery schedules it."""
+    try:
+        return guard().limiter.now() - time.time()
+    except BackendUnavailable as exc:
+        logging.getLogger("mailguard").warning("clock offset unknown (%s): none applied", exc)
+        return 0.0
 
 
 def use_settings(new: Settings) -> Settings:

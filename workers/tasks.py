@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 
 from celery import Task, shared_task
@@ -206,7 +206,7 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
     if step.eta is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
         eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
     else:
-        eta = datetime.now(timezone.utc) + timedelta(seconds=countdown)
+        eta = datetime.fromtimestamp(state.limiter_now() + countdown, timezone.utc)
     # The payload beside the booking first, then the countdown: whatever dies after this
     # (this worker, the broker, the message), the watchdog publishes the mail again.
     args = task.request.args
@@ -214,10 +214,7 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
         settings, step, task_id=task_id, args=args, kwargs=again, due=eta.timestamp()
     )
     try:
-        if step.eta is not None:
-            task.retry(eta=eta, kwargs=again, throw=False)
-        else:
-            task.retry(countdown=countdown, kwargs=again, throw=False)
+        task.retry(eta=eta, kwargs=again, throw=False)  # on the limiter's clock
     except Reject as exc:
         return _unpublished(task, step, again, exc, watched=watched)
     raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")
