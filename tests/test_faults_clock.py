@@ -202,7 +202,8 @@ def run_mails(env: dict[str, str], offset: str, mails: dict[str, tuple[str, str]
 
 def check_deliveries(smtp: SmtpTestServer, outcomes: dict[str, dict[str, object]]) -> float:
     """By the SMTP server's own clock: each sent mail received once, none before its booked
-    slot, no recipient over ``1/1s, 3/5s``; returns how late the latest was after its slot."""
+    slot, no recipient's slots over ``1/1s, 3/5s``; returns how late the latest was after its
+    slot."""
     received = {d.message["Subject"]: d for d in smtp.delivered}
     sent = sorted(m for m, o in outcomes.items() if o["status"] == "sent")
     assert sorted(received) == sent, "each sent mail delivered once, nothing else"
@@ -213,9 +214,14 @@ def check_deliveries(smtp: SmtpTestServer, outcomes: dict[str, dict[str, object]
             at = received[mail].received_at
             assert at >= due - 0.05, f"{mail} received {due - at:.3f} s before its slot"
             late = max(late, at - due)
+    # Over-admission is checked on the slots the limiter gave (a booked mail's ``due``, else
+    # its admission at ``sent_at``, both on the limiter's clock), as the chaos audit does: a run
+    # within MAILGUARD_LATE_TOLERANCE of its slot keeps it, so received times may be closer.
     by_recipient: dict[str, list[float]] = {}
-    for d in received.values():
-        by_recipient.setdefault(d.rcpt_tos[0], []).append(d.received_at)
+    for mail in sent:
+        slot = outcomes[mail].get("due") or outcomes[mail]["sent_at"]
+        assert isinstance(slot, float), outcomes[mail]
+        by_recipient.setdefault(str(received[mail].rcpt_tos[0]), []).append(slot)
     for times in by_recipient.values():
         times.sort()
         assert all(b - a >= 1.0 - 0.1 for a, b in pairwise(times)), times

@@ -154,8 +154,14 @@ def test_a_code_mail_goes_at_once_behind_a_bulk_burst_with_share_one_half(
             ["DEFERRED"] * 3 + ["dropped"] + ["sent"] * 2,
             ["DEFERRED"] * 4 + ["sent"] * 2,
         ), states
-    else:  # 2 sent now, 2 booked for the next window, 2 beyond a notice's day: dropped
+    elif sender.endswith("fixed"):  # 2 sent now, 2 booked for tomorrow, 2 a day later: dropped
         assert sorted(states) == ["DEFERRED"] * 2 + ["dropped"] * 2 + ["sent"] * 2, states
+    else:  # 2 sent now, 2 booked 12 h ahead; the last 2 fall 24 h ahead, right at a notice's
+        # deadline (a day from when the guard first saw it): booked or dropped by a few ms
+        assert sorted(states) in (
+            ["DEFERRED"] * 2 + ["dropped"] * 2 + ["sent"] * 2,
+            ["DEFERRED"] * 4 + ["sent"] * 2,
+        ), states
     received = [d.message["Subject"] for d in smtp_server.delivered]
     assert received.count("news") == 2 and received.count("Your code") == 1, received
 
