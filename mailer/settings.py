@@ -47,13 +47,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from typing import Literal
 
 from mailer import defaults
 from mailer.durations import parse_duration, parse_size
+from mailer.errors import InvalidAddress
 from mailer.guard import GuardConfig
 from mailer.limits.policy import REFERENCE_POLICY, Policy
 from mailer.limits.windows import zone
+from mailer.mail.address import check_sender
 from mailer.mail.kinds import Kinds
 
 PREFIX = "MAILGUARD_"
@@ -137,29 +140,52 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.fail_mode not in ("fail_closed", "fail_open"):
-            raise ValueError(f"fail mode must be fail_closed or fail_open, got {self.fail_mode!r}")
-        if self.max_countdown < 1 or self.retry_backoff <= 0 or self.claim_lease < 1:
-            raise ValueError("max countdown and claim lease must be >= 1 s, backoff > 0")
+            raise ValueError(
+                f"{PREFIX}FAIL_MODE must be fail_closed or fail_open, got {self.fail_mode!r:.40}"
+            )
+        if self.max_countdown < 1:
+            raise ValueError(f"{PREFIX}MAX_COUNTDOWN must be >= 1 s, got {self.max_countdown:g} s")
+        if self.retry_backoff <= 0:
+            raise ValueError(f"{PREFIX}RETRY_BACKOFF must be > 0 s, got {self.retry_backoff:g} s")
+        if self.claim_lease < 1:
+            raise ValueError(f"{PREFIX}CLAIM_LEASE must be >= 1 s, got {self.claim_lease:g} s")
         if self.restore_interval is not None and self.restore_interval <= 0:
-            raise ValueError("restore interval must be > 0")
-        if self.send_retries < 0 or self.smtp_attempts < 1:
-            raise ValueError("send retries must be >= 0 and SMTP attempts >= 1")
+            raise ValueError(
+                f"{PREFIX}RESTORE_INTERVAL must be > 0 s, got {self.restore_interval:g} s"
+            )
+        if self.send_retries < 0:
+            raise ValueError(f"{PREFIX}SEND_RETRIES must be >= 0, got {self.send_retries}")
+        if self.smtp_attempts < 1:
+            raise ValueError(f"{PREFIX}SMTP_ATTEMPTS must be >= 1, got {self.smtp_attempts}")
         if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
-            raise ValueError(f"metrics port must be 1-65535, got {self.metrics_port}")
+            raise ValueError(f"{PREFIX}METRICS_PORT must be 1-65535, got {self.metrics_port}")
         if not 0 <= self.late_tolerance <= 3600:
-            raise ValueError(f"late tolerance must be 0-1h, got {self.late_tolerance}")
+            raise ValueError(
+                f"{PREFIX}LATE_TOLERANCE must be 0-1h, got {self.late_tolerance:g} s"
+            )
         if self.suppress_for <= 0:
-            raise ValueError(f"suppress for must be > 0 s, got {self.suppress_for}")
+            raise ValueError(f"{PREFIX}SUPPRESS_FOR must be > 0 s, got {self.suppress_for:g} s")
         if self.poison_after < 1:
-            raise ValueError(f"poison after must be >= 1, got {self.poison_after}")
+            raise ValueError(f"{PREFIX}POISON_AFTER must be >= 1, got {self.poison_after}")
         if self.max_message_bytes < 1024:
-            raise ValueError(f"max message bytes must be >= 1024, got {self.max_message_bytes}")
+            raise ValueError(
+                f"{PREFIX}MAX_MESSAGE_BYTES must be >= 1024, got {self.max_message_bytes}"
+            )
         if self.log_format not in ("text", "json"):
-            raise ValueError(f"log format must be text or json, got {self.log_format!r}")
+            raise ValueError(
+                f"{PREFIX}LOG_FORMAT must be text or json, got {self.log_format!r:.40}"
+            )
         if self.park_after is not None and self.park_after <= 0:
-            raise ValueError(f"park after must be > 0 s or off, got {self.park_after}")
+            raise ValueError(f"{PREFIX}PARK_AFTER must be > 0 s or off, got {self.park_after:g} s")
         if self.promote_lease < 1:
-            raise ValueError(f"promote lease must be >= 1 s, got {self.promote_lease}")
+            raise ValueError(f"{PREFIX}PROMOTE_LEASE must be >= 1 s, got {self.promote_lease:g} s")
+        try:
+            check_sender(self.sender)
+        except InvalidAddress as exc:
+            raise ValueError(
+                f"{PREFIX}SENDER must be an address (noreply@example.com) or "
+                f'"Name <noreply@example.com>": {exc}'
+            ) from None
         self._check_holds()
 
     def _check_holds(self) -> None:
@@ -252,13 +278,23 @@ class Settings:
             and not name.startswith(PREFIX + "KIND_")
         )
         if unknown:
-            raise ValueError(f"unknown setting {unknown[0]}; known: {', '.join(sorted(KNOWN))}")
+            raise ValueError(unknown_setting(unknown[0]))
         values = _read_values(env)
         values["kinds"] = Kinds.from_env(env)
-        try:
-            return cls(**values)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise ValueError(f"mailguard settings: {exc}") from None
+        return cls(**values)  # type: ignore[arg-type]
+
+
+def unknown_setting(name: str) -> str:
+    """The one line refusing an unknown ``MAILGUARD_`` ``name``: the closest known names when
+    some are near (``MAILGUARD_POLCY``: did you mean ``MAILGUARD_POLICY``?), else every name."""
+    suffixes = sorted(known[len(PREFIX) :] for known in KNOWN)
+    close = get_close_matches(name[len(PREFIX) :].upper(), suffixes, n=2, cutoff=0.6)
+    if close:
+        return f"unknown setting {name}; did you mean {' or '.join(PREFIX + c for c in close)}?"
+    return (
+        f"unknown setting {name}; known: {', '.join(sorted(KNOWN))} and "
+        f"{PREFIX}KIND_<NAME>_<FIELD>"
+    )
 
 
 #: Variables read as plain text into the attribute of the same name, lower case.
