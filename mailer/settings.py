@@ -139,46 +139,9 @@ class Settings:
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
-        if self.fail_mode not in ("fail_closed", "fail_open"):
-            raise ValueError(
-                f"{PREFIX}FAIL_MODE must be fail_closed or fail_open, got {self.fail_mode!r:.40}"
-            )
-        if self.max_countdown < 1:
-            raise ValueError(f"{PREFIX}MAX_COUNTDOWN must be >= 1 s, got {self.max_countdown:g} s")
-        if self.retry_backoff <= 0:
-            raise ValueError(f"{PREFIX}RETRY_BACKOFF must be > 0 s, got {self.retry_backoff:g} s")
-        if self.claim_lease < 1:
-            raise ValueError(f"{PREFIX}CLAIM_LEASE must be >= 1 s, got {self.claim_lease:g} s")
-        if self.restore_interval is not None and self.restore_interval <= 0:
-            raise ValueError(
-                f"{PREFIX}RESTORE_INTERVAL must be > 0 s, got {self.restore_interval:g} s"
-            )
-        if self.send_retries < 0:
-            raise ValueError(f"{PREFIX}SEND_RETRIES must be >= 0, got {self.send_retries}")
-        if self.smtp_attempts < 1:
-            raise ValueError(f"{PREFIX}SMTP_ATTEMPTS must be >= 1, got {self.smtp_attempts}")
-        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
-            raise ValueError(f"{PREFIX}METRICS_PORT must be 1-65535, got {self.metrics_port}")
-        if not 0 <= self.late_tolerance <= 3600:
-            raise ValueError(
-                f"{PREFIX}LATE_TOLERANCE must be 0-1h, got {self.late_tolerance:g} s"
-            )
-        if self.suppress_for <= 0:
-            raise ValueError(f"{PREFIX}SUPPRESS_FOR must be > 0 s, got {self.suppress_for:g} s")
-        if self.poison_after < 1:
-            raise ValueError(f"{PREFIX}POISON_AFTER must be >= 1, got {self.poison_after}")
-        if self.max_message_bytes < 1024:
-            raise ValueError(
-                f"{PREFIX}MAX_MESSAGE_BYTES must be >= 1024, got {self.max_message_bytes}"
-            )
-        if self.log_format not in ("text", "json"):
-            raise ValueError(
-                f"{PREFIX}LOG_FORMAT must be text or json, got {self.log_format!r:.40}"
-            )
-        if self.park_after is not None and self.park_after <= 0:
-            raise ValueError(f"{PREFIX}PARK_AFTER must be > 0 s or off, got {self.park_after:g} s")
-        if self.promote_lease < 1:
-            raise ValueError(f"{PREFIX}PROMOTE_LEASE must be >= 1 s, got {self.promote_lease:g} s")
+        for variable, bad, accepted in self._bounds():
+            if bad:
+                raise ValueError(f"{PREFIX}{variable} must be {accepted}")
         try:
             check_sender(self.sender)
         except InvalidAddress as exc:
@@ -187,6 +150,52 @@ class Settings:
                 f'"Name <noreply@example.com>": {exc}'
             ) from None
         self._check_holds()
+
+    def _bounds(self) -> tuple[tuple[str, bool, str], ...]:
+        """Each value's check: its variable (without the prefix), whether the value is out of
+        bounds, and the accepted form with the value given."""
+        restore = self.restore_interval
+        return (
+            (
+                "FAIL_MODE",
+                self.fail_mode not in ("fail_closed", "fail_open"),
+                f"fail_closed or fail_open, got {self.fail_mode!r:.40}",
+            ),
+            ("MAX_COUNTDOWN", self.max_countdown < 1, f">= 1 s, got {_s(self.max_countdown)}"),
+            ("RETRY_BACKOFF", self.retry_backoff <= 0, f"> 0 s, got {_s(self.retry_backoff)}"),
+            ("CLAIM_LEASE", self.claim_lease < 1, f">= 1 s, got {_s(self.claim_lease)}"),
+            ("RESTORE_INTERVAL", restore is not None and restore <= 0, f"> 0 s, got {_s(restore)}"),
+            ("SEND_RETRIES", self.send_retries < 0, f">= 0, got {self.send_retries}"),
+            ("SMTP_ATTEMPTS", self.smtp_attempts < 1, f">= 1, got {self.smtp_attempts}"),
+            (
+                "METRICS_PORT",
+                self.metrics_port is not None and not 0 < self.metrics_port < 65536,
+                f"1-65535, got {self.metrics_port}",
+            ),
+            (
+                "LATE_TOLERANCE",
+                not 0 <= self.late_tolerance <= 3600,
+                f"0-1h, got {_s(self.late_tolerance)}",
+            ),
+            ("SUPPRESS_FOR", self.suppress_for <= 0, f"> 0 s, got {_s(self.suppress_for)}"),
+            ("POISON_AFTER", self.poison_after < 1, f">= 1, got {self.poison_after}"),
+            (
+                "MAX_MESSAGE_BYTES",
+                self.max_message_bytes < 1024,
+                f">= 1024, got {self.max_message_bytes}",
+            ),
+            (
+                "LOG_FORMAT",
+                self.log_format not in ("text", "json"),
+                f"text or json, got {self.log_format!r:.40}",
+            ),
+            (
+                "PARK_AFTER",
+                self.park_after is not None and self.park_after <= 0,
+                f"> 0 s or off, got {_s(self.park_after)}",
+            ),
+            ("PROMOTE_LEASE", self.promote_lease < 1, f">= 1 s, got {_s(self.promote_lease)}"),
+        )
 
     def _check_holds(self) -> None:
         if self.throttle_hold is not None and not 0 < self.throttle_hold <= 86_400:
@@ -284,6 +293,11 @@ class Settings:
         return cls(**values)  # type: ignore[arg-type]
 
 
+def _s(seconds: float | None) -> str:
+    """A number of seconds as shown in a refusal."""
+    return "off" if seconds is None else f"{seconds:g} s"
+
+
 def unknown_setting(name: str) -> str:
     """The one line refusing an unknown ``MAILGUARD_`` ``name``: the closest known names when
     some are near (``MAILGUARD_POLCY``: did you mean ``MAILGUARD_POLICY``?), else every name."""
@@ -292,8 +306,7 @@ def unknown_setting(name: str) -> str:
     if close:
         return f"unknown setting {name}; did you mean {' or '.join(PREFIX + c for c in close)}?"
     return (
-        f"unknown setting {name}; known: {', '.join(sorted(KNOWN))} and "
-        f"{PREFIX}KIND_<NAME>_<FIELD>"
+        f"unknown setting {name}; known: {', '.join(sorted(KNOWN))} and {PREFIX}KIND_<NAME>_<FIELD>"
     )
 
 

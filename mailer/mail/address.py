@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from email.utils import parseaddr
 from dataclasses import dataclass, field
+from email.utils import parseaddr
 from types import MappingProxyType
 
 from email_validator import EmailNotValidError, validate_email
