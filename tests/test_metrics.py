@@ -360,5 +360,5 @@ def test_metrics_and_log_settings_are_read_and_checked() -> None:
     for bad in ("metrics", "70000", "host:"):
         with pytest.raises(ValueError, match=r"metrics port|METRICS_PORT"):
             Settings.from_env({"MAILGUARD_METRICS_PORT": bad})
-    with pytest.raises(ValueError, match="log format"):
+    with pytest.raises(ValueError, match="MAILGUARD_LOG_FORMAT must be text or json"):
         Settings.from_env({"MAILGUARD_LOG_FORMAT": "xml"})
