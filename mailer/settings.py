@@ -12,7 +12,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_SMTP_URL`` | ``console://`` | ``smtp://host:port``, ``smtps://user:pass@host``, ``?starttls=1``; ``console://``, ``memory://`` |
 | ``MAILGUARD_POLICY`` | ``1/60s, 5/1h, 10/24h`` | tiers per recipient |
 | ``MAILGUARD_SECRET`` | none | keys the hash of every stored address: set it, the same everywhere |
-| ``MAILGUARD_SENDER`` | ``mailguard@localhost`` | the From header |
+| ``MAILGUARD_SENDER`` | ``mailguard@localhost`` | the From header: an address or ``Name <address>`` (checked at start) |
 | ``MAILGUARD_FAIL_MODE`` | ``fail_closed`` | limiter down: ``fail_closed`` defers, ``fail_open`` sends unguarded |
 | ``MAILGUARD_QUEUE`` | ``mail`` | the kombu queue of ``send_mail`` |
 | ``MAILGUARD_MAX_COUNTDOWN`` | ``10m`` | longest single deferral; longer waits hop |
@@ -275,8 +275,9 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read ``MAILGUARD_*`` variables (``os.environ`` by default).
 
-        Raises ``ValueError`` naming the variable for a bad value or an unknown
-        ``MAILGUARD_`` name (a typo must not silently fall back to a default).
+        Raises ``ValueError``, one line naming the variable and the accepted form, for a bad
+        value or an unknown ``MAILGUARD_`` name (a typo must not silently fall back to a
+        default; a near miss gets the closest names: :func:`unknown_setting`).
         """
         env = os.environ if environ is None else environ
         unknown = sorted(
