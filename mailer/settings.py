@@ -12,7 +12,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_SMTP_URL`` | URL | ``console://`` | ``smtp://relay:587?starttls=1`` | ``smtp://host:port``, ``smtps://user:pass@host``, ``?starttls=1``; ``console://``, ``memory://`` |
 | ``MAILGUARD_POLICY`` | policy | ``1/60s, 5/1h, 10/24h`` | ``recipient: 1/60s, 5/1h; sender: 14/1s gcra`` | tiers per recipient, or per scope (``recipient: …; domain: …; sender: …; tenant: …``) |
 | ``MAILGUARD_SECRET`` | text | none | the output of ``openssl rand -hex 32`` | keys the hash of every stored address: set it, the same everywhere |
-| ``MAILGUARD_SENDER`` | address | ``mailguard@localhost`` | ``orders@example.org`` | the From header |
+| ``MAILGUARD_SENDER`` | address | ``mailguard@localhost`` | ``orders@example.org`` | the From header: an address or ``Name <address>`` (checked at start) |
 | ``MAILGUARD_FAIL_MODE`` | ``fail_closed`` or ``fail_open`` | ``fail_closed`` | ``fail_open`` | limiter down: ``fail_closed`` defers, ``fail_open`` sends unguarded |
 | ``MAILGUARD_QUEUE`` | queue name | ``mail`` | ``mail-eu`` | the kombu queue of ``send_mail`` |
 | ``MAILGUARD_MAX_COUNTDOWN`` | duration | ``10m`` | ``5m`` | longest single deferral; longer waits hop |
@@ -48,24 +48,24 @@ lower makes redeliveries happen; the ledger still keeps them from sending twice.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from difflib import get_close_matches
 from typing import Literal
 
 from mailer import defaults
-from mailer.durations import parse_duration, parse_size
+from mailer.errors import InvalidAddress
 from mailer.guard import GuardConfig
 from mailer.limits.policy import REFERENCE_POLICY, Policy
-from mailer.limits.windows import zone
+from mailer.mail.address import check_sender
 from mailer.mail.kinds import Kinds
+from mailer.settings_env import ALL_INTERFACES, PREFIX, read_values
 
-PREFIX = "MAILGUARD_"
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
 #: channel. Countdown tasks are held by the worker until they run, so they must stay below it.
 RABBITMQ_CONSUMER_TIMEOUT = 1800.0
 FailMode = Literal["fail_closed", "fail_open"]
 LogFormat = Literal["text", "json"]
-ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - metrics are scraped from other hosts; opt-in port
 
 #: The variables :meth:`Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).
 KNOWN = frozenset(
@@ -145,36 +145,68 @@ class Settings:
     kinds: Kinds = field(default_factory=Kinds.defaults)
 
     def __post_init__(self) -> None:
-        if self.fail_mode not in ("fail_closed", "fail_open"):
-            raise ValueError(f"fail mode must be fail_closed or fail_open, got {self.fail_mode!r}")
-        if self.max_countdown < 1 or self.retry_backoff <= 0 or self.claim_lease < 1:
-            raise ValueError("max countdown and claim lease must be >= 1 s, backoff > 0")
-        if self.restore_interval is not None and self.restore_interval <= 0:
-            raise ValueError("restore interval must be > 0")
-        if self.send_retries < 0 or self.smtp_attempts < 1:
-            raise ValueError("send retries must be >= 0 and SMTP attempts >= 1")
-        if self.metrics_port is not None and not 0 < self.metrics_port < 65536:
-            raise ValueError(f"metrics port must be 1-65535, got {self.metrics_port}")
-        if not 0 <= self.late_tolerance <= 3600:
-            raise ValueError(f"late tolerance must be 0-1h, got {self.late_tolerance}")
-        if self.suppress_for <= 0:
-            raise ValueError(f"suppress for must be > 0 s, got {self.suppress_for}")
-        if self.poison_after < 1:
-            raise ValueError(f"poison after must be >= 1, got {self.poison_after}")
-        if self.max_message_bytes < 1024:
-            raise ValueError(f"max message bytes must be >= 1024, got {self.max_message_bytes}")
-        if self.log_format not in ("text", "json"):
-            raise ValueError(f"log format must be text or json, got {self.log_format!r}")
-        if self.park_after is not None and self.park_after <= 0:
-            raise ValueError(f"park after must be > 0 s or off, got {self.park_after}")
-        if self.promote_lease < 1:
-            raise ValueError(f"promote lease must be >= 1 s, got {self.promote_lease}")
+        for variable, bad, accepted in self._bounds():
+            if bad:
+                raise ValueError(f"{PREFIX}{variable} must be {accepted}")
+        try:
+            check_sender(self.sender)
+        except InvalidAddress as exc:
+            raise ValueError(
+                f"{PREFIX}SENDER must be an address (noreply@example.com) or "
+                f'"Name <noreply@example.com>": {exc}'
+            ) from None
         self._check_holds()
         self._check_watch()
 
     def _check_watch(self) -> None:
         if not 0.1 <= self.watch_grace <= 600:
             raise ValueError(f"{PREFIX}WATCH_GRACE must be 100ms-10m, got {self.watch_grace:g} s")
+
+    def _bounds(self) -> tuple[tuple[str, bool, str], ...]:
+        """Each value's check: its variable (without the prefix), whether the value is out of
+        bounds, and the accepted form with the value given."""
+        restore = self.restore_interval
+        return (
+            (
+                "FAIL_MODE",
+                self.fail_mode not in ("fail_closed", "fail_open"),
+                f"fail_closed or fail_open, got {self.fail_mode!r:.40}",
+            ),
+            ("MAX_COUNTDOWN", self.max_countdown < 1, f">= 1 s, got {_s(self.max_countdown)}"),
+            ("RETRY_BACKOFF", self.retry_backoff <= 0, f"> 0 s, got {_s(self.retry_backoff)}"),
+            ("CLAIM_LEASE", self.claim_lease < 1, f">= 1 s, got {_s(self.claim_lease)}"),
+            ("RESTORE_INTERVAL", restore is not None and restore <= 0, f"> 0 s, got {_s(restore)}"),
+            ("SEND_RETRIES", self.send_retries < 0, f">= 0, got {self.send_retries}"),
+            ("SMTP_ATTEMPTS", self.smtp_attempts < 1, f">= 1, got {self.smtp_attempts}"),
+            (
+                "METRICS_PORT",
+                self.metrics_port is not None and not 0 < self.metrics_port < 65536,
+                f"1-65535, got {self.metrics_port}",
+            ),
+            (
+                "LATE_TOLERANCE",
+                not 0 <= self.late_tolerance <= 3600,
+                f"0-1h, got {_s(self.late_tolerance)}",
+            ),
+            ("SUPPRESS_FOR", self.suppress_for <= 0, f"> 0 s, got {_s(self.suppress_for)}"),
+            ("POISON_AFTER", self.poison_after < 1, f">= 1, got {self.poison_after}"),
+            (
+                "MAX_MESSAGE_BYTES",
+                self.max_message_bytes < 1024,
+                f">= 1024, got {self.max_message_bytes}",
+            ),
+            (
+                "LOG_FORMAT",
+                self.log_format not in ("text", "json"),
+                f"text or json, got {self.log_format!r:.40}",
+            ),
+            (
+                "PARK_AFTER",
+                self.park_after is not None and self.park_after <= 0,
+                f"> 0 s or off, got {_s(self.park_after)}",
+            ),
+            ("PROMOTE_LEASE", self.promote_lease < 1, f">= 1 s, got {_s(self.promote_lease)}"),
+        )
 
     def _check_holds(self) -> None:
         if self.throttle_hold is not None and not 0 < self.throttle_hold <= 86_400:
@@ -268,8 +300,9 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         """Read ``MAILGUARD_*`` variables (``os.environ`` by default).
 
-        Raises ``ValueError`` naming the variable for a bad value or an unknown
-        ``MAILGUARD_`` name (a typo must not silently fall back to a default).
+        Raises ``ValueError``, one line naming the variable and the accepted form, for a bad
+        value or an unknown ``MAILGUARD_`` name (a typo must not silently fall back to a
+        default; a near miss gets the closest names: :func:`unknown_setting`).
         """
         env = os.environ if environ is None else environ
         unknown = sorted(
@@ -280,126 +313,24 @@ class Settings:
             and not name.startswith(PREFIX + "KIND_")
         )
         if unknown:
-            raise ValueError(f"unknown setting {unknown[0]}; known: {', '.join(sorted(KNOWN))}")
-        values = _read_values(env)
+            raise ValueError(unknown_setting(unknown[0]))
+        values = read_values(env)
         values["kinds"] = Kinds.from_env(env)
-        try:
-            return cls(**values)  # type: ignore[arg-type]
-        except ValueError as exc:
-            raise ValueError(f"mailguard settings: {exc}") from None
+        return cls(**values)  # type: ignore[arg-type]
 
 
-#: Variables read as plain text into the attribute of the same name, lower case.
-_TEXT = (
-    "BROKER_URL",
-    "LIMITER_URL",
-    "LEDGER_URL",
-    "SMTP_URL",
-    "SECRET",
-    "SENDER",
-    "FAIL_MODE",
-    "QUEUE",
-)
-#: Variables read as durations (seconds) and the attribute each sets.
-_DURATIONS = (
-    ("MAX_COUNTDOWN", "max_countdown"),
-    ("RETRY_BACKOFF", "retry_backoff"),
-    ("CLAIM_LEASE", "claim_lease"),
-    ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
-    ("RESTORE_INTERVAL", "restore_interval"),
-    ("SUPPRESS_FOR", "suppress_for"),
-    ("LATE_TOLERANCE", "late_tolerance"),
-)
+def _s(seconds: float | None) -> str:
+    """A number of seconds as shown in a refusal."""
+    return "off" if seconds is None else f"{seconds:g} s"
 
 
-def _read_values(env: Mapping[str, str]) -> dict[str, object]:
-    """The settings' values given by ``env``, parsed; ``ValueError`` names a bad variable."""
-    values: dict[str, object] = {}
-    for name, attr, parse in _READERS:
-        value = env.get(PREFIX + name)
-        if value is None or value == "":
-            continue
-        try:
-            parsed = parse(value)
-        except ValueError as exc:
-            raise ValueError(f"{PREFIX}{name}: {exc}") from None
-        if isinstance(parsed, _Several):
-            values.update(parsed.values)
-        else:
-            values[attr] = parsed
-    return values
-
-
-@dataclass(frozen=True)
-class _Several:
-    """A parser's answer that sets several attributes at once."""
-
-    values: dict[str, object]
-
-
-def _text(value: str) -> str:
-    return value
-
-
-def _off_or_duration(value: str) -> float | None:
-    """``off`` (the feature is off: None) or a duration in seconds."""
-    return None if value.strip().lower() == "off" else parse_duration(value)
-
-
-def _evidence(value: str) -> tuple[int, float] | None:
-    """``off`` (None) or ``count/window``: ``3/10s``."""
-    if value.strip().lower() == "off":
-        return None
-    count, slash, window = value.partition("/")
-    if not slash or not count.strip().isdigit():
-        raise ValueError(f"{value!r} is not count/window (3/10s) or off")
-    return int(count), parse_duration(window.strip())
-
-
-def _integer(value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"{value!r} is not a whole number") from None
-
-
-def _metrics_port(value: str) -> _Several:
-    """``port`` or ``host:port`` (IPv6 hosts in brackets)."""
-    host, _, number = value.rpartition(":")
-    if not number.isdigit():
-        raise ValueError(f"{value!r} is not a port or host:port")
-    return _Several(
-        {"metrics_port": int(number), "metrics_host": host.strip("[]") or ALL_INTERFACES}
+def unknown_setting(name: str) -> str:
+    """The one line refusing an unknown ``MAILGUARD_`` ``name``: the closest known names when
+    some are near (``MAILGUARD_POLCY``: did you mean ``MAILGUARD_POLICY``?), else every name."""
+    suffixes = sorted(known[len(PREFIX) :] for known in KNOWN)
+    close = get_close_matches(name[len(PREFIX) :].upper(), suffixes, n=2, cutoff=0.6)
+    if close:
+        return f"unknown setting {name}; did you mean {' or '.join(PREFIX + c for c in close)}?"
+    return (
+        f"unknown setting {name}; known: {', '.join(sorted(KNOWN))} and {PREFIX}KIND_<NAME>_<FIELD>"
     )
-
-
-def _timezone(value: str) -> str:
-    zone(value)  # an unknown zone raises here, at start
-    return value
-
-
-def _policy(value: str) -> Policy:
-    return Policy.parse(value, name="recipient")
-
-
-#: Each variable (without the prefix), the attribute it sets and how its text is parsed.
-_READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
-    *((name, name.lower(), _text) for name in _TEXT),
-    ("RESULT_BACKEND", "result_backend", _text),
-    *((name, attr, parse_duration) for name, attr in _DURATIONS),
-    ("PARK_AFTER", "park_after", _off_or_duration),
-    ("PROMOTE_LEASE", "promote_lease", parse_duration),
-    ("WATCH_GRACE", "watch_grace", parse_duration),
-    ("THROTTLE_HOLD", "throttle_hold", _off_or_duration),
-    ("THROTTLE_HOLD_MAX", "throttle_hold_max", parse_duration),
-    ("GREYLIST_DELAY", "greylist_delay", parse_duration),
-    ("HOLD_EVIDENCE", "hold_evidence", _evidence),
-    ("SEND_RETRIES", "send_retries", _integer),
-    ("POISON_AFTER", "poison_after", _integer),
-    ("METRICS_PORT", "metrics_port", _metrics_port),
-    ("LOG_FORMAT", "log_format", _text),
-    ("TIMEZONE", "timezone", _timezone),
-    ("MAX_MESSAGE_BYTES", "max_message_bytes", parse_size),
-    ("SMTP_ATTEMPTS", "smtp_attempts", _integer),
-    ("POLICY", "policy", _policy),
-)

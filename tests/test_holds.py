@@ -306,6 +306,7 @@ def test_on_one_redis_the_guard_reads_suppression_and_holds_in_one_round_trip(
     settings = Settings.from_env(
         {
             "MAILGUARD_LIMITER_URL": redis_url,
+            "MAILGUARD_SECRET": "s",
             "MAILGUARD_SMTP_URL": "memory://",
             "MAILGUARD_POLICY": policy,
         }

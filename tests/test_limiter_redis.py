@@ -138,7 +138,7 @@ def test_outage_raises_backend_unavailable_then_recovers(own_redis: RedisServer)
 def test_unreachable_url_fails_fast(own_redis: RedisServer) -> None:
     """A URL where nothing listens raises BackendUnavailable within the connect timeout."""
     own_redis.stop()
-    limiter = Limiter.from_url(own_redis.url, REFERENCE)
+    limiter = Limiter.from_url(own_redis.url, REFERENCE, secret="s")
     started = time.monotonic()
     with pytest.raises(BackendUnavailable, match="unavailable"):
         limiter.acquire(ADA)

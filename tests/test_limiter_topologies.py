@@ -81,4 +81,4 @@ def test_sentinel_url_finds_the_master() -> None:
 def test_bad_sentinel_urls_are_refused(url: str) -> None:
     """A sentinel URL without a service or with a bad address raises ValueError."""
     with pytest.raises(ValueError, match="sentinel"):
-        Limiter.from_url(url, POLICY)
+        Limiter.from_url(url, POLICY, secret="s")

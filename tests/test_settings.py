@@ -84,7 +84,7 @@ def test_variables_are_read() -> None:
         ({"MAILGUARD_POLICY": "1/5x"}, "MAILGUARD_POLICY: bad tier"),
         ({"MAILGUARD_MAX_COUNTDOWN": "soon"}, "MAILGUARD_MAX_COUNTDOWN"),
         ({"MAILGUARD_SEND_RETRIES": "many"}, "MAILGUARD_SEND_RETRIES"),
-        ({"MAILGUARD_FAIL_MODE": "maybe"}, "fail_closed or fail_open"),
+        ({"MAILGUARD_FAIL_MODE": "maybe"}, "MAILGUARD_FAIL_MODE must be fail_closed or fail_open"),
         ({"MAILGUARD_LIMITTER_URL": "redis://"}, "unknown setting MAILGUARD_LIMITTER_URL"),
     ],
 )

@@ -20,10 +20,12 @@ from mailer.limits.policy import Policy
 from mailer.mail.kinds import Kind
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import MemoryLedger
+from mailer.settings import Settings
 from tests.smtp_server import SmtpTestServer
 from tests.test_guard import make_guard, req
 from tests.waiting import poll
 from workers import tasks
+from workers.state import use_settings
 
 
 def run_until_sent(guard, clock, mail_id: str, progress: Progress):  # type: ignore[no-untyped-def]
@@ -237,12 +239,16 @@ def test_a_booked_mail_back_after_its_kinds_deadline_is_dropped_expired(
     send_mail = app.tasks[tasks.send_mail.name]
     worker = CeleryWorker(env).start()
     enqueued = time.time()
-    results = [
-        send_mail.apply_async(
-            args=["ada@example.com"], kwargs={"kind": "fast", "context": {"n": n}}
-        )
-        for n in range(3)
-    ]
+    caller = use_settings(Settings.from_env(env))  # delay checks the kind against the caller's
+    try:
+        results = [
+            send_mail.apply_async(
+                args=["ada@example.com"], kwargs={"kind": "fast", "context": {"n": n}}
+            )
+            for n in range(3)
+        ]
+    finally:
+        use_settings(caller)
     poll(lambda: sum(r.state == "DEFERRED" for r in results) == 2, 10, "two booked mails")
     broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
     try:  # the worker holds both countdowns (not one still on its way through the queue)

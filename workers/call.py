@@ -1,8 +1,10 @@
 """``send_mail``'s call, checked: at enqueue and again on receipt, before a worker's pool.
 
-:func:`check_call` bounds the arguments (:mod:`mailer.mail.arguments`), accepts mailguard's
-private keywords only as mailguard made them, and refuses what kombu's JSON could not carry to
-a worker. Celery-free (kombu's JSON only): the CLI and the receipt check use it as well.
+:func:`check_call` bounds the arguments and checks every address (:mod:`mailer.mail.arguments`),
+checks the kind and the variables its templates need against the settings' kinds, accepts
+mailguard's private keywords only as mailguard made them, and refuses what kombu's JSON could
+not carry to a worker. Celery-free (kombu's JSON only): the CLI and the receipt check use it as
+well.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from typing import Any
 
 from kombu.utils.json import dumps, loads
 
+from mailer.errors import InvalidMessage
 from mailer.mail.arguments import InvalidArguments, check_arguments
+from mailer.mail.kinds import Kinds, check_templates
 from mailer.mail.seal import unseal
 from workers import state
 
@@ -27,8 +31,9 @@ def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
 
     Run at enqueue (:meth:`workers.tasks.GuardedTask.apply_async`) and again on receipt, before
     the pool (:class:`workers.request.GuardedRequest`): bounds from :mod:`mailer.mail.arguments`,
-    a ``_progress`` that mailguard sealed for this mail id, and nothing a worker could not
-    decode. Raises ``ValueError`` with the environment's problem when its settings are unusable.
+    a known kind whose templates find their variables in ``context``, a ``_progress`` that
+    mailguard sealed for this mail id, and nothing a worker could not decode. Raises
+    ``ValueError`` with the environment's problem when its settings are unusable.
     """
     refusal = state.refusal()
     if refusal:
@@ -51,8 +56,21 @@ def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
         or not 0 <= requested < 1e11
     ):
         raise InvalidArguments("send_mail: _requested_at is private to mailguard")
+    _check_kind(call, settings.kinds)
     _check_transportable(args, kwargs)
     return call
+
+
+def _check_kind(call: dict[str, Any], kinds: Kinds) -> None:
+    """The kind is one of the settings' (``MAILGUARD_KIND_*`` and the built-ins), and every
+    text the call leaves out has a template whose variables the context gives."""
+    try:
+        kind = kinds[call.get("kind", "default")]
+        check_templates(
+            kind, call.get("subject"), call.get("body"), call.get("html"), call.get("context")
+        )
+    except InvalidMessage as exc:
+        raise InvalidArguments(f"send_mail: {exc}") from None
 
 
 def _check_transportable(args: Any, kwargs: Any) -> None:

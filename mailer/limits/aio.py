@@ -26,7 +26,7 @@ from mailer.errors import BackendUnavailable, mask_url
 from mailer.limits.checks import check_share, check_tenant, max_wait_ms, not_before_ms
 from mailer.limits.decision import Decision
 from mailer.limits.keys import KeyHasher, check_key, mail_tag
-from mailer.limits.limiter import Limiter
+from mailer.limits.limiter import Limiter, require_secret
 from mailer.limits.policy import Policy
 from mailer.limits.scopes import single_key
 from mailer.limits.stores.redis import compile_script, sliding_decision
@@ -107,7 +107,7 @@ class AsyncLimiter:
         tz: str = "UTC",
     ) -> AsyncLimiter:
         """As :meth:`mailer.Limiter.from_url`, for ``memory://``, ``redis://``, ``rediss://``
-        and ``unix://`` (``ValueError`` for any other URL)."""
+        and ``unix://`` (``ValueError`` for any other URL, or for Redis without ``secret``)."""
         if is_memory(url):
             blocking = Limiter.from_url(
                 url, policy, secret=secret, clock=clock, namespace=namespace, tz=tz
@@ -118,6 +118,7 @@ class AsyncLimiter:
                 f"AsyncLimiter cannot use {mask_url(str(url))!r}: use memory://, redis://, "
                 "rediss:// or unix:// (for Cluster or Sentinel, the blocking mailer.Limiter)"
             )
+        require_secret(url, secret, "AsyncLimiter.from_url")
         made = cls(policy, namespace=namespace, secret=secret, clock=clock, tz=tz)
         if made._single:
             source, sha = compile_script(policy)

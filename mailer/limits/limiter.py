@@ -26,14 +26,28 @@ from collections.abc import Sequence
 from typing import Any
 
 from mailer.clock import Clock
+from mailer.errors import mask_url
 from mailer.limits.checks import MAX_WAIT, check_share, check_tenant, max_wait_ms, not_before_ms
 from mailer.limits.decision import Decision
 from mailer.limits.keys import MAX_KEY_LENGTH, check_key, mail_tag
 from mailer.limits.policy import Policy, Tier
 from mailer.limits.scopes import STATUS_RECIPIENT, scope_tiers
 from mailer.limits.stores import Store, open_store
+from mailer.storage import is_redis
 
-__all__ = ["MAX_WAIT", "Limiter", "not_before_ms"]
+__all__ = ["MAX_WAIT", "Limiter", "not_before_ms", "require_secret"]
+
+
+def require_secret(url: str, secret: str | bytes | None, entry: str) -> None:
+    """The workers' rule for a library entry point: shared storage (any Redis URL) needs the
+    ``secret`` they key their hashes with, else it would read a budget of its own; ``ValueError``
+    (one line naming ``secret=`` and ``MAILGUARD_SECRET``). ``memory://`` needs none."""
+    if is_redis(url) and not secret:
+        raise ValueError(
+            f"{entry}: {mask_url(url)} is shared storage and needs secret=, the workers' "
+            "MAILGUARD_SECRET (e.g. secret=Settings.from_env().secret): without it the keys "
+            "differ from theirs and it reads another budget"
+        )
 
 
 class Limiter:
@@ -63,12 +77,15 @@ class Limiter:
         ``redis+cluster://`` or ``redis+sentinel://`` storage (see
         :func:`mailer.storage.client_from_url` for the URL forms).
 
-        ``secret`` keys the hash of every stored key: set it, the same on every worker.
+        ``secret`` keys the hash of every stored key: the same on every worker, required on
+        Redis (``ValueError`` without it, as a worker refuses to start without
+        ``MAILGUARD_SECRET``); ``memory://`` may go without.
         ``clock`` returns epoch seconds. Memory reads it (default: the system clock). Redis
         reads the server's ``TIME`` unless a clock is given; give one only in tests and
         simulations, since workers' clocks disagree. ``tz`` (an IANA name, default UTC)
         aligns ``fixed`` tiers' calendar windows. Raises ``ValueError`` for another URL.
         """
+        require_secret(url, secret, "Limiter.from_url")
         store = open_store(url, policy, clock=clock, namespace=namespace, secret=secret, tz=tz)
         return cls(policy, store)
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from email.utils import parseaddr
 from types import MappingProxyType
 
 from email_validator import EmailNotValidError, validate_email
+from email_validator.syntax import validate_email_local_part
 
 from mailer.errors import InvalidAddress
 
@@ -33,6 +35,9 @@ DEFAULT_DOTLESS_DOMAINS = frozenset({"gmail.com", "googlemail.com"})
 DEFAULT_DOMAIN_ALIASES: Mapping[str, str] = MappingProxyType({"googlemail.com": "gmail.com"})
 
 _FORBIDDEN = ("\r", "\n", "\0")
+# A host name: dot-separated labels of letters, digits and inner hyphens (after IDNA).
+_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOST_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 # Parenthesised details from email-validator may quote a domain label; counts are harmless.
 _DETAIL_RE = re.compile(r"\s*\((?![0-9]+ (?:character|byte))[^)]*\)")
 
@@ -136,6 +141,34 @@ def normalise_address(text: str, rules: AddressRules = DEFAULT_RULES) -> Recipie
         limit_key=limit_key(local, domain, rules),
         smtputf8=valid.ascii_email is None,
     )
+
+
+def check_sender(text: str) -> None:
+    """Check a From value: an address or ``"Name <address>"``, one line, whose domain is any
+    host name (``localhost`` and reserved names such as ``.test`` included: a sender is the
+    operator's, and development servers use them). Raises
+    :class:`~mailer.errors.InvalidAddress` with a reason that does not repeat the text.
+    """
+    if not isinstance(text, str):
+        raise InvalidAddress(f"sender must be a str, got {type(text).__name__}")
+    if any(char in text for char in _FORBIDDEN):
+        raise InvalidAddress("sender contains a forbidden control character")
+    stripped = text.strip()
+    _, address = parseaddr(stripped)
+    if not address or (stripped != address and not stripped.endswith(f"<{address}>")):
+        raise InvalidAddress("it is neither")
+    _precheck(address)
+    local, _, domain = address.rpartition("@")
+    try:
+        validate_email_local_part(local, allow_smtputf8=True, quoted_local_part=False)
+    except EmailNotValidError as exc:
+        raise InvalidAddress(_safe_reason(str(exc), address)) from None
+    try:
+        host = domain.encode("idna").decode("ascii")
+    except UnicodeError:
+        host = ""
+    if len(address) > MAX_ADDRESS_LENGTH or not _HOST_RE.fullmatch(host):
+        raise InvalidAddress("the part after the @-sign is not a host name")
 
 
 def limit_key(local: str, domain: str, rules: AddressRules = DEFAULT_RULES) -> str:

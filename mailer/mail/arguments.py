@@ -3,12 +3,13 @@
 A worker must never choke on what a caller sent: a context nested 500 deep kills a prefork
 worker's main process while it pickles the arguments for its pool, and the message then kills
 the next worker. :func:`check_arguments` refuses, with one line naming the argument, anything a
-worker could not carry (pure: no Celery, no I/O). The worker's guard still validates the mail
-itself (address, templates, headers): this only bounds shape and size.
+worker could not carry, and every address the worker would refuse (pure: no Celery, no I/O).
+The kind and its templates' variables are checked against the settings by
+:func:`workers.call.check_call`; the worker's guard still validates the whole mail.
 
 | argument | accepted |
 |---|---|
-| ``to`` | ``str``, 1-998 characters, no CR/LF/NUL; or a list of such addresses |
+| ``to`` | an address (``str``, valid, no CR/LF/NUL); or a list of them |
 | ``cc``, ``bcc``, ``reply_to`` | ``None``, an address or a list of addresses (each checked) |
 | ``from_email`` | ``None`` or ``str`` (``"Name <address>"`` or an address, valid), one line |
 | ``attachments`` | ``None`` or a list of ``[filename, base64 content, mimetype]`` |
@@ -193,6 +194,7 @@ def _to(call: Mapping[str, Any]) -> None:
         _addresses(call, "to", required=True)
     else:
         _text(call, "to", required=True, max_chars=_LINE_CHARS, one_line=True)
+        _address(str(to), "to", "to")  # _text made sure it is a str
 
 
 def _addresses(call: Mapping[str, Any], name: str, *, required: bool = False) -> None:
@@ -211,10 +213,20 @@ def _addresses(call: Mapping[str, Any], name: str, *, required: bool = False) ->
             raise InvalidArguments(f"send_mail: {name}[{n}] must be text, got {_show(item)}")
         if any(c in item for c in "\r\n\0"):
             raise InvalidArguments(f"send_mail: {name}[{n}] must be one line (no CR, LF or NUL)")
-        try:
-            normalise_address(parseaddr(item)[1] if name == "reply_to" else item)
-        except InvalidAddress as exc:
-            raise InvalidArguments(f"send_mail: {name}[{n}]: {exc}") from None
+        _address(item, name if isinstance(value, str) else f"{name}[{n}]", name)
+
+
+def _address(item: str, where: str, name: str) -> None:
+    """One address of argument ``name`` (shown as ``where``), valid as the worker will check it;
+    the refusal names the argument and the accepted form, never the address."""
+    try:
+        normalise_address(parseaddr(item)[1] if name == "reply_to" else item)
+    except InvalidAddress as exc:
+        form = '"Name <address>" or ' if name == "reply_to" else ""
+        raise InvalidArguments(
+            f"send_mail: {where}: {exc}; give {form}an address such as ada@example.com, or a "
+            "list of them"
+        ) from None
 
 
 def _attachments(value: Any) -> None:

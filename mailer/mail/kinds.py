@@ -21,6 +21,7 @@ import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
+from difflib import get_close_matches
 from functools import lru_cache
 from typing import Any
 
@@ -228,7 +229,9 @@ class Kinds(Mapping[str, Kind]):
         except (KeyError, TypeError):
             known = ", ".join(sorted(self._kinds)) or "none"
             shown = name[:64] if isinstance(name, str) else type(name).__name__
-            raise UnknownKind(f"unknown kind {shown!r}; known: {known}") from None
+            close = get_close_matches(shown, sorted(self._kinds), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close and isinstance(name, str) else ""
+            raise UnknownKind(f"unknown kind {shown!r}; {hint}known: {known}") from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._kinds)
@@ -278,6 +281,52 @@ def render(
     return final_subject, final_body, final_html
 
 
+def check_templates(
+    kind: Kind,
+    subject: str | None,
+    body: str | None,
+    html: str | None,
+    context: Mapping[str, Any] | None,
+) -> None:
+    """``InvalidMessage`` (one line saying what to give) for what :func:`render` would refuse:
+    a subject or body neither given nor templated, or a variable a template needs missing from
+    ``context``. Renders nothing (the templates' variables are cached): the check
+    ``send_mail.delay`` makes before a mail is enqueued."""
+    for field, given, template in (
+        ("subject", subject, kind.subject),
+        ("body", body, kind.body),
+        ("html", html, kind.html),
+    ):
+        if given is not None:
+            continue
+        if template is None:
+            if field != "html":
+                raise InvalidMessage(
+                    f"{field}: kind {kind.name!r} has no {field} template; give {field}=..."
+                )
+            continue
+        missing = sorted(_variables(template, html=field == "html") - set(context or {}))
+        if missing:
+            plural = "s" if len(missing) > 1 else ""
+            wanted = ", ".join(f"{name!r}: ..." for name in missing)
+            raise InvalidMessage(
+                f"context: the {field} template of kind {kind.name!r} needs variable{plural} "
+                f"{', '.join(map(repr, missing))}; give context={{{wanted}}}"
+            )
+
+
+def _check_variables(kind: Kind, field: str, source: str, context: Mapping[str, Any]) -> None:
+    """``InvalidMessage`` naming every variable the template uses that ``context`` lacks."""
+    missing = sorted(_variables(source, html=field == "html") - set(context))
+    if missing:
+        names = ", ".join(repr(name) for name in missing)
+        plural = "s" if len(missing) > 1 else ""
+        raise InvalidMessage(
+            f"kind {kind.name!r}: {field} template needs variable{plural} {names}, missing from "
+            "the context"
+        )
+
+
 def _text(
     kind: Kind, field: str, given: str | None, template: str | None, context: Mapping[str, Any]
 ) -> str:
@@ -298,14 +347,7 @@ def _given(kind: Kind, field: str, value: object) -> str:
 
 def _render(kind: Kind, field: str, source: str, context: Mapping[str, Any]) -> str:
     is_html = field == "html"
-    missing = sorted(_variables(source, html=is_html) - set(context))
-    if missing:
-        names = ", ".join(repr(name) for name in missing)
-        plural = "s" if len(missing) > 1 else ""
-        raise InvalidMessage(
-            f"kind {kind.name!r}: {field} template needs variable{plural} {names}, missing from "
-            "the context"
-        )
+    _check_variables(kind, field, source, context)
     try:
         return _compile(source, html=is_html).render(context)
     except UndefinedError as exc:

@@ -1,0 +1,133 @@
+"""Reading ``MAILGUARD_*`` variables: each variable's parser, in one table (:data:`READERS`).
+
+:func:`read_values` is what :meth:`mailer.settings.Settings.from_env` parses the environment
+with; every error names its variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from mailer.durations import parse_duration, parse_size
+from mailer.limits.policy import Policy
+from mailer.limits.windows import zone
+
+PREFIX = "MAILGUARD_"
+#: What ``MAILGUARD_METRICS_PORT=9808`` (no host) binds to.
+ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - metrics are scraped from other hosts; opt-in port
+
+#: Variables read as plain text into the attribute of the same name, lower case.
+_TEXT = (
+    "BROKER_URL",
+    "LIMITER_URL",
+    "LEDGER_URL",
+    "SMTP_URL",
+    "SECRET",
+    "SENDER",
+    "FAIL_MODE",
+    "QUEUE",
+)
+#: Variables read as durations (seconds) and the attribute each sets.
+_DURATIONS = (
+    ("MAX_COUNTDOWN", "max_countdown"),
+    ("RETRY_BACKOFF", "retry_backoff"),
+    ("CLAIM_LEASE", "claim_lease"),
+    ("VISIBILITY_TIMEOUT", "visibility_timeout_override"),
+    ("RESTORE_INTERVAL", "restore_interval"),
+    ("SUPPRESS_FOR", "suppress_for"),
+    ("LATE_TOLERANCE", "late_tolerance"),
+)
+
+
+def read_values(env: Mapping[str, str]) -> dict[str, object]:
+    """The settings' values given by ``env``, parsed; ``ValueError`` names a bad variable."""
+    values: dict[str, object] = {}
+    for name, attr, parse in READERS:
+        value = env.get(PREFIX + name)
+        if value is None or value == "":
+            continue
+        try:
+            parsed = parse(value)
+        except ValueError as exc:
+            raise ValueError(f"{PREFIX}{name}: {exc}") from None
+        if isinstance(parsed, _Several):
+            values.update(parsed.values)
+        else:
+            values[attr] = parsed
+    return values
+
+
+@dataclass(frozen=True)
+class _Several:
+    """A parser's answer that sets several attributes at once."""
+
+    values: dict[str, object]
+
+
+def _text(value: str) -> str:
+    return value
+
+
+def _off_or_duration(value: str) -> float | None:
+    """``off`` (the feature is off: None) or a duration in seconds."""
+    return None if value.strip().lower() == "off" else parse_duration(value)
+
+
+def _evidence(value: str) -> tuple[int, float] | None:
+    """``off`` (None) or ``count/window``: ``3/10s``."""
+    if value.strip().lower() == "off":
+        return None
+    count, slash, window = value.partition("/")
+    if not slash or not count.strip().isdigit():
+        raise ValueError(f"{value!r} is not count/window (3/10s) or off")
+    return int(count), parse_duration(window.strip())
+
+
+def _integer(value: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a whole number") from None
+
+
+def _metrics_port(value: str) -> _Several:
+    """``port`` or ``host:port`` (IPv6 hosts in brackets)."""
+    host, _, number = value.rpartition(":")
+    if not number.isdigit():
+        raise ValueError(f"{value!r} is not a port or host:port")
+    return _Several(
+        {"metrics_port": int(number), "metrics_host": host.strip("[]") or ALL_INTERFACES}
+    )
+
+
+def _timezone(value: str) -> str:
+    zone(value)  # an unknown zone raises here, at start
+    return value
+
+
+def _policy(value: str) -> Policy:
+    return Policy.parse(value, name="recipient")
+
+
+#: Each variable (without the prefix), the attribute it sets and how its text is parsed.
+READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
+    *((name, name.lower(), _text) for name in _TEXT),
+    ("RESULT_BACKEND", "result_backend", _text),
+    *((name, attr, parse_duration) for name, attr in _DURATIONS),
+    ("PARK_AFTER", "park_after", _off_or_duration),
+    ("PROMOTE_LEASE", "promote_lease", parse_duration),
+    ("WATCH_GRACE", "watch_grace", parse_duration),
+    ("THROTTLE_HOLD", "throttle_hold", _off_or_duration),
+    ("THROTTLE_HOLD_MAX", "throttle_hold_max", parse_duration),
+    ("GREYLIST_DELAY", "greylist_delay", parse_duration),
+    ("HOLD_EVIDENCE", "hold_evidence", _evidence),
+    ("SEND_RETRIES", "send_retries", _integer),
+    ("POISON_AFTER", "poison_after", _integer),
+    ("METRICS_PORT", "metrics_port", _metrics_port),
+    ("LOG_FORMAT", "log_format", _text),
+    ("TIMEZONE", "timezone", _timezone),
+    ("MAX_MESSAGE_BYTES", "max_message_bytes", parse_size),
+    ("SMTP_ATTEMPTS", "smtp_attempts", _integer),
+    ("POLICY", "policy", _policy),
+)
