@@ -213,7 +213,9 @@ def test_a_stopped_worker_does_not_bunch_late_mails(
     assert {o["status"] for o in outcomes} == {"sent"}, outcomes
     closest = closest_gap(smtp_server, recipients=10, each=5)
     print(f"closest two mails to one recipient: {closest:.2f} s (policy 2 s)")
-    assert closest >= 2.0 - 0.25, f"two mails to one recipient {closest:.2f} s apart"
+    # The promise is the policy's spacing less MAILGUARD_LATE_TOLERANCE (1 s): a run late by
+    # less keeps its slot; 0.5 s of slack still tells re-booking (2 s) from bunching (0.06 s).
+    assert closest >= 2.0 - 0.5, f"two mails to one recipient {closest:.2f} s apart"
 
 
 def test_a_booked_mail_back_after_its_kinds_deadline_is_dropped_expired(
