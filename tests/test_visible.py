@@ -12,8 +12,10 @@ from collections.abc import Iterator
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from mailer.durations import human
 from tests.smtp_server import SmtpTestServer
 from workers import app as worker_app
+from workers.cli import views
 
 TASK = "mailguard.send_mail"
 
@@ -126,3 +128,28 @@ def test_the_ignored_line_is_dropped_for_deferrals_only() -> None:
         isinstance(f, worker_app._QuietDeferrals)
         for f in logging.getLogger("celery.app.trace").filters
     )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0, "0s"),
+        (0.25, "0.25s"),
+        (9.99, "9.99s"),
+        (42, "42s"),
+        (59.6, "1m"),
+        (125, "2m 5s"),
+        (3605, "1h"),
+        (5400, "1h 30m"),
+        (90_061, "1d 1h"),
+        (2_592_000, "30d"),
+        (-3, "-3s"),
+    ],
+)
+def test_human_durations(seconds: float, shown: str) -> None:
+    assert human(seconds) == shown
+
+
+def test_cli_views_write_iso_times_and_human_durations() -> None:
+    assert views.when(1_795_607_637.937) == "2026-11-25T11:53:57+00:00"
+    assert views.duration(2_592_000) == "30d"

@@ -25,6 +25,7 @@ from typing import Any
 
 from mailer import outcomes as why
 from mailer.clock import Clock
+from mailer.durations import human
 from mailer.errors import BackendUnavailable, Contended
 from mailer.guard.data import Admitted, GuardConfig, Prepared, iso, log_fields
 from mailer.guard.outage import backend_down
@@ -220,8 +221,8 @@ class Booking:
         deadline = progress.first_seen + mail.kind.max_wait
         dropped = mail.base.but(
             reason=why.EXPIRED,
-            detail=f"{now - progress.first_seen:.1f} s after the guard first saw it, kind "
-            f"{mail.kind.name!r} allows {mail.kind.max_wait:g} s (deadline {iso(deadline)})",
+            detail=f"{human(now - progress.first_seen)} after the guard first saw it, kind "
+            f"{mail.kind.name!r} allows {human(mail.kind.max_wait)} (deadline {iso(deadline)})",
         )
         log.info("mail %s dropped: expired", mail.mail_id, extra=log_fields(dropped))
         if progress.due:
@@ -272,7 +273,7 @@ def _dropped(
     if after is None:
         fields: dict[str, Any] = {"reason": why.LATE if late else why.RATE_LIMITED}
         fields["due"] = decision.at
-        said = f"rate limited by {tier}, wait {action.wait:.3f} s"
+        said = f"rate limited by {tier}, wait {human(action.wait)}"
     else:
         fields = {"reason": why.RATE_LIMITED, **after.fields(base)}
         fields["detail"] = f"{after.held_until()}: no slot within the kind's wait"
@@ -304,10 +305,10 @@ def _booked(
     if not new_booking and local >= action.due:
         eta = None
         log.warning(
-            "mail %s ran %.3f s before its slot by the limiter's clock: this worker's clock is "
+            "mail %s ran %s before its slot by the limiter's clock: this worker's clock is "
             "ahead of the limiter's",
             base.mail_id,
-            action.wait,
+            human(action.wait),
             extra={"mail_id": base.mail_id},
         )
     elif new_booking:
@@ -330,9 +331,9 @@ def _booked(
     )
     if new_booking:  # one line per booking; hops towards it are quiet
         log.info(
-            "mail %s deferred %.1f s to %s by %s",
+            "mail %s deferred %s to %s by %s",
             base.mail_id,
-            action.wait,
+            human(action.wait),
             iso(action.due),
             tier or "the mails booked before it",
             extra=log_fields(waiting),
