@@ -12,7 +12,14 @@ from collections.abc import Iterator
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.durations import human
+from mailer.factory import memory_guard
+from mailer.guard import Guard, GuardConfig, MailRequest
+from mailer.guard.booking import reply_of
+from mailer.mail.transports import MemoryTransport
+from mailer.outcomes import Outcome
+from mailer.records.ledger import MemoryLedger
 from tests.smtp_server import SmtpTestServer
 from workers import app as worker_app
 from workers.cli import views
@@ -153,3 +160,68 @@ def test_human_durations(seconds: float, shown: str) -> None:
 def test_cli_views_write_iso_times_and_human_durations() -> None:
     assert views.when(1_795_607_637.937) == "2026-11-25T11:53:57+00:00"
     assert views.duration(2_592_000) == "30d"
+
+
+def _guard(clock: ManualClock, **config: object) -> tuple[Guard, MemoryTransport]:
+    limiter = Limiter.from_url("memory://", Policy.parse("100/1s"), clock=clock)
+    transport = MemoryTransport()
+    guard = memory_guard(
+        limiter,
+        MemoryLedger(clock),
+        transport,
+        kinds=Kinds.defaults(),
+        clock=clock,
+        config=GuardConfig(**config),  # type: ignore[arg-type]
+    )
+    return guard, transport
+
+
+def _held(outcome: Outcome) -> tuple[object, ...]:
+    return outcome.reason, outcome.hold, outcome.smtp_code, outcome.smtp_reply
+
+
+def test_every_held_mail_has_one_outcome_shape(clock: ManualClock) -> None:
+    """A 454 holds the sender: the mail that received it and those that meet the hold carry the
+    same hold, smtp_code and smtp_reply (the reply that started it); the detail is ISO."""
+    guard, transport = _guard(clock, throttle_hold=30.0)
+    transport.fail_next(1, code=454, reply="4.7.0 Throttling failure")
+    first = guard.process(MailRequest(to="ada@example.com", mail_id="m1", subject="s", body="b"))
+    clock.advance(1)
+    others = [
+        guard.process(MailRequest(to=to, mail_id=f"m{n}", subject="s", body="b"))
+        for n, to in enumerate(["bob@example.com", "cy@example.com"], start=2)
+    ]
+    expected = ("held", "sender", 454, "4.7.0 Throttling failure")
+    assert [_held(step.outcome) for step in (first, *others)] == [expected] * 3
+    assert all(
+        re.fullmatch(r"sender held until \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", o.outcome.detail)
+        for o in (first, *others)
+    ), [o.outcome.detail for o in (first, *others)]
+
+
+def test_a_hold_started_by_evidence_shows_its_last_reply(clock: ManualClock) -> None:
+    """hold_evidence 3/10s: the third recipient's 451 holds the sender; its mail and the next
+    one carry smtp_code 451 and that reply's text."""
+    guard, transport = _guard(clock, throttle_hold=5.0, hold_evidence=(3, 10.0))
+    steps = []
+    for n, to in enumerate(["ada@example.com", "bob@example.com", "cy@example.com", "dan@x.org"]):
+        if n < 3:
+            transport.fail_next(1, code=451, reply="4.3.0 Temporarily rejected")
+        steps.append(guard.process(MailRequest(to=to, mail_id=f"e{n}", subject="s", body="b")))
+        clock.advance(1)
+    assert [s.outcome.reason for s in steps[:2]] == ["smtp_transient"] * 2
+    expected = ("held", "sender", 451, "4.3.0 Temporarily rejected")
+    assert [_held(s.outcome) for s in steps[2:]] == [expected] * 2
+
+
+@pytest.mark.parametrize(
+    ("cause", "reply"),
+    [
+        ("454 4.7.0 Try later", (454, "4.7.0 Try later")),
+        ("421", (421, None)),
+        ("3 recipients failed within 10s, the last with 451 4.3.0 x", (451, "4.3.0 x")),
+        ("connection lost", (None, "connection lost")),
+    ],
+)
+def test_reply_of_a_hold_cause(cause: str, reply: tuple[int | None, str | None]) -> None:
+    assert reply_of(cause) == reply

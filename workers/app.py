@@ -276,6 +276,7 @@ logging.getLogger("celery.app.trace").addFilter(_QuietDeferrals())
 
 @signals.worker_ready.connect
 def _ready_line(sender: Any = None, **_: Any) -> None:
-    """One INFO line when the worker takes mail (Celery's own ``ready.`` line needs ``-l INFO``)."""
+    """One INFO line when the worker takes mail (Celery's own ``ready.`` line needs ``-l INFO``),
+    on ``mailguard.worker``: the ``mailguard`` logger's lines are each about one mail."""
     hostname = getattr(sender, "hostname", None) or "worker"
-    logging.getLogger("mailguard").info("mailguard: %s ready.", hostname)
+    logging.getLogger("mailguard.worker").info("mailguard: %s ready.", hostname)

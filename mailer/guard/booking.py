@@ -20,6 +20,7 @@ caller says what a limiter that is down means.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -56,9 +57,11 @@ class After:
     hold: Hold
 
     def fields(self, base: Outcome) -> dict[str, Any]:
-        """The outcome fields of a mail booked or dropped because of this hold: the reply this
-        run received (in ``base``), else the one that started the hold."""
-        return {"hold": self.scope, "smtp_reply": base.smtp_reply or self.hold.cause}
+        """The outcome fields of a mail booked or dropped because of this hold, the same for
+        every such mail (the one whose reply started it and those that met it): ``hold``, and
+        ``smtp_code`` / ``smtp_reply`` of the reply that started it (:func:`reply_of`)."""
+        code, reply = reply_of(self.hold.cause)
+        return {"hold": self.scope, "smtp_code": code, "smtp_reply": reply}
 
     def held_until(self) -> str:
         if self.scope == GREYLISTING:
@@ -78,6 +81,23 @@ class After:
         if self.hold.stated or self.hold.until <= latest:
             return self.hold.until
         return latest
+
+
+_REPLY_RE = re.compile(r"^(?P<code>[2-5][0-9]{2})(?:\s+(?P<text>.*))?$", re.DOTALL)
+#: How a hold started by evidence names the reply that tipped it (see the holds gate).
+_LAST_WITH = "the last with "
+
+
+def reply_of(cause: str) -> tuple[int | None, str | None]:
+    """The SMTP code and reply text of the reply that started a hold, from its ``cause``:
+    ``"454 4.7.0 Try later"`` gives ``(454, "4.7.0 Try later")``; a hold started by evidence
+    (``"3 recipients failed within 10s, the last with 451 4.3.0 ..."``) gives its last reply.
+    A cause with no code gives ``(None, cause)``."""
+    text = cause.rsplit(_LAST_WITH, 1)[-1].strip()
+    match = _REPLY_RE.match(text)
+    if match is None:
+        return None, cause or None
+    return int(match["code"]), match["text"] or None
 
 
 class Booking:
