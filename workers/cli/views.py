@@ -152,7 +152,7 @@ def show_report(report: Report, source: str, elapsed: float, top: int) -> None:
     out.print(
         f"policy {report.policy}; {source}: {total.attempts:,} attempts to "
         f"{report.recipients:,} recipients over {duration(report.duration)}; "
-        f"simulated in {elapsed:.2f} s"
+        f"simulated in {duration(elapsed)}"
     )
     waits = ", ".join(f"{k} {duration(v)}" for k, v in sorted(report.max_waits.items()))
     out.print(f"max wait per kind: {waits}")
@@ -178,7 +178,7 @@ def show_comparison(first: Report, second: Report, source: str, elapsed: float) 
     total = first.total
     out.print(
         f"{source}: {total.attempts:,} attempts to {first.recipients:,} recipients over "
-        f"{duration(first.duration)}; both policies simulated in {elapsed:.2f} s"
+        f"{duration(first.duration)}; both policies simulated in {duration(elapsed)}"
     )
     out.print(f"A: {first.policy}")
     out.print(f"B: {second.policy}")
