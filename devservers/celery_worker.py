@@ -48,8 +48,9 @@ def client_app(env: dict[str, str]) -> Celery:
 class CeleryWorker:
     """``celery -A workers.app worker`` as a subprocess with ``env`` on top of this process's.
 
-    ``app_module`` is the ``-A`` argument: another module exposing the same app (with more tasks
-    registered on it, as the guard benchmark does) may be given instead of ``workers.app``.
+    ``loglevel`` is the ``--loglevel`` argument (None: not given). ``app_module`` is the
+    ``-A`` argument: another module exposing the same app (with more tasks registered on it, as
+    the guard benchmark does) may be given instead of ``workers.app``.
     """
 
     def __init__(
@@ -61,6 +62,7 @@ class CeleryWorker:
         name: str = "w1",
         app_module: str = "workers.app",
         events: bool = False,
+        loglevel: str | None = "INFO",
     ) -> None:
         self.env = (
             {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
@@ -72,6 +74,7 @@ class CeleryWorker:
         self.name = name
         self.app_module = app_module
         self.events = events  # -E: send task events (Flower, celery events)
+        self.loglevel = loglevel  # --loglevel; None: Celery's default (WARNING), as the README's
         self.log_path = Path(tempfile.mkdtemp(prefix="mailguard-worker-")) / "worker.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -92,8 +95,7 @@ class CeleryWorker:
                 str(self.concurrency),
                 "--hostname",
                 f"{self.name}@%h",
-                "--loglevel",
-                "INFO",
+                *(["--loglevel", self.loglevel] if self.loglevel else []),
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",

@@ -1,11 +1,15 @@
-"""Durations (``300``, ``5m``, ``24h``, ``1d``, ``500ms``) and sizes (``10MB``) written by people.
+"""Durations (``300``, ``5m``, ``24h``, ``1d``, ``500ms``) and sizes (``10MB``) written by people,
+and durations written for people (:func:`human`).
 
 >>> parse_duration("5m"), parse_duration("500ms"), parse_duration("90")
 (300.0, 0.5, 90.0)
+>>> human(0.25), human(42), human(125), human(2_592_000), human(5400)
+('0.25s', '42s', '2m 5s', '30d', '1h 30m')
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 
@@ -53,3 +57,28 @@ def parse_size(text: str) -> int:
             "unit (B, KB, MB, GB) such as '10MB'"
         )
     return int(match["num"]) * _UNITS_B[match["unit"]]
+
+
+#: The units :func:`human` writes, largest first: (seconds in one, its letter).
+_SHOWN = ((86400, "d"), (3600, "h"), (60, "m"), (1, "s"))
+
+
+def human(seconds: float) -> str:
+    """``seconds`` for a person: ``0.25s``, ``42s``, ``2m 5s``, ``1h 30m``, ``30d``.
+
+    Under 10 s: up to 3 significant digits. From a minute: the largest unit and the next one
+    (left out when zero), rounded to that next unit. Negative durations get a ``-``; an
+    infinite or NaN one is written as Python writes the float.
+    """
+    if not math.isfinite(seconds):
+        return str(seconds)
+    if seconds < 0:
+        return "-" + human(-seconds)
+    for (big, name), (small, small_name) in itertools.pairwise(_SHOWN):
+        count = round(seconds / small)
+        if count >= big // small:
+            high, low = divmod(count, big // small)
+            return f"{high}{name} {low}{small_name}" if low else f"{high}{name}"
+    if seconds < 10:
+        return f"{seconds:.3g}s"
+    return f"{round(seconds)}s"

@@ -92,7 +92,7 @@ def test_simulate_a_csv_trace_prints_the_hand_computed_counts(tmp_path: Path) ->
     )
     result = invoke(["simulate", "--csv", str(trace), "--policy", "1/60s, 3/1h"])
     assert result.exit_code == 0, result.output
-    row = r"code\s+4\s+3\s+1\s+2\s+50 s\s+1m 40s\s+1m 40s\s+1\s"
+    row = r"code\s+4\s+3\s+1\s+2\s+50s\s+1m 40s\s+1m 40s\s+1\s"
     assert re.search(row, result.stdout), result.stdout
     assert re.search(r"3/1h\s+0\s+-\s+-\s+-\s+1\s", result.stdout), result.stdout
     assert "ada@example.com" not in result.stdout

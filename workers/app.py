@@ -227,3 +227,56 @@ def _json_logs(logger: logging.Logger | None = None, **_: Any) -> None:
     if settings.log_format == "json" and logger is not None:
         for handler in logger.handlers:
             handler.setFormatter(WorkerJsonFormatter())
+
+
+@signals.after_setup_logger.connect
+def _mailguard_logs_at_info(logger: logging.Logger | None = None, **_: Any) -> None:
+    """mailguard's own lines (logger ``mailguard``: deferred, parked, held, dropped, ...) are
+    written at INFO whatever the worker's ``-l``.
+
+    Runs once Celery has given the root logger its handler and level. When that level is above
+    INFO and ``mailguard``'s level was not set by the project, ``mailguard`` gets INFO: its
+    records still reach the root's handlers (propagation skips the root's level), so ``-l
+    INFO`` or lower writes each line once as before. Should no root handler pass INFO, the
+    logger gets a handler of its own (formatted like the root's first one) and stops
+    propagating, so no line is written twice.
+    """
+    own = logging.getLogger("mailguard")
+    if logger is None or own.level != logging.NOTSET or own.getEffectiveLevel() <= logging.INFO:
+        return
+    own.setLevel(logging.INFO)
+    if any(h.level <= logging.INFO for h in logger.handlers) or own.handlers:
+        return
+    handler = logging.StreamHandler()
+    if logger.handlers:
+        handler.setFormatter(logger.handlers[0].formatter)
+    elif settings.log_format == "json":
+        handler.setFormatter(WorkerJsonFormatter())
+    own.addHandler(handler)
+    own.propagate = False
+
+
+class _QuietDeferrals(logging.Filter):
+    """Drops Celery's ``Task mailguard.send_mail[...] ignored`` line for a deferral: the run
+    raised :class:`workers.tasks.Deferred`, and mailguard's own "deferred ... by" line says
+    when and why. Other ignored tasks, and other ``send_mail`` lines, pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        data = getattr(record, "data", None)
+        if not isinstance(data, dict) or data.get("description") != "ignored":
+            return True
+        return not (
+            data.get("name") == state.SEND_MAIL and str(data.get("exc", "")).startswith("Deferred(")
+        )
+
+
+# Celery logs ignored runs through this logger (celery.app.trace: LOG_IGNORED, at INFO).
+logging.getLogger("celery.app.trace").addFilter(_QuietDeferrals())
+
+
+@signals.worker_ready.connect
+def _ready_line(sender: Any = None, **_: Any) -> None:
+    """One INFO line when the worker takes mail (Celery's own ``ready.`` line needs ``-l INFO``),
+    on ``mailguard.worker``: the ``mailguard`` logger's lines are each about one mail."""
+    hostname = getattr(sender, "hostname", None) or "worker"
+    logging.getLogger("mailguard.worker").info("mailguard: %s ready.", hostname)

@@ -15,6 +15,7 @@ import logging
 import time
 
 from mailer import outcomes as why
+from mailer.durations import human
 from mailer.errors import BackendUnavailable, Contended
 from mailer.guard.booking import Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, log_fields
@@ -67,9 +68,9 @@ class Admission:
         again = self.booking.acquire(mail, max_wait)
         self.metrics.rebooked(mail.kind.name if mail.kind.name in self.kinds else UNKNOWN_KIND)
         log.info(
-            "mail %s ran %.1f s after its slot: %s",
+            "mail %s ran %s after its slot: %s",
             mail.mail_id,
-            now - slot.at,
+            human(now - slot.at),
             "sent now" if again.allowed else "booked again" if again.booked else "no slot in time",
             extra=log_fields(mail.base),
         )

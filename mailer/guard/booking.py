@@ -20,11 +20,13 @@ caller says what a limiter that is down means.
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
 from mailer import outcomes as why
 from mailer.clock import Clock
+from mailer.durations import human
 from mailer.errors import BackendUnavailable, Contended
 from mailer.guard.data import Admitted, GuardConfig, Prepared, iso, log_fields
 from mailer.guard.outage import backend_down
@@ -55,9 +57,11 @@ class After:
     hold: Hold
 
     def fields(self, base: Outcome) -> dict[str, Any]:
-        """The outcome fields of a mail booked or dropped because of this hold: the reply this
-        run received (in ``base``), else the one that started the hold."""
-        return {"hold": self.scope, "smtp_reply": base.smtp_reply or self.hold.cause}
+        """The outcome fields of a mail booked or dropped because of this hold, the same for
+        every such mail (the one whose reply started it and those that met it): ``hold``, and
+        ``smtp_code`` / ``smtp_reply`` of the reply that started it (:func:`reply_of`)."""
+        code, reply = reply_of(self.hold.cause)
+        return {"hold": self.scope, "smtp_code": code, "smtp_reply": reply}
 
     def held_until(self) -> str:
         if self.scope == GREYLISTING:
@@ -77,6 +81,23 @@ class After:
         if self.hold.stated or self.hold.until <= latest:
             return self.hold.until
         return latest
+
+
+_REPLY_RE = re.compile(r"^(?P<code>[2-5][0-9]{2})(?:\s+(?P<text>.*))?$", re.DOTALL)
+#: How a hold started by evidence names the reply that tipped it (see the holds gate).
+_LAST_WITH = "the last with "
+
+
+def reply_of(cause: str) -> tuple[int | None, str | None]:
+    """The SMTP code and reply text of the reply that started a hold, from its ``cause``:
+    ``"454 4.7.0 Try later"`` gives ``(454, "4.7.0 Try later")``; a hold started by evidence
+    (``"3 recipients failed within 10s, the last with 451 4.3.0 ..."``) gives its last reply.
+    A cause with no code gives ``(None, cause)``."""
+    text = cause.rsplit(_LAST_WITH, 1)[-1].strip()
+    match = _REPLY_RE.match(text)
+    if match is None:
+        return None, cause or None
+    return int(match["code"]), match["text"] or None
 
 
 class Booking:
@@ -220,8 +241,8 @@ class Booking:
         deadline = progress.first_seen + mail.kind.max_wait
         dropped = mail.base.but(
             reason=why.EXPIRED,
-            detail=f"{now - progress.first_seen:.1f} s after the guard first saw it, kind "
-            f"{mail.kind.name!r} allows {mail.kind.max_wait:g} s (deadline {iso(deadline)})",
+            detail=f"{human(now - progress.first_seen)} after the guard first saw it, kind "
+            f"{mail.kind.name!r} allows {human(mail.kind.max_wait)} (deadline {iso(deadline)})",
         )
         log.info("mail %s dropped: expired", mail.mail_id, extra=log_fields(dropped))
         if progress.due:
@@ -272,7 +293,7 @@ def _dropped(
     if after is None:
         fields: dict[str, Any] = {"reason": why.LATE if late else why.RATE_LIMITED}
         fields["due"] = decision.at
-        said = f"rate limited by {tier}, wait {action.wait:.3f} s"
+        said = f"rate limited by {tier}, wait {human(action.wait)}"
     else:
         fields = {"reason": why.RATE_LIMITED, **after.fields(base)}
         fields["detail"] = f"{after.held_until()}: no slot within the kind's wait"
@@ -304,10 +325,10 @@ def _booked(
     if not new_booking and local >= action.due:
         eta = None
         log.warning(
-            "mail %s ran %.3f s before its slot by the limiter's clock: this worker's clock is "
+            "mail %s ran %s before its slot by the limiter's clock: this worker's clock is "
             "ahead of the limiter's",
             base.mail_id,
-            action.wait,
+            human(action.wait),
             extra={"mail_id": base.mail_id},
         )
     elif new_booking:
@@ -330,9 +351,9 @@ def _booked(
     )
     if new_booking:  # one line per booking; hops towards it are quiet
         log.info(
-            "mail %s deferred %.1f s to %s by %s",
+            "mail %s deferred %s to %s by %s",
             base.mail_id,
-            action.wait,
+            human(action.wait),
             iso(action.due),
             tier or "the mails booked before it",
             extra=log_fields(waiting),

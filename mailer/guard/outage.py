@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from mailer import defaults
 from mailer import outcomes as why
+from mailer.durations import human
 from mailer.errors import BackendUnavailable, Contended
 from mailer.guard.data import GuardConfig, log_fields
 from mailer.outcomes import Outcome
@@ -45,9 +46,9 @@ def backend_down(
     countdown = backoff(config, progress.limiter_failures)
     waiting = base.but(status="deferred", reason=reason, wait=countdown, detail=str(exc))
     log.warning(
-        "mail %s deferred %.1f s: %s",
+        "mail %s deferred %s: %s",
         base.mail_id,
-        countdown,
+        human(countdown),
         _WHAT.get(reason, "limiter unavailable (fail_closed)"),
         extra=log_fields(waiting),
     )

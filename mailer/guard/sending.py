@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from mailer import outcomes as why
 from mailer.clock import Clock
+from mailer.durations import human
 from mailer.errors import InvalidMessage, PermanentSendError, TransientSendError
 from mailer.guard.booking import Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, failure, log_fields
@@ -93,10 +94,10 @@ class Sending:
             smtp_reply=exc.reply,
         )
         log.info(
-            "mail %s: transient SMTP error %s, again in %.1f s",
+            "mail %s: transient SMTP error %s, again in %s",
             base.mail_id,
             exc.code,
-            countdown,
+            human(countdown),
             extra=log_fields(waiting),
         )
         return Later(countdown, waiting, progress)

@@ -100,7 +100,10 @@ def _wait(app: Any, mail_id: str, timeout: float) -> None:
             due = f" until {views.when(float(shown))}" if shown else ""
             click.echo(f"deferred{due} ({meta.get('reason')}{tier})", err=True)
         if time.monotonic() >= deadline:
-            fail(f"no outcome within {timeout:g} s (state {state}); see `mailguard outcome`")
+            fail(
+                f"no outcome within {views.duration(timeout)} (state {state}); "
+                "see `mailguard outcome`"
+            )
         time.sleep(0.2)
     show_outcome(mail_id, state, meta, as_json=False)
     status_ = meta.get("status") if isinstance(meta, Mapping) else None

@@ -113,16 +113,17 @@ def _show_hold(
     if hold is None:
         click.echo("sender: no hold")
     else:
-        length = hold["until"] - hold["since"]
+        length = views.duration(hold["until"] - hold["since"])
+        left = views.duration(max(hold["until"] - time.time(), 0.0))
         why = (
-            f"{length:g} s stated by the server"
+            f"{length} stated by the server"
             if hold["stated"]
-            else f"{length:g} s: the first length, doubled {hold['level']} times while the "
+            else f"{length}: the first length, doubled {hold['level']} times while the "
             "throttling continued"
         )
         click.echo(
             f"sender held until {views.when(hold['until'])} ({hold['cause']}), "
-            f"{max(hold['until'] - time.time(), 0.0):.0f} s left, level {hold['level']}; {why}"
+            f"{left} left, level {hold['level']}; {why}"
         )
 
 

@@ -9,13 +9,13 @@ never printed: a recipient appears as the keyed hash of its entry.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 
 import click
 
 from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_suppressions
+from mailer.guard.data import iso
 from mailer.records.suppression import Suppressions
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
@@ -30,10 +30,6 @@ def _key(store: Suppressions, address: str) -> str:
         return store.key_of(address)
     except InvalidAddress as exc:
         fail(f"bad address: {exc}", USAGE)
-
-
-def _when(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")
 
 
 @click.command(short_help="Say whether an address is suppressed, and until when.")
@@ -51,7 +47,7 @@ def suppressed(address: str, as_json: bool) -> None:
         shown = None if entry is None else vars(entry) | {"recipient": key}
         click.echo(json.dumps(shown, indent=2))
     elif entry is not None:
-        click.echo(f"{key} suppressed until {_when(entry.until)} ({entry.cause})")
+        click.echo(f"{key} suppressed until {iso(entry.until)} ({entry.cause})")
     if entry is None:
         if not as_json:
             click.echo(f"{key} is not suppressed")
@@ -76,7 +72,7 @@ def suppress(address: str, duration: str, reason: str) -> None:
         entry = store.suppress(address, seconds=seconds, cause=reason)
     except BackendUnavailable as exc:
         fail(str(exc))
-    click.echo(f"{key} suppressed until {_when(entry.until)}")
+    click.echo(f"{key} suppressed until {iso(entry.until)}")
 
 
 @click.command(short_help="Lift an address's suppression.")

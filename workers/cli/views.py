@@ -8,13 +8,15 @@ recipient is its keyed hash, as in the outcomes.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
+
+from mailer.durations import human
+from mailer.guard.data import iso
 
 if TYPE_CHECKING:
     from mailer.simulate import Report, Summary
@@ -40,24 +42,13 @@ def console() -> Console:
 
 
 def duration(seconds: float) -> str:
-    """``0.25 s``, ``42 s``, ``4m 59s``, ``19h 00m``, ``2d 03h``."""
-    if seconds < 10:
-        return f"{seconds:.3g} s"
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes, secs = divmod(round(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m {secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours:02d}h"
+    """``0.25s``, ``42s``, ``4m 59s``, ``19h``, ``2d 3h`` (:func:`mailer.durations.human`)."""
+    return human(seconds)
 
 
 def when(epoch: float) -> str:
-    """``2026-01-31 12:00:00 UTC``."""
-    return dt.datetime.fromtimestamp(epoch, tz=dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    """ISO 8601 in UTC, to the second: ``2026-01-31T12:00:00+00:00``."""
+    return iso(epoch)
 
 
 # --- a mail's outcome ------------------------------------------------------------------------
@@ -161,7 +152,7 @@ def show_report(report: Report, source: str, elapsed: float, top: int) -> None:
     out.print(
         f"policy {report.policy}; {source}: {total.attempts:,} attempts to "
         f"{report.recipients:,} recipients over {duration(report.duration)}; "
-        f"simulated in {elapsed:.2f} s"
+        f"simulated in {duration(elapsed)}"
     )
     waits = ", ".join(f"{k} {duration(v)}" for k, v in sorted(report.max_waits.items()))
     out.print(f"max wait per kind: {waits}")
@@ -187,7 +178,7 @@ def show_comparison(first: Report, second: Report, source: str, elapsed: float) 
     total = first.total
     out.print(
         f"{source}: {total.attempts:,} attempts to {first.recipients:,} recipients over "
-        f"{duration(first.duration)}; both policies simulated in {elapsed:.2f} s"
+        f"{duration(first.duration)}; both policies simulated in {duration(elapsed)}"
     )
     out.print(f"A: {first.policy}")
     out.print(f"B: {second.policy}")

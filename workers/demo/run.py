@@ -303,6 +303,7 @@ def quiet_logs() -> Iterator[None]:
     names = {
         "mailer": logging.WARNING,
         "workers": logging.WARNING,
+        "mailguard": logging.WARNING,  # the guard's own lines, at INFO in a worker by default
         "celery": logging.WARNING,
         "kombu": logging.WARNING,
         "kombu.connection": logging.ERROR,  # "no hostname supplied" for memory://

@@ -29,6 +29,7 @@ from typing import Any
 
 from mailer import defaults
 from mailer import outcomes as why
+from mailer.durations import human
 from mailer.errors import BackendUnavailable, TransientSendError
 from mailer.guard.booking import GREYLISTING, After, Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, iso, log_fields
@@ -159,7 +160,7 @@ class HoldsGate:
             return None
         exc = refused.error
         cause = (
-            f"{count} recipients failed within {window:g} s, the last with "
+            f"{count} recipients failed within {human(window)}, the last with "
             f"{exc.code or ''} {exc.reply or exc.reason}"
         ).replace("  ", " ")
         seconds = self.config.throttle_hold or defaults.THROTTLE_HOLD
@@ -208,8 +209,8 @@ class HoldsGate:
                 who,
                 iso(hold.until),
                 cause,
-                f"{hold.length:g} s stated by the server" if hold.stated else
-                f"{hold.length:g} s, level {hold.level}",
+                f"{human(hold.length)} stated by the server" if hold.stated else
+                f"{human(hold.length)}, level {hold.level}",
                 extra=log_fields(base) | {"hold": scope, "until": hold.until, "level": hold.level},
             )  # fmt: skip
         return self.booking.after_hold(mail, base, progress, After(scope, hold), holds_slot=True)

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from mailer import outcomes as why
+from mailer.durations import human
 from mailer.errors import BackendUnavailable, PermanentSendError
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, iso, log_fields
 from mailer.guard.gates import Reads
@@ -90,10 +91,10 @@ class SuppressionGate:
             )
             return None
         log.warning(
-            "mail %s: recipient %s suppressed for %.0f s after a hard bounce",
+            "mail %s: recipient %s suppressed for %s after a hard bounce",
             mail.mail_id,
             mail.base.recipient,
-            self.config.suppress_for,
+            human(self.config.suppress_for),
             extra={"mail_id": mail.mail_id, "recipient": mail.base.recipient},
         )
         return None

@@ -32,6 +32,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
 from mailer.mail.replies import classify
 from mailer.mail.transports.base import SendReceipt, mask_addresses, recipients_of
@@ -314,11 +315,11 @@ def _log_retry(state: RetryCallState, message_id: str | None) -> None:
     error = state.outcome.exception() if state.outcome is not None else None
     wait = state.next_action.sleep if state.next_action is not None else 0.0
     log.warning(
-        "SMTP send of %s failed on attempt %d (%s); retrying in %.2f s",
+        "SMTP send of %s failed on attempt %d (%s); retrying in %s",
         message_id,
         state.attempt_number,
         error,
-        wait,
+        human(wait),
     )
 
 
