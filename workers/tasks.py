@@ -24,7 +24,7 @@ from mailer.mail.seal import seal, unseal
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
-from workers import parking, priority, state
+from workers import parking, priority, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.state import guard, use_settings
 
@@ -80,6 +80,8 @@ class GuardedTask(Task[Any, Any]):
         check_consumed(self.app.conf.broker_url, broker_setting(self.app))
         if "_requested_at" not in call:
             kwargs = {**(kwargs or {}), "_requested_at": round(time.time(), 3)}
+        if "queue" not in options:  # MAILGUARD_QUEUE, unless the app's task_routes route it
+            options.update(routing.queue_option(self.app, self.name, state.current().queue))
         if "priority" not in options:
             level = priority.kind_priority(state.current().kinds, call.get("kind", "default"))
             options["priority"] = priority.message_priority(self.app.conf.broker_url, level)
