@@ -21,7 +21,7 @@ from mailer.factory import build_guard, build_holds
 from mailer.logs import JsonFormatter
 from mailer.settings import Settings
 from mailer.storage import is_memory
-from workers import priority, routing, state
+from workers import parking, priority, routing, state
 from workers.broker_transport import transport_for
 from workers.parking import schedule_for
 from workers.promoter import PromoterStep
@@ -120,6 +120,8 @@ def _consume_the_mail_queue(sender: Any = None, **_: Any) -> None:
     (:func:`workers.routing.consume_mail_queue`)."""
     if sender is not None:
         routing.consume_mail_queue(sender, state.SEND_MAIL, state.current().queue)
+        # Its mails park in its broker's schedule: another app's worker never promotes them.
+        parking.use_app_broker(str(sender.app.conf.broker_url))
 
 
 @signals.worker_init.connect
