@@ -33,7 +33,6 @@ __all__ = [
     "Deferred",
     "GuardedTask",
     "MailFailed",
-    "broker_setting",
     "check_call",
     "guard",
     "send_mail",
@@ -77,7 +76,7 @@ class GuardedTask(Task[Any, Any]):
         self, args: Any = None, kwargs: Any = None, **options: Any
     ) -> Any:
         call = check_call(args, kwargs)
-        check_consumed(self.app.conf.broker_url, broker_setting(self.app))
+        check_consumed(self.app.conf.broker_url, _broker_setting(self.app))
         if "_requested_at" not in call:
             kwargs = {**(kwargs or {}), "_requested_at": round(time.time(), 3)}
         if "queue" not in options:  # MAILGUARD_QUEUE, unless the app's task_routes route it
@@ -90,7 +89,7 @@ class GuardedTask(Task[Any, Any]):
         return super().apply_async(args, kwargs, **options)
 
 
-def broker_setting(app: Any) -> str:
+def _broker_setting(app: Any) -> str:
     """What names ``app``'s broker in a refusal: mailguard's variable, or a project app's
     ``broker_url``."""
     if app is _app.app:
