@@ -21,7 +21,7 @@ from mailer.factory import build_guard, build_holds
 from mailer.logs import JsonFormatter
 from mailer.settings import Settings
 from mailer.storage import is_memory
-from workers import priority, state
+from workers import parking, priority, routing, state
 from workers.broker_transport import transport_for
 from workers.parking import schedule_for
 from workers.promoter import PromoterStep
@@ -84,6 +84,7 @@ def create_app(config: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         worker_hijack_root_logger=False,
         task_track_started=False,
+        **{routing.MARK: True},  # send_mail's queue is this app's default one
     )
     # Every worker publishes parked mails when they are due (workers/promoter.py).
     celery.steps["worker"].add(PromoterStep)
@@ -110,6 +111,17 @@ def _promote_on_every_app(sender: Any = None, instance: Any = None, **_: Any) ->
     app = getattr(instance, "app", None)
     if app is not None:
         app.steps["worker"].add(PromoterStep)
+
+
+@signals.worker_init.connect
+def _consume_the_mail_queue(sender: Any = None, **_: Any) -> None:
+    """Any app's worker that runs ``send_mail`` consumes ``MAILGUARD_QUEUE``, where the task
+    publishes itself: added without ``-Q``, refused (one line) by a ``-Q`` that leaves it out
+    (:func:`workers.routing.consume_mail_queue`)."""
+    if sender is not None:
+        routing.consume_mail_queue(sender, state.SEND_MAIL, state.current().queue)
+        # Its mails park in its broker's schedule: another app's worker never promotes them.
+        parking.use_app_broker(str(sender.app.conf.broker_url))
 
 
 @signals.worker_init.connect

@@ -9,11 +9,12 @@ well.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from kombu.utils.json import dumps, loads
 
-from mailer.errors import InvalidMessage
+from mailer.errors import InvalidMessage, MailguardError
 from mailer.mail.arguments import InvalidArguments, check_arguments
 from mailer.mail.kinds import Kinds, check_templates
 from mailer.mail.seal import unseal
@@ -24,6 +25,40 @@ from workers import state
 #: kind's ``max_wait`` counts from it; the guard never lets it be later than the mail's first run,
 #: so a forged value can only shorten the mail's own deadline).
 PRIVATE = ("_progress", "_requested_at")
+
+#: The workers running, as (process id, worker id): a ``memory://`` broker lives inside one
+#: process, so a mail enqueued on it is read only if a worker of that same process consumes it.
+_local_workers: set[tuple[int, int]] = set()
+
+
+class NoConsumer(MailguardError, RuntimeError):
+    """The broker is in-process (``memory://``) and no worker of this process consumes it."""
+
+
+def worker_started(worker: object) -> None:
+    """Note that ``worker`` now runs in this process (:mod:`workers.tasks`, on ``worker_init``)."""
+    _local_workers.add((os.getpid(), id(worker)))
+
+
+def worker_stopped(worker: object) -> None:
+    """Note that ``worker`` stopped (on ``worker_shutdown``; a second stop is harmless)."""
+    _local_workers.discard((os.getpid(), id(worker)))
+
+
+def check_consumed(broker_url: Any, setting: str = "MAILGUARD_BROKER_URL") -> None:
+    """Refuse (:class:`NoConsumer`, one line naming ``setting``) to enqueue on a ``memory://``
+    broker that no worker of this process consumes: the mail would stay PENDING for ever."""
+    if not str(broker_url or "").startswith("memory:"):
+        return
+    pid = os.getpid()
+    if any(owner == pid for owner, _ in list(_local_workers)):
+        return
+    raise NoConsumer(
+        f"mailguard: {setting} is memory://, a broker inside this process that no worker here "
+        "consumes, so the mail would never be sent; set it to the workers' broker "
+        "(e.g. redis://localhost:6379/0) or run a worker in this process "
+        "(workers.inprocess.inprocess_worker)"
+    )
 
 
 def check_call(args: Any, kwargs: Any) -> dict[str, Any]:

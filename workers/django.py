@@ -17,7 +17,9 @@ mimetype)`` tuples and single-part ``MIMEBase`` parts, base64 in the task). What
 carried raises ``ValueError`` (another kind of alternative, a multipart ``MIMEBase``, a reserved
 header such as ``To``); so does an enqueue error (a bad address, a message over
 ``MAILGUARD_MAX_MESSAGE_BYTES``, the broker down); with ``fail_silently`` the message is
-skipped and not counted.
+skipped and not counted. A broker that no worker reads (``memory://``, the default, with no
+worker in this process) raises :class:`workers.call.NoConsumer` whatever ``fail_silently``
+says: every message would be lost.
 
 The task goes through the current Celery app (``send_mail`` is a shared task): the project's own
 app when it has one, else mailguard's. Needs Django (``pip install 'celery-mailguard[django]'``).
@@ -39,7 +41,8 @@ class EmailBackend(BaseEmailBackend):  # type: ignore[misc] # Django ships no ty
 
     def send_messages(self, email_messages: Sequence[EmailMessage]) -> int:
         """Enqueue one task per message that has recipients; return how many were enqueued."""
-        from workers.tasks import send_mail  # noqa: PLC0415 - Celery only when mail is sent
+        from workers.call import NoConsumer  # noqa: PLC0415 - Celery only when mail is sent
+        from workers.tasks import send_mail  # noqa: PLC0415
 
         enqueued = 0
         for message in email_messages:
@@ -47,6 +50,8 @@ class EmailBackend(BaseEmailBackend):  # type: ignore[misc] # Django ships no ty
                 continue
             try:
                 send_mail.apply_async(kwargs=task_kwargs(message))
+            except NoConsumer:
+                raise  # a broker nobody reads would lose every message, silently or not
             except Exception:
                 if not self.fail_silently:
                     raise

@@ -7,13 +7,18 @@ array of the due time, args, kwargs and the progress, about 150 B for a short ma
 promoted run is the same mail, with the same deadline and the same booking, under the same task
 id. Its kind's priority is set again when it is published (:mod:`workers.promoter`).
 
-One schedule per process and queue, where the ledger lives. A memory schedule can only be
+One schedule per process, queue and broker, where the ledger lives: a worker whose app
+publishes to another broker than ``MAILGUARD_BROKER_URL`` (a project's own app,
+:func:`use_app_broker`) parks into a schedule of its own, keyed by a hash of that broker's URL,
+so that no other app's worker ever promotes its mails (nor it theirs). A worker of mailguard's
+app keeps the queue's key, ``<ns>:{schedule:<queue>}``. A memory schedule can only be
 promoted by a promoter in the same process (:mod:`workers.promoter`): without one, nothing is
 parked.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import threading
@@ -30,18 +35,38 @@ from workers.payload import Parked
 log = logging.getLogger("mailguard")
 
 _lock = threading.Lock()
-_stores: dict[tuple[int, str, str], Schedule] = {}
+_stores: dict[tuple[int, str, str, str], Schedule] = {}
 #: The pid whose promoter runs (a memory schedule is parked into only in that process).
 promoter_pid: list[int] = []
 
 
+#: The broker URL of the app this process's worker runs (:func:`use_app_broker`).
+_app_broker: list[str] = []
+
+
+def use_app_broker(broker_url: str) -> None:
+    """This process's worker runs an app that publishes to ``broker_url`` (set at worker start,
+    before the pool forks): its mails park in that broker's schedule (:func:`owner`)."""
+    _app_broker[:] = [broker_url]
+
+
+def owner(settings: Settings) -> str:
+    """Whose schedule this process parks into: empty for ``MAILGUARD_BROKER_URL``'s (or when
+    no worker runs here: the CLI), else 12 hex digits of a hash of the app's broker URL."""
+    broker = _app_broker[0] if _app_broker else settings.broker_url
+    if broker == settings.broker_url:
+        return ""
+    return hashlib.sha256(broker.encode()).hexdigest()[:12]
+
+
 def schedule_for(settings: Settings) -> Schedule:
-    """This process's schedule on the ledger's URL (built once per process and URL)."""
-    url = settings.effective_ledger_url
-    key = (os.getpid(), url, settings.queue)
+    """This process's schedule on the ledger's URL (built once per process, URL, queue and
+    owner)."""
+    url, mine = settings.effective_ledger_url, owner(settings)
+    key = (os.getpid(), url, settings.queue, mine)
     with _lock:
         if key not in _stores:
-            _stores[key] = schedule_from_url(url, queue=settings.queue)
+            _stores[key] = schedule_from_url(url, queue=settings.queue, owner=mine)
         return _stores[key]
 
 

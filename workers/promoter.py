@@ -40,7 +40,7 @@ from mailer.errors import BackendUnavailable
 from mailer.metrics import default_metrics
 from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
 from mailer.settings import Settings
-from workers import parking, priority, state
+from workers import parking, priority, routing, state
 from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
@@ -78,7 +78,8 @@ class Promoter:
         # Read once: a configuration lookup costs ~20 µs, the route is the same for every mail.
         self._broker_url = str(app.conf.broker_url)
         self._amqp = app.amqp
-        route = app.amqp.router.route({}, task_name, (), {}, app.tasks.get(task_name))
+        queue = routing.queue_option(app, task_name, settings.queue)  # where send_mail goes
+        route = app.amqp.router.route(queue, task_name, (), {}, app.tasks.get(task_name))
         self._route = dict(route)
         self._reply_to = ""  # this thread's (app.thread_oid), set by each batch
         self._sent_event = bool(app.conf.task_send_sent_event)

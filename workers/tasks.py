@@ -16,16 +16,16 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from celery import Task, shared_task
+from celery import Task, shared_task, signals
 from celery.exceptions import Ignore, Reject
 
 from mailer.guard import MailRequest
 from mailer.mail.seal import seal, unseal
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
-from workers import app as _app  # noqa: F401 - makes mailguard's app this process's default
-from workers import parking, priority, state
-from workers.call import PRIVATE, check_call
+from workers import app as _app  # makes mailguard's app this process's default
+from workers import parking, priority, routing, state
+from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.state import guard, use_settings
 
 __all__ = [
@@ -76,14 +76,36 @@ class GuardedTask(Task[Any, Any]):
         self, args: Any = None, kwargs: Any = None, **options: Any
     ) -> Any:
         call = check_call(args, kwargs)
+        check_consumed(self.app.conf.broker_url, _broker_setting(self.app))
         if "_requested_at" not in call:
             kwargs = {**(kwargs or {}), "_requested_at": round(time.time(), 3)}
+        if "queue" not in options:  # MAILGUARD_QUEUE, unless the app's task_routes route it
+            options.update(routing.queue_option(self.app, self.name, state.current().queue))
         if "priority" not in options:
             level = priority.kind_priority(state.current().kinds, call.get("kind", "default"))
             options["priority"] = priority.message_priority(self.app.conf.broker_url, level)
         options.setdefault("argsrepr", "(<redacted>)")
         options.setdefault("kwargsrepr", "{<redacted>}")
         return super().apply_async(args, kwargs, **options)
+
+
+def _broker_setting(app: Any) -> str:
+    """What names ``app``'s broker in a refusal: mailguard's variable, or a project app's
+    ``broker_url``."""
+    if app is _app.app:
+        return "MAILGUARD_BROKER_URL"
+    return f"the broker_url of Celery app {app.main!r}"
+
+
+@signals.worker_init.connect
+def _worker_started(sender: Any = None, **_: Any) -> None:
+    """A worker of this process consumes its ``memory://`` broker (:func:`check_consumed`)."""
+    worker_started(sender)
+
+
+@signals.worker_shutdown.connect
+def _worker_stopped(sender: Any = None, **_: Any) -> None:
+    worker_stopped(sender)
 
 
 def _count_queue_wait(eta: Any, requested_at: float, kind: Any) -> None:

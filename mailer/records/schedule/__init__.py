@@ -51,13 +51,19 @@ def schedule_from_url(
     clock: Clock | None = None,
     namespace: str = "mailguard",
     queue: str = QUEUE,
+    owner: str = "",
 ) -> Schedule:
     """The schedule of ``queue`` on ``memory://`` (on ``clock``) or a Redis URL (the ledger's;
-    Redis's clock); ``client`` reuses a redis-py client."""
+    Redis's clock); ``client`` reuses a redis-py client.
+
+    ``owner`` tells apart the schedules of apps that share the ledger's Redis and a queue name
+    but publish to other brokers (``<ns>:{schedule:<queue>@<owner>}``); empty, the key is
+    ``<ns>:{schedule:<queue>}``."""
     if is_memory(url):
         return MemorySchedule(clock)
     client = client if client is not None else client_from_url(url)
-    return RedisSchedule(client, url, namespace=namespace, queue=queue)
+    name = f"{queue}@{owner}" if owner else queue
+    return RedisSchedule(client, url, namespace=namespace, queue=name)
 
 
 __all__ = [
