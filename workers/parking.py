@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from mailer.errors import BackendUnavailable
+from mailer.guard.data import iso
 from mailer.records.schedule import MemorySchedule, Schedule, schedule_from_url
 from mailer.records.schedule.park import parked_until
 from mailer.settings import Settings
@@ -96,7 +97,7 @@ def park(
     except BackendUnavailable as exc:
         log.warning("mail %s: could not park it, holding a countdown: %s", mail_id, exc)
         return None
-    log.info("mail %s parked until %.3f", mail_id, due, extra={"mail_id": mail_id})
+    log.info("mail %s parked until %s", mail_id, iso(due), extra={"mail_id": mail_id})
     return due
 
 

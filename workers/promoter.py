@@ -36,6 +36,7 @@ from typing import Any
 
 from celery import bootsteps
 
+from mailer.durations import human
 from mailer.errors import BackendUnavailable
 from mailer.metrics import default_metrics
 from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
@@ -150,10 +151,10 @@ class Promoter:
             if entry.watched:
                 default_metrics().watchdog_republished()
                 log.warning(
-                    "mailguard watchdog: mail %s published again, %.2f s after its countdown "
+                    "mailguard watchdog: mail %s published again, %s after its countdown "
                     "ended with no run seen",
                     entry.mail_id,
-                    now - due,
+                    human(now - due),
                     extra={"mail_id": entry.mail_id},
                 )
 
