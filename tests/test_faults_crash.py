@@ -313,8 +313,9 @@ def test_a_watchdog_publish_cut_short_by_a_kill_sends_one_mail(
         broker,
         MAILGUARD_POLICY="1/3s, 50/1h",
         MAILGUARD_PROMOTE_LEASE="2s",
-        MAILGUARD_VISIBILITY_TIMEOUT="4s",
-        MAILGUARD_RESTORE_INTERVAL="500ms",
+        # Long enough that the killed holder's messages never come back during the test: a
+        # restored copy run by the next worker would race its watchdog (nothing left to publish).
+        MAILGUARD_VISIBILITY_TIMEOUT="120s",
     )
     app = client_app(env)
     schedule = _schedule(redis_url)
