@@ -257,6 +257,31 @@ def test_dropped_and_failed_mails_stay_final_when_a_copy_runs_again(clock: Manua
     assert len(transport.sent) == 1
 
 
+def test_a_sent_mail_whose_record_meets_a_ledger_outage_is_recorded_when_it_returns(
+    clock: ManualClock,
+) -> None:
+    """The ledger down just after a send and back within the claim's lease: the outcome is
+    recorded all the same, so a later copy of the mail (a watchdog's) sends nothing again."""
+    guard, transport = make_guard(clock, claim_lease=2)
+    ledger = guard.ledger
+    real_record = ledger.record
+    failures = []
+
+    def flaky(outcome: object) -> None:
+        if len(failures) < 3:
+            failures.append(outcome)
+            raise BackendUnavailable("redis://ledger", backend="ledger")
+        real_record(outcome)  # type: ignore[arg-type]
+
+    ledger.record = flaky  # type: ignore[method-assign]
+    first = guard.process(req("m1"))
+    assert isinstance(first, Finish) and first.outcome.status == "sent"
+    assert len(failures) == 3, "tried again while the ledger was down"
+    clock.advance(3600)  # the lease long over: a later copy takes no claim over
+    again = guard.process(req("m1"))
+    assert again.outcome.status == "sent" and len(transport.sent) == 1
+
+
 def test_a_claim_written_after_the_ledger_timed_out_is_taken_over_by_the_next_run(
     clock: ManualClock,
 ) -> None:

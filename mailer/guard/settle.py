@@ -5,11 +5,18 @@ final, a redelivered copy answers the recorded outcome. A failed mail first give
 recipient's slot back (the recipient should not pay for our failure). A mail that runs again
 gives the claim back. A backend that is down here is logged and counted, never raised: the
 step stands.
+
+A final outcome that cannot be recorded is tried again (backoff from 50 ms to 1 s) for as long
+as the run's claim holds (``claim_lease``): until then no other copy of the mail (a watchdog's,
+a redelivery) can take the claim over, so a ledger back within the lease means no mail sent
+twice. The run's worker waits that long at most; past it the outcome stands unrecorded and is
+logged loudly.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -27,11 +34,21 @@ class Settle:
     """Records, unclaims and releases for a run. ``release`` gives a mail's slot back."""
 
     def __init__(
-        self, ledger: Ledger, metrics: Metrics, release: Callable[[Prepared], None]
+        self,
+        ledger: Ledger,
+        metrics: Metrics,
+        release: Callable[[Prepared], None],
+        *,
+        patience: float = 0.0,
+        sleep: Callable[[float], None] = time.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.ledger = ledger
         self.metrics = metrics
         self._release = release
+        self.patience = patience  # s: how long a final record is tried again (the claim lease)
+        self._sleep = sleep
+        self._monotonic = monotonic
 
     def settle(self, mail: Prepared, owner: str, step: Step, *, guarded: bool) -> Step:
         """The step to answer, once its effects are carried out. ``guarded``: the mail holds
@@ -55,16 +72,25 @@ class Settle:
         return step
 
     def record(self, outcome: Outcome) -> None:
-        """Record a final outcome; a ledger that is down is logged loudly, never raised."""
-        try:
-            self.ledger.record(outcome)
-        except BackendUnavailable:
-            # The outcome stands; only the marker is missing. A redelivered copy would find the
-            # claim (until its lease ends): log loudly rather than fail a finished mail.
-            self.metrics.backend_down("ledger")
-            log.error(
-                "mail %s %s but its outcome could not be recorded (ledger unavailable)",
-                outcome.mail_id,
-                outcome.status,
-                extra=log_fields(outcome),
-            )
+        """Record a final outcome, tried again while the claim holds (``patience`` s); a
+        ledger still down then is logged loudly, never raised."""
+        deadline = self._monotonic() + self.patience
+        pause = 0.05
+        while True:
+            try:
+                self.ledger.record(outcome)
+                return
+            except BackendUnavailable:
+                self.metrics.backend_down("ledger")
+                if self._monotonic() + pause > deadline:
+                    break
+            self._sleep(pause)
+            pause = min(pause * 2, 1.0)
+        # The outcome stands; only the marker is missing. A later copy may take the claim over
+        # now that its lease is over: log loudly rather than fail a finished mail.
+        log.error(
+            "mail %s %s but its outcome could not be recorded (ledger unavailable)",
+            outcome.mail_id,
+            outcome.status,
+            extra=log_fields(outcome),
+        )
