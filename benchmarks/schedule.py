@@ -20,8 +20,8 @@ machine, most of it the worker's own throughput, twice per design):
    growth per waiting mail (and, for the schedule, the bytes of its own keys per mail, apart
    from the Celery result record each mail keeps in both designs), then **idle** for
    ``IDLE`` seconds: Redis commands per second (``total_commands_processed``, the program's
-   own two INFO calls taken out), ``send_mail`` runs (the worker log's succeeded, ignored and
-   retry lines), worker CPU;
+   own two INFO calls taken out), ``send_mail`` runs (the worker log's ``received`` lines: a
+   deferral's ``ignored`` line is filtered out of the log), worker CPU;
 4. **promotion**: from the due second until the schedule is empty (handed to the broker)
    and until every mail is sent;
 5. **floor**: ``min(N, FLOOR_MAILS)`` unguarded tasks (``bench.unguarded``: build and send, no
@@ -133,12 +133,12 @@ class Figures:
     floor_main_cpu_ms: float = 0.0  # of which the main process
 
 
-_RUN_END = re.compile(r"Task mailguard\.send_mail\[[^\]]+\] (?:succeeded|ignored|retry)")
+_RUN_START = re.compile(r"Task mailguard\.send_mail\[[^\]]+\] received")
 
 
 def _runs(log: str) -> int:
-    """Runs of ``send_mail`` that ended, from the worker log (succeeded, ignored or retried)."""
-    return len(_RUN_END.findall(log))
+    """Runs of ``send_mail``, from the worker log (each run is received once)."""
+    return len(_RUN_START.findall(log))
 
 
 def _drained(broker: redis.Redis, timeout: float) -> float:
