@@ -27,8 +27,8 @@ _built: dict[tuple[str, str | None], Suppressions] = {}
 
 def suppressions_for(settings: Settings) -> Suppressions:
     """The workers' suppression list (the ledger's Redis) for ``settings``, built once per
-    process (per ledger URL and secret). ``ValueError`` (one line naming the variable) for a memory ledger, which no worker
-    would see, and for settings a worker would refuse."""
+    process (per ledger URL and secret). ``ValueError`` (one line naming the variable) for a
+    memory ledger, which no worker would see, and for settings a worker would refuse."""
     where = (settings.effective_ledger_url, settings.secret)
     with _lock:
         found = _built.get(where)

@@ -55,9 +55,7 @@ def suppressed(address: str, as_json: bool) -> None:
         fail(str(exc))
     if as_json:
         shown = (
-            None
-            if entry is None
-            else vars(entry) | {"forever": entry.forever, "recipient": key}
+            None if entry is None else vars(entry) | {"forever": entry.forever, "recipient": key}
         )
         click.echo(json.dumps(shown, indent=2))
     elif entry is not None:
@@ -70,9 +68,7 @@ def suppressed(address: str, as_json: bool) -> None:
 
 @click.command(short_help="Suppress an address by hand (a complaint, a bounce webhook).")
 @click.argument("address")
-@click.option(
-    "--for", "duration", default="30d", show_default=True, help="How long, or 'forever'."
-)
+@click.option("--for", "duration", default="30d", show_default=True, help="How long, or 'forever'.")
 @click.option("--reason", default="suppressed by hand", show_default=True, help="Why.")
 def suppress(address: str, duration: str, reason: str) -> None:
     """Suppress ADDRESS: mails to it end dropped/suppressed without contacting the server."""

@@ -10,7 +10,8 @@ says why (its source: SMTP reply, bounce, complaint, rejected, by hand) and sinc
 
 Entries are keyed by a keyed hash of the normalised address (``MAILGUARD_SECRET``), never the
 address: ``<namespace>:suppressed:{<hash>}``, a JSON value (since, until, cause, source) that
-expires at ``until`` (an entry stored without a source still reads). Memory (one process) or the ledger's Redis (every worker).
+expires at ``until`` (an entry stored without a source still reads). Memory (one process)
+or the ledger's Redis (every worker).
 
 - :mod:`mailer.records.suppression.base`: :class:`Suppression`, the :class:`SuppressionStore`
   protocol

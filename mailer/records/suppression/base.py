@@ -51,8 +51,9 @@ class Suppression:
 
     @property
     def forever(self) -> bool:
-        """Whether it lasts until lifted (a complaint): :data:`FOREVER` or longer."""
-        return self.until - self.since >= FOREVER
+        """Whether it lasts until lifted (a complaint): :data:`FOREVER` or longer (to a
+        second: epoch floats that far ahead round)."""
+        return self.until - self.since >= FOREVER - 1.0
 
     def to_json(self) -> str:
         """The stored value: ``{"since": ..., "until": ..., "cause": ..., "source": ...}``."""
