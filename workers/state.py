@@ -1,5 +1,9 @@
 """What one worker process holds: the environment's settings, the settings in force, its guard.
 
+The guard follows the live policy (:mod:`mailer.records.policy`): :func:`guard` reads its
+version at most once a second and, for a new one, hands out a guard built for it (a run in
+progress finishes under the guard it started with).
+
 ``workers.app``, ``workers.tasks``, ``workers.promoter`` and ``workers.request`` read the process
 state here and nowhere else. Read the settings in force with :func:`current` (``use_settings``
 replaces them), never by copying :data:`settings` into another module at import.
@@ -15,8 +19,9 @@ import threading
 import time
 
 from mailer.errors import BackendUnavailable
-from mailer.factory import build_guard
+from mailer.factory import build_guard, build_policies, rebuild_guard
 from mailer.guard import Guard
+from mailer.records.policy import LivePolicy, PolicyWatch
 from mailer.settings import Settings
 
 #: The name ``send_mail`` is registered and published under (the promoter publishes by it).
@@ -36,6 +41,7 @@ settings: Settings = env_settings
 
 _guard: Guard | None = None
 _guard_pid = 0
+_watch: PolicyWatch[Guard] | None = None
 _lock = threading.Lock()
 
 
@@ -55,11 +61,26 @@ def refusal() -> str | None:
 def guard() -> Guard:
     """This process's guard, built on first use (so after the prefork pool forked: a guard built
     before the fork would share its connections with every pool process)."""
-    global _guard, _guard_pid
+    global _guard, _guard_pid, _watch
     with _lock:
         if _guard is None or _guard_pid != os.getpid():
             _guard, _guard_pid = build_guard(settings), os.getpid()
+            _watch = _live_watch(_guard, settings)
+        if _watch is not None:
+            _guard = _watch.check() or _guard
         return _guard
+
+
+def _live_watch(base: Guard, env: Settings) -> PolicyWatch[Guard] | None:
+    """The watch on the live policy in the ledger's Redis, building from ``base`` and ``env``;
+    None on a memory ledger (no other process can set a policy there)."""
+    if env.effective_ledger_url.startswith("memory:"):
+        return None
+
+    def build(live: LivePolicy | None) -> Guard:
+        return rebuild_guard(base, env if live is None else live.apply(env))
+
+    return PolicyWatch(build_policies(env, base.ledger), build)
 
 
 def limiter_now() -> float:
