@@ -4,9 +4,11 @@ bookings made under one policy still valid under the next (same storage, same ke
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
+from click.testing import CliRunner
 
 from mailer import Limiter, ManualClock, Policy
 from mailer.errors import BackendUnavailable
@@ -19,6 +21,7 @@ from mailer.records.policy import (
     policies_from_url,
 )
 from mailer.settings import Settings
+from workers.cli import main
 
 
 class CountingStore(MemoryPolicyStore):
@@ -212,3 +215,61 @@ def test_a_change_that_would_forget_the_counts_is_refused(before: str, after: st
     new = Limiter.from_url("memory://", Policy.parse(after, name="recipient"))
     with pytest.raises(ValueError, match="keeps the recipient scope under other keys"):
         check_same_keys(old, new)
+
+
+def _cli_env(redis_url: str) -> dict[str, str]:
+    return {
+        "MAILGUARD_LIMITER_URL": redis_url,
+        "MAILGUARD_SECRET": "s",
+        "MAILGUARD_POLICY": "1/60s, 5/1h",
+    }
+
+
+def test_policy_set_shows_the_comparison_and_asks(redis_url: str) -> None:
+    """Without --yes: the candidate against the version in force on a generated day, then a
+    question; no stores nothing, yes stores version 1; show, history and simulate --against
+    current read it."""
+    env, runner = _cli_env(redis_url), CliRunner()
+    shown = runner.invoke(main, ["policy", "show"], env=env)
+    assert shown.exit_code == 0 and "version 0 (none stored)" in shown.output
+    assert "1/1m, 5/1h" in shown.output
+    declined = runner.invoke(main, ["policy", "set", "1/2m, 4/1h"], env=env, input="n\n")
+    assert declined.exit_code == 1 and "A: 1/2m, 4/1h" in declined.output
+    assert "B: 1/1m, 5/1h" in declined.output and "not stored" in declined.output
+    assert runner.invoke(main, ["policy", "history"], env=env).output.startswith("no live policy")
+    agreed = runner.invoke(
+        main, ["policy", "set", "1/2m, 4/1h", "--max-wait", "code=2m"], env=env, input="y\n"
+    )
+    assert agreed.exit_code == 0, agreed.output
+    assert "policy version 1 stored: 1/2m, 4/1h; code max_wait=2m" in agreed.output
+    shown = runner.invoke(main, ["policy", "show"], env=env)
+    assert "version 1, set " in shown.output and "code: max_wait 2m" in shown.output
+    history = runner.invoke(main, ["policy", "history", "--json"], env=env)
+    assert [v["policy"] for v in json.loads(history.output)] == ["1/2m, 4/1h"]
+    compared = runner.invoke(main, ["simulate", "--against", "current", "--hours", "1"], env=env)
+    assert compared.exit_code == 0 and "B: 1/2m, 4/1h" in compared.output, compared.output
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["1/0s"], "policy set: policy '1/0s': "),
+        (["1/1h", "--max-wait", "nope=1m"], "policy set: unknown kind 'nope'"),
+        (["1/1h", "--share", "code"], "--share 'code': expected KIND=VALUE"),
+        (["recipient: 1/1h; sender: 5/1s"], "keeps the recipient scope under other keys"),
+    ],
+)
+def test_policy_set_refuses_before_storing_in_one_line(
+    redis_url: str, args: list[str], error: str
+) -> None:
+    env = _cli_env(redis_url)
+    refused = CliRunner().invoke(main, ["policy", "set", *args, "--yes"], env=env)
+    assert refused.exit_code == 2 and refused.output.count("\n") == 1, refused.output
+    assert error in refused.output
+    shown = CliRunner().invoke(main, ["policy", "show", "--json"], env=env)
+    assert json.loads(shown.output)["version"] == 0, "nothing stored"
+
+
+def test_a_memory_ledger_has_no_live_policy() -> None:
+    refused = CliRunner().invoke(main, ["policy", "show"], env={"MAILGUARD_LIMITER_URL": ""})
+    assert refused.exit_code == 1 and "live policy" in refused.output
