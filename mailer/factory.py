@@ -16,8 +16,8 @@ from mailer.mail.transports import ConsoleTransport, MemoryTransport, SmtpTransp
 from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics, default_metrics
 from mailer.records.holds import Holds, holds_from_url
-from mailer.records.policy import LivePolicies, policies_from_url
 from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
+from mailer.records.policy import LivePolicies, policies_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.settings import Settings
 from mailer.storage import scheme as url_scheme

@@ -58,14 +58,20 @@ def test_two_workers_take_a_tighter_policy_within_a_second_without_restart(
     pids = [w.process.pid for w in workers if w.process is not None]
     runner = CliRunner()
     try:
-        before = [_settled(_send(app, to, 0)) for app, to in zip(apps, ("ada@x.org", "bob@x.org"))]
+        before = [
+            _settled(_send(app, to, 0))
+            for app, to in zip(apps, ("ada@x.org", "bob@x.org"), strict=True)
+        ]
         assert [o["status"] for o in before] == ["sent", "sent"], before
 
         changed = runner.invoke(main, ["policy", "set", "1/1h", "--yes"], env=envs[0])
         assert changed.exit_code == 0, changed.output
         assert "policy version 1 stored: 1/1h" in changed.output
         _past_the_next_check()
-        after = [_settled(_send(app, to, 1)) for app, to in zip(apps, ("ada@x.org", "bob@x.org"))]
+        after = [
+            _settled(_send(app, to, 1))
+            for app, to in zip(apps, ("ada@x.org", "bob@x.org"), strict=True)
+        ]
         for outcome in after:
             assert (outcome["status"], outcome["reason"], outcome["tier"]) == (
                 "deferred",
@@ -85,7 +91,7 @@ def test_two_workers_take_a_tighter_policy_within_a_second_without_restart(
         _past_the_next_check()
         kept = [
             [_settled(_send(app, to, n)) for n in (2, 3)]
-            for app, to in zip(apps, ("cy@x.org", "dee@x.org"))
+            for app, to in zip(apps, ("cy@x.org", "dee@x.org"), strict=True)
         ]
         for first, second in kept:
             assert first["status"] == "sent" and (second["status"], second["tier"]) == (

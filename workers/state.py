@@ -39,9 +39,8 @@ except ValueError as _exc:
 #: The settings this process's guard is built from: the environment's, or :func:`use_settings`'s.
 settings: Settings = env_settings
 
-_guard: Guard | None = None
+_guard: _Following | None = None
 _guard_pid = 0
-_watch: PolicyWatch[Guard] | None = None
 _lock = threading.Lock()
 
 
@@ -61,26 +60,32 @@ def refusal() -> str | None:
 def guard() -> Guard:
     """This process's guard, built on first use (so after the prefork pool forked: a guard built
     before the fork would share its connections with every pool process)."""
-    global _guard, _guard_pid, _watch
+    global _guard, _guard_pid
     with _lock:
         if _guard is None or _guard_pid != os.getpid():
-            _guard, _guard_pid = build_guard(settings), os.getpid()
-            _watch = _live_watch(_guard, settings)
-        if _watch is not None:
-            _guard = _watch.check() or _guard
-        return _guard
+            _guard, _guard_pid = _Following(build_guard(settings), settings), os.getpid()
+        return _guard.current()
 
 
-def _live_watch(base: Guard, env: Settings) -> PolicyWatch[Guard] | None:
-    """The watch on the live policy in the ledger's Redis, building from ``base`` and ``env``;
-    None on a memory ledger (no other process can set a policy there)."""
-    if env.effective_ledger_url.startswith("memory:"):
-        return None
+class _Following:
+    """A guard that follows the live policy in the ledger's Redis (none on a memory ledger:
+    no other process can set one there). Call under :data:`_lock`."""
 
-    def build(live: LivePolicy | None) -> Guard:
-        return rebuild_guard(base, env if live is None else live.apply(env))
+    def __init__(self, base: Guard, env: Settings) -> None:
+        self.guard = base
+        self.watch: PolicyWatch[Guard] | None = None
+        if not env.effective_ledger_url.startswith("memory:"):
 
-    return PolicyWatch(build_policies(env, base.ledger), build)
+            def build(live: LivePolicy | None) -> Guard:
+                return rebuild_guard(base, env if live is None else live.apply(env))
+
+            self.watch = PolicyWatch(build_policies(env, base.ledger), build)
+
+    def current(self) -> Guard:
+        """The guard for the version in force (the version read at most once a second)."""
+        if self.watch is not None:
+            self.guard = self.watch.check() or self.guard
+        return self.guard
 
 
 def limiter_now() -> float:
