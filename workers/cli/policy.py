@@ -119,10 +119,19 @@ def _changes(max_waits: tuple[str, ...], shares: tuple[str, ...]) -> dict[str, d
     return changes
 
 
-def _checked(settings: Settings, now: Settings, candidate: LivePolicy) -> Settings:
-    """The candidate applied, or one line (exit 2): it does not parse, or moves the keys."""
+def _applied(settings: Settings, candidate: LivePolicy) -> Settings:
+    """The candidate applied to ``settings``, or one line (exit 2): it does not parse. Checked
+    before anything is read, so a bad policy is refused even with Redis down."""
     try:
-        applied = candidate.apply(settings)
+        return candidate.apply(settings)
+    except ValueError as exc:
+        fail(f"policy set: {exc}", USAGE)
+
+
+def _check_keys(settings: Settings, now: Settings, applied: Settings) -> None:
+    """One line (exit 2) when the candidate keeps the recipient scope under other keys than
+    the policy in force, or cannot be served by the limiter's storage."""
+    try:
         old, new = (
             Limiter.from_url(
                 settings.limiter_url, s.policy, secret=settings.secret, tz=settings.timezone
@@ -136,7 +145,6 @@ def _checked(settings: Settings, now: Settings, candidate: LivePolicy) -> Settin
             new.close()
     except ValueError as exc:
         fail(f"policy set: {exc}", USAGE)
-    return applied
 
 
 def _compare(now: Settings, applied: Settings, version: int) -> None:
@@ -177,8 +185,9 @@ def set_policy(
     to a scoped one or back: counts and bookings would be lost)."""
     settings, policies = _open()
     candidate = LivePolicy(policy_text, _changes(max_waits, shares))
+    applied = _applied(settings, candidate)
     now, live = in_force(settings, policies)
-    applied = _checked(settings, now, candidate)
+    _check_keys(settings, now, applied)
     version = 0 if live is None else live.version
     if not yes:
         _compare(now, applied, version)
