@@ -11,6 +11,7 @@ import base64
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -36,6 +37,7 @@ if not settings.configured:  # as tests/test_django.py configures it, whichever 
     django.setup()
 
 from anymail.signals import tracking
+from django.core.exceptions import ImproperlyConfigured
 from django.test import Client, override_settings
 
 from workers.django_tracking import event_name
@@ -86,18 +88,10 @@ def stack(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[dict[str, str
     env = worker_env(redis_url, smtp_server.url, MAILGUARD_POLICY="100/1s")
     old = state.use_settings(Settings.from_env(env))
     worker = CeleryWorker(env, concurrency=1).start()
-    django_settings = override_settings(
-        INSTALLED_APPS=["anymail", "workers.django_tracking.MailguardTracking"],
-        ROOT_URLCONF=__name__,
-        ALLOWED_HOSTS=["testserver"],
-        ANYMAIL={"WEBHOOK_SECRET": WEBHOOK_SECRET},
-    )
-    django_settings.enable()
     try:
-        yield env
+        with _django_with_tracking():
+            yield env
     finally:
-        django_settings.disable()
-        tracking.disconnect(dispatch_uid="mailguard.suppression")
         worker.stop()
         state.use_settings(old)
 
@@ -130,6 +124,7 @@ def test_postmark_webhooks_suppress_and_the_next_mail_is_dropped(
     assert _post(postmark("Bounce", "Transient", "dee@example.com")) == 200
     assert _post(postmark("Delivery", "", "eve@example.com")) == 200
     assert _post(postmark("Bounce", "HardBounce", "fay@example.com"), _auth("hook:wrong")) == 400
+    assert _post(postmark("Bounce", "BadEmailAddress", "gil@example.com")) == 200
 
     code, ada = _suppressed(env, "ada@example.com")
     assert code == 0 and ada is not None
@@ -138,6 +133,8 @@ def test_postmark_webhooks_suppress_and_the_next_mail_is_dropped(
     assert abs(ada["until"] - ada["since"] - 30 * DAY) < 1, "MAILGUARD_SUPPRESS_FOR (30d)"
     code, cy = _suppressed(env, "cy@example.com")
     assert code == 0 and cy is not None and cy["source"] == "complaint" and cy["forever"]
+    code, gil = _suppressed(env, "gil@example.com")
+    assert code == 0 and gil is not None and (gil["source"], gil["forever"]) == ("rejected", False)
     for address in ("bob@example.com", "dee@example.com", "eve@example.com", "fay@example.com"):
         assert _suppressed(env, address) == (1, None), address
     shown = CliRunner().invoke(main, ["suppressed", "cy@example.com"], env=env)
@@ -165,6 +162,45 @@ def test_a_later_bounce_does_not_shorten_a_complaint(stack: dict[str, str]) -> N
     assert _post(postmark("Bounce", "HardBounce", "cy@example.com", ago=1)) == 200
     code, cy = _suppressed(stack, "cy@example.com")
     assert code == 0 and cy is not None and (cy["source"], cy["forever"]) == ("complaint", True)
+
+
+@contextmanager
+def _django_with_tracking() -> Iterator[None]:
+    """Django with Anymail and the tracking app installed, this module as the URLconf."""
+    django_settings = override_settings(
+        INSTALLED_APPS=["anymail", "workers.django_tracking.MailguardTracking"],
+        ROOT_URLCONF=__name__,
+        ALLOWED_HOSTS=["testserver"],
+        ANYMAIL={"WEBHOOK_SECRET": WEBHOOK_SECRET},
+    )
+    django_settings.enable()
+    try:
+        yield
+    finally:
+        django_settings.disable()
+        tracking.disconnect(dispatch_uid="mailguard.suppression")
+
+
+def test_the_ledger_down_answers_500_so_the_esp_sends_again() -> None:
+    """A ledger's Redis that cannot be reached: the webhook answers 500 (the ESP retries)
+    rather than dropping the event."""
+    env = {"MAILGUARD_LIMITER_URL": "redis://127.0.0.1:1/0", "MAILGUARD_SECRET": "s"}
+    old = state.use_settings(Settings.from_env(env))
+    try:
+        with _django_with_tracking():
+            assert _post(postmark("Bounce", "HardBounce", "ada@example.com")) == 500
+    finally:
+        state.use_settings(old)
+
+
+def test_a_memory_ledger_stops_django_at_start_in_one_line() -> None:
+    old = state.use_settings(Settings())
+    try:
+        refused = pytest.raises(ImproperlyConfigured, match=r"memory://: a suppression recorded")
+        with refused, _django_with_tracking():
+            pass
+    finally:
+        state.use_settings(old)
 
 
 class _Event:
