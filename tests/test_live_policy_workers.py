@@ -108,6 +108,8 @@ def test_two_workers_take_a_tighter_policy_within_a_second_without_restart(
         assert "live policy version 1 in force: 1/1h" in log
         assert "LIVE POLICY VERSION 2 REFUSED, version 1 stays in force: policy " in log
     assert len(pids) == 2, "the same worker processes all along (no restart)"
+    mended = runner.invoke(main, ["policy", "set", "1/2h", "--yes"], env=envs[0])
+    assert mended.exit_code == 0 and "policy version 3 stored" in mended.output, mended.output
     history = runner.invoke(main, ["policy", "history"], env=envs[0])
     assert (
         history.exit_code == 0

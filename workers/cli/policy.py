@@ -32,17 +32,24 @@ def _open() -> tuple[Settings, LivePolicies]:
     return settings, build_policies(settings)
 
 
-def in_force(settings: Settings, policies: LivePolicies) -> tuple[Settings, LivePolicy | None]:
+def in_force(
+    settings: Settings, policies: LivePolicies, *, lenient: bool = False
+) -> tuple[Settings, LivePolicy | None]:
     """The settings the workers decide by now (the stored version applied to ``settings``, or
     ``settings`` themselves when none is stored) and that version. Exit 1 when Redis is down
-    or the stored version does not read (the workers keep their last good one: see their log)."""
+    or the stored version does not read (the workers keep their last good one: see their
+    log); ``lenient`` (``set``, which replaces it) says so on stderr and goes on with
+    ``settings``."""
     try:
         live = policies.current()
         return (settings if live is None else live.apply(settings)), live
     except BackendUnavailable as exc:
         fail(str(exc))
     except ValueError as exc:
-        fail(f"the stored live policy does not read ({exc}); set a good one")
+        if not lenient:
+            fail(f"the stored live policy does not read ({exc}); set a good one")
+        click.echo(f"mailguard: the stored live policy does not read ({exc})", err=True)
+        return settings, None
 
 
 def live_policy() -> Policy:
@@ -186,7 +193,7 @@ def set_policy(
     settings, policies = _open()
     candidate = LivePolicy(policy_text, _changes(max_waits, shares))
     applied = _applied(settings, candidate)
-    now, live = in_force(settings, policies)
+    now, live = in_force(settings, policies, lenient=True)
     _check_keys(settings, now, applied)
     version = 0 if live is None else live.version
     if not yes:
