@@ -31,12 +31,22 @@ SOURCE_WORDS: dict[str, str] = {
 }
 
 _REPLY = re.compile(r"^[245]\d\d\b")
+#: The cause's first word for an entry recorded from a webhook event (``bounced: ...``).
+_EVENTS: dict[str, Source] = {
+    "bounced": "bounce",
+    "complained": "complaint",
+    "rejected": "rejected",
+}
 
 
 def source_of(cause: str) -> Source:
-    """The source of an entry stored without one (before sources were kept), or given none:
-    ``smtp`` when its cause starts with a reply code (``550 5.1.1 ...``), else ``hand``."""
-    return "smtp" if _REPLY.match(cause) else "hand"
+    """The source an entry's cause tells: ``smtp`` for a cause that starts with a reply code
+    (``550 5.1.1 ...``), the event's for a webhook's (``bounced: ...``, ``complained``), else
+    ``hand``. For entries stored before sources were kept, and to leave the source out of the
+    stored value when the cause tells it (a worker of an earlier version reads such a value)."""
+    if _REPLY.match(cause):
+        return "smtp"
+    return _EVENTS.get(cause.split(":", 1)[0].strip(), "hand")
 
 
 @dataclass(frozen=True)
@@ -56,8 +66,13 @@ class Suppression:
         return self.until - self.since >= FOREVER - 1.0
 
     def to_json(self) -> str:
-        """The stored value: ``{"since": ..., "until": ..., "cause": ..., "source": ...}``."""
-        return json.dumps(asdict(self))
+        """The stored value: ``{"since": ..., "until": ..., "cause": ...}``, with ``"source"``
+        only when the cause does not tell it (:func:`source_of`): what every mailguard writes
+        itself reads in a worker of an earlier version too, during a rolling upgrade."""
+        value = asdict(self)
+        if self.source == source_of(self.cause):
+            del value["source"]
+        return json.dumps(value)
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Suppression:
