@@ -81,6 +81,11 @@ def cli_reference() -> str:
         settings = command.context_settings
         ctx = click.Context(command, info_name=name, parent=root, **width, **settings)
         parts.append(f"## mailguard {name}\n\n```text\n{command.get_help(ctx)}\n```\n")
+        for sub_name, sub in getattr(command, "commands", {}).items():  # a group's commands
+            sub_ctx = click.Context(sub, info_name=sub_name, parent=ctx, **width)
+            parts.append(
+                f"### mailguard {name} {sub_name}\n\n```text\n{sub.get_help(sub_ctx)}\n```\n"
+            )
     return "\n".join(parts)
 
 

@@ -17,6 +17,7 @@ from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics, default_metrics
 from mailer.records.holds import Holds, holds_from_url
 from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
+from mailer.records.policy import LivePolicies, policies_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.settings import Settings
 from mailer.storage import scheme as url_scheme
@@ -49,6 +50,12 @@ def build_suppressions(settings: Settings, ledger: Ledger | None = None) -> Supp
     return suppressions_from_url(
         settings.effective_ledger_url, secret=settings.secret, client=client
     )
+
+
+def build_policies(settings: Settings, ledger: Ledger | None = None) -> LivePolicies:
+    """The live policy's versions, where the ledger lives (sharing its Redis client if given)."""
+    client = ledger.client if isinstance(ledger, RedisLedger) else None
+    return policies_from_url(settings.effective_ledger_url, client=client)
 
 
 def build_holds(
@@ -118,6 +125,46 @@ def build_guard(settings: Settings, *, metrics: Metrics | None = None) -> Guard:
         clock=system_clock,
         metrics=metrics if metrics is not None else default_metrics(),
     )
+
+
+def rebuild_guard(old: Guard, settings: Settings) -> Guard:
+    """A guard for another policy and kinds (``settings``'s: a live policy version) that keeps
+    ``old``'s ledger, transport, suppression list, configuration and metrics. The limiter is
+    new, on the same storage and namespace: the recipient scope's keys stay the same, so the
+    bookings made under ``old`` stay valid. ``old`` stays usable for a run still in it.
+    ``ValueError`` (one line) for a policy this storage cannot serve, or whose recipient keys
+    differ from ``old``'s (:func:`check_same_keys`)."""
+    limiter = build_guard_limiter(settings)
+    check_same_keys(old.limiter, limiter)
+    return Guard(
+        limiter,
+        old.ledger,
+        old.transport,
+        kinds=settings.kinds,
+        config=old.config,
+        suppressions=old.suppressions,
+        holds=build_holds(settings, limiter, old.ledger) if old.holds is not None else None,
+        clock=system_clock,
+        metrics=old.metrics,
+    )
+
+
+#: A recipient whose storage keys tell whether two limiters share the recipient scope's keys.
+_PROBE = "probe@example.com"
+
+
+def check_same_keys(old: Limiter, new: Limiter) -> None:
+    """``ValueError`` unless ``new`` keeps a recipient's state under the same key as ``old``: a
+    policy of recipient sliding tiers alone and a policy with other scopes or tier kinds are
+    stored differently, and a change between them would forget every count and booking (a
+    recipient could get more mail than either policy allows)."""
+    if old.storage_key("recipient", _PROBE) != new.storage_key("recipient", _PROBE):
+        raise ValueError(
+            f"policy {str(new.policy)[:80]!r} keeps the recipient scope under other keys than "
+            f"{str(old.policy)[:80]!r} (a recipient-only policy to a scoped one, or back): "
+            "every count and booking would be lost; change MAILGUARD_POLICY and restart the "
+            "workers instead"
+        )
 
 
 def memory_guard(

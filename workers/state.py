@@ -1,5 +1,9 @@
 """What one worker process holds: the environment's settings, the settings in force, its guard.
 
+The guard follows the live policy (:mod:`mailer.records.policy`): :func:`guard` reads its
+version at most once a second and, for a new one, hands out a guard built for it (a run in
+progress finishes under the guard it started with).
+
 ``workers.app``, ``workers.tasks``, ``workers.promoter`` and ``workers.request`` read the process
 state here and nowhere else. Read the settings in force with :func:`current` (``use_settings``
 replaces them), never by copying :data:`settings` into another module at import.
@@ -15,8 +19,9 @@ import threading
 import time
 
 from mailer.errors import BackendUnavailable
-from mailer.factory import build_guard
+from mailer.factory import build_guard, build_policies, rebuild_guard
 from mailer.guard import Guard
+from mailer.records.policy import LivePolicy, PolicyWatch
 from mailer.settings import Settings
 
 #: The name ``send_mail`` is registered and published under (the promoter publishes by it).
@@ -34,7 +39,7 @@ except ValueError as _exc:
 #: The settings this process's guard is built from: the environment's, or :func:`use_settings`'s.
 settings: Settings = env_settings
 
-_guard: Guard | None = None
+_guard: _Following | None = None
 _guard_pid = 0
 _lock = threading.Lock()
 
@@ -58,8 +63,29 @@ def guard() -> Guard:
     global _guard, _guard_pid
     with _lock:
         if _guard is None or _guard_pid != os.getpid():
-            _guard, _guard_pid = build_guard(settings), os.getpid()
-        return _guard
+            _guard, _guard_pid = _Following(build_guard(settings), settings), os.getpid()
+        return _guard.current()
+
+
+class _Following:
+    """A guard that follows the live policy in the ledger's Redis (none on a memory ledger:
+    no other process can set one there). Call under :data:`_lock`."""
+
+    def __init__(self, base: Guard, env: Settings) -> None:
+        self.guard = base
+        self.watch: PolicyWatch[Guard] | None = None
+        if not env.effective_ledger_url.startswith("memory:"):
+
+            def build(live: LivePolicy | None) -> Guard:
+                return rebuild_guard(base, env if live is None else live.apply(env))
+
+            self.watch = PolicyWatch(build_policies(env, base.ledger), build)
+
+    def current(self) -> Guard:
+        """The guard for the version in force (the version read at most once a second)."""
+        if self.watch is not None:
+            self.guard = self.watch.check() or self.guard
+        return self.guard
 
 
 def limiter_now() -> float:

@@ -18,6 +18,7 @@ Celery is imported only by the commands that need it (``worker``, ``send``, ``ou
 - :mod:`workers.cli.cancel`, :mod:`workers.cli.schedule`: cancel a waiting mail, the schedule;
 - :mod:`workers.cli.suppression`: the suppression list by hand;
 - :mod:`workers.cli.simulate`: replay traffic through a policy;
+- :mod:`workers.cli.policy`: the live policy (``policy show | set | history``);
 - :mod:`workers.cli.views`, :mod:`workers.cli.budget`: tables, and the budget reports.
 """
 

@@ -8,6 +8,7 @@ from workers.cli import (
     cancel,
     demo,
     outcome,
+    policy,
     reset,
     schedule,
     send,
@@ -43,5 +44,6 @@ for command in (
     suppression.suppressed,
     cancel.cancel,
     schedule.scheduled,
+    policy.policy,
 ):
     main.add_command(command)

@@ -40,7 +40,8 @@ if TYPE_CHECKING:
     "--against",
     "against_text",
     metavar="POLICY",
-    help="A second policy to replay the same trace through: the two side by side.",
+    help="A second policy to replay the same trace through: the two side by side; 'current' "
+    "is the live policy the workers decide by now.",
 )
 @click.option(
     "--max-wait",
@@ -70,7 +71,7 @@ def simulate(
     use a generated --pattern. With neither it runs the built-in example: a day of mixed
     traffic for 1000 recipients with one abused address. Scoped policies (domain, sender,
     tenant; fixed and gcra tiers) replay as the workers would decide them. --against compares
-    two policies on the same trace.
+    two policies on the same trace (--against current: with the live policy in force).
     """
     from mailer import simulate as sim  # noqa: PLC0415 - loaded only for this command
 
@@ -78,7 +79,7 @@ def simulate(
     if csv_path and pattern:
         fail("give --csv or --pattern, not both", USAGE)
     policy = settings.policy if policy_text is None else _policy(policy_text)
-    against = None if against_text is None else _policy(against_text, option="--against")
+    against = None if against_text is None else _against(against_text)
     kinds = _with_waits(settings.kinds, max_waits)
     started = time.perf_counter()
     try:
@@ -115,6 +116,15 @@ def _policy(text: str, *, option: str = "--policy") -> Policy:
         return Policy.parse(text, name="recipient")
     except ValueError as exc:
         fail(f"{option}: {exc}", USAGE)
+
+
+def _against(text: str) -> Policy:
+    """``--against``: a policy, or ``current`` (the live one, :mod:`workers.cli.policy`)."""
+    if text.strip().lower() == "current":
+        from workers.cli.policy import live_policy  # noqa: PLC0415 - reads the ledger's Redis
+
+        return live_policy()
+    return _policy(text, option="--against")
 
 
 def _plot(report: Report, path: str) -> None:

@@ -1,7 +1,9 @@
 """``mailguard suppress / unsuppress / suppressed``: the suppression list by hand.
 
-Addresses whose mailbox is gone (hard bounces suppress them by themselves; an operator adds one
-from a complaint or an ESP's bounce webhook, or lifts one). The list lives where the ledger
+Addresses whose mailbox is gone or who complained (hard bounces in SMTP replies and, with
+``workers.django_tracking`` or :func:`mailer.suppression.record_event`, ESP webhooks suppress
+them by themselves; an operator adds one, or lifts one). ``suppressed`` says why (SMTP reply,
+bounce, complaint, rejected, by hand) and since when. The list lives where the ledger
 lives (``MAILGUARD_LEDGER_URL``, else the limiter's URL): a shared ``redis://``. Addresses are
 never printed: a recipient appears as the keyed hash of its entry.
 """
@@ -16,7 +18,8 @@ from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_suppressions
 from mailer.guard.data import iso
-from mailer.records.suppression import Suppressions
+from mailer.records.suppression import FOREVER, Suppression, Suppressions
+from mailer.records.suppression.base import SOURCE_WORDS
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
 
@@ -32,11 +35,18 @@ def _key(store: Suppressions, address: str) -> str:
         fail(f"bad address: {exc}", USAGE)
 
 
-@click.command(short_help="Say whether an address is suppressed, and until when.")
+def describe(entry: Suppression) -> str:
+    """``until ... since ...: why (cause)``; ``for ever (until lifted)`` for a complaint's."""
+    until = "for ever (until lifted)" if entry.forever else f"until {iso(entry.until)}"
+    return f"{until} since {iso(entry.since)}: {SOURCE_WORDS[entry.source]} ({entry.cause})"
+
+
+@click.command(short_help="Say whether an address is suppressed, why and since when.")
 @click.argument("address")
 @click.option("--json", "as_json", is_flag=True, help="Print the entry as JSON.")
 def suppressed(address: str, as_json: bool) -> None:
-    """Whether ADDRESS is suppressed, since and until when, and why (exit 1: it is not)."""
+    """Whether ADDRESS is suppressed, since and until when, and why: an SMTP reply, a bounce
+    or complaint reported by a webhook, rejected by the ESP, or by hand (exit 1: it is not)."""
     store = _store()
     key = _key(store, address)
     try:
@@ -44,10 +54,12 @@ def suppressed(address: str, as_json: bool) -> None:
     except BackendUnavailable as exc:
         fail(str(exc))
     if as_json:
-        shown = None if entry is None else vars(entry) | {"recipient": key}
+        shown = (
+            None if entry is None else vars(entry) | {"forever": entry.forever, "recipient": key}
+        )
         click.echo(json.dumps(shown, indent=2))
     elif entry is not None:
-        click.echo(f"{key} suppressed until {iso(entry.until)} ({entry.cause})")
+        click.echo(f"{key} suppressed {describe(entry)}")
     if entry is None:
         if not as_json:
             click.echo(f"{key} is not suppressed")
@@ -56,12 +68,12 @@ def suppressed(address: str, as_json: bool) -> None:
 
 @click.command(short_help="Suppress an address by hand (a complaint, a bounce webhook).")
 @click.argument("address")
-@click.option("--for", "duration", default="30d", show_default=True, help="How long.")
+@click.option("--for", "duration", default="30d", show_default=True, help="How long, or 'forever'.")
 @click.option("--reason", default="suppressed by hand", show_default=True, help="Why.")
 def suppress(address: str, duration: str, reason: str) -> None:
     """Suppress ADDRESS: mails to it end dropped/suppressed without contacting the server."""
     try:
-        seconds = parse_duration(duration)
+        seconds = FOREVER if duration.strip().lower() == "forever" else parse_duration(duration)
     except ValueError as exc:
         fail(f"--for: {exc}", USAGE)
     if seconds <= 0:
@@ -69,10 +81,10 @@ def suppress(address: str, duration: str, reason: str) -> None:
     store = _store()
     key = _key(store, address)
     try:
-        entry = store.suppress(address, seconds=seconds, cause=reason)
+        entry = store.suppress(address, seconds=seconds, cause=reason, source="hand")
     except BackendUnavailable as exc:
         fail(str(exc))
-    click.echo(f"{key} suppressed until {iso(entry.until)}")
+    click.echo(f"{key} suppressed {describe(entry)}")
 
 
 @click.command(short_help="Lift an address's suppression.")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from mailer.records.suppression.base import Suppression
+from mailer.records.suppression.base import Suppression, keeps
 
 
 class MemorySuppressionStore:
@@ -20,6 +20,14 @@ class MemorySuppressionStore:
     def put(self, key: str, entry: Suppression, seconds: float) -> None:
         with self._lock:
             self._entries[key] = entry
+
+    def put_longer(self, key: str, entry: Suppression, seconds: float, now: float) -> Suppression:
+        with self._lock:
+            old = self._entries.get(key)
+            if old is not None and keeps(old, entry, now):
+                return old
+            self._entries[key] = entry
+            return entry
 
     def get(self, key: str) -> Suppression | None:
         with self._lock:

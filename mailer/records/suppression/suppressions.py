@@ -10,7 +10,13 @@ from mailer.clock import Clock, system_clock
 from mailer.defaults import SUPPRESS_FOR
 from mailer.limits.keys import KeyHasher
 from mailer.mail.address import DEFAULT_RULES, AddressRules, normalise_address
-from mailer.records.suppression.base import CAUSE_CHARS, Suppression, SuppressionStore
+from mailer.records.suppression.base import (
+    CAUSE_CHARS,
+    Source,
+    Suppression,
+    SuppressionStore,
+    source_of,
+)
 from mailer.records.suppression.memory import MemorySuppressionStore
 from mailer.records.suppression.redis import RedisSuppressionStore
 from mailer.storage import client_from_url, is_memory
@@ -58,12 +64,41 @@ class Suppressions:
         """The storage key of ``address`` (a keyed hash; what logs and outcomes may show)."""
         return self._key(address)
 
-    def suppress(self, address: str, *, seconds: float = SUPPRESS_FOR, cause: str) -> Suppression:
-        """Suppress ``address`` for ``seconds`` from now because of ``cause`` (a reply)."""
+    def suppress(
+        self,
+        address: str,
+        *,
+        seconds: float = SUPPRESS_FOR,
+        cause: str,
+        source: Source | None = None,
+    ) -> Suppression:
+        """Suppress ``address`` for ``seconds`` from now because of ``cause`` (a reply), replacing
+        any entry. ``source`` says where it came from (:data:`~mailer.records.suppression.base.
+        Source`; default: ``smtp`` for a cause that starts with a reply code, else ``hand``)."""
         now = self._clock()
-        entry = Suppression(since=now, until=now + seconds, cause=cause[:CAUSE_CHARS])
+        entry = Suppression(
+            since=now,
+            until=now + seconds,
+            cause=cause[:CAUSE_CHARS],
+            source=source or source_of(cause),
+        )
         self._store.put(self._key(address), entry, seconds)
         return entry
+
+    def record(
+        self, address: str, *, seconds: float, cause: str, source: Source, at: float | None = None
+    ) -> Suppression:
+        """Suppress ``address`` for ``seconds`` from ``at`` (epoch seconds, default now: when
+        the bounce or complaint happened) unless an entry in force lasts as long already; the
+        entry in force afterwards. For events that arrive late and in any order (webhooks): a
+        complaint's suppression is never shortened by a later bounce."""
+        now = self._clock()
+        since = now if at is None else min(at, now)
+        entry = Suppression(
+            since=since, until=since + seconds, cause=cause[:CAUSE_CHARS], source=source
+        )
+        keep_for = max(entry.until - now, 0.001)
+        return self._store.put_longer(self._key(address), entry, keep_for, now)
 
     def suppressed(self, address: str) -> Suppression | None:
         """The suppression of ``address`` if one is in force now, else None."""
