@@ -30,6 +30,10 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mailer.errors import SendError
 
 
 class Action(enum.Enum):
@@ -106,6 +110,17 @@ def classify(code: int, reply: str) -> Reaction:
             return Reaction(Action.SUPPRESS)
         return Reaction(Action.FAIL)
     return Reaction(Action.RETRY)
+
+
+def reaction_of(error: SendError) -> Reaction:
+    """The reaction a transport's error asks for: the one it states (an API transport that
+    knows its provider's answer), else :func:`classify` of its SMTP reply; ``RETRY`` when it
+    has neither (no reply came: a network error)."""
+    if error.reaction is not None:
+        return error.reaction
+    if error.code is None:
+        return Reaction(Action.RETRY)
+    return classify(error.code, error.reply or "")
 
 
 def _transient(code: int, status: tuple[str, ...], text: str) -> Action:
