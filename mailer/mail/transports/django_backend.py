@@ -89,7 +89,7 @@ class DjangoTransport:
             if not sent:
                 raise provider.unknown(f"{self.backend} sent nothing (it answered {sent!r})")
             esp_id = getattr(getattr(wrapped, "anymail_status", None), "message_id", None)
-            reply = f"accepted by {self.backend}" + (f": {esp_id}" if esp_id else "")
+            reply = f"accepted by {self.backend}" + ("" if esp_id is None else f": {esp_id}")
             return SendReceipt(message_id=message_id, code=250, reply=reply)
 
         return send_with_retries(
