@@ -30,10 +30,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from mailer.errors import SendError
+from typing import Protocol
 
 
 class Action(enum.Enum):
@@ -112,10 +109,21 @@ def classify(code: int, reply: str) -> Reaction:
     return Reaction(Action.RETRY)
 
 
-def reaction_of(error: SendError) -> Reaction:
-    """The reaction a transport's error asks for: the one it states (an API transport that
-    knows its provider's answer), else :func:`classify` of its SMTP reply; ``RETRY`` when it
-    has neither (no reply came: a network error)."""
+class _Refusal(Protocol):
+    """What :func:`reaction_of` reads of a :class:`~mailer.errors.SendError`."""
+
+    @property
+    def code(self) -> int | None: ...
+    @property
+    def reply(self) -> str: ...
+    @property
+    def reaction(self) -> Reaction | None: ...
+
+
+def reaction_of(error: _Refusal) -> Reaction:
+    """The reaction a transport's error (a :class:`~mailer.errors.SendError`) asks for: the
+    one it states (an API transport that knows its provider's answer), else :func:`classify`
+    of its SMTP reply; ``RETRY`` when it has neither (no reply came: a network error)."""
     if error.reaction is not None:
         return error.reaction
     if error.code is None:
