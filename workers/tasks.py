@@ -350,12 +350,13 @@ def _unpublished(
     raise Reject(exc.args[0] if exc.args else None, requeue=True) from None
 
 
-def cancel(mail_id_or_task_id: str) -> Outcome:
+def cancel(mail_id_or_task_id: str, *, app: Any = None) -> Outcome:
     """Cancel a waiting mail (parked, or deferred to a booked slot), as ``mailguard cancel``
     does: it ends ``dropped`` / ``cancelled`` (its result and the ledger say so) and a parked
     mail's recipients get their slots back at once (a countdown mail gives them back when its
     run finds it cancelled). Takes the task id ``send_mail.delay`` returned or the mail's own
-    ``mail_id``; returns the ``cancelled`` outcome.
+    ``mail_id``; returns the ``cancelled`` outcome. ``app`` is the Celery app whose result
+    backend keeps the mail's state (default: the one ``send_mail`` runs on).
 
     Raises :class:`NotCancelled` (one line: not waiting, already sent, being sent right now)
     and :class:`~mailer.errors.BackendUnavailable`. Uses this process's stores: the workers'
@@ -365,6 +366,6 @@ def cancel(mail_id_or_task_id: str) -> Outcome:
     settings = state.current()
     stores = guard()
     schedule = parking.schedule_for(settings)
-    app = send_mail.app
+    app = app if app is not None else send_mail.app
     found = lookup(app, str(mail_id_or_task_id), stores.ledger, schedule)
     return cancel_waiting(app, settings, found, (stores.ledger, schedule), stores.limiter)
