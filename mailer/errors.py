@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
+
+if TYPE_CHECKING:
+    from mailer.mail.replies import Reaction
 
 
 class MailguardError(Exception):
@@ -95,28 +99,46 @@ class SendError(MailguardError):
 
     ``code`` is the last SMTP reply code (``None`` when no reply came, e.g. connection refused),
     ``reply`` the reply text with recipient addresses masked, ``attempts`` how many times the
-    transport tried. Subclasses tell whether another try later may succeed.
+    transport tried. Subclasses tell whether another try later may succeed. ``reaction`` is
+    what a transport that knows its provider's answer asks for (an API's throttling error holds
+    the sender); None: the guard reads ``code`` and ``reply``
+    (:func:`mailer.mail.replies.reaction_of`).
     """
 
     advice = "see the reply"
+    reaction: Reaction | None = None
 
     def __init__(
-        self, reason: str, *, code: int | None = None, reply: str = "", attempts: int = 1
+        self,
+        reason: str,
+        *,
+        code: int | None = None,
+        reply: str = "",
+        attempts: int = 1,
+        reaction: Reaction | None = None,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.code = code
         self.reply = reply
         self.attempts = attempts
+        self.reaction = reaction
 
     def __str__(self) -> str:
         reply = f" (SMTP {self.code} {self.reply!r})" if self.code is not None else ""
+        if self.code is None and self.reply:
+            reply = f" ({self.reply!r})"
         plural = "" if self.attempts == 1 else "s"
         return f"{self.reason}{reply} after {self.attempts} attempt{plural}; {self.advice}"
 
     def __reduce__(self) -> tuple[object, ...]:
         # Keep code, reply and attempts when the error is pickled (result backends, processes).
-        state = {"code": self.code, "reply": self.reply, "attempts": self.attempts}
+        state = {
+            "code": self.code,
+            "reply": self.reply,
+            "attempts": self.attempts,
+            "reaction": self.reaction,
+        }
         return (type(self), (self.reason,), state)
 
 

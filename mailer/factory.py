@@ -4,7 +4,6 @@ for tests and tools (:func:`memory_guard`)."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -12,7 +11,7 @@ from mailer.clock import Clock, system_clock
 from mailer.guard import Guard, GuardConfig
 from mailer.limits.limiter import Limiter
 from mailer.mail.kinds import Kinds
-from mailer.mail.transports import ConsoleTransport, MemoryTransport, SmtpTransport
+from mailer.mail.transports import registry as transports
 from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics, default_metrics
 from mailer.records.holds import Holds, holds_from_url
@@ -20,7 +19,6 @@ from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
 from mailer.records.policy import LivePolicies, policies_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.settings import Settings
-from mailer.storage import scheme as url_scheme
 
 
 def build_limiter(settings: Settings) -> Limiter:
@@ -81,18 +79,11 @@ def build_holds(
 
 
 def build_transport(settings: Settings) -> Transport:
-    """``console://`` (stderr), ``memory://`` (kept in the process) or an SMTP URL."""
-    scheme = url_scheme(settings.smtp_url)
-    if scheme == "console":
-        return ConsoleTransport(sys.stderr)
-    if scheme == "memory":
-        return MemoryTransport()
-    with _naming("SMTP_URL"):
-        return SmtpTransport.from_url(
-            settings.smtp_url,
-            max_attempts=settings.smtp_attempts,
-            retry_holds=settings.throttle_hold is None,  # with holds on, the guard holds instead
-        )
+    """The transport ``MAILGUARD_TRANSPORT`` names (:mod:`mailer.mail.transports.registry`):
+    ``smtp`` by ``MAILGUARD_SMTP_URL`` (``console://`` prints to stderr, ``memory://`` keeps
+    the mails in the process), ``django`` or ``ses``. Raises ``ValueError`` naming the
+    variable."""
+    return transports.build(settings.transport, settings.transport_options())
 
 
 @contextmanager

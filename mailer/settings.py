@@ -10,6 +10,11 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_LIMITER_URL`` | URL | ``memory://`` | ``redis://localhost:6379/0`` | limiter storage (``redis://…`` for several processes) |
 | ``MAILGUARD_LEDGER_URL`` | URL | the limiter URL | ``redis://ledger:6379/0`` | where sent-markers and send claims live |
 | ``MAILGUARD_SMTP_URL`` | URL | ``console://`` | ``smtp://relay:587?starttls=1`` | ``smtp://host:port``, ``smtps://user:pass@host``, ``?starttls=1``; ``console://``, ``memory://`` |
+| ``MAILGUARD_TRANSPORT`` | ``smtp``, ``django`` or ``ses`` | ``smtp`` | ``ses`` | how mail leaves: ``smtp`` (``MAILGUARD_SMTP_URL``), ``django`` (the Django backend ``MAILGUARD_DJANGO_BACKEND``), ``ses`` (Amazon SES v2 API, raw MIME); see the transports guide |
+| ``MAILGUARD_DJANGO_BACKEND`` | dotted path | ``django.core.mail.backends.smtp.EmailBackend`` | ``anymail.backends.postmark.EmailBackend`` | the Django email backend the ``django`` transport sends through (with Django's own settings: ``EMAIL_HOST``, ``ANYMAIL``...); needs ``DJANGO_SETTINGS_MODULE``; checked at start |
+| ``MAILGUARD_SES_REGION`` | AWS region | none (required with ``ses``) | ``eu-west-1`` | the SES region of the ``ses`` transport (credentials: boto3's usual chain) |
+| ``MAILGUARD_SES_ENDPOINT_URL`` | URL | SES's own | ``https://vpce-0a1b.email.eu-west-1.vpce.amazonaws.com`` | another SES endpoint (a VPC endpoint, a local test double) |
+| ``MAILGUARD_SES_CONFIGURATION_SET`` | name | none | ``transactional`` | the SES configuration set each mail is sent with (event publishing, dedicated IPs) |
 | ``MAILGUARD_POLICY`` | policy | ``1/60s, 5/1h, 10/24h`` | ``recipient: 1/60s, 5/1h; sender: 14/1s gcra`` | tiers per recipient, or per scope (``recipient: …; domain: …; sender: …; tenant: …``) |
 | ``MAILGUARD_SECRET`` | text | none | the output of ``openssl rand -hex 32`` | keys the hash of every stored address: set it, the same everywhere |
 | ``MAILGUARD_SENDER`` | address | ``mailguard@localhost`` | ``orders@example.org`` | the From header: an address or ``Name <address>`` (checked at start) |
@@ -59,6 +64,7 @@ from mailer.guard import GuardConfig
 from mailer.limits.policy import REFERENCE_POLICY, Policy
 from mailer.mail.address import check_sender
 from mailer.mail.kinds import Kinds
+from mailer.mail.transports import registry as transports
 from mailer.settings_env import ALL_INTERFACES, PREFIX, read_values
 
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
@@ -102,6 +108,11 @@ KNOWN = frozenset(
         "THROTTLE_HOLD_MAX",
         "GREYLIST_DELAY",
         "HOLD_EVIDENCE",
+        "TRANSPORT",
+        "DJANGO_BACKEND",
+        "SES_REGION",
+        "SES_ENDPOINT_URL",
+        "SES_CONFIGURATION_SET",
     )
 )
 
@@ -143,6 +154,11 @@ class Settings:
     greylist_delay: float = defaults.GREYLIST_DELAY
     hold_evidence: tuple[int, float] | None = defaults.HOLD_EVIDENCE
     kinds: Kinds = field(default_factory=Kinds.defaults)
+    transport: str = transports.DEFAULT
+    django_backend: str | None = None
+    ses_region: str | None = None
+    ses_endpoint_url: str | None = None
+    ses_configuration_set: str | None = None
 
     def __post_init__(self) -> None:
         for variable, bad, accepted in self._bounds():
@@ -157,6 +173,29 @@ class Settings:
             ) from None
         self._check_holds()
         self._check_watch()
+        self._check_transport()
+
+    def _check_transport(self) -> None:
+        if self.transport not in transports.names():
+            known = ", ".join(transports.names())
+            raise ValueError(
+                f"{PREFIX}TRANSPORT must be one of {known}, got {self.transport!r:.40}"
+            )
+        if self.transport == "ses" and not self.ses_region:
+            raise ValueError(f"{PREFIX}SES_REGION must be set with {PREFIX}TRANSPORT=ses")
+
+    def transport_options(self) -> transports.TransportOptions:
+        """What the transport is built from (:mod:`mailer.mail.transports.registry`)."""
+        return transports.TransportOptions(
+            smtp_url=self.smtp_url,
+            attempts=self.smtp_attempts,
+            retry_holds=self.throttle_hold is None,  # with holds on, the guard holds instead
+            hold_max=self.throttle_hold_max,
+            django_backend=self.django_backend,
+            ses_region=self.ses_region,
+            ses_endpoint_url=self.ses_endpoint_url,
+            ses_configuration_set=self.ses_configuration_set,
+        )
 
     def _check_watch(self) -> None:
         if not 0.1 <= self.watch_grace <= 600:

@@ -27,6 +27,11 @@ _TEXT = (
     "SENDER",
     "FAIL_MODE",
     "QUEUE",
+    "TRANSPORT",
+    "DJANGO_BACKEND",
+    "SES_REGION",
+    "SES_ENDPOINT_URL",
+    "SES_CONFIGURATION_SET",
 )
 #: Variables read as durations (seconds) and the attribute each sets.
 _DURATIONS = (

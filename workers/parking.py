@@ -30,7 +30,7 @@ from mailer.guard.data import iso
 from mailer.records.schedule import MemorySchedule, Schedule, schedule_from_url
 from mailer.records.schedule.park import parked_until
 from mailer.settings import Settings
-from mailer.steps import Later
+from mailer.steps import Later, Progress
 from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
@@ -51,19 +51,20 @@ def use_app_broker(broker_url: str) -> None:
     _app_broker[:] = [broker_url]
 
 
-def owner(settings: Settings) -> str:
+def owner(settings: Settings, broker_url: str | None = None) -> str:
     """Whose schedule this process parks into: empty for ``MAILGUARD_BROKER_URL``'s (or when
-    no worker runs here: the CLI), else 12 hex digits of a hash of the app's broker URL."""
-    broker = _app_broker[0] if _app_broker else settings.broker_url
+    no worker runs here: the CLI), else 12 hex digits of a hash of the app's broker URL
+    (``broker_url``, else the app this process's worker runs)."""
+    broker = broker_url or (_app_broker[0] if _app_broker else settings.broker_url)
     if broker == settings.broker_url:
         return ""
     return hashlib.sha256(broker.encode()).hexdigest()[:12]
 
 
-def schedule_for(settings: Settings) -> Schedule:
+def schedule_for(settings: Settings, broker_url: str | None = None) -> Schedule:
     """This process's schedule on the ledger's URL (built once per process, URL, queue and
-    owner)."""
-    url, mine = settings.effective_ledger_url, owner(settings)
+    owner); ``broker_url``: the schedule of the app publishing there (a caller's)."""
+    url, mine = settings.effective_ledger_url, owner(settings, broker_url)
     key = (os.getpid(), url, settings.queue, mine)
     with _lock:
         if key not in _stores:
@@ -153,3 +154,37 @@ def settled(settings: Settings, mail_id: str) -> None:
         store.forget(mail_id)
     except BackendUnavailable as exc:
         log.info("mail %s: entry left in the schedule: %s", mail_id, exc)
+
+
+def park_call(
+    settings: Settings,
+    *,
+    broker_url: str,
+    task_id: str,
+    args: Any,
+    kwargs: dict[str, Any],
+    due: float,
+) -> bool:
+    """Park a ``send_mail`` call at enqueue, for a caller's ``eta`` / ``countdown``
+    (epoch seconds on the caller's clock) farther than ``park_after``: the
+    promoter publishes it when due, so no worker holds it meanwhile. ``due`` is that
+    ``not_before``. True when parked; False
+    when the caller must publish it with its ``eta`` instead (a short wait, parking off, a
+    memory schedule no promoter of this process reads, or the schedule's Redis down: logged)."""
+    wait = due - time.time()
+    if settings.park_after is None or wait <= settings.park_after:
+        return False
+    store = schedule_for(settings, broker_url)
+    if not _promoted(store):
+        return False
+    mail_id = str(kwargs.get("mail_id") or task_id)
+    requested = kwargs.get("_requested_at")
+    progress = Progress(requested_at=float(requested) if requested else time.time())
+    entry = Parked(task_id, list(args or ()), kwargs | {"mail_id": mail_id}, due, progress)
+    try:
+        store.park(mail_id, due, entry.encode())
+    except BackendUnavailable as exc:
+        log.warning("mail %s: could not park it at enqueue, publishing its eta: %s", mail_id, exc)
+        return False
+    log.info("mail %s parked until %s (its eta)", mail_id, iso(due), extra={"mail_id": mail_id})
+    return True

@@ -18,14 +18,19 @@ from typing import Any
 
 from celery import Task, shared_task, signals
 from celery.exceptions import Ignore, Reject
+from celery.utils import uuid
+from celery.utils.time import maybe_make_aware
 
 from mailer.guard import MailRequest
+from mailer.guard.data import iso
 from mailer.mail.seal import seal, unseal
+from mailer.outcomes import Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
 from workers import parking, priority, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
+from workers.cancelling import NotCancelled, cancel_waiting, lookup
 from workers.state import guard, use_settings
 
 __all__ = [
@@ -33,6 +38,8 @@ __all__ = [
     "Deferred",
     "GuardedTask",
     "MailFailed",
+    "NotCancelled",
+    "cancel",
     "check_call",
     "guard",
     "send_mail",
@@ -86,7 +93,68 @@ class GuardedTask(Task[Any, Any]):
             options["priority"] = priority.message_priority(self.app.conf.broker_url, level)
         options.setdefault("argsrepr", "(<redacted>)")
         options.setdefault("kwargsrepr", "{<redacted>}")
+        if "_progress" not in call:  # a caller's call, not a deferred run published again
+            parked = self._park_far_eta(args, kwargs, options)
+            if parked is not None:
+                return parked
         return super().apply_async(args, kwargs, **options)
+
+    def _park_far_eta(self, args: Any, kwargs: dict[str, Any], options: dict[str, Any]) -> Any:
+        """A caller's ``eta`` / ``countdown`` farther than ``MAILGUARD_PARK_AFTER``: the call
+        is parked in the schedule (no worker holds it; the promoter publishes it when due) and
+        its result answered, state DEFERRED; None to publish it as Celery does (a short wait,
+        no wait, parking unavailable, or ``send_mail``'s queue routed elsewhere)."""
+        not_before = _not_before(self.app, options)
+        settings = state.current()
+        queue = options.get("queue") or routing.mail_queue(self.app, settings.queue)
+        if not_before is None or queue != settings.queue:
+            return None
+        if not self.app.conf.get(routing.MARK) and "queue" not in options:
+            return None  # the project's task_routes route send_mail: its schedule is unknown
+        task_id = str(options.get("task_id") or uuid())
+        broker = str(self.app.conf.broker_url)
+        call = dict(kwargs or {})
+        parked = parking.park_call(
+            settings, broker_url=broker, task_id=task_id, args=args, kwargs=call, due=not_before
+        )
+        if not parked:
+            return None
+        _show_parked(self, task_id, call, not_before)
+        return self.AsyncResult(task_id)
+
+
+def _not_before(app: Any, options: dict[str, Any]) -> float | None:
+    """A caller's ``countdown`` (seconds) or ``eta`` (a datetime; naive ones in the app's time
+    zone, as Celery reads them) as epoch seconds on this process's clock; None without one,
+    or with one Celery will refuse itself."""
+    countdown, eta = options.get("countdown"), options.get("eta")
+    try:
+        if countdown is not None:
+            return time.time() + float(countdown)
+        if isinstance(eta, datetime):
+            return float(maybe_make_aware(eta, app.timezone).timestamp())
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return None
+
+
+def _show_parked(task: Task[Any, Any], task_id: str, kwargs: dict[str, Any], due: float) -> None:
+    """Store the DEFERRED state of a call parked at enqueue (a backend that is down is logged:
+    the mail is parked all the same)."""
+    mail_id = str(kwargs.get("mail_id") or task_id)
+    kind = kwargs.get("kind", "default")
+    outcome = Outcome(
+        status="deferred",
+        mail_id=mail_id,
+        kind=kind if isinstance(kind, str) else "default",
+        due=due,
+        decided_at=time.time(),
+        detail=f"parked until {iso(due)}: the caller's eta",
+    )
+    try:
+        task.backend.store_result(task_id, outcome.as_dict(), DEFERRED)
+    except Exception as exc:  # whatever the backend raises, the mail is parked
+        log.warning("mail %s: %s state not stored (result backend: %s)", mail_id, DEFERRED, exc)
 
 
 def _broker_setting(app: Any) -> str:
@@ -280,3 +348,24 @@ def _unpublished(
         return step.outcome.as_dict()
     log.warning("mail %s: its next run could not be published (%s); requeued", mail_id, exc)
     raise Reject(exc.args[0] if exc.args else None, requeue=True) from None
+
+
+def cancel(mail_id_or_task_id: str, *, app: Any = None) -> Outcome:
+    """Cancel a waiting mail (parked, or deferred to a booked slot), as ``mailguard cancel``
+    does: it ends ``dropped`` / ``cancelled`` (its result and the ledger say so) and a parked
+    mail's recipients get their slots back at once (a countdown mail gives them back when its
+    run finds it cancelled). Takes the task id ``send_mail.delay`` returned or the mail's own
+    ``mail_id``; returns the ``cancelled`` outcome. ``app`` is the Celery app whose result
+    backend keeps the mail's state (default: the one ``send_mail`` runs on).
+
+    Raises :class:`NotCancelled` (one line: not waiting, already sent, being sent right now)
+    and :class:`~mailer.errors.BackendUnavailable`. Uses this process's stores: the workers'
+    shared ``redis://`` ledger, or an in-process worker's own (memory) ones; from a process
+    that shares neither, nothing is found.
+    """
+    settings = state.current()
+    stores = guard()
+    schedule = parking.schedule_for(settings)
+    app = app if app is not None else send_mail.app
+    found = lookup(app, str(mail_id_or_task_id), stores.ledger, schedule)
+    return cancel_waiting(app, settings, found, (stores.ledger, schedule), stores.limiter)

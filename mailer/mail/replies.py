@@ -30,6 +30,7 @@ from __future__ import annotations
 import enum
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 
 class Action(enum.Enum):
@@ -106,6 +107,28 @@ def classify(code: int, reply: str) -> Reaction:
             return Reaction(Action.SUPPRESS)
         return Reaction(Action.FAIL)
     return Reaction(Action.RETRY)
+
+
+class _Refusal(Protocol):
+    """What :func:`reaction_of` reads of a :class:`~mailer.errors.SendError`."""
+
+    @property
+    def code(self) -> int | None: ...
+    @property
+    def reply(self) -> str: ...
+    @property
+    def reaction(self) -> Reaction | None: ...
+
+
+def reaction_of(error: _Refusal) -> Reaction:
+    """The reaction a transport's error (a :class:`~mailer.errors.SendError`) asks for: the
+    one it states (an API transport that knows its provider's answer), else :func:`classify`
+    of its SMTP reply; ``RETRY`` when it has neither (no reply came: a network error)."""
+    if error.reaction is not None:
+        return error.reaction
+    if error.code is None:
+        return Reaction(Action.RETRY)
+    return classify(error.code, error.reply or "")
 
 
 def _transient(code: int, status: tuple[str, ...], text: str) -> Action:

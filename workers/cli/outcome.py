@@ -7,24 +7,48 @@ from typing import Any
 
 import click
 
-from mailer.errors import mask_url
+from mailer.errors import BackendUnavailable, mask_url
+from mailer.factory import build_ledger
 from mailer.steps import PENDING
+from workers.cancelling import lookup
 from workers.cli import views
 from workers.cli.errors import fail
 from workers.cli.shared import env_settings, refuse_problems
 from workers.outcomes import read_state
+from workers.parking import schedule_for
 
 
 @click.command(short_help="Show a mail's state and outcome.")
 @click.argument("mail_id")
 @click.option("--json", "as_json", is_flag=True, help="Print state and outcome as JSON.")
 def outcome(mail_id: str, as_json: bool) -> None:
-    """The state and outcome of MAIL_ID from the result backend (exit 1: unknown id)."""
+    """The state and outcome of MAIL_ID from the result backend (exit 1: unknown id).
+
+    MAIL_ID is the task id ``send_mail.delay`` returned, or the mail's own ``mail_id``: with
+    the workers' shared ledger, a final outcome is found there, and a parked or deferred mail
+    through the schedule (:func:`workers.cancelling.lookup`).
+    """
     app, _ = celery()
-    state, meta = read(app, mail_id)
+    state, meta = find(app, mail_id)
     if state == PENDING:
         fail(f"no outcome for mail id {mail_id!r}: unknown, expired, or not yet taken by a worker")
     show_outcome(mail_id, state, meta, as_json)
+
+
+def find(app: Any, given: str) -> tuple[str, Any]:
+    """``given``'s state and outcome, a task id or (with a shared ledger) a mail id; a store
+    that cannot be read is exit 1."""
+    settings = env_settings()
+    ledger = schedule = None
+    try:
+        if not settings.effective_ledger_url.startswith("memory:"):
+            ledger, schedule = build_ledger(settings), schedule_for(settings)
+        found = lookup(app, given, ledger, schedule)
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    except Exception as exc:
+        fail(f"cannot read the result backend {mask_url(app.conf.result_backend)}: {exc}")
+    return found.state, found.meta
 
 
 def celery() -> tuple[Any, Any]:

@@ -35,7 +35,7 @@ from mailer.guard.booking import GREYLISTING, After, Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, iso, log_fields
 from mailer.guard.gates import Reads
 from mailer.guard.outage import backend_down
-from mailer.mail.replies import Action, Reaction, classify, enhanced_status
+from mailer.mail.replies import Action, Reaction, enhanced_status, reaction_of
 from mailer.metrics import Metrics
 from mailer.records.holds import RECIPIENT, SENDER, Hold, Holds
 from mailer.steps import Finish, Progress, Step
@@ -110,16 +110,14 @@ class HoldsGate:
         exc = refused.error
         if not isinstance(exc, TransientSendError):
             return None
-        reaction = (
-            classify(exc.code, exc.reply or "") if exc.code is not None else Reaction(Action.RETRY)
-        )
+        reaction = reaction_of(exc)
         if reaction.action is Action.GREYLIST:
             return self._greylisted(mail, refused, reaction)
         if reaction.action is Action.RETRY:
             return self._witness(mail, refused)
         seconds = reaction.hold or self.config.throttle_hold or defaults.THROTTLE_HOLD
         scope = SENDER if reaction.action is Action.HOLD_SENDER else RECIPIENT
-        cause = f"{exc.code} {exc.reply or ''}".strip()
+        cause = f"{exc.code or ''} {exc.reply or ''}".strip()
         label = _cause_label(exc.code, exc.reply)
         stated = bool(reaction.hold)
         return self._hold(
@@ -230,6 +228,9 @@ class HoldsGate:
 
 
 def _cause_label(code: int | None, reply: str | None) -> str:
-    """A bounded metrics label for a reply: its code and enhanced status (``454 4.7.0``)."""
+    """A bounded metrics label for a reply: its code and enhanced status (``454 4.7.0``);
+    ``provider`` for an API's answer (no SMTP code)."""
+    if code is None:
+        return "provider"
     status = enhanced_status(reply or "")
     return f"{code} {status}" if status else str(code)

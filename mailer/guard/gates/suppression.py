@@ -21,7 +21,7 @@ from mailer.guard.gates import Reads
 from mailer.guard.outage import backend_down
 from mailer.guard.validate import message_of
 from mailer.mail.envelope import without_recipients
-from mailer.mail.replies import Action, classify
+from mailer.mail.replies import Action, reaction_of
 from mailer.metrics import Metrics
 from mailer.records.suppression import Suppression, Suppressions
 from mailer.steps import Finish, Progress, Step
@@ -76,13 +76,14 @@ class SuppressionGate:
     def on_send_error(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:
         """A hard bounce suppresses the recipient; the mail's answer is left to the rest."""
         exc = refused.error
-        if not isinstance(exc, PermanentSendError) or exc.code is None:
+        if not isinstance(exc, PermanentSendError):
             return None
-        if classify(exc.code, exc.reply or "").action is not Action.SUPPRESS:
+        if reaction_of(exc).action is not Action.SUPPRESS:
             return None
+        cause = f"{exc.code or ''} {exc.reply}".strip()
         try:
             self.suppressions.suppress(
-                mail.limit_key, seconds=self.config.suppress_for, cause=f"{exc.code} {exc.reply}"
+                mail.limit_key, seconds=self.config.suppress_for, cause=cause
             )
         except BackendUnavailable:
             self.metrics.backend_down("ledger")

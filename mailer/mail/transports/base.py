@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from dataclasses import dataclass
@@ -46,6 +47,21 @@ def recipients_of(message: EmailMessage) -> list[str]:
     """The addresses in the message's To, Cc and Bcc headers."""
     values = [str(v) for name in RECIPIENT_HEADERS for v in message.get_all(name, [])]
     return [address for _, address in getaddresses(values) if address]
+
+
+def wire_bytes(message: EmailMessage) -> bytes:
+    """The message as it goes on the wire: CRLF line ends, without its ``Bcc`` header (which
+    only names envelope recipients), as ``smtplib``'s ``send_message`` sends it. For API
+    transports that take raw MIME (SES)."""
+    sent = copy.copy(message)
+    del sent["Bcc"]  # replaces the copy's header list: the original keeps its Bcc
+    return sent.as_bytes(policy=message.policy.clone(linesep="\r\n"))
+
+
+def sender_of(message: EmailMessage) -> str:
+    """The address of the message's ``From`` header ('' without one)."""
+    found = getaddresses([str(message.get("From", ""))])
+    return found[0][1] if found else ""
 
 
 def recipient_hash(address: str) -> str:

@@ -297,6 +297,11 @@ def _classify(exc: BaseException, recipients: list[str], doing: str) -> SendErro
     return error(reason, code=code, reply=text)
 
 
+#: The classifier of ``smtplib`` and socket errors, for transports that reach SMTP through
+#: another library (Django's SMTP backend).
+classify_smtp_error = _classify
+
+
 def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 

@@ -1,0 +1,215 @@
+"""Sending through a Django email backend (``EMAIL_BACKEND``-style dotted path): Django's SMTP
+backend with Django's ``EMAIL_*`` settings, Anymail's backends (Postmark, Mailgun, SES...),
+django-ses.
+
+The message is built once, by mailguard, as for SMTP; the backend gets a Django
+``EmailMessage`` that carries it two ways: ``message()`` answers the built message itself
+(Django's SMTP backend, django-ses and Anymail's SES backend send those exact bytes: headers,
+attachments, the derived Message-ID), and its fields (from, to, cc, bcc, reply_to, subject, the
+text and HTML bodies, attachments, the other headers as ``extra_headers``) are read back from
+it for the backends that post fields to an HTTP API. The backend's errors become the guard's
+reactions (:mod:`mailer.mail.transports.provider`; an SMTP backend's replies are classified as
+the SMTP transport classifies them).
+
+Django is imported when the transport is built, never by ``mailer`` otherwise: a worker with
+``MAILGUARD_TRANSPORT=django`` needs ``DJANGO_SETTINGS_MODULE`` (or settings configured by the
+process), and the backend's package installed. Not ``workers.django.EmailBackend``: that one
+enqueues, it would send every mail back to the queue.
+"""
+
+from __future__ import annotations
+
+import email
+import os
+import smtplib
+import time
+from collections.abc import Callable
+from email.message import EmailMessage
+from email.utils import formataddr, getaddresses
+from typing import Any
+
+from mailer.errors import PermanentSendError, SendError
+from mailer.mail.transports import provider
+from mailer.mail.transports.base import SendReceipt, mask_addresses, recipients_of
+from mailer.mail.transports.retrying import send_with_retries
+from mailer.mail.transports.ses import classify_client_error
+from mailer.mail.transports.smtp import classify_smtp_error
+
+#: The backend that would enqueue again rather than send.
+QUEUEING_BACKEND = "workers.django.EmailBackend"
+#: Headers carried in the Django message's own fields, not in ``extra_headers``.
+_FIELDS = frozenset(
+    {"from", "to", "cc", "bcc", "reply-to", "subject", "mime-version"}
+    | {"content-type", "content-transfer-encoding", "content-disposition"}
+)
+
+
+class DjangoTransport:
+    """Sends each message through a new instance of the Django backend ``backend`` (a dotted
+    path), opened with ``fail_silently=False``; ``max_attempts`` tries of what is worth an
+    immediate retry. Raises ``ValueError`` at construction when Django is not configured or the
+    backend does not import."""
+
+    def __init__(
+        self,
+        backend: str,
+        *,
+        max_attempts: int = 3,
+        paused_hold: float = 900.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if backend.strip() == QUEUEING_BACKEND:
+            raise ValueError(
+                f"{QUEUEING_BACKEND} enqueues: the worker must send through a sending backend "
+                "(django.core.mail.backends.smtp.EmailBackend, an Anymail backend, django-ses)"
+            )
+        self.backend = backend
+        self.max_attempts = max_attempts
+        self.paused_hold = paused_hold
+        self._sleep = sleep
+        self._backend_class = _import_backend(backend)
+
+    def __repr__(self) -> str:
+        return f"DjangoTransport({self.backend})"
+
+    def send(self, message: EmailMessage) -> SendReceipt:
+        """Send ``message`` through the backend; see the class and the module."""
+        recipients = recipients_of(message)
+        if not recipients:
+            raise PermanentSendError("the message has no To, Cc or Bcc address", attempts=0)
+        message_id = message["Message-ID"]
+
+        def attempt() -> SendReceipt:
+            wrapped = django_message(message)
+            try:
+                connection = self._backend_class(fail_silently=False)
+                sent = connection.send_messages([wrapped])
+            except Exception as exc:  # every backend raises its own: classified below
+                raise self._classify(exc, recipients) from None
+            if not sent:
+                raise provider.unknown(f"{self.backend} sent nothing (it answered {sent!r})")
+            esp_id = getattr(getattr(wrapped, "anymail_status", None), "message_id", None)
+            reply = f"accepted by {self.backend}" + ("" if esp_id is None else f": {esp_id}")
+            return SendReceipt(message_id=message_id, code=250, reply=reply)
+
+        return send_with_retries(
+            attempt, max_attempts=self.max_attempts, what=str(message_id), sleep=self._sleep
+        )
+
+    def _classify(self, exc: Exception, recipients: list[str]) -> SendError:
+        """The backend's error as a ``SendError`` stating its reaction."""
+        if isinstance(exc, (smtplib.SMTPException, OSError)):
+            return classify_smtp_error(exc, recipients, "sending through Django's backend")
+        if type(exc).__name__ == "ClientError" and hasattr(exc, "response"):  # botocore
+            return classify_client_error(exc, recipients, self.paused_hold)
+        text = mask_addresses(f"{type(exc).__name__}: {exc}", recipients)
+        anymail = _anymail_error(exc, text)
+        if anymail is not None:
+            return anymail
+        if isinstance(exc, (ValueError, TypeError)):  # BadHeaderError, an unsupported feature
+            return provider.rejected(text)
+        return provider.unknown(text)
+
+
+def _anymail_error(exc: Exception, text: str) -> SendError | None:
+    """An Anymail error's reaction: refused recipients fail and suppress; HTTP 429 holds the
+    sender; no answer or a 5xx retries; an unsupported feature or a bad address fails; any
+    other API error is unknown (bounded retries). None: not Anymail's."""
+    try:
+        from anymail import exceptions as anymail  # noqa: PLC0415 - optional
+    except ImportError:
+        return None
+    if isinstance(exc, anymail.AnymailRecipientsRefused):
+        return provider.refused_recipients(text)
+    if isinstance(exc, (anymail.AnymailUnsupportedFeature, anymail.AnymailInvalidAddress)):
+        return provider.rejected(text)
+    if not isinstance(exc, anymail.AnymailError):
+        return None
+    status = getattr(exc, "status_code", None)
+    return provider.http_error(status if isinstance(status, int) else None, text)
+
+
+def django_message(message: EmailMessage) -> Any:
+    """A Django ``EmailMultiAlternatives`` carrying the built ``message``: its ``message()``
+    answers a fresh copy of it (without ``Bcc``), its fields are read back from it."""
+    from django.core.mail import EmailMultiAlternatives  # noqa: PLC0415 - Django on use
+
+    class _Built(EmailMultiAlternatives):  # type: ignore[misc] # Django ships no type hints
+        def message(self, *, policy: Any = None) -> EmailMessage:
+            return _copy(message)
+
+    text, html = _bodies(message)
+    built = _Built(
+        subject=str(message.get("Subject", "")),
+        body=text,
+        from_email=str(message["From"]),
+        to=_addresses(message, "To"),
+        cc=_addresses(message, "Cc"),
+        bcc=_addresses(message, "Bcc"),
+        reply_to=_addresses(message, "Reply-To"),
+        headers={k: str(v) for k, v in message.items() if k.lower() not in _FIELDS},
+    )
+    if html is not None:
+        built.attach_alternative(html, "text/html")
+    for part in message.iter_attachments():
+        if isinstance(part, EmailMessage):
+            built.attach(part.get_filename(), part.get_content(), part.get_content_type())
+    return built
+
+
+class _WireMessage(EmailMessage):
+    """The built message as Django's backends read it: ``as_bytes`` also takes ``linesep``
+    (Django's own MIME classes do; Django's SMTP backend passes it)."""
+
+    def as_bytes(
+        self, unixfrom: bool = False, policy: Any = None, linesep: str | None = None
+    ) -> bytes:
+        chosen = policy or self.policy
+        if linesep is not None:
+            chosen = chosen.clone(linesep=linesep)
+        return super().as_bytes(unixfrom, policy=chosen)
+
+
+def _copy(message: EmailMessage) -> EmailMessage:
+    """A fresh copy of ``message`` without its ``Bcc`` header (a backend may change what it
+    gets: Anymail's SES backend does)."""
+    raw = message.as_bytes()
+    copied = email.message_from_bytes(raw, _class=_WireMessage, policy=message.policy)
+    del copied["Bcc"]
+    return copied  # type: ignore[no-any-return] # the parser's class is _WireMessage
+
+
+def _bodies(message: EmailMessage) -> tuple[str, str | None]:
+    """The text body and the HTML alternative (None without one)."""
+    text_part = message.get_body(preferencelist=("plain",))
+    html_part = message.get_body(preferencelist=("html",))
+    text = str(text_part.get_content()) if isinstance(text_part, EmailMessage) else ""
+    html = str(html_part.get_content()) if isinstance(html_part, EmailMessage) else None
+    return text, html
+
+
+def _addresses(message: EmailMessage, header: str) -> list[str]:
+    values = [str(v) for v in message.get_all(header, [])]
+    return [formataddr(pair) for pair in getaddresses(values) if pair[1]]
+
+
+def _import_backend(path: str) -> Any:
+    """The backend class at ``path``, Django set up first; ``ValueError`` in one line."""
+    try:
+        import django  # noqa: PLC0415 - only with MAILGUARD_TRANSPORT=django
+        from django.conf import settings  # noqa: PLC0415
+        from django.utils.module_loading import import_string  # noqa: PLC0415
+    except ImportError:
+        raise ValueError(
+            "the django transport needs Django: pip install 'celery-mailguard[django]'"
+        ) from None
+    if not (settings.configured or os.environ.get("DJANGO_SETTINGS_MODULE")):
+        raise ValueError("the django transport needs Django settings: set DJANGO_SETTINGS_MODULE")
+    from django.apps import apps  # noqa: PLC0415
+
+    try:
+        if not apps.ready:
+            django.setup()
+        return import_string(path)
+    except Exception as exc:  # ImportError, a backend module that fails on import
+        raise ValueError(f"cannot import the Django backend {path!r}: {exc}") from None
