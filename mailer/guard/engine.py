@@ -119,9 +119,7 @@ class Guard:
         self._gates = tuple(gates)
         self._admission = Admission(booking, config, self._kinds, metrics)
         self._sending = Sending(self.transport, booking, config, booking.stamp)  # sent_at vs due
-        self._settle = Settle(
-            self.ledger, metrics, booking.release, patience=config.claim_lease
-        )
+        self._settle = Settle(self.ledger, metrics, booking.release, patience=config.claim_lease)
 
     def process(self, request: MailRequest, progress: Progress | None = None) -> Step:
         """One run of one mail, counted in the metrics."""
