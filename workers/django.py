@@ -46,16 +46,18 @@ class EmailBackend(BaseEmailBackend):  # type: ignore[misc] # Django ships no ty
 
         enqueued = 0
         for message in email_messages:
+            message.mailguard_ids = []
             if not message.recipients():
                 continue
             try:
-                send_mail.apply_async(kwargs=task_kwargs(message))
+                result = send_mail.apply_async(kwargs=task_kwargs(message))
             except NoConsumer:
                 raise  # a broker nobody reads would lose every message, silently or not
             except Exception:
                 if not self.fail_silently:
                     raise
                 continue
+            message.mailguard_ids = [result.id]
             enqueued += 1
         return enqueued
 
