@@ -25,8 +25,9 @@ if not settings.configured:
     django.setup()
 
 from django.core import mail
-from django.core.mail import EmailMessage
+from django.core.mail import EmailMessage, send_mail
 from django.test import SimpleTestCase, override_settings
+from django.utils.translation import gettext_lazy
 
 from tests.django_upstream.mail_tests import BaseEmailBackendTests
 from workers.django import EmailBackend
@@ -125,3 +126,42 @@ class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ign
                     sorted(m["To"] for m in messages), ["to-1@example.com", "to-2@example.com"]
                 )
                 self.flush_mailbox()
+
+    def test_recipient_without_domain(self) -> None:
+        """Upstream sends from ``tester`` to ``django`` (no @-sign) and expects them in the
+        headers. mailguard deliberately refuses a bare name at enqueue (RFC 5321 wants
+        ``local@domain``; a bare name is far more often a bug than a mailbox the relay
+        qualifies): Django's send raises ValueError naming the argument, nothing is queued."""
+        with self.assertRaisesRegex(ValueError, "no @-sign"):
+            send_mail("Subject", "Content", "tester", ["django"])
+        self.assertEqual(self.get_mailbox_content(), [])
+        self.assertTrue(send_mail("Subject", "Content", "tester@mailhost", ["django@mailhost"]))
+        message = self.get_the_message()
+        self.assertEqual(message.get("from"), "tester@mailhost")
+        self.assertEqual(message.get("to"), "django@mailhost")
+
+    def test_lazy_addresses(self) -> None:
+        """Upstream's test_lazy_addresses (#24416: lazy translation strings as addresses) with
+        a domain on each address: upstream's are bare names, which mailguard refuses (see
+        test_recipient_without_domain). Every lazy string still goes through the backend."""
+        _ = gettext_lazy
+        self.assertTrue(send_mail("Subject", "Content", _("tester@h"), [_("django@h")]))
+        message = self.get_the_message()
+        self.assertEqual(message.get("from"), "tester@h")
+        self.assertEqual(message.get("to"), "django@h")
+
+        self.flush_mailbox()
+        m = EmailMessage(
+            from_email=_("tester@h"),
+            to=[_("to1@h"), _("to2@h")],
+            cc=[_("cc1@h"), _("cc2@h")],
+            bcc=[_("bcc@h")],
+            reply_to=[_("reply@h")],
+        )
+        self.assertEqual(m.recipients(), ["to1@h", "to2@h", "cc1@h", "cc2@h", "bcc@h"])
+        m.send()
+        message = self.get_the_message()
+        self.assertEqual(message.get("from"), "tester@h")
+        self.assertEqual(message.get("to"), "to1@h, to2@h")
+        self.assertEqual(message.get("cc"), "cc1@h, cc2@h")
+        self.assertEqual(message.get("Reply-To"), "reply@h")

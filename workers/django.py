@@ -34,6 +34,7 @@ from typing import Any
 
 from django.core.mail.backends.base import BaseEmailBackend
 from django.core.mail.message import EmailMessage
+from django.utils.encoding import force_str
 
 
 class EmailBackend(BaseEmailBackend):  # type: ignore[misc] # Django ships no type hints
@@ -65,17 +66,17 @@ class EmailBackend(BaseEmailBackend):  # type: ignore[misc] # Django ships no ty
 def task_kwargs(message: EmailMessage) -> dict[str, Any]:
     """``send_mail``'s keyword arguments for a Django message (JSON-safe)."""
     kwargs: dict[str, Any] = {
-        "to": list(message.to),
-        "subject": str(message.subject),
-        "body": str(message.body),
+        "to": _texts(message.to),
+        "subject": force_str(message.subject),
+        "body": force_str(message.body),
     }
     for name in ("cc", "bcc", "reply_to"):
-        values = list(getattr(message, name, ()) or ())
+        values = _texts(getattr(message, name, ()))
         if values:
             kwargs[name] = values
     if message.from_email:
-        kwargs["from_email"] = str(message.from_email)
-    headers = {str(k): str(v) for k, v in (message.extra_headers or {}).items()}
+        kwargs["from_email"] = force_str(message.from_email)
+    headers = {force_str(k): force_str(v) for k, v in (message.extra_headers or {}).items()}
     # Django lets these two headers stand in for the message's own fields: carry them as such.
     for header, name in (("from", "from_email"), ("reply-to", "reply_to")):
         given = [k for k in headers if k.lower() == header]
@@ -92,6 +93,11 @@ def task_kwargs(message: EmailMessage) -> dict[str, Any]:
     if attachments:
         kwargs["attachments"] = attachments
     return kwargs
+
+
+def _texts(values: Any) -> list[str]:
+    """Addresses as text (lazy translations made str), empty ones dropped as Django drops them."""
+    return [text for text in (force_str(value) for value in values or ()) if text]
 
 
 def _html(message: EmailMessage) -> str | None:

@@ -9,7 +9,7 @@ The kind and its templates' variables are checked against the settings by
 
 | argument | accepted |
 |---|---|
-| ``to`` | an address (``str``, valid, no CR/LF/NUL); or a list of them |
+| ``to`` | an address (``str``, valid, no CR/LF/NUL; ``"Name <address>"`` too); or a list |
 | ``cc``, ``bcc``, ``reply_to`` | ``None``, an address or a list of addresses (each checked) |
 | ``from_email`` | ``None`` or ``str`` (``"Name <address>"`` or an address, valid), one line |
 | ``attachments`` | ``None`` or a list of ``[filename, base64 content, mimetype]`` |
@@ -38,13 +38,12 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from email.utils import parseaddr
 from typing import Any
 
 from mailer.defaults import MAX_MESSAGE_BYTES
 from mailer.errors import InvalidAddress, InvalidMessage, MailguardError
 from mailer.limits.checks import check_tenant
-from mailer.mail.address import normalise_address
+from mailer.mail.address import mailbox
 from mailer.mail.message import check_extra_header
 
 #: Deepest nesting of lists and dicts in ``context``.
@@ -217,15 +216,15 @@ def _addresses(call: Mapping[str, Any], name: str, *, required: bool = False) ->
 
 
 def _address(item: str, where: str, name: str) -> None:
-    """One address of argument ``name`` (shown as ``where``), valid as the worker will check it;
-    the refusal names the argument and the accepted form, never the address."""
+    """One address of argument ``name`` (shown as ``where``), valid as the worker will check it
+    (a display name allowed: ``"Ada <ada@example.com>"``); the refusal names the argument and
+    the accepted form, never the address."""
     try:
-        normalise_address(parseaddr(item)[1] if name == "reply_to" else item)
+        mailbox(item)
     except InvalidAddress as exc:
-        form = '"Name <address>" or ' if name == "reply_to" else ""
         raise InvalidArguments(
-            f"send_mail: {where}: {exc}; give {form}an address such as ada@example.com, or a "
-            "list of them"
+            f"send_mail: {where}: {exc}; give an address such as ada@example.com "
+            '(or "Ada <ada@example.com>"), or a list of them'
         ) from None
 
 
@@ -297,7 +296,7 @@ def _from_email(call: Mapping[str, Any]) -> None:
     if value is None:
         return
     try:
-        normalise_address(parseaddr(value)[1])
+        mailbox(value)
     except InvalidAddress as exc:
         raise InvalidArguments(f"send_mail: from_email: {exc}") from None
 

@@ -12,11 +12,11 @@ import base64
 import binascii
 from collections.abc import Set
 from email.message import EmailMessage
-from email.utils import formataddr, getaddresses, parseaddr
+from email.utils import getaddresses
 from typing import Any
 
 from mailer.errors import InvalidAddress, InvalidMessage
-from mailer.mail.address import AddressRules, normalise_address
+from mailer.mail.address import AddressRules, Recipient, mailbox, normalise_address, shown
 from mailer.mail.message import Attachment
 
 
@@ -30,26 +30,27 @@ def addresses(value: Any, name: str) -> list[str]:
     return list(items)
 
 
+def recipients(value: Any, name: str, rules: AddressRules) -> list[tuple[str, Recipient]]:
+    """Each address of argument ``name`` (an address or ``"Name <address>"``): the form its
+    header shows (the display name kept, the domain in Punycode) and the normalised recipient
+    (for the envelope and the limiter)."""
+    return [mailbox(item, rules) for item in addresses(value, name)]
+
+
 def sender(from_email: Any, default: str, rules: AddressRules) -> str:
     """The From header: ``from_email`` (an address or ``"Name <address>"``, its address
-    checked) or the configured ``default`` (``MAILGUARD_SENDER``)."""
+    checked and its domain in Punycode, as recipients' are) or the configured ``default``
+    (``MAILGUARD_SENDER``)."""
     if from_email is None:
         return default
     if not isinstance(from_email, str):
         raise InvalidAddress("from_email must be an address")
-    name, address = parseaddr(from_email)
-    normalise_address(address, rules)  # raises for a bad address
-    return formataddr((name, address)) if name else address
+    return mailbox(from_email, rules)[0]
 
 
 def reply_to(value: Any, rules: AddressRules) -> list[str]:
     """The Reply-To addresses (each an address or ``"Name <address>"``, checked)."""
-    out = []
-    for item in addresses(value, "reply_to"):
-        name, address = parseaddr(item)
-        normalise_address(address, rules)
-        out.append(formataddr((name, address)) if name else address)
-    return out
+    return [form for form, _ in recipients(value, "reply_to", rules)]
 
 
 def attachments(value: Any) -> tuple[Attachment, ...]:
@@ -82,8 +83,8 @@ def without_recipients(message: EmailMessage, keys: Set[str], rules: AddressRule
         if not values:
             continue
         kept = [
-            address
-            for _, address in getaddresses([str(v) for v in values])
+            shown(name, address)
+            for name, address in getaddresses([str(v) for v in values])
             if address and normalise_address(address, rules).limit_key not in keys
         ]
         del message[header]
