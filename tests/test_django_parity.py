@@ -29,7 +29,7 @@ from django.core.mail import EmailMessage, send_mail
 from django.test import SimpleTestCase, override_settings
 from django.utils.translation import gettext_lazy
 
-from tests.django_upstream.mail_tests import BaseEmailBackendTests
+from tests.django_upstream.mail_tests import BaseEmailBackendTests, message_from_bytes
 from workers.django import EmailBackend
 
 TASK_TIMEOUT = 30.0  # seconds for one task to finish (a generous policy: none waits)
@@ -103,8 +103,10 @@ class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ign
                 raise AssertionError(f"task {task_id} not sent: {shown}")
 
     def get_mailbox_content(self) -> list[PyEmailMessage]:
+        """What the SMTP server received, parsed as Django's SMTPBackendTests parse it: the
+        data without its trailing whitespace (the CRLF smtplib ends DATA with)."""
         self._finish_tasks()
-        return [d.message for d in self.smtp.delivered[self.seen :]]
+        return [message_from_bytes(d.content.rstrip()) for d in self.smtp.delivered[self.seen :]]
 
     def flush_mailbox(self) -> None:
         self._finish_tasks()

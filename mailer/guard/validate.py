@@ -19,9 +19,15 @@ from mailer.errors import InvalidAddress, InvalidMessage
 from mailer.guard.data import GuardConfig, MailRequest, Prepared, log_fields, mapping
 from mailer.limits.checks import check_tenant
 from mailer.mail.address import Recipient
-from mailer.mail.envelope import attachments, recipients, reply_to, sender
+from mailer.mail.envelope import attachments, charset, recipients, reply_to, sender
 from mailer.mail.kinds import Kind, Kinds, render
-from mailer.mail.message import Mail, build_message, check_mail, message_id, needs_build_to_check
+from mailer.mail.message import (
+    Mail,
+    build_message,
+    check_mail,
+    mail_message_id,
+    needs_build_to_check,
+)
 from mailer.outcomes import Outcome
 from mailer.steps import Finish, Progress
 
@@ -76,9 +82,7 @@ class Validator:
             built_at=now,
             tenant=tenant,
             more_keys=more,
-            base=base.but(
-                recipient=hashed, message_id=message_id(request.mail_id, self.config.sender)
-            ),
+            base=base.but(recipient=hashed, message_id=mail_message_id(draft)),
         )
 
     def _build(
@@ -114,6 +118,7 @@ class Validator:
             bcc=tuple(shown for shown, _ in bcc),
             reply_to=tuple(reply_to(request.reply_to, rules)),
             attachments=attachments(request.attachments),
+            charset=charset(request.charset),
         )
         if needs_build_to_check(mail):
             return everyone[0], tuple(keys[1:]), kind, mail, build_message(mail, now=now)
