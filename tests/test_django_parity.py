@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from email.message import EmailMessage as PyEmailMessage
+from email.mime.image import MIMEImage
 from typing import Any, ClassVar
 
 import celery
@@ -18,14 +19,14 @@ from django.conf import settings
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
-from tests.smtp_server import SmtpTestServer
+from tests.smtp_server import Delivered, SmtpTestServer
 
 if not settings.configured:
     settings.configure(EMAIL_BACKEND="workers.django.EmailBackend")
     django.setup()
 
 from django.core import mail
-from django.core.mail import EmailMessage, send_mail
+from django.core.mail import BadHeaderError, EmailMessage, EmailMultiAlternatives, send_mail
 from django.test import SimpleTestCase, override_settings
 from django.utils.translation import gettext_lazy
 
@@ -73,13 +74,14 @@ def worker_stack(redis_server: RedisServer) -> Iterator[tuple[SmtpTestServer, ce
         server.stop()
 
 
-@pytest.fixture(autouse=True, scope="class")
+@pytest.fixture(scope="class")
 def _stack_on_class(
     request: pytest.FixtureRequest, worker_stack: tuple[SmtpTestServer, celery.Celery]
 ) -> None:
     request.cls.smtp, request.cls.app = worker_stack
 
 
+@pytest.mark.usefixtures("_stack_on_class")
 @override_settings(DEFAULT_FROM_EMAIL="webmaster@localhost", SERVER_EMAIL="root@localhost")
 class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ignore[misc]
     """Upstream's backend tests; only the mailbox and one order assertion are mailguard's."""
@@ -167,3 +169,160 @@ class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ign
         self.assertEqual(message.get("to"), "to1@h, to2@h")
         self.assertEqual(message.get("cc"), "cc1@h, cc2@h")
         self.assertEqual(message.get("Reply-To"), "reply@h")
+
+
+# What Django users send every day, beyond upstream's tests (issue 23, item 5): each through the
+# backend, the worker and the SMTP server, read back from what the server received.
+
+PNG = b"\x89PNG\r\n\x1a\n\x00not really an image"
+
+
+def _deliver(
+    stack: tuple[SmtpTestServer, celery.Celery], *messages: EmailMessage
+) -> list[Delivered]:
+    """Send ``messages`` through ``workers.django.EmailBackend``; wait for their tasks; what
+    the server received meanwhile."""
+    server, app = stack
+    before = len(server.delivered)
+    connection = mail.get_connection("workers.django.EmailBackend")
+    assert connection.send_messages(list(messages)) == len(messages)
+    for message in messages:
+        (task_id,) = message.mailguard_ids
+        outcome = app.AsyncResult(task_id).get(timeout=TASK_TIMEOUT)
+        assert outcome["status"] == "sent", outcome
+    return server.delivered[before:]
+
+
+def test_send_messages_sets_the_task_ids_on_each_message(
+    worker_stack: tuple[SmtpTestServer, celery.Celery],
+) -> None:
+    """``message.mailguard_ids`` is the task's id (its AsyncResult reads the outcome); a
+    message with no recipient enqueues nothing and gets ``[]``."""
+    app = worker_stack[1]
+    sent = EmailMessage("ids", "b", "from@example.com", ["ada@example.com"])
+    nobody = EmailMessage("none", "b", "from@example.com")
+    assert mail.get_connection().send_messages([sent, nobody]) == 1
+    assert nobody.mailguard_ids == []
+    (task_id,) = sent.mailguard_ids
+    outcome = app.AsyncResult(task_id).get(timeout=TASK_TIMEOUT)
+    assert outcome["status"] == "sent" and outcome["mail_id"] == task_id
+
+
+def test_display_names_empty_and_lazy_addresses(
+    worker_stack: tuple[SmtpTestServer, celery.Celery],
+) -> None:
+    """Display names stay in To/Cc, the envelope has the addresses alone; empty strings are
+    dropped and lazy strings sent, as Django does."""
+    message = EmailMessage(
+        "names",
+        "b",
+        gettext_lazy("Desk <desk@example.org>"),
+        ["Ada Lovelace <ada@example.com>", ""],
+        cc=["", gettext_lazy('"Lord Byron" <byron@example.com>')],
+    )
+    (got,) = _deliver(worker_stack, message)
+    assert sorted(got.rcpt_tos) == ["ada@example.com", "byron@example.com"]
+    assert got.mail_from == "desk@example.org"
+    assert got.message["To"] == "Ada Lovelace <ada@example.com>"
+    assert got.message["Cc"] == "Lord Byron <byron@example.com>"
+
+
+def test_an_idn_sender_goes_in_punycode_in_from_and_mail_from(
+    worker_stack: tuple[SmtpTestServer, celery.Celery],
+) -> None:
+    """``from@öäü.com`` is ``from@xn--4ca9at.com`` in From and MAIL FROM, as the recipients
+    are: a server without SMTPUTF8 takes it."""
+    (got,) = _deliver(worker_stack, EmailMessage("idn", "b", "Jö <from@öäü.com>", ["to@öäü.com"]))
+    assert got.mail_from == "from@xn--4ca9at.com" and got.rcpt_tos == ("to@xn--4ca9at.com",)
+    assert got.message["From"].addresses[0].addr_spec == "from@xn--4ca9at.com"
+    assert got.message["From"].addresses[0].display_name == "Jö"
+
+
+def test_attachments_keep_charset_inline_images_and_attached_messages(
+    worker_stack: tuple[SmtpTestServer, celery.Celery],
+) -> None:
+    """A text attachment keeps ``charset=utf-8``; an inline MIMEImage keeps its Content-ID
+    beside the HTML that shows it (multipart/related); a message/rfc822 attachment is the
+    message itself, neither base64 nor ``filename="None"``."""
+    message = EmailMultiAlternatives("files", "text", "from@example.com", ["ada@example.com"])
+    message.attach_alternative('<p><img src="cid:logo@shop"></p>', "text/html")
+    message.attach("names.txt", "Firstname Sürname\n", "text/plain")
+    image = MIMEImage(PNG, "png")
+    image.add_header("Content-ID", "<logo@shop>")
+    image.add_header("Content-Disposition", "inline")
+    message.attach(image)
+    message.attach(
+        None, EmailMessage("inner", "Inner body", to=["b@example.com"]), "message/rfc822"
+    )
+    (got,) = _deliver(worker_stack, message)
+    raw = got.content.decode("utf-8", "replace")
+    parsed = got.message
+    text = next(p for p in parsed.walk() if p.get_filename() == "names.txt")
+    assert text.get_content_charset() == "utf-8"
+    assert text.get_content().replace("\r\n", "\n") == "Firstname Sürname\n"
+    related = next(p for p in parsed.walk() if p.get_content_type() == "multipart/related")
+    html, logo = related.get_payload()
+    assert html.get_content_type() == "text/html"
+    assert logo["Content-ID"] == "<logo@shop>" and logo.get_content_disposition() == "inline"
+    assert logo.get_payload(decode=True) == PNG
+    attached = next(p for p in parsed.walk() if p.get_content_type() == "message/rfc822")
+    assert attached.get_payload(0)["Subject"] == "inner"
+    assert 'filename="None"' not in raw and "filename=None" not in raw
+    assert attached["Content-Transfer-Encoding"] in (None, "7bit", "8bit")
+
+
+def test_html_body_and_encoding(worker_stack: tuple[SmtpTestServer, celery.Celery]) -> None:
+    """``content_subtype = "html"`` sends the body as text/html alone; ``encoding`` is the
+    body's charset."""
+    html = EmailMessage("html", "<p>Hi</p>", "from@example.com", ["ada@example.com"])
+    html.content_subtype = "html"
+    latin = EmailMessage("latin", "Grüße", "from@example.com", ["bob@example.com"])
+    latin.encoding = "iso-8859-1"
+    got = {d.message["Subject"]: d.message for d in _deliver(worker_stack, html, latin)}
+    assert got["html"].get_content_type() == "text/html"
+    assert got["html"].get_content().rstrip() == "<p>Hi</p>"
+    assert got["latin"].get_content_charset() == "iso-8859-1"
+    assert got["latin"].get_content().rstrip() == "Grüße"
+
+
+def test_headers_as_django_treats_them(worker_stack: tuple[SmtpTestServer, celery.Celery]) -> None:
+    """A Reply-To header wins over reply_to; a From header is the From while from_email is
+    the envelope sender; a user Message-ID and Date are kept (threading)."""
+    message = EmailMessage(
+        "headers",
+        "b",
+        "bounces@example.com",
+        ["ada@example.com"],
+        reply_to=["ignored@example.com"],
+        headers={
+            "Reply-To": "Help <help@example.org>",
+            "From": "Shop <shop@example.org>",
+            "Message-ID": "<thread-1@example.org>",
+            "Date": "Tue, 24 Nov 2026 10:00:00 +0000",
+        },
+    )
+    (got,) = _deliver(worker_stack, message)
+    assert got.message["Reply-To"] == "Help <help@example.org>"
+    assert got.message["From"] == "Shop <shop@example.org>"
+    assert got.mail_from == "bounces@example.com"
+    assert got.message["Sender"] == "bounces@example.com"
+    assert got.message["Message-ID"] == "<thread-1@example.org>"
+    assert got.message["Date"] == "Tue, 24 Nov 2026 10:00:00 +0000"
+    assert got.rcpt_tos == ("ada@example.com",)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: EmailMessage("s\nBcc: eve@example.com", "b", "f@example.com", ["a@example.com"]),
+        lambda: EmailMessage("s", "b", "f@example.com", ["a@example.com\nBcc: eve@example.com"]),
+        lambda: EmailMessage("s", "b", "f@example.com", ["a@example.com"], headers={"X": "1\r2"}),
+    ],
+)
+def test_header_injection_raises_djangos_bad_header_error(build: Any) -> None:
+    """Django callers catch ``BadHeaderError``: a newline in the subject, an address or a
+    header raises it before anything is enqueued (a ValueError too, as Django's is)."""
+    message = build()
+    with pytest.raises(BadHeaderError, match="Header values can't contain newlines"):
+        message.send()
+    assert message.mailguard_ids == []
