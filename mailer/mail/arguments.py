@@ -228,9 +228,10 @@ def _address(item: str, where: str, name: str) -> None:
     try:
         mailbox(item)
     except InvalidAddress as exc:
+        form = '"Name <address>" or ' if name == "reply_to" else ""
         raise InvalidArguments(
-            f"send_mail: {where}: {exc}; give an address such as ada@example.com "
-            '(or "Ada <ada@example.com>"), or a list of them'
+            f"send_mail: {where}: {exc}; give {form}an address such as ada@example.com, or a "
+            "list of them"
         ) from None
 
 
