@@ -126,6 +126,13 @@ def test_the_callers_message_id_and_date_are_kept() -> None:
     assert mail_message_id(_mail()) == message_id("m-1", "orders@example.org")
 
 
+def test_a_sender_header_is_the_envelope_sender_in_punycode() -> None:
+    """``Sender`` (what the Django backend writes for a From header that differs from
+    from_email) goes with its domain in Punycode: smtplib takes MAIL FROM from it."""
+    message = build_message(_mail(headers={"Sender": "Desk <desk@öäü.com>"}))
+    assert message["Sender"].addresses[0].addr_spec == "desk@xn--4ca9at.com"
+
+
 @pytest.mark.parametrize(
     ("headers", "error"),
     [

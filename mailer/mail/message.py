@@ -164,7 +164,9 @@ def build_message(
         message["Message-ID"] = message_id(mail.mail_id, mail.sender)
     if now is not None and "date" not in given:
         message["Date"] = formatdate(now, usegmt=True)
-    for name, value in mail.headers.items():
+    for name, given_value in mail.headers.items():
+        # Sender is the envelope sender: its domain in Punycode, as From's.
+        value = mailbox(given_value)[0] if name.lower() == "sender" else given_value
         try:
             message[name] = value
         except (ValueError, TypeError, IndexError):
