@@ -1,7 +1,7 @@
 """Django's own ``BaseEmailBackendTests`` (tests/mail/tests.py, vendored in tests/django_upstream/)
 against ``workers.django.EmailBackend``: a real Django, a real Celery worker, Redis and the
 suite's SMTP server. The mailbox is what the SMTP server received, read once every task enqueued
-since the last flush has finished. Django's settings stay at their defaults
+since the last flush has finished. Upstream's tests run with Django's default senders
 (``DEFAULT_FROM_EMAIL = "webmaster@localhost"``, ``SERVER_EMAIL = "root@localhost"``)."""
 
 from __future__ import annotations
@@ -21,8 +21,11 @@ from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
 from tests.smtp_server import Delivered, SmtpTestServer
 
-if not settings.configured:
-    settings.configure(EMAIL_BACKEND="workers.django.EmailBackend")
+if not settings.configured:  # as tests/test_django.py does: whichever is imported first
+    settings.configure(
+        EMAIL_BACKEND="workers.django.EmailBackend",
+        DEFAULT_FROM_EMAIL="Shop <orders@example.org>",
+    )
     django.setup()
 
 from django.core import mail
