@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import email
 import email.policy
+import json
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +18,7 @@ from mailer.mail.arguments import InvalidArguments, check_arguments
 from mailer.mail.envelope import attachments, charset
 from mailer.mail.message import Attachment, Mail, build_message, mail_message_id, message_id
 from mailer.mail.mime import file_part, text_part
+from workers.payload import Parked
 
 
 def _mail(**changes: Any) -> Mail:
@@ -177,3 +179,21 @@ def test_display_names_are_accepted_one_address_at_a_time() -> None:
     check_arguments(["Ada Lovelace <ada@example.com>"], {"cc": ['"B, C" <b@example.com>']})
     with pytest.raises(InvalidArguments, match="to"):
         check_arguments(["Ada <ada@example.com>, Bob <bob@example.com>"], {})
+
+
+def test_a_parked_mail_keeps_the_new_fields_and_an_old_payload_still_reads() -> None:
+    """A parked payload carries ``charset`` and four-item attachments as they were given, and a
+    version 1 payload written before them (three-item attachments) decodes unchanged."""
+    data = base64.b64encode(b"x").decode()
+    kwargs = {
+        "mail_id": "m-1",
+        "charset": "iso-8859-1",
+        "headers": {"Message-ID": "<t@h>", "Sender": "b@example.org"},
+        "attachments": [["", data, "image/png", {"inline": True, "content_id": "<i@h>"}]],
+    }
+    parked = Parked("m-1", ["ada@example.com"], kwargs, 1_800_000_000.0)
+    assert Parked.decode(parked.encode(), "m-1").kwargs == kwargs
+    old = {"mail_id": "m-2", "attachments": [["a.txt", data, "text/plain"]]}
+    v1 = json.dumps({"v": 1, "args": ["ada@example.com"], "kwargs": old, "due": 1.0}).encode()
+    assert Parked.decode(v1).kwargs == old
+    check_arguments(Parked.decode(v1).args, {k: v for k, v in old.items() if k != "mail_id"})
