@@ -75,6 +75,15 @@ def test_non_ascii_headers_are_one_encoded_word_as_in_django() -> None:
     assert parsed["Subject"] == "Chère maman" and parsed["From"] == "Sürname <f@example.com>"
 
 
+def test_a_non_ascii_file_name_is_encoded_as_a_parameter() -> None:
+    """Only unstructured headers and display names are encoded words: a file name is an RFC
+    2231 parameter, read back whole."""
+    sheet = Attachment("Zürich.csv", b"a\n", "text/csv")
+    message = _parsed(build_message(_mail(attachments=(sheet,), headers={"X-Note": "Grüße"})))
+    (attachment,) = message.iter_attachments()
+    assert attachment.get_filename() == "Zürich.csv" and message["X-Note"] == "Grüße"
+
+
 def test_html_alone_is_a_text_html_message() -> None:
     """An empty body with HTML (Django's content_subtype = "html") is text/html alone."""
     message = build_message(_mail(body="", html="<p>Hi</p>"))

@@ -17,6 +17,7 @@ import email
 from email import charset as charsets
 from email.charset import Charset
 from email.header import Header
+from email.headerregistry import UnstructuredHeader
 from email.message import EmailMessage
 from email.policy import EmailPolicy
 from email.utils import formataddr
@@ -48,7 +49,8 @@ POLICY = DjangoLikePolicy()
 
 def _encoded(name: str, value: Any, linesep: str) -> str | None:
     """``name: value`` encoded as Django encodes it, or None when the default folding is the
-    same (an ASCII value) or better (a non-ASCII address, which needs SMTPUTF8 anyway)."""
+    same (an ASCII value) or better (a non-ASCII address, which needs SMTPUTF8 anyway; a
+    structured header such as ``Content-Disposition``, whose parameters RFC 2231 encodes)."""
     text = str(value)
     if text.isascii():
         return None
@@ -58,6 +60,8 @@ def _encoded(name: str, value: Any, linesep: str) -> str | None:
             return None
         shown = ", ".join(_display(a.display_name, a.addr_spec) for a in addresses)
         return f"{name}: {shown}{linesep}"
+    if not isinstance(value, UnstructuredHeader):  # Content-Disposition's filename*=: RFC 2231
+        return None
     encoded = Header(text, "utf-8", header_name=name).encode(linesep=linesep)
     return f"{name}: {encoded}{linesep}"
 
