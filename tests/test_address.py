@@ -127,7 +127,6 @@ def test_limit_key_function_matches_recipient() -> None:
         ("a" * 65 + "@example.com", "local part is longer than 64"),
         ("a@" + "b" * 250 + ".com", "longer than 254"),
         ("Ada <ada@example.com>", "display name"),
-        ("ada@localhost", "not valid"),
         ("ada@x.test", "special-use or reserved"),
     ],
 )
@@ -135,6 +134,15 @@ def test_invalid_addresses_raise_with_a_reason(text: str, reason: str) -> None:
     """Each kind of bad address raises InvalidAddress whose message names the problem."""
     with pytest.raises(InvalidAddress, match=reason.replace("(", r"\(").replace(")", r"\)")):
         normalise_address(text)
+
+
+def test_a_domain_without_a_dot_is_an_smtp_domain() -> None:
+    """What SMTP needs, not what a public domain needs: ``localhost`` (Django's default
+    senders) and a relay's own host names pass; an IP address without brackets does not."""
+    assert normalise_address("root@localhost").address == "root@localhost"
+    assert normalise_address("Ops@MailHost").limit_key == "ops@mailhost"
+    with pytest.raises(InvalidAddress, match="not a host name"):
+        normalise_address("ada@10.0.0.1")
 
 
 def test_test_domains_can_be_allowed() -> None:

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from kombu.exceptions import EncodeError
 
 from mailer.errors import InvalidAddress
-from mailer.mail.address import normalise_address
+from mailer.mail.address import mailbox
 from tests.stacks import Stack, loose_stack
 
 TASK = "mailguard.send_mail"
@@ -121,7 +121,7 @@ def valid_address(to: Any) -> str | None:
     if not isinstance(to, str) or any(char in to for char in FORBIDDEN):
         return None
     try:
-        return normalise_address(to).address
+        return mailbox(to)[1].address  # an address or "Name <address>"
     except InvalidAddress:
         return None
 

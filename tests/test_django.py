@@ -76,7 +76,9 @@ def test_a_full_django_message_arrives_intact(stack: SmtpTestServer) -> None:
     html = got.get_body(("html",))
     assert html is not None and "<p>Your invoice" in html.get_content()
     files: dict[str, Any] = {a.get_filename(): a for a in got.iter_attachments()}
-    assert files["invoice.csv"].get_payload(decode=True) == b"id,total\n2041,99.50\n"
+    # A text attachment is text on the wire (its lines end in CRLF there) and keeps its charset.
+    assert files["invoice.csv"].get_content().replace("\r\n", "\n") == "id,total\n2041,99.50\n"
+    assert files["invoice.csv"].get_content_charset() == "utf-8"
     assert files["logo.png"].get_payload(decode=True) == b"\x89PNG\r\n\x1a\n\x00binary"
     assert files["logo.png"].get_content_type() == "image/png"
 
@@ -110,7 +112,8 @@ def test_enqueue_errors_raise_unless_fail_silently(stack: SmtpTestServer) -> Non
 
 def test_from_and_reply_to_headers_become_the_messages_own_fields() -> None:
     """Django lets ``headers={"From": ..., "Reply-To": ...}`` stand in for from_email and
-    reply_to: they travel as those arguments (checked like them), other headers as headers."""
+    reply_to: they travel as those arguments (checked like them), other headers as headers; the
+    message's own from_email (DEFAULT_FROM_EMAIL here) stays the envelope sender, as Sender."""
     message = mail.EmailMessage(
         "s",
         "b",
@@ -119,7 +122,8 @@ def test_from_and_reply_to_headers_become_the_messages_own_fields() -> None:
     )
     kwargs = task_kwargs(message)
     assert kwargs["from_email"] == "Desk <desk@example.org>"
-    assert kwargs["reply_to"] == ["help@example.org"] and kwargs["headers"] == {"X-A": "1"}
+    assert kwargs["reply_to"] == ["help@example.org"]
+    assert kwargs["headers"] == {"X-A": "1", "Sender": "Shop <orders@example.org>"}
     check_arguments([], kwargs)
 
 

@@ -51,7 +51,7 @@ def test_html_makes_multipart_alternative_with_text_first() -> None:
     assert parts == ["text/plain", "text/html"]
     html_part = message.get_body(preferencelist=("html",))
     assert html_part is not None
-    assert html_part.get_content() == "<p>Hi Ada</p>\n"
+    assert html_part.get_content() == "<p>Hi Ada</p>"  # as given: no newline added (Django's)
 
 
 def test_message_id_is_derived_from_the_mail_id_and_sender_domain() -> None:
@@ -118,7 +118,7 @@ def test_mail_copies_the_callers_headers() -> None:
     assert dict(mail.headers) == {"X-Kind": "code"}
 
 
-@pytest.mark.parametrize("name", ["Bcc", "cc", "TO", "From", "Message-ID", "Content-Type"])
+@pytest.mark.parametrize("name", ["Bcc", "cc", "TO", "From", "Content-Type"])
 def test_reserved_headers_are_refused(name: str) -> None:
     """Headers that add recipients or that the builder sets cannot be given as extras."""
     with pytest.raises(InvalidMessage, match="set by mailguard"):

@@ -37,6 +37,7 @@ class MailRequest:
     reply_to: Any = None
     from_email: Any = None
     attachments: Any = None
+    charset: Any = None
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,16 @@ from mailer.clock import Clock
 from mailer.errors import InvalidAddress, InvalidMessage
 from mailer.guard.data import GuardConfig, MailRequest, Prepared, log_fields, mapping
 from mailer.limits.checks import check_tenant
-from mailer.mail.address import Recipient, normalise_address
-from mailer.mail.envelope import addresses, attachments, reply_to, sender
+from mailer.mail.address import Recipient
+from mailer.mail.envelope import attachments, charset, recipients, reply_to, sender
 from mailer.mail.kinds import Kind, Kinds, render
-from mailer.mail.message import Mail, build_message, check_mail, message_id, needs_build_to_check
+from mailer.mail.message import (
+    Mail,
+    build_message,
+    check_mail,
+    mail_message_id,
+    needs_build_to_check,
+)
 from mailer.outcomes import Outcome
 from mailer.steps import Finish, Progress
 
@@ -76,9 +82,7 @@ class Validator:
             built_at=now,
             tenant=tenant,
             more_keys=more,
-            base=base.but(
-                recipient=hashed, message_id=message_id(request.mail_id, self.config.sender)
-            ),
+            base=base.but(recipient=hashed, message_id=mail_message_id(draft)),
         )
 
     def _build(
@@ -91,10 +95,10 @@ class Validator:
         built to be checked.
         """
         rules = self.config.rules
-        to = [normalise_address(a, rules) for a in addresses(request.to, "to")]
-        cc = [normalise_address(a, rules) for a in addresses(request.cc, "cc")]
-        bcc = [normalise_address(a, rules) for a in addresses(request.bcc, "bcc")]
-        everyone = [*to, *cc, *bcc]
+        to = recipients(request.to, "to", rules)
+        cc = recipients(request.cc, "cc", rules)
+        bcc = recipients(request.bcc, "bcc", rules)
+        everyone = [recipient for _, recipient in (*to, *cc, *bcc)]
         if not everyone:
             raise InvalidAddress("to: no address")
         keys = list(dict.fromkeys(r.limit_key for r in everyone))
@@ -103,17 +107,18 @@ class Validator:
         headers = mapping(request.headers, "headers")
         subject, body, html = render(kind, request.subject, request.body, request.html, context)
         mail = Mail(
-            to=tuple(r.address for r in to),
+            to=tuple(shown for shown, _ in to),
             subject=subject,
             body=body,
             html=html,
             mail_id=request.mail_id,
             sender=sender(request.from_email, self.config.sender, rules),
             headers=headers,
-            cc=tuple(r.address for r in cc),
-            bcc=tuple(r.address for r in bcc),
+            cc=tuple(shown for shown, _ in cc),
+            bcc=tuple(shown for shown, _ in bcc),
             reply_to=tuple(reply_to(request.reply_to, rules)),
             attachments=attachments(request.attachments),
+            charset=charset(request.charset),
         )
         if needs_build_to_check(mail):
             return everyone[0], tuple(keys[1:]), kind, mail, build_message(mail, now=now)

@@ -8,7 +8,11 @@ the address as given.
 >>> normalise_address(" Ada+news@Example.COM ")
 Recipient(address='Ada+news@example.com', limit_key='ada@example.com', smtputf8=False)
 
-Syntax only: no DNS lookup ever happens, so a valid address may still bounce.
+Syntax only: no DNS lookup ever happens, so a valid address may still bounce. What SMTP needs
+is checked, not what a public domain needs: a domain without a dot (``root@localhost``,
+``ops@mailhost``) is accepted. A bare name without an @-sign (``root``) is not: RFC 5321 wants
+``local@domain``, and a bare name is far more often a mistake than a mailbox the relay
+qualifies (Django's SMTP backend passes it on; mailguard refuses it at enqueue).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from email.utils import parseaddr
+from email.utils import formataddr, getaddresses, parseaddr
 from types import MappingProxyType
 
 from email_validator import EmailNotValidError, validate_email
@@ -35,6 +39,8 @@ DEFAULT_DOTLESS_DOMAINS = frozenset({"gmail.com", "googlemail.com"})
 DEFAULT_DOMAIN_ALIASES: Mapping[str, str] = MappingProxyType({"googlemail.com": "gmail.com"})
 
 _FORBIDDEN = ("\r", "\n", "\0")
+# Validated with this domain in place of ``localhost``, which email-validator refuses as special.
+_STAND_IN = "localhost.example"
 # A host name: dot-separated labels of letters, digits and inner hyphens (after IDNA).
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
@@ -116,9 +122,26 @@ def normalise_address(text: str, rules: AddressRules = DEFAULT_RULES) -> Recipie
             raise InvalidAddress(f"address contains a forbidden control character {char!r}")
     stripped = text.strip()
     _precheck(stripped)
+    local, domain, address, smtputf8 = _validate(stripped, rules)
+    if len(address.encode("utf-8")) > MAX_ADDRESS_LENGTH:
+        raise InvalidAddress(f"address is longer than {MAX_ADDRESS_LENGTH} octets")
+    if len(local.encode("utf-8")) > MAX_LOCAL_LENGTH:
+        raise InvalidAddress(f"local part is longer than {MAX_LOCAL_LENGTH} octets")
+    return Recipient(address=address, limit_key=limit_key(local, domain, rules), smtputf8=smtputf8)
+
+
+def _validate(text: str, rules: AddressRules) -> tuple[str, str, str, bool]:
+    """``(local part, lower-case ASCII domain, address to send to, needs SMTPUTF8)`` for a
+    pre-checked ``text``.
+
+    A domain without a dot passes (a relay delivers ``ops@mailhost``); so does ``localhost``
+    (Django's default senders), which email-validator refuses as a special-use name.
+    """
+    local, _, domain = text.rpartition("@")
+    loopback = domain.lower() == "localhost"
     try:
         valid = validate_email(
-            stripped,
+            f"{local}@{_STAND_IN}" if loopback else text,
             check_deliverability=False,
             allow_smtputf8=rules.allow_smtputf8,
             allow_quoted_local=False,
@@ -126,21 +149,60 @@ def normalise_address(text: str, rules: AddressRules = DEFAULT_RULES) -> Recipie
             allow_display_name=False,
             allow_empty_local=False,
             test_environment=rules.allow_test_domains,
+            globally_deliverable=False,
         )
     except EmailNotValidError as exc:
-        raise InvalidAddress(_safe_reason(str(exc), stripped)) from None
-    local = valid.local_part
-    domain = valid.ascii_domain.lower()
+        raise InvalidAddress(_safe_reason(str(exc), text)) from None
     address = valid.ascii_email or valid.normalized
-    if len(address.encode("utf-8")) > MAX_ADDRESS_LENGTH:
-        raise InvalidAddress(f"address is longer than {MAX_ADDRESS_LENGTH} octets")
-    if len(local.encode("utf-8")) > MAX_LOCAL_LENGTH:
-        raise InvalidAddress(f"local part is longer than {MAX_LOCAL_LENGTH} octets")
-    return Recipient(
-        address=address,
-        limit_key=limit_key(local, domain, rules),
-        smtputf8=valid.ascii_email is None,
-    )
+    domain = valid.ascii_domain.lower()
+    if domain.rpartition(".")[2].isdigit():  # 10.0.0.1 is an IP address, not a host name
+        raise InvalidAddress("address is not valid: the part after the @-sign is not a host name")
+    if loopback:
+        address, domain = f"{address.rpartition('@')[0]}@localhost", "localhost"
+    return valid.local_part, domain, address, valid.ascii_email is None
+
+
+def mailbox(text: str, rules: AddressRules = DEFAULT_RULES) -> tuple[str, Recipient]:
+    """An address or ``"Name <address>"``: ``(the form headers show, the recipient)``.
+
+    The form keeps the display name and puts the normalised address in it (its domain in
+    Punycode: ``"Ada <ada@xn--4ca9at.com>"``); the recipient is what the envelope and the
+    limiter use. Raises :class:`~mailer.errors.InvalidAddress` (never quoting the text),
+    for several addresses in one text too.
+    """
+    if not isinstance(text, str):
+        raise InvalidAddress(f"address must be a str, got {type(text).__name__}")
+    name, address = split_display_name(text)
+    recipient = normalise_address(address, rules)
+    return shown(name, recipient.address), recipient
+
+
+def split_display_name(text: str) -> tuple[str, str]:
+    """``(display name, address)`` of ``"Name <address>"`` or of an address (name ``""``);
+    ``InvalidAddress`` for anything else (two addresses, a comment, junk around it)."""
+    if any(char in text for char in _FORBIDDEN):
+        raise InvalidAddress("address contains a forbidden control character")
+    stripped = text.strip()
+    if "<" not in stripped:  # an address alone: normalise_address says precisely what is wrong
+        return "", stripped
+    pairs = getaddresses([stripped])
+    if len(pairs) != 1:
+        raise InvalidAddress('give one address or "Name <address>", not several')
+    name, address = pairs[0]
+    if not address or not stripped.endswith(f"<{address}>"):
+        raise InvalidAddress('address is neither an address nor "Name <address>"')
+    return name, address
+
+
+def shown(name: str, address: str) -> str:
+    """``"Name <address>"`` as a header shows it (the name quoted when it must be), or the
+    address alone without a name. A non-ASCII name stays Unicode: the header encodes it."""
+    if not name:
+        return address
+    if name.isascii():
+        return formataddr((name, address))
+    quoted = name.replace("\\", "\\\\").replace('"', '\\"')
+    return f'"{quoted}" <{address}>'
 
 
 def check_sender(text: str) -> None:

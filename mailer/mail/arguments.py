@@ -9,10 +9,12 @@ The kind and its templates' variables are checked against the settings by
 
 | argument | accepted |
 |---|---|
-| ``to`` | an address (``str``, valid, no CR/LF/NUL); or a list of them |
+| ``to`` | an address (``str``, valid, no CR/LF/NUL; ``"Name <address>"`` too); or a list |
 | ``cc``, ``bcc``, ``reply_to`` | ``None``, an address or a list of addresses (each checked) |
 | ``from_email`` | ``None`` or ``str`` (``"Name <address>"`` or an address, valid), one line |
-| ``attachments`` | ``None`` or a list of ``[filename, base64 content, mimetype]`` |
+| ``attachments`` | ``None`` or a list of ``[filename, base64 content, mimetype]``, each with |
+| | an optional fourth: ``{"charset": str, "inline": bool, "content_id": "<id@host>"}`` |
+| ``charset`` | ``None`` or the body's charset, one Python knows (``iso-8859-1``) |
 | ``subject`` | ``None`` or ``str`` of at most 998 characters, no CR/LF/NUL |
 | ``body``, ``html`` | ``None`` or ``str`` |
 | ``kind`` | ``str`` of 1-64 ``a-z 0-9 _``, starting with a letter |
@@ -38,13 +40,13 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from email.utils import parseaddr
 from typing import Any
 
 from mailer.defaults import MAX_MESSAGE_BYTES
 from mailer.errors import InvalidAddress, InvalidMessage, MailguardError
 from mailer.limits.checks import check_tenant
-from mailer.mail.address import normalise_address
+from mailer.mail.address import mailbox
+from mailer.mail.envelope import attachments, charset
 from mailer.mail.message import check_extra_header
 
 #: Deepest nesting of lists and dicts in ``context``.
@@ -73,11 +75,13 @@ _PUBLIC = (
     "reply_to",
     "from_email",
     "attachments",
+    "charset",
 )
 #: Most envelope recipients of one message (to, cc and bcc together).
 MAX_RECIPIENTS = 100
 #: Most attachments of one message.
 MAX_ATTACHMENTS = 100
+_CID = re.compile(r"<[!-;=?-~]+@[!-;=?-~]+>")
 _MIME = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
 
 
@@ -112,6 +116,7 @@ def check_arguments(
         )
     _from_email(call)
     _attachments(call.get("attachments"))
+    _charset(call.get("charset"))
     _text(call, "subject", max_chars=_LINE_CHARS, one_line=True)
     _text(call, "body")
     _text(call, "html")
@@ -217,10 +222,11 @@ def _addresses(call: Mapping[str, Any], name: str, *, required: bool = False) ->
 
 
 def _address(item: str, where: str, name: str) -> None:
-    """One address of argument ``name`` (shown as ``where``), valid as the worker will check it;
-    the refusal names the argument and the accepted form, never the address."""
+    """One address of argument ``name`` (shown as ``where``), valid as the worker will check it
+    (a display name allowed: ``"Ada <ada@example.com>"``); the refusal names the argument and
+    the accepted form, never the address."""
     try:
-        normalise_address(parseaddr(item)[1] if name == "reply_to" else item)
+        mailbox(item)
     except InvalidAddress as exc:
         form = '"Name <address>" or ' if name == "reply_to" else ""
         raise InvalidArguments(
@@ -239,19 +245,21 @@ def _attachments(value: Any) -> None:
             "[filename, base64 content, mimetype] items"
         )
     for n, item in enumerate(value):
-        if not isinstance(item, list | tuple) or len(item) != 3:
+        if not isinstance(item, list | tuple) or len(item) not in (3, 4):
             raise InvalidArguments(
                 f"send_mail: attachments[{n}] must be [filename, base64 content, mimetype]"
             )
-        filename, content, mimetype = item
+        filename, content, mimetype = item[:3]
         if (
             not isinstance(filename, str)
-            or not 0 < len(filename) <= 255
+            or len(filename) > 255
             or any(c in filename for c in "\r\n\0")
         ):
             raise InvalidArguments(
-                f"send_mail: attachments[{n}] filename must be one line of 1-255 characters"
+                f"send_mail: attachments[{n}] filename must be one line of 0-255 characters"
             )
+        if len(item) == 4:
+            _attachment_options(item[3], n)
         if not isinstance(content, str):
             raise InvalidArguments(f"send_mail: attachments[{n}] content must be base64 text")
         try:
@@ -264,6 +272,33 @@ def _attachments(value: Any) -> None:
             raise InvalidArguments(
                 f"send_mail: attachments[{n}] mimetype must be type/subtype such as text/csv"
             )
+
+
+def _attachment_options(options: Any, n: int) -> None:
+    """An attachment's options, as the worker reads them (:func:`mailer.mail.envelope`)."""
+    try:
+        attachments([["", "", "application/octet-stream", options]])
+    except InvalidMessage:
+        raise InvalidArguments(
+            f"send_mail: attachments[{n}] options must be a dict of charset (str), inline "
+            "(bool) and content_id (str)"
+        ) from None
+    content_id = options.get("content_id")
+    if content_id is not None and (len(content_id) > _LINE_CHARS or not _CID.fullmatch(content_id)):
+        raise InvalidArguments(f"send_mail: attachments[{n}] content_id must be <left@right>")
+    if options.get("charset") is not None:
+        _charset(options["charset"], f"attachments[{n}] charset")
+
+
+def _charset(value: Any, name: str = "charset") -> None:
+    if value is None:
+        return
+    try:
+        charset(value)
+    except InvalidMessage:
+        raise InvalidArguments(
+            f"send_mail: {name} must be a charset Python knows, such as utf-8; got {_show(value)}"
+        ) from None
 
 
 def _headers(headers: Any, *, reply_to: bool) -> None:
@@ -297,7 +332,7 @@ def _from_email(call: Mapping[str, Any]) -> None:
     if value is None:
         return
     try:
-        normalise_address(parseaddr(value)[1])
+        mailbox(value)
     except InvalidAddress as exc:
         raise InvalidArguments(f"send_mail: from_email: {exc}") from None
 

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
+import re
 from collections.abc import Set
 from email.message import EmailMessage
-from email.utils import formataddr, getaddresses, parseaddr
+from email.utils import getaddresses
 from typing import Any
 
 from mailer.errors import InvalidAddress, InvalidMessage
-from mailer.mail.address import AddressRules, normalise_address
+from mailer.mail.address import AddressRules, Recipient, mailbox, normalise_address, shown
 from mailer.mail.message import Attachment
+
+_CHARSET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,39}")
 
 
 def addresses(value: Any, name: str) -> list[str]:
@@ -30,30 +34,32 @@ def addresses(value: Any, name: str) -> list[str]:
     return list(items)
 
 
+def recipients(value: Any, name: str, rules: AddressRules) -> list[tuple[str, Recipient]]:
+    """Each address of argument ``name`` (an address or ``"Name <address>"``): the form its
+    header shows (the display name kept, the domain in Punycode) and the normalised recipient
+    (for the envelope and the limiter)."""
+    return [mailbox(item, rules) for item in addresses(value, name)]
+
+
 def sender(from_email: Any, default: str, rules: AddressRules) -> str:
     """The From header: ``from_email`` (an address or ``"Name <address>"``, its address
-    checked) or the configured ``default`` (``MAILGUARD_SENDER``)."""
+    checked and its domain in Punycode, as recipients' are) or the configured ``default``
+    (``MAILGUARD_SENDER``)."""
     if from_email is None:
         return default
     if not isinstance(from_email, str):
         raise InvalidAddress("from_email must be an address")
-    name, address = parseaddr(from_email)
-    normalise_address(address, rules)  # raises for a bad address
-    return formataddr((name, address)) if name else address
+    return mailbox(from_email, rules)[0]
 
 
 def reply_to(value: Any, rules: AddressRules) -> list[str]:
     """The Reply-To addresses (each an address or ``"Name <address>"``, checked)."""
-    out = []
-    for item in addresses(value, "reply_to"):
-        name, address = parseaddr(item)
-        normalise_address(address, rules)
-        out.append(formataddr((name, address)) if name else address)
-    return out
+    return [form for form, _ in recipients(value, "reply_to", rules)]
 
 
 def attachments(value: Any) -> tuple[Attachment, ...]:
-    """``[filename, base64 content, mimetype]`` items as :class:`Attachment`; raises
+    """``[filename, base64 content, mimetype]`` items, each with an optional fourth, a dict
+    of ``charset``, ``inline`` and ``content_id``, as :class:`Attachment`; raises
     ``InvalidMessage`` naming the item."""
     if value is None:
         return ()
@@ -61,17 +67,44 @@ def attachments(value: Any) -> tuple[Attachment, ...]:
         raise InvalidMessage("attachments must be a list")
     out = []
     for n, item in enumerate(value):
-        if not isinstance(item, list | tuple) or len(item) != 3:
+        if not isinstance(item, list | tuple) or len(item) not in (3, 4):
             raise InvalidMessage(f"attachments[{n}] must be [filename, base64 content, mimetype]")
-        filename, content, mimetype = item
-        if not all(isinstance(part, str) for part in item):
+        filename, content, mimetype = item[:3]
+        if not all(isinstance(part, str) for part in item[:3]):
             raise InvalidMessage(f"attachments[{n}] must hold three strings")
         try:
             data = base64.b64decode(content, validate=True)
         except (ValueError, binascii.Error):
             raise InvalidMessage(f"attachments[{n}] content is not valid base64") from None
-        out.append(Attachment(filename, data, mimetype))
+        options = _options(item[3] if len(item) == 4 else {}, n)
+        out.append(Attachment(filename, data, mimetype, **options))
     return tuple(out)
+
+
+def _options(value: Any, n: int) -> dict[str, Any]:
+    """An attachment's options: ``charset`` (str), ``inline`` (bool), ``content_id`` (str)."""
+    types = {"charset": str, "inline": bool, "content_id": str}
+    if not isinstance(value, dict) or any(
+        key not in types or not isinstance(item, types[key]) for key, item in value.items()
+    ):
+        raise InvalidMessage(
+            f"attachments[{n}] options must be a dict of charset (str), inline (bool) and "
+            "content_id (str)"
+        )
+    return dict(value)
+
+
+def charset(value: Any) -> str:
+    """The body's charset: ``utf-8`` when None, else a charset Python knows."""
+    if value is None:
+        return "utf-8"
+    if not isinstance(value, str) or not _CHARSET.fullmatch(value):
+        raise InvalidMessage("charset must be a charset name such as utf-8 or iso-8859-1")
+    try:
+        codecs.lookup(value)
+    except LookupError:
+        raise InvalidMessage("charset is not one Python knows") from None
+    return value.lower()
 
 
 def without_recipients(message: EmailMessage, keys: Set[str], rules: AddressRules) -> EmailMessage:
@@ -82,8 +115,8 @@ def without_recipients(message: EmailMessage, keys: Set[str], rules: AddressRule
         if not values:
             continue
         kept = [
-            address
-            for _, address in getaddresses([str(v) for v in values])
+            shown(name, address)
+            for name, address in getaddresses([str(v) for v in values])
             if address and normalise_address(address, rules).limit_key not in keys
         ]
         del message[header]

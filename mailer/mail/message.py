@@ -3,7 +3,9 @@
 A ``Mail`` carries already rendered text; building checks every header value for CR, LF, NUL
 and other line breaks (header injection) and every field against :class:`MessageLimits`. The
 ``Message-ID`` comes from the mail id, so a mail sent twice by a redelivered task carries the
-same id both times and the duplicate can be recognised downstream.
+same id both times and the duplicate can be recognised downstream; a ``Message-ID`` the caller
+gives in ``headers`` (a thread's own ids) is kept instead, and so is a ``Date``. The parts are
+written as Django writes them (:mod:`mailer.mail.mime`).
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.message import EmailMessage
-from email.utils import formatdate, parseaddr
+from email.utils import formatdate, parseaddr, parsedate_to_datetime
 from types import MappingProxyType
 
-from mailer.errors import InvalidMessage
+from mailer.errors import InvalidAddress, InvalidMessage
+from mailer.mail.address import mailbox
+from mailer.mail.mime import POLICY, file_part, set_text, text_part
 
 #: Used in the Message-ID when the sender has no usable domain.
 FALLBACK_DOMAIN = "mailguard.invalid"
@@ -29,14 +33,11 @@ RESERVED_HEADERS = frozenset(
         "cc",
         "content-transfer-encoding",
         "content-type",
-        "date",
         "from",
-        "message-id",
         "mime-version",
         "resent-bcc",
         "resent-cc",
         "resent-to",
-        "sender",
         "subject",
         "to",
     }
@@ -51,6 +52,8 @@ _HEADER_NAME_RE = re.compile(r"^[!-9;-~]+$")
 _MIME_PART = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
 # Characters kept as they are in the id part of a Message-ID (a subset of dot-atom text).
 _ID_UNSAFE_RE = re.compile(r"[^A-Za-z0-9_\-]")
+# A Message-ID a caller gives: <left@right>, printable ASCII without spaces or brackets inside.
+_MESSAGE_ID_RE = re.compile(r"^<[!-;=?-~]+@[!-;=?-~]+>$")
 _DOMAIN_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$")
 
 
@@ -78,11 +81,17 @@ DEFAULT_LIMITS = MessageLimits()
 
 @dataclass(frozen=True, slots=True)
 class Attachment:
-    """A file attached to a mail: its name, its bytes and its MIME type (``text/csv``)."""
+    """A file attached to a mail: its name (``""``: none), its bytes and its MIME type
+    (``text/csv``); for text, the ``charset`` its bytes are in (``utf-8`` when None); an
+    ``inline`` part (an image the HTML shows) and its ``content_id`` (``<logo@shop>``, what
+    ``cid:logo@shop`` refers to)."""
 
     filename: str
     content: bytes
     mimetype: str = "application/octet-stream"
+    charset: str | None = None
+    inline: bool = False
+    content_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +103,9 @@ class Mail:
     Reply-To addresses. ``mail_id`` is the stable id of the ``send_mail`` call (at most 255
     characters). ``sender`` is the From header, an address or ``"Name <address>"``.
     ``headers`` are extra headers such as ``List-Unsubscribe``; the reserved ones
-    (:data:`RESERVED_HEADERS`) are refused.
+    (:data:`RESERVED_HEADERS`) are refused. ``charset`` is the body's (and HTML's): ``utf-8``
+    unless the caller asks for another. A ``html`` with an empty ``body`` is sent alone, as a
+    ``text/html`` message (Django's ``content_subtype = "html"``).
     """
 
     to: str | tuple[str, ...]
@@ -108,6 +119,7 @@ class Mail:
     bcc: tuple[str, ...] = ()
     reply_to: tuple[str, ...] = ()
     attachments: tuple[Attachment, ...] = ()
+    charset: str = "utf-8"
 
     def __post_init__(self) -> None:
         # A copy, so the caller's dict cannot change a frozen Mail afterwards.
@@ -143,25 +155,60 @@ def build_message(
     :class:`~mailer.errors.InvalidMessage` naming the bad field, never quoting its content.
     """
     to = check_mail(mail, limits)
-    message = EmailMessage()
+    message = EmailMessage(policy=POLICY)
     message["From"] = mail.sender
     _add_addresses(message, mail, to)
     message["Subject"] = mail.subject
-    message["Message-ID"] = message_id(mail.mail_id, mail.sender)
-    if now is not None:
+    given = {name.lower() for name in mail.headers}
+    if "message-id" not in given:
+        message["Message-ID"] = message_id(mail.mail_id, mail.sender)
+    if now is not None and "date" not in given:
         message["Date"] = formatdate(now, usegmt=True)
-    for name, value in mail.headers.items():
+    for name, given_value in mail.headers.items():
+        # Sender is the envelope sender: its domain in Punycode, as From's.
+        value = mailbox(given_value)[0] if name.lower() == "sender" else given_value
         try:
             message[name] = value
         except (ValueError, TypeError, IndexError):
             # The header registry parses structured headers such as Reply-To.
             raise InvalidMessage(f"header {name!r} has a value that cannot be parsed") from None
-    message.set_content(mail.body)
-    if mail.html is not None:
-        message.add_alternative(mail.html, subtype="html")
-    for attachment in mail.attachments:
-        _attach(message, attachment)
+    _add_body(message, mail)
     return message
+
+
+def mail_message_id(mail: Mail) -> str:
+    """The Message-ID ``mail`` is sent with: the caller's header, else :func:`message_id`."""
+    for name, value in mail.headers.items():
+        if name.lower() == "message-id":
+            return value.strip()
+    return message_id(mail.mail_id, mail.sender)
+
+
+def _add_body(message: EmailMessage, mail: Mail) -> None:
+    """The text (and HTML) parts, then inline parts beside the HTML, then attachments."""
+    html_only = mail.html is not None and not mail.body
+    html_part = message
+    try:
+        if html_only:
+            set_text(message, mail.html or "", "html", mail.charset)
+        else:
+            set_text(message, mail.body, "plain", mail.charset)
+            if mail.html is not None:
+                message.make_alternative()
+                html_part = text_part(mail.html, "html", mail.charset)
+                message.attach(html_part)
+    except (UnicodeError, LookupError):
+        raise InvalidMessage(f"body: not writable in charset {mail.charset!r:.40}") from None
+    inline = [a for a in mail.attachments if a.inline] if mail.html is not None else []
+    if inline:
+        html_part.make_related()
+        for attachment in inline:
+            html_part.attach(_part(attachment))
+    others = [a for a in mail.attachments if a not in inline]
+    if others:
+        message.make_mixed()
+        for attachment in others:
+            message.attach(_part(attachment))
 
 
 def check_mail(mail: Mail, limits: MessageLimits = DEFAULT_LIMITS) -> tuple[str, ...]:
@@ -184,8 +231,7 @@ def check_mail(mail: Mail, limits: MessageLimits = DEFAULT_LIMITS) -> tuple[str,
     if len(mail.headers) > limits.max_headers:
         raise InvalidMessage(f"headers: more than {limits.max_headers} extra headers")
     for name, value in mail.headers.items():
-        _check_header_name(name)
-        _check_header_value(f"header {name!r}", value, limits.max_header_chars)
+        check_extra_header(name, value, limits.max_header_chars)
     message_id(mail.mail_id, mail.sender)
     return to
 
@@ -209,14 +255,25 @@ def _add_addresses(message: EmailMessage, mail: Mail, to: tuple[str, ...]) -> No
         message["Reply-To"] = ", ".join(mail.reply_to)
 
 
-def _attach(message: EmailMessage, attachment: Attachment) -> None:
-    _check_header_value("attachment filename", attachment.filename, 255)
+def _part(attachment: Attachment) -> EmailMessage:
+    if attachment.filename:
+        _check_header_value("attachment filename", attachment.filename, 255)
+    if attachment.content_id is not None and not _MESSAGE_ID_RE.match(attachment.content_id):
+        raise InvalidMessage("attachment content id must be <left@right>")
     maintype, _, subtype = attachment.mimetype.lower().partition("/")
     if not _MIME_PART.match(maintype) or not _MIME_PART.match(subtype):
         raise InvalidMessage("attachment mimetype must be type/subtype such as text/csv")
-    message.add_attachment(
-        attachment.content, maintype=maintype, subtype=subtype, filename=attachment.filename
-    )
+    try:
+        return file_part(
+            attachment.content,
+            f"{maintype}/{subtype}",
+            attachment.filename,
+            charset=attachment.charset,
+            inline=attachment.inline,
+            content_id=attachment.content_id,
+        )
+    except (ValueError, TypeError, IndexError, LookupError):
+        raise InvalidMessage(f"attachment of type {maintype}/{subtype}: bad content") from None
 
 
 def _check_header_value(name: str, value: object, max_chars: int) -> None:
@@ -233,9 +290,25 @@ def _check_header_value(name: str, value: object, max_chars: int) -> None:
 
 def check_extra_header(name: object, value: object, max_chars: int = 998) -> None:
     """Raise ``InvalidMessage`` unless ``name: value`` may be given as an extra header: an RFC
-    5322 field name that is not reserved (:data:`RESERVED_HEADERS`), a one-line str value."""
+    5322 field name that is not reserved (:data:`RESERVED_HEADERS`), a one-line str value; a
+    ``Message-ID`` of the form ``<left@right>``, a ``Date`` as RFC 5322 writes one, a
+    ``Sender`` (the envelope sender) an address or ``"Name <address>"``."""
     _check_header_name(name)
     _check_header_value(f"header {name!r}", value, max_chars)
+    assert isinstance(name, str) and isinstance(value, str)  # checked just above
+    lower = name.lower()
+    if lower == "message-id" and not _MESSAGE_ID_RE.match(value.strip()):
+        raise InvalidMessage("header 'Message-ID' must be <left@right>")
+    if lower == "date":
+        try:
+            parsedate_to_datetime(value)
+        except (ValueError, TypeError, IndexError):
+            raise InvalidMessage("header 'Date' is not an RFC 5322 date") from None
+    if lower == "sender":
+        try:
+            mailbox(value)
+        except InvalidAddress as exc:
+            raise InvalidMessage(f"header 'Sender': {exc}") from None
 
 
 def _check_header_name(name: object) -> None:

@@ -1,0 +1,134 @@
+"""MIME parts as Django builds them: text bodies, attachments, and how headers are encoded.
+
+A mail's parts follow what Django's own backends send, so a project that moves to mailguard
+sends the same bytes: a text part is ``7bit`` when ASCII, ``8bit`` otherwise, and
+``quoted-printable`` when a line is longer than 998 octets (RFC 5322); it ends where its text
+ends (no newline added). A header with non-ASCII text is one RFC 2047 encoded word per line
+(``Subject: =?utf-8?q?Ch=C3=A8re_maman?=``), a display name likewise, as Django writes them.
+
+Attachments keep what they say about themselves: a text attachment its charset, an inline image
+its ``Content-ID`` and ``inline`` disposition, a ``message/rfc822`` attachment its message
+unencoded (RFC 2046 5.2.1: never base64).
+"""
+
+from __future__ import annotations
+
+import email
+from email import charset as charsets
+from email.charset import Charset
+from email.header import Header
+from email.headerregistry import UnstructuredHeader
+from email.message import EmailMessage
+from email.policy import EmailPolicy
+from email.utils import formataddr
+from typing import Any
+
+#: RFC 5322's longest line in octets; a text with a longer line goes quoted-printable.
+MAX_LINE_OCTETS = 998
+_ADDRESS_HEADERS = frozenset({"from", "to", "cc", "reply-to", "sender"})
+
+
+class DjangoLikePolicy(EmailPolicy):
+    """``email.policy.default`` that writes a non-ASCII header as Django does: the whole text
+    one encoded word (per folded line), each non-ASCII display name one encoded word."""
+
+    def fold(self, name: str, value: Any) -> str:
+        folded = _encoded(name, value, self.linesep)
+        return folded if folded is not None else super().fold(name, value)
+
+    def fold_binary(self, name: str, value: Any) -> bytes:
+        folded = _encoded(name, value, self.linesep)
+        if folded is None:
+            return super().fold_binary(name, value)
+        return folded.encode("ascii")
+
+
+#: The policy of every message mailguard builds (``email.policy.default`` otherwise).
+POLICY = DjangoLikePolicy()
+
+
+def _encoded(name: str, value: Any, linesep: str) -> str | None:
+    """``name: value`` encoded as Django encodes it, or None when the default folding is the
+    same (an ASCII value) or better (a non-ASCII address, which needs SMTPUTF8 anyway; a
+    structured header such as ``Content-Disposition``, whose parameters RFC 2231 encodes)."""
+    text = str(value)
+    if text.isascii():
+        return None
+    addresses = getattr(value, "addresses", None)
+    if name.lower() in _ADDRESS_HEADERS and addresses is not None:
+        if not all(address.addr_spec.isascii() for address in addresses):
+            return None
+        shown = ", ".join(_display(a.display_name, a.addr_spec) for a in addresses)
+        return f"{name}: {shown}{linesep}"
+    if not isinstance(value, UnstructuredHeader):  # Content-Disposition's filename*=: RFC 2231
+        return None
+    encoded = Header(text, "utf-8", header_name=name).encode(linesep=linesep)
+    return f"{name}: {encoded}{linesep}"
+
+
+def _display(name: str, address: str) -> str:
+    if not name or name.isascii():
+        return formataddr((name, address))
+    return f"{Header(name, 'utf-8').encode()} <{address}>"
+
+
+def set_text(part: EmailMessage, text: str, subtype: str, charset: str) -> None:
+    """Make ``part`` a ``text/<subtype>`` part holding ``text`` in ``charset``, encoded as
+    Django encodes it (see the module doc). Raises ``UnicodeEncodeError`` when ``text`` has a
+    character ``charset`` cannot hold, ``LookupError`` for an unknown charset."""
+    codec = Charset(charset)
+    if codec.input_charset == "utf-8":
+        long = any(
+            len(line.encode("utf-8", "surrogateescape")) > MAX_LINE_OCTETS
+            for line in text.splitlines()
+        )
+        # None: 7bit or 8bit as the text needs (typeshed allows only an int here)
+        codec.body_encoding = charsets.QP if long else None  # type: ignore[assignment]
+    text.encode(codec.output_charset or "us-ascii")  # refuses what the charset cannot hold
+    del part["Content-Type"]
+    del part["Content-Transfer-Encoding"]
+    part["Content-Type"] = f"text/{subtype}"
+    part.set_payload(text, codec)
+
+
+def text_part(text: str, subtype: str, charset: str) -> EmailMessage:
+    """A new ``text/<subtype>`` part; see :func:`set_text`."""
+    part = EmailMessage(policy=POLICY)
+    set_text(part, text, subtype, charset)
+    return part
+
+
+def file_part(
+    content: bytes,
+    mimetype: str,
+    filename: str,
+    *,
+    charset: str | None = None,
+    inline: bool = False,
+    content_id: str | None = None,
+) -> EmailMessage:
+    """One attachment: ``text/*`` as text in its charset (``utf-8`` unless given; bytes that
+    do not decode go as they are, base64), ``message/rfc822`` as the message itself, anything
+    else base64. ``filename`` empty: none given (a ``message/rfc822`` part without one has no
+    ``Content-Disposition``, as in Django). Raises ``ValueError`` for bad content."""
+    maintype, _, subtype = mimetype.partition("/")
+    part = EmailMessage(policy=POLICY)
+    if maintype == "text":
+        try:
+            set_text(part, content.decode(charset or "utf-8"), subtype, charset or "utf-8")
+        except (UnicodeError, LookupError):
+            part.set_content(content, maintype, subtype)
+    elif mimetype == "message/rfc822":
+        inner = email.message_from_bytes(content, policy=POLICY)
+        part.set_content(inner)
+        del part["Content-Disposition"]
+    else:
+        part.set_content(content, maintype, subtype)
+    disposition = "inline" if inline else "attachment"
+    if filename:
+        part.add_header("Content-Disposition", disposition, filename=filename)
+    elif inline or mimetype != "message/rfc822":
+        part.add_header("Content-Disposition", disposition)
+    if content_id:
+        part["Content-ID"] = content_id
+    return part
