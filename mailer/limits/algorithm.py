@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from zoneinfo import ZoneInfo
 
-from mailer.limits.checks import share_limit
+from mailer.limits.checks import MAX_BOOKINGS, share_limit
 from mailer.limits.decision import Decision
 from mailer.limits.gcra_log import (
     GcraLog,
@@ -79,8 +79,10 @@ States = list[tuple[Scope, ScopeState | None]]
 class Decider:
     """The decision's rules for scopes whose ``fixed`` windows align to ``tz``."""
 
-    def __init__(self, tz: timezone | ZoneInfo) -> None:
+    def __init__(self, tz: timezone | ZoneInfo, max_bookings: int = MAX_BOOKINGS) -> None:
         self.tz = tz
+        #: The most entries one shared scope's key keeps (``MAILGUARD_MAX_BOOKINGS``).
+        self.max_bookings = max_bookings
 
     def acquire(
         self, states: States, now_us: int, *, tag: int, wait_ms: int, share: float, not_before: int
@@ -136,6 +138,12 @@ class Decider:
                         t, moved, bind = fit, True, (scope, tier)
         allowed = t == now
         booked = not allowed and record and t - now <= wait_ms
+        full = self.full_scope(states) if record and (allowed or booked) else None
+        if full is not None:  # refused: that scope's key keeps max_bookings entries already
+            refused = self.answer(
+                states, now_us, allowed=False, at=t, bind=None, share=share, booked=False
+            )
+            return refused._replace(scope=full)
         if allowed and record:
             for scope, state in states:
                 assert state is not None
@@ -153,6 +161,16 @@ class Decider:
             share=share,
             booked=booked,
         )
+
+    def full_scope(self, states: States) -> str | None:
+        """The first shared scope whose key keeps :attr:`max_bookings` entries (its sliding
+        log, or a gcra tier's listed bookings), else None."""
+        for scope, state in states:
+            if scope.shared and state is not None:
+                kept = max((len(log.times) for log in state.gcra.values()), default=0)
+                if max(kept, len(state.ts)) >= self.max_bookings:
+                    return scope.name
+        return None
 
     def tier_earliest(
         self, scope: Scope, i: int, state: ScopeState | None, t: int, *, share: float, now_us: int

@@ -6,7 +6,7 @@ mailer/limits/stores/scoped_redis.py (on Redis Cluster: once per scope,
 mailer/limits/stores/scoped_cluster.py).
 
 The policy is compiled in: mailer/limits/stores/scoped_script.py replaces --[[SCOPES]] with one entry
-per scope of the policy, recipient first: {keep_ms, shared (0/1), has_log (0/1), tiers} and each
+per scope of the policy, recipient first: {keep_ms, shared (0/1), has_log (0/1), tiers, name} and each
 tier {kind (1 sliding, 2 fixed, 3 gcra), limit, window_ms, interval_us (gcra), months (0: not a
 calendar-month tier)}.
 
@@ -44,6 +44,9 @@ Reply (r): 1 if the mail held a slot (now given back in every scope), else 0.
 ]]
 
 local S = {--[[SCOPES]]}
+-- the most entries one key of a shared scope keeps (MAILGUARD_MAX_BOOKINGS): a mail that would
+-- add one more is refused (reply: scope set, tier 0); a key holding more is refused as corrupt
+local MAX_BOOKINGS = --[[MAX]]
 
 local mode = ARGV[1]
 local fresh = mode == 'b'  -- "b": acquire without looking for the tag (Cluster: asked already)
@@ -172,12 +175,29 @@ for i = 1, #ARGV[7] do
   end
   P[i] = st
 end
+-- refuse a key mailguard did not write as it is: an error reply naming the scope and the
+-- (hashed) key, never a backlog decoded from foreign bytes
+local function corrupt(st, name, why)
+  error({err = 'MAILGUARD_CORRUPT the ' .. st.spec[5] .. ' scope\'s key ' .. name .. ' ' .. why ..
+    ': delete it (the scope then starts empty)'})
+end
+local function bounded(st, name, count)
+  if count > MAX_BOOKINGS and st.spec[2] == 1 then
+    corrupt(st, name, 'holds ' .. count .. ' entries, more than MAILGUARD_MAX_BOOKINGS (' .. MAX_BOOKINGS ..
+      '), or raise MAILGUARD_MAX_BOOKINGS')
+  end
+end
 local values = redis.call('MGET', unpack(names))
 for r = 1, #names do
   local st, what, raw = read_st[r], read_what[r], values[r]
+  if not raw and st.spec[2] == 1 and redis.call('EXISTS', names[r]) == 1 then
+    corrupt(st, names[r], 'is not a string')  -- another type: MGET reads it as missing
+  end
   if what == 0 then
     if raw then
+      if #raw < 16 or (#raw - 6) % 10 ~= 0 then corrupt(st, names[r], 'is not a packed log') end
       local count = (#raw - 6) / 10
+      bounded(st, names[r], count)
       local base, cut = struct.unpack('>I6', raw), now - st.spec[1]
       local v = unpack_records('I4I6', 2, count, raw, 7)
       for j = 1, 2 * count, 2 do
@@ -186,8 +206,18 @@ for r = 1, #names do
       end
     end
   elseif type(what) == 'number' then
-    if raw then st.gl[what] = read_gcra(raw, st.spec[4][what][4]) end
+    if raw then
+      local bar = string.find(raw, '|', 1, true)
+      local head = bar and string.sub(raw, 1, bar - 1) or raw
+      if not (string.find(head, '^%d+$') or string.find(head, '^%d+,%d+$'))
+        or (bar and ((#raw - bar) % 13 ~= 0 or #raw == bar)) then
+        corrupt(st, names[r], 'is not a gcra bucket')
+      end
+      if bar then bounded(st, names[r], (#raw - bar) / 13) end
+      st.gl[what] = read_gcra(raw, st.spec[4][what][4])
+    end
   else
+    if raw and not string.find(raw, '^%d+$') then corrupt(st, names[r], 'is not a count') end
     st.counts[what] = tonumber(raw) or 0
   end
 end
@@ -541,6 +571,18 @@ if not found then
     allowed, bs, bt = 1, 0, 0
   elseif mode == 'a' and t - now <= max_wait then
     booked = 1
+  end
+  if mode == 'a' and (allowed == 1 or booked == 1) then  -- a shared key full: refused
+    for si, st in ipairs(P) do
+      if st.spec[2] == 1 then
+        local kept = st.n
+        for _, g in pairs(st.gl or {}) do if g.n > kept then kept = g.n end end
+        if kept >= MAX_BOOKINGS then
+          allowed, booked, bs, bt = 0, 0, si, 0
+          break
+        end
+      end
+    end
   end
   if mode == 'a' and (allowed == 1 or booked == 1) then
     local x_us, x_ms, win = t * 1000, t, t
