@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from zoneinfo import ZoneInfo
 
+from mailer.limits import shared_log
 from mailer.limits.checks import MAX_BOOKINGS, share_limit
 from mailer.limits.decision import Decision
 from mailer.limits.gcra_log import (
@@ -53,6 +54,7 @@ from mailer.limits.gcra_log import earliest as gcra_earliest
 from mailer.limits.insertion import earliest_insert_now, window_max
 from mailer.limits.policy import Tier
 from mailer.limits.scopes import Scope
+from mailer.limits.shared_log import Hints
 from mailer.limits.windows import window
 
 
@@ -61,7 +63,8 @@ class ScopeState:
     """What one scope key holds: a sliding log, a bucket per gcra tier, counts per fixed window."""
 
     ts: list[int] = field(default_factory=list)
-    tags: list[int] = field(default_factory=list)
+    tags: list[int] = field(default_factory=list)  # the recipient's log only: shared logs keep none
+    hints: Hints = field(default_factory=dict)  # a shared log's (mailer.limits.shared_log)
     gcra: dict[int, GcraLog] = field(default_factory=dict)  # tier index -> its bucket
     counts: dict[tuple[int, int], int] = field(default_factory=dict)  # (tier index, start) -> n
     expires_ms: int = 0
@@ -186,7 +189,7 @@ class Decider:
         if state is None:
             return t
         if tier.kind == "sliding":
-            return _sliding_earliest(scope, state, tier, limit, t, now_us=now_us)
+            return _sliding_earliest(scope, state, i, limit, t, now_us=now_us)
         if tier.kind == "gcra":
             log = state.gcra.get(i)
             return t if log is None else _gcra_earliest(log, tier, limit, t, now_us)
@@ -259,7 +262,9 @@ class Decider:
         """Record one admission at ``x = (µs, stored ms rounded up, ms whose calendar window
         counts it)``."""
         x_us, x_ms, win_ms = x
-        if scope.has_log:  # in order: a shared log may hold later bookings
+        if scope.shared and scope.has_log:  # a shared log may hold later bookings: inserted
+            shared_log.add(state.ts, x_ms)
+        elif scope.has_log:  # the recipient's: in order, with the mail's tag
             at = bisect_right(state.ts, x_ms)
             state.ts.insert(at, x_ms)
             state.tags.insert(at, tag)
@@ -295,7 +300,10 @@ class Decider:
 
     def give_back(self, scope: Scope, state: ScopeState, tag: int, at: int) -> None:
         """Give back the mail tagged ``tag`` held at ``at`` (ms) in this scope's state."""
-        for j in range(len(state.ts) - 1, -1, -1):  # this mail's entry: its tag at its slot
+        if scope.shared and scope.has_log:  # one entry at its slot (a shared log keeps no tags)
+            windows = [tier.window_ms for tier in scope.tiers]
+            shared_log.remove(state.ts, state.hints, windows, at)
+        for j in range(len(state.tags) - 1, -1, -1):  # this mail's entry: its tag at its slot
             if state.tags[j] == tag and state.ts[j] == at:
                 del state.ts[j]
                 del state.tags[j]
@@ -313,11 +321,21 @@ class Decider:
 
 
 def _sliding_earliest(
-    scope: Scope, state: ScopeState, tier: Tier, limit: int, t: int, *, now_us: int
+    scope: Scope, state: ScopeState, i: int, limit: int, t: int, *, now_us: int
 ) -> int:
+    tier = scope.tiers[i]
     if scope.shared:
         now, hi = now_us // 1000, -(-now_us // 1000)
-        return earliest_insert_now(state.ts, limit, tier.window_ms, t, now=now, hi=hi)
+        ts, w, hints = state.ts, tier.window_ms, state.hints
+        return earliest_insert_now(
+            ts,
+            limit,
+            w,
+            t,
+            now=now,
+            hi=hi,
+            search=lambda x: shared_log.earliest_hinted(ts, limit, w, x, hints, (i, limit)),
+        )
     n = len(state.ts)
     if n >= limit:
         return max(t, state.ts[n - limit] + tier.window_ms)
