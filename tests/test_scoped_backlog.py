@@ -150,16 +150,37 @@ def test_foreign_data_in_a_shared_key_is_refused_with_a_clear_error(
     limiter.close()
 
 
-def test_a_shared_key_of_another_type_is_refused(redis_url: str) -> None:
-    """A hash where the sender's log belongs: refused, not silently overwritten."""
+@pytest.mark.parametrize(
+    ("suffix", "write", "why"),
+    [
+        (":z", lambda c, k: c.hset(k, "x", "1"), "is not a sorted set"),
+        (":z", lambda c, k: c.zadd(k, {"junk": 1_700_000_000_500}), "holds a slot"),
+        (":z", lambda c, k: c.zadd(k, {"1700000000500:99999999": 1_700_000_000_500}), "slot"),
+        (":h", lambda c, k: c.set(k, "x"), "is not a hash"),
+        (":h", lambda c, k: c.hset(k, "n", "many"), "holds a count"),
+        (":h", lambda c, k: c.hset(k, "n", "999999999"), "more than MAILGUARD_MAX_BOOKINGS"),
+        (":h", lambda c, k: c.hset(k, "9:3", "1,2"), "holds a field"),
+        (":h", lambda c, k: c.hset(k, "1:3", "soon"), "holds a field"),
+        (":g1", lambda c, k: c.hset(k, "x", "1"), "is not a string"),
+    ],
+)
+def test_a_shared_key_mailguard_did_not_write_is_refused(
+    redis_url: str, suffix: str, write: object, why: str
+) -> None:
+    """Another type, or members and fields mailguard never writes, in the sender scope's keys
+    (the log's sorted set and hash, a gcra bucket): refused naming the scope, not overwritten."""
+    tier = "2/1s gcra" if suffix == ":g1" else "2/1s"
     limiter = Limiter.from_url(
-        redis_url, Policy.parse("sender: 2/1s"), clock=ManualClock(START), secret="s"
+        redis_url, Policy.parse(f"sender: {tier}"), clock=ManualClock(START), secret="s"
     )
     client = redis.Redis.from_url(redis_url)
-    client.hset(_sender_key(limiter) + ":l", "x", "1")
-    with pytest.raises(CorruptState, match="is not a string"):
-        limiter.acquire("ada@example.com")
-    assert client.type(_sender_key(limiter) + ":l") == b"hash"
+    key = _sender_key(limiter) + suffix
+    write(client, key)  # type: ignore[operator]
+    before = client.dump(key)
+    with pytest.raises(CorruptState, match=why) as caught:
+        limiter.acquire("ada@example.com", max_wait=60)
+    assert "sender scope" in str(caught.value) and "ada" not in str(caught.value)
+    assert client.dump(key) == before
     client.close()
     limiter.close()
 
@@ -186,13 +207,14 @@ def test_the_sender_keys_expire_when_nothing_is_booked(redis_url: str, tier: str
     limiter.close()
 
 
-def test_bookings_survive_a_redis_restart_with_aof() -> None:
+@pytest.mark.parametrize("tier", ["2/1s", "2/1s gcra"])
+def test_bookings_survive_a_redis_restart_with_aof(tier: str) -> None:
     """A redis-server with appendonly (fsync always) killed and started again keeps every
     booking of the sender scope: the same mail gets its slot back, the next is booked after."""
     server = RedisServer(extra_args=("--appendonly", "yes", "--appendfsync", "always")).start()
     try:
         clock = ManualClock(START)
-        policy = Policy.parse("recipient: 1/60s; sender: 2/1s gcra")
+        policy = Policy.parse(f"recipient: 1/60s; sender: {tier}")
         limiter = Limiter.from_url(server.url, policy, clock=clock, secret="s")
         slots = [
             limiter.acquire(f"r{i}@example.com", mail_id=f"m{i}", max_wait=WEEK).at_ms
@@ -210,3 +232,57 @@ def test_bookings_survive_a_redis_restart_with_aof() -> None:
         again.close()
     finally:
         server.cleanup()
+
+
+def _commands(client: redis.Redis) -> dict[str, int]:
+    """Redis's count of calls per command since the last reset (script calls included)."""
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def _fill_sender_log(client: redis.Redis, base: str, first_ms: int, count: int) -> None:
+    """``count`` bookings of a newsletter under ``sender: 14/1s`` at share 0.5, as the limiter
+    stores them: 7 entries a second, one slot each (``<base>:z``), and their number."""
+    pipe = client.pipeline(transaction=False)
+    for second in range(count // 7):
+        ms = first_ms + 1000 * second
+        pipe.zadd(f"{base}:z", {f"{ms}:7": ms})
+    pipe.hset(f"{base}:h", "n", str(count // 7 * 7))
+    pipe.pexpire(f"{base}:z", 86_400_000)
+    pipe.pexpire(f"{base}:h", 86_400_000)
+    pipe.execute()
+
+
+def test_a_decision_after_50000_bookings_makes_as_many_redis_calls_as_after_10(
+    redis_url: str,
+) -> None:
+    """Under sender: 14/1s a newsletter mail booked after 50 000 others (share 0.5) and a code
+    mail that goes at once make the same number of Redis calls, and read the same slots, as
+    with 10 bookings: what a decision touches does not grow with the backlog."""
+    client = redis.Redis.from_url(redis_url)
+    calls = {}
+    for count in (14, 50_001):
+        clock = ManualClock(START)
+        limiter = Limiter.from_url(
+            redis_url,
+            Policy.parse("recipient: 1/60s; sender: 14/1s"),
+            clock=clock,
+            secret="s",
+            namespace=f"flat-{count}",
+        )
+        base = _sender_key(limiter)
+        _fill_sender_log(client, base, int(START * 1000) + 1, count)
+        first = limiter.acquire("warm@example.com", max_wait=WEEK, share=0.5)  # finds the end
+        assert first.booked and first.at_ms == int(START * 1000) + 1 + 1000 * (count // 7)
+        client.config_resetstat()
+        bulk = [limiter.acquire(f"b{i}@example.com", max_wait=WEEK, share=0.5) for i in range(20)]
+        code = limiter.acquire("code@example.com", max_wait=WEEK)
+        calls[count] = _commands(client)
+        assert all(d.booked and d.at_ms >= first.at_ms for d in bulk)
+        assert code.allowed, "a code mail goes at once before the bulk bookings"
+        limiter.close()
+    small, large = calls[14], calls[50_001]
+    assert large["evalsha"] == small["evalsha"] == 21
+    assert sum(large.values()) <= sum(small.values()) + 2, (small, large)
+    assert large.get("zrangebyscore", 0) <= small.get("zrangebyscore", 0) + 2, (small, large)
+    client.close()

@@ -190,7 +190,8 @@ end
 local values = redis.call('MGET', unpack(names))
 for r = 1, #names do
   local st, what, raw = read_st[r], read_what[r], values[r]
-  if not raw and st.spec[2] == 1 and redis.call('EXISTS', names[r]) == 1 then
+  local legacy = what == 0 and st.shared_log  -- usually absent: its type is not asked
+  if not raw and st.spec[2] == 1 and not legacy and redis.call('EXISTS', names[r]) == 1 then
     corrupt(st, names[r], 'is not a string')  -- another type: MGET reads it as missing
   end
   if what == 0 then
