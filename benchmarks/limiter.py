@@ -349,7 +349,9 @@ if __name__ == "__main__":
     main()
 
 
-def _backlog_rows(backlog: list[tuple[str, int, float, int]]) -> list[tuple[str, ...]]:
+def _backlog_rows(
+    backlog: list[tuple[str, int, float, int]],
+) -> list[tuple[str, str, str, str, str]]:
     """The rows "decision after N bookings in the sender scope", as ratios to 10 bookings."""
     rows = []
     floors = {tier: seconds for tier, count, seconds, _ in backlog if count == BACKLOGS[0]}
