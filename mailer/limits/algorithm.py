@@ -3,7 +3,11 @@
 A mail is admitted only when every tier of every scope it has a key in admits it; a refusal
 consumes nothing anywhere; a booking books one slot, the earliest time every scope admits, in
 all of them. The recipient's sliding log always keeps the mail's tag and slot, so the same mail
-id gets its slot back and a release knows which window or bucket to give it back to.
+id gets its slot back and a release knows which window or bucket to give it back to. A shared
+scope's sliding log keeps booked times only, and hints of where nothing fits, so that a
+booking at the end of a long backlog looks only at the entries near it
+(:mod:`mailer.limits.shared_log`). A shared key that keeps :attr:`Decider.max_bookings`
+entries (``MAILGUARD_MAX_BOOKINGS``) refuses the next mail: ``scope`` set, no ``tier``.
 
 Tier kinds, per scope key (times in ms, GCRA state in µs):
 

@@ -8,11 +8,16 @@ mailer/limits/stores/scoped_cluster.py).
 The policy is compiled in: mailer/limits/stores/scoped_script.py replaces --[[SCOPES]] with one entry
 per scope of the policy, recipient first: {keep_ms, shared (0/1), has_log (0/1), tiers, name} and each
 tier {kind (1 sliding, 2 fixed, 3 gcra), limit, window_ms, interval_us (gcra), months (0: not a
-calendar-month tier)}.
+calendar-month tier)}; --[[MAX]] with MAILGUARD_MAX_BOOKINGS.
 
 KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed hash>}"; its
-          data: <base>:l the sliding log (packed as in sliding_log.lua: base I6, then I4 offset
-          and I6 tag per entry), <base>:g<tier> a gcra tier: the bucket's arrival time over
+          data: <base>:l the recipient's sliding log (packed as in sliding_log.lua: base I6,
+          then I4 offset and I6 tag per entry); a shared scope's sliding log (no tags,
+          mailer/limits/shared_log.py): <base>:z a sorted set of ms slots, member "<ms>:<count>"
+          and score <ms>, and <base>:h a hash, "n" the number of entries and "<tier>:<limit>"
+          "lo,h" a hint (no booking fits that view in ms [lo, h)), read where a decision looks
+          only (a <base>:l of an earlier version is moved there once); <base>:g<tier> a gcra
+          tier: the bucket's arrival time over
           the emissions up to now (µs, decimal; "0": none), then "," and the tag of the
           last of them when it alone made the floor (mailer/limits/gcra_log.py), when mails are booked
           "|" and I7 time (µs) and I6 tag per emission after now,
@@ -41,6 +46,9 @@ ARGV[10]  optional: calendar-month window starts (ms) around now, "N=b1,b2,..." 
 Reply (a, p): {allowed, booked, at_ms, wait_ms, scope, tier, remaining...}; scope and tier are
 1-based indexes of the binding tier (0: none), remaining one per tier of the present scopes.
 Reply (r): 1 if the mail held a slot (now given back in every scope), else 0.
+Reply (a): a shared scope's key that keeps MAX_BOOKINGS entries refuses the mail: scope set,
+tier 0. Data mailguard did not write (another type, a foreign value, more than MAX_BOOKINGS
+entries) is refused with an error reply "MAILGUARD_CORRUPT ..." naming the scope and the key.
 ]]
 
 local S = {--[[SCOPES]]}
@@ -562,12 +570,21 @@ end
 local function earliest(st, ti, t)
   local tier = st.spec[4][ti]
   local limit = limit_of(st, tier)
-  if tier[1] == 1 and st.spec[2] == 1 then
-    local hi = -floor(-now_us / 1000)
-    if t ~= now or hi == now then return hinted(st, ti, limit, tier[3], t) end
-    local after = hinted(st, ti, limit, tier[3], hi)
-    if after == hi and fits_now(st, limit, tier[3], hi) then return now end
-    return after
+  if tier[1] == 1 and st.spec[2] == 1 then  -- asked again for the same t: the same answer
+    st.memo = st.memo or {}
+    local key = ti .. ':' .. fmt(t)
+    local fit = st.memo[key]
+    if fit == nil then
+      local hi = -floor(-now_us / 1000)
+      if t ~= now or hi == now then
+        fit = hinted(st, ti, limit, tier[3], t)
+      else
+        fit = hinted(st, ti, limit, tier[3], hi)
+        if fit == hi and fits_now(st, limit, tier[3], hi) then fit = now end
+      end
+      st.memo[key] = fit
+    end
+    return fit
   elseif tier[1] == 1 then
     if st.n >= limit then
       local c = st.ts[st.n - limit + 1] + tier[3]
