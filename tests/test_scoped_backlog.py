@@ -180,6 +180,7 @@ def test_a_shared_key_mailguard_did_not_write_is_refused(
     with pytest.raises(CorruptState, match=why) as caught:
         limiter.acquire("ada@example.com", max_wait=60)
     assert "sender scope" in str(caught.value) and "ada" not in str(caught.value)
+    assert str(caught.value).endswith("(the scope then starts empty)"), "one clean line"
     assert client.dump(key) == before
     client.close()
     limiter.close()

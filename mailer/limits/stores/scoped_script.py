@@ -142,8 +142,9 @@ def refused_data(exc: redis.exceptions.ResponseError) -> Exception:
     a key's data (its message names the scope and hashed key) or Redis found a key of another
     type, else the error itself (a bug, not bad data)."""
     text = str(exc)
-    if "MAILGUARD_CORRUPT" in text:
-        return CorruptState("limiter: " + text.split("MAILGUARD_CORRUPT", 1)[1].strip())
+    if "MAILGUARD_CORRUPT" in text:  # without Redis's " script: <sha>, on @user_script:N."
+        said = text.split("MAILGUARD_CORRUPT", 1)[1].split(" script: ", 1)[0]
+        return CorruptState("limiter: " + said.strip())
     if "WRONGTYPE" in text:
         return CorruptState(f"limiter: a scope's key holds another type of value: {text}")
     return exc

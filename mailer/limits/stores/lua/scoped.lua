@@ -185,14 +185,15 @@ for i = 1, #ARGV[7] do
 end
 -- refuse a key mailguard did not write as it is: an error reply naming the scope and the
 -- (hashed) key, never a backlog decoded from foreign bytes
-local function corrupt(st, name, why)
+local function corrupt(st, name, why, advice)
   error({err = 'MAILGUARD_CORRUPT the ' .. st.spec[5] .. ' scope\'s key ' .. name .. ' ' .. why ..
-    ': delete it (the scope then starts empty)'})
+    ': ' .. (advice or 'delete it (the scope then starts empty)')})
 end
 local function bounded(st, name, count)
   if count > MAX_BOOKINGS and st.spec[2] == 1 then
-    corrupt(st, name, 'holds ' .. count .. ' entries, more than MAILGUARD_MAX_BOOKINGS (' .. MAX_BOOKINGS ..
-      '), or raise MAILGUARD_MAX_BOOKINGS')
+    corrupt(st, name, 'holds ' .. count .. ' entries, more than MAILGUARD_MAX_BOOKINGS (' ..
+      MAX_BOOKINGS .. ') allows', 'raise MAILGUARD_MAX_BOOKINGS to keep them, or delete it ' ..
+      '(the scope then starts empty)')
   end
 end
 local values = redis.call('MGET', unpack(names))
