@@ -268,6 +268,26 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def _backlog_rows(
+    backlog: list[tuple[str, int, float, int]],
+) -> list[tuple[str, str, str, str, str]]:
+    """The rows "decision after N bookings in the sender scope", as ratios to 10 bookings."""
+    rows = []
+    floors = {tier: seconds for tier, count, seconds, _ in backlog if count == BACKLOGS[0]}
+    for tier, count, seconds, size in backlog:
+        ratio = seconds / floors[tier]
+        rows.append(
+            (
+                f"decision after {count:,} bookings in the sender scope, sender: {tier} (bytes)",
+                f"{seconds * 1e3:.2f} ms ({size:,} B)",
+                f"{floors[tier] * 1e3:.2f} ms at {BACKLOGS[0]} / {ratio:.2f}",
+                "<= 2",
+                "yes" if ratio <= 2 else "no",
+            )
+        )
+    return rows
+
+
 def main() -> None:
     server = RedisServer().start()
     try:
@@ -347,23 +367,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-
-
-def _backlog_rows(
-    backlog: list[tuple[str, int, float, int]],
-) -> list[tuple[str, str, str, str, str]]:
-    """The rows "decision after N bookings in the sender scope", as ratios to 10 bookings."""
-    rows = []
-    floors = {tier: seconds for tier, count, seconds, _ in backlog if count == BACKLOGS[0]}
-    for tier, count, seconds, size in backlog:
-        ratio = seconds / floors[tier]
-        rows.append(
-            (
-                f"decision after {count:,} bookings in the sender scope, sender: {tier} (bytes)",
-                f"{seconds * 1e3:.2f} ms ({size:,} B)",
-                f"{floors[tier] * 1e3:.2f} ms at {BACKLOGS[0]} / {ratio:.2f}",
-                "<= 2",
-                "yes" if ratio <= 2 else "no",
-            )
-        )
-    return rows
