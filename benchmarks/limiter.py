@@ -10,6 +10,9 @@ ratio to a floor measured on the same connection in the same rounds:
 - Memory backend decisions/s, one thread, reference policy over 10 000 keys, against a floor of
   one locked dict lookup per call.
 - ``acquire_many`` of 100 keys against 100 single ``acquire`` calls.
+- Per sender tier (sliding and gcra ``14/1s``), the time of one decision after N bookings of a
+  newsletter (share 0.5, a week's wait) in the sender scope, N = 10 to 100 000, as ratios to
+  the time at 10, with the bytes the sender scope's keys hold.
 - The scoped decision's lower bound: a script that makes only the Redis calls a scoped decision
   cannot do without (``TIME``, one ``MGET`` of the three scopes' keys, the three writes) and
   returns a reply of the same size, with no decision at all: what one script call with these
@@ -30,9 +33,12 @@ import redis
 
 from devservers.redis_servers import RedisServer
 from mailer import Limiter, ManualClock, Policy
+from mailer.limits.checks import MAX_WAIT
 from mailer.limits.policy import REFERENCE_POLICY
 
 ROUNDS = 5
+#: Backlog sizes of the "decision after N bookings in the sender scope" rows.
+BACKLOGS = (10, 1_000, 10_000, 100_000)
 CALLS_PER_ROUND = 2_000
 DISTINCT_KEYS = 10_000
 POLICY = Policy.parse(REFERENCE_POLICY, name="recipient")
@@ -119,6 +125,56 @@ def bench_redis_decisions(url: str) -> list[tuple[str, float, float, float]]:
     distinct.close()
     client.close()
     return [(name, *_summary(lat)) for name, lat in samples.items()]
+
+
+def _sender_backlog(url: str, tier: str, count: int, namespace: str) -> Limiter:
+    """A limiter under ``sender: <tier>`` whose sender scope holds ``count`` bookings of a
+    newsletter (share 0.5, distinct readers, a week's wait), booked by real decisions; a gcra
+    bucket's bookings are written as the script packs them (booking them one by one costs
+    O(n) each: the figures below show why)."""
+    clock = ManualClock(1_700_000_000.0)
+    policy = Policy.parse(f"recipient: 1/60s; sender: {tier}", name="recipient")
+    limiter = Limiter.from_url(url, policy, clock=clock, secret="bench", namespace=namespace)
+    if tier.endswith("gcra") and count > 100:
+        client = redis.Redis.from_url(url)
+        start = 1_700_000_000_000 + 1
+        step = -(-1_000_000 // 7)  # half of 14/s: the share's interval, µs
+        packed = b"".join(
+            (-(-(start * 1000 + i * step) // 1000) * 1000).to_bytes(7, "big")
+            + (i + 1).to_bytes(6, "big")
+            for i in range(count)
+        )
+        client.set(limiter.storage_key("sender", "sender") + ":g1", b"0|" + packed)
+        client.close()
+        return limiter
+    for i in range(count):
+        limiter.acquire(f"n{i}@news.example", mail_id=f"n{i}", max_wait=MAX_WAIT, share=0.5)
+    return limiter
+
+
+def bench_backlog(url: str, counts: tuple[int, ...]) -> list[tuple[str, int, float, int]]:
+    """Per sender tier and backlog size: the median time of one decision (a newsletter mail,
+    share 0.5, booked at the end) and the bytes the sender scope's keys hold."""
+    client = redis.Redis.from_url(url)
+    out = []
+    for tier in ("14/1s", "14/1s gcra"):
+        for count in counts:
+            namespace = f"backlog-{uuid.uuid4().hex[:8]}"
+            limiter = _sender_backlog(url, tier, count, namespace)
+            rounds = 5 if tier.endswith("gcra") and count >= 10_000 else 200
+            times = _timed(
+                lambda i, lim=limiter: lim.acquire(
+                    f"b{i}@news.example", mail_id=f"b{i}", max_wait=MAX_WAIT, share=0.5
+                ),
+                rounds,
+            )
+            base = limiter.storage_key("sender", "sender")
+            size = sum(client.memory_usage(k) or 0 for k in client.scan_iter(match=base + ":*"))
+            out.append((tier, count, statistics.median(times), size))
+            limiter.close()
+            client.flushall()
+    client.close()
+    return out
 
 
 def bench_redis_memory(url: str) -> dict[str, float]:
@@ -212,6 +268,26 @@ def _machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
+def _backlog_rows(
+    backlog: list[tuple[str, int, float, int]],
+) -> list[tuple[str, str, str, str, str]]:
+    """The rows "decision after N bookings in the sender scope", as ratios to 10 bookings."""
+    rows = []
+    floors = {tier: seconds for tier, count, seconds, _ in backlog if count == BACKLOGS[0]}
+    for tier, count, seconds, size in backlog:
+        ratio = seconds / floors[tier]
+        rows.append(
+            (
+                f"decision after {count:,} bookings in the sender scope, sender: {tier} (bytes)",
+                f"{seconds * 1e3:.2f} ms ({size:,} B)",
+                f"{floors[tier] * 1e3:.2f} ms at {BACKLOGS[0]} / {ratio:.2f}",
+                "<= 2",
+                "yes" if ratio <= 2 else "no",
+            )
+        )
+    return rows
+
+
 def main() -> None:
     server = RedisServer().start()
     try:
@@ -220,6 +296,7 @@ def main() -> None:
         decisions = bench_redis_decisions(server.url)
         memory = bench_redis_memory(server.url)
         single, batch = bench_acquire_many(server.url)
+        backlog = bench_backlog(server.url, BACKLOGS)
     finally:
         server.cleanup()
     mem_rate, mem_floor = bench_memory_backend()
@@ -280,6 +357,7 @@ def main() -> None:
             "yes" if single / batch >= 5 else "no",
         )
     )
+    rows += _backlog_rows(backlog)
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for n, row in enumerate(rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))

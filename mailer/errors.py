@@ -160,3 +160,11 @@ class PermanentSendError(SendError):
     """
 
     advice = "do not retry; fix the address, the message or the transport settings"
+
+
+class CorruptState(MailguardError):
+    """A limiter key holds data mailguard did not write there (another program's, a damaged
+    value, or more entries than ``MAILGUARD_MAX_BOOKINGS`` allows): refused, never decoded as
+    a backlog. The message names the scope and the key's hashed name (never a recipient in
+    clear); delete that key (its scope then starts empty) or raise the bound it names.
+    """

@@ -25,7 +25,11 @@ def build_limiter(settings: Settings) -> Limiter:
     """The limiter on ``settings.limiter_url`` with the policy, secret and time zone."""
     with _naming("LIMITER_URL"):
         return Limiter.from_url(
-            settings.limiter_url, settings.policy, secret=settings.secret, tz=settings.timezone
+            settings.limiter_url,
+            settings.policy,
+            secret=settings.secret,
+            tz=settings.timezone,
+            max_bookings=settings.max_bookings,
         )
 
 

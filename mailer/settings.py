@@ -34,6 +34,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_THROTTLE_HOLD_MAX`` | duration | ``15m`` | ``1h`` | the longest a hold grows by doubling while the throttling continues (>= ``THROTTLE_HOLD``, at most ``1d``) |
 | ``MAILGUARD_GREYLIST_DELAY`` | duration | ``60s`` | ``5m`` | how long a greylisted mail (``451 4.7.1 try again later``, Postgrey) waits before it is tried again when the reply states no delay; nobody else waits (> 0, at most ``1d``) |
 | ``MAILGUARD_HOLD_EVIDENCE`` | ``count/window`` or ``off`` | ``3/10s`` | ``5/30s`` | temporary failures of this many distinct recipients within this window hold the sender (count 2-1000, window at most ``1h``); ``off``: only replies hold |
+| ``MAILGUARD_MAX_BOOKINGS`` | whole number | ``1000000`` | ``200000`` | the most entries a shared scope (domain, sender, tenant) keeps per key, bookings included: a mail that would add one more is refused (``dropped`` / ``rate_limited``, the reason names this variable), so a runaway backlog cannot grow without bound (at least 1000) |
 | ``MAILGUARD_POISON_AFTER`` | whole number | ``3`` | ``5`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
 | ``MAILGUARD_MAX_MESSAGE_BYTES`` | size | ``10MB`` | ``512KB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | duration | ``2 * longest countdown + 5m`` | ``30s`` | Redis broker redelivery timeout; set lower only to test redelivery |
@@ -61,6 +62,7 @@ from typing import Literal
 from mailer import defaults
 from mailer.errors import InvalidAddress
 from mailer.guard import GuardConfig
+from mailer.limits.checks import MAX_BOOKINGS
 from mailer.limits.policy import REFERENCE_POLICY, Policy
 from mailer.mail.address import check_sender
 from mailer.mail.kinds import Kinds
@@ -113,6 +115,7 @@ KNOWN = frozenset(
         "SES_REGION",
         "SES_ENDPOINT_URL",
         "SES_CONFIGURATION_SET",
+        "MAX_BOOKINGS",
     )
 )
 
@@ -153,6 +156,7 @@ class Settings:
     throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
     greylist_delay: float = defaults.GREYLIST_DELAY
     hold_evidence: tuple[int, float] | None = defaults.HOLD_EVIDENCE
+    max_bookings: int = MAX_BOOKINGS
     kinds: Kinds = field(default_factory=Kinds.defaults)
     transport: str = transports.DEFAULT
     django_backend: str | None = None
@@ -245,6 +249,7 @@ class Settings:
                 f"> 0 s or off, got {_s(self.park_after)}",
             ),
             ("PROMOTE_LEASE", self.promote_lease < 1, f">= 1 s, got {_s(self.promote_lease)}"),
+            ("MAX_BOOKINGS", self.max_bookings < 1000, f">= 1000, got {self.max_bookings}"),
         )
 
     def _check_holds(self) -> None:

@@ -129,6 +129,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("HOLD_EVIDENCE", "hold_evidence", _evidence),
     ("SEND_RETRIES", "send_retries", _integer),
     ("POISON_AFTER", "poison_after", _integer),
+    ("MAX_BOOKINGS", "max_bookings", _integer),
     ("METRICS_PORT", "metrics_port", _metrics_port),
     ("LOG_FORMAT", "log_format", _text),
     ("TIMEZONE", "timezone", _timezone),

@@ -30,7 +30,7 @@ from mailer.durations import human
 from mailer.errors import BackendUnavailable, Contended
 from mailer.guard.data import Admitted, GuardConfig, Prepared, iso, log_fields
 from mailer.guard.outage import backend_down
-from mailer.limits.decision import Decision
+from mailer.limits.decision import Decision, backlog_detail, backlog_full
 from mailer.limits.limiter import MAX_WAIT, Limiter
 from mailer.limits.multi import acquire_all, release_all
 from mailer.metrics import Metrics
@@ -298,6 +298,8 @@ def _dropped(
         fields = {"reason": why.RATE_LIMITED, **after.fields(base)}
         fields["detail"] = f"{after.held_until()}: no slot within the kind's wait"
         said = f"{after.held_until()}, no slot in time"
+    if backlog_full(decision):  # the scope keeps MAILGUARD_MAX_BOOKINGS entries already
+        fields["detail"] = said = backlog_detail(decision)
     dropped = base.but(status="dropped", tier=tier, wait=action.wait, **fields)
     log.info("mail %s dropped: %s", mail.mail_id, said, extra=log_fields(dropped))
     return Finish(dropped)

@@ -30,7 +30,7 @@ from mailer.limits.limiter import Limiter, require_secret
 from mailer.limits.policy import Policy
 from mailer.limits.scopes import single_key
 from mailer.limits.stores.redis import compile_script, sliding_decision
-from mailer.limits.stores.scoped_script import ScopedScript
+from mailer.limits.stores.scoped_script import ScopedScript, refused_data
 from mailer.storage import REDIS_DOWN, is_memory, redis_down_as_unavailable, scheme
 
 _ASYNC_SCHEMES = ("redis", "rediss", "unix")
@@ -56,6 +56,8 @@ class AsyncRedisBackend:
                 return await self.client.evalsha(self.script_sha, len(keys), *keys, *args)
         except REDIS_DOWN as exc:
             raise BackendUnavailable(self.url, exc) from exc
+        except redis.exceptions.ResponseError as exc:
+            raise refused_data(exc) from None
 
     async def delete_matching(self, key: str, pattern: str | None) -> None:
         """Delete ``key``, and with ``pattern`` every key matching it."""

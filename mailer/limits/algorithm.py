@@ -3,7 +3,11 @@
 A mail is admitted only when every tier of every scope it has a key in admits it; a refusal
 consumes nothing anywhere; a booking books one slot, the earliest time every scope admits, in
 all of them. The recipient's sliding log always keeps the mail's tag and slot, so the same mail
-id gets its slot back and a release knows which window or bucket to give it back to.
+id gets its slot back and a release knows which window or bucket to give it back to. A shared
+scope's sliding log keeps booked times only, and hints of where nothing fits, so that a
+booking at the end of a long backlog looks only at the entries near it
+(:mod:`mailer.limits.shared_log`). A shared key that keeps :attr:`Decider.max_bookings`
+entries (``MAILGUARD_MAX_BOOKINGS``) refuses the next mail: ``scope`` set, no ``tier``.
 
 Tier kinds, per scope key (times in ms, GCRA state in µs):
 
@@ -37,7 +41,8 @@ from dataclasses import dataclass, field
 from datetime import timezone
 from zoneinfo import ZoneInfo
 
-from mailer.limits.checks import share_limit
+from mailer.limits import shared_log
+from mailer.limits.checks import MAX_BOOKINGS, share_limit
 from mailer.limits.decision import Decision
 from mailer.limits.gcra_log import (
     GcraLog,
@@ -53,6 +58,7 @@ from mailer.limits.gcra_log import earliest as gcra_earliest
 from mailer.limits.insertion import earliest_insert_now, window_max
 from mailer.limits.policy import Tier
 from mailer.limits.scopes import Scope
+from mailer.limits.shared_log import Hints
 from mailer.limits.windows import window
 
 
@@ -61,7 +67,8 @@ class ScopeState:
     """What one scope key holds: a sliding log, a bucket per gcra tier, counts per fixed window."""
 
     ts: list[int] = field(default_factory=list)
-    tags: list[int] = field(default_factory=list)
+    tags: list[int] = field(default_factory=list)  # the recipient's log only: shared logs keep none
+    hints: Hints = field(default_factory=dict)  # a shared log's (mailer.limits.shared_log)
     gcra: dict[int, GcraLog] = field(default_factory=dict)  # tier index -> its bucket
     counts: dict[tuple[int, int], int] = field(default_factory=dict)  # (tier index, start) -> n
     expires_ms: int = 0
@@ -79,8 +86,10 @@ States = list[tuple[Scope, ScopeState | None]]
 class Decider:
     """The decision's rules for scopes whose ``fixed`` windows align to ``tz``."""
 
-    def __init__(self, tz: timezone | ZoneInfo) -> None:
+    def __init__(self, tz: timezone | ZoneInfo, max_bookings: int = MAX_BOOKINGS) -> None:
         self.tz = tz
+        #: The most entries one shared scope's key keeps (``MAILGUARD_MAX_BOOKINGS``).
+        self.max_bookings = max_bookings
 
     def acquire(
         self, states: States, now_us: int, *, tag: int, wait_ms: int, share: float, not_before: int
@@ -136,6 +145,12 @@ class Decider:
                         t, moved, bind = fit, True, (scope, tier)
         allowed = t == now
         booked = not allowed and record and t - now <= wait_ms
+        full = self.full_scope(states) if record and (allowed or booked) else None
+        if full is not None:  # refused: that scope's key keeps max_bookings entries already
+            refused = self.answer(
+                states, now_us, allowed=False, at=t, bind=None, share=share, booked=False
+            )
+            return refused._replace(scope=full)
         if allowed and record:
             for scope, state in states:
                 assert state is not None
@@ -154,6 +169,16 @@ class Decider:
             booked=booked,
         )
 
+    def full_scope(self, states: States) -> str | None:
+        """The first shared scope whose key keeps :attr:`max_bookings` entries (its sliding
+        log, or a gcra tier's listed bookings), else None."""
+        for scope, state in states:
+            if scope.shared and state is not None:
+                kept = max((len(log.times) for log in state.gcra.values()), default=0)
+                if max(kept, len(state.ts)) >= self.max_bookings:
+                    return scope.name
+        return None
+
     def tier_earliest(
         self, scope: Scope, i: int, state: ScopeState | None, t: int, *, share: float, now_us: int
     ) -> int:
@@ -168,7 +193,7 @@ class Decider:
         if state is None:
             return t
         if tier.kind == "sliding":
-            return _sliding_earliest(scope, state, tier, limit, t, now_us=now_us)
+            return _sliding_earliest(scope, state, i, limit, t, now_us=now_us)
         if tier.kind == "gcra":
             log = state.gcra.get(i)
             return t if log is None else _gcra_earliest(log, tier, limit, t, now_us)
@@ -241,7 +266,9 @@ class Decider:
         """Record one admission at ``x = (µs, stored ms rounded up, ms whose calendar window
         counts it)``."""
         x_us, x_ms, win_ms = x
-        if scope.has_log:  # in order: a shared log may hold later bookings
+        if scope.shared and scope.has_log:  # a shared log may hold later bookings: inserted
+            shared_log.add(state.ts, x_ms)
+        elif scope.has_log:  # the recipient's: in order, with the mail's tag
             at = bisect_right(state.ts, x_ms)
             state.ts.insert(at, x_ms)
             state.tags.insert(at, tag)
@@ -277,7 +304,10 @@ class Decider:
 
     def give_back(self, scope: Scope, state: ScopeState, tag: int, at: int) -> None:
         """Give back the mail tagged ``tag`` held at ``at`` (ms) in this scope's state."""
-        for j in range(len(state.ts) - 1, -1, -1):  # this mail's entry: its tag at its slot
+        if scope.shared and scope.has_log:  # one entry at its slot (a shared log keeps no tags)
+            windows = [tier.window_ms for tier in scope.tiers]
+            shared_log.remove(state.ts, state.hints, windows, at)
+        for j in range(len(state.tags) - 1, -1, -1):  # this mail's entry: its tag at its slot
             if state.tags[j] == tag and state.ts[j] == at:
                 del state.ts[j]
                 del state.tags[j]
@@ -295,11 +325,21 @@ class Decider:
 
 
 def _sliding_earliest(
-    scope: Scope, state: ScopeState, tier: Tier, limit: int, t: int, *, now_us: int
+    scope: Scope, state: ScopeState, i: int, limit: int, t: int, *, now_us: int
 ) -> int:
+    tier = scope.tiers[i]
     if scope.shared:
         now, hi = now_us // 1000, -(-now_us // 1000)
-        return earliest_insert_now(state.ts, limit, tier.window_ms, t, now=now, hi=hi)
+        ts, w, hints = state.ts, tier.window_ms, state.hints
+        return earliest_insert_now(
+            ts,
+            limit,
+            w,
+            t,
+            now=now,
+            hi=hi,
+            search=lambda x: shared_log.earliest_hinted(ts, limit, w, x, hints, (i, limit)),
+        )
     n = len(state.ts)
     if n >= limit:
         return max(t, state.ts[n - limit] + tier.window_ms)

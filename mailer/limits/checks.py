@@ -10,6 +10,8 @@ import math
 
 #: The longest ``max_wait`` a booking may reach, in seconds (7 days).
 MAX_WAIT = 7 * 86_400.0
+#: The most entries one key of a shared scope keeps by default (``MAILGUARD_MAX_BOOKINGS``).
+MAX_BOOKINGS = 1_000_000
 #: The longest tenant name, in characters.
 MAX_TENANT_LENGTH = 64
 

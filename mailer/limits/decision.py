@@ -60,3 +60,18 @@ def new_decision(fields: tuple[object, ...]) -> Decision:
     Python-level ``__new__`` (a measurable share of an in-process decision). Stores only: the
     fields are not checked."""
     return tuple.__new__(Decision, fields)
+
+
+def backlog_full(decision: Decision) -> bool:
+    """Whether ``decision`` refused a mail because a shared scope's key already keeps
+    ``MAILGUARD_MAX_BOOKINGS`` entries: refused, with a ``scope`` but no ``tier`` (a refusal
+    by a tier names it; one by the order of bookings names no scope)."""
+    return decision.refused and decision.tier is None and decision.scope is not None
+
+
+def backlog_detail(decision: Decision) -> str:
+    """The one-line reason of a :func:`backlog_full` refusal, naming the bound's variable."""
+    return (
+        f"the {decision.scope} scope keeps MAILGUARD_MAX_BOOKINGS entries already: no more "
+        "bookings until it drains (raise MAILGUARD_MAX_BOOKINGS to allow a longer backlog)"
+    )

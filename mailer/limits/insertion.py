@@ -21,6 +21,8 @@ would overtake an earlier one's booking.
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from functools import partial
 
 
 def earliest_insert(ts: list[int], limit: int, window_ms: int, t: int) -> int:
@@ -37,8 +39,32 @@ def earliest_insert(ts: list[int], limit: int, window_ms: int, t: int) -> int:
     return x
 
 
+def fits_now(ts: list[int], limit: int, window_ms: int, now: int, hi: int) -> bool:
+    """Whether one more entry fits at ``now`` seen from now (ms, rounded down): entries stored
+    at ``hi`` (now rounded up) count as ``now``, they may be admissions of this same ms. Looks
+    only at the entries of the windows holding ``now``."""
+    n = len(ts)
+    j = bisect_left(ts, now - window_ms + 1)
+    while j + limit - 1 < n:
+        first, last = ts[j], ts[j + limit - 1]
+        first, last = now if first == hi else first, now if last == hi else last
+        if last - window_ms + 1 > now:
+            return True
+        if last - first < window_ms and now <= first + window_ms - 1:
+            return False
+        j += 1
+    return True
+
+
 def earliest_insert_now(
-    ts: list[int], limit: int, window_ms: int, t: int, *, now: int, hi: int
+    ts: list[int],
+    limit: int,
+    window_ms: int,
+    t: int,
+    *,
+    now: int,
+    hi: int,
+    search: Callable[[int], int] | None = None,
 ) -> int:
     """:func:`earliest_insert`, where ``x == now`` must fit as a mail admitted now really is.
 
@@ -47,12 +73,15 @@ def earliest_insert_now(
     (entries stored at ``hi`` count as ``now``: they may be admissions of this same ms) and
     from ``hi`` (bookings after it). When it does not, the answer is the earliest ms from
     ``hi`` on. Never early, by a microsecond, whatever side of it the entries are.
+    ``search(t)``: the plain search (default :func:`earliest_insert` on ``ts``), e.g. one that
+    keeps hints (:mod:`mailer.limits.shared_log`).
     """
+    if search is None:
+        search = partial(earliest_insert, ts, limit, window_ms)
     if t != now or hi == now:
-        return earliest_insert(ts, limit, window_ms, t)
-    seen_now = [now if e == hi else e for e in ts] if hi in ts else ts
-    after = earliest_insert(ts, limit, window_ms, hi)
-    if after == hi and earliest_insert(seen_now, limit, window_ms, now) == now:
+        return search(t)
+    after = search(hi)
+    if after == hi and fits_now(ts, limit, window_ms, now, hi):
         return now
     return after
 

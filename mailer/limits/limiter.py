@@ -27,7 +27,14 @@ from typing import Any
 
 from mailer.clock import Clock
 from mailer.errors import mask_url
-from mailer.limits.checks import MAX_WAIT, check_share, check_tenant, max_wait_ms, not_before_ms
+from mailer.limits.checks import (
+    MAX_BOOKINGS,
+    MAX_WAIT,
+    check_share,
+    check_tenant,
+    max_wait_ms,
+    not_before_ms,
+)
 from mailer.limits.decision import Decision
 from mailer.limits.keys import MAX_KEY_LENGTH, check_key, mail_tag
 from mailer.limits.policy import Policy, Tier
@@ -72,6 +79,7 @@ class Limiter:
         clock: Clock | None = None,
         namespace: str = "mailguard",
         tz: str = "UTC",
+        max_bookings: int = MAX_BOOKINGS,
     ) -> Limiter:
         """Build a limiter on ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
         ``redis+cluster://`` or ``redis+sentinel://`` storage (see
@@ -83,10 +91,21 @@ class Limiter:
         ``clock`` returns epoch seconds. Memory reads it (default: the system clock). Redis
         reads the server's ``TIME`` unless a clock is given; give one only in tests and
         simulations, since workers' clocks disagree. ``tz`` (an IANA name, default UTC)
-        aligns ``fixed`` tiers' calendar windows. Raises ``ValueError`` for another URL.
+        aligns ``fixed`` tiers' calendar windows. ``max_bookings`` bounds the entries one key
+        of a shared scope keeps (``MAILGUARD_MAX_BOOKINGS``): a mail that would add one more
+        is refused with ``scope`` set and no ``tier`` (:func:`~mailer.limits.decision.
+        backlog_full`). Raises ``ValueError`` for another URL.
         """
         require_secret(url, secret, "Limiter.from_url")
-        store = open_store(url, policy, clock=clock, namespace=namespace, secret=secret, tz=tz)
+        store = open_store(
+            url,
+            policy,
+            clock=clock,
+            namespace=namespace,
+            secret=secret,
+            tz=tz,
+            max_bookings=max_bookings,
+        )
         return cls(policy, store)
 
     @property

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from mailer.clock import Clock
 from mailer.errors import mask_url
+from mailer.limits.checks import MAX_BOOKINGS
 from mailer.limits.policy import Policy
 from mailer.limits.scopes import single_key
 from mailer.limits.stores.base import Store
@@ -36,22 +37,39 @@ def open_store(
     namespace: str = "mailguard",
     secret: str | bytes | None = None,
     tz: str = "UTC",
+    max_bookings: int = MAX_BOOKINGS,
 ) -> Store:
     """The store for ``policy`` on the storage ``url`` names (see the module doc).
 
     ``clock`` (epoch seconds): memory reads it (default: the system clock); Redis reads the
     server's ``TIME`` unless one is given (tests and simulations only). ``tz``: an IANA name
-    that aligns ``fixed`` windows. Raises ``ValueError`` for another scheme or a bad namespace.
+    that aligns ``fixed`` windows; ``max_bookings``: the most entries a shared scope's key
+    keeps. Raises ``ValueError`` for another scheme or a bad namespace.
     """
     single = single_key(policy)
     if is_memory(url):
         if single:
             return SlidingMemoryStore(policy, clock=clock, namespace=namespace, secret=secret)
-        return ScopedMemoryStore(policy, clock=clock, namespace=namespace, secret=secret, tz=tz)
+        return ScopedMemoryStore(
+            policy,
+            clock=clock,
+            namespace=namespace,
+            secret=secret,
+            tz=tz,
+            max_bookings=max_bookings,
+        )
     if is_redis(url):
         if single:
             return SlidingRedisStore(policy, url, clock=clock, namespace=namespace, secret=secret)
-        return ScopedRedisStore(policy, url, clock=clock, namespace=namespace, secret=secret, tz=tz)
+        return ScopedRedisStore(
+            policy,
+            url,
+            clock=clock,
+            namespace=namespace,
+            secret=secret,
+            tz=tz,
+            max_bookings=max_bookings,
+        )
     raise ValueError(
         f"unsupported limiter URL {mask_url(str(url))!r}: use memory://, redis://, "
         "rediss://, unix://, redis+cluster:// or redis+sentinel://"

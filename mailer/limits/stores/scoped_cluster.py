@@ -110,6 +110,9 @@ class ClusterDecider:
         last = replies[-1]
         remaining = tuple(value for raw in replies for value in raw[6:])
         now = asked.now_ms
+        if bind is not None and not bind[1]:  # a shared scope's key is full: refused at the slot
+            at = max(int(raw[2]) for raw in replies)
+            return Decision(False, False, at, max(0, at - now), None, remaining, tiers[bind[0]][0])
         if not last[0] and not last[1]:  # refused (peek: not now): the last scope says when
             allowed = booked = False
             at = int(last[2])
@@ -121,7 +124,8 @@ class ClusterDecider:
             wait = 0 if allowed else at - now
         if bind is not None and not allowed:
             name, scope_tiers = tiers[bind[0]]
-            return Decision(allowed, booked, at, wait, scope_tiers[bind[1] - 1], remaining, name)
+            tier = scope_tiers[bind[1] - 1] if bind[1] else None  # none: the scope's key is full
+            return Decision(allowed, booked, at, wait, tier, remaining, name)
         return Decision(allowed, booked, at, wait, None, remaining, None)
 
     def _call(self, key: str, args: list[Any], months: str) -> Any:
@@ -160,6 +164,8 @@ class ClusterDecider:
             if len(booked) == len(asked.scopes):
                 return booked, bind
             self._give_back(asked, reserved, tag)
+            if isinstance(later, list):  # a shared scope's key is full: refused, as on one Redis
+                return self._converge(asked, t)[0], (len(booked), 0)
             t = max(t, later)
         raise Contended(
             f"the scoped decision found no common slot in {MAX_ROUNDS} rounds; nothing is held"
@@ -172,14 +178,17 @@ class ClusterDecider:
 
     def _reserve(
         self, asked: Asked, t: int, *, tag: int, wait_ms: int
-    ) -> tuple[list[Any], list[tuple[str, str, int]], int]:
+    ) -> tuple[list[Any], list[tuple[str, str, int]], int | list[Any]]:
         """Book ``t`` scope by scope; stop at the first scope that answers otherwise. Returns
         the replies of the scopes that booked ``t``, every reservation made (key, digit, the
-        slot it is stored at) and the later slot a scope answered (``t`` if none)."""
+        slot it is stored at) and the later slot a scope answered (``t`` if none), or the reply
+        of a scope that refused because its key is full (``MAX_BOOKINGS``: no tier named)."""
         reserved: list[tuple[str, str, int]] = []
         booked: list[Any] = []
         for key, digit in asked.scopes:
             raw = self._call(key, self._args(asked, "b", digit, tag, wait_ms, t), asked.months)
+            if not raw[0] and not raw[1] and raw[4] and not raw[5]:
+                return booked, reserved, list(raw)
             if not raw[0] and not raw[1]:  # taken meanwhile: give back, decide again
                 return booked, reserved, int(raw[2])
             stored = int(raw[2]) if raw[1] else -(-self._now_us(asked) // 1000)

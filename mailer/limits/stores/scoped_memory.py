@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from mailer.clock import Clock, system_clock
 from mailer.limits.algorithm import Decider, ScopeState, States
+from mailer.limits.checks import MAX_BOOKINGS
 from mailer.limits.decision import Decision
 from mailer.limits.keys import check_key
 from mailer.limits.policy import Policy
@@ -44,11 +45,12 @@ class ScopedMemoryStore:
         namespace: str = "mailguard",
         secret: str | bytes | None = None,
         tz: str = "UTC",
+        max_bookings: int = MAX_BOOKINGS,
     ) -> None:
         self.policy = policy
         #: The time zone ``fixed`` windows align to.
         self.tz = zone(tz)
-        self._decider = Decider(self.tz)
+        self._decider = Decider(self.tz, max_bookings)
         self._scopes = build_scopes(policy, secret=secret, namespace=namespace)
         self._clock = clock or system_clock
         self._states: dict[tuple[str, bytes], ScopeState] = {}

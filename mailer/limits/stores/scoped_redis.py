@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import redis
+
 from mailer.clock import Clock
+from mailer.limits.checks import MAX_BOOKINGS
 from mailer.limits.decision import Decision
 from mailer.limits.policy import Policy
 from mailer.limits.scopes import find_scope
 from mailer.limits.stores.redis import close_client
 from mailer.limits.stores.scoped_cluster import Asked, ClusterDecider
-from mailer.limits.stores.scoped_script import Planned, ScopedScript
+from mailer.limits.stores.scoped_script import Planned, ScopedScript, refused_data
 from mailer.limits.stores.server_clock import redis_clock
 from mailer.storage import (
     client_from_url,
@@ -39,10 +42,18 @@ class ScopedRedisStore:
         secret: str | bytes | None = None,
         tz: str = "UTC",
         client: Any = None,
+        max_bookings: int = MAX_BOOKINGS,
     ) -> None:
         self.url = url
         self.policy = policy
-        self.script = ScopedScript(policy, clock=clock, namespace=namespace, secret=secret, tz=tz)
+        self.script = ScopedScript(
+            policy,
+            clock=clock,
+            namespace=namespace,
+            secret=secret,
+            tz=tz,
+            max_bookings=max_bookings,
+        )
         self._client = client if client is not None else client_from_url(url)
         self._clock = clock
         self._server_clock = redis_clock(self._client, url)
@@ -123,7 +134,10 @@ class ScopedRedisStore:
     def call(self, keys: list[str], args: list[Any]) -> Any:
         """One script call: ``keys`` the present scopes' base keys, ``args`` ARGV."""
         script = (self.script.source, self.script.sha)
-        return run_script(self._client, script, keys, args, self.url)
+        try:
+            return run_script(self._client, script, keys, args, self.url)
+        except redis.exceptions.ResponseError as exc:
+            raise refused_data(exc) from None
 
     def _run(self, planned: Planned) -> Any:
         """A decision (``a``, ``p``) or whether a slot was released (``r``: 1 or 0)."""

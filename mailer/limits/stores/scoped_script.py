@@ -16,7 +16,11 @@ from datetime import timezone
 from importlib import resources
 from typing import Any
 
+import redis
+
 from mailer.clock import Clock, system_clock
+from mailer.errors import CorruptState
+from mailer.limits.checks import MAX_BOOKINGS
 from mailer.limits.decision import Decision, new_decision
 from mailer.limits.policy import Policy
 from mailer.limits.scopes import Scope, build_scopes
@@ -26,8 +30,9 @@ _TEMPLATE = resources.files("mailer.limits.stores").joinpath("lua/scoped.lua").r
 _KIND = {"sliding": 1, "fixed": 2, "gcra": 3}
 
 
-def compile_scoped(scopes: list[Scope]) -> tuple[str, str]:
-    """Return ``(source, sha1)`` of the script with these scopes' tiers compiled in."""
+def compile_scoped(scopes: list[Scope], max_bookings: int = MAX_BOOKINGS) -> tuple[str, str]:
+    """Return ``(source, sha1)`` of the script with these scopes' tiers and the bound on a
+    shared scope's entries compiled in."""
     entries = []
     for scope in scopes:
         body = ", ".join(
@@ -36,9 +41,11 @@ def compile_scoped(scopes: list[Scope]) -> tuple[str, str]:
             for t in scope.tiers
         )
         entries.append(
-            f"{{{scope.keep_ms}, {int(scope.shared)}, {int(scope.has_log)}, {{{body}}}}}"
+            f"{{{scope.keep_ms}, {int(scope.shared)}, {int(scope.has_log)}, {{{body}}}, "
+            f"'{scope.name}'}}"
         )
     source = _TEMPLATE.replace("--[[SCOPES]]", ", ".join(entries))
+    source = source.replace("--[[MAX]]", str(int(max_bookings)))
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
 
 
@@ -74,10 +81,11 @@ class ScopedScript:
         namespace: str = "mailguard",
         secret: str | bytes | None = None,
         tz: str = "UTC",
+        max_bookings: int = MAX_BOOKINGS,
     ) -> None:
         self.policy = policy
         self.scopes = build_scopes(policy, secret=secret, namespace=namespace)
-        self.source, self.sha = compile_scoped(self.scopes)
+        self.source, self.sha = compile_scoped(self.scopes, max_bookings)
         self._tz = zone(tz)
         self._clock = clock
         self._month_tiers = [t for s in self.scopes for t in s.tiers if t.months]
@@ -119,9 +127,24 @@ class ScopedScript:
 
     @staticmethod
     def decision(raw: list[Any], present: list[Scope]) -> Decision:
-        """The decision an ``a`` or ``p`` reply says (scope and tier: 1-based, 0 for none)."""
+        """The decision an ``a`` or ``p`` reply says (scope and tier: 1-based, 0 for none; a
+        scope without a tier: that shared scope's key is full, see ``MAX_BOOKINGS``)."""
         if raw[4]:
             scope = present[raw[4] - 1]
-            fields = (raw[0] == 1, raw[1] == 1, raw[2], raw[3], scope.tiers[raw[5] - 1])
+            tier = scope.tiers[raw[5] - 1] if raw[5] else None
+            fields = (raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier)
             return new_decision((*fields, tuple(raw[6:]), scope.name))
         return new_decision((raw[0] == 1, raw[1] == 1, raw[2], raw[3], None, tuple(raw[6:]), None))
+
+
+def refused_data(exc: redis.exceptions.ResponseError) -> Exception:
+    """What a script error means: :class:`~mailer.errors.CorruptState` when the script refused
+    a key's data (its message names the scope and hashed key) or Redis found a key of another
+    type, else the error itself (a bug, not bad data)."""
+    text = str(exc)
+    if "MAILGUARD_CORRUPT" in text:  # without Redis's " script: <sha>, on @user_script:N."
+        said = text.split("MAILGUARD_CORRUPT", 1)[1].split(" script: ", 1)[0]
+        return CorruptState("limiter: " + said.strip())
+    if "WRONGTYPE" in text:
+        return CorruptState(f"limiter: a scope's key holds another type of value: {text}")
+    return exc

@@ -6,13 +6,18 @@ mailer/limits/stores/scoped_redis.py (on Redis Cluster: once per scope,
 mailer/limits/stores/scoped_cluster.py).
 
 The policy is compiled in: mailer/limits/stores/scoped_script.py replaces --[[SCOPES]] with one entry
-per scope of the policy, recipient first: {keep_ms, shared (0/1), has_log (0/1), tiers} and each
+per scope of the policy, recipient first: {keep_ms, shared (0/1), has_log (0/1), tiers, name} and each
 tier {kind (1 sliding, 2 fixed, 3 gcra), limit, window_ms, interval_us (gcra), months (0: not a
-calendar-month tier)}.
+calendar-month tier)}; --[[MAX]] with MAILGUARD_MAX_BOOKINGS.
 
 KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed hash>}"; its
-          data: <base>:l the sliding log (packed as in sliding_log.lua: base I6, then I4 offset
-          and I6 tag per entry), <base>:g<tier> a gcra tier: the bucket's arrival time over
+          data: <base>:l the recipient's sliding log (packed as in sliding_log.lua: base I6,
+          then I4 offset and I6 tag per entry); a shared scope's sliding log (no tags,
+          mailer/limits/shared_log.py): <base>:z a sorted set of ms slots, member "<ms>:<count>"
+          and score <ms>, and <base>:h a hash, "n" the number of entries and "<tier>:<limit>"
+          "lo,h" a hint (no booking fits that view in ms [lo, h)), read where a decision looks
+          only (a <base>:l of an earlier version is moved there once); <base>:g<tier> a gcra
+          tier: the bucket's arrival time over
           the emissions up to now (µs, decimal; "0": none), then "," and the tag of the
           last of them when it alone made the floor (mailer/limits/gcra_log.py), when mails are booked
           "|" and I7 time (µs) and I6 tag per emission after now,
@@ -41,9 +46,15 @@ ARGV[10]  optional: calendar-month window starts (ms) around now, "N=b1,b2,..." 
 Reply (a, p): {allowed, booked, at_ms, wait_ms, scope, tier, remaining...}; scope and tier are
 1-based indexes of the binding tier (0: none), remaining one per tier of the present scopes.
 Reply (r): 1 if the mail held a slot (now given back in every scope), else 0.
+Reply (a): a shared scope's key that keeps MAX_BOOKINGS entries refuses the mail: scope set,
+tier 0. Data mailguard did not write (another type, a foreign value, more than MAX_BOOKINGS
+entries) is refused with an error reply "MAILGUARD_CORRUPT ..." naming the scope and the key.
 ]]
 
 local S = {--[[SCOPES]]}
+-- the most entries one key of a shared scope keeps (MAILGUARD_MAX_BOOKINGS): a mail that would
+-- add one more is refused (reply: scope set, tier 0); a key holding more is refused as corrupt
+local MAX_BOOKINGS = --[[MAX]]
 
 local mode = ARGV[1]
 local fresh = mode == 'b'  -- "b": acquire without looking for the tag (Cluster: asked already)
@@ -152,9 +163,9 @@ end
 local P, names, read_st, read_what = {}, {}, {}, {}
 for i = 1, #ARGV[7] do
   local spec = S[tonumber(string.sub(ARGV[7], i, i))]
-  local st = {spec = spec, key = KEYS[i], n = 0}
+  local st = {spec = spec, key = KEYS[i], n = 0, shared_log = spec[2] == 1 and spec[3] == 1}
   local r = #names + 1
-  if spec[3] == 1 then
+  if spec[3] == 1 then  -- a shared log lives in <base>:z and :h; <base>:l is read to migrate it
     st.ts, st.tags = {}, {}
     names[r], read_st[r], read_what[r], r = st.key .. ':l', st, 0, r + 1
   end
@@ -172,12 +183,31 @@ for i = 1, #ARGV[7] do
   end
   P[i] = st
 end
+-- refuse a key mailguard did not write as it is: an error reply naming the scope and the
+-- (hashed) key, never a backlog decoded from foreign bytes
+local function corrupt(st, name, why, advice)
+  error({err = 'MAILGUARD_CORRUPT the ' .. st.spec[5] .. ' scope\'s key ' .. name .. ' ' .. why ..
+    ': ' .. (advice or 'delete it (the scope then starts empty)')})
+end
+local function bounded(st, name, count)
+  if count > MAX_BOOKINGS and st.spec[2] == 1 then
+    corrupt(st, name, 'holds ' .. count .. ' entries, more than MAILGUARD_MAX_BOOKINGS (' ..
+      MAX_BOOKINGS .. ') allows', 'raise MAILGUARD_MAX_BOOKINGS to keep them, or delete it ' ..
+      '(the scope then starts empty)')
+  end
+end
 local values = redis.call('MGET', unpack(names))
 for r = 1, #names do
   local st, what, raw = read_st[r], read_what[r], values[r]
+  local legacy = what == 0 and st.shared_log  -- usually absent: its type is not asked
+  if not raw and st.spec[2] == 1 and not legacy and redis.call('EXISTS', names[r]) == 1 then
+    corrupt(st, names[r], 'is not a string')  -- another type: MGET reads it as missing
+  end
   if what == 0 then
     if raw then
+      if #raw < 16 or (#raw - 6) % 10 ~= 0 then corrupt(st, names[r], 'is not a packed log') end
       local count = (#raw - 6) / 10
+      bounded(st, names[r], count)
       local base, cut = struct.unpack('>I6', raw), now - st.spec[1]
       local v = unpack_records('I4I6', 2, count, raw, 7)
       for j = 1, 2 * count, 2 do
@@ -186,8 +216,18 @@ for r = 1, #names do
       end
     end
   elseif type(what) == 'number' then
-    if raw then st.gl[what] = read_gcra(raw, st.spec[4][what][4]) end
+    if raw then
+      local bar = string.find(raw, '|', 1, true)
+      local head = bar and string.sub(raw, 1, bar - 1) or raw
+      if not (string.find(head, '^%d+$') or string.find(head, '^%d+,%d+$'))
+        or (bar and ((#raw - bar) % 13 ~= 0 or #raw == bar)) then
+        corrupt(st, names[r], 'is not a gcra bucket')
+      end
+      if bar then bounded(st, names[r], (#raw - bar) / 13) end
+      st.gl[what] = read_gcra(raw, st.spec[4][what][4])
+    end
   else
+    if raw and not string.find(raw, '^%d+$') then corrupt(st, names[r], 'is not a count') end
     st.counts[what] = tonumber(raw) or 0
   end
 end
@@ -209,6 +249,179 @@ local function limit_of(st, tier)
     return l
   end
   return tier[2]
+end
+
+-- Shared sliding logs (mailer/limits/shared_log.py): <base>:z a sorted set of ms slots, member
+-- "<ms>:<count>" with score <ms>; <base>:h a hash: "n" the number of entries, "<tier>:<limit>"
+-- a hint "lo,h" (no booking fits that view of the tier in ms [lo, h)). Read where needed only.
+local function fmt(x) return string.format('%.0f', x) end
+
+-- the ms and count of a slot's member, refused when mailguard did not write it
+local function slot(st, m)
+  local ms, c = string.match(m, '^(%d+):(%d+)$')
+  ms, c = tonumber(ms), tonumber(c)
+  if not ms or not c or c < 1 or c > MAX_BOOKINGS then
+    corrupt(st, st.key .. ':z', 'holds a slot mailguard did not write')
+  end
+  return ms, c
+end
+
+-- st's count and hints, with the entries at or before now - keep dropped (they matter no more)
+local function load_shared(st)
+  local h, z = st.key .. ':h', st.key .. ':z'
+  local got = redis.pcall('HGETALL', h)
+  if got.err then corrupt(st, h, 'is not a hash') end
+  st.count, st.hints, st.dirty, st.changed = 0, {}, {}, false
+  for j = 1, #got, 2 do
+    local field, value = got[j], got[j + 1]
+    if field == 'n' then
+      st.count = tonumber(string.match(value, '^%d+$') or '')
+      if st.count == nil then corrupt(st, h, 'holds a count mailguard did not write') end
+      bounded(st, h, st.count)
+    else
+      local ti, lo, hi = string.match(field, '^(%d+):%d+$'), string.match(value, '^(%d+),(%d+)$')
+      ti = tonumber(ti)
+      if not ti or not lo or not st.spec[4][ti] or st.spec[4][ti][1] ~= 1 then
+        corrupt(st, h, 'holds a field mailguard did not write')
+      end
+      st.hints[field] = {tonumber(lo), tonumber(hi)}
+    end
+  end
+  local old = redis.pcall('ZRANGEBYSCORE', z, '-inf', fmt(now - st.spec[1]))
+  if old.err then corrupt(st, z, 'is not a sorted set') end
+  if #old > 0 then
+    for _, m in ipairs(old) do local _, c = slot(st, m); st.count = st.count - c end
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', fmt(now - st.spec[1]))
+    st.changed = true
+  end
+end
+
+-- add d (1 or -1) entries at ms x to st's shared log; false when there is none to take away
+local function log_add(st, x, d)
+  local z = st.key .. ':z'
+  local got = redis.call('ZRANGEBYSCORE', z, fmt(x), fmt(x))
+  local c = 0
+  if got[1] then c = select(2, slot(st, got[1])) end
+  if c + d < 0 then return false end
+  if got[1] then redis.call('ZREM', z, got[1]) end
+  if c + d > 0 then redis.call('ZADD', z, fmt(x), fmt(x) .. ':' .. (c + d)) end
+  st.count, st.changed = st.count + d, true
+  return true
+end
+
+-- the entries of st's shared log from the first at or after v on, read 64 slots at a time
+local function seg_open(st, v) return {st = st, ts = {}, n = 0, from = fmt(v), done = false} end
+local function seg_at(seg, j)
+  while j > seg.n and not seg.done do
+    local got = redis.call('ZRANGEBYSCORE', seg.st.key .. ':z', seg.from, '+inf', 'LIMIT', 0, 64)
+    if #got < 64 then seg.done = true end
+    for _, m in ipairs(got) do
+      local ms, c = slot(seg.st, m)
+      for _ = 1, c do seg.n = seg.n + 1; seg.ts[seg.n] = ms end
+      seg.from = '(' .. fmt(ms)
+    end
+  end
+  return seg.ts[j]
+end
+
+-- earliest ms >= t at which one more entry fits in st's shared log (insertion.py earliest_insert)
+local function insert_shared(st, limit, w, t)
+  local x = t
+  local seg = seg_open(st, x - w + 1)
+  local j = 1
+  while true do
+    local last = seg_at(seg, j + limit - 1)
+    if last == nil or last - w + 1 > x then break end
+    local first = seg.ts[j]
+    if last - first < w and x <= first + w - 1 then x = first + w end
+    j = j + 1
+  end
+  return x
+end
+
+-- whether one more entry fits at now seen from now: entries at hi count as now (fits_now)
+local function fits_now(st, limit, w, hi)
+  local seg = seg_open(st, now - w + 1)
+  local j = 1
+  while true do
+    local last = seg_at(seg, j + limit - 1)
+    if last == nil then return true end
+    local first = seg.ts[j]
+    if first == hi then first = now end
+    if last == hi then last = now end
+    if last - w + 1 > now then return true end
+    if last - first < w and now <= first + w - 1 then return false end
+    j = j + 1
+  end
+end
+
+-- insert_shared from t, started at the end of the view's hint when t lies in it; what the
+-- search learns is kept as the hint (shared_log.py earliest_hinted)
+local function hinted(st, ti, limit, w, t)
+  local key = ti .. ':' .. limit
+  local hint = st.hints[key]
+  local start = t
+  if hint and hint[1] <= t and t < hint[2] then start = hint[2] end
+  local x = insert_shared(st, limit, w, start)
+  if x > t then
+    local lo, h = t, x
+    if hint and t <= hint[2] and x >= hint[1] then
+      if hint[1] < lo then lo = hint[1] end
+      if hint[2] > h then h = hint[2] end
+    end
+    if not hint or lo ~= hint[1] or h ~= hint[2] then
+      st.hints[key], st.dirty[key], st.changed = {lo, h}, true, true
+    end
+  end
+  return x
+end
+
+-- a release at ms at: each hint of tier ti ends at at - W + 1 at the latest (shared_log.remove)
+local function clip_hints(st, at)
+  for key, hint in pairs(st.hints) do
+    local w = st.spec[4][tonumber(string.match(key, '^(%d+):'))][3]
+    local e = hint[2]
+    if at - w + 1 < e then e = at - w + 1 end
+    if e <= hint[1] then st.hints[key], st.dirty[key] = nil, true
+    elseif e ~= hint[2] then st.hints[key], st.dirty[key] = {hint[1], e}, true end
+  end
+end
+
+-- write st's count and changed hints, expiring when the last entry leaves the longest window
+local function save_shared(st)
+  if not st.changed then return end
+  local z, h = st.key .. ':z', st.key .. ':h'
+  local last = redis.call('ZREVRANGEBYSCORE', z, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  if st.count <= 0 or last[2] == nil then redis.call('DEL', z, h) return end
+  local args, gone = {'n', st.count}, {}
+  for key in pairs(st.dirty) do
+    local hint = st.hints[key]
+    if hint then
+      args[#args + 1], args[#args + 2] = key, fmt(hint[1]) .. ',' .. fmt(hint[2])
+    else
+      gone[#gone + 1] = key
+    end
+  end
+  redis.call('HSET', h, unpack(args))
+  if #gone > 0 then redis.call('HDEL', h, unpack(gone)) end
+  local ttl = tonumber(last[2]) + st.spec[1] - now + slack
+  redis.call('PEXPIRE', z, ttl)
+  redis.call('PEXPIRE', h, ttl)
+end
+
+for _, st in ipairs(P) do
+  if st.shared_log then
+    load_shared(st)
+    if st.n > 0 then  -- a log of an earlier version (<base>:l, with tags): moved here once
+      for j = 1, st.n do log_add(st, st.ts[j], 1) end
+      redis.call('DEL', st.key .. ':l')
+      st.ts, st.tags, st.n = {}, {}, 0
+    end
+  end
+end
+
+local function finish()
+  for _, st in ipairs(P) do if st.shared_log then save_shared(st) end end
 end
 
 -- the first index j of the sorted list ts (n entries) with ts[j] >= v (n + 1: none); with
@@ -337,7 +550,11 @@ end
 
 -- the most entries of st's sorted log in one window of w ms that holds at
 local function window_max(st, at, w)
-  local ts, n = st.ts, st.n
+  local ts, n = {}, 0
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', st.key .. ':z', fmt(at - w + 1), fmt(at + w - 1))) do
+    local ms, c = slot(st, m)
+    for _ = 1, c do n = n + 1; ts[n] = ms end
+  end
   local low, high = first_at(ts, n, at - w + 1, nil), first_at(ts, n, at + w, nil) - 1
   local best = high - first_at(ts, n, at, nil) + 1
   local r = low
@@ -354,12 +571,21 @@ end
 local function earliest(st, ti, t)
   local tier = st.spec[4][ti]
   local limit = limit_of(st, tier)
-  if tier[1] == 1 and st.spec[2] == 1 then
-    local hi = -floor(-now_us / 1000)
-    if t ~= now or hi == now then return insert_at(st, limit, tier[3], t, nil) end
-    local after = insert_at(st, limit, tier[3], hi, nil)
-    if after == hi and insert_at(st, limit, tier[3], now, hi) == now then return now end
-    return after
+  if tier[1] == 1 and st.spec[2] == 1 then  -- asked again for the same t: the same answer
+    st.memo = st.memo or {}
+    local key = ti .. ':' .. fmt(t)
+    local fit = st.memo[key]
+    if fit == nil then
+      local hi = -floor(-now_us / 1000)
+      if t ~= now or hi == now then
+        fit = hinted(st, ti, limit, tier[3], t)
+      else
+        fit = hinted(st, ti, limit, tier[3], hi)
+        if fit == hi and fits_now(st, limit, tier[3], hi) then fit = now end
+      end
+      st.memo[key] = fit
+    end
+    return fit
   elseif tier[1] == 1 then
     if st.n >= limit then
       local c = st.ts[st.n - limit + 1] + tier[3]
@@ -457,6 +683,7 @@ end
 local head = P[1]
 
 if mode == 'q' then
+  finish()
   for j = 1, head.n do if head.tags[j] == tag then return head.ts[j] end end
   return 0
 end
@@ -466,9 +693,11 @@ if mode == 'r' then
   if at == nil then
     for j = 1, head.n do if head.tags[j] == tag then at = head.ts[j] break end end
   end
-  if at == nil then return 0 end
+  if at == nil then finish() return 0 end
   for _, st in ipairs(P) do
-    if st.spec[3] == 1 then
+    if st.shared_log then
+      if log_add(st, at, -1) then clip_hints(st, at) end
+    elseif st.spec[3] == 1 then
       for j = st.n, 1, -1 do
         if st.tags[j] == tag and st.ts[j] == at then
           table.remove(st.ts, j); table.remove(st.tags, j); st.n = st.n - 1
@@ -500,6 +729,7 @@ if mode == 'r' then
       end
     end
   end
+  finish()
   return 1
 end
 
@@ -542,11 +772,26 @@ if not found then
   elseif mode == 'a' and t - now <= max_wait then
     booked = 1
   end
+  if mode == 'a' and (allowed == 1 or booked == 1) then  -- a shared key full: refused
+    for si, st in ipairs(P) do
+      if st.spec[2] == 1 then
+        local kept = st.n
+        if st.shared_log then kept = st.count end
+        for _, g in pairs(st.gl or {}) do if g.n > kept then kept = g.n end end
+        if kept >= MAX_BOOKINGS then
+          allowed, booked, bs, bt = 0, 0, si, 0
+          break
+        end
+      end
+    end
+  end
   if mode == 'a' and (allowed == 1 or booked == 1) then
     local x_us, x_ms, win = t * 1000, t, t
     if allowed == 1 then x_us, x_ms, win = now_us, -floor(-now_us / 1000), now end
     for _, st in ipairs(P) do
-      if st.spec[3] == 1 then  -- in order: a shared log may hold later bookings
+      if st.shared_log then  -- a shared log may hold later bookings: inserted
+        log_add(st, x_ms, 1)
+      elseif st.spec[3] == 1 then
         insert_sorted(st, x_ms)
         save_log(st)
       end
@@ -585,4 +830,5 @@ local reply = {allowed, booked, at, wait, bs, bt}
 for _, st in ipairs(P) do
   for ti = 1, #st.spec[4] do reply[#reply + 1] = room(st, ti, seen, seen_us) end
 end
+finish()
 return reply

@@ -1,0 +1,289 @@
+"""A shared scope's backlog: bounded by ``MAILGUARD_MAX_BOOKINGS``, refused when its keys hold
+foreign data, expired when nothing is booked, kept across a Redis restart (AOF)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from devservers.redis_servers import RedisClusterServers, RedisServer
+from mailer import Kinds, Limiter, ManualClock, Policy
+from mailer.errors import CorruptState
+from mailer.factory import memory_guard
+from mailer.guard import GuardConfig, MailRequest
+from mailer.limits.decision import backlog_full
+from mailer.mail.transports import MemoryTransport
+from mailer.records.ledger import MemoryLedger
+from mailer.settings import Settings
+
+START = 1_700_000_000.0
+WEEK = 7 * 86_400.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    """A three-node Redis Cluster started by the test module."""
+    servers = RedisClusterServers().start()
+    yield servers
+    servers.cleanup()
+
+
+@pytest.mark.parametrize(
+    "text", ["recipient: 1/60s; sender: 2/1s", "recipient: 1/60s; sender: 2/1s gcra"]
+)
+@pytest.mark.parametrize("where", ["memory", "redis", "cluster"])
+def test_a_full_sender_scope_refuses_the_next_booking_naming_the_scope(
+    text: str, where: str, redis_url: str, cluster: RedisClusterServers
+) -> None:
+    """With max_bookings=6 the sender scope keeps 6 entries: the 7th mail is refused (scope
+    sender, no tier), the same on memory, Redis and Cluster; a release makes room again."""
+    clock = ManualClock(START)
+    url = {"memory": "memory://", "redis": redis_url, "cluster": cluster.url}[where]
+    limiter = Limiter.from_url(
+        url,
+        Policy.parse(text),
+        clock=clock,
+        secret="s",
+        namespace=f"bound-{where}-{len(text)}",
+        max_bookings=6,
+    )
+    try:
+        answers = [
+            limiter.acquire(f"r{i}@example.com", mail_id=f"m{i}", max_wait=WEEK) for i in range(9)
+        ]
+        # sliding keeps admissions and bookings (6); gcra lists bookings only (2 admitted now)
+        kept = 8 if "gcra" in text else 6
+        assert all(d.allowed or d.booked for d in answers[:kept])
+        refused = answers[kept]
+        assert refused.refused and backlog_full(refused), refused
+        assert refused.scope == "sender" and refused.tier is None
+        assert refused.retry_after_ms == refused.at_ms - round(START * 1000) > 0
+        assert limiter.peek("r99@example.com").retry_after > 0  # peeking is never refused
+        assert limiter.release("r5@example.com", "m5")
+        again = limiter.acquire(f"r{kept}@example.com", mail_id=f"m{kept}", max_wait=WEEK)
+        assert again.booked and not backlog_full(again)
+    finally:
+        limiter.close() if where != "memory" else None
+
+
+def test_the_guard_drops_a_mail_the_full_scope_refuses_naming_the_variable(
+    clock: ManualClock,
+) -> None:
+    """The guard records ``dropped`` / ``rate_limited`` with a detail naming
+    MAILGUARD_MAX_BOOKINGS, never a crash."""
+    policy = Policy.parse("recipient: 1/60s; sender: 1/1s", name="recipient")
+    limiter = Limiter.from_url("memory://", policy, clock=clock, max_bookings=3)
+    guard = memory_guard(
+        limiter,
+        MemoryLedger(clock),
+        MemoryTransport(),
+        kinds=Kinds.defaults(),
+        config=GuardConfig(),
+        clock=clock,
+    )
+    outcomes = [
+        guard.process(
+            MailRequest(to=f"u{i}@example.com", mail_id=f"g{i}", subject="Hi", body="x")
+        ).outcome
+        for i in range(4)
+    ]
+    assert [o.status for o in outcomes] == ["sent", "deferred", "deferred", "dropped"]
+    last = outcomes[3]
+    assert last.reason == "rate_limited"
+    assert last.detail is not None and "MAILGUARD_MAX_BOOKINGS" in last.detail
+    assert "sender" in last.detail
+
+
+def test_max_bookings_is_a_setting_with_a_floor() -> None:
+    """MAILGUARD_MAX_BOOKINGS is read from the environment; below 1000 it is refused naming
+    the variable."""
+    assert Settings.from_env({}).max_bookings == 1_000_000
+    assert Settings.from_env({"MAILGUARD_MAX_BOOKINGS": "200000"}).max_bookings == 200_000
+    with pytest.raises(ValueError, match="MAILGUARD_MAX_BOOKINGS"):
+        Settings.from_env({"MAILGUARD_MAX_BOOKINGS": "10"})
+    with pytest.raises(ValueError, match="MAILGUARD_MAX_BOOKINGS"):
+        Settings.from_env({"MAILGUARD_MAX_BOOKINGS": "many"})
+
+
+def _sender_key(limiter: Limiter) -> str:
+    return limiter.storage_key("sender", "sender")
+
+
+@pytest.mark.parametrize(
+    ("suffix", "value", "why"),
+    [
+        (":l", b"\x00\x01\x02", "is not a packed log"),
+        (":l", b"\x00" * 6 + b"\x00" * 10 * 9, "more than MAILGUARD_MAX_BOOKINGS"),
+        (":g1", b"12ab", "is not a gcra bucket"),
+        (":g1", b"5|" + b"\x00" * 12, "is not a gcra bucket"),
+        (":g1", b"5|" + b"\x00" * 13 * 9, "more than MAILGUARD_MAX_BOOKINGS"),
+        (":f1", b"lots", "is not a count"),
+    ],
+)
+def test_foreign_data_in_a_shared_key_is_refused_with_a_clear_error(
+    redis_url: str, suffix: str, value: bytes, why: str
+) -> None:
+    """Bytes mailguard did not write in a sender key: CorruptState naming the scope and the
+    hashed key, never the recipient, and nothing decoded or overwritten."""
+    tier = {":l": "2/1s", ":g1": "2/1s gcra", ":f1": "2/1d fixed"}[suffix]
+    limiter = Limiter.from_url(
+        redis_url,
+        Policy.parse(f"sender: {tier}"),
+        clock=ManualClock(START),
+        secret="s",
+        max_bookings=8,
+    )
+    client = redis.Redis.from_url(redis_url)
+    key = _sender_key(limiter) + suffix
+    if suffix == ":f1":
+        key += ":1699920000000"  # the 1d window holding START (UTC midnight)
+    client.set(key, value)
+    with pytest.raises(CorruptState, match=why) as caught:
+        limiter.acquire("secret-reader@example.com", max_wait=60)
+    message = str(caught.value)
+    assert "sender scope" in message and "secret-reader" not in message
+    assert "\n" not in message
+    assert client.get(key) == value  # left as it was, for the operator to look at
+    client.close()
+    limiter.close()
+
+
+@pytest.mark.parametrize(
+    ("suffix", "write", "why"),
+    [
+        (":z", lambda c, k: c.hset(k, "x", "1"), "is not a sorted set"),
+        (":z", lambda c, k: c.zadd(k, {"junk": 1_700_000_000_500}), "holds a slot"),
+        (":z", lambda c, k: c.zadd(k, {"1700000000500:99999999": 1_700_000_000_500}), "slot"),
+        (":h", lambda c, k: c.set(k, "x"), "is not a hash"),
+        (":h", lambda c, k: c.hset(k, "n", "many"), "holds a count"),
+        (":h", lambda c, k: c.hset(k, "n", "999999999"), "more than MAILGUARD_MAX_BOOKINGS"),
+        (":h", lambda c, k: c.hset(k, "9:3", "1,2"), "holds a field"),
+        (":h", lambda c, k: c.hset(k, "1:3", "soon"), "holds a field"),
+        (":g1", lambda c, k: c.hset(k, "x", "1"), "is not a string"),
+    ],
+)
+def test_a_shared_key_mailguard_did_not_write_is_refused(
+    redis_url: str, suffix: str, write: object, why: str
+) -> None:
+    """Another type, or members and fields mailguard never writes, in the sender scope's keys
+    (the log's sorted set and hash, a gcra bucket): refused naming the scope, not overwritten."""
+    tier = "2/1s gcra" if suffix == ":g1" else "2/1s"
+    limiter = Limiter.from_url(
+        redis_url, Policy.parse(f"sender: {tier}"), clock=ManualClock(START), secret="s"
+    )
+    client = redis.Redis.from_url(redis_url)
+    key = _sender_key(limiter) + suffix
+    write(client, key)  # type: ignore[operator]
+    before = client.dump(key)
+    with pytest.raises(CorruptState, match=why) as caught:
+        limiter.acquire("ada@example.com", max_wait=60)
+    assert "sender scope" in str(caught.value) and "ada" not in str(caught.value)
+    assert str(caught.value).endswith("(the scope then starts empty)"), "one clean line"
+    assert client.dump(key) == before
+    client.close()
+    limiter.close()
+
+
+@pytest.mark.parametrize("tier", ["14/1s", "14/1s gcra"])
+def test_the_sender_keys_expire_when_nothing_is_booked(redis_url: str, tier: str) -> None:
+    """Released to the last booking, the sender scope keeps no key; booked, its keys expire
+    once the last booking has left every window (plus the given clock's hour of slack)."""
+    clock = ManualClock(START)
+    limiter = Limiter.from_url(
+        redis_url, Policy.parse(f"recipient: 1/60s; sender: {tier}"), clock=clock, secret="s"
+    )
+    client = redis.Redis.from_url(redis_url)
+    base = _sender_key(limiter)
+    for i in range(30):
+        assert limiter.acquire(f"r{i}@example.com", mail_id=f"m{i}", max_wait=60).booked or i < 14
+    keys = client.keys(base + ":*")
+    assert keys and all(0 < client.pttl(k) <= 3_600_000 + 3_000 for k in keys)
+    for i in range(30):
+        assert limiter.release(f"r{i}@example.com", f"m{i}")
+    leftover = [k for k in client.keys(base + ":*") if client.pttl(k) > 3_600_000 + 2_000]
+    assert leftover == []
+    client.close()
+    limiter.close()
+
+
+@pytest.mark.parametrize("tier", ["2/1s", "2/1s gcra"])
+def test_bookings_survive_a_redis_restart_with_aof(tier: str) -> None:
+    """A redis-server with appendonly (fsync always) killed and started again keeps every
+    booking of the sender scope: the same mail gets its slot back, the next is booked after."""
+    server = RedisServer(extra_args=("--appendonly", "yes", "--appendfsync", "always")).start()
+    try:
+        clock = ManualClock(START)
+        policy = Policy.parse(f"recipient: 1/60s; sender: {tier}")
+        limiter = Limiter.from_url(server.url, policy, clock=clock, secret="s")
+        slots = [
+            limiter.acquire(f"r{i}@example.com", mail_id=f"m{i}", max_wait=WEEK).at_ms
+            for i in range(40)
+        ]
+        limiter.close()
+        server.restart()
+        again = Limiter.from_url(server.url, policy, clock=clock, secret="s")
+        assert [
+            again.acquire(f"r{i}@example.com", mail_id=f"m{i}", max_wait=WEEK).at_ms
+            for i in range(40)
+        ] == slots
+        after = again.acquire("new@example.com", mail_id="n", max_wait=WEEK)
+        assert after.booked and after.at_ms > slots[-1]
+        again.close()
+    finally:
+        server.cleanup()
+
+
+def _commands(client: redis.Redis) -> dict[str, int]:
+    """Redis's count of calls per command since the last reset (script calls included)."""
+    stats = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+
+
+def _fill_sender_log(client: redis.Redis, base: str, first_ms: int, count: int) -> None:
+    """``count`` bookings of a newsletter under ``sender: 14/1s`` at share 0.5, as the limiter
+    stores them: 7 entries a second, one slot each (``<base>:z``), and their number."""
+    pipe = client.pipeline(transaction=False)
+    for second in range(count // 7):
+        ms = first_ms + 1000 * second
+        pipe.zadd(f"{base}:z", {f"{ms}:7": ms})
+    pipe.hset(f"{base}:h", "n", str(count // 7 * 7))
+    pipe.pexpire(f"{base}:z", 86_400_000)
+    pipe.pexpire(f"{base}:h", 86_400_000)
+    pipe.execute()
+
+
+def test_a_decision_after_50000_bookings_makes_as_many_redis_calls_as_after_10(
+    redis_url: str,
+) -> None:
+    """Under sender: 14/1s a newsletter mail booked after 50 000 others (share 0.5) and a code
+    mail that goes at once make the same number of Redis calls, and read the same slots, as
+    with 10 bookings: what a decision touches does not grow with the backlog."""
+    client = redis.Redis.from_url(redis_url)
+    calls = {}
+    for count in (14, 50_001):
+        clock = ManualClock(START)
+        limiter = Limiter.from_url(
+            redis_url,
+            Policy.parse("recipient: 1/60s; sender: 14/1s"),
+            clock=clock,
+            secret="s",
+            namespace=f"flat-{count}",
+        )
+        base = _sender_key(limiter)
+        _fill_sender_log(client, base, int(START * 1000) + 1, count)
+        first = limiter.acquire("warm@example.com", max_wait=WEEK, share=0.5)  # finds the end
+        assert first.booked and first.at_ms == int(START * 1000) + 1 + 1000 * (count // 7)
+        client.config_resetstat()
+        bulk = [limiter.acquire(f"b{i}@example.com", max_wait=WEEK, share=0.5) for i in range(20)]
+        code = limiter.acquire("code@example.com", max_wait=WEEK)
+        calls[count] = _commands(client)
+        assert all(d.booked and d.at_ms >= first.at_ms for d in bulk)
+        assert code.allowed, "a code mail goes at once before the bulk bookings"
+        limiter.close()
+    small, large = calls[14], calls[50_001]
+    assert large["evalsha"] == small["evalsha"] == 21
+    assert sum(large.values()) <= sum(small.values()) + 2, (small, large)
+    assert large.get("zrangebyscore", 0) <= small.get("zrangebyscore", 0) + 2, (small, large)
+    client.close()
