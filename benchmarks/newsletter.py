@@ -71,8 +71,9 @@ from celery import Celery
 
 from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer, free_port
-from mailer import Limiter, Policy
+from mailer import Limiter, Policy, defaults, parse_duration
 from workers import tasks
+from workers.priority import message_priority
 
 RECIPIENT = "1/60s, 5/1h, 10/24h"
 SENDER = "14/1s"
@@ -83,7 +84,6 @@ SAMPLE_EVERY = 0.02  # s between two samples of the limiter's server
 POLL = 0.25  # s between two checks of the results
 PREFILL = 5  # sends given to each reader before the recipient-only burst (5/1h: an hour ahead)
 LIMITER_REDIS = ("--appendonly", "yes", "--appendfsync", "no", "--auto-aof-rewrite-percentage", "0")
-PARK_AFTER = 30.0  # s: MAILGUARD_PARK_AFTER's default; a longer wait is parked
 PAYLOADS = "mailguard:{schedule:mail}:payloads"  # the schedule's payloads (workers/parking.py)
 SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval")
 NOT_COUNTED = ("cmdstat_info",)  # the sampler's own
@@ -364,10 +364,12 @@ def gcra_excess(times: Sequence[float], limit: int, width: float = 1.0) -> float
     return worst
 
 
-def publish(app: Celery, mails: int, codes: int, tag: str) -> Burst:
+def publish(app: Celery, mails: int, codes: int, tag: str, level: int | None = None) -> Burst:
     """Publish ``mails`` notices to distinct readers and ``codes`` code mails among them,
-    through ``send_mail.apply_async`` (the enqueue check, the kind's priority), one producer."""
+    through ``send_mail.apply_async`` (the enqueue check, the kind's priority), one producer.
+    ``level`` (0-9): the notices' priority instead of their kind's."""
     send_mail = app.tasks[tasks.send_mail.name]
+    options = {} if level is None else {"priority": message_priority(app.conf.broker_url, level)}
     every = max(1, mails // (codes + 1))
     burst = Burst(time.time(), 0.0)
     with app.producer_or_acquire() as producer:
@@ -377,6 +379,7 @@ def publish(app: Celery, mails: int, codes: int, tag: str) -> Burst:
                 args=[address],
                 kwargs={"subject": "News", "body": "This month's news.", "kind": "notice"},
                 producer=producer,
+                **options,
             )
             burst.bulk[address] = result.id
             if len(burst.codes) < codes and (n + 1) % every == 0:
@@ -434,7 +437,7 @@ class Stack:
     limiter: RedisServer = field(default_factory=lambda: RedisServer(extra_args=LIMITER_REDIS))
     smtp: SmtpRecorder = field(default_factory=SmtpRecorder)
     worker: CeleryWorker | None = None
-    env: dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)  # the worker's MAILGUARD_* (given: added)
 
     def start(self) -> Stack:
         self.main.start()
@@ -448,6 +451,7 @@ class Stack:
             MAILGUARD_LEDGER_URL=self.main.url,
             MAILGUARD_KIND_NOTICE_SHARE=str(SHARE),
             MAILGUARD_KIND_NOTICE_MAX_WAIT=f"{max(86_400, 3 * self.mails // 14)}s",
+            **self.env,
         )
         self.worker = CeleryWorker(self.env, name="newsletter", loglevel=None).start()
         return self
@@ -510,6 +514,7 @@ def settle(
     *,
     received: dict[str, list[float]],
     still: Callable[[Iterable[str]], set[str]],
+    park_after: float = defaults.PARK_AFTER,
 ) -> None:
     """The checks of one run from every mail's result, what the SMTP server accepted and
     ``still`` (which of the given mail ids still wait somewhere); ``end``: when sending
@@ -520,7 +525,7 @@ def settle(
         outcome = meta.get("result") if isinstance(meta.get("result"), dict) else {}
         state = meta["status"] if meta["status"] != "SUCCESS" else outcome.get("status", "?")
         if state == "DEFERRED":
-            state = "parked" if (outcome.get("wait") or 0) > PARK_AFTER else "countdown"
+            state = "parked" if (outcome.get("wait") or 0) > park_after else "countdown"
         report.states[state] = report.states.get(state, 0) + 1
         report.rebooked += int((outcome.get("deferrals") or 0) > 1)
         slot = outcome.get("due") or outcome.get("decided_at") or burst.started
@@ -557,12 +562,16 @@ def run(
     sample_calls: int = 1000,
     max_booking: float = 1800.0,
     progress: bool = True,
+    env: dict[str, str] | None = None,
+    bulk_priority: int | None = None,
 ) -> Report:
     """One run on a fresh stack: ``sender`` is the sender tier (``None``: recipient only, every
-    reader booked an hour ahead first, no code mails, no sending window)."""
+    reader booked an hour ahead first, no code mails, no sending window); ``env``: more
+    ``MAILGUARD_*`` for the worker; ``bulk_priority``: the notices' priority when published
+    (0-9; None: their kind's, 5)."""
     policy = f"recipient: {RECIPIENT}" + (f"; sender: {sender}" if sender else "")
     report = Report(name, sender, mails)
-    stack = Stack(policy, mails)
+    stack = Stack(policy, mails, env=dict(env or {}))
     tag = "".join(c for c in name if c.isalnum())
     try:
         stack.start()
@@ -574,7 +583,7 @@ def run(
             _prefill(stack, [f"reader{n}@{tag}.example.com" for n in range(mails)])
             codes = 0
         sampler = Sampler(stack.limiter.url)
-        burst = publish(app, mails, codes, tag)
+        burst = publish(app, mails, codes, tag, bulk_priority)
         report.publish_s = burst.published - burst.started
         if progress:
             print(f"  {name}: {mails:,} published in {report.publish_s:.1f} s", flush=True)
@@ -597,7 +606,8 @@ def run(
         main_db = redis.Redis.from_url(stack.main.url)
         broker = redis.Redis.from_url(stack.env["MAILGUARD_BROKER_URL"])
         settle(report, outcomes, burst, stopped, received=stack.smtp.received(),
-               still=lambda ids: held(main_db, broker, ids))  # fmt: skip
+               still=lambda ids: held(main_db, broker, ids),
+               park_after=parse_duration(stack.env.get("MAILGUARD_PARK_AFTER", "30s")))  # fmt: skip
         main_db.close()
         broker.close()
         report.worker_errors = stack.errors()

@@ -6,8 +6,8 @@ The run is :func:`benchmarks.newsletter.run` (the program ``make bench`` runs at
 14/1s): two redis-servers (the limiter alone on one, sampled by ``INFO``), an SMTP server in a
 process of its own that writes when it accepts each message on its own clock, one prefork
 worker. The booking phase is watched in full (every mail decided: parked, held as a countdown or
-sent), the sending only until booking ends (at 10 a second for the notices, a few hundred
-sends); then the worker is stopped and every mail's result read. Checks by independent
+sent), the sending during it and for a few seconds after it (the notices at 10 a second); then
+the worker is stopped and every mail's result read. Checks by independent
 counts: the SMTP server's acceptances against the tier, each mail's result against what the
 server received, and the limiter's Redis counters: never wall time, except the code mails'
 one second, the promise the issue makes for them.
@@ -22,6 +22,8 @@ from benchmarks.newsletter import CODE_WITHIN, Report, run
 MAILS, CODES = 2000, 5
 #: Script calls sampled at the start and at the end of the burst.
 SAMPLED = 400
+#: Seconds of sending watched after the booking phase (sends go on during it too).
+WINDOW = 5.0
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -35,10 +37,17 @@ def newsletter(request: pytest.FixtureRequest) -> Report:
         sender,
         MAILS,
         codes=CODES,
-        window=0.0,  # sending watched while the booking lasts
+        window=WINDOW,
         sample_calls=SAMPLED,
         max_booking=150.0,
         progress=False,
+        # A mail that comes due is published again (a countdown's retry, a parked mail's
+        # promotion); at the burst's priority it would wait behind the burst's rest, run late and
+        # be booked again after the newsletter (see the benchmark's "late" figures). The burst
+        # goes at priority 0 and the booked mails are parked (5 s ahead and more): promoted at
+        # their kind's priority, they go first, and the sending is seen during the booking.
+        env={"MAILGUARD_PARK_AFTER": "5s"},
+        bulk_priority=0,
     )
 
 
@@ -56,7 +65,7 @@ def test_the_smtp_server_never_sees_more_than_the_sender_tier(newsletter: Report
     """By the SMTP server's clock: sliding 20/1s, never more than 20 in any 1 s window; gcra
     20/1s, never more than a burst of 20 and then 20 a second (every span [a, b] of acceptances
     holds at most 20 + 20 (b - a))."""
-    assert newsletter.accepted > 50, newsletter  # the sending phase was seen
+    assert newsletter.accepted > 40, newsletter  # the sending phase was seen
     if newsletter.gcra:
         assert newsletter.excess <= 1e-6, newsletter
     else:
@@ -67,7 +76,7 @@ def test_no_mail_due_is_lost_or_received_twice_or_early(newsletter: Report) -> N
     """Every notice whose slot came before the end of the window (less 2 s) was received or
     still waits (the schedule or the broker holds it); no mail was received twice; none before
     its slot."""
-    assert newsletter.due > 50, newsletter
+    assert newsletter.due > 30, newsletter
     assert newsletter.lost == 0, newsletter
     assert newsletter.twice == 0, newsletter
     assert newsletter.early == 0, newsletter
