@@ -69,6 +69,7 @@ from typing import Any
 import redis
 from celery import Celery
 
+from benchmarks.limiter import _machine
 from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer, free_port
 from mailer import Limiter, Policy, defaults, parse_duration
@@ -138,10 +139,18 @@ class SmtpRecorder:
         self.path.touch()
         with open(self.dir / "server.log", "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "benchmarks.newsletter", "--serve-smtp", str(self.port),
-                 str(self.path)],
-                cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "benchmarks.newsletter",
+                    "--serve-smtp",
+                    str(self.port),
+                    str(self.path),
+                ],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.process.poll() is None:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
@@ -214,14 +223,14 @@ class Sampler:
         while not self._stop.wait(SAMPLE_EVERY):
             self.samples.append(sample(self.client))
 
-    def latest(self) -> Sample:
-        return self.samples[-1]
-
     def stop(self) -> list[Sample]:
-        self._stop.set()
-        self._thread.join()
-        self.samples.append(sample(self.client))
-        self.client.close()
+        """Stop sampling (once; again: nothing more) and return every sample, a last one taken
+        now."""
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
+            self.samples.append(sample(self.client))
+            self.client.close()
         return self.samples
 
 
@@ -386,9 +395,10 @@ def publish(app: Celery, mails: int, codes: int, tag: str, level: int | None = N
                 address = f"code{len(burst.codes)}@{tag}.example.com"
                 at = time.time()
                 result = send_mail.apply_async(
-                    args=[address], kwargs={"kind": "code", "context": {"code": "493112"}},
+                    args=[address],
+                    kwargs={"kind": "code", "context": {"code": "493112"}},
                     producer=producer,
-                )  # fmt: skip
+                )
                 burst.codes[address] = (result.id, at)
     burst.published = time.time()
     return burst
@@ -410,8 +420,9 @@ def read_results(results: redis.Redis, ids: Sequence[str]) -> dict[str, dict[str
     """Each mail's stored result (``status`` and ``result``: the outcome dict), by id."""
     out: dict[str, dict[str, Any]] = {}
     for chunk in _chunks(ids):
-        for mail_id, raw in zip(chunk, results.mget([f"celery-task-meta-{i}" for i in chunk]),
-                                strict=True):  # fmt: skip
+        for mail_id, raw in zip(
+            chunk, results.mget([f"celery-task-meta-{i}" for i in chunk]), strict=True
+        ):
             out[mail_id] = json.loads(raw) if raw else {"status": "PENDING", "result": None}
     return out
 
@@ -571,51 +582,58 @@ def run(
     (0-9; None: their kind's, 5)."""
     policy = f"recipient: {RECIPIENT}" + (f"; sender: {sender}" if sender else "")
     report = Report(name, sender, mails)
-    stack = Stack(policy, mails, env=dict(env or {}))
     tag = "".join(c for c in name if c.isalnum())
-    try:
+    say = print if progress else lambda *_, **__: None
+    with contextlib.ExitStack() as cleanup:
+        stack = Stack(policy, mails, env=dict(env or {}))
+        cleanup.callback(stack.close)
         stack.start()
         app = client_app(stack.env)
+        cleanup.callback(app.close)
         # Results are read with a plain client: the publishing app subscribes to none of them.
         app.backend.on_task_call = lambda producer, task_id: None
-        results = redis.Redis.from_url(stack.env["MAILGUARD_RESULT_BACKEND"])
+        results = _client(cleanup, stack.env["MAILGUARD_RESULT_BACKEND"])
         if sender is None:
             _prefill(stack, [f"reader{n}@{tag}.example.com" for n in range(mails)])
             codes = 0
         sampler = Sampler(stack.limiter.url)
+        cleanup.callback(sampler.stop)
         burst = publish(app, mails, codes, tag, bulk_priority)
         report.publish_s = burst.published - burst.started
-        if progress:
-            print(f"  {name}: {mails:,} published in {report.publish_s:.1f} s", flush=True)
+        say(f"  {name}: {mails:,} published in {report.publish_s:.1f} s", flush=True)
         done, booked_at = wait_booked(results, burst, max_booking)
-        report.booked = min(done, mails)  # codes are few: counted as booked with the rest
+        report.booked = count_results(results, list(burst.bulk.values()))
         report.booking_s = booked_at - burst.started
-        if progress:
-            print(f"  {name}: {done:,} with a result after {report.booking_s:.1f} s", flush=True)
+        say(f"  {name}: {done:,} with a result after {report.booking_s:.1f} s", flush=True)
         if sender is not None and done == len(burst.ids):  # sending, after the booking
             time.sleep(max(0.0, booked_at + window - time.time()))
-        assert stack.worker is not None
         stopped = time.time()
+        assert stack.worker is not None
         stack.worker.stop(timeout=30)  # nothing more is sent: the window ends here
         report.observed_s = stopped - burst.started
-        samples = sampler.stop()
         report.first, report.last = burst_costs(
-            samples, burst.started, booked_at, min(sample_calls, max(mails // 5, 1))
+            sampler.stop(), burst.started, booked_at, min(sample_calls, max(mails // 5, 1))
         )
-        outcomes = read_results(results, burst.ids)
-        main_db = redis.Redis.from_url(stack.main.url)
-        broker = redis.Redis.from_url(stack.env["MAILGUARD_BROKER_URL"])
-        settle(report, outcomes, burst, stopped, received=stack.smtp.received(),
-               still=lambda ids: held(main_db, broker, ids),
-               park_after=parse_duration(stack.env.get("MAILGUARD_PARK_AFTER", "30s")))  # fmt: skip
-        main_db.close()
-        broker.close()
+        main_db = _client(cleanup, stack.main.url)
+        broker = _client(cleanup, stack.env["MAILGUARD_BROKER_URL"])
+        settle(
+            report,
+            read_results(results, burst.ids),
+            burst,
+            stopped,
+            received=stack.smtp.received(),
+            still=lambda ids: held(main_db, broker, ids),
+            park_after=parse_duration(stack.env.get("MAILGUARD_PARK_AFTER", "30s")),
+        )
         report.worker_errors = stack.errors()
-        results.close()
-        app.close()
-    finally:
-        stack.close()
     return report
+
+
+def _client(cleanup: contextlib.ExitStack, url: str) -> redis.Redis:
+    """A Redis client on ``url``, closed when ``cleanup`` closes."""
+    client = redis.Redis.from_url(url)
+    cleanup.callback(client.close)
+    return client
 
 
 # --- the table --------------------------------------------------------------------------------
@@ -635,7 +653,8 @@ def _cost(r: Report, part: str, shape: str) -> str:
 def _pacing(r: Report) -> str:
     verdict = "OVER" if r.over() else "ok"
     if r.gcra:
-        return f"{r.busiest}; gcra excess {max(r.excess, 0):.1f}: {verdict}"
+        excess = f"{r.excess:.1f} over" if r.over() else "none"
+        return f"{r.busiest}; beyond gcra's burst + rate: {excess}: {verdict}"
     return f"{r.busiest} (limit {r.limit}): {verdict}"
 
 
@@ -646,31 +665,47 @@ def _rows(reports: Sequence[Report]) -> list[tuple[str, Callable[[Report], str]]
         ("sending watched, s from the first publish", lambda r: f"{r.observed_s:.0f}"),
         ("accepted by the SMTP server", lambda r: f"{r.accepted:,}"),
         ("most accepted in any 1 s window (server clock)", _pacing),
-        ("due in the window: received / late / lost", lambda r: (
-            f"{r.due:,}: {r.due - r.late - r.lost:,} / {r.late} / {r.lost}")),
+        (
+            "due in the window: received / late / lost",
+            lambda r: f"{r.due:,}: {r.due - r.late - r.lost:,} / {r.late} / {r.lost}",
+        ),
         ("received twice / before their slot", lambda r: f"{r.twice} / {r.early}"),
-        ("code mails received, slowest enqueue -> accepted", lambda r: (
-            f"{r.codes_received}/{r.codes}, {r.code_worst:.2f} s")),
-    ]  # fmt: skip
+        (
+            "code mails received, slowest enqueue -> accepted",
+            lambda r: f"{r.codes_received}/{r.codes}, {r.code_worst:.2f} s",
+        ),
+    ]
     rows: list[tuple[str, Callable[[Report], str]]] = [
         ("mails published / seconds", lambda r: f"{r.mails:,} / {r.publish_s:.1f} s"),
-        ("booking: first publish -> every mail has a result", lambda r: (
-            f"{r.booking_s:.1f} s" + ("" if r.booked == r.mails else
-                                      f" ({r.booked:,} of {r.mails:,}: unfinished)"))),
+        (
+            "booking: first publish -> every mail has a result",
+            lambda r: (
+                f"{r.booking_s:.1f} s"
+                + ("" if r.booked == r.mails else f" ({r.booked:,} of {r.mails:,}: unfinished)")
+            ),
+        ),
         ("enqueue to parked, mails/s", lambda r: f"{r.rate:,.0f}"),
-        ("  / recipient-only floor, same worker", lambda r: (
-            f"{r.rate / floor.rate:.2f}" if floor else "-")),
+        (
+            "  / recipient-only floor, same worker",
+            lambda r: f"{r.rate / floor.rate:.2f}" if floor else "-",
+        ),
         ("Redis µs per limiter call, first -> last", lambda r: _cost(r, "usec", "{:,.0f}")),
-        ("  calls sampled, first / last", lambda r: (
-            f"{r.first.calls} / {r.last.calls}" if r.first and r.last else "-")),
+        (
+            "  calls sampled, first / last",
+            lambda r: f"{r.first.calls} / {r.last.calls}" if r.first and r.last else "-",
+        ),
         ("Redis commands per call, first -> last", lambda r: _cost(r, "commands", "{:.1f}")),
         ("AOF bytes per call, first -> last", lambda r: _cost(r, "written", "{:,.0f}")),
-        ("mails at the end: " + " / ".join(STATES), lambda r: (
-            " / ".join(f"{r.states.get(s, 0):,}" for s in STATES))),
+        (
+            "mails at the end: " + " / ".join(STATES),
+            lambda r: " / ".join(f"{r.states.get(s, 0):,}" for s in STATES),
+        ),
         ("  re-booked after a late run", lambda r: f"{r.rebooked:,}"),
-    ]  # fmt: skip
-    return rows + [(label, lambda r, show=show: show(r) if r.limit else "-")  # type: ignore[misc]
-                   for label, show in sending]  # fmt: skip
+    ]
+    return rows + [
+        (label, lambda r, show=show: show(r) if r.limit else "-")  # type: ignore[misc]
+        for label, show in sending
+    ]
 
 
 def print_table(reports: Sequence[Report]) -> None:
@@ -688,17 +723,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=60.0, help="s of sending watched")
     parser.add_argument("--sample", type=int, default=1000, help="script calls sampled")
     parser.add_argument("--max-booking", type=float, default=1800.0, help="s, at most")
+    parser.add_argument(
+        "--bulk-priority", type=int, help="publish the notices at this priority (0-9), not 5"
+    )
+    parser.add_argument("--park-after", help="MAILGUARD_PARK_AFTER for the worker (30s)")
     parser.add_argument("--serve-smtp", nargs=2, metavar=("PORT", "PATH"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve_smtp:
         serve_smtp(int(args.serve_smtp[0]), args.serve_smtp[1])
         return 0
-    from benchmarks.limiter import _machine  # noqa: PLC0415
-
-    print(f"newsletter benchmark: {args.mails:,} notices (share {SHARE}), {args.codes} code "
-          f"mails; {_machine()}", flush=True)  # fmt: skip
-    options = {"codes": args.codes, "window": args.window, "sample_calls": args.sample,
-               "max_booking": args.max_booking}  # fmt: skip
+    print(
+        f"newsletter benchmark: {args.mails:,} notices (share {SHARE}), {args.codes} code "
+        f"mails; {_machine()}",
+        flush=True,
+    )
+    options: dict[str, Any] = {
+        "codes": args.codes,
+        "window": args.window,
+        "sample_calls": args.sample,
+        "max_booking": args.max_booking,
+        "bulk_priority": args.bulk_priority,
+        "env": {"MAILGUARD_PARK_AFTER": args.park_after} if args.park_after else None,
+    }
     reports = [
         run(f"sender: {SENDER} gcra", f"{SENDER} gcra", args.mails, **options),
         run(f"sender: {SENDER}", SENDER, args.mails, **options),
