@@ -15,9 +15,12 @@ one second, the promise the issue makes for them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import pytest
 
-from benchmarks.newsletter import CODE_WITHIN, Report, run
+from benchmarks.newsletter import CODE_WITHIN, Report, busiest_window, gcra_excess, run
 
 MAILS, CODES = 2000, 5
 #: Script calls sampled at the start and at the end of the burst.
@@ -25,7 +28,26 @@ SAMPLED = 400
 #: Seconds of sending watched after the booking phase (sends go on during it too).
 WINDOW = 5.0
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def stack(test: F) -> F:
+    """A test of the newsletter run: ``slow`` (the whole stack, once per policy for the module,
+    half a minute or more each), with a timeout that covers the run."""
+    return pytest.mark.slow(pytest.mark.timeout(300)(test))  # type: ignore[no-any-return]
+
+
+def test_the_pacing_checkers_count_what_each_tier_promises() -> None:
+    """The independent checkers: a sliding tier's busiest window is half-open; a gcra tier
+    allows a burst of L, then one every W / L, and the excess counts mails beyond that."""
+    assert busiest_window([0.0] * 14 + [0.999]) == 15
+    assert busiest_window([0.0] * 14 + [1.0]) == 14
+    assert busiest_window([]) == 0
+    burst_then_rate = [0.0] * 14 + [n / 14 for n in range(1, 30)]
+    assert gcra_excess(burst_then_rate, 14) <= 1e-9
+    assert gcra_excess([*burst_then_rate, 1.0], 14) == pytest.approx(1.0)
+    assert gcra_excess([0.0] * 15, 14) == pytest.approx(1.0)
+    assert gcra_excess([n / 7 for n in range(100)], 14) < -6  # half the rate: room for 7 more
 
 
 @pytest.fixture(scope="module", params=["20/1s gcra", "20/1s"])
@@ -51,6 +73,7 @@ def newsletter(request: pytest.FixtureRequest) -> Report:
     )
 
 
+@stack
 def test_every_notice_is_booked_and_the_worker_logs_no_error(newsletter: Report) -> None:
     """Every notice has a result once the booking phase ends (none dropped or failed: a notice
     may wait long enough for the whole newsletter) and the worker logged no error."""
@@ -61,6 +84,7 @@ def test_every_notice_is_booked_and_the_worker_logs_no_error(newsletter: Report)
     assert newsletter.worker_errors == []
 
 
+@stack
 def test_the_smtp_server_never_sees_more_than_the_sender_tier(newsletter: Report) -> None:
     """By the SMTP server's clock: sliding 20/1s, never more than 20 in any 1 s window; gcra
     20/1s, never more than a burst of 20 and then 20 a second (every span [a, b] of acceptances
@@ -72,6 +96,7 @@ def test_the_smtp_server_never_sees_more_than_the_sender_tier(newsletter: Report
         assert newsletter.busiest <= newsletter.limit, newsletter
 
 
+@stack
 def test_no_mail_due_is_lost_or_received_twice_or_early(newsletter: Report) -> None:
     """Every notice whose slot came before the end of the window (less 2 s) was received or
     still waits (the schedule or the broker holds it); no mail was received twice; none before
@@ -82,6 +107,7 @@ def test_no_mail_due_is_lost_or_received_twice_or_early(newsletter: Report) -> N
     assert newsletter.early == 0, newsletter
 
 
+@stack
 def test_code_mails_enqueued_during_the_burst_are_received_within_a_second(
     newsletter: Report,
 ) -> None:
@@ -92,6 +118,7 @@ def test_code_mails_enqueued_during_the_burst_are_received_within_a_second(
     assert newsletter.code_worst <= CODE_WITHIN, newsletter
 
 
+@stack
 def test_redis_commands_per_limiter_call_do_not_grow_with_the_backlog(
     newsletter: Report,
 ) -> None:
@@ -104,6 +131,7 @@ def test_redis_commands_per_limiter_call_do_not_grow_with_the_backlog(
 
 
 @pytest.mark.xfail(strict=True, reason="issue 21 item 1: bookings storage")
+@stack
 def test_redis_bytes_written_per_limiter_call_do_not_grow_with_the_backlog(
     newsletter: Report,
 ) -> None:
