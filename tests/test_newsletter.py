@@ -27,6 +27,9 @@ MAILS, CODES = 2000, 5
 SAMPLED = 400
 #: Seconds of sending watched after the booking phase (sends go on during it too).
 WINDOW = 5.0
+#: MAILGUARD_LATE_TOLERANCE (s), and the time from a run's admission to the SMTP server's
+#: acceptance allowed for on top of it (s): the pacing check forgives their sum.
+TOLERANCE, SEND = 0.2, 0.1
 
 F = TypeVar("F", bound=Callable[..., None])
 
@@ -47,6 +50,7 @@ def test_the_pacing_checkers_count_what_each_tier_promises() -> None:
     assert gcra_excess(burst_then_rate, 14) <= 1e-9
     assert gcra_excess([*burst_then_rate, 1.0], 14) == pytest.approx(1.0)
     assert gcra_excess([0.0] * 15, 14) == pytest.approx(1.0)
+    assert gcra_excess([0.0] * 15, 14, slack=1 / 14) == pytest.approx(0.0)  # a late run's room
     assert gcra_excess([n / 7 for n in range(100)], 14) < -6  # half the rate: room for 7 more
 
 
@@ -68,8 +72,11 @@ def newsletter(request: pytest.FixtureRequest) -> Report:
         # be booked again after the newsletter (see the benchmark's "late" figures). The burst
         # goes at priority 0 and the booked mails are parked (5 s ahead and more): promoted at
         # their kind's priority, they go first, and the sending is seen during the booking.
-        env={"MAILGUARD_PARK_AFTER": "5s"},
+        # A run late by up to the tolerance keeps its slot: mails may reach the server that much
+        # closer than the tier spaces them. A short tolerance, forgiven with room for the send.
+        env={"MAILGUARD_PARK_AFTER": "5s", "MAILGUARD_LATE_TOLERANCE": f"{TOLERANCE * 1000:.0f}ms"},
         bulk_priority=0,
+        slack=TOLERANCE + SEND,
     )
 
 
@@ -88,12 +95,10 @@ def test_every_notice_is_booked_and_the_worker_logs_no_error(newsletter: Report)
 def test_the_smtp_server_never_sees_more_than_the_sender_tier(newsletter: Report) -> None:
     """By the SMTP server's clock: sliding 20/1s, never more than 20 in any 1 s window; gcra
     20/1s, never more than a burst of 20 and then 20 a second (every span [a, b] of acceptances
-    holds at most 20 + 20 (b - a))."""
+    holds at most 20 + 20 (b - a)); both less the slack a run late within the tolerance may
+    take (0.3 s: 20 in any 0.7 s window; 20 + 20 (b - a + 0.3) in a gcra span)."""
     assert newsletter.accepted > 40, newsletter  # the sending phase was seen
-    if newsletter.gcra:
-        assert newsletter.excess <= 1e-6, newsletter
-    else:
-        assert newsletter.busiest <= newsletter.limit, newsletter
+    assert not newsletter.over(), (newsletter.excess, newsletter)
 
 
 @stack
