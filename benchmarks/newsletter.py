@@ -450,12 +450,19 @@ def read_results(results: redis.Redis, ids: Sequence[str]) -> dict[str, dict[str
 
 def wait_booked(results: redis.Redis, burst: Burst, bound: float) -> tuple[int, float]:
     """Poll until every mail of ``burst`` has a result or ``bound`` seconds passed since its
-    start: (mails with a result, when the last one appeared, epoch seconds)."""
-    ids = burst.ids
+    start: (mails with a result, when the last one appeared, epoch seconds). A chunk of ids
+    whose results all exist is not asked about again."""
+    pending = list(_chunks(burst.ids, 500))
     while True:
-        done, now = count_results(results, ids), time.time()
-        if done == len(ids) or now - burst.started > bound:
-            return done, now
+        still, partial = [], 0
+        for chunk in pending:
+            found = int(results.exists(*(f"celery-task-meta-{i}" for i in chunk)))
+            if found < len(chunk):
+                still.append(chunk)
+                partial += found
+        pending, now = still, time.time()
+        if not pending or now - burst.started > bound:
+            return len(burst.ids) - sum(len(c) for c in pending) + partial, now
         time.sleep(POLL)
 
 
