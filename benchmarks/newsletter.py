@@ -54,6 +54,7 @@ import argparse
 import contextlib
 import json
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -500,9 +501,12 @@ class Stack:
         return [line for line in log.splitlines() if "ERROR" in line or "Traceback" in line]
 
     def close(self) -> None:
+        """Stop everything and remove the files it left (the worker's log, the acceptances)."""
         if self.worker is not None:
             self.worker.stop(timeout=30)
+            shutil.rmtree(self.worker.log_path.parent, ignore_errors=True)
         self.smtp.stop()
+        shutil.rmtree(self.smtp.dir, ignore_errors=True)
         self.limiter.cleanup()
         self.main.cleanup()
 
