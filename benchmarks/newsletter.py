@@ -42,10 +42,15 @@ own clock, every acceptance, codes included; an independent count):
   message in the broker); none is **lost** (neither), none received twice, none before its slot;
 - each code mail received within 1 s of its enqueue.
 
-Late mails and re-bookings (a run that started more than ``MAILGUARD_LATE_TOLERANCE`` after
-its slot asks again) are figures, not checks. The program exits 1 when a check fails, after the
-table. It stops by itself: the booking phase is bounded by ``--max-booking`` seconds (then
-reported unfinished, and nothing more is watched), the sending by ``--window``.
+The pacing check forgives nothing by default (the provider's view): a run late by up to
+``MAILGUARD_LATE_TOLERANCE`` keeps its slot, so sends may bunch by that much; ``--slack S``
+forgives S seconds. Late mails and re-bookings (a run that started more than the tolerance after
+its slot asks again) are figures, not checks; ``--bulk-priority 0 --park-after 5s`` publishes
+the notices below their kind's priority and parks every booked mail, so that the mails coming
+due (promoted at the kind's priority) go before the burst's rest. The program exits 1 when a
+check fails, after the table. It stops by itself: the booking phase is bounded by
+``--max-booking`` seconds (then reported unfinished, and nothing more is watched), the sending
+by ``--window``.
 """
 
 from __future__ import annotations
