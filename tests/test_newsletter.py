@@ -1,0 +1,150 @@
+"""A newsletter under a provider quota, end to end (issue 21): 2 000 notices (share 0.5) to
+distinct readers published in one burst, with code mails among them, through a real worker,
+under ``sender: 20/1s gcra`` and ``sender: 20/1s`` (each with the reference recipient tiers).
+
+The run is :func:`benchmarks.newsletter.run` (the program ``make bench`` runs at 10 000 under
+14/1s): two redis-servers (the limiter alone on one, sampled by ``INFO``), an SMTP server in a
+process of its own that writes when it accepts each message on its own clock, one prefork
+worker. The booking phase is watched in full (every mail decided: parked, held as a countdown or
+sent), the sending during it and for a few seconds after it (the notices at 10 a second); then
+the worker is stopped and every mail's result read. Checks by independent
+counts: the SMTP server's acceptances against the tier, each mail's result against what the
+server received, and the limiter's Redis counters: never wall time, except the code mails'
+one second, the promise the issue makes for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import pytest
+
+from benchmarks.newsletter import CODE_WITHIN, Report, busiest_window, gcra_excess, run
+
+MAILS, CODES = 2000, 5
+#: Script calls sampled at the start and at the end of the burst.
+SAMPLED = 400
+#: Seconds of sending watched after the booking phase (sends go on during it too).
+WINDOW = 5.0
+#: MAILGUARD_LATE_TOLERANCE (s), and the time from a run's admission to the SMTP server's
+#: acceptance allowed for on top of it (s): the pacing check forgives their sum.
+TOLERANCE, SEND = 0.2, 0.1
+
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def stack(test: F) -> F:
+    """A test of the newsletter run: ``slow`` (the whole stack, once per policy for the module,
+    half a minute or more each), with a timeout that covers the run."""
+    return pytest.mark.slow(pytest.mark.timeout(300)(test))  # type: ignore[no-any-return]
+
+
+def test_the_pacing_checkers_count_what_each_tier_promises() -> None:
+    """The independent checkers: a sliding tier's busiest window is half-open; a gcra tier
+    allows a burst of L, then one every W / L, and the excess counts mails beyond that."""
+    assert busiest_window([0.0] * 14 + [0.999]) == 15
+    assert busiest_window([0.0] * 14 + [1.0]) == 14
+    assert busiest_window([]) == 0
+    burst_then_rate = [0.0] * 14 + [n / 14 for n in range(1, 30)]
+    assert gcra_excess(burst_then_rate, 14) <= 1e-9
+    assert gcra_excess([*burst_then_rate, 1.0], 14) == pytest.approx(1.0)
+    assert gcra_excess([0.0] * 15, 14) == pytest.approx(1.0)
+    assert gcra_excess([0.0] * 15, 14, slack=1 / 14) == pytest.approx(0.0)  # a late run's room
+    assert gcra_excess([n / 7 for n in range(100)], 14) < -6  # half the rate: room for 7 more
+
+
+@pytest.fixture(scope="module", params=["20/1s gcra", "20/1s"])
+def newsletter(request: pytest.FixtureRequest) -> Report:
+    """One newsletter run under ``sender: <param>``, shared by this module's tests."""
+    sender = str(request.param)
+    return run(
+        f"sender: {sender}",
+        sender,
+        MAILS,
+        codes=CODES,
+        window=WINDOW,
+        sample_calls=SAMPLED,
+        max_booking=150.0,
+        progress=False,
+        # A mail that comes due is published again (a countdown's retry, a parked mail's
+        # promotion); at the burst's priority it would wait behind the burst's rest, run late and
+        # be booked again after the newsletter (see the benchmark's "late" figures). The burst
+        # goes at priority 0 and the booked mails are parked (5 s ahead and more): promoted at
+        # their kind's priority, they go first, and the sending is seen during the booking.
+        # A run late by up to the tolerance keeps its slot: mails may reach the server that much
+        # closer than the tier spaces them. A short tolerance, forgiven with room for the send.
+        env={"MAILGUARD_PARK_AFTER": "5s", "MAILGUARD_LATE_TOLERANCE": f"{TOLERANCE * 1000:.0f}ms"},
+        bulk_priority=0,
+        slack=TOLERANCE + SEND,
+    )
+
+
+@stack
+def test_every_notice_is_booked_and_the_worker_logs_no_error(newsletter: Report) -> None:
+    """Every notice has a result once the booking phase ends (none dropped or failed: a notice
+    may wait long enough for the whole newsletter) and the worker logged no error."""
+    assert newsletter.booked == MAILS, newsletter
+    assert newsletter.states.get("dropped", 0) == newsletter.states.get("failed", 0) == 0
+    assert sum(newsletter.states.values()) == MAILS, newsletter.states
+    assert newsletter.states.get("parked", 0) > MAILS // 2, newsletter.states
+    assert newsletter.worker_errors == []
+
+
+@stack
+def test_the_smtp_server_never_sees_more_than_the_sender_tier(newsletter: Report) -> None:
+    """By the SMTP server's clock: sliding 20/1s, never more than 20 in any 1 s window; gcra
+    20/1s, never more than a burst of 20 and then 20 a second (every span [a, b] of acceptances
+    holds at most 20 + 20 (b - a)); both less the slack a run late within the tolerance may
+    take (0.3 s: 20 in any 0.7 s window; 20 + 20 (b - a + 0.3) in a gcra span)."""
+    assert newsletter.accepted > 40, newsletter  # the sending phase was seen
+    assert not newsletter.over(), (newsletter.excess, newsletter)
+
+
+@stack
+def test_no_mail_due_is_lost_or_received_twice_or_early(newsletter: Report) -> None:
+    """Every notice whose slot came before the end of the window (less 2 s) was received or
+    still waits (the schedule or the broker holds it); no mail was received twice; none before
+    its slot."""
+    assert newsletter.due > 30, newsletter
+    assert newsletter.lost == 0, newsletter
+    assert newsletter.twice == 0, newsletter
+    assert newsletter.early == 0, newsletter
+
+
+@stack
+def test_code_mails_enqueued_during_the_burst_are_received_within_a_second(
+    newsletter: Report,
+) -> None:
+    """Code mails (share 1.0, priority 9) published among the notices go before the queue and
+    find the half of the sender tier the notices leave: each accepted within 1 s of enqueue."""
+    assert newsletter.codes == CODES
+    assert newsletter.codes_received == CODES, newsletter
+    assert newsletter.code_worst <= CODE_WITHIN, newsletter
+
+
+@stack
+def test_redis_commands_per_limiter_call_do_not_grow_with_the_backlog(
+    newsletter: Report,
+) -> None:
+    """Commands the limiter's Redis runs per script call (the scripts' own calls, counted by
+    ``INFO commandstats``) over the last calls of the burst: at most twice the first's."""
+    first, last = newsletter.first, newsletter.last
+    assert first is not None and last is not None
+    assert first.calls >= SAMPLED and last.calls >= SAMPLED
+    assert last.commands <= 2 * first.commands, (first, last)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 21 item 1: bookings storage")
+@stack
+def test_redis_bytes_written_per_limiter_call_do_not_grow_with_the_backlog(
+    newsletter: Report,
+) -> None:
+    """What each script call writes (the limiter's AOF growth per call: every write command a
+    script makes, with its value) over the last calls of the burst, with some 1 800 bookings
+    in the sender scope: at most twice what the first calls wrote. Today a decision rewrites
+    every booking of the shared scope (13 bytes a gcra emission), so it grows with them."""
+    first, last = newsletter.first, newsletter.last
+    assert first is not None and last is not None
+    assert first.calls >= SAMPLED and last.calls >= SAMPLED
+    assert last.written <= 2 * first.written, (first, last)
