@@ -135,15 +135,16 @@ def test_redis_commands_per_limiter_call_do_not_grow_with_the_backlog(
     assert last.commands <= 2 * first.commands, (first, last)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 item 1: bookings storage")
 @stack
 def test_redis_bytes_written_per_limiter_call_do_not_grow_with_the_backlog(
     newsletter: Report,
 ) -> None:
     """What each script call writes (the limiter's AOF growth per call: every write command a
     script makes, with its value) over the last calls of the burst, with some 1 800 bookings
-    in the sender scope: at most twice what the first calls wrote. Today a decision rewrites
-    every booking of the shared scope (13 bytes a gcra emission), so it grows with them."""
+    in the sender scope: at most twice what the first calls wrote. A shared gcra tier still
+    rewrites its list of bookings ahead (13 bytes an emission), so it grows with them there."""
+    if newsletter.sender.endswith("gcra"):
+        pytest.xfail("a shared gcra tier rewrites its bookings ahead (docs/scopes.md, Cost)")
     first, last = newsletter.first, newsletter.last
     assert first is not None and last is not None
     assert first.calls >= SAMPLED and last.calls >= SAMPLED
