@@ -50,12 +50,35 @@ class Admission:
             started = time.perf_counter()
             decision = self.booking.acquire(mail, max_wait)
             self.metrics.decision(time.perf_counter() - started)
-            if decision.allowed and now - decision.at > self.config.late_tolerance:
+            if (
+                self._judged(mail)
+                and progress.due
+                and now - progress.due > self.config.late_tolerance
+            ):
+                late = True  # judged inside the decision: sent now, booked again, or dropped
+                self._late(mail, decision, now - progress.due)
+            elif decision.allowed and now - decision.at > self.config.late_tolerance:
                 late = True
                 decision = self.rebook(mail, decision, max_wait, now)
         except (BackendUnavailable, Contended) as exc:
             return self._unanswered(mail, progress, exc)
         return self.booking.answer(mail, mail.base, progress, decision, late=late)
+
+    def _judged(self, mail: Prepared) -> bool:
+        """Whether the limiter judged this mail's lateness itself (one recipient, a limiter
+        that does: :attr:`Booking.judges_lateness`)."""
+        return not mail.more_keys and self.booking.judges_lateness
+
+    def _late(self, mail: Prepared, again: Decision, late_by: float) -> None:
+        """Count and log a late run that the limiter judged again (see :meth:`rebook`)."""
+        self.metrics.rebooked(mail.kind.name if mail.kind.name in self.kinds else UNKNOWN_KIND)
+        log.info(
+            "mail %s ran %s after its slot: %s",
+            mail.mail_id,
+            human(late_by),
+            "sent now" if again.allowed else "booked again" if again.booked else "no slot in time",
+            extra=log_fields(mail.base),
+        )
 
     def rebook(self, mail: Prepared, slot: Decision, max_wait: float, now: float) -> Decision:
         """This run is late for its slot: give the slot back and ask the limiter again, now.

@@ -237,11 +237,15 @@ class HoldsGate:
         asked = refused.base.due
         before = self.holds.now()
         try:
-            if scope == SENDER and self.holds.pace.rate is not None:
+            paced = scope == SENDER and self.holds.pace.rate is not None
+            if paced:
                 slowed = self.holds.pace.slow(before if asked is None else asked)
                 if slowed is not None:  # paced after a hold: halve the pace, no new hold
                     return self._slowed(mail, base, progress, slowed, cause=cause, at=before)
-            if scope == SENDER:
+            in_force = self.holds.sender() if paced else None
+            if in_force is not None:  # a reply in the same burst, its pace not written yet
+                hold = in_force
+            elif scope == SENDER:
                 hold = self.holds.hold_sender(seconds, cause, asked=asked, stated=stated)
             else:
                 hold = self.holds.hold_recipient(
