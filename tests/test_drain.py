@@ -65,7 +65,7 @@ def test_a_late_mail_goes_at_once_and_the_next_waits_its_spacing(clock: ManualCl
     sent_at = clock()
     clock.advance(0.001)
     state, slot = run(limiter, "b")
-    assert (state, slot) == ("booked", pytest.approx(sent_at + 1.0, abs=0.002))
+    assert state == "booked" and slot == pytest.approx(sent_at + 1.0, abs=0.002)
     clock.set(slot + 0.5)  # on time for its new slot (within the tolerance)
     assert run(limiter, "b")[0] == "sent"
 
@@ -160,7 +160,9 @@ def test_through_the_guard_a_backlog_drains_without_moving_back(clock: ManualClo
     while queue:
         due, n, mail_id = heapq.heappop(queue)
         clock.set(max(clock() + 0.01, due))
-        step = guard.process(mails[mail_id], steps[mail_id].progress)
+        booked = steps[mail_id]
+        assert isinstance(booked, Later)
+        step = guard.process(mails[mail_id], booked.progress)
         steps[mail_id] = step
         if isinstance(step, Later):
             rebooked[mail_id] += 1

@@ -130,7 +130,7 @@ def test_the_redis_pace_keeps_no_address_and_expires(redis_url: str) -> None:
     holds.pace.take("12345")
     holds.pace.take("67890")
     client = redis.Redis.from_url(redis_url)
-    keys = sorted(k.decode() for k in client.keys("mailguard:pace:*"))
+    keys = sorted(k.decode() for k in client.keys("mailguard:pace:*"))  # type: ignore[union-attr]
     assert keys == [KEY, f"{KEY}:slots"]
     assert 0 < client.pttl(KEY) <= 602_000
     client.delete(*keys)
@@ -186,6 +186,7 @@ def test_a_throttling_reply_while_paced_halves_the_rate_and_holds_nobody(
     transport.fail_next(1, code=SHAPED[0], reply=SHAPED[1])
     held = guard.process(mail(0))
     assert isinstance(held, Later)
+    assert held.outcome.due is not None
     clock.set(held.outcome.due + 4.0)  # the rate grew to 3/s meanwhile
     transport.fail_next(1, code=SHAPED[0], reply=SHAPED[1])
     with caplog.at_level("INFO", logger="mailguard"):

@@ -68,6 +68,8 @@ class HoldsGate:
         # their end once.
         self._known: dict[str, float] = {}
         self._known_lock = threading.Lock()
+        # When this thread's run last read the holds, and for which mail (see _asked).
+        self._read = threading.local()
 
     def reads(self, mail: Prepared) -> Reads | None:
         return self.holds.plain_read(mail.limit_key)
@@ -78,6 +80,7 @@ class HoldsGate:
         """With a hold in force, the mail booked after it (``deferred`` / ``held``, or
         :class:`Admitted` when the limiter's clock says it is over); else ``mail`` goes on. A
         mail at its slot whose deadline comes before a guessed hold's end goes on too."""
+        self._read.mail, self._read.at = mail.mail_id, self.holds.now()
         try:
             if raws is not None:
                 sender, recipient = self.holds.from_raws(raws)
@@ -234,7 +237,7 @@ class HoldsGate:
         base = refused.base.but(
             attempts=progress.attempts, smtp_code=exc.code, smtp_reply=exc.reply
         )
-        asked = refused.base.due
+        asked = self._asked(mail, refused.base.due)
         before = self.holds.now()
         try:
             paced = scope == SENDER and self.holds.pace.rate is not None
@@ -242,10 +245,7 @@ class HoldsGate:
                 slowed = self.holds.pace.slow(before if asked is None else asked)
                 if slowed is not None:  # paced after a hold: halve the pace, no new hold
                     return self._slowed(mail, base, progress, slowed, cause=cause, at=before)
-            in_force = self.holds.sender() if paced else None
-            if in_force is not None:  # a reply in the same burst, its pace not written yet
-                hold = in_force
-            elif scope == SENDER:
+            if scope == SENDER:
                 hold = self.holds.hold_sender(seconds, cause, asked=asked, stated=stated)
             else:
                 hold = self.holds.hold_recipient(
@@ -275,6 +275,16 @@ class HoldsGate:
         if scope == SENDER and self.holds.pace.rate is not None:
             hold = self._start_pace(mail, hold, written=written)
         return self.booking.after_hold(mail, base, progress, After(scope, hold), holds_slot=True)
+
+    def _asked(self, mail: Prepared, due: float | None) -> float | None:
+        """When the refused send was asked for, as the holds' doubling rule wants it: its
+        admission (``due``), or earlier, when this run read the holds (a hold written between
+        that read and the admission, by another worker's refusal of the same burst, is the same
+        throttling: not doubled)."""
+        if getattr(self._read, "mail", None) != mail.mail_id:
+            return due
+        read_at: float = self._read.at
+        return read_at if due is None else min(due, read_at)
 
     def _start_pace(self, mail: Prepared, hold: Hold, *, written: bool) -> Hold:
         """Start the slow start at the end of the sender's ``hold`` (when it was ``written``
