@@ -50,13 +50,8 @@ class Admission:
             started = time.perf_counter()
             decision = self.booking.acquire(mail, max_wait)
             self.metrics.decision(time.perf_counter() - started)
-            if (
-                self._judged(mail)
-                and progress.due
-                and now - progress.due > self.config.late_tolerance
-            ):
-                late = True  # judged inside the decision: sent now, booked again, or dropped
-                self._late(mail, decision, now - progress.due)
+            if self._judged(mail):
+                late = self._judged_late(mail, progress, decision, now)
             elif decision.allowed and now - decision.at > self.config.late_tolerance:
                 late = True
                 decision = self.rebook(mail, decision, max_wait, now)
@@ -68,6 +63,20 @@ class Admission:
         """Whether the limiter judged this mail's lateness itself (one recipient, a limiter
         that does: :attr:`Booking.judges_lateness`)."""
         return not mail.more_keys and self.booking.judges_lateness
+
+    def _judged_late(
+        self, mail: Prepared, progress: Progress, decision: Decision, now: float
+    ) -> bool:
+        """Whether the limiter judged this run late (sent now, booked again, or no slot in
+        time), counted and logged. A run that finds its booking already moved (a copy of a run
+        that was booked again; the answer names no tier) was not judged: not late."""
+        late_by = now - progress.due if progress.due else 0.0
+        if late_by <= self.config.late_tolerance:
+            return False
+        if decision.booked and decision.tier is None:
+            return False
+        self._late(mail, decision, late_by)
+        return True
 
     def _late(self, mail: Prepared, again: Decision, late_by: float) -> None:
         """Count and log a late run that the limiter judged again (see :meth:`rebook`)."""
