@@ -3,8 +3,10 @@
 The kind's ``max_wait`` counts from when the guard first saw the mail, on the limiter's clock
 (:meth:`~mailer.guard.booking.Booking.window`): a mail past that deadline is dropped
 ``expired``, and no booking reaches beyond it. A run that starts, by the limiter's clock, more
-than ``late_tolerance`` seconds after its booked slot gives the slot back and asks again
-(:meth:`Admission.rebook`), so late mails are spaced by the policy in real time. A limiter
+than ``late_tolerance`` seconds after its booked slot is spaced by the policy in real time:
+where the limiter judges lateness (recipient sliding tiers, one recipient) it does so inside
+the decision, against the slots actually sent (overdue bookings ignored); elsewhere the run
+gives the slot back and asks again (:meth:`Admission.rebook`). A limiter
 that is down defers (``fail_closed``) or lets the mail go unguarded (``fail_open``); recipients
 that found no common slot always defer.
 """

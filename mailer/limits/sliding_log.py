@@ -1,7 +1,10 @@
 """The sliding-log algorithm, pure: one decision over every tier of a policy, no I/O, no clock.
 
 A key's log is its admission times in milliseconds, oldest first, each with a 48-bit tag
-derived from the mail id (0 for none). Entries older than the longest window are pruned; since
+derived from the mail id (0 for none); bit 47 of a stored tag flags a booking made under a mail
+id whose mail has not been admitted yet (:data:`BOOKED`), so the log tells sent slots from
+overdue bookings, and a late booked mail is judged against the slots sent (:func:`_held`).
+Entries older than the longest window are pruned; since
 no window ever holds more than its limit, a log holds at most the longest window's limit of past
 entries (10 for the reference policy), plus the bookings still in the future. Nothing else is
 trimmed: dropping an entry a window can still see would let a later ``release`` over-admit.
@@ -10,6 +13,9 @@ Appending an entry at ``x`` (never before the newest entry) breaks tier ``(L, W)
 log has ``n >= L`` entries and ``ts[n-L] > x - W``. So the earliest admissible time is::
 
     t* = max(now, ts[-1], max over tiers with n >= L of ts[n-L] + W)
+
+(A late booked mail judged again is placed in time order among the entries, not appended:
+:func:`_held`, over the sent entries alone; the log stays sorted.)
 
 This module is the reference the Redis script (``stores/lua/sliding_log.lua``) mirrors line
 for line; the shared test suite checks that both give identical answers on the same traces.
