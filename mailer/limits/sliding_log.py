@@ -131,10 +131,7 @@ def acquire(  # noqa: PLR0917 - positional: the memory store's hot path (keyword
         for i, existing in enumerate(tags):
             if existing & TAG_BITS == named:
                 return _held(ts, tags, i, now_ms, hi, spec, max_wait_ms, late_ms)
-    view = ts
-    if late_ms >= 0:  # a run whose booking was pruned: the overdue bookings do not bind it
-        view = [t for j, t in enumerate(ts) if not tags[j] & BOOKED or t >= now_ms - late_ms]
-    t, tier = earliest(view, now_ms, spec, hi, not_before_ms)
+    t, tier = earliest(ts, now_ms, spec, hi, not_before_ms)
     named = tag & TAG_BITS
     if t == now_ms:
         ts.append(hi)

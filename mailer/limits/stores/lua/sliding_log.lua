@@ -207,15 +207,7 @@ end
 
 if not found then
   local t
-  if late >= 0 then -- a run whose booking was pruned: the overdue bookings do not bind it
-    local view, nv = {}, 0
-    for k = 1, n do
-      if tags[k] < BOOKED or ts[k] >= now - late then nv = nv + 1 view[nv] = ts[k] end
-    end
-    t, tier = earliest(view, nv)
-  else
-    t, tier = earliest(ts, n)
-  end
+  t, tier = earliest(ts, n)
   if not_before > t then t, tier = not_before, 0 end
   at = t
   if t == now then
