@@ -80,12 +80,15 @@ class HoldsGate:
         """With a hold in force, the mail booked after it (``deferred`` / ``held``, or
         :class:`Admitted` when the limiter's clock says it is over); else ``mail`` goes on. A
         mail at its slot whose deadline comes before a guessed hold's end goes on too."""
-        self._read.mail, self._read.at = mail.mail_id, self.holds.now()
+        self._read.mail = None
         try:
+            self._read.at = self.holds.now()
+            self._read.mail = mail.mail_id
             if raws is not None:
                 sender, recipient = self.holds.from_raws(raws)
             else:
                 sender, recipient = self.holds.active(mail.limit_key)
+            paced = self._paced(raws)
         except BackendUnavailable as exc:
             self.metrics.backend_down("limiter")
             if self.config.fail_open:
@@ -96,7 +99,6 @@ class HoldsGate:
         scope, hold = (SENDER, sender) if sender is not None else (RECIPIENT, recipient)
         if recipient is not None and (sender is None or recipient.until > sender.until):
             scope, hold = RECIPIENT, recipient
-        paced = self._paced(raws)
         if hold is None or (progress.due and progress.due >= hold.until):
             # no hold, or already booked after it (a hop towards its slot): the pace, if any
             return self._pace(mail, progress) if paced else mail
@@ -116,7 +118,11 @@ class HoldsGate:
     def _paced_hold(self, mail: Prepared, hold: Hold) -> Hold:
         """``hold`` lasting, for ``mail``, until its slot in the pace after the hold (the pace
         starts at the hold's end, so held mails resume one after the other)."""
-        taken = self.holds.pace.take(str(mail_tag(mail.mail_id)))
+        try:
+            taken = self.holds.pace.take(str(mail_tag(mail.mail_id)))
+        except BackendUnavailable:  # the hold alone, then (its end books the mail)
+            self.metrics.backend_down("limiter")
+            return hold
         if taken is not None and taken[0] > hold.until:
             return replace(hold, until=taken[0])
         return hold
