@@ -94,6 +94,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--recipients", type=int, default=RECIPIENTS)
     parser.add_argument("--per-recipient", type=int, default=PER_RECIPIENT)
+    parser.add_argument("--only", metavar="TOLERANCE", help="one scenario: 1h, 1s or 100ms")
     args = parser.parse_args()
     mails = (args.recipients, args.per_recipient)
     server = RedisServer().start()
@@ -114,6 +115,8 @@ def main() -> None:
         )
         base = 0.0
         for label, tolerance, slack in scenarios:
+            if args.only is not None and tolerance != args.only:
+                continue
             f = drain(server.url, tolerance, slack, mails)
             base = base or f["rate"]
             print(
