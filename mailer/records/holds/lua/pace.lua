@@ -1,5 +1,5 @@
 --[[
-mailguard pace: the sender's learned rate after a hold, one atomic step per call. Mirrors
+mailguard holds, pace: the sender's learned rate after a hold, one atomic step per call. Mirrors
 mailer/records/holds/pace.py (take_slot, slow_pace, Pace.over, MemoryPaceStore); the contract
 tests/test_pace.py runs both. mailer/records/holds/pace_redis.py loads this file.
 
@@ -7,9 +7,10 @@ KEYS[1]   the pace, "<namespace>:pace:sender": JSON {rate, since, next, step, ca
           (rate mails/s at since, epoch s; next: the earliest slot not given; step: mails/s
           gained per second; cap: mails/s, 0 none; level: halvings)
 KEYS[2]   the reservations, "<namespace>:pace:sender:slots": a hash, mail tag -> slot
-ARGV[1]   mode: "s" start (ARGV[3] the pace's JSON), "t" take (ARGV[3] the mail tag),
-          "w" slow (ARGV[3] asked: when the refused send was admitted, epoch s)
-ARGV[2]   now, epoch seconds (the caller's clock, the holds')
+ARGV[1]   mode: "s" start, "t" take, "w" slow
+ARGV[2]   now, epoch seconds (the caller's clock, the holds'; for "s": the pace's first slot)
+ARGV[3]   "s": the pace's JSON; "t": the mail's tag; "w": asked, when the refused send was
+          admitted (epoch s)
 ARGV[4]   forget: seconds a pace without a cap lasts after its last change
 
 Reply: "s": 1. "t": {slot as a string, the pace's JSON}, or nil when no pace is in force (one
