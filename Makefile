@@ -48,6 +48,7 @@ bench: install
 	$(BIN)/python -m benchmarks.timing
 	$(BIN)/python -m benchmarks.schedule
 	$(BIN)/python -m benchmarks.newsletter
+	$(BIN)/python -m benchmarks.drain
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site

@@ -79,6 +79,8 @@ def build_holds(
             client=client,
             clock=None if limiter is None else limiter.now,
             max_hold=settings.throttle_hold_max,
+            pace_start=settings.pace_start,
+            pace_step=settings.pace_step,
         )
 
 

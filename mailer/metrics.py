@@ -35,6 +35,9 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
   long ago the earliest of them was due (0 when none is overdue: the promoters keep up).
 - ``mailguard_sender_hold_seconds`` (gauge, read from the holds at each scrape by
   :class:`HoldCollector`): seconds left on the sender's hold (0: none in force).
+- ``mailguard_sender_pace_rate`` (gauge, read from the holds at each scrape by
+  :class:`PaceCollector`): the sender's learned rate after a hold, in mails/s (the slow start:
+  :mod:`mailer.records.holds.pace`); 0 when no pace is in force.
 
 prometheus-client is imported when the first :class:`Metrics` is built, so a worker can set
 ``PROMETHEUS_MULTIPROC_DIR`` (multiprocess mode) before that. In multiprocess mode every process
@@ -327,6 +330,31 @@ class HoldCollector:
         )
         left.add_metric([], 0.0 if hold is None else max(hold.until - self._clock(), 0.0))
         yield left
+
+
+class PaceCollector:
+    """The sender's learned rate after a hold as a gauge, read when scraped (one ``GET``).
+
+    ``rate`` is :meth:`mailer.records.holds.pace.SenderPace.rate_now`; a pace that cannot be
+    read yields no sample rather than failing the scrape.
+    """
+
+    def __init__(self, rate: Callable[[], float]) -> None:
+        self._rate = rate
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+
+        try:
+            rate = self._rate()
+        except Exception:  # the scrape goes on without the pace
+            return
+        gauge = GaugeMetricFamily(
+            "mailguard_sender_pace_rate",
+            "The sender's learned rate after a hold, mails/s (0: no pace in force).",
+        )
+        gauge.add_metric([], rate)
+        yield gauge
 
 
 def serve(host: str, port: int, collectors: tuple[Any, ...] = ()) -> Any:

@@ -35,6 +35,8 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_GREYLIST_DELAY`` | duration | ``60s`` | ``5m`` | how long a greylisted mail (``451 4.7.1 try again later``, Postgrey) waits before it is tried again when the reply states no delay; nobody else waits (> 0, at most ``1d``) |
 | ``MAILGUARD_HOLD_EVIDENCE`` | ``count/window`` or ``off`` | ``3/10s`` | ``5/30s`` | temporary failures of this many distinct recipients within this window hold the sender (count 2-1000, window at most ``1h``); ``off``: only replies hold |
 | ``MAILGUARD_MAX_BOOKINGS`` | whole number | ``1000000`` | ``200000`` | the most entries a shared scope (domain, sender, tenant) keeps per key, bookings included: a mail that would add one more is refused (``dropped`` / ``rate_limited``, the reason names this variable), so a runaway backlog cannot grow without bound (at least 1000) |
+| ``MAILGUARD_PACE_START`` | mails per second or ``off`` | ``1`` | ``0.5`` | after a sender hold, the first rate of the slow start: mails resume this many a second (not all at the hold's end), the rate growing by ``PACE_STEP`` each second and halving at the next throttling reply, bounded by a ``sender:`` tier (``0.01``-``10000``); ``off``: held mails are booked at the hold's end |
+| ``MAILGUARD_PACE_STEP`` | mails per second | ``0.5`` | ``2`` | the slow start's additive increase: mails per second the rate gains each second without a throttling reply (``0``-``10000``) |
 | ``MAILGUARD_POISON_AFTER`` | whole number | ``3`` | ``5`` | redelivered copies of one mail handed to a worker's pool, none of whose runs ended, before the message is quarantined as ``dropped`` / ``poison`` |
 | ``MAILGUARD_MAX_MESSAGE_BYTES`` | size | ``10MB`` | ``512KB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | duration | ``2 * longest countdown + 5m`` | ``30s`` | Redis broker redelivery timeout; set lower only to test redelivery |
@@ -67,6 +69,7 @@ from mailer.limits.policy import REFERENCE_POLICY, Policy
 from mailer.mail.address import check_sender
 from mailer.mail.kinds import Kinds
 from mailer.mail.transports import registry as transports
+from mailer.records.holds.pace import PACE_START, PACE_STEP
 from mailer.settings_env import ALL_INTERFACES, PREFIX, read_values
 
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
@@ -116,6 +119,8 @@ KNOWN = frozenset(
         "SES_ENDPOINT_URL",
         "SES_CONFIGURATION_SET",
         "MAX_BOOKINGS",
+        "PACE_START",
+        "PACE_STEP",
     )
 )
 
@@ -157,6 +162,8 @@ class Settings:
     greylist_delay: float = defaults.GREYLIST_DELAY
     hold_evidence: tuple[int, float] | None = defaults.HOLD_EVIDENCE
     max_bookings: int = MAX_BOOKINGS
+    pace_start: float | None = PACE_START
+    pace_step: float = PACE_STEP
     kinds: Kinds = field(default_factory=Kinds.defaults)
     transport: str = transports.DEFAULT
     django_backend: str | None = None
@@ -200,6 +207,14 @@ class Settings:
             ses_endpoint_url=self.ses_endpoint_url,
             ses_configuration_set=self.ses_configuration_set,
         )
+        self._check_pace()
+
+    def _check_pace(self) -> None:
+        start = self.pace_start
+        if start is not None and not 0.01 <= start <= 10_000:
+            raise ValueError(f"{PREFIX}PACE_START must be 0.01-10000 mails/s or off, got {start:g}")
+        if not 0 <= self.pace_step <= 10_000:
+            raise ValueError(f"{PREFIX}PACE_STEP must be 0-10000 mails/s, got {self.pace_step:g}")
 
     def _check_watch(self) -> None:
         if not 0.1 <= self.watch_grace <= 600:

@@ -89,6 +89,19 @@ def _evidence(value: str) -> tuple[int, float] | None:
     return int(count), parse_duration(window.strip())
 
 
+def _rate(value: str) -> float:
+    """A number of mails per second: ``0.5``, ``2``."""
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not a number of mails per second") from None
+
+
+def _off_or_rate(value: str) -> float | None:
+    """``off`` (None) or a number of mails per second."""
+    return None if value.strip().lower() == "off" else _rate(value)
+
+
 def _integer(value: str) -> int:
     try:
         return int(value)
@@ -127,6 +140,8 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("THROTTLE_HOLD_MAX", "throttle_hold_max", parse_duration),
     ("GREYLIST_DELAY", "greylist_delay", parse_duration),
     ("HOLD_EVIDENCE", "hold_evidence", _evidence),
+    ("PACE_START", "pace_start", _off_or_rate),
+    ("PACE_STEP", "pace_step", _rate),
     ("SEND_RETRIES", "send_retries", _integer),
     ("POISON_AFTER", "poison_after", _integer),
     ("MAX_BOOKINGS", "max_bookings", _integer),

@@ -29,6 +29,9 @@ from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
 from devservers.redis_servers import free_port
 
+#: A relay's refusal of a mail beyond its rate (classified as a sender hold).
+SHAPED = "421 4.7.0 Too many messages, slow down"
+
 
 @dataclass(frozen=True)
 class Delivered:
@@ -66,6 +69,10 @@ class RecordingHandler:
         #: Called with (address, reply) just before a planned refusal of a RCPT is sent.
         self.on_refusal: Callable[[str, str], None] | None = None
         self.logins: list[tuple[bytes, bytes]] = []
+        #: (count, seconds, reply): a RCPT that would make more than ``count`` accepted within
+        #: ``seconds`` gets ``reply`` instead (a server that shapes traffic); None: no limit.
+        self.rate_limit: tuple[int, float, str] | None = None
+        self._accepted: deque[float] = deque()
 
     async def handle_RCPT(
         self,
@@ -83,7 +90,10 @@ class RecordingHandler:
                 reply = planned.popleft()
             elif self._rcpt_replies:
                 reply = self._rcpt_replies.popleft()
-            self.events.append((time.time(), "RCPT", address, reply))
+            now = time.time()
+            if reply.startswith("250") and self.rate_limit is not None:
+                reply = self._shaped(now, reply)
+            self.events.append((now, "RCPT", address, reply))
         if reply.startswith("250"):
             envelope.rcpt_tos.append(address)
         elif self.on_refusal is not None:
@@ -123,6 +133,18 @@ class RecordingHandler:
                 return self.permanent_data_reply
             self._record(envelope)
         return "250 2.0.0 Message accepted for delivery"
+
+    def _shaped(self, now: float, reply: str) -> str:
+        """``reply``, or the rate limit's refusal when this RCPT would be one too many (the
+        caller holds the lock)."""
+        assert self.rate_limit is not None
+        count, seconds, refusal = self.rate_limit
+        while self._accepted and self._accepted[0] <= now - seconds:
+            self._accepted.popleft()
+        if len(self._accepted) >= count:
+            return refusal
+        self._accepted.append(now)
+        return reply
 
     def _record(self, envelope: Envelope) -> None:
         """Keep the message as delivered (the caller holds the lock)."""
@@ -258,6 +280,12 @@ class SmtpTestServer:
     def fail_rcpt_for(self, address: str, reply: str, times: int = 1) -> None:
         """Answer the next ``times`` RCPT commands for ``address`` (only) with ``reply``."""
         self.handler.reply_to_rcpt(reply, times, address=address)
+
+    def limit_rate(self, count: int, seconds: float = 1.0, reply: str = SHAPED) -> None:
+        """From now on, refuse with ``reply`` each RCPT beyond ``count`` accepted within any
+        ``seconds`` (the server's own clock): a relay that shapes traffic."""
+        with self.handler._lock:
+            self.handler.rate_limit = (count, seconds, reply)
 
     def events(self, command: str | None = None) -> list[tuple[float, str, str, str]]:
         """The RCPT and DATA commands received so far (or those of ``command``), in order:

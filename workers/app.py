@@ -202,7 +202,7 @@ def _hold_gauges() -> tuple[Any, ...]:
     if settings.throttle_hold is None or is_memory(settings.limiter_url):
         return ()
     holds = build_holds(settings)
-    return (metrics.HoldCollector(holds.sender),)
+    return (metrics.HoldCollector(holds.sender), metrics.PaceCollector(holds.pace.rate_now))
 
 
 @signals.worker_process_shutdown.connect

@@ -3,8 +3,10 @@
 The kind's ``max_wait`` counts from when the guard first saw the mail, on the limiter's clock
 (:meth:`~mailer.guard.booking.Booking.window`): a mail past that deadline is dropped
 ``expired``, and no booking reaches beyond it. A run that starts, by the limiter's clock, more
-than ``late_tolerance`` seconds after its booked slot gives the slot back and asks again
-(:meth:`Admission.rebook`), so late mails are spaced by the policy in real time. A limiter
+than ``late_tolerance`` seconds after its booked slot is spaced by the policy in real time:
+where the limiter judges lateness (recipient sliding tiers, one recipient) it does so inside
+the decision, against the slots actually sent (overdue bookings ignored); elsewhere the run
+gives the slot back and asks again (:meth:`Admission.rebook`). A limiter
 that is down defers (``fail_closed``) or lets the mail go unguarded (``fail_open``); recipients
 that found no common slot always defer.
 """
@@ -50,12 +52,44 @@ class Admission:
             started = time.perf_counter()
             decision = self.booking.acquire(mail, max_wait)
             self.metrics.decision(time.perf_counter() - started)
-            if decision.allowed and now - decision.at > self.config.late_tolerance:
+            if self._judged(mail):
+                late = self._judged_late(mail, progress, decision, now)
+            elif decision.allowed and now - decision.at > self.config.late_tolerance:
                 late = True
                 decision = self.rebook(mail, decision, max_wait, now)
         except (BackendUnavailable, Contended) as exc:
             return self._unanswered(mail, progress, exc)
         return self.booking.answer(mail, mail.base, progress, decision, late=late)
+
+    def _judged(self, mail: Prepared) -> bool:
+        """Whether the limiter judged this mail's lateness itself (one recipient, a limiter
+        that does: :attr:`Booking.judges_lateness`)."""
+        return not mail.more_keys and self.booking.judges_lateness
+
+    def _judged_late(
+        self, mail: Prepared, progress: Progress, decision: Decision, now: float
+    ) -> bool:
+        """Whether the limiter judged this run late (sent now, booked again, or no slot in
+        time), counted and logged. A run that finds its booking already moved (a copy of a run
+        that was booked again; the answer names no tier) was not judged: not late."""
+        late_by = now - progress.due if progress.due else 0.0
+        if late_by <= self.config.late_tolerance:
+            return False
+        if decision.booked and decision.tier is None:
+            return False
+        self._late(mail, decision, late_by)
+        return True
+
+    def _late(self, mail: Prepared, again: Decision, late_by: float) -> None:
+        """Count and log a late run that the limiter judged again (see :meth:`rebook`)."""
+        self.metrics.rebooked(mail.kind.name if mail.kind.name in self.kinds else UNKNOWN_KIND)
+        log.info(
+            "mail %s ran %s after its slot: %s",
+            mail.mail_id,
+            human(late_by),
+            "sent now" if again.allowed else "booked again" if again.booked else "no slot in time",
+            extra=log_fields(mail.base),
+        )
 
     def rebook(self, mail: Prepared, slot: Decision, max_wait: float, now: float) -> Decision:
         """This run is late for its slot: give the slot back and ask the limiter again, now.

@@ -43,6 +43,9 @@ log = logging.getLogger("mailguard")
 
 #: The scope of an :class:`After` that waits out a greylisting delay (this mail alone).
 GREYLISTING = "greylisting"
+#: The scope of an :class:`After` that waits for its slot in the sender's pace after a hold
+#: (:mod:`mailer.records.holds.pace`).
+PACE = "pace"
 #: How far before its deadline a mail is booked when a guessed hold outlasts the deadline,
 #: in seconds (at most half the wait left): room for the limiter to find the slot in time.
 LATEST_MARGIN = 0.5
@@ -66,10 +69,14 @@ class After:
     def held_until(self) -> str:
         if self.scope == GREYLISTING:
             return f"greylisted until {iso(self.hold.until)}"
+        if self.scope == PACE:
+            return f"sender paced until {iso(self.hold.until)}"
         return f"{self.scope} held until {iso(self.hold.until)}"
 
     def tier(self) -> str:
         """The ``tier`` of a mail booked or dropped because of this hold."""
+        if self.scope == PACE:
+            return "sender pace"
         return GREYLISTING if self.scope == GREYLISTING else f"{self.scope} hold"
 
     def end(self, now: float, max_wait: float) -> float:
@@ -140,8 +147,10 @@ class Booking:
 
     def acquire(self, mail: Prepared, max_wait: float, not_before: float | None = None) -> Decision:
         """The limiter's decision for ``mail`` in every scope; ``not_before`` (epoch seconds,
-        a hold's end) books the earliest slot at or after it. Raises ``BackendUnavailable``,
-        and ``Contended`` for several recipients that found no common slot."""
+        a hold's end) books the earliest slot at or after it. Where the limiter judges lateness
+        (:attr:`judges_lateness`), a one-recipient mail's late run is judged in this same call.
+        Raises ``BackendUnavailable``, and ``Contended`` for several recipients that found no
+        common slot."""
         if mail.more_keys:  # several recipients: one slot that suits them all
             return acquire_all(
                 _ForMail(self.limiter, mail),
@@ -149,6 +158,14 @@ class Booking:
                 mail_id=mail.mail_id,
                 max_wait=max_wait,
                 not_before=not_before,
+            )
+        if self.judges_lateness:  # a late booked mail is judged inside the decision
+            return self.limiter.acquire(
+                mail.limit_key,
+                mail_id=mail.mail_id,
+                max_wait=max_wait,
+                not_before=not_before,
+                late_after=self.config.late_tolerance,
             )
         return self.limiter.acquire(
             mail.limit_key,
@@ -158,6 +175,13 @@ class Booking:
             share=mail.kind.share,
             not_before=not_before,
         )
+
+    @property
+    def judges_lateness(self) -> bool:
+        """Whether the limiter judges a late run of a one-recipient mail itself, on its own
+        clock, against the slots actually sent (:attr:`Limiter.judges_lateness`: a policy of
+        recipient sliding tiers); else admission re-books a late run (give back, ask again)."""
+        return self.limiter.judges_lateness
 
     def give_back(self, mail: Prepared) -> bool:
         """Release ``mail``'s slot in every recipient's key; whether one was held. Raises

@@ -137,6 +137,7 @@ class Limiter:
         max_wait: float = 0.0,
         share: float = 1.0,
         not_before: float | None = None,
+        late_after: float | None = None,
     ) -> Decision:
         """Admit one mail to ``recipient`` now, book a later slot, or refuse; atomically over
         every tier of every scope the mail has a key in.
@@ -150,9 +151,14 @@ class Limiter:
         ``not_before`` (epoch seconds, e.g. the end of a hold after a throttling reply) makes
         the slot the earliest admissible time at or after it: booked (within ``max_wait``),
         never now. ``Decision.scope`` and ``.tier`` name the binding scope and tier.
+        ``late_after`` (seconds; only where :attr:`judges_lateness`, else ignored): a mail id
+        whose booking is reached more than that after its slot is judged again now against the
+        recipient's entries actually sent, overdue bookings ignored (``sliding_log._held``).
         Raises ``ValueError`` for a bad argument, :class:`mailer.errors.BackendUnavailable`
         when the storage cannot be reached.
         """
+        if late_after is not None and self.judges_lateness:
+            return self._acquire_late(recipient, mail_id, max_wait, late_after, not_before)
         # The common case (a str key, no mail id, no wait) skips the helper calls: hot path.
         if type(recipient) is not str or not 0 < len(recipient) <= MAX_KEY_LENGTH:
             check_key(recipient)
@@ -166,6 +172,33 @@ class Limiter:
             return self.store.acquire(recipient, tag, wait_ms)  # positional: the faster call
         nb = 0 if not_before is None else not_before_ms(not_before)
         return self.store.acquire(recipient, tag, wait_ms, tenant, share=share, not_before_ms=nb)
+
+    @property
+    def judges_lateness(self) -> bool:
+        """Whether :meth:`acquire` judges a late booked mail itself (``late_after``): a policy
+        of recipient sliding tiers only (the single-key stores); else the caller re-books."""
+        return bool(getattr(self.store, "judges_lateness", False))
+
+    def _acquire_late(
+        self,
+        recipient: str,
+        mail_id: str | None,
+        max_wait: float,
+        late_after: float,
+        not_before: float | None,
+    ) -> Decision:
+        check_key(recipient)
+        if not 0 <= late_after <= MAX_WAIT:
+            raise ValueError(f"late_after must be 0 to {MAX_WAIT:.0f} seconds, got {late_after}")
+        nb = 0 if not_before is None else not_before_ms(not_before)
+        return self.store.acquire(  # type: ignore[call-arg]
+            recipient,
+            0 if mail_id is None else mail_tag(mail_id),
+            max_wait_ms(max_wait),
+            None,
+            not_before_ms=nb,
+            late_ms=int(late_after * 1000),
+        )
 
     def acquire_many(
         self,

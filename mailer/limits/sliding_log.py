@@ -1,7 +1,10 @@
 """The sliding-log algorithm, pure: one decision over every tier of a policy, no I/O, no clock.
 
 A key's log is its admission times in milliseconds, oldest first, each with a 48-bit tag
-derived from the mail id (0 for none). Entries older than the longest window are pruned; since
+derived from the mail id (0 for none); bit 47 of a stored tag flags a booking made under a mail
+id whose mail has not been admitted yet (:data:`BOOKED`), so the log tells sent slots from
+overdue bookings, and a late booked mail is judged against the slots sent (:func:`_held`).
+Entries older than the longest window are pruned; since
 no window ever holds more than its limit, a log holds at most the longest window's limit of past
 entries (10 for the reference policy), plus the bookings still in the future. Nothing else is
 trimmed: dropping an entry a window can still see would let a later ``release`` over-admit.
@@ -10,6 +13,9 @@ Appending an entry at ``x`` (never before the newest entry) breaks tier ``(L, W)
 log has ``n >= L`` entries and ``ts[n-L] > x - W``. So the earliest admissible time is::
 
     t* = max(now, ts[-1], max over tiers with n >= L of ts[n-L] + W)
+
+(A late booked mail judged again is placed in time order among the entries, not appended:
+:func:`_held`, over the sent entries alone; the log stays sorted.)
 
 This module is the reference the Redis script (``stores/lua/sliding_log.lua``) mirrors line
 for line; the shared test suite checks that both give identical answers on the same traces.
@@ -22,8 +28,15 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Sequence
 
+from mailer.limits.insertion import window_max
+
 #: A raw answer: (allowed, booked, at_ms, wait_ms, tier_index, *remaining), all ints.
 RawDecision = tuple[int, ...]
+#: The flag of an entry *booked* under a mail id whose mail has not been admitted yet (bit 47 of
+#: its stored tag): a sent slot and an overdue booking look alike otherwise.
+BOOKED = 1 << 47
+#: The bits of a tag that name its mail (a tag is compared without the flag).
+TAG_BITS = BOOKED - 1
 
 
 class TierSpec:
@@ -99,6 +112,7 @@ def acquire(  # noqa: PLR0917 - positional: the memory store's hot path (keyword
     max_wait_ms: int,
     now_hi: int | None = None,
     not_before_ms: int = 0,
+    late_ms: int = -1,
 ) -> RawDecision:
     """Decide for one attempt and record it in ``ts``/``tags`` (in place) if admitted or booked.
 
@@ -107,33 +121,84 @@ def acquire(  # noqa: PLR0917 - positional: the memory store's hot path (keyword
     now rounded down (every tier is checked against it) and ``now_hi`` now rounded up (an
     admission now is stored there; default ``now_ms``, a clock in whole ms). With
     ``not_before_ms`` (epoch ms) after now the mail is booked at the earliest admissible time
-    at or after it (a hold), or refused past ``max_wait_ms``.
+    at or after it (a hold), or refused past ``max_wait_ms``. A mail id whose booking is reached
+    is judged against the entries sent (:func:`_held`): later than ``late_ms`` after its slot
+    (< 0: never late), it is judged again now; a booking is stored flagged :data:`BOOKED`.
     """
     hi = now_ms if now_hi is None else now_hi
     if tag:
+        named = tag & TAG_BITS
         for i, existing in enumerate(tags):
-            if existing == tag:
-                at = ts[i]
-                wait = at - now_ms if at > hi else 0
-                seen = at if at > hi else now_ms
-                return (
-                    int(at <= hi),
-                    int(at > hi),
-                    at,
-                    wait,
-                    0,
-                    *remaining(ts, seen, spec),
-                )
+            if existing & TAG_BITS == named:
+                return _held(ts, tags, i, now_ms, hi, spec, max_wait_ms, late_ms)
     t, tier = earliest(ts, now_ms, spec, hi, not_before_ms)
+    named = tag & TAG_BITS
     if t == now_ms:
         ts.append(hi)
-        tags.append(tag)
+        tags.append(named)
         return (1, 0, now_ms, 0, 0, *remaining(ts, now_ms, spec))
     if 0 < t - now_ms <= max_wait_ms:
         ts.append(t)
-        tags.append(tag)
+        tags.append(named | BOOKED if tag else 0)  # a booking without a mail id counts as sent
         return (0, 1, t, t - now_ms, tier, *remaining(ts, t, spec))
     return (0, 0, t, t - now_ms, tier, *remaining(ts, now_ms, spec))
+
+
+def _held(  # noqa: PLR0917 - the positional hot path of acquire
+    ts: list[int],
+    tags: list[int],
+    i: int,
+    now_ms: int,
+    hi: int,
+    spec: TierSpec,
+    max_wait_ms: int,
+    late_ms: int,
+) -> RawDecision:
+    """The answer for a mail id that holds entry ``i``: booked (its slot is ahead), or admitted.
+
+    A booking reached is judged where the truth is, against the entries actually *sent* (not
+    flagged :data:`BOOKED`): on time (at most ``late_ms`` after its slot; ``late_ms`` < 0: any
+    time) and still fitting among them, it is admitted at its slot; else (late, or a late mail
+    sent next to it since) it is judged again now, ignoring every booking (an overdue one is
+    judged when its own run comes, a future one when it is reached): admitted now when the sent
+    entries allow it, else booked at the earliest time they and the bookings not overdue allow
+    (behind those: each mail booked again gets a slot of its own), or refused (its entry given
+    back).
+    """
+    at = ts[i]
+    if at > hi:
+        return (0, 1, at, at - now_ms, 0, *remaining(ts, at, spec))
+    if not tags[i] & BOOKED:  # admitted already (the same mail asking again)
+        return (1, 0, at, 0, 0, *remaining(ts, now_ms, spec))
+    sent = [t for j, t in enumerate(ts) if j != i and not tags[j] & BOOKED]
+    if (late_ms < 0 or now_ms - at <= late_ms) and all(
+        window_max(sent, at, window) < limit for limit, window in spec.pairs
+    ):
+        tags[i] &= TAG_BITS
+        return (1, 0, at, 0, 0, *remaining(ts, now_ms, spec))
+    tag = tags[i] & TAG_BITS
+    del ts[i]
+    del tags[i]
+    t, tier = earliest(sent, now_ms, spec, hi)
+    if t == now_ms:
+        _insert(ts, tags, hi, tag)
+        return (1, 0, now_ms, 0, 0, *remaining(ts, now_ms, spec))
+    # Booked again: after the bookings still ahead too (not overdue), so that mails booked
+    # again get slots of their own, in the order they asked.
+    cut = now_ms - late_ms if late_ms >= 0 else -1
+    ahead = [t for j, t in enumerate(ts) if not tags[j] & BOOKED or t >= cut]
+    t, tier = earliest(ahead, now_ms, spec, hi)
+    if t - now_ms <= max_wait_ms:
+        _insert(ts, tags, t, tag | BOOKED)
+        return (0, 1, t, t - now_ms, tier, *remaining(ts, t, spec))
+    return (0, 0, t, t - now_ms, tier, *remaining(ts, now_ms, spec))
+
+
+def _insert(ts: list[int], tags: list[int], at: int, tag: int) -> None:
+    """Insert entry ``(at, tag)`` in time order (after the entries at the same ms)."""
+    index = bisect_right(ts, at)
+    ts.insert(index, at)
+    tags.insert(index, tag)
 
 
 def peek(ts: list[int], now_ms: int, spec: TierSpec, now_hi: int | None = None) -> RawDecision:
@@ -146,8 +211,9 @@ def peek(ts: list[int], now_ms: int, spec: TierSpec, now_hi: int | None = None) 
 
 def release(ts: list[int], tags: list[int], tag: int) -> bool:
     """Remove, in place, the entry tagged ``tag``; return whether there was one."""
+    named = tag & TAG_BITS
     for i, existing in enumerate(tags):
-        if existing == tag:
+        if existing & TAG_BITS == named:
             del ts[i]
             del tags[i]
             return True

@@ -61,11 +61,14 @@ def status(
         fail("missing ADDRESS (or --sender, --tenant NAME, --dead-letters)", USAGE)
     key = None if address is None else recipient_key(address)
     hold = _sender_hold(settings) if sender else None
+    pace = _sender_pace(settings) if sender else None
     if not single_key(settings.policy):  # a report of every scope
-        _scoped_status(settings, key, tenant=tenant, sender=sender, as_json=as_json, hold=hold)
+        _scoped_status(
+            settings, key, tenant=tenant, sender=sender, as_json=as_json, hold=(hold, pace)
+        )
         return
     if key is None and sender:
-        _show_hold({"scope": "sender"}, hold, as_json=as_json)
+        _show_hold({"scope": "sender"}, hold, pace, as_json=as_json)
         return
     if key is None:
         fail(f"policy {settings.policy} has no sender or tenant scope: give an ADDRESS", USAGE)
@@ -77,7 +80,7 @@ def status(
     finally:
         limiter.close()
     if sender:
-        _show_hold(report, hold, as_json=as_json, show=views.show_status)
+        _show_hold(report, hold, pace, as_json=as_json, show=views.show_status)
     elif as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -97,16 +100,40 @@ def _sender_hold(settings: Settings) -> dict[str, Any] | None:
     return None if hold is None else asdict(hold)
 
 
+def _sender_pace(settings: Settings) -> dict[str, Any] | None:
+    """The sender's pace after a hold in force (its learned rate now, in mails/s), or None."""
+    try:
+        pace = build_holds(settings).pace
+        current = pace.current()
+        rate = pace.rate_now()
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    return None if current is None else asdict(current) | {"rate_now": rate}
+
+
+def _show_pace(pace: dict[str, Any] | None) -> None:
+    if pace is None:
+        return  # no slow start in force: the hold line says it all
+    bound = f", up to the sender tier's {pace['cap']:.3g}/s" if pace["cap"] else ""
+    click.echo(
+        f"sender paced after a hold: {pace['rate_now']:.3g} mails/s now (learned: "
+        f"+{pace['step']:.3g}/s each second without a throttling reply, halved "
+        f"{pace['level']} times{bound})"
+    )
+
+
 def _show_hold(
     report: dict[str, Any],
     hold: dict[str, Any] | None,
+    pace: dict[str, Any] | None = None,
     *,
     as_json: bool,
     show: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> None:
-    """``report`` (shown by ``show``, if any) and the sender's hold line; JSON: one object."""
+    """``report`` (shown by ``show``, if any), the sender's hold line and its pace's; JSON:
+    one object."""
     if as_json:
-        click.echo(json.dumps(report | {"hold": hold}, indent=2))
+        click.echo(json.dumps(report | {"hold": hold, "pace": pace}, indent=2))
         return
     if show is not None:
         show(report)
@@ -125,6 +152,7 @@ def _show_hold(
             f"sender held until {views.when(hold['until'])} ({hold['cause']}), "
             f"{left} left, level {hold['level']}; {why}"
         )
+    _show_pace(pace)
 
 
 def _scoped_status(
@@ -134,7 +162,7 @@ def _scoped_status(
     tenant: str | None,
     sender: bool,
     as_json: bool,
-    hold: dict[str, Any] | None = None,
+    hold: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
 ) -> None:
 
     try:
@@ -149,7 +177,7 @@ def _scoped_status(
     finally:
         limiter.close()
     if sender:
-        _show_hold(report, hold, as_json=as_json, show=views.show_scoped_status)
+        _show_hold(report, *hold, as_json=as_json, show=views.show_scoped_status)
     elif as_json:
         click.echo(json.dumps(report, indent=2))
     else:

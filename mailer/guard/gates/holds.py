@@ -6,7 +6,7 @@ Before admission, a mail meets the holds in force (the sender's, and its recipie
 delay stated by the server) never drops a mail whose deadline comes first: the mail is booked
 at the latest slot its deadline allows, and goes then (:meth:`Booking.after_hold`).
 
-On a send error (:func:`mailer.mail.replies.classify`):
+On a send error (:func:`mailer.mail.replies.reaction_of`):
 
 - greylisting: this mail alone is booked again after the reply's delay or ``greylist_delay``;
 - a rate or quota reply holds the sender (or ``4.2.1``: that recipient) and books the mail
@@ -31,13 +31,16 @@ from mailer import defaults
 from mailer import outcomes as why
 from mailer.durations import human
 from mailer.errors import BackendUnavailable, TransientSendError
-from mailer.guard.booking import GREYLISTING, After, Booking
+from mailer.guard.booking import GREYLISTING, PACE, After, Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, iso, log_fields
 from mailer.guard.gates import Reads
 from mailer.guard.outage import backend_down
+from mailer.limits.keys import mail_tag
 from mailer.mail.replies import Action, Reaction, enhanced_status, reaction_of
 from mailer.metrics import Metrics
+from mailer.outcomes import Outcome
 from mailer.records.holds import RECIPIENT, SENDER, Hold, Holds
+from mailer.records.holds.pace import Pace, sender_cap
 from mailer.steps import Finish, Progress, Step
 
 log = logging.getLogger("mailguard")
@@ -65,6 +68,8 @@ class HoldsGate:
         # their end once.
         self._known: dict[str, float] = {}
         self._known_lock = threading.Lock()
+        # When this thread's run last read the holds, and for which mail (see _asked).
+        self._read = threading.local()
 
     def reads(self, mail: Prepared) -> Reads | None:
         return self.holds.plain_read(mail.limit_key)
@@ -75,11 +80,15 @@ class HoldsGate:
         """With a hold in force, the mail booked after it (``deferred`` / ``held``, or
         :class:`Admitted` when the limiter's clock says it is over); else ``mail`` goes on. A
         mail at its slot whose deadline comes before a guessed hold's end goes on too."""
+        self._read.mail = None
         try:
+            self._read.at = self.holds.now()
+            self._read.mail = mail.mail_id
             if raws is not None:
                 sender, recipient = self.holds.from_raws(raws)
             else:
                 sender, recipient = self.holds.active(mail.limit_key)
+            paced = self._paced(raws)
         except BackendUnavailable as exc:
             self.metrics.backend_down("limiter")
             if self.config.fail_open:
@@ -91,7 +100,8 @@ class HoldsGate:
         if recipient is not None and (sender is None or recipient.until > sender.until):
             scope, hold = RECIPIENT, recipient
         if hold is None or (progress.due and progress.due >= hold.until):
-            return mail  # no hold, or already booked after it (a hop towards its slot)
+            # no hold, or already booked after it (a hop towards its slot): the pace, if any
+            return self._pace(mail, progress) if paced else mail
         if progress.due and not hold.stated:
             window = self.booking.window(mail, progress)
             if isinstance(window, Finish):
@@ -99,9 +109,58 @@ class HoldsGate:
             now, max_wait = window
             if now + max_wait < hold.until:
                 return mail  # booked before its deadline: it cannot wait the guess out
+        if scope == SENDER and paced:
+            hold = self._paced_hold(mail, hold)
         return self.booking.after_hold(
             mail, mail.base, progress, After(scope, hold), holds_slot=False
         )
+
+    def _paced_hold(self, mail: Prepared, hold: Hold) -> Hold:
+        """``hold`` lasting, for ``mail``, until its slot in the pace after the hold (the pace
+        starts at the hold's end, so held mails resume one after the other)."""
+        try:
+            taken = self.holds.pace.take(str(mail_tag(mail.mail_id)))
+        except BackendUnavailable:  # the hold alone, then (its end books the mail)
+            self.metrics.backend_down("limiter")
+            return hold
+        if taken is not None and taken[0] > hold.until:
+            return replace(hold, until=taken[0])
+        return hold
+
+    def _paced(self, raws: list[Any] | None) -> bool:
+        """Whether a pace may be in force (its key was read with the holds, or, read alone,
+        holds one); False when the slow start is off."""
+        if self.holds.pace.rate is None:
+            return False
+        if raws is not None and len(raws) > 2:
+            return raws[2] is not None
+        return self.holds.pace.current() is not None
+
+    def _pace(self, mail: Prepared, progress: Progress) -> Prepared | Admitted | Step:
+        """The sender's pace after a hold: ``mail`` goes on at its slot (the one it holds, or
+        the next when it is now); else it is booked at that slot (``deferred`` / ``held``,
+        ``hold`` ``pace``). A mail whose deadline comes first goes on."""
+        pace = self.holds.pace
+        try:
+            taken = pace.take(str(mail_tag(mail.mail_id)))
+            if taken is None or taken[0] <= self.holds.now():
+                return mail
+            slot, current = taken
+            window = self.booking.window(mail, progress)
+        except BackendUnavailable as exc:
+            self.metrics.backend_down("limiter")
+            if self.config.fail_open:
+                return mail
+            return backend_down(self.config, mail.base, progress, exc, why.LIMITER_UNAVAILABLE)
+        if isinstance(window, Finish):
+            return window
+        now, max_wait = window
+        if progress.due and now + max_wait < slot:
+            return mail  # booked before its deadline: it cannot wait for its pace slot
+        cause = f"the sender's pace after a hold, {current.rate_at(slot):.3g} mails/s"
+        wait = Hold(until=slot, level=current.level, cause=cause, since=now)
+        after = After(PACE, wait)
+        return self.booking.after_hold(mail, mail.base, progress, after, holds_slot=False)
 
     def on_send_error(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:
         """Greylisting books this mail after its delay; a rate reply holds the sender (or this
@@ -182,9 +241,14 @@ class HoldsGate:
         base = refused.base.but(
             attempts=progress.attempts, smtp_code=exc.code, smtp_reply=exc.reply
         )
-        asked = refused.base.due
+        asked = self._asked(mail, refused.base.due)
         before = self.holds.now()
         try:
+            paced = scope == SENDER and self.holds.pace.rate is not None
+            if paced:
+                slowed = self.holds.pace.slow(before if asked is None else asked)
+                if slowed is not None:  # paced after a hold: halve the pace, no new hold
+                    return self._slowed(mail, base, progress, slowed, cause=cause, at=before)
             if scope == SENDER:
                 hold = self.holds.hold_sender(seconds, cause, asked=asked, stated=stated)
             else:
@@ -200,7 +264,8 @@ class HoldsGate:
         who = SENDER if scope == SENDER else f"recipient {mail.base.recipient}"
         name = SENDER if scope == SENDER else mail.base.recipient or ""
         self._note(name, who, hold)
-        if hold.since >= before - _SAME_TIME:  # written now, not a hold already answered
+        written = hold.since >= before - _SAME_TIME  # not a hold already answered
+        if written:
             self.metrics.hold(scope, label)
             log.warning(
                 "hold started: %s until %s (%s), %s",
@@ -211,7 +276,68 @@ class HoldsGate:
                 f"{human(hold.length)}, level {hold.level}",
                 extra=log_fields(base) | {"hold": scope, "until": hold.until, "level": hold.level},
             )  # fmt: skip
+        if scope == SENDER and self.holds.pace.rate is not None:
+            hold = self._start_pace(mail, hold, written=written)
         return self.booking.after_hold(mail, base, progress, After(scope, hold), holds_slot=True)
+
+    def _asked(self, mail: Prepared, due: float | None) -> float | None:
+        """When the refused send was asked for, as the holds' doubling rule wants it: its
+        admission (``due``), or earlier, when this run read the holds (a hold written between
+        that read and the admission, by another worker's refusal of the same burst, is the same
+        throttling: not doubled)."""
+        if getattr(self._read, "mail", None) != mail.mail_id:
+            return due
+        read_at: float = self._read.at
+        return read_at if due is None else min(due, read_at)
+
+    def _start_pace(self, mail: Prepared, hold: Hold, *, written: bool) -> Hold:
+        """Start the slow start at the end of the sender's ``hold`` (when it was ``written``
+        now), bounded by the policy's sender tier; ``hold`` lasting until ``mail``'s slot in
+        it. A pace that cannot be written leaves the hold to end in one go (logged)."""
+        try:
+            pace = None
+            if written:
+                pace = self.holds.pace.start(hold.until, sender_cap(self.booking.limiter.policy))
+            hold = self._paced_hold(mail, hold)
+        except BackendUnavailable:
+            self.metrics.backend_down("limiter")
+            log.warning("the sender's pace after the hold could not be written or read")
+            return hold
+        if pace is not None:
+            log.info(
+                "pace started: sender at %.3g mails/s from %s, +%.3g mails/s each second%s",
+                pace.rate,
+                iso(pace.since),
+                pace.step,
+                f" up to the sender tier's {pace.cap:.3g}/s" if pace.cap else "",
+                extra={"hold": SENDER, "pace": pace.rate},
+            )
+        return hold
+
+    def _slowed(
+        self,
+        mail: Prepared,
+        base: Outcome,
+        progress: Progress,
+        pace: Pace,
+        *,
+        cause: str,
+        at: float,
+    ) -> Admitted | Step:
+        """The pace was halved (or had been, for a send admitted before): book ``mail`` at its
+        next slot in it, with the reply that slowed it as the cause."""
+        if pace.since >= at - _SAME_TIME:
+            log.warning(
+                "pace slowed: sender at %.3g mails/s (%s), level %d",
+                pace.rate,
+                cause,
+                pace.level,
+                extra=log_fields(base) | {"hold": SENDER, "pace": pace.rate},
+            )
+        taken = self.holds.pace.take(str(mail_tag(mail.mail_id)))
+        slot = at if taken is None else taken[0]
+        wait = Hold(until=slot, level=pace.level, cause=cause, since=at)
+        return self.booking.after_hold(mail, base, progress, After(PACE, wait), holds_slot=True)
 
     def _note(self, name: str, who: str, hold: Hold | None) -> None:
         """Remember the holds this worker has seen; log once when one it knew has ended."""

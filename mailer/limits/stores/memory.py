@@ -72,6 +72,8 @@ class SlidingMemoryStore:
 
     url = "memory://"
     client = None
+    #: Judges a late booked mail itself (``acquire(..., late_ms=)``): see sliding_log._held.
+    judges_lateness = True
 
     def __init__(
         self,
@@ -107,6 +109,7 @@ class SlidingMemoryStore:
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         not_before_ms: int = 0,
+        late_ms: int = -1,
     ) -> Decision:
         if self._generation != _fork_generation:
             self._generation = _fork_generation
@@ -122,7 +125,9 @@ class SlidingMemoryStore:
                 log = logs[key] = _Log()
             elif log.ts and log.ts[0] <= now - spec.max_window_ms:
                 sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
-            raw = sliding_log.acquire(log.ts, log.tags, now, spec, tag, wait_ms, hi, not_before_ms)
+            raw = sliding_log.acquire(
+                log.ts, log.tags, now, spec, tag, wait_ms, hi, not_before_ms, late_ms
+            )
             if raw[0] or raw[1]:
                 log.expires_ms = log.ts[-1] + spec.max_window_ms
                 logs.move_to_end(key)

@@ -64,6 +64,9 @@ class SlidingRedisStore:
     A script missing from the server's cache (restart, ``SCRIPT FLUSH``) is loaded again.
     """
 
+    #: Judges a late booked mail itself (``acquire(..., late_ms=)``): see sliding_log._held.
+    judges_lateness = True
+
     def __init__(
         self,
         policy: Policy,
@@ -104,11 +107,14 @@ class SlidingRedisStore:
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         not_before_ms: int = 0,
+        late_ms: int = -1,
     ) -> Decision:
         now = "" if self._clock is None else to_us(self._clock())
         args = (
             ["a", now, tag, wait_ms, not_before_ms] if not_before_ms else ["a", now, tag, wait_ms]
         )
+        if late_ms >= 0:
+            args = ["a", now, tag, wait_ms, not_before_ms, late_ms]
         # EVALSHA inline, not through a helper: this is the hot path.
         key = self._hasher.storage_key(recipient)
         try:

@@ -11,6 +11,8 @@ from mailer.defaults import THROTTLE_HOLD_MAX
 from mailer.limits.keys import KeyHasher, check_key
 from mailer.records.holds.base import SENDER, Hold, HoldStore, decode_hold
 from mailer.records.holds.memory import MemoryHoldStore
+from mailer.records.holds.pace import PACE_START, PACE_STEP, MemoryPaceStore, PaceStore, SenderPace
+from mailer.records.holds.pace_redis import RedisPaceStore
 from mailer.records.holds.redis import RedisHoldStore
 from mailer.storage import client_from_url, is_cluster, is_memory
 
@@ -30,6 +32,7 @@ class Holds:
         namespace: str = "mailguard",
         clock: Clock | None = None,
         max_hold: float = THROTTLE_HOLD_MAX,
+        pace: SenderPace | None = None,
     ) -> None:
         if max_hold <= 0:
             raise ValueError(f"max_hold must be > 0 s, got {max_hold}")
@@ -39,6 +42,8 @@ class Holds:
         self._evidence_key = f"{namespace}:hold:evidence"
         self._clock = clock or system_clock
         self.max_hold = max_hold
+        #: The sender's pace after a hold (the slow start); in memory unless given.
+        self.pace = pace or SenderPace(MemoryPaceStore(), namespace=namespace, clock=self._clock)
 
     @classmethod
     def from_url(
@@ -106,12 +111,13 @@ class Holds:
         ``MGET``, for a caller that reads them together with other keys of the same client;
         None on memory and on Cluster. Answer with :meth:`from_raws`."""
         client = self._store.shared_client()
-        return None if client is None else (client, [self._sender_key, self.key_of(key)])
+        keys = [self._sender_key, self.key_of(key), self.pace.key]
+        return None if client is None else (client, keys)
 
     def from_raws(self, raws: list[Any]) -> tuple[Hold | None, Hold | None]:
         """What :meth:`active` answers for the values read at :meth:`plain_read`'s keys."""
         now = self._clock()
-        sender, recipient = (decode_hold(raw) for raw in raws)
+        sender, recipient = (decode_hold(raw) for raw in raws[:2])
         return (
             sender if sender is not None and sender.until > now else None,
             recipient if recipient is not None and recipient.until > now else None,
@@ -140,14 +146,23 @@ def holds_from_url(
     clock: Clock | None = None,
     client: Any = None,
     max_hold: float = THROTTLE_HOLD_MAX,
+    pace_start: float | None = PACE_START,
+    pace_step: float = PACE_STEP,
 ) -> Holds:
     """Holds on ``memory://`` or a Redis URL (the limiter's); ``client`` reuses a redis-py
-    client. Times are ``clock``'s on both (a hold's JSON carries its own ``until``)."""
+    client. Times are ``clock``'s on both (a hold's JSON carries its own ``until``). The
+    sender's pace after a hold (:mod:`mailer.records.holds.pace`) lives beside them, starting
+    at ``pace_start`` mails/s (None: no slow start) and growing by ``pace_step`` per second."""
     clock = clock or system_clock
     store: HoldStore
+    pace_store: PaceStore
     if is_memory(url):
-        store = MemoryHoldStore(clock)
+        store, pace_store = MemoryHoldStore(clock), MemoryPaceStore()
     else:
         client = client if client is not None else client_from_url(url)
         store = RedisHoldStore(client, url, cluster=is_cluster(url))
-    return Holds(store, secret=secret, namespace=namespace, clock=clock, max_hold=max_hold)
+        pace_store = RedisPaceStore(client, url)
+    pace = SenderPace(pace_store, namespace=namespace, clock=clock, rate=pace_start, step=pace_step)
+    return Holds(
+        store, secret=secret, namespace=namespace, clock=clock, max_hold=max_hold, pace=pace
+    )

@@ -1,0 +1,252 @@
+"""The sender's pace after a hold: a learned rate, so that held mails resume as a slow start,
+not as a herd at the hold's end.
+
+When the sender is held (a throttling reply), a pace starts at the hold's end: the first mails
+go one at a time, ``start`` mails/s; the rate then grows by ``step`` mails/s every second while
+no throttling reply comes (additive increase), and halves at the next one (multiplicative
+decrease), which then books the refused mail at the pace's next slot instead of holding every
+worker again. A configured ``sender:`` tier bounds the rate (``cap``): once the rate reaches it,
+the pace ends and the tier paces alone. Without a tier the pace ends :data:`FORGET_AFTER`
+seconds after its last change.
+
+The pace gives **slots** (epoch seconds on the holds' clock) one after the other, each
+``1 / rate`` after the one before at the rate of that moment; a mail given a slot in the future
+is booked there and holds it (a reservation by mail id): when it runs at its slot it goes, with
+no new slot. A slow-down forgets the reservations, so mails booked under the faster plan take a
+new slot when they run.
+
+Stored next to the holds: ``<namespace>:pace:{sender}`` (JSON ``{rate, since, next, step, cap,
+level}``) and ``<namespace>:pace:{sender}:slots`` (a hash, mail tag -> slot); memory:
+:class:`MemoryPaceStore`; Redis: :class:`~mailer.records.holds.pace_redis.RedisPaceStore`
+(``lua/pace.lua``, one atomic step per call).
+
+>>> pace = start_pace(100.0, rate=1.0, step=0.5, cap=0.0)
+>>> slot, pace = take_slot(pace, 99.0); slot, pace.next
+(100.0, 101.0)
+>>> round(pace.rate_at(104.0), 3)
+3.0
+>>> slow_pace(pace, 104.0, asked=103.0).rate
+1.5
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from mailer.clock import Clock, system_clock
+from mailer.limits.policy import Policy
+
+#: The lowest rate a slow-down leaves, in mails/s.
+FLOOR = 0.05
+#: How long a pace lasts after its last change (start or slow-down) without a ``cap``, seconds.
+FORGET_AFTER = 600.0
+#: The first rate after a hold, in mails/s: one at a time.
+PACE_START = 1.0
+#: The additive increase, in mails/s gained per second without a throttling reply.
+PACE_STEP = 0.5
+
+
+@dataclass(frozen=True)
+class Pace:
+    """A learned sender rate: ``rate`` mails/s at ``since`` (epoch seconds), growing by
+    ``step`` mails/s per second, bounded by ``cap`` (0: none); ``next`` is the earliest slot not
+    yet given; ``level`` how many times it was halved."""
+
+    rate: float
+    since: float
+    next: float
+    step: float
+    cap: float = 0.0
+    level: int = 0
+
+    def rate_at(self, t: float) -> float:
+        """The rate at ``t``, in mails/s (the one at ``since`` before then)."""
+        rate = self.rate + self.step * max(t - self.since, 0.0)
+        return min(rate, self.cap) if self.cap else rate
+
+    def over(self, now: float) -> bool:
+        """Whether the pace has ended at ``now``: its rate reached ``cap``, or (no cap) it has
+        not changed for :data:`FORGET_AFTER` seconds."""
+        if self.cap:
+            return self.rate_at(now) >= self.cap
+        return now - self.since > FORGET_AFTER
+
+
+def start_pace(at: float, *, rate: float, step: float, cap: float) -> Pace:
+    """A pace whose first slot is ``at`` (a hold's end), at ``rate`` mails/s growing by
+    ``step`` per second, bounded by ``cap`` (0: none)."""
+    if not rate > 0 or step < 0 or cap < 0:
+        raise ValueError(f"a pace needs rate > 0, step >= 0, cap >= 0, got {rate}, {step}, {cap}")
+    return Pace(rate=rate if not cap else min(rate, cap), since=at, next=at, step=step, cap=cap)
+
+
+def take_slot(pace: Pace, now: float) -> tuple[float, Pace]:
+    """The next slot (epoch seconds, at or after ``now``) and the pace after giving it: the
+    slot after it comes ``1 / rate`` later, at the rate of this slot."""
+    slot = max(now, pace.next)
+    return slot, replace(pace, next=slot + 1.0 / pace.rate_at(slot))
+
+
+def slow_pace(pace: Pace, now: float, asked: float) -> Pace:
+    """The pace after a throttling reply at ``now`` to a send admitted at ``asked``: halved
+    (never below :data:`FLOOR`), its next slot ``1 / rate`` from now. A reply to a send admitted
+    before the last change (``asked < since``) was answered already: ``pace`` as it is."""
+    if asked < pace.since:
+        return pace
+    rate = max(pace.rate_at(now) / 2.0, FLOOR)
+    return replace(pace, rate=rate, since=now, next=now + 1.0 / rate, level=pace.level + 1)
+
+
+def sender_cap(policy: Policy) -> float:
+    """The slowest rate a ``sender:`` tier of ``policy`` allows, in mails/s (0: no such tier)."""
+    tiers = [t for scope, kept in policy.scopes if scope == "sender" for t in kept]
+    rates = [t.limit / t.window for t in tiers]
+    return min(rates) if rates else 0.0
+
+
+def encode_pace(pace: Pace) -> str:
+    return json.dumps(
+        {
+            "rate": pace.rate,
+            "since": pace.since,
+            "next": pace.next,
+            "step": pace.step,
+            "cap": pace.cap,
+            "level": pace.level,
+        }
+    )
+
+
+def decode_pace(raw: bytes | str | None) -> Pace | None:
+    """A pace from its stored JSON; None for no value."""
+    if raw is None:
+        return None
+    data = json.loads(raw)
+    return Pace(
+        rate=float(data["rate"]),
+        since=float(data["since"]),
+        next=float(data["next"]),
+        step=float(data["step"]),
+        cap=float(data["cap"]),
+        level=int(data["level"]),
+    )
+
+
+class PaceStore(Protocol):
+    """Where the pace lives; every method one atomic step."""
+
+    def start(self, key: str, pace: Pace) -> None:
+        """Set the pace at ``key`` (forgetting the one there and its reservations)."""
+        ...
+
+    def take(self, key: str, tag: str, now: float) -> tuple[float, Pace] | None:
+        """The slot of mail ``tag``: the one it holds, else the next (held by it when in the
+        future; a held slot at or before ``now`` is given up as it is used). None when no pace
+        is in force (one that is over is deleted)."""
+        ...
+
+    def slow(self, key: str, now: float, asked: float) -> Pace | None:
+        """:func:`slow_pace` of the pace at ``key``, forgetting the reservations when it
+        changed; None when no pace is in force."""
+        ...
+
+    def get(self, key: str) -> Pace | None: ...
+
+
+class MemoryPaceStore:
+    """:class:`PaceStore` in this process (tests, the demo, a threads or solo pool)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._paces: dict[str, Pace] = {}
+        self._slots: dict[str, dict[str, float]] = {}
+
+    def start(self, key: str, pace: Pace) -> None:
+        with self._lock:
+            self._paces[key] = pace
+            self._slots.pop(key, None)
+
+    def take(self, key: str, tag: str, now: float) -> tuple[float, Pace] | None:
+        with self._lock:
+            pace = self._paces.get(key)
+            if pace is None or pace.over(now):
+                self._paces.pop(key, None)
+                self._slots.pop(key, None)
+                return None
+            slots = self._slots.setdefault(key, {})
+            held = slots.get(tag)
+            if held is not None:
+                if held <= now:
+                    del slots[tag]
+                return held, pace
+            slot, pace = take_slot(pace, now)
+            self._paces[key] = pace
+            if slot > now:
+                slots[tag] = slot
+            return slot, pace
+
+    def slow(self, key: str, now: float, asked: float) -> Pace | None:
+        with self._lock:
+            pace = self._paces.get(key)
+            if pace is None:
+                return None
+            slowed = slow_pace(pace, now, asked)
+            if slowed is not pace:
+                self._paces[key] = slowed
+                self._slots.pop(key, None)
+            return slowed
+
+    def get(self, key: str) -> Pace | None:
+        with self._lock:
+            return self._paces.get(key)
+
+
+class SenderPace:
+    """The sender's pace as the guard uses it: its keys and the holds' clock over a
+    :class:`PaceStore`. ``rate`` None turns the slow start off (holds end in one go)."""
+
+    def __init__(
+        self,
+        store: PaceStore,
+        *,
+        namespace: str = "mailguard",
+        clock: Clock | None = None,
+        rate: float | None = PACE_START,
+        step: float = PACE_STEP,
+    ) -> None:
+        self._store = store
+        self.key = f"{namespace}:pace:{{sender}}"  # one Cluster slot with its reservations
+        self._clock = clock or system_clock
+        self.rate = rate
+        self.step = step
+
+    def start(self, at: float, cap: float) -> Pace | None:
+        """Start the slow start at ``at`` (a hold's end), bounded by ``cap`` mails/s (0: none);
+        None when the slow start is off."""
+        if self.rate is None:
+            return None
+        pace = start_pace(at, rate=self.rate, step=self.step, cap=cap)
+        self._store.start(self.key, pace)
+        return pace
+
+    def take(self, tag: str) -> tuple[float, Pace] | None:
+        """Mail ``tag``'s slot (see :meth:`PaceStore.take`); None: no pace in force."""
+        return self._store.take(self.key, tag, self._clock())
+
+    def slow(self, asked: float) -> Pace | None:
+        """Halve the pace after a throttling reply to a send admitted at ``asked``; None: no
+        pace in force."""
+        return self._store.slow(self.key, self._clock(), asked)
+
+    def current(self) -> Pace | None:
+        """The pace in force now, or None."""
+        pace = self._store.get(self.key)
+        return None if pace is None or pace.over(self._clock()) else pace
+
+    def rate_now(self) -> float:
+        """The learned rate now, in mails/s; 0 when no pace is in force."""
+        pace = self.current()
+        return 0.0 if pace is None else pace.rate_at(self._clock())
