@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mailer.limits.gcra_log import GcraLog, earliest, insert
+from mailer.limits.gcra_log import GcraLog, earliest, fold, insert, share_floor
 
 #: Below any time (no emission follows / no bound).
 NONE = -(1 << 80)
@@ -243,3 +243,46 @@ def test_a_tight_backlog_is_searched_in_its_last_page() -> None:
     got, read = earliest_paged(log.floor, pages, limit, interval, now, now, NOW_US)
     assert (got, read) == (want, 0)
     assert want * 1000 > log.times[-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    limit=st.integers(1, 5),
+    interval=st.sampled_from([999, 1000, 2500, 71_429]),
+    floor=st.one_of(st.just(0), st.integers(NOW_US, NOW_US + 20_000)),
+    offsets=st.lists(st.integers(1, 30_000), max_size=20),
+    later=st.integers(0, 30_000),
+    ahead=st.integers(1, 40),
+)
+def test_folding_keeps_the_full_views_answers(  # noqa: PLR0917
+    limit: int, interval: int, floor: int, offsets: list[int], later: int, ahead: int
+) -> None:
+    """The full view's answers for bookings after now do not change when now moves on and the
+    past is folded into the floor: a hint "nothing fits in [lo, h)" of the full view would stay
+    true until a release (the design's first claim)."""
+    now = NOW_US // 1000
+    times = sorted((now + 1 + o // 1000) * 1000 for o in offsets)
+    before = GcraLog(floor=floor, times=list(times), tags=[0] * len(times))
+    after = GcraLog(floor=floor, times=list(times), tags=[0] * len(times))
+    fold(before, NOW_US, interval)
+    later_us = NOW_US + later
+    fold(after, later_us, interval)
+    t = later_us // 1000 + ahead
+    assert earliest(
+        before.floor, before.times, limit, interval, t, now=now, now_us=NOW_US
+    ) == earliest(
+        after.floor, after.times, limit, interval, t, now=later_us // 1000, now_us=later_us
+    )
+
+
+def test_a_share_views_room_reopens_as_now_moves_on() -> None:
+    """Why range hints fail for a share's view: its base, rebuilt from the full bucket's tokens
+    at now, drops at each token's end, so a slot found at one now comes earlier one interval
+    later, with nothing released (14/1s at share 0.5: the view 7/1s)."""
+    full, part = -(-1_000_000 // 14), -(-1_000_000 // 7)
+    floor = NOW_US + 10 * full
+    slots = []
+    for now_us in (NOW_US, NOW_US + full):
+        base = share_floor(floor, now_us, full, part)
+        slots.append(earliest(base, [], 7, part, now_us // 1000 + 1, now=0, now_us=now_us))
+    assert slots[1] < slots[0]
