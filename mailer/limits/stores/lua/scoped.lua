@@ -16,11 +16,15 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           mailer/limits/shared_log.py): <base>:z a sorted set of ms slots, member "<ms>:<count>"
           and score <ms>, and <base>:h a hash, "n" the number of entries and "<tier>:<limit>"
           "lo,h" a hint (no booking fits that view in ms [lo, h)), read where a decision looks
-          only (a <base>:l of an earlier version is moved there once); <base>:g<tier> a gcra
-          tier: the bucket's arrival time over
-          the emissions up to now (µs, decimal; "0": none), then "," and the tag of the
-          last of them when it alone made the floor (mailer/limits/gcra_log.py), when mails are booked
-          "|" and I7 time (µs) and I6 tag per emission after now,
+          only (a <base>:l of an earlier version is moved there once); <base>:G<tier> a gcra
+          tier, a hash: "h" "<floor µs>,<its last tag>,<bookings>,<next page id>;<views>" (the
+          bucket's arrival time over the emissions up to now, "0": none; the tag of the last of
+          them when it alone made the floor; the view limits kept: the tier's and each share's),
+          "i" per page in time order the doubles id, first and last µs, count, then per view
+          the page's summary (b, g, theta: docs/explanation/limiter.md), "p<id>" a page of the
+          bookings after now, I7 time (µs) and I6 tag each (about the square root of their number
+          a page); a <base>:g<tier> of an earlier version ("<floor>[,<last>]|" and the packed
+          bookings) is moved there once,
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
           "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,
@@ -108,11 +112,12 @@ local CHUNK = 1000
 
 -- the count records of format rec (k values each) in raw from byte pos, as one flat table
 local function unpack_records(rec, k, count, raw, pos)
-  if count <= CHUNK then return {struct.unpack('>' .. string.rep(rec, count), raw, pos)} end
+  local most = floor(2 * CHUNK / k)
+  if count <= most then return {struct.unpack('>' .. string.rep(rec, count), raw, pos)} end
   local out, m = {}, 0
   while count > 0 do
     local c = count
-    if c > CHUNK then c = CHUNK end
+    if c > most then c = most end
     local v = {struct.unpack('>' .. string.rep(rec, c), raw, pos)}
     for j = 1, c * k do out[m + j] = v[j] end
     m, pos, count = m + c * k, v[c * k + 1], count - c
@@ -122,10 +127,10 @@ end
 
 -- the flat table's count records of format rec (k values each), packed
 local function pack_records(rec, k, flat, count)
-  local parts, done = {}, 0
+  local parts, done, most = {}, 0, floor(2 * CHUNK / k)
   while done < count do
     local c = count - done
-    if c > CHUNK then c = CHUNK end
+    if c > most then c = most end
     parts[#parts + 1] = struct.pack('>' .. string.rep(rec, c), unpack(flat, done * k + 1, (done + c) * k))
     done = done + c
   end
@@ -224,7 +229,8 @@ for r = 1, #names do
         corrupt(st, names[r], 'is not a gcra bucket')
       end
       if bar then bounded(st, names[r], (#raw - bar) / 13) end
-      st.gl[what] = read_gcra(raw, st.spec[4][what][4])
+      st.legacy = st.legacy or {}
+      st.legacy[what] = raw  -- a bucket of an earlier version: moved into pages once
     end
   else
     if raw and not string.find(raw, '^%d+$') then corrupt(st, names[r], 'is not a count') end
@@ -457,27 +463,178 @@ local function ceil_div(a, b)
   return q
 end
 
--- tat_k and R_k of a gcra bucket, k = 0 .. n (mailer/gcra_log.py), in tats[k + 1], rights[k + 1];
--- kept in g.seen[view] ('f' the full bucket, 's' a share's) until the bucket changes
-local function gcra_bounds(g, base, interval, view)
-  if g.seen == nil then g.seen = {} end
-  local seen = g.seen[view]
-  if seen then return seen[1], seen[2] end
-  local tats, rights, n = {base}, {}, g.n
-  for j = 1, n do
-    local e = g.ts[j]
-    local prev = tats[j]
-    if e > prev then prev = e end
-    tats[j + 1] = prev + interval
+-- Paged gcra buckets (docs/explanation/limiter.md, "Long gcra backlogs"): <base>:G<tier> a hash,
+-- "h" "floor,last,n,next id;view limits", "i" per page (in time order) the doubles id, first
+-- and last emission (µs), count, then per view (b, g, theta), "p<id>" a page (I7 µs, I6 tag per
+-- emission). A page's summary for a view (T, c): it maps the arrival time tau entering it to
+-- max(tau + m·T, b) and the bound R after it to max(R + m·T, g) before it, and none of its gaps
+-- admits a ms when tau >= theta (mailer/gcra_log.py's conditions, tests/test_scoped_gcra_pages.py).
+local NONE = -math.huge
+
+-- the interval and c = (l - 1)·T of g's view with limit l
+local function view_of(g, l)
+  local T = g.interval
+  if l ~= g.tlimit then T = ceil_div(g.wms * 1000, l) end
+  return T, (l - 1) * T
+end
+
+local function summarize(ts, m, T, c)
+  local b, gg, th = NONE, NONE, NONE
+  for i = 1, m do
+    local e = ts[i]
+    local need = c + (ceil_div(e, 1000) - 1) * 1000 + 1
+    if b < need and need - (i - 1) * T > th then th = need - (i - 1) * T end
+    if e > b then b = e end
+    b = b + T
+    if i * T - e > gg then gg = i * T - e end
   end
-  rights[n + 1] = -math.huge
-  for k = n, 1, -1 do
-    local a, b = interval - g.ts[k], rights[k + 1] + interval
-    if b > a then a = b end
-    rights[k] = a
+  return b, gg, th
+end
+
+-- page j of g ({ts, tags}), read once
+local function page_of(g, j)
+  local id = g.pid[j]
+  local pg = g.pages[id]
+  if pg then return pg end
+  local raw = redis.call('HGET', g.key, 'p' .. fmt(id))
+  if not raw or #raw ~= 13 * g.pm[j] then corrupt(g.st, g.key, 'holds a page mailguard did not write') end
+  local v = unpack_records('I7I6', 2, g.pm[j], raw, 1)
+  pg = {ts = {}, tags = {}}
+  for i = 1, g.pm[j] do pg.ts[i], pg.tags[i] = v[2 * i - 1], v[2 * i] end
+  g.pages[id] = pg
+  return pg
+end
+
+-- page j of g now holds pg: its edges and summaries, written at the end
+local function set_page(g, j, pg)
+  local m = #pg.ts
+  g.pfirst[j], g.plast[j], g.pm[j] = pg.ts[1], pg.ts[m], m
+  for _, l in ipairs(g.vlist) do
+    local T, c = view_of(g, l)
+    local V = g.views[l]
+    V.b[j], V.g[j], V.th[j] = summarize(pg.ts, m, T, c)
   end
-  g.seen[view] = {tats, rights}
-  return tats, rights
+  g.pages[g.pid[j]], g.dirty[g.pid[j]], g.changed = pg, true, true
+  g.version = (g.version or 0) + 1
+end
+
+local function insert_page(g, j, pg)
+  local id = g.nextid
+  g.nextid = id + 1
+  table.insert(g.pid, j, id); table.insert(g.pfirst, j, 0); table.insert(g.plast, j, 0)
+  table.insert(g.pm, j, 0)
+  for _, l in ipairs(g.vlist) do
+    local V = g.views[l]
+    table.insert(V.b, j, 0); table.insert(V.g, j, 0); table.insert(V.th, j, 0)
+  end
+  g.np = g.np + 1
+  set_page(g, j, pg)
+end
+
+local function remove_page(g, j)
+  local id = g.pid[j]
+  table.remove(g.pid, j); table.remove(g.pfirst, j); table.remove(g.plast, j); table.remove(g.pm, j)
+  for _, l in ipairs(g.vlist) do
+    local V = g.views[l]
+    table.remove(V.b, j); table.remove(V.g, j); table.remove(V.th, j)
+  end
+  g.np, g.pages[id], g.dirty[id], g.changed = g.np - 1, nil, nil, true
+  g.gone[#g.gone + 1] = 'p' .. fmt(id)
+  g.version = (g.version or 0) + 1
+end
+
+-- the summaries of g's view with limit l, made once over every page when it is first asked
+local function ensure_view(g, l)
+  if g.views[l] then return end
+  g.views[l] = {b = {}, g = {}, th = {}}
+  g.vlist[#g.vlist + 1] = l
+  local T, c = view_of(g, l)
+  local V = g.views[l]
+  for j = 1, g.np do
+    local pg = page_of(g, j)
+    V.b[j], V.g[j], V.th[j] = summarize(pg.ts, g.pm[j], T, c)
+  end
+  g.changed = true
+end
+
+-- the arrival time entering each page from base, and R after each page, in view l (kept until
+-- g changes)
+local function edges(g, l, base, T)
+  local key = l .. ':' .. fmt(base)
+  if g.edge_memo == nil or g.changed_at ~= g.version then g.edge_memo, g.changed_at = {}, g.version end
+  local known = g.edge_memo[key]
+  if known then return known[1], known[2] end
+  local V = g.views[l]
+  local tau, after = {base}, {}
+  for j = 1, g.np do
+    local a = tau[j] + g.pm[j] * T
+    if V.b[j] > a then a = V.b[j] end
+    tau[j + 1] = a
+  end
+  after[g.np] = NONE
+  for j = g.np - 1, 1, -1 do
+    local a = after[j + 1] + g.pm[j + 1] * T
+    if V.g[j + 1] > a then a = V.g[j + 1] end
+    after[j] = a
+  end
+  g.edge_memo[key] = {tau, after}
+  return tau, after
+end
+
+-- the gap holding x (µs): page j and the number i of its emissions at or before x (j = np + 1:
+-- after every emission)
+local function locate(g, x)
+  local lo, hi = 1, g.np + 1
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if g.pfirst[mid] <= x then lo = mid + 1 else hi = mid end
+  end
+  local j = lo - 1
+  if j == 0 then return 1, 0 end
+  if g.plast[j] <= x then return j + 1, 0 end
+  local ts = page_of(g, j).ts
+  local a, b = 1, g.pm[j] + 1
+  while a < b do
+    local mid = floor((a + b) / 2)
+    if ts[mid] <= x then a = mid + 1 else b = mid end
+  end
+  return j, a - 1
+end
+
+-- tat and R at gap (j, i) of view V (interval T); a page's first gap from the summaries only,
+-- another from the page's own tat and R, made once per search (memo)
+local function bounds(g, V, T, tau, after, j, i, memo)
+  if j > g.np then return tau[g.np + 1], NONE end
+  if i == 0 then
+    local r = after[j] + g.pm[j] * T
+    if V.g[j] > r then r = V.g[j] end
+    return tau[j], r
+  end
+  local known = memo[j]
+  if known == nil then
+    local ts, m = page_of(g, j).ts, g.pm[j]
+    local tats, rights = {[0] = tau[j]}, {[m] = after[j]}
+    for k = 1, m do
+      local a = tats[k - 1]
+      if ts[k] > a then a = ts[k] end
+      tats[k] = a + T
+    end
+    for k = m, 1, -1 do
+      local r = rights[k] + T
+      if T - ts[k] > r then r = T - ts[k] end
+      rights[k - 1] = r
+    end
+    known = {tats, rights}
+    memo[j] = known
+  end
+  return known[1][i], known[2][i]
+end
+
+-- the emission ending gap (j, i), nil after the last
+local function next_e(g, j, i)
+  if j > g.np then return nil end
+  if i == 0 then return g.pfirst[j] end
+  return page_of(g, j).ts[i + 1]
 end
 
 -- the floor a kind with a share sees (mailer/gcra_log.py share_floor): the tokens the bucket's
@@ -489,63 +646,56 @@ local function share_floor(g, interval, part)
   return now_us + d
 end
 
--- the number of emissions of g at or before x (µs)
-local function gcra_before(g, x)
-  local lo, hi = 1, g.n + 1
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if g.ts[mid] <= x then lo = mid + 1 else hi = mid end
-  end
-  return lo - 1
-end
-
--- earliest ms >= t at which one more emission keeps the view (limit, interval) of bucket g,
--- from base (the floor, or a share's floor); t == now is an admission at now_us
-local function gcra_first(g, base, limit, interval, t, view)
-  local c = (limit - 1) * interval
-  if g.n == 0 then  -- nothing booked: the one timestamp of redis-cell's GCRA
-    if t == now then
-      if base - now_us <= c then return now end
-      t = now + 1
-    end
-    local fits = ceil_div(base - c, 1000)
-    if fits > t then return fits end
-    return t
-  end
-  local tats, rights = gcra_bounds(g, base, interval, view)
+-- earliest ms >= t at which one more emission keeps g's view with limit l, from base (the
+-- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest), pages
+-- whose summary proves every gap closed skipped unread
+local function gcra_first(g, base, l, t)
+  ensure_view(g, l)
+  local T, c = view_of(g, l)
+  local V = g.views[l]
+  local tau, after = edges(g, l, base, T)
+  local memo = {}
   if t == now then
-    local k = gcra_before(g, now_us) + 1
-    local tat, right = tats[k], rights[k]
+    local j, i = locate(g, now_us)
+    local tat, right = bounds(g, V, T, tau, after, j, i, memo)
     if tat - now_us <= c and right + now_us <= c and tat + right <= c then return now end
     t = now + 1
   end
   local x = t
-  local k = gcra_before(g, x * 1000)
+  local j, i = locate(g, x * 1000)
   while true do
-    local tat, right = tats[k + 1], rights[k + 1]
-    if tat + right <= c then
-      local lo = ceil_div(tat - c, 1000)
-      if lo > x then x = lo end
-      if (k == g.n or x * 1000 < g.ts[k + 1]) and right + x * 1000 <= c then return x end
+    if j <= g.np and i == 0 and (tau[j] >= V.th[j] or tau[j] + after[j] + g.pm[j] * T > c) then
+      -- every gap of page j closed (the arrival time entering it), or every one over-full (its
+      -- arrival time and bound R both at least the ones entering and leaving it): skipped
+      local nx = ceil_div(g.plast[j], 1000)
+      if nx > x then x = nx end
+      if j == g.np or x * 1000 < g.pfirst[j + 1] then j, i = j + 1, 0 else j, i = locate(g, x * 1000) end
+    else
+      local tat, right = bounds(g, V, T, tau, after, j, i, memo)
+      local e = next_e(g, j, i)
+      if tat + right <= c then
+        local lo = ceil_div(tat - c, 1000)
+        if lo > x then x = lo end
+        if (e == nil or x * 1000 < e) and right + x * 1000 <= c then return x end
+      end
+      local nx = ceil_div(e, 1000)
+      if nx > x then x = nx end
+      j, i = locate(g, x * 1000)
     end
-    local next_ms = ceil_div(g.ts[k + 1], 1000)
-    if next_ms > x then x = next_ms end
-    k = gcra_before(g, x * 1000)
   end
 end
 
--- the emissions the spans of g holding at_us already use, in whole intervals
-local function gcra_used(g, base, interval, at_us, view)
-  if g.n == 0 then
-    if base > at_us then return ceil_div(base - at_us, interval) end
-    return 0
-  end
-  local tats, rights = gcra_bounds(g, base, interval, view)
-  local k = gcra_before(g, at_us) + 1
+-- the emissions the spans of g's view l (from base) holding at_us already use, in intervals
+local function gcra_used(g, base, l, at_us)
+  ensure_view(g, l)
+  local T = view_of(g, l)
+  local tau, after = edges(g, l, base, T)
+  local j, i = locate(g, at_us)
+  local tat, right = bounds(g, g.views[l], T, tau, after, j, i, {})
   local ahead = 0
-  if tats[k] > at_us then ahead = tats[k] - at_us end
-  if rights[k] + at_us > 0 then ahead = ahead + rights[k] + at_us end
-  return ceil_div(ahead, interval)
+  if tat > at_us then ahead = tat - at_us end
+  if right + at_us > 0 then ahead = ahead + right + at_us end
+  return ceil_div(ahead, T)
 end
 
 -- the most entries of st's sorted log in one window of w ms that holds at
@@ -595,12 +745,12 @@ local function earliest(st, ti, t)
   elseif tier[1] == 3 then
     local g = st.gl[ti]
     if g == nil then return t end
-    if limit == tier[2] then return gcra_first(g, g.floor, limit, tier[4], t, 'f') end
+    if limit == tier[2] then return gcra_first(g, g.floor, limit, t) end
     local part = ceil_div(tier[3] * 1000, limit)  -- a share: a smaller bucket, refilled slower
     local base = share_floor(g, tier[4], part)
     while true do
-      local x = gcra_first(g, g.floor, tier[2], tier[4], t, 'f')
-      local y = gcra_first(g, base, limit, part, x, 's')
+      local x = gcra_first(g, g.floor, tier[2], t)
+      local y = gcra_first(g, base, limit, x)
       if y == x then return x end
       t = y
     end
@@ -626,10 +776,10 @@ local function room(st, ti, at, at_us)
   elseif tier[1] == 3 then
     local g = st.gl[ti]
     if g == nil then return limit end
-    local full = tier[2] - gcra_used(g, g.floor, tier[4], at_us, 'f')
+    local full = tier[2] - gcra_used(g, g.floor, tier[2], at_us)
     if limit < tier[2] then
       local part_us = ceil_div(tier[3] * 1000, limit)
-      local part = limit - gcra_used(g, share_floor(g, tier[4], part_us), part_us, at_us, 's')
+      local part = limit - gcra_used(g, share_floor(g, tier[4], part_us), limit, at_us)
       if part < full then full = part end
     end
     if full > 0 then return full end
@@ -650,23 +800,190 @@ local function save_log(st)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
--- stored: the floor, its last tag, the bookings (read_gcra folded the past, and an admission
--- goes into the floor as it is recorded: every listed emission is after now); expires when the
--- bucket is full again
-local function save_gcra(st, ti)
-  local g, interval = st.gl[ti], st.spec[4][ti][4]
-  local tat, flat = g.floor, {}
-  for j = 1, g.n do
-    if g.ts[j] > tat then tat = g.ts[j] end
-    tat = tat + interval
-    flat[2 * j - 1], flat[2 * j] = g.ts[j], g.tags[j]
+-- the most emissions a page of a bucket of n keeps before it is cut in two: pages of about the
+-- square root of the backlog, so a decision reads about as many summaries as one page's times
+local function page_cap(n)
+  local cap = floor(math.sqrt(n))
+  if cap < 8 then cap = 8 end
+  return 2 * cap
+end
+
+-- book one emission at x (µs, after now) for this mail's tag: into its page, cut when too long
+local function gcra_insert(g, x, tg)
+  g.n = g.n + 1
+  if g.np == 0 then insert_page(g, 1, {ts = {x}, tags = {tg}}) return end
+  local lo, hi = 1, g.np + 1
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if g.pfirst[mid] <= x then lo = mid + 1 else hi = mid end
   end
-  local key = st.key .. ':g' .. ti
-  if tat <= now_us then redis.call('DEL', key) return end
-  local text = string.format('%.0f', g.floor)
-  if g.last ~= 0 then text = text .. ',' .. string.format('%.0f', g.last) end
-  if g.n > 0 then text = text .. '|' .. pack_records('I7I6', 2, flat, g.n) end
-  redis.call('SET', key, text, 'PX', -floor(-tat / 1000) - now + slack + 1)
+  local j = lo - 1
+  if j == 0 then j = 1 end
+  local pg = page_of(g, j)
+  local k = #pg.ts + 1
+  while k > 1 and pg.ts[k - 1] > x do
+    pg.ts[k], pg.tags[k] = pg.ts[k - 1], pg.tags[k - 1]
+    k = k - 1
+  end
+  pg.ts[k], pg.tags[k] = x, tg
+  local m = #pg.ts
+  if m <= page_cap(g.n) then set_page(g, j, pg) return end
+  local half, rest = floor(m / 2), {ts = {}, tags = {}}
+  for q = half + 1, m do
+    rest.ts[q - half], rest.tags[q - half] = pg.ts[q], pg.tags[q]
+    pg.ts[q], pg.tags[q] = nil, nil
+  end
+  set_page(g, j, pg)
+  insert_page(g, j + 1, rest)
+end
+
+-- take back the emission of this mail's tag at slot at (ms), the latest first; whether found
+local function gcra_release(g, at)
+  local lo_us, hi_us = (at - 1) * 1000, at * 1000
+  for j = g.np, 1, -1 do
+    if g.pfirst[j] <= hi_us and g.plast[j] > lo_us then
+      local pg = page_of(g, j)
+      for k = #pg.ts, 1, -1 do
+        if pg.tags[k] == tag and -floor(-pg.ts[k] / 1000) == at then
+          table.remove(pg.ts, k); table.remove(pg.tags, k)
+          if #pg.ts == 0 then remove_page(g, j) else set_page(g, j, pg) end
+          g.n = g.n - 1
+          return true
+        end
+      end
+    end
+  end
+  return false
+end
+
+-- move the emissions up to now into g's floor, page by page (gcra_log.py fold)
+local function gcra_fold(g)
+  while g.np > 0 and g.pfirst[1] <= now_us do
+    local pg = page_of(g, 1)
+    local m, cut = #pg.ts, 0
+    while cut < m and pg.ts[cut + 1] <= now_us do
+      cut = cut + 1
+      if g.floor <= pg.ts[cut] then g.floor, g.last = pg.ts[cut], pg.tags[cut] else g.last = 0 end
+      g.floor = g.floor + g.interval
+    end
+    g.n = g.n - cut
+    if cut == m then
+      remove_page(g, 1)
+    else
+      local rest = {ts = {}, tags = {}}
+      for q = cut + 1, m do rest.ts[q - cut], rest.tags[q - cut] = pg.ts[q], pg.tags[q] end
+      set_page(g, 1, rest)
+    end
+  end
+  if g.floor <= now_us then g.floor, g.last = 0, 0 end
+end
+
+-- g's header and index from the hash's fields h and i, refused when mailguard did not write them
+local function parse_gcra(g, h, idx)
+  local f, l, n, nx, vl = string.match(h or '', '^(%d+),(%d+),(%d+),(%d+);([%d,]*)$')
+  if not f or not idx then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  g.floor, g.last, g.n, g.nextid = tonumber(f), tonumber(l), tonumber(n), tonumber(nx)
+  bounded(g.st, g.key, g.n)
+  g.vlist, g.views = {}, {}
+  for v in string.gmatch(vl, '%d+') do
+    g.vlist[#g.vlist + 1] = tonumber(v)
+    g.views[tonumber(v)] = {b = {}, g = {}, th = {}}
+  end
+  local per = 4 + 3 * #g.vlist
+  if not g.views[g.tlimit] or #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  g.np = #idx / (8 * per)
+  local v, k, total = unpack_records(string.rep('d', per), per, g.np, idx, 1), 0, 0
+  for j = 1, g.np do
+    g.pid[j], g.pfirst[j], g.plast[j], g.pm[j] = v[k + 1], v[k + 2], v[k + 3], v[k + 4]
+    k, total = k + 4, total + v[k + 4]
+    for _, lv in ipairs(g.vlist) do
+      local W = g.views[lv]
+      W.b[j], W.g[j], W.th[j] = v[k + 1], v[k + 2], v[k + 3]
+      k = k + 3
+    end
+  end
+  if total ~= g.n then corrupt(g.st, g.key, 'is not a gcra bucket') end
+end
+
+-- an empty bucket for gcra tier ti of st (nothing booked, the bucket full)
+local function new_gcra(st, ti)
+  local tier = st.spec[4][ti]
+  return {st = st, key = st.key .. ':G' .. ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
+    floor = 0, last = 0, n = 0, nextid = 1, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {},
+    views = {[tier[2]] = {b = {}, g = {}, th = {}}}, vlist = {tier[2]}, pages = {}, dirty = {},
+    gone = {}, changed = false}
+end
+
+-- gcra tier ti of st: its hash's header and index, a bucket of an earlier version (<base>:g<ti>)
+-- moved into pages once, the past folded into the floor; nil when nothing is stored
+local function load_gcra(st, ti)
+  local tier = st.spec[4][ti]
+  local key = st.key .. ':G' .. ti
+  local got = redis.pcall('HMGET', key, 'h', 'i')
+  if got.err then corrupt(st, key, 'is not a hash') end
+  local raw = st.legacy and st.legacy[ti]
+  if not got[1] and not got[2] and not raw then return nil end
+  local g = new_gcra(st, ti)
+  if got[1] or got[2] then parse_gcra(g, got[1], got[2]) end
+  if raw then
+    local old = read_gcra(raw, tier[4])
+    if old.floor > g.floor then g.floor, g.last = old.floor, old.last end
+    if g.np == 0 and old.n > 0 then  -- cut in pages of half the cap at once
+      local size, q = page_cap(old.n) / 2, 0
+      while q < old.n do
+        local pg = {ts = {}, tags = {}}
+        for r = 1, size do
+          if q + r > old.n then break end
+          pg.ts[r], pg.tags[r] = old.ts[q + r], old.tags[q + r]
+        end
+        insert_page(g, g.np + 1, pg)
+        q = q + #pg.ts
+      end
+      g.n = old.n
+    else
+      for q = 1, old.n do gcra_insert(g, old.ts[q], old.tags[q]) end
+    end
+    redis.call('DEL', st.key .. ':g' .. ti)
+    g.changed = true
+  end
+  gcra_fold(g)
+  return g
+end
+
+-- stored when changed: the header, the index with every view's summaries, the pages written;
+-- expires when the bucket is full again (the full view's arrival time after every emission)
+local function save_gcra(st, ti)
+  local g = st.gl[ti]
+  if not g.changed then return end
+  local T, V, tat = g.interval, g.views[g.tlimit], g.floor
+  for j = 1, g.np do
+    local a = tat + g.pm[j] * T
+    if V.b[j] > a then a = V.b[j] end
+    tat = a
+  end
+  if tat <= now_us then redis.call('DEL', g.key) return end
+  local flat, k = {}, 0
+  for j = 1, g.np do
+    flat[k + 1], flat[k + 2], flat[k + 3], flat[k + 4] = g.pid[j], g.pfirst[j], g.plast[j], g.pm[j]
+    k = k + 4
+    for _, l in ipairs(g.vlist) do
+      local W = g.views[l]
+      flat[k + 1], flat[k + 2], flat[k + 3] = W.b[j], W.g[j], W.th[j]
+      k = k + 3
+    end
+  end
+  local per = 4 + 3 * #g.vlist
+  local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. g.n .. ',' .. fmt(g.nextid) .. ';' ..
+    table.concat(g.vlist, ','), 'i', pack_records(string.rep('d', per), per, flat, g.np)}
+  for id in pairs(g.dirty) do
+    local pg, pf = g.pages[id], {}
+    for q = 1, #pg.ts do pf[2 * q - 1], pf[2 * q] = pg.ts[q], pg.tags[q] end
+    args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
+  end
+  redis.call('HSET', g.key, unpack(args))
+  if #g.gone > 0 then redis.call('HDEL', g.key, unpack(g.gone)) end
+  redis.call('PEXPIRE', g.key, -floor(-tat / 1000) - now + slack + 1)
+  g.changed, g.dirty, g.gone = false, {}, {}
 end
 
 -- insert time x with this mail's tag into the sorted list of l ({ts, tags, n}), after equals
@@ -678,6 +995,15 @@ local function insert_sorted(l, x)
   end
   l.ts[j], l.tags[j] = x, tag
   l.n = l.n + 1
+end
+
+for _, st in ipairs(P) do
+  for ti, tier in ipairs(st.spec[4]) do
+    if tier[1] == 3 then
+      st.gl[ti] = load_gcra(st, ti)
+      if st.legacy and st.legacy[ti] then save_gcra(st, ti) end  -- moved over: written at once
+    end
+  end
 end
 
 local head = P[1]
@@ -709,16 +1035,9 @@ if mode == 'r' then
     for ti, tier in ipairs(st.spec[4]) do
       if tier[1] == 3 and st.gl[ti] then  -- listed, or the floor's last
         local g = st.gl[ti]
-        local found = false
-        for j = g.n, 1, -1 do
-          if g.tags[j] == tag and -floor(-g.ts[j] / 1000) == at then
-            table.remove(g.ts, j); table.remove(g.tags, j); g.n, g.seen = g.n - 1, nil
-            found = true
-            break
-          end
-        end
+        local found = gcra_release(g, at)
         if not found and tag ~= 0 and g.last == tag and -floor(-(g.floor - tier[4]) / 1000) == at then
-          g.floor, g.last, found = 0, 0, true  -- it alone made the floor: the bucket is full
+          g.floor, g.last, g.changed, found = 0, 0, true, true  -- it alone made the floor: full
         end
         if found then save_gcra(st, ti) end
       elseif tier[1] == 2 then
@@ -797,14 +1116,13 @@ if not found then
       end
       for ti, tier in ipairs(st.spec[4]) do
         if tier[1] == 3 then
-          local g = st.gl[ti] or {floor = 0, n = 0, last = 0}
-          g.seen = nil
+          local g = st.gl[ti] or new_gcra(st, ti)
           if x_us <= now_us then  -- an admission now goes into the floor at once (gcra_log.py)
             if g.floor <= x_us then g.floor, g.last = x_us + tier[4], tag
             else g.floor, g.last = g.floor + tier[4], 0 end
+            g.changed = true
           else
-            if g.ts == nil then g.ts, g.tags = {}, {} end
-            insert_sorted(g, x_us)
+            gcra_insert(g, x_us, tag)
           end
           st.gl[ti] = g
           save_gcra(st, ti)
