@@ -491,89 +491,166 @@ local function summarize(ts, m, T, c)
   return b, gg, th
 end
 
--- page j of g ({ts, tags}), read once
-local function page_of(g, j)
-  local id = g.pid[j]
+-- the summary (b, g, theta) of parts 1 .. n of V (pages or groups, counts m), one after another
+local function compose_run(V, m, n, T)
+  local a, b, gg, th = 0, NONE, NONE, NONE
+  for j = 1, n do
+    if V.th[j] > b and V.th[j] - a > th then th = V.th[j] - a end
+    local nb = b + m[j] * T
+    if V.b[j] > nb then nb = V.b[j] end
+    if V.g[j] + a > gg then gg = V.g[j] + a end
+    b, a = nb, a + m[j] * T
+  end
+  return b, gg, th
+end
+
+local function blank_views(g)
+  local out = {}
+  for _, l in ipairs(g.vlist) do out[l] = {b = {}, g = {}, th = {}} end
+  return out
+end
+
+-- group q of g: its pages' index {id, np, pid, pfirst, plast, pm, views}, read once
+local function group_of(g, q)
+  local id = g.gid[q]
+  local G = g.grp[id]
+  if G then return G end
+  local raw = redis.call('HGET', g.key, 'i' .. fmt(id))
+  local per = 4 + 3 * #g.vlist
+  if not raw or #raw ~= 8 * per * g.gpc[q] then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  G = {id = id, np = g.gpc[q], pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
+  local v, k = unpack_records(string.rep('d', per), per, G.np, raw, 1), 0
+  for j = 1, G.np do
+    G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = v[k + 1], v[k + 2], v[k + 3], v[k + 4]
+    k = k + 4
+    for _, l in ipairs(g.vlist) do
+      local W = G.views[l]
+      W.b[j], W.g[j], W.th[j] = v[k + 1], v[k + 2], v[k + 3]
+      k = k + 3
+    end
+  end
+  g.grp[id] = G
+  return G
+end
+
+-- page j of group G ({ts, tags}), read once
+local function page_of(g, G, j)
+  local id = G.pid[j]
   local pg = g.pages[id]
   if pg then return pg end
   local raw = redis.call('HGET', g.key, 'p' .. fmt(id))
-  if not raw or #raw ~= 13 * g.pm[j] then corrupt(g.st, g.key, 'holds a page mailguard did not write') end
-  local v = unpack_records('I7I6', 2, g.pm[j], raw, 1)
+  if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  local v = unpack_records('I7I6', 2, G.pm[j], raw, 1)
   pg = {ts = {}, tags = {}}
-  for i = 1, g.pm[j] do pg.ts[i], pg.tags[i] = v[2 * i - 1], v[2 * i] end
+  for i = 1, G.pm[j] do pg.ts[i], pg.tags[i] = v[2 * i - 1], v[2 * i] end
   g.pages[id] = pg
   return pg
 end
 
--- page j of g now holds pg: its edges and summaries, written at the end
-local function set_page(g, j, pg)
+local function touched(g, G)
+  g.gdirty[G.id], g.changed, g.version = true, true, g.version + 1
+end
+
+-- page j of G now holds pg: its edges and summaries, written at the end
+local function set_page(g, G, j, pg)
   local m = #pg.ts
-  g.pfirst[j], g.plast[j], g.pm[j] = pg.ts[1], pg.ts[m], m
+  G.pfirst[j], G.plast[j], G.pm[j] = pg.ts[1], pg.ts[m], m
   for _, l in ipairs(g.vlist) do
     local T, c = view_of(g, l)
-    local V = g.views[l]
+    local V = G.views[l]
     V.b[j], V.g[j], V.th[j] = summarize(pg.ts, m, T, c)
   end
-  g.pages[g.pid[j]], g.dirty[g.pid[j]], g.changed = pg, true, true
-  g.version = (g.version or 0) + 1
+  g.pages[G.pid[j]], g.dirty[G.pid[j]] = pg, true
+  touched(g, G)
 end
 
-local function insert_page(g, j, pg)
+local function insert_page(g, G, j, pg)
   local id = g.nextid
   g.nextid = id + 1
-  table.insert(g.pid, j, id); table.insert(g.pfirst, j, 0); table.insert(g.plast, j, 0)
-  table.insert(g.pm, j, 0)
-  for _, l in ipairs(g.vlist) do
-    local V = g.views[l]
-    table.insert(V.b, j, 0); table.insert(V.g, j, 0); table.insert(V.th, j, 0)
-  end
-  g.np = g.np + 1
-  set_page(g, j, pg)
+  table.insert(G.pid, j, id); table.insert(G.pfirst, j, 0); table.insert(G.plast, j, 0)
+  table.insert(G.pm, j, 0)
+  for _, V in pairs(G.views) do table.insert(V.b, j, 0); table.insert(V.g, j, 0); table.insert(V.th, j, 0) end
+  G.np = G.np + 1
+  set_page(g, G, j, pg)
 end
 
-local function remove_page(g, j)
-  local id = g.pid[j]
-  table.remove(g.pid, j); table.remove(g.pfirst, j); table.remove(g.plast, j); table.remove(g.pm, j)
+local function remove_page(g, G, j)
+  local id = G.pid[j]
+  table.remove(G.pid, j); table.remove(G.pfirst, j); table.remove(G.plast, j); table.remove(G.pm, j)
+  for _, V in pairs(G.views) do table.remove(V.b, j); table.remove(V.g, j); table.remove(V.th, j) end
+  G.np, g.pages[id], g.dirty[id] = G.np - 1, nil, nil
+  g.gone[#g.gone + 1] = 'p' .. fmt(id)
+  touched(g, G)
+end
+
+-- group q's edges and summaries from its pages again (an empty group is removed)
+local function regroup(g, q)
+  local G = g.grp[g.gid[q]]
+  if G.np == 0 then
+    table.remove(g.gid, q); table.remove(g.gfirst, q); table.remove(g.glast, q)
+    table.remove(g.gn, q); table.remove(g.gpc, q)
+    for _, V in pairs(g.views) do table.remove(V.b, q); table.remove(V.g, q); table.remove(V.th, q) end
+    g.ng, g.grp[G.id], g.gdirty[G.id] = g.ng - 1, nil, nil
+    g.gone[#g.gone + 1] = 'i' .. fmt(G.id)
+    g.changed, g.version = true, g.version + 1
+    return
+  end
+  local count = 0
+  for j = 1, G.np do count = count + G.pm[j] end
+  g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = G.pfirst[1], G.plast[G.np], count, G.np
   for _, l in ipairs(g.vlist) do
     local V = g.views[l]
-    table.remove(V.b, j); table.remove(V.g, j); table.remove(V.th, j)
+    V.b[q], V.g[q], V.th[q] = compose_run(G.views[l], G.pm, G.np, (view_of(g, l)))
   end
-  g.np, g.pages[id], g.dirty[id], g.changed = g.np - 1, nil, nil, true
-  g.gone[#g.gone + 1] = 'p' .. fmt(id)
-  g.version = (g.version or 0) + 1
+  touched(g, G)
+end
+
+local function insert_group(g, q, G)
+  table.insert(g.gid, q, G.id); table.insert(g.gfirst, q, 0); table.insert(g.glast, q, 0)
+  table.insert(g.gn, q, 0); table.insert(g.gpc, q, 0)
+  for _, V in pairs(g.views) do table.insert(V.b, q, 0); table.insert(V.g, q, 0); table.insert(V.th, q, 0) end
+  g.ng, g.grp[G.id] = g.ng + 1, G
+  regroup(g, q)
+end
+
+local function new_group(g)
+  local G = {id = g.nextid, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
+  g.nextid = g.nextid + 1
+  return G
 end
 
 -- the summaries of g's view with limit l, made once over every page when it is first asked
 local function ensure_view(g, l)
   if g.views[l] then return end
-  g.views[l] = {b = {}, g = {}, th = {}}
+  for q = 1, g.ng do group_of(g, q) end  -- read in the layout they were written in
   g.vlist[#g.vlist + 1] = l
+  g.views[l] = {b = {}, g = {}, th = {}}
   local T, c = view_of(g, l)
-  local V = g.views[l]
-  for j = 1, g.np do
-    local pg = page_of(g, j)
-    V.b[j], V.g[j], V.th[j] = summarize(pg.ts, g.pm[j], T, c)
+  for q = 1, g.ng do
+    local G = group_of(g, q)
+    local V = {b = {}, g = {}, th = {}}
+    for j = 1, G.np do V.b[j], V.g[j], V.th[j] = summarize(page_of(g, G, j).ts, G.pm[j], T, c) end
+    G.views[l] = V
+    regroup(g, q)
   end
   g.changed = true
 end
 
--- the arrival time entering each page from base, and R after each page, in view l (kept until
--- g changes)
-local function edges(g, l, base, T)
-  local key = l .. ':' .. fmt(base)
+-- the arrival time entering each part (groups of g, or pages of one group) from base, and R
+-- after each (tail: after the last), in view V of interval T; kept until g changes
+local function edges(g, key, V, m, n, base, tail, T)
   if g.edge_memo == nil or g.changed_at ~= g.version then g.edge_memo, g.changed_at = {}, g.version end
   local known = g.edge_memo[key]
   if known then return known[1], known[2] end
-  local V = g.views[l]
   local tau, after = {base}, {}
-  for j = 1, g.np do
-    local a = tau[j] + g.pm[j] * T
+  for j = 1, n do
+    local a = tau[j] + m[j] * T
     if V.b[j] > a then a = V.b[j] end
     tau[j + 1] = a
   end
-  after[g.np] = NONE
-  for j = g.np - 1, 1, -1 do
-    local a = after[j + 1] + g.pm[j + 1] * T
+  after[n] = tail
+  for j = n - 1, 1, -1 do
+    local a = after[j + 1] + m[j + 1] * T
     if V.g[j + 1] > a then a = V.g[j + 1] end
     after[j] = a
   end
@@ -581,60 +658,97 @@ local function edges(g, l, base, T)
   return tau, after
 end
 
--- the gap holding x (µs): page j and the number i of its emissions at or before x (j = np + 1:
--- after every emission)
-local function locate(g, x)
-  local lo, hi = 1, g.np + 1
+-- the last of n parts whose first is at or before x (0: none)
+local function last_at(first, n, x)
+  local lo, hi = 1, n + 1
   while lo < hi do
     local mid = floor((lo + hi) / 2)
-    if g.pfirst[mid] <= x then lo = mid + 1 else hi = mid end
+    if first[mid] <= x then lo = mid + 1 else hi = mid end
   end
-  local j = lo - 1
-  if j == 0 then return 1, 0 end
-  if g.plast[j] <= x then return j + 1, 0 end
-  local ts = page_of(g, j).ts
-  local a, b = 1, g.pm[j] + 1
+  return lo - 1
+end
+
+-- the gap holding x (µs): group q, page j of it, the number i of that page's emissions at or
+-- before x (q = ng + 1: after every emission)
+local function locate(g, x)
+  local q = last_at(g.gfirst, g.ng, x)
+  if q == 0 then return 1, 1, 0 end
+  if g.glast[q] <= x then return q + 1, 1, 0 end
+  local G = group_of(g, q)
+  local j = last_at(G.pfirst, G.np, x)
+  if G.plast[j] <= x then return q, j + 1, 0 end
+  local ts = page_of(g, G, j).ts
+  local a, b = 1, G.pm[j] + 1
   while a < b do
     local mid = floor((a + b) / 2)
     if ts[mid] <= x then a = mid + 1 else b = mid end
   end
-  return j, a - 1
+  return q, j, a - 1
 end
 
--- tat and R at gap (j, i) of view V (interval T); a page's first gap from the summaries only,
--- another from the page's own tat and R, made once per search (memo)
-local function bounds(g, V, T, tau, after, j, i, memo)
-  if j > g.np then return tau[g.np + 1], NONE end
+-- one search's view of g: limit l from base, its groups' edges (tau, after)
+local function view(g, l, base)
+  ensure_view(g, l)
+  local T, c = view_of(g, l)
+  local V = g.views[l]
+  local tau, after = edges(g, l .. ':' .. fmt(base), V, g.gn, g.ng, base, NONE, T)
+  return {g = g, l = l, base = base, T = T, c = c, V = V, tau = tau, after = after, memo = {},
+    groups = {}}
+end
+
+-- the pages of group q in view s: G, its view, the arrival time entering and R after each page
+-- (kept in s: a search asks for them at every step)
+local function pages_in(s, q)
+  local known = s.groups[q]
+  if known then return known[1], known[2], known[3], known[4] end
+  local g = s.g
+  local G = group_of(g, q)
+  local GV = G.views[s.l]
+  local tau, after = edges(g, s.l .. ':' .. fmt(s.base) .. ':' .. fmt(G.id), GV, G.pm, G.np,
+    s.tau[q], s.after[q], s.T)
+  s.groups[q] = {G, GV, tau, after}
+  return G, GV, tau, after
+end
+
+-- page j of group G in view s: its times, and tat and R at each of its gaps (0 .. m - 1),
+-- from the arrival time entering it and R after it; kept in s
+local function page_bounds(s, G, j, tau, after)
+  local key = G.pid[j]
+  local known = s.memo[key]
+  if known then return known[1], known[2], known[3] end
+  local T, ts, m = s.T, page_of(s.g, G, j).ts, G.pm[j]
+  local tats, rights = {[0] = tau}, {[m] = after}
+  for k = 1, m do
+    local a = tats[k - 1]
+    if ts[k] > a then a = ts[k] end
+    tats[k] = a + T
+  end
+  for k = m, 1, -1 do
+    local r = rights[k] + T
+    if T - ts[k] > r then r = T - ts[k] end
+    rights[k - 1] = r
+  end
+  s.memo[key] = {ts, tats, rights}
+  return ts, tats, rights
+end
+
+-- tat and R at gap (q, j, i) of view s; a group's or a page's first gap from summaries only
+local function bounds(s, q, j, i)
+  local g, T = s.g, s.T
+  if q > g.ng then return s.tau[g.ng + 1], NONE end
+  if j == 1 and i == 0 then
+    local r = s.after[q] + g.gn[q] * T
+    if s.V.g[q] > r then r = s.V.g[q] end
+    return s.tau[q], r
+  end
+  local G, GV, tau, after = pages_in(s, q)
   if i == 0 then
-    local r = after[j] + g.pm[j] * T
-    if V.g[j] > r then r = V.g[j] end
+    local r = after[j] + G.pm[j] * T
+    if GV.g[j] > r then r = GV.g[j] end
     return tau[j], r
   end
-  local known = memo[j]
-  if known == nil then
-    local ts, m = page_of(g, j).ts, g.pm[j]
-    local tats, rights = {[0] = tau[j]}, {[m] = after[j]}
-    for k = 1, m do
-      local a = tats[k - 1]
-      if ts[k] > a then a = ts[k] end
-      tats[k] = a + T
-    end
-    for k = m, 1, -1 do
-      local r = rights[k] + T
-      if T - ts[k] > r then r = T - ts[k] end
-      rights[k - 1] = r
-    end
-    known = {tats, rights}
-    memo[j] = known
-  end
-  return known[1][i], known[2][i]
-end
-
--- the emission ending gap (j, i), nil after the last
-local function next_e(g, j, i)
-  if j > g.np then return nil end
-  if i == 0 then return g.pfirst[j] end
-  return page_of(g, j).ts[i + 1]
+  local _, tats, rights = page_bounds(s, G, j, tau[j], after[j])
+  return tats[i], rights[i]
 end
 
 -- the floor a kind with a share sees (mailer/gcra_log.py share_floor): the tokens the bucket's
@@ -647,55 +761,62 @@ local function share_floor(g, interval, part)
 end
 
 -- earliest ms >= t at which one more emission keeps g's view with limit l, from base (the
--- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest), pages
--- whose summary proves every gap closed skipped unread
+-- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest). A
+-- group or page whose summary proves every gap closed (the arrival time entering it) or
+-- over-full (its arrival time and R at least the ones entering and leaving it) is skipped unread.
 local function gcra_first(g, base, l, t)
-  ensure_view(g, l)
-  local T, c = view_of(g, l)
-  local V = g.views[l]
-  local tau, after = edges(g, l, base, T)
-  local memo = {}
+  local s = view(g, l, base)
+  local c, T = s.c, s.T
   if t == now then
-    local j, i = locate(g, now_us)
-    local tat, right = bounds(g, V, T, tau, after, j, i, memo)
+    local tat, right = bounds(s, locate(g, now_us))
     if tat - now_us <= c and right + now_us <= c and tat + right <= c then return now end
     t = now + 1
   end
   local x = t
-  local j, i = locate(g, x * 1000)
+  local q, j, i = locate(g, x * 1000)
   while true do
-    if j <= g.np and i == 0 and (tau[j] >= V.th[j] or tau[j] + after[j] + g.pm[j] * T > c) then
-      -- every gap of page j closed (the arrival time entering it), or every one over-full (its
-      -- arrival time and bound R both at least the ones entering and leaving it): skipped
-      local nx = ceil_div(g.plast[j], 1000)
-      if nx > x then x = nx end
-      if j == g.np or x * 1000 < g.pfirst[j + 1] then j, i = j + 1, 0 else j, i = locate(g, x * 1000) end
-    else
-      local tat, right = bounds(g, V, T, tau, after, j, i, memo)
-      local e = next_e(g, j, i)
-      if tat + right <= c then
-        local lo = ceil_div(tat - c, 1000)
-        if lo > x then x = lo end
-        if (e == nil or x * 1000 < e) and right + x * 1000 <= c then return x end
-      end
-      local nx = ceil_div(e, 1000)
-      if nx > x then x = nx end
-      j, i = locate(g, x * 1000)
+    if q > g.ng then
+      local lo = ceil_div(s.tau[g.ng + 1] - c, 1000)
+      if lo > x then return lo end
+      return x
     end
+    if j == 1 and i == 0 and (s.tau[q] >= s.V.th[q] or s.tau[q] + s.after[q] + g.gn[q] * T > c) then
+      local nx = ceil_div(g.glast[q], 1000)
+      if nx > x then x = nx end
+    else
+      local G, GV, tau, after = pages_in(s, q)
+      if i == 0 and (tau[j] >= GV.th[j] or tau[j] + after[j] + G.pm[j] * T > c) then
+        local nx = ceil_div(G.plast[j], 1000)
+        if nx > x then x = nx end
+      else  -- this page's gaps from i on, as gcra_log.py earliest walks them
+        local ts, tats, rights = page_bounds(s, G, j, tau[j], after[j])
+        for k = i, G.pm[j] - 1 do
+          local e = ts[k + 1]
+          if x * 1000 < e then
+            local tat, right = tats[k], rights[k]
+            if tat + right <= c then
+              local lo = ceil_div(tat - c, 1000)
+              if lo > x then x = lo end
+              if x * 1000 < e and right + x * 1000 <= c then return x end
+            end
+            local nx = ceil_div(e, 1000)
+            if nx > x then x = nx end
+          end
+        end
+      end
+    end
+    q, j, i = locate(g, x * 1000)
   end
 end
 
 -- the emissions the spans of g's view l (from base) holding at_us already use, in intervals
 local function gcra_used(g, base, l, at_us)
-  ensure_view(g, l)
-  local T = view_of(g, l)
-  local tau, after = edges(g, l, base, T)
-  local j, i = locate(g, at_us)
-  local tat, right = bounds(g, g.views[l], T, tau, after, j, i, {})
+  local s = view(g, l, base)
+  local tat, right = bounds(s, locate(g, at_us))
   local ahead = 0
   if tat > at_us then ahead = tat - at_us end
   if right + at_us > 0 then ahead = ahead + right + at_us end
-  return ceil_div(ahead, T)
+  return ceil_div(ahead, s.T)
 end
 
 -- the most entries of st's sorted log in one window of w ms that holds at
@@ -800,26 +921,53 @@ local function save_log(st)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
--- the most emissions a page of a bucket of n keeps before it is cut in two: pages of about the
--- square root of the backlog, so a decision reads about as many summaries as one page's times
-local function page_cap(n)
-  local cap = floor(math.sqrt(n))
-  if cap < 8 then cap = 8 end
-  return 2 * cap
+-- the most emissions a page of a bucket of n keeps, and the most pages a group keeps, before
+-- either is cut in two: about the cube root of the backlog each, so a decision reads about as
+-- many group summaries, page summaries of one group and times of one page
+local function caps(n)
+  local r = floor(n ^ (1 / 3))
+  local page, group = 2 * r, r
+  if page < 4 then page = 4 end
+  if group < 2 then group = 2 end
+  return 2 * page, 2 * group
 end
 
--- book one emission at x (µs, after now) for this mail's tag: into its page, cut when too long
+-- group q is cut in two when it keeps too many pages
+local function split_group(g, q, most)
+  local G = g.grp[g.gid[q]]
+  if G.np <= most then return end
+  local H, half = new_group(g), floor(G.np / 2)
+  for j = half + 1, G.np do
+    local k = j - half
+    H.pid[k], H.pfirst[k], H.plast[k], H.pm[k] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
+    G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = nil, nil, nil, nil
+    for l, V in pairs(G.views) do
+      local W = H.views[l]
+      W.b[k], W.g[k], W.th[k] = V.b[j], V.g[j], V.th[j]
+      V.b[j], V.g[j], V.th[j] = nil, nil, nil
+    end
+  end
+  H.np, G.np = G.np - half, half
+  regroup(g, q)
+  insert_group(g, q + 1, H)
+end
+
+-- book one emission at x (µs, after now) for the mail tagged tg: into its page, cut when too long
 local function gcra_insert(g, x, tg)
   g.n = g.n + 1
-  if g.np == 0 then insert_page(g, 1, {ts = {x}, tags = {tg}}) return end
-  local lo, hi = 1, g.np + 1
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if g.pfirst[mid] <= x then lo = mid + 1 else hi = mid end
+  local most_page, most_group = caps(g.n)
+  if g.ng == 0 then
+    local G = new_group(g)
+    insert_page(g, G, 1, {ts = {x}, tags = {tg}})
+    insert_group(g, 1, G)
+    return
   end
-  local j = lo - 1
+  local q = last_at(g.gfirst, g.ng, x)
+  if q == 0 then q = 1 end
+  local G = group_of(g, q)
+  local j = last_at(G.pfirst, G.np, x)
   if j == 0 then j = 1 end
-  local pg = page_of(g, j)
+  local pg = page_of(g, G, j)
   local k = #pg.ts + 1
   while k > 1 and pg.ts[k - 1] > x do
     pg.ts[k], pg.tags[k] = pg.ts[k - 1], pg.tags[k - 1]
@@ -827,28 +975,39 @@ local function gcra_insert(g, x, tg)
   end
   pg.ts[k], pg.tags[k] = x, tg
   local m = #pg.ts
-  if m <= page_cap(g.n) then set_page(g, j, pg) return end
-  local half, rest = floor(m / 2), {ts = {}, tags = {}}
-  for q = half + 1, m do
-    rest.ts[q - half], rest.tags[q - half] = pg.ts[q], pg.tags[q]
-    pg.ts[q], pg.tags[q] = nil, nil
+  if m <= most_page then
+    set_page(g, G, j, pg)
+  else
+    local half, rest = floor(m / 2), {ts = {}, tags = {}}
+    for r = half + 1, m do
+      rest.ts[r - half], rest.tags[r - half] = pg.ts[r], pg.tags[r]
+      pg.ts[r], pg.tags[r] = nil, nil
+    end
+    set_page(g, G, j, pg)
+    insert_page(g, G, j + 1, rest)
   end
-  set_page(g, j, pg)
-  insert_page(g, j + 1, rest)
+  regroup(g, q)
+  split_group(g, q, most_group)
 end
 
 -- take back the emission of this mail's tag at slot at (ms), the latest first; whether found
 local function gcra_release(g, at)
   local lo_us, hi_us = (at - 1) * 1000, at * 1000
-  for j = g.np, 1, -1 do
-    if g.pfirst[j] <= hi_us and g.plast[j] > lo_us then
-      local pg = page_of(g, j)
-      for k = #pg.ts, 1, -1 do
-        if pg.tags[k] == tag and -floor(-pg.ts[k] / 1000) == at then
-          table.remove(pg.ts, k); table.remove(pg.tags, k)
-          if #pg.ts == 0 then remove_page(g, j) else set_page(g, j, pg) end
-          g.n = g.n - 1
-          return true
+  for q = g.ng, 1, -1 do
+    if g.gfirst[q] <= hi_us and g.glast[q] > lo_us then
+      local G = group_of(g, q)
+      for j = G.np, 1, -1 do
+        if G.pfirst[j] <= hi_us and G.plast[j] > lo_us then
+          local pg = page_of(g, G, j)
+          for k = #pg.ts, 1, -1 do
+            if pg.tags[k] == tag and -floor(-pg.ts[k] / 1000) == at then
+              table.remove(pg.ts, k); table.remove(pg.tags, k)
+              if #pg.ts == 0 then remove_page(g, G, j) else set_page(g, G, j, pg) end
+              regroup(g, q)
+              g.n = g.n - 1
+              return true
+            end
+          end
         end
       end
     end
@@ -858,47 +1017,50 @@ end
 
 -- move the emissions up to now into g's floor, page by page (gcra_log.py fold)
 local function gcra_fold(g)
-  while g.np > 0 and g.pfirst[1] <= now_us do
-    local pg = page_of(g, 1)
-    local m, cut = #pg.ts, 0
-    while cut < m and pg.ts[cut + 1] <= now_us do
-      cut = cut + 1
-      if g.floor <= pg.ts[cut] then g.floor, g.last = pg.ts[cut], pg.tags[cut] else g.last = 0 end
-      g.floor = g.floor + g.interval
+  while g.ng > 0 and g.gfirst[1] <= now_us do
+    local G = group_of(g, 1)
+    while G.np > 0 and G.pfirst[1] <= now_us do
+      local pg = page_of(g, G, 1)
+      local m, cut = #pg.ts, 0
+      while cut < m and pg.ts[cut + 1] <= now_us do
+        cut = cut + 1
+        if g.floor <= pg.ts[cut] then g.floor, g.last = pg.ts[cut], pg.tags[cut] else g.last = 0 end
+        g.floor = g.floor + g.interval
+      end
+      g.n = g.n - cut
+      if cut == m then
+        remove_page(g, G, 1)
+      else
+        local rest = {ts = {}, tags = {}}
+        for r = cut + 1, m do rest.ts[r - cut], rest.tags[r - cut] = pg.ts[r], pg.tags[r] end
+        set_page(g, G, 1, rest)
+      end
     end
-    g.n = g.n - cut
-    if cut == m then
-      remove_page(g, 1)
-    else
-      local rest = {ts = {}, tags = {}}
-      for q = cut + 1, m do rest.ts[q - cut], rest.tags[q - cut] = pg.ts[q], pg.tags[q] end
-      set_page(g, 1, rest)
-    end
+    regroup(g, 1)
   end
   if g.floor <= now_us then g.floor, g.last = 0, 0 end
 end
 
--- g's header and index from the hash's fields h and i, refused when mailguard did not write them
+-- g's header and group index from the hash's fields h and i, refused when mailguard did not
+-- write them
 local function parse_gcra(g, h, idx)
   local f, l, n, nx, vl = string.match(h or '', '^(%d+),(%d+),(%d+),(%d+);([%d,]*)$')
   if not f or not idx then corrupt(g.st, g.key, 'is not a gcra bucket') end
   g.floor, g.last, g.n, g.nextid = tonumber(f), tonumber(l), tonumber(n), tonumber(nx)
   bounded(g.st, g.key, g.n)
-  g.vlist, g.views = {}, {}
-  for v in string.gmatch(vl, '%d+') do
-    g.vlist[#g.vlist + 1] = tonumber(v)
-    g.views[tonumber(v)] = {b = {}, g = {}, th = {}}
-  end
-  local per = 4 + 3 * #g.vlist
+  g.vlist = {}
+  for v in string.gmatch(vl, '%d+') do g.vlist[#g.vlist + 1] = tonumber(v) end
+  g.views = blank_views(g)
+  local per = 5 + 3 * #g.vlist
   if not g.views[g.tlimit] or #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
-  g.np = #idx / (8 * per)
-  local v, k, total = unpack_records(string.rep('d', per), per, g.np, idx, 1), 0, 0
-  for j = 1, g.np do
-    g.pid[j], g.pfirst[j], g.plast[j], g.pm[j] = v[k + 1], v[k + 2], v[k + 3], v[k + 4]
-    k, total = k + 4, total + v[k + 4]
+  g.ng = #idx / (8 * per)
+  local v, k, total = unpack_records(string.rep('d', per), per, g.ng, idx, 1), 0, 0
+  for q = 1, g.ng do
+    g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = v[k + 1], v[k + 2], v[k + 3], v[k + 4], v[k + 5]
+    k, total = k + 5, total + v[k + 4]
     for _, lv in ipairs(g.vlist) do
       local W = g.views[lv]
-      W.b[j], W.g[j], W.th[j] = v[k + 1], v[k + 2], v[k + 3]
+      W.b[q], W.g[q], W.th[q] = v[k + 1], v[k + 2], v[k + 3]
       k = k + 3
     end
   end
@@ -909,9 +1071,30 @@ end
 local function new_gcra(st, ti)
   local tier = st.spec[4][ti]
   return {st = st, key = st.key .. ':G' .. ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
-    floor = 0, last = 0, n = 0, nextid = 1, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {},
-    views = {[tier[2]] = {b = {}, g = {}, th = {}}}, vlist = {tier[2]}, pages = {}, dirty = {},
-    gone = {}, changed = false}
+    floor = 0, last = 0, n = 0, nextid = 1, ng = 0, gid = {}, gfirst = {}, glast = {}, gn = {},
+    gpc = {}, views = {[tier[2]] = {b = {}, g = {}, th = {}}}, vlist = {tier[2]}, grp = {},
+    pages = {}, dirty = {}, gdirty = {}, gone = {}, changed = false, version = 0}
+end
+
+-- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
+local function build_gcra(g, ts, tags, n)
+  local most_page, most_group = caps(n)
+  local size, per_group, q = most_page / 2, most_group / 2, 0
+  local G = new_group(g)
+  while q < n do
+    local pg = {ts = {}, tags = {}}
+    for r = 1, size do
+      if q + r > n then break end
+      pg.ts[r], pg.tags[r] = ts[q + r], tags[q + r]
+    end
+    insert_page(g, G, G.np + 1, pg)
+    q = q + #pg.ts
+    if G.np >= per_group or q >= n then
+      insert_group(g, g.ng + 1, G)
+      G = new_group(g)
+    end
+  end
+  g.n = n
 end
 
 -- gcra tier ti of st: its hash's header and index, a bucket of an earlier version (<base>:g<ti>)
@@ -928,18 +1111,8 @@ local function load_gcra(st, ti)
   if raw then
     local old = read_gcra(raw, tier[4])
     if old.floor > g.floor then g.floor, g.last = old.floor, old.last end
-    if g.np == 0 and old.n > 0 then  -- cut in pages of half the cap at once
-      local size, q = page_cap(old.n) / 2, 0
-      while q < old.n do
-        local pg = {ts = {}, tags = {}}
-        for r = 1, size do
-          if q + r > old.n then break end
-          pg.ts[r], pg.tags[r] = old.ts[q + r], old.tags[q + r]
-        end
-        insert_page(g, g.np + 1, pg)
-        q = q + #pg.ts
-      end
-      g.n = old.n
+    if g.ng == 0 and old.n > 0 then
+      build_gcra(g, old.ts, old.tags, old.n)
     else
       for q = 1, old.n do gcra_insert(g, old.ts[q], old.tags[q]) end
     end
@@ -950,40 +1123,54 @@ local function load_gcra(st, ti)
   return g
 end
 
--- stored when changed: the header, the index with every view's summaries, the pages written;
--- expires when the bucket is full again (the full view's arrival time after every emission)
+-- stored when changed: the header, the group index with every view's summaries, the page
+-- indexes and pages written; expires when the bucket is full again (the full view's arrival
+-- time after every emission)
 local function save_gcra(st, ti)
   local g = st.gl[ti]
   if not g.changed then return end
   local T, V, tat = g.interval, g.views[g.tlimit], g.floor
-  for j = 1, g.np do
-    local a = tat + g.pm[j] * T
-    if V.b[j] > a then a = V.b[j] end
+  for q = 1, g.ng do
+    local a = tat + g.gn[q] * T
+    if V.b[q] > a then a = V.b[q] end
     tat = a
   end
   if tat <= now_us then redis.call('DEL', g.key) return end
   local flat, k = {}, 0
-  for j = 1, g.np do
-    flat[k + 1], flat[k + 2], flat[k + 3], flat[k + 4] = g.pid[j], g.pfirst[j], g.plast[j], g.pm[j]
-    k = k + 4
+  for q = 1, g.ng do
+    flat[k + 1], flat[k + 2], flat[k + 3], flat[k + 4], flat[k + 5] = g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q]
+    k = k + 5
     for _, l in ipairs(g.vlist) do
       local W = g.views[l]
-      flat[k + 1], flat[k + 2], flat[k + 3] = W.b[j], W.g[j], W.th[j]
+      flat[k + 1], flat[k + 2], flat[k + 3] = W.b[q], W.g[q], W.th[q]
       k = k + 3
     end
   end
-  local per = 4 + 3 * #g.vlist
-  local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. g.n .. ',' .. fmt(g.nextid) .. ';' ..
-    table.concat(g.vlist, ','), 'i', pack_records(string.rep('d', per), per, flat, g.np)}
+  local per = 5 + 3 * #g.vlist
+  local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. fmt(g.n) .. ',' .. fmt(g.nextid) .. ';' ..
+    table.concat(g.vlist, ','), 'i', pack_records(string.rep('d', per), per, flat, g.ng)}
+  for id in pairs(g.gdirty) do
+    local G, gf, kk = g.grp[id], {}, 0
+    for j = 1, G.np do
+      gf[kk + 1], gf[kk + 2], gf[kk + 3], gf[kk + 4] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
+      kk = kk + 4
+      for _, l in ipairs(g.vlist) do
+        local W = G.views[l]
+        gf[kk + 1], gf[kk + 2], gf[kk + 3] = W.b[j], W.g[j], W.th[j]
+        kk = kk + 3
+      end
+    end
+    args[#args + 1], args[#args + 2] = 'i' .. fmt(id), pack_records(string.rep('d', per - 1), per - 1, gf, G.np)
+  end
   for id in pairs(g.dirty) do
     local pg, pf = g.pages[id], {}
-    for q = 1, #pg.ts do pf[2 * q - 1], pf[2 * q] = pg.ts[q], pg.tags[q] end
+    for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
     args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
   end
   redis.call('HSET', g.key, unpack(args))
   if #g.gone > 0 then redis.call('HDEL', g.key, unpack(g.gone)) end
   redis.call('PEXPIRE', g.key, -floor(-tat / 1000) - now + slack + 1)
-  g.changed, g.dirty, g.gone = false, {}, {}
+  g.changed, g.dirty, g.gdirty, g.gone = false, {}, {}, {}
 end
 
 -- insert time x with this mail's tag into the sorted list of l ({ts, tags, n}), after equals
