@@ -783,11 +783,13 @@ local function gcra_first(g, base, l, t)
     if j == 1 and i == 0 and (s.tau[q] >= s.V.th[q] or s.tau[q] + s.after[q] + g.gn[q] * T > c) then
       local nx = ceil_div(g.glast[q], 1000)
       if nx > x then x = nx end
+      if q == g.ng or x * 1000 < g.gfirst[q + 1] then q, j, i = q + 1, 1, -1 end
     else
       local G, GV, tau, after = pages_in(s, q)
       if i == 0 and (tau[j] >= GV.th[j] or tau[j] + after[j] + G.pm[j] * T > c) then
         local nx = ceil_div(G.plast[j], 1000)
         if nx > x then x = nx end
+        if j < G.np and x * 1000 < G.pfirst[j + 1] then j, i = j + 1, -1 end
       else  -- this page's gaps from i on, as gcra_log.py earliest walks them
         local ts, tats, rights = page_bounds(s, G, j, tau[j], after[j])
         for k = i, G.pm[j] - 1 do
@@ -805,7 +807,7 @@ local function gcra_first(g, base, l, t)
         end
       end
     end
-    q, j, i = locate(g, x * 1000)
+    if i == -1 then i = 0 else q, j, i = locate(g, x * 1000) end  -- -1: at the next one's start
   end
 end
 
@@ -926,7 +928,7 @@ end
 -- many group summaries, page summaries of one group and times of one page
 local function caps(n)
   local r = floor(n ^ (1 / 3))
-  local page, group = 2 * r, r
+  local page, group = 2 * r, floor(r / 2)
   if page < 4 then page = 4 end
   if group < 2 then group = 2 end
   return 2 * page, 2 * group
