@@ -1,10 +1,10 @@
-"""The paged gcra search of docs/explanation/limiter.md ("Long gcra backlogs"), checked as a
-reference before it is stored: a gcra view's emissions cut in pages, each page summarised for
-the view by four numbers, give the same earliest slot as :func:`mailer.limits.gcra_log.earliest`
-while reading only the pages the search cannot skip.
+"""The paged gcra search of docs/explanation/limiter.md ("Long gcra backlogs"), a reference in
+Python: a gcra view's emissions cut in pages, each page summarised for the view by four
+numbers, give the same earliest slot as :func:`mailer.limits.gcra_log.earliest` while reading
+only the pages the search cannot skip.
 
-Not wired into the stores yet (the design is in the docs page); this file pins its arithmetic:
-the summaries of two pages compose to the summary of both (so a tree of pages works), and the
+The Redis store runs this search over pages in groups (``stores/lua/scoped.lua``); this file
+pins its arithmetic against the linear search the memory store runs: the summaries of two pages compose to the summary of both (so a tree of pages works), and the
 paged search agrees with the linear one on random logs, µs edges and a tight backlog, where it
 reads no page.
 """
@@ -100,7 +100,8 @@ def earliest_paged(  # noqa: PLR0917 - the linear search's arguments, paged
     now_us: int,
 ) -> tuple[int, int]:
     """:func:`earliest` over ``pages`` (the emissions cut in non-empty sorted pages), and how
-    many emissions it read: a page whose summary proves every gap closed is skipped."""
+    many emissions it read: a page whose summary proves every gap closed, or over-full, is
+    skipped."""
     c = (limit - 1) * interval
     sums = [summarize(page, interval, c) for page in pages]
     read = 0
@@ -141,7 +142,12 @@ def earliest_paged(  # noqa: PLR0917 - the linear search's arguments, paged
             tau = floor
             for s in sums[:p]:
                 tau = max(tau + s.a, s.b)
-            if tau >= sums[p].theta:  # every gap of page p closed: skip it unread
+            right = NONE
+            for s in reversed(sums[p + 1 :]):
+                right = max(right + s.a, s.g)
+            # every gap of page p closed, or over-full (tat_k + R_k >= tau + R after + a > c):
+            # skip it unread
+            if tau >= sums[p].theta or tau + right + sums[p].a > c:
                 x = max(x, -(-pages[p][-1] // 1000))
                 k = count_upto(x * 1000)
                 continue
