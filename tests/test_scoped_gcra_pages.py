@@ -4,9 +4,9 @@ numbers, give the same earliest slot as :func:`mailer.limits.gcra_log.earliest` 
 only the pages the search cannot skip.
 
 The Redis store runs this search over pages in groups (``stores/lua/scoped.lua``); this file
-pins its arithmetic against the linear search the memory store runs: the summaries of two pages compose to the summary of both (so a tree of pages works), and the
-paged search agrees with the linear one on random logs, µs edges and a tight backlog, where it
-reads no page.
+pins its arithmetic against the linear search the memory store runs: the summaries of two pages
+compose to the summary of both (so a tree of pages works), and the paged search agrees with the
+linear one on random logs, µs edges and a tight backlog, where it reads no page.
 """
 
 from __future__ import annotations
