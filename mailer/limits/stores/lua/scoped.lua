@@ -482,7 +482,9 @@ local function summarize(ts, m, T, c)
   local b, gg, th = NONE, NONE, NONE
   for i = 1, m do
     local e = ts[i]
-    local need = c + (ceil_div(e, 1000) - 1) * 1000 + 1
+    local ms = floor(e / 1000)  -- ceil(e / 1000), exact: e is a whole number of µs
+    if ms * 1000 < e then ms = ms + 1 end
+    local need = c + (ms - 1) * 1000 + 1
     if b < need and need - (i - 1) * T > th then th = need - (i - 1) * T end
     if e > b then b = e end
     b = b + T
