@@ -592,7 +592,7 @@ local function regroup(g, q)
     table.remove(g.gid, q); table.remove(g.gfirst, q); table.remove(g.glast, q)
     table.remove(g.gn, q); table.remove(g.gpc, q)
     for _, V in pairs(g.views) do table.remove(V.b, q); table.remove(V.g, q); table.remove(V.th, q) end
-    g.ng, g.grp[G.id], g.gdirty[G.id] = g.ng - 1, nil, nil
+    g.ng, g.grp[G.id], g.gdirty[G.id], g.reshaped = g.ng - 1, nil, nil, true
     g.gone[#g.gone + 1] = 'i' .. fmt(G.id)
     g.changed, g.version = true, g.version + 1
     return
@@ -600,6 +600,7 @@ local function regroup(g, q)
   local count = 0
   for j = 1, G.np do count = count + G.pm[j] end
   g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = G.pfirst[1], G.plast[G.np], count, G.np
+  g.ttouched[q] = true
   for _, l in ipairs(g.vlist) do
     local V = g.views[l]
     V.b[q], V.g[q], V.th[q] = compose_run(G.views[l], G.pm, G.np, (view_of(g, l)))
@@ -611,7 +612,7 @@ local function insert_group(g, q, G)
   table.insert(g.gid, q, G.id); table.insert(g.gfirst, q, 0); table.insert(g.glast, q, 0)
   table.insert(g.gn, q, 0); table.insert(g.gpc, q, 0)
   for _, V in pairs(g.views) do table.insert(V.b, q, 0); table.insert(V.g, q, 0); table.insert(V.th, q, 0) end
-  g.ng, g.grp[G.id] = g.ng + 1, G
+  g.ng, g.grp[G.id], g.reshaped = g.ng + 1, G, true
   regroup(g, q)
 end
 
@@ -627,6 +628,7 @@ local function ensure_view(g, l)
   for q = 1, g.ng do group_of(g, q) end  -- read in the layout they were written in
   g.vlist[#g.vlist + 1] = l
   g.views[l] = {b = {}, g = {}, th = {}}
+  g.reshaped = true  -- every record grows by the new view's summary
   local T, c = view_of(g, l)
   for q = 1, g.ng do
     local G = group_of(g, q)
@@ -1057,7 +1059,7 @@ local function parse_gcra(g, h, idx)
   g.views = blank_views(g)
   local per = 5 + 3 * #g.vlist
   if not g.views[g.tlimit] or #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
-  g.ng = #idx / (8 * per)
+  g.ng, g.raw_i, g.reshaped = #idx / (8 * per), idx, false
   local v, k, total = unpack_records(string.rep('d', per), per, g.ng, idx, 1), 0, 0
   for q = 1, g.ng do
     g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = v[k + 1], v[k + 2], v[k + 3], v[k + 4], v[k + 5]
@@ -1077,7 +1079,8 @@ local function new_gcra(st, ti)
   return {st = st, key = st.key .. ':G' .. ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
     floor = 0, last = 0, n = 0, nextid = 1, ng = 0, gid = {}, gfirst = {}, glast = {}, gn = {},
     gpc = {}, views = {[tier[2]] = {b = {}, g = {}, th = {}}}, vlist = {tier[2]}, grp = {},
-    pages = {}, dirty = {}, gdirty = {}, gone = {}, changed = false, version = 0}
+    pages = {}, dirty = {}, gdirty = {}, gone = {}, changed = false, version = 0, ttouched = {},
+    reshaped = true}
 end
 
 -- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
@@ -1140,19 +1143,36 @@ local function save_gcra(st, ti)
     tat = a
   end
   if tat <= now_us then redis.call('DEL', g.key) return end
-  local flat, k = {}, 0
-  for q = 1, g.ng do
-    flat[k + 1], flat[k + 2], flat[k + 3], flat[k + 4], flat[k + 5] = g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q]
-    k = k + 5
+  local per = 5 + 3 * #g.vlist
+  local function record(q)
+    local r = {g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q]}
     for _, l in ipairs(g.vlist) do
       local W = g.views[l]
-      flat[k + 1], flat[k + 2], flat[k + 3] = W.b[q], W.g[q], W.th[q]
-      k = k + 3
+      r[#r + 1], r[#r + 2], r[#r + 3] = W.b[q], W.g[q], W.th[q]
     end
+    return r
   end
-  local per = 5 + 3 * #g.vlist
+  local index
+  if g.reshaped then  -- groups added, removed or grown: the whole index
+    local flat = {}
+    for q = 1, g.ng do
+      for _, v in ipairs(record(q)) do flat[#flat + 1] = v end
+    end
+    index = pack_records(string.rep('d', per), per, flat, g.ng)
+  else  -- the same groups: the records that changed, spliced into the index as read
+    local parts, from, size = {}, 1, 8 * per
+    for q = 1, g.ng do
+      if g.ttouched[q] then
+        parts[#parts + 1] = string.sub(g.raw_i, from, (q - 1) * size)
+        parts[#parts + 1] = struct.pack('>' .. string.rep('d', per), unpack(record(q)))
+        from = q * size + 1
+      end
+    end
+    parts[#parts + 1] = string.sub(g.raw_i, from)
+    index = table.concat(parts)
+  end
   local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. fmt(g.n) .. ',' .. fmt(g.nextid) .. ';' ..
-    table.concat(g.vlist, ','), 'i', pack_records(string.rep('d', per), per, flat, g.ng)}
+    table.concat(g.vlist, ','), 'i', index}
   for id in pairs(g.gdirty) do
     local G, gf, kk = g.grp[id], {}, 0
     for j = 1, G.np do
@@ -1175,6 +1195,7 @@ local function save_gcra(st, ti)
   if #g.gone > 0 then redis.call('HDEL', g.key, unpack(g.gone)) end
   redis.call('PEXPIRE', g.key, -floor(-tat / 1000) - now + slack + 1)
   g.changed, g.dirty, g.gdirty, g.gone = false, {}, {}, {}
+  g.raw_i, g.ttouched, g.reshaped = index, {}, false
 end
 
 -- insert time x with this mail's tag into the sorted list of l ({ts, tags, n}), after equals
