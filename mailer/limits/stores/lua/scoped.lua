@@ -540,7 +540,8 @@ local function page_of(g, G, j)
   local id = G.pid[j]
   local pg = g.pages[id]
   if pg then return pg end
-  local raw = redis.call('HGET', g.key, 'p' .. fmt(id))
+  local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
+  g.raws[id] = nil
   if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
   local v = unpack_records('I7I6', 2, G.pm[j], raw, 1)
   pg = {ts = {}, tags = {}}
@@ -580,7 +581,7 @@ local function remove_page(g, G, j)
   local id = G.pid[j]
   table.remove(G.pid, j); table.remove(G.pfirst, j); table.remove(G.plast, j); table.remove(G.pm, j)
   for _, V in pairs(G.views) do table.remove(V.b, j); table.remove(V.g, j); table.remove(V.th, j) end
-  G.np, g.pages[id], g.dirty[id] = G.np - 1, nil, nil
+  G.np, g.pages[id], g.dirty[id], g.raws[id] = G.np - 1, nil, nil, nil
   g.gone[#g.gone + 1] = 'p' .. fmt(id)
   touched(g, G)
 end
@@ -927,6 +928,30 @@ local function save_log(st)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
+-- one emission x (µs) for tag tg after the last of page j of G, the last page: its bytes
+-- appended to (not decoded) and its summaries carried one step further, as summarize would
+local function append_last(g, G, j, x, tg)
+  local id, m = G.pid[j], G.pm[j] + 1
+  local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
+  if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  g.raws[id] = raw .. struct.pack('>I7I6', x, tg)
+  local ms = floor(x / 1000)
+  if ms * 1000 < x then ms = ms + 1 end
+  for _, l in ipairs(g.vlist) do
+    local T, c = view_of(g, l)
+    local V = G.views[l]
+    local need = c + (ms - 1) * 1000 + 1
+    if V.b[j] < need and need - (m - 1) * T > V.th[j] then V.th[j] = need - (m - 1) * T end
+    local b = V.b[j]
+    if x > b then b = x end
+    V.b[j] = b + T
+    if m * T - x > V.g[j] then V.g[j] = m * T - x end
+  end
+  G.pm[j], G.plast[j] = m, x
+  g.dirty[id] = true
+  touched(g, G)
+end
+
 -- the most emissions a page of a bucket of n keeps, and the most pages a group keeps, before
 -- either is cut in two: about the cube root of the backlog each, so a decision reads about as
 -- many group summaries, page summaries of one group and times of one page
@@ -973,6 +998,12 @@ local function gcra_insert(g, x, tg)
   local G = group_of(g, q)
   local j = last_at(G.pfirst, G.np, x)
   if j == 0 then j = 1 end
+  if q == g.ng and j == G.np and x >= G.plast[j] and not g.pages[G.pid[j]] and
+    G.pm[j] < most_page then  -- after the last booking: appended to its page's bytes
+    append_last(g, G, j, x, tg)
+    regroup(g, q)
+    return
+  end
   local pg = page_of(g, G, j)
   local k = #pg.ts + 1
   while k > 1 and pg.ts[k - 1] > x do
@@ -1079,8 +1110,8 @@ local function new_gcra(st, ti)
   return {st = st, key = st.key .. ':G' .. ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
     floor = 0, last = 0, n = 0, nextid = 1, ng = 0, gid = {}, gfirst = {}, glast = {}, gn = {},
     gpc = {}, views = {[tier[2]] = {b = {}, g = {}, th = {}}}, vlist = {tier[2]}, grp = {},
-    pages = {}, dirty = {}, gdirty = {}, gone = {}, changed = false, version = 0, ttouched = {},
-    reshaped = true}
+    pages = {}, raws = {}, dirty = {}, gdirty = {}, gone = {}, changed = false, version = 0,
+    ttouched = {}, reshaped = true}
 end
 
 -- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
@@ -1188,8 +1219,12 @@ local function save_gcra(st, ti)
   end
   for id in pairs(g.dirty) do
     local pg, pf = g.pages[id], {}
-    for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
-    args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
+    if pg then
+      for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
+      args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
+    else  -- appended to as bytes
+      args[#args + 1], args[#args + 2] = 'p' .. fmt(id), g.raws[id]
+    end
   end
   redis.call('HSET', g.key, unpack(args))
   if #g.gone > 0 then redis.call('HDEL', g.key, unpack(g.gone)) end
