@@ -17,14 +17,15 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           and score <ms>, and <base>:h a hash, "n" the number of entries and "<tier>:<limit>"
           "lo,h" a hint (no booking fits that view in ms [lo, h)), read where a decision looks
           only (a <base>:l of an earlier version is moved there once); <base>:G<tier> a gcra
-          tier, a hash: "h" "<floor µs>,<its last tag>,<bookings>,<next page id>;<views>" (the
+          tier, a hash: "h" "<floor µs>,<its last tag>,<bookings>,<next id>;<views>" (the
           bucket's arrival time over the emissions up to now, "0": none; the tag of the last of
           them when it alone made the floor; the view limits kept: the tier's and each share's),
-          "i" per page in time order the doubles id, first and last µs, count, then per view
-          the page's summary (b, g, theta: docs/explanation/limiter.md), "p<id>" a page of the
-          bookings after now, I7 time (µs) and I6 tag each (about the square root of their number
-          a page); a <base>:g<tier> of an earlier version ("<floor>[,<last>]|" and the packed
-          bookings) is moved there once,
+          "i" per group of pages in time order the doubles id, first and last µs, bookings,
+          pages, then per view the group's summary (b, g, theta: docs/explanation/limiter.md),
+          "i<id>" that group's pages the same way (id, first, last, bookings, summaries), "p<id>"
+          a page of the bookings after now, I7 time (µs) and I6 tag each (pages and groups of
+          about the cube root of the backlog); a <base>:g<tier> of an earlier version
+          ("<floor>[,<last>]|" and the packed bookings) is moved there once,
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
           "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,
