@@ -630,7 +630,7 @@ local function ensure_view(g, l)
   for q = 1, g.ng do group_of(g, q) end  -- read in the layout they were written in
   g.vlist[#g.vlist + 1] = l
   g.views[l] = {b = {}, g = {}, th = {}}
-  g.reshaped = true  -- every record grows by the new view's summary
+  g.reshaped, g.viewadded = true, true  -- every record grows by the new view's summary
   local T, c = view_of(g, l)
   for q = 1, g.ng do
     local G = group_of(g, q)
@@ -1395,6 +1395,11 @@ if at > now and allowed == 0 then wait = at - now end
 local reply = {allowed, booked, at, wait, bs, bt}
 for _, st in ipairs(P) do
   for ti = 1, #st.spec[4] do reply[#reply + 1] = room(st, ti, seen, seen_us) end
+end
+for _, st in ipairs(P) do  -- a share's view made over every page is kept, booked or not
+  for ti, g in pairs(st.gl or {}) do
+    if g.viewadded then save_gcra(st, ti) end
+  end
 end
 finish()
 return reply
