@@ -771,6 +771,16 @@ end
 -- group or page whose summary proves every gap closed (the arrival time entering it) or
 -- over-full (its arrival time and R at least the ones entering and leaving it) is skipped unread.
 local function gcra_first(g, base, l, t)
+  if g.ng == 0 then  -- nothing booked: the one timestamp of redis-cell's GCRA
+    local c = (l - 1) * view_of(g, l)
+    if t == now then
+      if base - now_us <= c then return now end
+      t = now + 1
+    end
+    local fits = ceil_div(base - c, 1000)
+    if fits > t then return fits end
+    return t
+  end
   local s = view(g, l, base)
   local c, T = s.c, s.T
   if t == now then
@@ -819,6 +829,10 @@ end
 
 -- the emissions the spans of g's view l (from base) holding at_us already use, in intervals
 local function gcra_used(g, base, l, at_us)
+  if g.ng == 0 then
+    if base > at_us then return ceil_div(base - at_us, (view_of(g, l))) end
+    return 0
+  end
   local s = view(g, l, base)
   local tat, right = bounds(s, locate(g, at_us))
   local ahead = 0
@@ -1141,13 +1155,20 @@ end
 local function load_gcra(st, ti)
   local tier = st.spec[4][ti]
   local key = st.key .. ':G' .. ti
+  local raw = st.legacy and st.legacy[ti]
+  if raw and not string.find(raw, '|', 1, true) then  -- nothing booked: the one timestamp
+    local old, g = read_gcra(raw, tier[4]), new_gcra(st, ti)
+    g.floor, g.last, g.small = old.floor, old.last, true
+    return g
+  end
   local got = redis.pcall('HMGET', key, 'h', 'i')
   if got.err then corrupt(st, key, 'is not a hash') end
-  local raw = st.legacy and st.legacy[ti]
   if not got[1] and not got[2] and not raw then return nil end
   local g = new_gcra(st, ti)
   if got[1] or got[2] then parse_gcra(g, got[1], got[2]) end
+  g.paged = got[1] ~= false or got[2] ~= false
   if raw then
+    g.small, g.moved = true, true
     local old = read_gcra(raw, tier[4])
     if old.floor > g.floor then g.floor, g.last = old.floor, old.last end
     if g.ng == 0 and old.n > 0 then
@@ -1155,7 +1176,6 @@ local function load_gcra(st, ti)
     else
       for q = 1, old.n do gcra_insert(g, old.ts[q], old.tags[q]) end
     end
-    redis.call('DEL', st.key .. ':g' .. ti)
     g.changed = true
   end
   gcra_fold(g)
@@ -1168,6 +1188,18 @@ end
 local function save_gcra(st, ti)
   local g = st.gl[ti]
   if not g.changed then return end
+  if g.ng == 0 then  -- nothing booked: the floor alone, as one string (<base>:g<tier>)
+    if g.paged then redis.call('DEL', g.key) end
+    g.paged, g.changed = false, false
+    if g.floor <= now_us then redis.call('DEL', st.key .. ':g' .. ti) return end
+    local text = fmt(g.floor)
+    if g.last ~= 0 then text = text .. ',' .. fmt(g.last) end
+    redis.call('SET', st.key .. ':g' .. ti, text, 'PX', -floor(-g.floor / 1000) - now + slack + 1)
+    g.small = true
+    return
+  end
+  if g.small then redis.call('DEL', st.key .. ':g' .. ti) end
+  g.small, g.paged = false, true
   local T, V, tat = g.interval, g.views[g.tlimit], g.floor
   for q = 1, g.ng do
     local a = tat + g.gn[q] * T
@@ -1249,7 +1281,7 @@ for _, st in ipairs(P) do
   for ti, tier in ipairs(st.spec[4]) do
     if tier[1] == 3 then
       st.gl[ti] = load_gcra(st, ti)
-      if st.legacy and st.legacy[ti] then save_gcra(st, ti) end  -- moved over: written at once
+      if st.gl[ti] and st.gl[ti].moved then save_gcra(st, ti) end  -- moved over: written at once
     end
   end
 end
