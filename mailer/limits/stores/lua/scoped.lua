@@ -943,6 +943,23 @@ local function save_log(st)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
+-- an empty bucket for gcra tier ti of st (nothing booked, the bucket full); its pages' tables
+-- are made when it first keeps a booking (paged)
+local function new_gcra(st, ti)
+  local tier = st.spec[4][ti]
+  return {st = st, key = st.key .. ':G' .. ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
+    floor = 0, last = 0, n = 0, nextid = 1, ng = 0}
+end
+
+local function with_pages(g)
+  if g.gid then return g end
+  g.gid, g.gfirst, g.glast, g.gn, g.gpc = {}, {}, {}, {}, {}
+  g.views, g.vlist = {[g.tlimit] = {b = {}, g = {}, th = {}}}, {g.tlimit}
+  g.grp, g.pages, g.raws, g.dirty, g.gdirty, g.gone = {}, {}, {}, {}, {}, {}
+  g.changed, g.version, g.ttouched, g.reshaped = false, 0, {}, true
+  return g
+end
+
 -- one emission x (µs) for tag tg after the last of page j of G, the last page: its bytes
 -- appended to (not decoded) and its summaries carried one step further, as summarize would
 local function append_last(g, G, j, x, tg)
@@ -1000,6 +1017,7 @@ end
 
 -- book one emission at x (µs, after now) for the mail tagged tg: into its page, cut when too long
 local function gcra_insert(g, x, tg)
+  with_pages(g)
   g.n = g.n + 1
   local most_page, most_group = caps(g.n)
   if g.ng == 0 then
@@ -1119,16 +1137,6 @@ local function parse_gcra(g, h, idx)
   if total ~= g.n then corrupt(g.st, g.key, 'is not a gcra bucket') end
 end
 
--- an empty bucket for gcra tier ti of st (nothing booked, the bucket full)
-local function new_gcra(st, ti)
-  local tier = st.spec[4][ti]
-  return {st = st, key = st.key .. ':G' .. ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
-    floor = 0, last = 0, n = 0, nextid = 1, ng = 0, gid = {}, gfirst = {}, glast = {}, gn = {},
-    gpc = {}, views = {[tier[2]] = {b = {}, g = {}, th = {}}}, vlist = {tier[2]}, grp = {},
-    pages = {}, raws = {}, dirty = {}, gdirty = {}, gone = {}, changed = false, version = 0,
-    ttouched = {}, reshaped = true}
-end
-
 -- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
 local function build_gcra(g, ts, tags, n)
   local most_page, most_group = caps(n)
@@ -1164,7 +1172,7 @@ local function load_gcra(st, ti)
   local got = redis.pcall('HMGET', key, 'h', 'i')
   if got.err then corrupt(st, key, 'is not a hash') end
   if not got[1] and not got[2] and not raw then return nil end
-  local g = new_gcra(st, ti)
+  local g = with_pages(new_gcra(st, ti))
   if got[1] or got[2] then parse_gcra(g, got[1], got[2]) end
   g.paged = got[1] ~= false or got[2] ~= false
   if raw then
