@@ -24,8 +24,10 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           pages, then per view the group's summary (b, g, theta: docs/explanation/limiter.md),
           "i<id>" that group's pages the same way (id, first, last, bookings, summaries), "p<id>"
           a page of the bookings after now, I7 time (µs) and I6 tag each (pages and groups of
-          about the cube root of the backlog); a <base>:g<tier> of an earlier version
-          ("<floor>[,<last>]|" and the packed bookings) is moved there once,
+          about the cube root of the backlog); with nothing booked, <base>:g<tier> instead, the
+          floor alone as before ("<floor>[,<last>]", one MGET and one SET, the one-timestamp
+          rule); one of earlier versions with bookings ("...|" and I7 µs, I6 tag each) is moved
+          into the hash once,
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
           "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,
