@@ -1,7 +1,9 @@
 --[[
 mailguard scoped limiter: one atomic decision over every scope (recipient, domain, sender,
 tenant) and every tier kind (sliding, fixed, gcra). Mirrors mailer/limits/algorithm.py step for
-step; tests/test_scoped_properties.py checks that both give identical answers. Run by
+step, but for gcra bookings: kept in pages with summaries here and searched by skipping the pages
+where nothing fits (docs/explanation/limiter.md, "Long gcra backlogs"; the memory store searches
+them in one list); tests/test_scoped_properties.py checks that both give identical answers. Run by
 mailer/limits/stores/scoped_redis.py (on Redis Cluster: once per scope,
 mailer/limits/stores/scoped_cluster.py).
 
