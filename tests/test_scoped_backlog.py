@@ -162,14 +162,20 @@ def test_foreign_data_in_a_shared_key_is_refused_with_a_clear_error(
         (":h", lambda c, k: c.hset(k, "9:3", "1,2"), "holds a field"),
         (":h", lambda c, k: c.hset(k, "1:3", "soon"), "holds a field"),
         (":g1", lambda c, k: c.hset(k, "x", "1"), "is not a string"),
+        (":G1", lambda c, k: c.set(k, "x"), "is not a hash"),
+        (":G1", lambda c, k: c.hset(k, "h", "soon"), "is not a gcra bucket"),
+        (":G1", lambda c, k: c.hset(k, mapping={"h": "0,0,1,2;2", "i": "x"}), "a gcra bucket"),
+        (":G1", lambda c, k: c.hset(k, mapping={"h": "0,0,99,2;2", "i": ""}), "a gcra bucket"),
+        (":G1", lambda c, k: c.hset(k, mapping={"h": "0,0,999999999,2;2", "i": ""}), "MAX"),
     ],
 )
 def test_a_shared_key_mailguard_did_not_write_is_refused(
     redis_url: str, suffix: str, write: object, why: str
 ) -> None:
     """Another type, or members and fields mailguard never writes, in the sender scope's keys
-    (the log's sorted set and hash, a gcra bucket): refused naming the scope, not overwritten."""
-    tier = "2/1s gcra" if suffix == ":g1" else "2/1s"
+    (the log's sorted set and hash, a gcra bucket, old or paged): refused naming the scope, not
+    overwritten."""
+    tier = "2/1s gcra" if suffix in {":g1", ":G1"} else "2/1s"
     limiter = Limiter.from_url(
         redis_url, Policy.parse(f"sender: {tier}"), clock=ManualClock(START), secret="s"
     )
@@ -286,4 +292,54 @@ def test_a_decision_after_50000_bookings_makes_as_many_redis_calls_as_after_10(
     assert large["evalsha"] == small["evalsha"] == 21
     assert sum(large.values()) <= sum(small.values()) + 2, (small, large)
     assert large.get("zrangebyscore", 0) <= small.get("zrangebyscore", 0) + 2, (small, large)
+    client.close()
+
+
+def _fill_gcra_bucket(client: redis.Redis, base: str, first_ms: int, count: int) -> None:
+    """``count`` bookings of a newsletter under ``sender: 14/1s gcra`` at share 0.5, one each
+    share interval, written in the earlier one-string form (the first decision pages them)."""
+    step = -(-1_000_000 // 7)
+    packed = b"".join(
+        (-(-(first_ms * 1000 + i * step) // 1000) * 1000).to_bytes(7, "big")
+        + (i + 1).to_bytes(6, "big")
+        for i in range(count)
+    )
+    client.set(f"{base}:g1", b"0|" + packed, px=86_400_000)
+
+
+def test_a_gcra_decision_after_50000_bookings_makes_the_redis_calls_of_10(
+    redis_url: str,
+) -> None:
+    """Under sender: 14/1s gcra, newsletter mails booked at the end of 50 000 others and a code
+    mail that goes at once make the Redis calls they make after 10, but for the group of pages
+    and the page at the front that the search reads (two HGETs a decision at most): what a
+    decision touches does not grow with the backlog."""
+    client = redis.Redis.from_url(redis_url)
+    calls = {}
+    for count in (10, 50_000):
+        clock = ManualClock(START)
+        limiter = Limiter.from_url(
+            redis_url,
+            Policy.parse("recipient: 1/60s; sender: 14/1s gcra"),
+            clock=clock,
+            secret="s",
+            namespace=f"flat-gcra-{count}",
+        )
+        base = _sender_key(limiter)
+        _fill_gcra_bucket(client, base, int(START * 1000) + 1, count)
+        warm = [limiter.acquire(f"w{i}@example.com", max_wait=WEEK, share=0.5) for i in range(8)]
+        assert warm[-1].booked, "the room at the front is taken: bulk mails go to the end"
+        assert client.exists(f"{base}:g1") == 0, "paged"
+        client.config_resetstat()
+        bulk = [limiter.acquire(f"b{i}@example.com", max_wait=WEEK, share=0.5) for i in range(20)]
+        code = limiter.acquire("code@example.com", max_wait=WEEK)
+        calls[count] = _commands(client)
+        assert all(d.booked and d.at_ms > int(START * 1000) + count * 142 for d in bulk)
+        assert code.allowed, "a code mail goes at once before the bulk bookings"
+        limiter.close()
+    small, large = calls[10], calls[50_000]
+    assert large["evalsha"] == small["evalsha"] == 21
+    assert large.get("hget", 0) <= small.get("hget", 0) + 2 * 21, (small, large)
+    others = {k: v for k, v in large.items() if k != "hget"}
+    assert others == {k: v for k, v in small.items() if k != "hget"}, (small, large)
     client.close()

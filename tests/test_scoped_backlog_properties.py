@@ -146,3 +146,25 @@ def test_long_backlogs_on_a_cluster_decide_as_memory_does(
         _replay(limiters, policy, clock, ops, exact_binding=False, with_model=False)
     finally:
         limiters[1].close()
+
+
+@settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    database=None,
+)
+@given(trace=backlog_traces(UNMODELLED[:2], (300, 700)))
+def test_gcra_backlogs_of_many_pages_agree_on_memory_and_redis(
+    redis_server: RedisServer, trace: tuple[str, list[tuple[object, ...]]]
+) -> None:
+    """Backlogs of hundreds of gcra bookings, which Redis keeps in many pages and groups (cut as
+    they grow, emptied by releases and by time): the same decisions as memory's linear search."""
+    text, ops = trace
+    policy = Policy.parse(text)
+    clock = ManualClock(START_US / 1_000_000)
+    limiters = _limiters(redis_server.url, policy, clock)
+    try:
+        _replay(limiters, policy, clock, ops, with_model=False)
+    finally:
+        limiters[1].close()

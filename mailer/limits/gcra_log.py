@@ -20,9 +20,10 @@ tokens the past still holds in the full bucket (rounded up) count in it token fo
 ``s`` of the burst and of the rate they book ahead, so a code mail finds the rest free, as in
 a sliding tier. The full tier is always kept (never over).
 
-Do not use it where a mail must be decided in O(1) whatever the backlog: a decision reads every
-listed booking (a newsletter booked ahead under a gcra sender tier makes each decision O(its
-size)); with nothing booked it is the one timestamp.
+Do not use it where a mail must be decided in O(1) whatever the backlog: a decision here (the
+memory store) reads every listed booking, O(n); with nothing booked it is the one timestamp.
+The Redis store keeps the bookings in pages with summaries and skips the pages where nothing
+fits (docs/explanation/limiter.md, "Long gcra backlogs"), with the same answers.
 
 For one insertion point ``x`` with ``k`` emissions at or before it, the spans holding ``x``
 keep the tier iff ``tat_k - x <= c``, ``R_k + x <= c`` and ``tat_k + R_k <= c``, where ``c =

@@ -1,7 +1,9 @@
 --[[
 mailguard scoped limiter: one atomic decision over every scope (recipient, domain, sender,
 tenant) and every tier kind (sliding, fixed, gcra). Mirrors mailer/limits/algorithm.py step for
-step; tests/test_scoped_properties.py checks that both give identical answers. Run by
+step, but for gcra bookings: kept in pages with summaries here and searched by skipping the pages
+where nothing fits (docs/explanation/limiter.md, "Long gcra backlogs"; the memory store searches
+them in one list); tests/test_scoped_properties.py checks that both give identical answers. Run by
 mailer/limits/stores/scoped_redis.py (on Redis Cluster: once per scope,
 mailer/limits/stores/scoped_cluster.py).
 
@@ -16,11 +18,18 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           mailer/limits/shared_log.py): <base>:z a sorted set of ms slots, member "<ms>:<count>"
           and score <ms>, and <base>:h a hash, "n" the number of entries and "<tier>:<limit>"
           "lo,h" a hint (no booking fits that view in ms [lo, h)), read where a decision looks
-          only (a <base>:l of an earlier version is moved there once); <base>:g<tier> a gcra
-          tier: the bucket's arrival time over
-          the emissions up to now (µs, decimal; "0": none), then "," and the tag of the
-          last of them when it alone made the floor (mailer/limits/gcra_log.py), when mails are booked
-          "|" and I7 time (µs) and I6 tag per emission after now,
+          only (a <base>:l of an earlier version is moved there once); <base>:G<tier> a gcra
+          tier, a hash: "h" "<floor µs>,<its last tag>,<bookings>,<next id>;<views>" (the
+          bucket's arrival time over the emissions up to now, "0": none; the tag of the last of
+          them when it alone made the floor; the view limits kept: the tier's and each share's),
+          "i" per group of pages in time order the doubles id, first and last µs, bookings,
+          pages, then per view the group's summary (b, g, theta: docs/explanation/limiter.md),
+          "i<id>" that group's pages the same way (id, first, last, bookings, summaries), "p<id>"
+          a page of the bookings after now, I7 time (µs) and I6 tag each (pages and groups of
+          about the cube root of the backlog); with nothing booked, <base>:g<tier> instead, the
+          floor alone as before ("<floor>[,<last>]", one MGET and one SET, the one-timestamp
+          rule); one of earlier versions with bookings ("...|" and I7 µs, I6 tag each) is moved
+          into the hash once,
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
           "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,
@@ -108,11 +117,12 @@ local CHUNK = 1000
 
 -- the count records of format rec (k values each) in raw from byte pos, as one flat table
 local function unpack_records(rec, k, count, raw, pos)
-  if count <= CHUNK then return {struct.unpack('>' .. string.rep(rec, count), raw, pos)} end
+  local most = floor(2 * CHUNK / k)
+  if count <= most then return {struct.unpack('>' .. string.rep(rec, count), raw, pos)} end
   local out, m = {}, 0
   while count > 0 do
     local c = count
-    if c > CHUNK then c = CHUNK end
+    if c > most then c = most end
     local v = {struct.unpack('>' .. string.rep(rec, c), raw, pos)}
     for j = 1, c * k do out[m + j] = v[j] end
     m, pos, count = m + c * k, v[c * k + 1], count - c
@@ -122,10 +132,10 @@ end
 
 -- the flat table's count records of format rec (k values each), packed
 local function pack_records(rec, k, flat, count)
-  local parts, done = {}, 0
+  local parts, done, most = {}, 0, floor(2 * CHUNK / k)
   while done < count do
     local c = count - done
-    if c > CHUNK then c = CHUNK end
+    if c > most then c = most end
     parts[#parts + 1] = struct.pack('>' .. string.rep(rec, c), unpack(flat, done * k + 1, (done + c) * k))
     done = done + c
   end
@@ -224,7 +234,8 @@ for r = 1, #names do
         corrupt(st, names[r], 'is not a gcra bucket')
       end
       if bar then bounded(st, names[r], (#raw - bar) / 13) end
-      st.gl[what] = read_gcra(raw, st.spec[4][what][4])
+      st.legacy = st.legacy or {}
+      st.legacy[what] = raw  -- a bucket of an earlier version: moved into pages once
     end
   else
     if raw and not string.find(raw, '^%d+$') then corrupt(st, names[r], 'is not a count') end
@@ -457,27 +468,297 @@ local function ceil_div(a, b)
   return q
 end
 
--- tat_k and R_k of a gcra bucket, k = 0 .. n (mailer/gcra_log.py), in tats[k + 1], rights[k + 1];
--- kept in g.seen[view] ('f' the full bucket, 's' a share's) until the bucket changes
-local function gcra_bounds(g, base, interval, view)
-  if g.seen == nil then g.seen = {} end
-  local seen = g.seen[view]
-  if seen then return seen[1], seen[2] end
-  local tats, rights, n = {base}, {}, g.n
+-- Paged gcra buckets (docs/explanation/limiter.md, "Long gcra backlogs"): <base>:G<tier> a hash,
+-- "h" "floor,last,n,next id;view limits", "i" per page (in time order) the doubles id, first
+-- and last emission (µs), count, then per view (b, g, theta), "p<id>" a page (I7 µs, I6 tag per
+-- emission). A page's summary for a view (T, c): it maps the arrival time tau entering it to
+-- max(tau + m·T, b) and the bound R after it to max(R + m·T, g) before it, and none of its gaps
+-- admits a ms when tau >= theta (mailer/gcra_log.py's conditions, tests/test_scoped_gcra_pages.py).
+local NONE = -math.huge
+
+-- the interval and c = (l - 1)·T of g's view with limit l
+local function view_of(g, l)
+  local T = g.interval
+  if l ~= g.tlimit then T = ceil_div(g.wms * 1000, l) end
+  return T, (l - 1) * T
+end
+
+local function summarize(ts, m, T, c)
+  local b, gg, th = NONE, NONE, NONE
+  for i = 1, m do
+    local e = ts[i]
+    local ms = floor(e / 1000)  -- ceil(e / 1000), exact: e is a whole number of µs
+    if ms * 1000 < e then ms = ms + 1 end
+    local need = c + (ms - 1) * 1000 + 1
+    if b < need and need - (i - 1) * T > th then th = need - (i - 1) * T end
+    if e > b then b = e end
+    b = b + T
+    if i * T - e > gg then gg = i * T - e end
+  end
+  return b, gg, th
+end
+
+-- the summary (b, g, theta) of parts 1 .. n of V (pages or groups, counts m), one after another
+local function compose_run(V, m, n, T)
+  local a, b, gg, th = 0, NONE, NONE, NONE
   for j = 1, n do
-    local e = g.ts[j]
-    local prev = tats[j]
-    if e > prev then prev = e end
-    tats[j + 1] = prev + interval
+    if V.th[j] > b and V.th[j] - a > th then th = V.th[j] - a end
+    local nb = b + m[j] * T
+    if V.b[j] > nb then nb = V.b[j] end
+    if V.g[j] + a > gg then gg = V.g[j] + a end
+    b, a = nb, a + m[j] * T
   end
-  rights[n + 1] = -math.huge
-  for k = n, 1, -1 do
-    local a, b = interval - g.ts[k], rights[k + 1] + interval
-    if b > a then a = b end
-    rights[k] = a
+  return b, gg, th
+end
+
+local function blank_views(g)
+  local out = {}
+  for _, l in ipairs(g.vlist) do out[l] = {b = {}, g = {}, th = {}} end
+  return out
+end
+
+-- group q of g: its pages' index {id, np, pid, pfirst, plast, pm, views}, read once
+local function group_of(g, q)
+  local id = g.gid[q]
+  local G = g.grp[id]
+  if G then return G end
+  local raw = redis.call('HGET', g.key, 'i' .. fmt(id))
+  local per = 4 + 3 * #g.vlist
+  if not raw or #raw ~= 8 * per * g.gpc[q] then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  G = {id = id, np = g.gpc[q], pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
+  local v, k = unpack_records(string.rep('d', per), per, G.np, raw, 1), 0
+  for j = 1, G.np do
+    G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = v[k + 1], v[k + 2], v[k + 3], v[k + 4]
+    k = k + 4
+    for _, l in ipairs(g.vlist) do
+      local W = G.views[l]
+      W.b[j], W.g[j], W.th[j] = v[k + 1], v[k + 2], v[k + 3]
+      k = k + 3
+    end
   end
-  g.seen[view] = {tats, rights}
-  return tats, rights
+  g.grp[id] = G
+  return G
+end
+
+-- page j of group G ({ts, tags}), read once
+local function page_of(g, G, j)
+  local id = G.pid[j]
+  local pg = g.pages[id]
+  if pg then return pg end
+  local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
+  g.raws[id] = nil
+  if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  local v = unpack_records('I7I6', 2, G.pm[j], raw, 1)
+  pg = {ts = {}, tags = {}}
+  for i = 1, G.pm[j] do pg.ts[i], pg.tags[i] = v[2 * i - 1], v[2 * i] end
+  g.pages[id] = pg
+  return pg
+end
+
+local function touched(g, G)
+  g.gdirty[G.id], g.changed, g.version = true, true, g.version + 1
+end
+
+-- page j of G now holds pg: its edges and summaries, written at the end
+local function set_page(g, G, j, pg)
+  local m = #pg.ts
+  G.pfirst[j], G.plast[j], G.pm[j] = pg.ts[1], pg.ts[m], m
+  for _, l in ipairs(g.vlist) do
+    local T, c = view_of(g, l)
+    local V = G.views[l]
+    V.b[j], V.g[j], V.th[j] = summarize(pg.ts, m, T, c)
+  end
+  g.pages[G.pid[j]], g.dirty[G.pid[j]] = pg, true
+  touched(g, G)
+end
+
+local function insert_page(g, G, j, pg)
+  local id = g.nextid
+  g.nextid = id + 1
+  table.insert(G.pid, j, id); table.insert(G.pfirst, j, 0); table.insert(G.plast, j, 0)
+  table.insert(G.pm, j, 0)
+  for _, V in pairs(G.views) do table.insert(V.b, j, 0); table.insert(V.g, j, 0); table.insert(V.th, j, 0) end
+  G.np = G.np + 1
+  set_page(g, G, j, pg)
+end
+
+local function remove_page(g, G, j)
+  local id = G.pid[j]
+  table.remove(G.pid, j); table.remove(G.pfirst, j); table.remove(G.plast, j); table.remove(G.pm, j)
+  for _, V in pairs(G.views) do table.remove(V.b, j); table.remove(V.g, j); table.remove(V.th, j) end
+  G.np, g.pages[id], g.dirty[id], g.raws[id] = G.np - 1, nil, nil, nil
+  g.gone[#g.gone + 1] = 'p' .. fmt(id)
+  touched(g, G)
+end
+
+-- group q's edges and summaries from its pages again (an empty group is removed)
+local function regroup(g, q)
+  local G = g.grp[g.gid[q]]
+  if G.np == 0 then
+    table.remove(g.gid, q); table.remove(g.gfirst, q); table.remove(g.glast, q)
+    table.remove(g.gn, q); table.remove(g.gpc, q)
+    for _, V in pairs(g.views) do table.remove(V.b, q); table.remove(V.g, q); table.remove(V.th, q) end
+    g.ng, g.grp[G.id], g.gdirty[G.id], g.reshaped = g.ng - 1, nil, nil, true
+    g.gone[#g.gone + 1] = 'i' .. fmt(G.id)
+    g.changed, g.version = true, g.version + 1
+    return
+  end
+  local count = 0
+  for j = 1, G.np do count = count + G.pm[j] end
+  g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = G.pfirst[1], G.plast[G.np], count, G.np
+  g.ttouched[q] = true
+  for _, l in ipairs(g.vlist) do
+    local V = g.views[l]
+    V.b[q], V.g[q], V.th[q] = compose_run(G.views[l], G.pm, G.np, (view_of(g, l)))
+  end
+  touched(g, G)
+end
+
+local function insert_group(g, q, G)
+  table.insert(g.gid, q, G.id); table.insert(g.gfirst, q, 0); table.insert(g.glast, q, 0)
+  table.insert(g.gn, q, 0); table.insert(g.gpc, q, 0)
+  for _, V in pairs(g.views) do table.insert(V.b, q, 0); table.insert(V.g, q, 0); table.insert(V.th, q, 0) end
+  g.ng, g.grp[G.id], g.reshaped = g.ng + 1, G, true
+  regroup(g, q)
+end
+
+local function new_group(g)
+  local G = {id = g.nextid, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
+  g.nextid = g.nextid + 1
+  return G
+end
+
+-- the summaries of g's view with limit l, made once over every page when it is first asked
+local function ensure_view(g, l)
+  if g.views[l] then return end
+  for q = 1, g.ng do group_of(g, q) end  -- read in the layout they were written in
+  g.vlist[#g.vlist + 1] = l
+  g.views[l] = {b = {}, g = {}, th = {}}
+  g.reshaped, g.viewadded = true, true  -- every record grows by the new view's summary
+  local T, c = view_of(g, l)
+  for q = 1, g.ng do
+    local G = group_of(g, q)
+    local V = {b = {}, g = {}, th = {}}
+    for j = 1, G.np do V.b[j], V.g[j], V.th[j] = summarize(page_of(g, G, j).ts, G.pm[j], T, c) end
+    G.views[l] = V
+    regroup(g, q)
+  end
+  g.changed = true
+end
+
+-- the arrival time entering each part (groups of g, or pages of one group) from base, and R
+-- after each (tail: after the last), in view V of interval T; kept until g changes
+local function edges(g, key, V, m, n, base, tail, T)
+  if g.edge_memo == nil or g.changed_at ~= g.version then g.edge_memo, g.changed_at = {}, g.version end
+  local known = g.edge_memo[key]
+  if known then return known[1], known[2] end
+  local tau, after = {base}, {}
+  for j = 1, n do
+    local a = tau[j] + m[j] * T
+    if V.b[j] > a then a = V.b[j] end
+    tau[j + 1] = a
+  end
+  after[n] = tail
+  for j = n - 1, 1, -1 do
+    local a = after[j + 1] + m[j + 1] * T
+    if V.g[j + 1] > a then a = V.g[j + 1] end
+    after[j] = a
+  end
+  g.edge_memo[key] = {tau, after}
+  return tau, after
+end
+
+-- the last of n parts whose first is at or before x (0: none)
+local function last_at(first, n, x)
+  local lo, hi = 1, n + 1
+  while lo < hi do
+    local mid = floor((lo + hi) / 2)
+    if first[mid] <= x then lo = mid + 1 else hi = mid end
+  end
+  return lo - 1
+end
+
+-- the gap holding x (µs): group q, page j of it, the number i of that page's emissions at or
+-- before x (q = ng + 1: after every emission)
+local function locate(g, x)
+  local q = last_at(g.gfirst, g.ng, x)
+  if q == 0 then return 1, 1, 0 end
+  if g.glast[q] <= x then return q + 1, 1, 0 end
+  local G = group_of(g, q)
+  local j = last_at(G.pfirst, G.np, x)
+  if G.plast[j] <= x then return q, j + 1, 0 end
+  local ts = page_of(g, G, j).ts
+  local a, b = 1, G.pm[j] + 1
+  while a < b do
+    local mid = floor((a + b) / 2)
+    if ts[mid] <= x then a = mid + 1 else b = mid end
+  end
+  return q, j, a - 1
+end
+
+-- one search's view of g: limit l from base, its groups' edges (tau, after)
+local function view(g, l, base)
+  ensure_view(g, l)
+  local T, c = view_of(g, l)
+  local V = g.views[l]
+  local tau, after = edges(g, l .. ':' .. fmt(base), V, g.gn, g.ng, base, NONE, T)
+  return {g = g, l = l, base = base, T = T, c = c, V = V, tau = tau, after = after, memo = {},
+    groups = {}}
+end
+
+-- the pages of group q in view s: G, its view, the arrival time entering and R after each page
+-- (kept in s: a search asks for them at every step)
+local function pages_in(s, q)
+  local known = s.groups[q]
+  if known then return known[1], known[2], known[3], known[4] end
+  local g = s.g
+  local G = group_of(g, q)
+  local GV = G.views[s.l]
+  local tau, after = edges(g, s.l .. ':' .. fmt(s.base) .. ':' .. fmt(G.id), GV, G.pm, G.np,
+    s.tau[q], s.after[q], s.T)
+  s.groups[q] = {G, GV, tau, after}
+  return G, GV, tau, after
+end
+
+-- page j of group G in view s: its times, and tat and R at each of its gaps (0 .. m - 1),
+-- from the arrival time entering it and R after it; kept in s
+local function page_bounds(s, G, j, tau, after)
+  local key = G.pid[j]
+  local known = s.memo[key]
+  if known then return known[1], known[2], known[3] end
+  local T, ts, m = s.T, page_of(s.g, G, j).ts, G.pm[j]
+  local tats, rights = {[0] = tau}, {[m] = after}
+  for k = 1, m do
+    local a = tats[k - 1]
+    if ts[k] > a then a = ts[k] end
+    tats[k] = a + T
+  end
+  for k = m, 1, -1 do
+    local r = rights[k] + T
+    if T - ts[k] > r then r = T - ts[k] end
+    rights[k - 1] = r
+  end
+  s.memo[key] = {ts, tats, rights}
+  return ts, tats, rights
+end
+
+-- tat and R at gap (q, j, i) of view s; a group's or a page's first gap from summaries only
+local function bounds(s, q, j, i)
+  local g, T = s.g, s.T
+  if q > g.ng then return s.tau[g.ng + 1], NONE end
+  if j == 1 and i == 0 then
+    local r = s.after[q] + g.gn[q] * T
+    if s.V.g[q] > r then r = s.V.g[q] end
+    return s.tau[q], r
+  end
+  local G, GV, tau, after = pages_in(s, q)
+  if i == 0 then
+    local r = after[j] + G.pm[j] * T
+    if GV.g[j] > r then r = GV.g[j] end
+    return tau[j], r
+  end
+  local _, tats, rights = page_bounds(s, G, j, tau[j], after[j])
+  return tats[i], rights[i]
 end
 
 -- the floor a kind with a share sees (mailer/gcra_log.py share_floor): the tokens the bucket's
@@ -489,21 +770,13 @@ local function share_floor(g, interval, part)
   return now_us + d
 end
 
--- the number of emissions of g at or before x (µs)
-local function gcra_before(g, x)
-  local lo, hi = 1, g.n + 1
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if g.ts[mid] <= x then lo = mid + 1 else hi = mid end
-  end
-  return lo - 1
-end
-
--- earliest ms >= t at which one more emission keeps the view (limit, interval) of bucket g,
--- from base (the floor, or a share's floor); t == now is an admission at now_us
-local function gcra_first(g, base, limit, interval, t, view)
-  local c = (limit - 1) * interval
-  if g.n == 0 then  -- nothing booked: the one timestamp of redis-cell's GCRA
+-- earliest ms >= t at which one more emission keeps g's view with limit l, from base (the
+-- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest). A
+-- group or page whose summary proves every gap closed (the arrival time entering it) or
+-- over-full (its arrival time and R at least the ones entering and leaving it) is skipped unread.
+local function gcra_first(g, base, l, t)
+  if g.ng == 0 then  -- nothing booked: the one timestamp of redis-cell's GCRA
+    local c = (l - 1) * view_of(g, l)
     if t == now then
       if base - now_us <= c then return now end
       t = now + 1
@@ -512,40 +785,64 @@ local function gcra_first(g, base, limit, interval, t, view)
     if fits > t then return fits end
     return t
   end
-  local tats, rights = gcra_bounds(g, base, interval, view)
+  local s = view(g, l, base)
+  local c, T = s.c, s.T
   if t == now then
-    local k = gcra_before(g, now_us) + 1
-    local tat, right = tats[k], rights[k]
+    local tat, right = bounds(s, locate(g, now_us))
     if tat - now_us <= c and right + now_us <= c and tat + right <= c then return now end
     t = now + 1
   end
   local x = t
-  local k = gcra_before(g, x * 1000)
+  local q, j, i = locate(g, x * 1000)
   while true do
-    local tat, right = tats[k + 1], rights[k + 1]
-    if tat + right <= c then
-      local lo = ceil_div(tat - c, 1000)
-      if lo > x then x = lo end
-      if (k == g.n or x * 1000 < g.ts[k + 1]) and right + x * 1000 <= c then return x end
+    if q > g.ng then
+      local lo = ceil_div(s.tau[g.ng + 1] - c, 1000)
+      if lo > x then return lo end
+      return x
     end
-    local next_ms = ceil_div(g.ts[k + 1], 1000)
-    if next_ms > x then x = next_ms end
-    k = gcra_before(g, x * 1000)
+    if j == 1 and i == 0 and (s.tau[q] >= s.V.th[q] or s.tau[q] + s.after[q] + g.gn[q] * T > c) then
+      local nx = ceil_div(g.glast[q], 1000)
+      if nx > x then x = nx end
+      if q == g.ng or x * 1000 < g.gfirst[q + 1] then q, j, i = q + 1, 1, -1 end
+    else
+      local G, GV, tau, after = pages_in(s, q)
+      if i == 0 and (tau[j] >= GV.th[j] or tau[j] + after[j] + G.pm[j] * T > c) then
+        local nx = ceil_div(G.plast[j], 1000)
+        if nx > x then x = nx end
+        if j < G.np and x * 1000 < G.pfirst[j + 1] then j, i = j + 1, -1 end
+      else  -- this page's gaps from i on, as gcra_log.py earliest walks them
+        local ts, tats, rights = page_bounds(s, G, j, tau[j], after[j])
+        for k = i, G.pm[j] - 1 do
+          local e = ts[k + 1]
+          if x * 1000 < e then
+            local tat, right = tats[k], rights[k]
+            if tat + right <= c then
+              local lo = ceil_div(tat - c, 1000)
+              if lo > x then x = lo end
+              if x * 1000 < e and right + x * 1000 <= c then return x end
+            end
+            local nx = ceil_div(e, 1000)
+            if nx > x then x = nx end
+          end
+        end
+      end
+    end
+    if i == -1 then i = 0 else q, j, i = locate(g, x * 1000) end  -- -1: at the next one's start
   end
 end
 
--- the emissions the spans of g holding at_us already use, in whole intervals
-local function gcra_used(g, base, interval, at_us, view)
-  if g.n == 0 then
-    if base > at_us then return ceil_div(base - at_us, interval) end
+-- the emissions the spans of g's view l (from base) holding at_us already use, in intervals
+local function gcra_used(g, base, l, at_us)
+  if g.ng == 0 then
+    if base > at_us then return ceil_div(base - at_us, (view_of(g, l))) end
     return 0
   end
-  local tats, rights = gcra_bounds(g, base, interval, view)
-  local k = gcra_before(g, at_us) + 1
+  local s = view(g, l, base)
+  local tat, right = bounds(s, locate(g, at_us))
   local ahead = 0
-  if tats[k] > at_us then ahead = tats[k] - at_us end
-  if rights[k] + at_us > 0 then ahead = ahead + rights[k] + at_us end
-  return ceil_div(ahead, interval)
+  if tat > at_us then ahead = tat - at_us end
+  if right + at_us > 0 then ahead = ahead + right + at_us end
+  return ceil_div(ahead, s.T)
 end
 
 -- the most entries of st's sorted log in one window of w ms that holds at
@@ -595,12 +892,12 @@ local function earliest(st, ti, t)
   elseif tier[1] == 3 then
     local g = st.gl[ti]
     if g == nil then return t end
-    if limit == tier[2] then return gcra_first(g, g.floor, limit, tier[4], t, 'f') end
+    if limit == tier[2] then return gcra_first(g, g.floor, limit, t) end
     local part = ceil_div(tier[3] * 1000, limit)  -- a share: a smaller bucket, refilled slower
     local base = share_floor(g, tier[4], part)
     while true do
-      local x = gcra_first(g, g.floor, tier[2], tier[4], t, 'f')
-      local y = gcra_first(g, base, limit, part, x, 's')
+      local x = gcra_first(g, g.floor, tier[2], t)
+      local y = gcra_first(g, base, limit, x)
       if y == x then return x end
       t = y
     end
@@ -626,10 +923,10 @@ local function room(st, ti, at, at_us)
   elseif tier[1] == 3 then
     local g = st.gl[ti]
     if g == nil then return limit end
-    local full = tier[2] - gcra_used(g, g.floor, tier[4], at_us, 'f')
+    local full = tier[2] - gcra_used(g, g.floor, tier[2], at_us)
     if limit < tier[2] then
       local part_us = ceil_div(tier[3] * 1000, limit)
-      local part = limit - gcra_used(g, share_floor(g, tier[4], part_us), part_us, at_us, 's')
+      local part = limit - gcra_used(g, share_floor(g, tier[4], part_us), limit, at_us)
       if part < full then full = part end
     end
     if full > 0 then return full end
@@ -650,23 +947,335 @@ local function save_log(st)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
--- stored: the floor, its last tag, the bookings (read_gcra folded the past, and an admission
--- goes into the floor as it is recorded: every listed emission is after now); expires when the
--- bucket is full again
-local function save_gcra(st, ti)
-  local g, interval = st.gl[ti], st.spec[4][ti][4]
-  local tat, flat = g.floor, {}
-  for j = 1, g.n do
-    if g.ts[j] > tat then tat = g.ts[j] end
-    tat = tat + interval
-    flat[2 * j - 1], flat[2 * j] = g.ts[j], g.tags[j]
+-- an empty bucket for gcra tier ti of st (nothing booked, the bucket full); its pages' tables
+-- are made when it first keeps a booking (paged)
+local function new_gcra(st, ti)
+  local tier = st.spec[4][ti]
+  return {st = st, key = st.key .. ':G' .. ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
+    floor = 0, last = 0, n = 0, nextid = 1, ng = 0}
+end
+
+local function with_pages(g)
+  if g.gid then return g end
+  g.gid, g.gfirst, g.glast, g.gn, g.gpc = {}, {}, {}, {}, {}
+  g.views, g.vlist = {[g.tlimit] = {b = {}, g = {}, th = {}}}, {g.tlimit}
+  g.grp, g.pages, g.raws, g.dirty, g.gdirty, g.gone = {}, {}, {}, {}, {}, {}
+  g.changed, g.version, g.ttouched, g.reshaped = false, 0, {}, true
+  return g
+end
+
+-- one emission x (µs) for tag tg after the last of page j of G, the last page: its bytes
+-- appended to (not decoded) and its summaries carried one step further, as summarize would
+local function append_last(g, G, j, x, tg)
+  local id, m = G.pid[j], G.pm[j] + 1
+  local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
+  if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  g.raws[id] = raw .. struct.pack('>I7I6', x, tg)
+  local ms = floor(x / 1000)
+  if ms * 1000 < x then ms = ms + 1 end
+  for _, l in ipairs(g.vlist) do
+    local T, c = view_of(g, l)
+    local V = G.views[l]
+    local need = c + (ms - 1) * 1000 + 1
+    if V.b[j] < need and need - (m - 1) * T > V.th[j] then V.th[j] = need - (m - 1) * T end
+    local b = V.b[j]
+    if x > b then b = x end
+    V.b[j] = b + T
+    if m * T - x > V.g[j] then V.g[j] = m * T - x end
   end
-  local key = st.key .. ':g' .. ti
-  if tat <= now_us then redis.call('DEL', key) return end
-  local text = string.format('%.0f', g.floor)
-  if g.last ~= 0 then text = text .. ',' .. string.format('%.0f', g.last) end
-  if g.n > 0 then text = text .. '|' .. pack_records('I7I6', 2, flat, g.n) end
-  redis.call('SET', key, text, 'PX', -floor(-tat / 1000) - now + slack + 1)
+  G.pm[j], G.plast[j] = m, x
+  g.dirty[id] = true
+  touched(g, G)
+end
+
+-- the most emissions a page of a bucket of n keeps, and the most pages a group keeps, before
+-- either is cut in two: about the cube root of the backlog each, so a decision reads about as
+-- many group summaries, page summaries of one group and times of one page
+local function caps(n)
+  local r = floor(n ^ (1 / 3))
+  local page, group = 2 * r, floor(r / 2)
+  if page < 4 then page = 4 end
+  if group < 2 then group = 2 end
+  return 2 * page, 2 * group
+end
+
+-- group q is cut in two when it keeps too many pages
+local function split_group(g, q, most)
+  local G = g.grp[g.gid[q]]
+  if G.np <= most then return end
+  local H, half = new_group(g), floor(G.np / 2)
+  for j = half + 1, G.np do
+    local k = j - half
+    H.pid[k], H.pfirst[k], H.plast[k], H.pm[k] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
+    G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = nil, nil, nil, nil
+    for l, V in pairs(G.views) do
+      local W = H.views[l]
+      W.b[k], W.g[k], W.th[k] = V.b[j], V.g[j], V.th[j]
+      V.b[j], V.g[j], V.th[j] = nil, nil, nil
+    end
+  end
+  H.np, G.np = G.np - half, half
+  regroup(g, q)
+  insert_group(g, q + 1, H)
+end
+
+-- book one emission at x (µs, after now) for the mail tagged tg: into its page, cut when too long
+local function gcra_insert(g, x, tg)
+  with_pages(g)
+  g.n = g.n + 1
+  local most_page, most_group = caps(g.n)
+  if g.ng == 0 then
+    local G = new_group(g)
+    insert_page(g, G, 1, {ts = {x}, tags = {tg}})
+    insert_group(g, 1, G)
+    return
+  end
+  local q = last_at(g.gfirst, g.ng, x)
+  if q == 0 then q = 1 end
+  local G = group_of(g, q)
+  local j = last_at(G.pfirst, G.np, x)
+  if j == 0 then j = 1 end
+  if q == g.ng and j == G.np and x >= G.plast[j] and not g.pages[G.pid[j]] and
+    G.pm[j] < most_page then  -- after the last booking: appended to its page's bytes
+    append_last(g, G, j, x, tg)
+    regroup(g, q)
+    return
+  end
+  local pg = page_of(g, G, j)
+  local k = #pg.ts + 1
+  while k > 1 and pg.ts[k - 1] > x do
+    pg.ts[k], pg.tags[k] = pg.ts[k - 1], pg.tags[k - 1]
+    k = k - 1
+  end
+  pg.ts[k], pg.tags[k] = x, tg
+  local m = #pg.ts
+  if m <= most_page then
+    set_page(g, G, j, pg)
+  else
+    local half, rest = floor(m / 2), {ts = {}, tags = {}}
+    for r = half + 1, m do
+      rest.ts[r - half], rest.tags[r - half] = pg.ts[r], pg.tags[r]
+      pg.ts[r], pg.tags[r] = nil, nil
+    end
+    set_page(g, G, j, pg)
+    insert_page(g, G, j + 1, rest)
+  end
+  regroup(g, q)
+  split_group(g, q, most_group)
+end
+
+-- take back the emission of this mail's tag at slot at (ms), the latest first; whether found
+local function gcra_release(g, at)
+  local lo_us, hi_us = (at - 1) * 1000, at * 1000
+  for q = g.ng, 1, -1 do
+    if g.gfirst[q] <= hi_us and g.glast[q] > lo_us then
+      local G = group_of(g, q)
+      for j = G.np, 1, -1 do
+        if G.pfirst[j] <= hi_us and G.plast[j] > lo_us then
+          local pg = page_of(g, G, j)
+          for k = #pg.ts, 1, -1 do
+            if pg.tags[k] == tag and -floor(-pg.ts[k] / 1000) == at then
+              table.remove(pg.ts, k); table.remove(pg.tags, k)
+              if #pg.ts == 0 then remove_page(g, G, j) else set_page(g, G, j, pg) end
+              regroup(g, q)
+              g.n = g.n - 1
+              return true
+            end
+          end
+        end
+      end
+    end
+  end
+  return false
+end
+
+-- move the emissions up to now into g's floor, page by page (gcra_log.py fold)
+local function gcra_fold(g)
+  while g.ng > 0 and g.gfirst[1] <= now_us do
+    local G = group_of(g, 1)
+    while G.np > 0 and G.pfirst[1] <= now_us do
+      local pg = page_of(g, G, 1)
+      local m, cut = #pg.ts, 0
+      while cut < m and pg.ts[cut + 1] <= now_us do
+        cut = cut + 1
+        if g.floor <= pg.ts[cut] then g.floor, g.last = pg.ts[cut], pg.tags[cut] else g.last = 0 end
+        g.floor = g.floor + g.interval
+      end
+      g.n = g.n - cut
+      if cut == m then
+        remove_page(g, G, 1)
+      else
+        local rest = {ts = {}, tags = {}}
+        for r = cut + 1, m do rest.ts[r - cut], rest.tags[r - cut] = pg.ts[r], pg.tags[r] end
+        set_page(g, G, 1, rest)
+      end
+    end
+    regroup(g, 1)
+  end
+  if g.floor <= now_us then g.floor, g.last = 0, 0 end
+end
+
+-- g's header and group index from the hash's fields h and i, refused when mailguard did not
+-- write them
+local function parse_gcra(g, h, idx)
+  local f, l, n, nx, vl = string.match(h or '', '^(%d+),(%d+),(%d+),(%d+);([%d,]*)$')
+  if not f or not idx then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  g.floor, g.last, g.n, g.nextid = tonumber(f), tonumber(l), tonumber(n), tonumber(nx)
+  bounded(g.st, g.key, g.n)
+  g.vlist = {}
+  for v in string.gmatch(vl, '%d+') do g.vlist[#g.vlist + 1] = tonumber(v) end
+  g.views = blank_views(g)
+  local per = 5 + 3 * #g.vlist
+  if not g.views[g.tlimit] or #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  g.ng, g.raw_i, g.reshaped = #idx / (8 * per), idx, false
+  local v, k, total = unpack_records(string.rep('d', per), per, g.ng, idx, 1), 0, 0
+  for q = 1, g.ng do
+    g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = v[k + 1], v[k + 2], v[k + 3], v[k + 4], v[k + 5]
+    k, total = k + 5, total + v[k + 4]
+    for _, lv in ipairs(g.vlist) do
+      local W = g.views[lv]
+      W.b[q], W.g[q], W.th[q] = v[k + 1], v[k + 2], v[k + 3]
+      k = k + 3
+    end
+  end
+  if total ~= g.n then corrupt(g.st, g.key, 'is not a gcra bucket') end
+end
+
+-- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
+local function build_gcra(g, ts, tags, n)
+  local most_page, most_group = caps(n)
+  local size, per_group, q = most_page / 2, most_group / 2, 0
+  local G = new_group(g)
+  while q < n do
+    local pg = {ts = {}, tags = {}}
+    for r = 1, size do
+      if q + r > n then break end
+      pg.ts[r], pg.tags[r] = ts[q + r], tags[q + r]
+    end
+    insert_page(g, G, G.np + 1, pg)
+    q = q + #pg.ts
+    if G.np >= per_group or q >= n then
+      insert_group(g, g.ng + 1, G)
+      G = new_group(g)
+    end
+  end
+  g.n = n
+end
+
+-- gcra tier ti of st: its hash's header and index, a bucket of an earlier version (<base>:g<ti>)
+-- moved into pages once, the past folded into the floor; nil when nothing is stored
+local function load_gcra(st, ti)
+  local tier = st.spec[4][ti]
+  local key = st.key .. ':G' .. ti
+  local raw = st.legacy and st.legacy[ti]
+  if raw and not string.find(raw, '|', 1, true) then  -- nothing booked: the one timestamp
+    local old, g = read_gcra(raw, tier[4]), new_gcra(st, ti)
+    g.floor, g.last, g.small = old.floor, old.last, true
+    return g
+  end
+  local got = redis.pcall('HMGET', key, 'h', 'i')
+  if got.err then corrupt(st, key, 'is not a hash') end
+  if not got[1] and not got[2] and not raw then return nil end
+  local g = with_pages(new_gcra(st, ti))
+  if got[1] or got[2] then parse_gcra(g, got[1], got[2]) end
+  g.paged = got[1] ~= false or got[2] ~= false
+  if raw then
+    g.small, g.moved = true, true
+    local old = read_gcra(raw, tier[4])
+    if old.floor > g.floor then g.floor, g.last = old.floor, old.last end
+    if g.ng == 0 and old.n > 0 then
+      build_gcra(g, old.ts, old.tags, old.n)
+    else
+      for q = 1, old.n do gcra_insert(g, old.ts[q], old.tags[q]) end
+    end
+    g.changed = true
+  end
+  gcra_fold(g)
+  return g
+end
+
+-- stored when changed: the header, the group index with every view's summaries, the page
+-- indexes and pages written; expires when the bucket is full again (the full view's arrival
+-- time after every emission)
+local function save_gcra(st, ti)
+  local g = st.gl[ti]
+  if not g.changed then return end
+  if g.ng == 0 then  -- nothing booked: the floor alone, as one string (<base>:g<tier>)
+    if g.paged then redis.call('DEL', g.key) end
+    g.paged, g.changed = false, false
+    if g.floor <= now_us then redis.call('DEL', st.key .. ':g' .. ti) return end
+    local text = fmt(g.floor)
+    if g.last ~= 0 then text = text .. ',' .. fmt(g.last) end
+    redis.call('SET', st.key .. ':g' .. ti, text, 'PX', -floor(-g.floor / 1000) - now + slack + 1)
+    g.small = true
+    return
+  end
+  if g.small then redis.call('DEL', st.key .. ':g' .. ti) end
+  g.small, g.paged = false, true
+  local T, V, tat = g.interval, g.views[g.tlimit], g.floor
+  for q = 1, g.ng do
+    local a = tat + g.gn[q] * T
+    if V.b[q] > a then a = V.b[q] end
+    tat = a
+  end
+  if tat <= now_us then redis.call('DEL', g.key) return end
+  local per = 5 + 3 * #g.vlist
+  local function record(q)
+    local r = {g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q]}
+    for _, l in ipairs(g.vlist) do
+      local W = g.views[l]
+      r[#r + 1], r[#r + 2], r[#r + 3] = W.b[q], W.g[q], W.th[q]
+    end
+    return r
+  end
+  local index
+  if g.reshaped then  -- groups added, removed or grown: the whole index
+    local flat = {}
+    for q = 1, g.ng do
+      for _, v in ipairs(record(q)) do flat[#flat + 1] = v end
+    end
+    index = pack_records(string.rep('d', per), per, flat, g.ng)
+  else  -- the same groups: the records that changed, spliced into the index as read
+    local parts, from, size = {}, 1, 8 * per
+    for q = 1, g.ng do
+      if g.ttouched[q] then
+        parts[#parts + 1] = string.sub(g.raw_i, from, (q - 1) * size)
+        parts[#parts + 1] = struct.pack('>' .. string.rep('d', per), unpack(record(q)))
+        from = q * size + 1
+      end
+    end
+    parts[#parts + 1] = string.sub(g.raw_i, from)
+    index = table.concat(parts)
+  end
+  local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. fmt(g.n) .. ',' .. fmt(g.nextid) .. ';' ..
+    table.concat(g.vlist, ','), 'i', index}
+  for id in pairs(g.gdirty) do
+    local G, gf, kk = g.grp[id], {}, 0
+    for j = 1, G.np do
+      gf[kk + 1], gf[kk + 2], gf[kk + 3], gf[kk + 4] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
+      kk = kk + 4
+      for _, l in ipairs(g.vlist) do
+        local W = G.views[l]
+        gf[kk + 1], gf[kk + 2], gf[kk + 3] = W.b[j], W.g[j], W.th[j]
+        kk = kk + 3
+      end
+    end
+    args[#args + 1], args[#args + 2] = 'i' .. fmt(id), pack_records(string.rep('d', per - 1), per - 1, gf, G.np)
+  end
+  for id in pairs(g.dirty) do
+    local pg, pf = g.pages[id], {}
+    if pg then
+      for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
+      args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
+    else  -- appended to as bytes
+      args[#args + 1], args[#args + 2] = 'p' .. fmt(id), g.raws[id]
+    end
+  end
+  redis.call('HSET', g.key, unpack(args))
+  if #g.gone > 0 then redis.call('HDEL', g.key, unpack(g.gone)) end
+  redis.call('PEXPIRE', g.key, -floor(-tat / 1000) - now + slack + 1)
+  g.changed, g.dirty, g.gdirty, g.gone = false, {}, {}, {}
+  g.raw_i, g.ttouched, g.reshaped = index, {}, false
 end
 
 -- insert time x with this mail's tag into the sorted list of l ({ts, tags, n}), after equals
@@ -678,6 +1287,15 @@ local function insert_sorted(l, x)
   end
   l.ts[j], l.tags[j] = x, tag
   l.n = l.n + 1
+end
+
+for _, st in ipairs(P) do
+  for ti, tier in ipairs(st.spec[4]) do
+    if tier[1] == 3 then
+      st.gl[ti] = load_gcra(st, ti)
+      if st.gl[ti] and st.gl[ti].moved then save_gcra(st, ti) end  -- moved over: written at once
+    end
+  end
 end
 
 local head = P[1]
@@ -709,16 +1327,9 @@ if mode == 'r' then
     for ti, tier in ipairs(st.spec[4]) do
       if tier[1] == 3 and st.gl[ti] then  -- listed, or the floor's last
         local g = st.gl[ti]
-        local found = false
-        for j = g.n, 1, -1 do
-          if g.tags[j] == tag and -floor(-g.ts[j] / 1000) == at then
-            table.remove(g.ts, j); table.remove(g.tags, j); g.n, g.seen = g.n - 1, nil
-            found = true
-            break
-          end
-        end
+        local found = gcra_release(g, at)
         if not found and tag ~= 0 and g.last == tag and -floor(-(g.floor - tier[4]) / 1000) == at then
-          g.floor, g.last, found = 0, 0, true  -- it alone made the floor: the bucket is full
+          g.floor, g.last, g.changed, found = 0, 0, true, true  -- it alone made the floor: full
         end
         if found then save_gcra(st, ti) end
       elseif tier[1] == 2 then
@@ -797,14 +1408,13 @@ if not found then
       end
       for ti, tier in ipairs(st.spec[4]) do
         if tier[1] == 3 then
-          local g = st.gl[ti] or {floor = 0, n = 0, last = 0}
-          g.seen = nil
+          local g = st.gl[ti] or new_gcra(st, ti)
           if x_us <= now_us then  -- an admission now goes into the floor at once (gcra_log.py)
             if g.floor <= x_us then g.floor, g.last = x_us + tier[4], tag
             else g.floor, g.last = g.floor + tier[4], 0 end
+            g.changed = true
           else
-            if g.ts == nil then g.ts, g.tags = {}, {} end
-            insert_sorted(g, x_us)
+            gcra_insert(g, x_us, tag)
           end
           st.gl[ti] = g
           save_gcra(st, ti)
@@ -829,6 +1439,11 @@ if at > now and allowed == 0 then wait = at - now end
 local reply = {allowed, booked, at, wait, bs, bt}
 for _, st in ipairs(P) do
   for ti = 1, #st.spec[4] do reply[#reply + 1] = room(st, ti, seen, seen_us) end
+end
+for _, st in ipairs(P) do  -- a share's view made over every page is kept, booked or not
+  for ti, g in pairs(st.gl or {}) do
+    if g.viewadded then save_gcra(st, ti) end
+  end
 end
 finish()
 return reply
