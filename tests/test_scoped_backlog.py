@@ -343,3 +343,33 @@ def test_a_gcra_decision_after_50000_bookings_makes_the_redis_calls_of_10(
     others = {k: v for k, v in large.items() if k != "hget"}
     assert others == {k: v for k, v in small.items() if k != "hget"}, (small, large)
     client.close()
+
+
+def test_the_guard_defers_a_mail_whose_scope_key_holds_foreign_data(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Foreign data in the sender key: the mail is deferred (``limiter_unavailable``, the
+    refusal in its detail and an ERROR line), never raised out of the guard nor sent; once the
+    key is removed the next run sends it."""
+    clock = ManualClock(START)
+    limiter = Limiter.from_url(
+        redis_url, Policy.parse("sender: 2/1s"), clock=clock, secret="s", namespace="corrupt"
+    )
+    client = redis.Redis.from_url(redis_url)
+    key = _sender_key(limiter) + ":h"
+    client.set(key, "not a hash")
+    transport = MemoryTransport()
+    guard = memory_guard(
+        limiter, MemoryLedger(clock), transport, kinds=Kinds.defaults(), clock=clock
+    )
+    request = MailRequest(to="ann@example.com", mail_id="c1", subject="Hi", body="x")
+    with caplog.at_level("ERROR", logger="mailguard"):
+        step = guard.process(request)
+    assert (step.outcome.status, step.outcome.reason) == ("deferred", "limiter_unavailable")
+    assert step.outcome.detail is not None and "is not a hash" in step.outcome.detail
+    assert any("is not a hash" in r.getMessage() for r in caplog.records)
+    assert transport.sent == []
+    client.delete(key)
+    assert guard.process(request, step.progress).outcome.status == "sent"
+    client.close()
+    limiter.close()

@@ -18,7 +18,7 @@ import time
 
 from mailer import outcomes as why
 from mailer.durations import human
-from mailer.errors import BackendUnavailable, Contended
+from mailer.errors import BackendUnavailable, Contended, CorruptState
 from mailer.guard.booking import Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, log_fields
 from mailer.guard.outage import backend_down
@@ -59,6 +59,10 @@ class Admission:
                 decision = self.rebook(mail, decision, max_wait, now)
         except (BackendUnavailable, Contended) as exc:
             return self._unanswered(mail, progress, exc)
+        except CorruptState as exc:  # foreign data in a limiter key: no answer until removed
+            log.error("mail %s: %s", mail.mail_id, exc, extra=log_fields(mail.base))
+            self.metrics.backend_down("limiter")
+            return backend_down(self.config, mail.base, progress, exc, why.LIMITER_UNAVAILABLE)
         return self.booking.answer(mail, mail.base, progress, decision, late=late)
 
     def _judged(self, mail: Prepared) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import replace
 from mailer import defaults
 from mailer import outcomes as why
 from mailer.durations import human
-from mailer.errors import BackendUnavailable, Contended
+from mailer.errors import BackendUnavailable, Contended, CorruptState
 from mailer.guard.data import GuardConfig, log_fields
 from mailer.outcomes import Outcome
 from mailer.steps import Later, Progress
@@ -35,12 +35,13 @@ def backend_down(
     config: GuardConfig,
     base: Outcome,
     progress: Progress,
-    exc: BackendUnavailable | Contended,
+    exc: BackendUnavailable | Contended | CorruptState,
     reason: str,
 ) -> Later:
     """``deferred`` / ``reason`` with doubling backoff; counts the run in ``limiter_failures``.
 
-    ``reason`` is ``ledger_unavailable``, ``limiter_unavailable`` or ``contended``.
+    ``reason`` is ``ledger_unavailable``, ``limiter_unavailable`` (also for data in a limiter
+    key that mailguard did not write: deferred whatever the fail mode) or ``contended``.
     """
     progress = replace(progress, limiter_failures=progress.limiter_failures + 1)
     countdown = backoff(config, progress.limiter_failures)
