@@ -273,3 +273,16 @@ def test_policy_set_refuses_before_storing_in_one_line(
 def test_a_memory_ledger_has_no_live_policy() -> None:
     refused = CliRunner().invoke(main, ["policy", "show"], env={"MAILGUARD_LIMITER_URL": ""})
     assert refused.exit_code == 1 and "live policy" in refused.output
+
+
+def test_status_shows_the_budget_under_the_live_policy(redis_url: str) -> None:
+    """``mailguard status`` reads the policy the workers decide by: the stored version, not the
+    environment's MAILGUARD_POLICY (which it shows while none is stored)."""
+    env, runner = _cli_env(redis_url), CliRunner()
+    before = runner.invoke(main, ["status", "ada@example.com"], env=env)
+    assert before.exit_code == 0 and "1/1m, 5/1h" in before.output, before.output
+    stored = runner.invoke(main, ["policy", "set", "1/2m, 4/1h", "--yes"], env=env)
+    assert stored.exit_code == 0, stored.output
+    after = runner.invoke(main, ["status", "ada@example.com"], env=env)
+    assert after.exit_code == 0 and "1/2m, 4/1h" in after.output, after.output
+    assert "1/1m" not in after.output

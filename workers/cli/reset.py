@@ -6,7 +6,7 @@ import click
 
 from mailer.errors import BackendUnavailable
 from workers.cli.errors import fail
-from workers.cli.shared import env_settings, recipient_key, shared_limiter
+from workers.cli.shared import env_settings, live_settings, recipient_key, shared_limiter
 
 
 @click.command(short_help="Forget a recipient's sends and bookings.")
@@ -17,7 +17,7 @@ def reset(address: str, yes: bool) -> None:
 
     Mails already deferred still wake at their time and then ask the limiter again.
     """
-    settings = env_settings()
+    settings = live_settings(env_settings())
     key = recipient_key(address)
     limiter = shared_limiter(settings)
     try:

@@ -7,7 +7,8 @@ input, 1 for a store no command can see (a ``memory://`` URL belongs to one work
 
 from __future__ import annotations
 
-from mailer.errors import InvalidAddress
+from mailer.errors import BackendUnavailable, InvalidAddress
+from mailer.factory import build_policies
 from mailer.limits.limiter import Limiter
 from mailer.mail.address import normalise_address
 from mailer.settings import Settings
@@ -20,6 +21,19 @@ def env_settings() -> Settings:
         return Settings.from_env()
     except ValueError as exc:
         fail(str(exc), USAGE)
+
+
+def live_settings(settings: Settings) -> Settings:
+    """``settings`` with the live policy in force (``mailguard policy set``), as the workers
+    decide by it; ``settings`` themselves when none is stored, the ledger is ``memory://``, its
+    Redis is down or the stored version does not read (the workers keep their last good one)."""
+    if settings.effective_ledger_url.startswith("memory:"):
+        return settings
+    try:
+        live = build_policies(settings).current()
+        return settings if live is None else live.apply(settings)
+    except (BackendUnavailable, ValueError):
+        return settings
 
 
 def refuse_problems(settings: Settings) -> None:

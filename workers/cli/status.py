@@ -22,6 +22,7 @@ from workers.cli.budget import budget_report, scoped_report
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import (
     env_settings,
+    live_settings,
     recipient_key,
     refuse_problems,
     shared_limiter,
@@ -51,7 +52,7 @@ def status(
     recipients) that started it, and whether its length was stated by the server. With
     --dead-letters (and nothing else): the mails quarantined as poison, newest first.
     """
-    settings = env_settings()
+    settings = live_settings(env_settings())
     if dead_letters:
         if address is not None or sender or tenant is not None:
             fail("give either ADDRESS, --sender, --tenant or --dead-letters", USAGE)
