@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -240,20 +240,17 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
                 for r in range(2)
             ]
             results += batch
-            poll(
-                lambda b=batch: (
-                    _revived(workers, env, deaths) and all(r.state != "PENDING" for r in b)
-                ),
-                90,
-                f"round {round_}'s first runs: {[r.state for r in batch]} "
-                + "".join(w.log()[-1500:] for w in workers),
+            _progress(
+                lambda b=batch: all(r.state != "PENDING" for r in b),
+                workers,
+                env,
+                deaths,
+                f"round {round_}'s first runs: {[r.state for r in batch]}",
             )
             broker.stop()
             broker.start()
-        poll(
-            lambda: _revived(workers, env, deaths) and all(r.ready() for r in results),
-            90,
-            "every mail settled",
+        _progress(
+            lambda: all(r.ready() for r in results), workers, env, deaths, "every mail settled"
         )
     finally:
         for worker in workers:
@@ -271,17 +268,39 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
     assert all(o["status"] == "sent" for o in outcomes)
 
 
-def _revived(workers: list[CeleryWorker], env: dict[str, str], deaths: list[str]) -> bool:
-    """Start a new worker in place of one that died, as a supervisor (systemd's
-    ``Restart=always``, Kubernetes) does; True. Celery's prefork pool can die when the consumer
-    restarts while a child's result is half read (``UnpicklingError: invalid load key`` in
-    ``asynpool``, Celery 5.x): the mails it held come back from the broker's unacked hash, and
-    what this test checks is that none is lost or sent twice across it."""
-    for index, worker in enumerate(workers):
-        if worker.process is not None and worker.process.poll() is not None:
-            deaths.append(worker.log()[-400:])
-            workers[index] = CeleryWorker(env, name=f"{worker.name}r").start()
-    return True
+def _progress(
+    check: Callable[[], bool],
+    workers: list[CeleryWorker],
+    env: dict[str, str],
+    restarts: list[str],
+    what: str,
+) -> None:
+    """Wait up to 90 s for ``check``, supervising the workers as systemd's ``Restart=always``
+    and a liveness probe would: a worker that died is started again at once, and when nothing
+    has moved after 30 s every worker is killed and started again (once a wait). Both happen
+    now and then across ten broker restarts (``docs/explanation/reliability.md``): Celery's
+    prefork pool can die on a half-read result, and a consumer can hang in its reconnection.
+    What this test checks is that no mail is lost or sent twice across either."""
+    start = time.monotonic()
+    probed = False
+    while time.monotonic() - start < 90:
+        for index, worker in enumerate(workers):
+            if worker.process is not None and worker.process.poll() is not None:
+                restarts.append(f"{worker.name} died: {worker.log()[-300:]}")
+                workers[index] = CeleryWorker(env, name=f"{worker.name}r").start()
+        if check():
+            return
+        if not probed and time.monotonic() - start > 30:
+            probed = True
+            for index, worker in enumerate(workers):
+                restarts.append(f"{worker.name} made no progress in 30 s: {worker.log()[-300:]}")
+                worker.kill()
+                workers[index] = CeleryWorker(env, name=f"{worker.name}p").start()
+        time.sleep(0.1)
+    raise AssertionError(
+        f"timed out after 90 s waiting for {what}: "
+        + "".join(worker.log()[-1500:] for worker in workers)
+    )
 
 
 def test_parking_off_a_refused_deferral_is_kept_and_the_consumer_lives(
