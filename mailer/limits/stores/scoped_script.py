@@ -30,6 +30,17 @@ _TEMPLATE = resources.files("mailer.limits.stores").joinpath("lua/scoped.lua").r
 _KIND = {"sliding": 1, "fixed": 2, "gcra": 3}
 
 
+def _suffix(kind: str, n: int) -> str:
+    """The Lua of tier ``n``'s key suffixes: a gcra tier's string and hash, a fixed tier's
+    count (before the window start), none for a sliding tier (compiled in: no formatting per
+    call)."""
+    if kind == "gcra":
+        return f"':g{n}', ':G{n}'"
+    if kind == "fixed":
+        return f"':f{n}:'"
+    return "''"
+
+
 def compile_scoped(scopes: list[Scope], max_bookings: int = MAX_BOOKINGS) -> tuple[str, str]:
     """Return ``(source, sha1)`` of the script with these scopes' tiers and the bound on a
     shared scope's entries compiled in."""
@@ -37,8 +48,8 @@ def compile_scoped(scopes: list[Scope], max_bookings: int = MAX_BOOKINGS) -> tup
     for scope in scopes:
         body = ", ".join(
             f"{{{_KIND[t.kind]}, {t.limit}, {t.window_ms}, "
-            f"{-(-t.window_ms * 1000 // t.limit)}, {t.months}}}"
-            for t in scope.tiers
+            f"{-(-t.window_ms * 1000 // t.limit)}, {t.months}, {_suffix(t.kind, n)}}}"
+            for n, t in enumerate(scope.tiers, start=1)
         )
         entries.append(
             f"{{{scope.keep_ms}, {int(scope.shared)}, {int(scope.has_log)}, {{{body}}}, "

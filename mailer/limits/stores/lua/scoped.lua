@@ -10,7 +10,10 @@ mailer/limits/stores/scoped_cluster.py).
 The policy is compiled in: mailer/limits/stores/scoped_script.py replaces --[[SCOPES]] with one entry
 per scope of the policy, recipient first: {keep_ms, shared (0/1), has_log (0/1), tiers, name} and each
 tier {kind (1 sliding, 2 fixed, 3 gcra), limit, window_ms, interval_us (gcra), months (0: not a
-calendar-month tier)}; --[[MAX]] with MAILGUARD_MAX_BOOKINGS.
+calendar-month tier), key suffixes (":g<tier>", ":G<tier>" gcra, ":f<tier>:" fixed, "" sliding)};
+--[[MAX]] with MAILGUARD_MAX_BOOKINGS. A decision with nothing booked in a gcra tier and no
+shared sliding log makes one MGET and its writes: the paged gcra and shared log functions are
+made only when a call needs them (paged_lib, shared_lib).
 
 KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed hash>}"; its
           data: <base>:l the recipient's sliding log (packed as in sliding_log.lua: base I6,
@@ -84,10 +87,12 @@ local floor = math.floor
 -- Calendar-month windows (ARGV[10], "N=b1,b2,...;M=..."): the window starts the caller computed
 -- in its time zone for tiers of N months, around now; other fixed windows are arithmetic.
 local months = {}
-for n, list in string.gmatch(ARGV[10] or '', '(%d+)=([%d,]+)') do
-  local b = {}
-  for x in string.gmatch(list, '%d+') do b[#b + 1] = tonumber(x) end
-  months[tonumber(n)] = b
+if ARGV[10] then
+  for n, list in string.gmatch(ARGV[10], '(%d+)=([%d,]+)') do
+    local b = {}
+    for x in string.gmatch(list, '%d+') do b[#b + 1] = tonumber(x) end
+    months[tonumber(n)] = b
+  end
 end
 
 -- the start and end (ms) of tier's calendar window holding t
@@ -107,9 +112,13 @@ local function window_of(tier, t)
   return b[1] - tier[3], b[1]
 end
 
--- a fixed tier's count key (after "<base>:f") for the window starting at start (ms)
-local function count_key(ti, start)
-  return ti .. ':' .. start  -- ms below 1e14 print whole (%.14g)
+-- the key of fixed tier ti's count in st for the window starting at start (ms), kept per tier
+local function count_name(st, ti, start)
+  local m = st.fn[ti]
+  if m and m[1] == start then return m[2] end
+  local name = st.key .. st.spec[4][ti][6] .. start  -- ms below 1e14 print whole (%.14g)
+  st.fn[ti] = {start, name}
+  return name
 end
 
 -- Lua's stack holds some 8000 values: logs are packed and unpacked CHUNK records at a time
@@ -171,24 +180,27 @@ end
 -- the present scopes: {spec, key, ts, tags, n, gl = {}, counts = {}}, read in one MGET: each
 -- log, each gcra tier's bucket, each fixed tier's count in the window holding now (others lazily)
 local P, names, read_st, read_what = {}, {}, {}, {}
+local any_shared = false
 for i = 1, #ARGV[7] do
   local spec = S[tonumber(string.sub(ARGV[7], i, i))]
-  local st = {spec = spec, key = KEYS[i], n = 0, shared_log = spec[2] == 1 and spec[3] == 1}
+  local key = KEYS[i]
+  local st = {spec = spec, key = key, n = 0, shared_log = spec[2] == 1 and spec[3] == 1}
   local r = #names + 1
   if spec[3] == 1 then  -- a shared log lives in <base>:z and :h; <base>:l is read to migrate it
     st.ts, st.tags = {}, {}
-    names[r], read_st[r], read_what[r], r = st.key .. ':l', st, 0, r + 1
+    names[r], read_st[r], read_what[r], r = key .. ':l', st, 0, r + 1
+    if st.shared_log then any_shared = true end
   end
   local tiers = spec[4]
   for ti = 1, #tiers do
-    local kind = tiers[ti][1]
-    if kind == 3 then
+    local tier = tiers[ti]
+    if tier[1] == 3 then
       st.gl = st.gl or {}
-      names[r], read_st[r], read_what[r], r = st.key .. ':g' .. ti, st, ti, r + 1
-    elseif kind == 2 then
-      st.counts = st.counts or {}
-      local k = count_key(ti, (window_of(tiers[ti], now)))
-      names[r], read_st[r], read_what[r], r = st.key .. ':f' .. k, st, k, r + 1
+      names[r], read_st[r], read_what[r], r = key .. tier[6], st, ti, r + 1
+    elseif tier[1] == 2 then
+      if not st.counts then st.counts, st.fn = {}, {} end
+      local name = count_name(st, ti, (window_of(tier, now)))
+      names[r], read_st[r], read_what[r], r = name, st, name, r + 1
     end
   end
   P[i] = st
@@ -207,10 +219,24 @@ local function bounded(st, name, count)
   end
 end
 local values = redis.call('MGET', unpack(names))
+-- the keys of shared scopes MGET found missing: another type reads as missing too, and a gcra
+-- tier without its string may keep bookings in its hash; one EXISTS over all of them answers
+-- the common case (nothing there) in one call, else each is asked as before
+local absent
+for r = 1, #names do
+  local st, what = read_st[r], read_what[r]
+  if not values[r] and st.spec[2] == 1 and not (what == 0 and st.shared_log) then
+    absent = absent or {}
+    absent[#absent + 1] = names[r]
+    if type(what) == 'number' then absent[#absent + 1] = st.key .. st.spec[4][what][7] end
+  end
+end
+local unseen = absent == nil or redis.call('EXISTS', unpack(absent)) == 0
 for r = 1, #names do
   local st, what, raw = read_st[r], read_what[r], values[r]
   local legacy = what == 0 and st.shared_log  -- usually absent: its type is not asked
-  if not raw and st.spec[2] == 1 and not legacy and redis.call('EXISTS', names[r]) == 1 then
+  if not raw and st.spec[2] == 1 and not legacy and not unseen and
+    redis.call('EXISTS', names[r]) == 1 then
     corrupt(st, names[r], 'is not a string')  -- another type: MGET reads it as missing
   end
   if what == 0 then
@@ -227,15 +253,22 @@ for r = 1, #names do
     end
   elseif type(what) == 'number' then
     if raw then
-      local bar = string.find(raw, '|', 1, true)
-      local head = bar and string.sub(raw, 1, bar - 1) or raw
-      if not (string.find(head, '^%d+$') or string.find(head, '^%d+,%d+$'))
-        or (bar and ((#raw - bar) % 13 ~= 0 or #raw == bar)) then
-        corrupt(st, names[r], 'is not a gcra bucket')
+      local f, l = string.match(raw, '^(%d+),(%d+)$')
+      if not f then f = string.match(raw, '^%d+$') end
+      if f then  -- nothing booked: the floor alone (and its last tag), the one timestamp
+        st.small = st.small or {}
+        st.small[what] = {tonumber(f), tonumber(l) or 0}
+      else
+        local bar = string.find(raw, '|', 1, true)
+        local head = bar and string.sub(raw, 1, bar - 1) or raw
+        if not bar or not (string.find(head, '^%d+$') or string.find(head, '^%d+,%d+$'))
+          or (#raw - bar) % 13 ~= 0 or #raw == bar then
+          corrupt(st, names[r], 'is not a gcra bucket')
+        end
+        bounded(st, names[r], (#raw - bar) / 13)
+        st.legacy = st.legacy or {}
+        st.legacy[what] = raw  -- a bucket of an earlier version: moved into pages once
       end
-      if bar then bounded(st, names[r], (#raw - bar) / 13) end
-      st.legacy = st.legacy or {}
-      st.legacy[what] = raw  -- a bucket of an earlier version: moved into pages once
     end
   else
     if raw and not string.find(raw, '^%d+$') then corrupt(st, names[r], 'is not a count') end
@@ -244,11 +277,11 @@ for r = 1, #names do
 end
 
 local function count_of(st, ti, start)
-  local k = count_key(ti, start)
-  local c = st.counts[k]
+  local name = count_name(st, ti, start)
+  local c = st.counts[name]
   if c == nil then
-    c = tonumber(redis.call('GET', st.key .. ':f' .. k)) or 0
-    st.counts[k] = c
+    c = tonumber(redis.call('GET', name)) or 0
+    st.counts[name] = c
   end
   return c
 end
@@ -267,174 +300,6 @@ end
 -- a hint "lo,h" (no booking fits that view of the tier in ms [lo, h)). Read where needed only.
 local function fmt(x) return string.format('%.0f', x) end
 
--- the ms and count of a slot's member, refused when mailguard did not write it
-local function slot(st, m)
-  local ms, c = string.match(m, '^(%d+):(%d+)$')
-  ms, c = tonumber(ms), tonumber(c)
-  if not ms or not c or c < 1 or c > MAX_BOOKINGS then
-    corrupt(st, st.key .. ':z', 'holds a slot mailguard did not write')
-  end
-  return ms, c
-end
-
--- st's count and hints, with the entries at or before now - keep dropped (they matter no more)
-local function load_shared(st)
-  local h, z = st.key .. ':h', st.key .. ':z'
-  local got = redis.pcall('HGETALL', h)
-  if got.err then corrupt(st, h, 'is not a hash') end
-  st.count, st.hints, st.dirty, st.changed = 0, {}, {}, false
-  for j = 1, #got, 2 do
-    local field, value = got[j], got[j + 1]
-    if field == 'n' then
-      st.count = tonumber(string.match(value, '^%d+$') or '')
-      if st.count == nil then corrupt(st, h, 'holds a count mailguard did not write') end
-      bounded(st, h, st.count)
-    else
-      local ti, lo, hi = string.match(field, '^(%d+):%d+$'), string.match(value, '^(%d+),(%d+)$')
-      ti = tonumber(ti)
-      if not ti or not lo or not st.spec[4][ti] or st.spec[4][ti][1] ~= 1 then
-        corrupt(st, h, 'holds a field mailguard did not write')
-      end
-      st.hints[field] = {tonumber(lo), tonumber(hi)}
-    end
-  end
-  local old = redis.pcall('ZRANGEBYSCORE', z, '-inf', fmt(now - st.spec[1]))
-  if old.err then corrupt(st, z, 'is not a sorted set') end
-  if #old > 0 then
-    for _, m in ipairs(old) do local _, c = slot(st, m); st.count = st.count - c end
-    redis.call('ZREMRANGEBYSCORE', z, '-inf', fmt(now - st.spec[1]))
-    st.changed = true
-  end
-end
-
--- add d (1 or -1) entries at ms x to st's shared log; false when there is none to take away
-local function log_add(st, x, d)
-  local z = st.key .. ':z'
-  local got = redis.call('ZRANGEBYSCORE', z, fmt(x), fmt(x))
-  local c = 0
-  if got[1] then c = select(2, slot(st, got[1])) end
-  if c + d < 0 then return false end
-  if got[1] then redis.call('ZREM', z, got[1]) end
-  if c + d > 0 then redis.call('ZADD', z, fmt(x), fmt(x) .. ':' .. (c + d)) end
-  st.count, st.changed = st.count + d, true
-  return true
-end
-
--- the entries of st's shared log from the first at or after v on, read 64 slots at a time
-local function seg_open(st, v) return {st = st, ts = {}, n = 0, from = fmt(v), done = false} end
-local function seg_at(seg, j)
-  while j > seg.n and not seg.done do
-    local got = redis.call('ZRANGEBYSCORE', seg.st.key .. ':z', seg.from, '+inf', 'LIMIT', 0, 64)
-    if #got < 64 then seg.done = true end
-    for _, m in ipairs(got) do
-      local ms, c = slot(seg.st, m)
-      for _ = 1, c do seg.n = seg.n + 1; seg.ts[seg.n] = ms end
-      seg.from = '(' .. fmt(ms)
-    end
-  end
-  return seg.ts[j]
-end
-
--- earliest ms >= t at which one more entry fits in st's shared log (insertion.py earliest_insert)
-local function insert_shared(st, limit, w, t)
-  local x = t
-  local seg = seg_open(st, x - w + 1)
-  local j = 1
-  while true do
-    local last = seg_at(seg, j + limit - 1)
-    if last == nil or last - w + 1 > x then break end
-    local first = seg.ts[j]
-    if last - first < w and x <= first + w - 1 then x = first + w end
-    j = j + 1
-  end
-  return x
-end
-
--- whether one more entry fits at now seen from now: entries at hi count as now (fits_now)
-local function fits_now(st, limit, w, hi)
-  local seg = seg_open(st, now - w + 1)
-  local j = 1
-  while true do
-    local last = seg_at(seg, j + limit - 1)
-    if last == nil then return true end
-    local first = seg.ts[j]
-    if first == hi then first = now end
-    if last == hi then last = now end
-    if last - w + 1 > now then return true end
-    if last - first < w and now <= first + w - 1 then return false end
-    j = j + 1
-  end
-end
-
--- insert_shared from t, started at the end of the view's hint when t lies in it; what the
--- search learns is kept as the hint (shared_log.py earliest_hinted)
-local function hinted(st, ti, limit, w, t)
-  local key = ti .. ':' .. limit
-  local hint = st.hints[key]
-  local start = t
-  if hint and hint[1] <= t and t < hint[2] then start = hint[2] end
-  local x = insert_shared(st, limit, w, start)
-  if x > t then
-    local lo, h = t, x
-    if hint and t <= hint[2] and x >= hint[1] then
-      if hint[1] < lo then lo = hint[1] end
-      if hint[2] > h then h = hint[2] end
-    end
-    if not hint or lo ~= hint[1] or h ~= hint[2] then
-      st.hints[key], st.dirty[key], st.changed = {lo, h}, true, true
-    end
-  end
-  return x
-end
-
--- a release at ms at: each hint of tier ti ends at at - W + 1 at the latest (shared_log.remove)
-local function clip_hints(st, at)
-  for key, hint in pairs(st.hints) do
-    local w = st.spec[4][tonumber(string.match(key, '^(%d+):'))][3]
-    local e = hint[2]
-    if at - w + 1 < e then e = at - w + 1 end
-    if e <= hint[1] then st.hints[key], st.dirty[key] = nil, true
-    elseif e ~= hint[2] then st.hints[key], st.dirty[key] = {hint[1], e}, true end
-  end
-end
-
--- write st's count and changed hints, expiring when the last entry leaves the longest window
-local function save_shared(st)
-  if not st.changed then return end
-  local z, h = st.key .. ':z', st.key .. ':h'
-  local last = redis.call('ZREVRANGEBYSCORE', z, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if st.count <= 0 or last[2] == nil then redis.call('DEL', z, h) return end
-  local args, gone = {'n', st.count}, {}
-  for key in pairs(st.dirty) do
-    local hint = st.hints[key]
-    if hint then
-      args[#args + 1], args[#args + 2] = key, fmt(hint[1]) .. ',' .. fmt(hint[2])
-    else
-      gone[#gone + 1] = key
-    end
-  end
-  redis.call('HSET', h, unpack(args))
-  if #gone > 0 then redis.call('HDEL', h, unpack(gone)) end
-  local ttl = tonumber(last[2]) + st.spec[1] - now + slack
-  redis.call('PEXPIRE', z, ttl)
-  redis.call('PEXPIRE', h, ttl)
-end
-
-for _, st in ipairs(P) do
-  if st.shared_log then
-    load_shared(st)
-    if st.n > 0 then  -- a log of an earlier version (<base>:l, with tags): moved here once
-      for j = 1, st.n do log_add(st, st.ts[j], 1) end
-      redis.call('DEL', st.key .. ':l')
-      st.ts, st.tags, st.n = {}, {}, 0
-    end
-  end
-end
-
-local function finish()
-  for _, st in ipairs(P) do if st.shared_log then save_shared(st) end end
-end
-
 -- the first index j of the sorted list ts (n entries) with ts[j] >= v (n + 1: none); with
 -- fold, entries equal to fold are read as fold - 1 (seen from now: admissions of this ms)
 local function first_at(ts, n, v, fold)
@@ -448,24 +313,204 @@ local function first_at(ts, n, v, fold)
   return lo
 end
 
--- earliest ms >= t at which one more entry fits in st's sorted log, inserted (mailer/insertion.py)
-local function insert_at(st, limit, w, t, fold)
-  local ts, x = st.ts, t
-  for j = first_at(ts, st.n, x - w + 1, fold), st.n - limit + 1 do
-    local first, last = ts[j], ts[j + limit - 1]
-    if first == fold then first = first - 1 end
-    if last == fold then last = last - 1 end
-    if last - w + 1 > x then break end
-    if last - first < w and x <= first + w - 1 then x = first + w end
-  end
-  return x
-end
-
 -- ceil(a / b) for whole numbers, exact where a / b in floating point is not
 local function ceil_div(a, b)
   local q = floor(a / b)
   if q * b < a then q = q + 1 end
   return q
+end
+
+-- the shared sliding log's functions, made by shared_lib() when a present scope keeps one
+local load_shared, log_add, hinted, fits_now, clip_hints, save_shared, window_max
+local function shared_lib()
+  -- the ms and count of a slot's member, refused when mailguard did not write it
+  local function slot(st, m)
+    local ms, c = string.match(m, '^(%d+):(%d+)$')
+    ms, c = tonumber(ms), tonumber(c)
+    if not ms or not c or c < 1 or c > MAX_BOOKINGS then
+      corrupt(st, st.key .. ':z', 'holds a slot mailguard did not write')
+    end
+    return ms, c
+  end
+
+  -- st's count and hints, with the entries at or before now - keep dropped (they matter no more)
+  load_shared = function(st)
+    local h, z = st.key .. ':h', st.key .. ':z'
+    local got = redis.pcall('HGETALL', h)
+    if got.err then corrupt(st, h, 'is not a hash') end
+    st.count, st.hints, st.dirty, st.changed = 0, {}, {}, false
+    for j = 1, #got, 2 do
+      local field, value = got[j], got[j + 1]
+      if field == 'n' then
+        st.count = tonumber(string.match(value, '^%d+$') or '')
+        if st.count == nil then corrupt(st, h, 'holds a count mailguard did not write') end
+        bounded(st, h, st.count)
+      else
+        local ti, lo, hi = string.match(field, '^(%d+):%d+$'), string.match(value, '^(%d+),(%d+)$')
+        ti = tonumber(ti)
+        if not ti or not lo or not st.spec[4][ti] or st.spec[4][ti][1] ~= 1 then
+          corrupt(st, h, 'holds a field mailguard did not write')
+        end
+        st.hints[field] = {tonumber(lo), tonumber(hi)}
+      end
+    end
+    local old = redis.pcall('ZRANGEBYSCORE', z, '-inf', fmt(now - st.spec[1]))
+    if old.err then corrupt(st, z, 'is not a sorted set') end
+    if #old > 0 then
+      for _, m in ipairs(old) do local _, c = slot(st, m); st.count = st.count - c end
+      redis.call('ZREMRANGEBYSCORE', z, '-inf', fmt(now - st.spec[1]))
+      st.changed = true
+    end
+  end
+
+  -- add d (1 or -1) entries at ms x to st's shared log; false when there is none to take away
+  log_add = function(st, x, d)
+    local z = st.key .. ':z'
+    local got = redis.call('ZRANGEBYSCORE', z, fmt(x), fmt(x))
+    local c = 0
+    if got[1] then c = select(2, slot(st, got[1])) end
+    if c + d < 0 then return false end
+    if got[1] then redis.call('ZREM', z, got[1]) end
+    if c + d > 0 then redis.call('ZADD', z, fmt(x), fmt(x) .. ':' .. (c + d)) end
+    st.count, st.changed = st.count + d, true
+    return true
+  end
+
+  -- the entries of st's shared log from the first at or after v on, read 64 slots at a time
+  local function seg_open(st, v) return {st = st, ts = {}, n = 0, from = fmt(v), done = false} end
+  local function seg_at(seg, j)
+    while j > seg.n and not seg.done do
+      local got = redis.call('ZRANGEBYSCORE', seg.st.key .. ':z', seg.from, '+inf', 'LIMIT', 0, 64)
+      if #got < 64 then seg.done = true end
+      for _, m in ipairs(got) do
+        local ms, c = slot(seg.st, m)
+        for _ = 1, c do seg.n = seg.n + 1; seg.ts[seg.n] = ms end
+        seg.from = '(' .. fmt(ms)
+      end
+    end
+    return seg.ts[j]
+  end
+
+  -- earliest ms >= t at which one more entry fits in st's shared log (insertion.py earliest_insert)
+  local function insert_shared(st, limit, w, t)
+    local x = t
+    local seg = seg_open(st, x - w + 1)
+    local j = 1
+    while true do
+      local last = seg_at(seg, j + limit - 1)
+      if last == nil or last - w + 1 > x then break end
+      local first = seg.ts[j]
+      if last - first < w and x <= first + w - 1 then x = first + w end
+      j = j + 1
+    end
+    return x
+  end
+
+  -- whether one more entry fits at now seen from now: entries at hi count as now (fits_now)
+  fits_now = function(st, limit, w, hi)
+    local seg = seg_open(st, now - w + 1)
+    local j = 1
+    while true do
+      local last = seg_at(seg, j + limit - 1)
+      if last == nil then return true end
+      local first = seg.ts[j]
+      if first == hi then first = now end
+      if last == hi then last = now end
+      if last - w + 1 > now then return true end
+      if last - first < w and now <= first + w - 1 then return false end
+      j = j + 1
+    end
+  end
+
+  -- insert_shared from t, started at the end of the view's hint when t lies in it; what the
+  -- search learns is kept as the hint (shared_log.py earliest_hinted)
+  hinted = function(st, ti, limit, w, t)
+    local key = ti .. ':' .. limit
+    local hint = st.hints[key]
+    local start = t
+    if hint and hint[1] <= t and t < hint[2] then start = hint[2] end
+    local x = insert_shared(st, limit, w, start)
+    if x > t then
+      local lo, h = t, x
+      if hint and t <= hint[2] and x >= hint[1] then
+        if hint[1] < lo then lo = hint[1] end
+        if hint[2] > h then h = hint[2] end
+      end
+      if not hint or lo ~= hint[1] or h ~= hint[2] then
+        st.hints[key], st.dirty[key], st.changed = {lo, h}, true, true
+      end
+    end
+    return x
+  end
+
+  -- a release at ms at: each hint of tier ti ends at at - W + 1 at the latest (shared_log.remove)
+  clip_hints = function(st, at)
+    for key, hint in pairs(st.hints) do
+      local w = st.spec[4][tonumber(string.match(key, '^(%d+):'))][3]
+      local e = hint[2]
+      if at - w + 1 < e then e = at - w + 1 end
+      if e <= hint[1] then st.hints[key], st.dirty[key] = nil, true
+      elseif e ~= hint[2] then st.hints[key], st.dirty[key] = {hint[1], e}, true end
+    end
+  end
+
+  -- write st's count and changed hints, expiring when the last entry leaves the longest window
+  save_shared = function(st)
+    if not st.changed then return end
+    local z, h = st.key .. ':z', st.key .. ':h'
+    local last = redis.call('ZREVRANGEBYSCORE', z, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    if st.count <= 0 or last[2] == nil then redis.call('DEL', z, h) return end
+    local args, gone = {'n', st.count}, {}
+    for key in pairs(st.dirty) do
+      local hint = st.hints[key]
+      if hint then
+        args[#args + 1], args[#args + 2] = key, fmt(hint[1]) .. ',' .. fmt(hint[2])
+      else
+        gone[#gone + 1] = key
+      end
+    end
+    redis.call('HSET', h, unpack(args))
+    if #gone > 0 then redis.call('HDEL', h, unpack(gone)) end
+    local ttl = tonumber(last[2]) + st.spec[1] - now + slack
+    redis.call('PEXPIRE', z, ttl)
+    redis.call('PEXPIRE', h, ttl)
+  end
+
+  -- the most entries of st's sorted log in one window of w ms that holds at
+  window_max = function(st, at, w)
+    local ts, n = {}, 0
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', st.key .. ':z', fmt(at - w + 1), fmt(at + w - 1))) do
+      local ms, c = slot(st, m)
+      for _ = 1, c do n = n + 1; ts[n] = ms end
+    end
+    local low, high = first_at(ts, n, at - w + 1, nil), first_at(ts, n, at + w, nil) - 1
+    local best = high - first_at(ts, n, at, nil) + 1
+    local r = low
+    for i = low, high do
+      if ts[i] > at then break end
+      while r <= high and ts[r] <= ts[i] + w - 1 do r = r + 1 end
+      if r - i > best then best = r - i end
+    end
+    return best
+  end
+end
+
+if any_shared then
+  shared_lib()
+  for _, st in ipairs(P) do
+    if st.shared_log then
+      load_shared(st)
+      if st.n > 0 then  -- a log of an earlier version (<base>:l, with tags): moved here once
+        for j = 1, st.n do log_add(st, st.ts[j], 1) end
+        redis.call('DEL', st.key .. ':l')
+        st.ts, st.tags, st.n = {}, {}, 0
+      end
+    end
+  end
+end
+
+local function finish()
+  for _, st in ipairs(P) do if st.shared_log then save_shared(st) end end
 end
 
 -- Paged gcra buckets (docs/explanation/limiter.md, "Long gcra backlogs"): <base>:G<tier> a hash,
@@ -483,284 +528,6 @@ local function view_of(g, l)
   return T, (l - 1) * T
 end
 
-local function summarize(ts, m, T, c)
-  local b, gg, th = NONE, NONE, NONE
-  for i = 1, m do
-    local e = ts[i]
-    local ms = floor(e / 1000)  -- ceil(e / 1000), exact: e is a whole number of µs
-    if ms * 1000 < e then ms = ms + 1 end
-    local need = c + (ms - 1) * 1000 + 1
-    if b < need and need - (i - 1) * T > th then th = need - (i - 1) * T end
-    if e > b then b = e end
-    b = b + T
-    if i * T - e > gg then gg = i * T - e end
-  end
-  return b, gg, th
-end
-
--- the summary (b, g, theta) of parts 1 .. n of V (pages or groups, counts m), one after another
-local function compose_run(V, m, n, T)
-  local a, b, gg, th = 0, NONE, NONE, NONE
-  for j = 1, n do
-    if V.th[j] > b and V.th[j] - a > th then th = V.th[j] - a end
-    local nb = b + m[j] * T
-    if V.b[j] > nb then nb = V.b[j] end
-    if V.g[j] + a > gg then gg = V.g[j] + a end
-    b, a = nb, a + m[j] * T
-  end
-  return b, gg, th
-end
-
-local function blank_views(g)
-  local out = {}
-  for _, l in ipairs(g.vlist) do out[l] = {b = {}, g = {}, th = {}} end
-  return out
-end
-
--- group q of g: its pages' index {id, np, pid, pfirst, plast, pm, views}, read once
-local function group_of(g, q)
-  local id = g.gid[q]
-  local G = g.grp[id]
-  if G then return G end
-  local raw = redis.call('HGET', g.key, 'i' .. fmt(id))
-  local per = 4 + 3 * #g.vlist
-  if not raw or #raw ~= 8 * per * g.gpc[q] then corrupt(g.st, g.key, 'is not a gcra bucket') end
-  G = {id = id, np = g.gpc[q], pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
-  local v, k = unpack_records(string.rep('d', per), per, G.np, raw, 1), 0
-  for j = 1, G.np do
-    G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = v[k + 1], v[k + 2], v[k + 3], v[k + 4]
-    k = k + 4
-    for _, l in ipairs(g.vlist) do
-      local W = G.views[l]
-      W.b[j], W.g[j], W.th[j] = v[k + 1], v[k + 2], v[k + 3]
-      k = k + 3
-    end
-  end
-  g.grp[id] = G
-  return G
-end
-
--- page j of group G ({ts, tags}), read once
-local function page_of(g, G, j)
-  local id = G.pid[j]
-  local pg = g.pages[id]
-  if pg then return pg end
-  local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
-  g.raws[id] = nil
-  if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
-  local v = unpack_records('I7I6', 2, G.pm[j], raw, 1)
-  pg = {ts = {}, tags = {}}
-  for i = 1, G.pm[j] do pg.ts[i], pg.tags[i] = v[2 * i - 1], v[2 * i] end
-  g.pages[id] = pg
-  return pg
-end
-
-local function touched(g, G)
-  g.gdirty[G.id], g.changed, g.version = true, true, g.version + 1
-end
-
--- page j of G now holds pg: its edges and summaries, written at the end
-local function set_page(g, G, j, pg)
-  local m = #pg.ts
-  G.pfirst[j], G.plast[j], G.pm[j] = pg.ts[1], pg.ts[m], m
-  for _, l in ipairs(g.vlist) do
-    local T, c = view_of(g, l)
-    local V = G.views[l]
-    V.b[j], V.g[j], V.th[j] = summarize(pg.ts, m, T, c)
-  end
-  g.pages[G.pid[j]], g.dirty[G.pid[j]] = pg, true
-  touched(g, G)
-end
-
-local function insert_page(g, G, j, pg)
-  local id = g.nextid
-  g.nextid = id + 1
-  table.insert(G.pid, j, id); table.insert(G.pfirst, j, 0); table.insert(G.plast, j, 0)
-  table.insert(G.pm, j, 0)
-  for _, V in pairs(G.views) do table.insert(V.b, j, 0); table.insert(V.g, j, 0); table.insert(V.th, j, 0) end
-  G.np = G.np + 1
-  set_page(g, G, j, pg)
-end
-
-local function remove_page(g, G, j)
-  local id = G.pid[j]
-  table.remove(G.pid, j); table.remove(G.pfirst, j); table.remove(G.plast, j); table.remove(G.pm, j)
-  for _, V in pairs(G.views) do table.remove(V.b, j); table.remove(V.g, j); table.remove(V.th, j) end
-  G.np, g.pages[id], g.dirty[id], g.raws[id] = G.np - 1, nil, nil, nil
-  g.gone[#g.gone + 1] = 'p' .. fmt(id)
-  touched(g, G)
-end
-
--- group q's edges and summaries from its pages again (an empty group is removed)
-local function regroup(g, q)
-  local G = g.grp[g.gid[q]]
-  if G.np == 0 then
-    table.remove(g.gid, q); table.remove(g.gfirst, q); table.remove(g.glast, q)
-    table.remove(g.gn, q); table.remove(g.gpc, q)
-    for _, V in pairs(g.views) do table.remove(V.b, q); table.remove(V.g, q); table.remove(V.th, q) end
-    g.ng, g.grp[G.id], g.gdirty[G.id], g.reshaped = g.ng - 1, nil, nil, true
-    g.gone[#g.gone + 1] = 'i' .. fmt(G.id)
-    g.changed, g.version = true, g.version + 1
-    return
-  end
-  local count = 0
-  for j = 1, G.np do count = count + G.pm[j] end
-  g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = G.pfirst[1], G.plast[G.np], count, G.np
-  g.ttouched[q] = true
-  for _, l in ipairs(g.vlist) do
-    local V = g.views[l]
-    V.b[q], V.g[q], V.th[q] = compose_run(G.views[l], G.pm, G.np, (view_of(g, l)))
-  end
-  touched(g, G)
-end
-
-local function insert_group(g, q, G)
-  table.insert(g.gid, q, G.id); table.insert(g.gfirst, q, 0); table.insert(g.glast, q, 0)
-  table.insert(g.gn, q, 0); table.insert(g.gpc, q, 0)
-  for _, V in pairs(g.views) do table.insert(V.b, q, 0); table.insert(V.g, q, 0); table.insert(V.th, q, 0) end
-  g.ng, g.grp[G.id], g.reshaped = g.ng + 1, G, true
-  regroup(g, q)
-end
-
-local function new_group(g)
-  local G = {id = g.nextid, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
-  g.nextid = g.nextid + 1
-  return G
-end
-
--- the summaries of g's view with limit l, made once over every page when it is first asked
-local function ensure_view(g, l)
-  if g.views[l] then return end
-  for q = 1, g.ng do group_of(g, q) end  -- read in the layout they were written in
-  g.vlist[#g.vlist + 1] = l
-  g.views[l] = {b = {}, g = {}, th = {}}
-  g.reshaped, g.viewadded = true, true  -- every record grows by the new view's summary
-  local T, c = view_of(g, l)
-  for q = 1, g.ng do
-    local G = group_of(g, q)
-    local V = {b = {}, g = {}, th = {}}
-    for j = 1, G.np do V.b[j], V.g[j], V.th[j] = summarize(page_of(g, G, j).ts, G.pm[j], T, c) end
-    G.views[l] = V
-    regroup(g, q)
-  end
-  g.changed = true
-end
-
--- the arrival time entering each part (groups of g, or pages of one group) from base, and R
--- after each (tail: after the last), in view V of interval T; kept until g changes
-local function edges(g, key, V, m, n, base, tail, T)
-  if g.edge_memo == nil or g.changed_at ~= g.version then g.edge_memo, g.changed_at = {}, g.version end
-  local known = g.edge_memo[key]
-  if known then return known[1], known[2] end
-  local tau, after = {base}, {}
-  for j = 1, n do
-    local a = tau[j] + m[j] * T
-    if V.b[j] > a then a = V.b[j] end
-    tau[j + 1] = a
-  end
-  after[n] = tail
-  for j = n - 1, 1, -1 do
-    local a = after[j + 1] + m[j + 1] * T
-    if V.g[j + 1] > a then a = V.g[j + 1] end
-    after[j] = a
-  end
-  g.edge_memo[key] = {tau, after}
-  return tau, after
-end
-
--- the last of n parts whose first is at or before x (0: none)
-local function last_at(first, n, x)
-  local lo, hi = 1, n + 1
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    if first[mid] <= x then lo = mid + 1 else hi = mid end
-  end
-  return lo - 1
-end
-
--- the gap holding x (µs): group q, page j of it, the number i of that page's emissions at or
--- before x (q = ng + 1: after every emission)
-local function locate(g, x)
-  local q = last_at(g.gfirst, g.ng, x)
-  if q == 0 then return 1, 1, 0 end
-  if g.glast[q] <= x then return q + 1, 1, 0 end
-  local G = group_of(g, q)
-  local j = last_at(G.pfirst, G.np, x)
-  if G.plast[j] <= x then return q, j + 1, 0 end
-  local ts = page_of(g, G, j).ts
-  local a, b = 1, G.pm[j] + 1
-  while a < b do
-    local mid = floor((a + b) / 2)
-    if ts[mid] <= x then a = mid + 1 else b = mid end
-  end
-  return q, j, a - 1
-end
-
--- one search's view of g: limit l from base, its groups' edges (tau, after)
-local function view(g, l, base)
-  ensure_view(g, l)
-  local T, c = view_of(g, l)
-  local V = g.views[l]
-  local tau, after = edges(g, l .. ':' .. fmt(base), V, g.gn, g.ng, base, NONE, T)
-  return {g = g, l = l, base = base, T = T, c = c, V = V, tau = tau, after = after, memo = {},
-    groups = {}}
-end
-
--- the pages of group q in view s: G, its view, the arrival time entering and R after each page
--- (kept in s: a search asks for them at every step)
-local function pages_in(s, q)
-  local known = s.groups[q]
-  if known then return known[1], known[2], known[3], known[4] end
-  local g = s.g
-  local G = group_of(g, q)
-  local GV = G.views[s.l]
-  local tau, after = edges(g, s.l .. ':' .. fmt(s.base) .. ':' .. fmt(G.id), GV, G.pm, G.np,
-    s.tau[q], s.after[q], s.T)
-  s.groups[q] = {G, GV, tau, after}
-  return G, GV, tau, after
-end
-
--- page j of group G in view s: its times, and tat and R at each of its gaps (0 .. m - 1),
--- from the arrival time entering it and R after it; kept in s
-local function page_bounds(s, G, j, tau, after)
-  local key = G.pid[j]
-  local known = s.memo[key]
-  if known then return known[1], known[2], known[3] end
-  local T, ts, m = s.T, page_of(s.g, G, j).ts, G.pm[j]
-  local tats, rights = {[0] = tau}, {[m] = after}
-  for k = 1, m do
-    local a = tats[k - 1]
-    if ts[k] > a then a = ts[k] end
-    tats[k] = a + T
-  end
-  for k = m, 1, -1 do
-    local r = rights[k] + T
-    if T - ts[k] > r then r = T - ts[k] end
-    rights[k - 1] = r
-  end
-  s.memo[key] = {ts, tats, rights}
-  return ts, tats, rights
-end
-
--- tat and R at gap (q, j, i) of view s; a group's or a page's first gap from summaries only
-local function bounds(s, q, j, i)
-  local g, T = s.g, s.T
-  if q > g.ng then return s.tau[g.ng + 1], NONE end
-  if j == 1 and i == 0 then
-    local r = s.after[q] + g.gn[q] * T
-    if s.V.g[q] > r then r = s.V.g[q] end
-    return s.tau[q], r
-  end
-  local G, GV, tau, after = pages_in(s, q)
-  if i == 0 then
-    local r = after[j] + G.pm[j] * T
-    if GV.g[j] > r then r = GV.g[j] end
-    return tau[j], r
-  end
-  local _, tats, rights = page_bounds(s, G, j, tau[j], after[j])
-  return tats[i], rights[i]
-end
-
 -- the floor a kind with a share sees (mailer/gcra_log.py share_floor): the tokens the bucket's
 -- past still holds at now, each held for the share's interval part; 0: none
 local function share_floor(g, interval, part)
@@ -770,10 +537,639 @@ local function share_floor(g, interval, part)
   return now_us + d
 end
 
+-- the paged gcra functions, made by paged_lib() when a gcra tier keeps (or gets) bookings
+local gcra_first_paged, gcra_used_paged, with_pages, gcra_insert, gcra_release, gcra_fold
+local parse_gcra, build_gcra, save_paged
+local function paged_lib()
+
+  local function summarize(ts, m, T, c)
+    local b, gg, th = NONE, NONE, NONE
+    for i = 1, m do
+      local e = ts[i]
+      local ms = floor(e / 1000)  -- ceil(e / 1000), exact: e is a whole number of µs
+      if ms * 1000 < e then ms = ms + 1 end
+      local need = c + (ms - 1) * 1000 + 1
+      if b < need and need - (i - 1) * T > th then th = need - (i - 1) * T end
+      if e > b then b = e end
+      b = b + T
+      if i * T - e > gg then gg = i * T - e end
+    end
+    return b, gg, th
+  end
+
+  -- the summary (b, g, theta) of parts 1 .. n of V (pages or groups, counts m), one after another
+  local function compose_run(V, m, n, T)
+    local a, b, gg, th = 0, NONE, NONE, NONE
+    for j = 1, n do
+      if V.th[j] > b and V.th[j] - a > th then th = V.th[j] - a end
+      local nb = b + m[j] * T
+      if V.b[j] > nb then nb = V.b[j] end
+      if V.g[j] + a > gg then gg = V.g[j] + a end
+      b, a = nb, a + m[j] * T
+    end
+    return b, gg, th
+  end
+
+  local function blank_views(g)
+    local out = {}
+    for _, l in ipairs(g.vlist) do out[l] = {b = {}, g = {}, th = {}} end
+    return out
+  end
+
+  -- group q of g: its pages' index {id, np, pid, pfirst, plast, pm, views}, read once
+  local function group_of(g, q)
+    local id = g.gid[q]
+    local G = g.grp[id]
+    if G then return G end
+    local raw = redis.call('HGET', g.key, 'i' .. fmt(id))
+    local per = 4 + 3 * #g.vlist
+    if not raw or #raw ~= 8 * per * g.gpc[q] then corrupt(g.st, g.key, 'is not a gcra bucket') end
+    G = {id = id, np = g.gpc[q], pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
+    local v, k = unpack_records(string.rep('d', per), per, G.np, raw, 1), 0
+    for j = 1, G.np do
+      G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = v[k + 1], v[k + 2], v[k + 3], v[k + 4]
+      k = k + 4
+      for _, l in ipairs(g.vlist) do
+        local W = G.views[l]
+        W.b[j], W.g[j], W.th[j] = v[k + 1], v[k + 2], v[k + 3]
+        k = k + 3
+      end
+    end
+    g.grp[id] = G
+    return G
+  end
+
+  -- page j of group G ({ts, tags}), read once
+  local function page_of(g, G, j)
+    local id = G.pid[j]
+    local pg = g.pages[id]
+    if pg then return pg end
+    local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
+    g.raws[id] = nil
+    if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
+    local v = unpack_records('I7I6', 2, G.pm[j], raw, 1)
+    pg = {ts = {}, tags = {}}
+    for i = 1, G.pm[j] do pg.ts[i], pg.tags[i] = v[2 * i - 1], v[2 * i] end
+    g.pages[id] = pg
+    return pg
+  end
+
+  local function touched(g, G)
+    g.gdirty[G.id], g.changed, g.version = true, true, g.version + 1
+  end
+
+  -- page j of G now holds pg: its edges and summaries, written at the end
+  local function set_page(g, G, j, pg)
+    local m = #pg.ts
+    G.pfirst[j], G.plast[j], G.pm[j] = pg.ts[1], pg.ts[m], m
+    for _, l in ipairs(g.vlist) do
+      local T, c = view_of(g, l)
+      local V = G.views[l]
+      V.b[j], V.g[j], V.th[j] = summarize(pg.ts, m, T, c)
+    end
+    g.pages[G.pid[j]], g.dirty[G.pid[j]] = pg, true
+    touched(g, G)
+  end
+
+  local function insert_page(g, G, j, pg)
+    local id = g.nextid
+    g.nextid = id + 1
+    table.insert(G.pid, j, id); table.insert(G.pfirst, j, 0); table.insert(G.plast, j, 0)
+    table.insert(G.pm, j, 0)
+    for _, V in pairs(G.views) do table.insert(V.b, j, 0); table.insert(V.g, j, 0); table.insert(V.th, j, 0) end
+    G.np = G.np + 1
+    set_page(g, G, j, pg)
+  end
+
+  local function remove_page(g, G, j)
+    local id = G.pid[j]
+    table.remove(G.pid, j); table.remove(G.pfirst, j); table.remove(G.plast, j); table.remove(G.pm, j)
+    for _, V in pairs(G.views) do table.remove(V.b, j); table.remove(V.g, j); table.remove(V.th, j) end
+    G.np, g.pages[id], g.dirty[id], g.raws[id] = G.np - 1, nil, nil, nil
+    g.gone[#g.gone + 1] = 'p' .. fmt(id)
+    touched(g, G)
+  end
+
+  -- group q's edges and summaries from its pages again (an empty group is removed)
+  local function regroup(g, q)
+    local G = g.grp[g.gid[q]]
+    if G.np == 0 then
+      table.remove(g.gid, q); table.remove(g.gfirst, q); table.remove(g.glast, q)
+      table.remove(g.gn, q); table.remove(g.gpc, q)
+      for _, V in pairs(g.views) do table.remove(V.b, q); table.remove(V.g, q); table.remove(V.th, q) end
+      g.ng, g.grp[G.id], g.gdirty[G.id], g.reshaped = g.ng - 1, nil, nil, true
+      g.gone[#g.gone + 1] = 'i' .. fmt(G.id)
+      g.changed, g.version = true, g.version + 1
+      return
+    end
+    local count = 0
+    for j = 1, G.np do count = count + G.pm[j] end
+    g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = G.pfirst[1], G.plast[G.np], count, G.np
+    g.ttouched[q] = true
+    for _, l in ipairs(g.vlist) do
+      local V = g.views[l]
+      V.b[q], V.g[q], V.th[q] = compose_run(G.views[l], G.pm, G.np, (view_of(g, l)))
+    end
+    touched(g, G)
+  end
+
+  local function insert_group(g, q, G)
+    table.insert(g.gid, q, G.id); table.insert(g.gfirst, q, 0); table.insert(g.glast, q, 0)
+    table.insert(g.gn, q, 0); table.insert(g.gpc, q, 0)
+    for _, V in pairs(g.views) do table.insert(V.b, q, 0); table.insert(V.g, q, 0); table.insert(V.th, q, 0) end
+    g.ng, g.grp[G.id], g.reshaped = g.ng + 1, G, true
+    regroup(g, q)
+  end
+
+  local function new_group(g)
+    local G = {id = g.nextid, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
+    g.nextid = g.nextid + 1
+    return G
+  end
+
+  -- the summaries of g's view with limit l, made once over every page when it is first asked
+  local function ensure_view(g, l)
+    if g.views[l] then return end
+    for q = 1, g.ng do group_of(g, q) end  -- read in the layout they were written in
+    g.vlist[#g.vlist + 1] = l
+    g.views[l] = {b = {}, g = {}, th = {}}
+    g.reshaped, g.viewadded = true, true  -- every record grows by the new view's summary
+    local T, c = view_of(g, l)
+    for q = 1, g.ng do
+      local G = group_of(g, q)
+      local V = {b = {}, g = {}, th = {}}
+      for j = 1, G.np do V.b[j], V.g[j], V.th[j] = summarize(page_of(g, G, j).ts, G.pm[j], T, c) end
+      G.views[l] = V
+      regroup(g, q)
+    end
+    g.changed = true
+  end
+
+  -- the arrival time entering each part (groups of g, or pages of one group) from base, and R
+  -- after each (tail: after the last), in view V of interval T; kept until g changes
+  local function edges(g, key, V, m, n, base, tail, T)
+    if g.edge_memo == nil or g.changed_at ~= g.version then g.edge_memo, g.changed_at = {}, g.version end
+    local known = g.edge_memo[key]
+    if known then return known[1], known[2] end
+    local tau, after = {base}, {}
+    for j = 1, n do
+      local a = tau[j] + m[j] * T
+      if V.b[j] > a then a = V.b[j] end
+      tau[j + 1] = a
+    end
+    after[n] = tail
+    for j = n - 1, 1, -1 do
+      local a = after[j + 1] + m[j + 1] * T
+      if V.g[j + 1] > a then a = V.g[j + 1] end
+      after[j] = a
+    end
+    g.edge_memo[key] = {tau, after}
+    return tau, after
+  end
+
+  -- the last of n parts whose first is at or before x (0: none)
+  local function last_at(first, n, x)
+    local lo, hi = 1, n + 1
+    while lo < hi do
+      local mid = floor((lo + hi) / 2)
+      if first[mid] <= x then lo = mid + 1 else hi = mid end
+    end
+    return lo - 1
+  end
+
+  -- the gap holding x (µs): group q, page j of it, the number i of that page's emissions at or
+  -- before x (q = ng + 1: after every emission)
+  local function locate(g, x)
+    local q = last_at(g.gfirst, g.ng, x)
+    if q == 0 then return 1, 1, 0 end
+    if g.glast[q] <= x then return q + 1, 1, 0 end
+    local G = group_of(g, q)
+    local j = last_at(G.pfirst, G.np, x)
+    if G.plast[j] <= x then return q, j + 1, 0 end
+    local ts = page_of(g, G, j).ts
+    local a, b = 1, G.pm[j] + 1
+    while a < b do
+      local mid = floor((a + b) / 2)
+      if ts[mid] <= x then a = mid + 1 else b = mid end
+    end
+    return q, j, a - 1
+  end
+
+  -- one search's view of g: limit l from base, its groups' edges (tau, after)
+  local function view(g, l, base)
+    ensure_view(g, l)
+    local T, c = view_of(g, l)
+    local V = g.views[l]
+    local tau, after = edges(g, l .. ':' .. fmt(base), V, g.gn, g.ng, base, NONE, T)
+    return {g = g, l = l, base = base, T = T, c = c, V = V, tau = tau, after = after, memo = {},
+      groups = {}}
+  end
+
+  -- the pages of group q in view s: G, its view, the arrival time entering and R after each page
+  -- (kept in s: a search asks for them at every step)
+  local function pages_in(s, q)
+    local known = s.groups[q]
+    if known then return known[1], known[2], known[3], known[4] end
+    local g = s.g
+    local G = group_of(g, q)
+    local GV = G.views[s.l]
+    local tau, after = edges(g, s.l .. ':' .. fmt(s.base) .. ':' .. fmt(G.id), GV, G.pm, G.np,
+      s.tau[q], s.after[q], s.T)
+    s.groups[q] = {G, GV, tau, after}
+    return G, GV, tau, after
+  end
+
+  -- page j of group G in view s: its times, and tat and R at each of its gaps (0 .. m - 1),
+  -- from the arrival time entering it and R after it; kept in s
+  local function page_bounds(s, G, j, tau, after)
+    local key = G.pid[j]
+    local known = s.memo[key]
+    if known then return known[1], known[2], known[3] end
+    local T, ts, m = s.T, page_of(s.g, G, j).ts, G.pm[j]
+    local tats, rights = {[0] = tau}, {[m] = after}
+    for k = 1, m do
+      local a = tats[k - 1]
+      if ts[k] > a then a = ts[k] end
+      tats[k] = a + T
+    end
+    for k = m, 1, -1 do
+      local r = rights[k] + T
+      if T - ts[k] > r then r = T - ts[k] end
+      rights[k - 1] = r
+    end
+    s.memo[key] = {ts, tats, rights}
+    return ts, tats, rights
+  end
+
+  -- tat and R at gap (q, j, i) of view s; a group's or a page's first gap from summaries only
+  local function bounds(s, q, j, i)
+    local g, T = s.g, s.T
+    if q > g.ng then return s.tau[g.ng + 1], NONE end
+    if j == 1 and i == 0 then
+      local r = s.after[q] + g.gn[q] * T
+      if s.V.g[q] > r then r = s.V.g[q] end
+      return s.tau[q], r
+    end
+    local G, GV, tau, after = pages_in(s, q)
+    if i == 0 then
+      local r = after[j] + G.pm[j] * T
+      if GV.g[j] > r then r = GV.g[j] end
+      return tau[j], r
+    end
+    local _, tats, rights = page_bounds(s, G, j, tau[j], after[j])
+    return tats[i], rights[i]
+  end
+
+
+  -- earliest ms >= t at which one more emission keeps g's view with limit l, from base (the
+  -- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest). A
+  -- group or page whose summary proves every gap closed (the arrival time entering it) or
+  -- over-full (its arrival time and R at least the ones entering and leaving it) is skipped unread.
+  gcra_first_paged = function(g, base, l, t)
+    local s = view(g, l, base)
+    local c, T = s.c, s.T
+    if t == now then
+      local tat, right = bounds(s, locate(g, now_us))
+      if tat - now_us <= c and right + now_us <= c and tat + right <= c then return now end
+      t = now + 1
+    end
+    local x = t
+    local q, j, i = locate(g, x * 1000)
+    while true do
+      if q > g.ng then
+        local lo = ceil_div(s.tau[g.ng + 1] - c, 1000)
+        if lo > x then return lo end
+        return x
+      end
+      if j == 1 and i == 0 and (s.tau[q] >= s.V.th[q] or s.tau[q] + s.after[q] + g.gn[q] * T > c) then
+        local nx = ceil_div(g.glast[q], 1000)
+        if nx > x then x = nx end
+        if q == g.ng or x * 1000 < g.gfirst[q + 1] then q, j, i = q + 1, 1, -1 end
+      else
+        local G, GV, tau, after = pages_in(s, q)
+        if i == 0 and (tau[j] >= GV.th[j] or tau[j] + after[j] + G.pm[j] * T > c) then
+          local nx = ceil_div(G.plast[j], 1000)
+          if nx > x then x = nx end
+          if j < G.np and x * 1000 < G.pfirst[j + 1] then j, i = j + 1, -1 end
+        else  -- this page's gaps from i on, as gcra_log.py earliest walks them
+          local ts, tats, rights = page_bounds(s, G, j, tau[j], after[j])
+          for k = i, G.pm[j] - 1 do
+            local e = ts[k + 1]
+            if x * 1000 < e then
+              local tat, right = tats[k], rights[k]
+              if tat + right <= c then
+                local lo = ceil_div(tat - c, 1000)
+                if lo > x then x = lo end
+                if x * 1000 < e and right + x * 1000 <= c then return x end
+              end
+              local nx = ceil_div(e, 1000)
+              if nx > x then x = nx end
+            end
+          end
+        end
+      end
+      if i == -1 then i = 0 else q, j, i = locate(g, x * 1000) end  -- -1: at the next one's start
+    end
+  end
+
+  -- the emissions the spans of g's view l (from base) holding at_us already use, in intervals
+  gcra_used_paged = function(g, base, l, at_us)
+    local s = view(g, l, base)
+    local tat, right = bounds(s, locate(g, at_us))
+    local ahead = 0
+    if tat > at_us then ahead = tat - at_us end
+    if right + at_us > 0 then ahead = ahead + right + at_us end
+    return ceil_div(ahead, s.T)
+  end
+
+
+  with_pages = function(g)
+    if g.gid then return g end
+    g.gid, g.gfirst, g.glast, g.gn, g.gpc = {}, {}, {}, {}, {}
+    g.views, g.vlist = {[g.tlimit] = {b = {}, g = {}, th = {}}}, {g.tlimit}
+    g.grp, g.pages, g.raws, g.dirty, g.gdirty, g.gone = {}, {}, {}, {}, {}, {}
+    g.changed, g.version, g.ttouched, g.reshaped = false, 0, {}, true
+    return g
+  end
+
+
+  -- one emission x (µs) for tag tg after the last of page j of G, the last page: its bytes
+  -- appended to (not decoded) and its summaries carried one step further, as summarize would
+  local function append_last(g, G, j, x, tg)
+    local id, m = G.pid[j], G.pm[j] + 1
+    local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
+    if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
+    g.raws[id] = raw .. struct.pack('>I7I6', x, tg)
+    local ms = floor(x / 1000)
+    if ms * 1000 < x then ms = ms + 1 end
+    for _, l in ipairs(g.vlist) do
+      local T, c = view_of(g, l)
+      local V = G.views[l]
+      local need = c + (ms - 1) * 1000 + 1
+      if V.b[j] < need and need - (m - 1) * T > V.th[j] then V.th[j] = need - (m - 1) * T end
+      local b = V.b[j]
+      if x > b then b = x end
+      V.b[j] = b + T
+      if m * T - x > V.g[j] then V.g[j] = m * T - x end
+    end
+    G.pm[j], G.plast[j] = m, x
+    g.dirty[id] = true
+    touched(g, G)
+  end
+
+  -- the most emissions a page of a bucket of n keeps, and the most pages a group keeps, before
+  -- either is cut in two: about the cube root of the backlog each, so a decision reads about as
+  -- many group summaries, page summaries of one group and times of one page
+  local function caps(n)
+    local r = floor(n ^ (1 / 3))
+    local page, group = 2 * r, floor(r / 2)
+    if page < 4 then page = 4 end
+    if group < 2 then group = 2 end
+    return 2 * page, 2 * group
+  end
+
+  -- group q is cut in two when it keeps too many pages
+  local function split_group(g, q, most)
+    local G = g.grp[g.gid[q]]
+    if G.np <= most then return end
+    local H, half = new_group(g), floor(G.np / 2)
+    for j = half + 1, G.np do
+      local k = j - half
+      H.pid[k], H.pfirst[k], H.plast[k], H.pm[k] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
+      G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = nil, nil, nil, nil
+      for l, V in pairs(G.views) do
+        local W = H.views[l]
+        W.b[k], W.g[k], W.th[k] = V.b[j], V.g[j], V.th[j]
+        V.b[j], V.g[j], V.th[j] = nil, nil, nil
+      end
+    end
+    H.np, G.np = G.np - half, half
+    regroup(g, q)
+    insert_group(g, q + 1, H)
+  end
+
+  -- book one emission at x (µs, after now) for the mail tagged tg: into its page, cut when too long
+  gcra_insert = function(g, x, tg)
+    with_pages(g)
+    g.n = g.n + 1
+    local most_page, most_group = caps(g.n)
+    if g.ng == 0 then
+      local G = new_group(g)
+      insert_page(g, G, 1, {ts = {x}, tags = {tg}})
+      insert_group(g, 1, G)
+      return
+    end
+    local q = last_at(g.gfirst, g.ng, x)
+    if q == 0 then q = 1 end
+    local G = group_of(g, q)
+    local j = last_at(G.pfirst, G.np, x)
+    if j == 0 then j = 1 end
+    if q == g.ng and j == G.np and x >= G.plast[j] and not g.pages[G.pid[j]] and
+      G.pm[j] < most_page then  -- after the last booking: appended to its page's bytes
+      append_last(g, G, j, x, tg)
+      regroup(g, q)
+      return
+    end
+    local pg = page_of(g, G, j)
+    local k = #pg.ts + 1
+    while k > 1 and pg.ts[k - 1] > x do
+      pg.ts[k], pg.tags[k] = pg.ts[k - 1], pg.tags[k - 1]
+      k = k - 1
+    end
+    pg.ts[k], pg.tags[k] = x, tg
+    local m = #pg.ts
+    if m <= most_page then
+      set_page(g, G, j, pg)
+    else
+      local half, rest = floor(m / 2), {ts = {}, tags = {}}
+      for r = half + 1, m do
+        rest.ts[r - half], rest.tags[r - half] = pg.ts[r], pg.tags[r]
+        pg.ts[r], pg.tags[r] = nil, nil
+      end
+      set_page(g, G, j, pg)
+      insert_page(g, G, j + 1, rest)
+    end
+    regroup(g, q)
+    split_group(g, q, most_group)
+  end
+
+  -- take back the emission of this mail's tag at slot at (ms), the latest first; whether found
+  gcra_release = function(g, at)
+    local lo_us, hi_us = (at - 1) * 1000, at * 1000
+    for q = g.ng, 1, -1 do
+      if g.gfirst[q] <= hi_us and g.glast[q] > lo_us then
+        local G = group_of(g, q)
+        for j = G.np, 1, -1 do
+          if G.pfirst[j] <= hi_us and G.plast[j] > lo_us then
+            local pg = page_of(g, G, j)
+            for k = #pg.ts, 1, -1 do
+              if pg.tags[k] == tag and -floor(-pg.ts[k] / 1000) == at then
+                table.remove(pg.ts, k); table.remove(pg.tags, k)
+                if #pg.ts == 0 then remove_page(g, G, j) else set_page(g, G, j, pg) end
+                regroup(g, q)
+                g.n = g.n - 1
+                return true
+              end
+            end
+          end
+        end
+      end
+    end
+    return false
+  end
+
+  -- move the emissions up to now into g's floor, page by page (gcra_log.py fold)
+  gcra_fold = function(g)
+    while g.ng > 0 and g.gfirst[1] <= now_us do
+      local G = group_of(g, 1)
+      while G.np > 0 and G.pfirst[1] <= now_us do
+        local pg = page_of(g, G, 1)
+        local m, cut = #pg.ts, 0
+        while cut < m and pg.ts[cut + 1] <= now_us do
+          cut = cut + 1
+          if g.floor <= pg.ts[cut] then g.floor, g.last = pg.ts[cut], pg.tags[cut] else g.last = 0 end
+          g.floor = g.floor + g.interval
+        end
+        g.n = g.n - cut
+        if cut == m then
+          remove_page(g, G, 1)
+        else
+          local rest = {ts = {}, tags = {}}
+          for r = cut + 1, m do rest.ts[r - cut], rest.tags[r - cut] = pg.ts[r], pg.tags[r] end
+          set_page(g, G, 1, rest)
+        end
+      end
+      regroup(g, 1)
+    end
+    if g.floor <= now_us then g.floor, g.last = 0, 0 end
+  end
+
+  -- g's header and group index from the hash's fields h and i, refused when mailguard did not
+  -- write them
+  parse_gcra = function(g, h, idx)
+    local f, l, n, nx, vl = string.match(h or '', '^(%d+),(%d+),(%d+),(%d+);([%d,]*)$')
+    if not f or not idx then corrupt(g.st, g.key, 'is not a gcra bucket') end
+    g.floor, g.last, g.n, g.nextid = tonumber(f), tonumber(l), tonumber(n), tonumber(nx)
+    bounded(g.st, g.key, g.n)
+    g.vlist = {}
+    for v in string.gmatch(vl, '%d+') do g.vlist[#g.vlist + 1] = tonumber(v) end
+    g.views = blank_views(g)
+    local per = 5 + 3 * #g.vlist
+    if not g.views[g.tlimit] or #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
+    g.ng, g.raw_i, g.reshaped = #idx / (8 * per), idx, false
+    local v, k, total = unpack_records(string.rep('d', per), per, g.ng, idx, 1), 0, 0
+    for q = 1, g.ng do
+      g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = v[k + 1], v[k + 2], v[k + 3], v[k + 4], v[k + 5]
+      k, total = k + 5, total + v[k + 4]
+      for _, lv in ipairs(g.vlist) do
+        local W = g.views[lv]
+        W.b[q], W.g[q], W.th[q] = v[k + 1], v[k + 2], v[k + 3]
+        k = k + 3
+      end
+    end
+    if total ~= g.n then corrupt(g.st, g.key, 'is not a gcra bucket') end
+  end
+
+  -- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
+  build_gcra = function(g, ts, tags, n)
+    local most_page, most_group = caps(n)
+    local size, per_group, q = most_page / 2, most_group / 2, 0
+    local G = new_group(g)
+    while q < n do
+      local pg = {ts = {}, tags = {}}
+      for r = 1, size do
+        if q + r > n then break end
+        pg.ts[r], pg.tags[r] = ts[q + r], tags[q + r]
+      end
+      insert_page(g, G, G.np + 1, pg)
+      q = q + #pg.ts
+      if G.np >= per_group or q >= n then
+        insert_group(g, g.ng + 1, G)
+        G = new_group(g)
+      end
+    end
+    g.n = n
+  end
+
+
+  -- stored when changed: the header, the group index with every view's summaries, the page
+  -- indexes and pages written; expires when the bucket is full again (the full view's arrival
+  -- time after every emission)
+  save_paged = function(st, ti, g)
+    g.small, g.paged = false, true
+    local T, V, tat = g.interval, g.views[g.tlimit], g.floor
+    for q = 1, g.ng do
+      local a = tat + g.gn[q] * T
+      if V.b[q] > a then a = V.b[q] end
+      tat = a
+    end
+    if tat <= now_us then redis.call('DEL', g.key) return end
+    local per = 5 + 3 * #g.vlist
+    local function record(q)
+      local r = {g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q]}
+      for _, l in ipairs(g.vlist) do
+        local W = g.views[l]
+        r[#r + 1], r[#r + 2], r[#r + 3] = W.b[q], W.g[q], W.th[q]
+      end
+      return r
+    end
+    local index
+    if g.reshaped then  -- groups added, removed or grown: the whole index
+      local flat = {}
+      for q = 1, g.ng do
+        for _, v in ipairs(record(q)) do flat[#flat + 1] = v end
+      end
+      index = pack_records(string.rep('d', per), per, flat, g.ng)
+    else  -- the same groups: the records that changed, spliced into the index as read
+      local parts, from, size = {}, 1, 8 * per
+      for q = 1, g.ng do
+        if g.ttouched[q] then
+          parts[#parts + 1] = string.sub(g.raw_i, from, (q - 1) * size)
+          parts[#parts + 1] = struct.pack('>' .. string.rep('d', per), unpack(record(q)))
+          from = q * size + 1
+        end
+      end
+      parts[#parts + 1] = string.sub(g.raw_i, from)
+      index = table.concat(parts)
+    end
+    local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. fmt(g.n) .. ',' .. fmt(g.nextid) .. ';' ..
+      table.concat(g.vlist, ','), 'i', index}
+    for id in pairs(g.gdirty) do
+      local G, gf, kk = g.grp[id], {}, 0
+      for j = 1, G.np do
+        gf[kk + 1], gf[kk + 2], gf[kk + 3], gf[kk + 4] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
+        kk = kk + 4
+        for _, l in ipairs(g.vlist) do
+          local W = G.views[l]
+          gf[kk + 1], gf[kk + 2], gf[kk + 3] = W.b[j], W.g[j], W.th[j]
+          kk = kk + 3
+        end
+      end
+      args[#args + 1], args[#args + 2] = 'i' .. fmt(id), pack_records(string.rep('d', per - 1), per - 1, gf, G.np)
+    end
+    for id in pairs(g.dirty) do
+      local pg, pf = g.pages[id], {}
+      if pg then
+        for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
+        args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
+      else  -- appended to as bytes
+        args[#args + 1], args[#args + 2] = 'p' .. fmt(id), g.raws[id]
+      end
+    end
+    redis.call('HSET', g.key, unpack(args))
+    if #g.gone > 0 then redis.call('HDEL', g.key, unpack(g.gone)) end
+    redis.call('PEXPIRE', g.key, -floor(-tat / 1000) - now + slack + 1)
+    g.changed, g.dirty, g.gdirty, g.gone = false, {}, {}, {}
+    g.raw_i, g.ttouched, g.reshaped = index, {}, false
+  end
+end
+
+local function need_paged()
+  if not gcra_insert then paged_lib() end
+end
+
 -- earliest ms >= t at which one more emission keeps g's view with limit l, from base (the
--- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest). A
--- group or page whose summary proves every gap closed (the arrival time entering it) or
--- over-full (its arrival time and R at least the ones entering and leaving it) is skipped unread.
+-- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest)
 local function gcra_first(g, base, l, t)
   if g.ng == 0 then  -- nothing booked: the one timestamp of redis-cell's GCRA
     local c = (l - 1) * view_of(g, l)
@@ -785,50 +1181,7 @@ local function gcra_first(g, base, l, t)
     if fits > t then return fits end
     return t
   end
-  local s = view(g, l, base)
-  local c, T = s.c, s.T
-  if t == now then
-    local tat, right = bounds(s, locate(g, now_us))
-    if tat - now_us <= c and right + now_us <= c and tat + right <= c then return now end
-    t = now + 1
-  end
-  local x = t
-  local q, j, i = locate(g, x * 1000)
-  while true do
-    if q > g.ng then
-      local lo = ceil_div(s.tau[g.ng + 1] - c, 1000)
-      if lo > x then return lo end
-      return x
-    end
-    if j == 1 and i == 0 and (s.tau[q] >= s.V.th[q] or s.tau[q] + s.after[q] + g.gn[q] * T > c) then
-      local nx = ceil_div(g.glast[q], 1000)
-      if nx > x then x = nx end
-      if q == g.ng or x * 1000 < g.gfirst[q + 1] then q, j, i = q + 1, 1, -1 end
-    else
-      local G, GV, tau, after = pages_in(s, q)
-      if i == 0 and (tau[j] >= GV.th[j] or tau[j] + after[j] + G.pm[j] * T > c) then
-        local nx = ceil_div(G.plast[j], 1000)
-        if nx > x then x = nx end
-        if j < G.np and x * 1000 < G.pfirst[j + 1] then j, i = j + 1, -1 end
-      else  -- this page's gaps from i on, as gcra_log.py earliest walks them
-        local ts, tats, rights = page_bounds(s, G, j, tau[j], after[j])
-        for k = i, G.pm[j] - 1 do
-          local e = ts[k + 1]
-          if x * 1000 < e then
-            local tat, right = tats[k], rights[k]
-            if tat + right <= c then
-              local lo = ceil_div(tat - c, 1000)
-              if lo > x then x = lo end
-              if x * 1000 < e and right + x * 1000 <= c then return x end
-            end
-            local nx = ceil_div(e, 1000)
-            if nx > x then x = nx end
-          end
-        end
-      end
-    end
-    if i == -1 then i = 0 else q, j, i = locate(g, x * 1000) end  -- -1: at the next one's start
-  end
+  return gcra_first_paged(g, base, l, t)
 end
 
 -- the emissions the spans of g's view l (from base) holding at_us already use, in intervals
@@ -837,30 +1190,7 @@ local function gcra_used(g, base, l, at_us)
     if base > at_us then return ceil_div(base - at_us, (view_of(g, l))) end
     return 0
   end
-  local s = view(g, l, base)
-  local tat, right = bounds(s, locate(g, at_us))
-  local ahead = 0
-  if tat > at_us then ahead = tat - at_us end
-  if right + at_us > 0 then ahead = ahead + right + at_us end
-  return ceil_div(ahead, s.T)
-end
-
--- the most entries of st's sorted log in one window of w ms that holds at
-local function window_max(st, at, w)
-  local ts, n = {}, 0
-  for _, m in ipairs(redis.call('ZRANGEBYSCORE', st.key .. ':z', fmt(at - w + 1), fmt(at + w - 1))) do
-    local ms, c = slot(st, m)
-    for _ = 1, c do n = n + 1; ts[n] = ms end
-  end
-  local low, high = first_at(ts, n, at - w + 1, nil), first_at(ts, n, at + w, nil) - 1
-  local best = high - first_at(ts, n, at, nil) + 1
-  local r = low
-  for i = low, high do
-    if ts[i] > at then break end
-    while r <= high and ts[r] <= ts[i] + w - 1 do r = r + 1 end
-    if r - i > best then best = r - i end
-  end
-  return best
+  return gcra_used_paged(g, base, l, at_us)
 end
 
 -- earliest ms >= t at which tier ti of st admits one more (appending; inserting in the shared
@@ -951,231 +1281,28 @@ end
 -- are made when it first keeps a booking (paged)
 local function new_gcra(st, ti)
   local tier = st.spec[4][ti]
-  return {st = st, key = st.key .. ':G' .. ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
+  return {st = st, key = st.key .. tier[7], interval = tier[4], wms = tier[3], tlimit = tier[2],
     floor = 0, last = 0, n = 0, nextid = 1, ng = 0}
-end
-
-local function with_pages(g)
-  if g.gid then return g end
-  g.gid, g.gfirst, g.glast, g.gn, g.gpc = {}, {}, {}, {}, {}
-  g.views, g.vlist = {[g.tlimit] = {b = {}, g = {}, th = {}}}, {g.tlimit}
-  g.grp, g.pages, g.raws, g.dirty, g.gdirty, g.gone = {}, {}, {}, {}, {}, {}
-  g.changed, g.version, g.ttouched, g.reshaped = false, 0, {}, true
-  return g
-end
-
--- one emission x (µs) for tag tg after the last of page j of G, the last page: its bytes
--- appended to (not decoded) and its summaries carried one step further, as summarize would
-local function append_last(g, G, j, x, tg)
-  local id, m = G.pid[j], G.pm[j] + 1
-  local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
-  if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
-  g.raws[id] = raw .. struct.pack('>I7I6', x, tg)
-  local ms = floor(x / 1000)
-  if ms * 1000 < x then ms = ms + 1 end
-  for _, l in ipairs(g.vlist) do
-    local T, c = view_of(g, l)
-    local V = G.views[l]
-    local need = c + (ms - 1) * 1000 + 1
-    if V.b[j] < need and need - (m - 1) * T > V.th[j] then V.th[j] = need - (m - 1) * T end
-    local b = V.b[j]
-    if x > b then b = x end
-    V.b[j] = b + T
-    if m * T - x > V.g[j] then V.g[j] = m * T - x end
-  end
-  G.pm[j], G.plast[j] = m, x
-  g.dirty[id] = true
-  touched(g, G)
-end
-
--- the most emissions a page of a bucket of n keeps, and the most pages a group keeps, before
--- either is cut in two: about the cube root of the backlog each, so a decision reads about as
--- many group summaries, page summaries of one group and times of one page
-local function caps(n)
-  local r = floor(n ^ (1 / 3))
-  local page, group = 2 * r, floor(r / 2)
-  if page < 4 then page = 4 end
-  if group < 2 then group = 2 end
-  return 2 * page, 2 * group
-end
-
--- group q is cut in two when it keeps too many pages
-local function split_group(g, q, most)
-  local G = g.grp[g.gid[q]]
-  if G.np <= most then return end
-  local H, half = new_group(g), floor(G.np / 2)
-  for j = half + 1, G.np do
-    local k = j - half
-    H.pid[k], H.pfirst[k], H.plast[k], H.pm[k] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
-    G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = nil, nil, nil, nil
-    for l, V in pairs(G.views) do
-      local W = H.views[l]
-      W.b[k], W.g[k], W.th[k] = V.b[j], V.g[j], V.th[j]
-      V.b[j], V.g[j], V.th[j] = nil, nil, nil
-    end
-  end
-  H.np, G.np = G.np - half, half
-  regroup(g, q)
-  insert_group(g, q + 1, H)
-end
-
--- book one emission at x (µs, after now) for the mail tagged tg: into its page, cut when too long
-local function gcra_insert(g, x, tg)
-  with_pages(g)
-  g.n = g.n + 1
-  local most_page, most_group = caps(g.n)
-  if g.ng == 0 then
-    local G = new_group(g)
-    insert_page(g, G, 1, {ts = {x}, tags = {tg}})
-    insert_group(g, 1, G)
-    return
-  end
-  local q = last_at(g.gfirst, g.ng, x)
-  if q == 0 then q = 1 end
-  local G = group_of(g, q)
-  local j = last_at(G.pfirst, G.np, x)
-  if j == 0 then j = 1 end
-  if q == g.ng and j == G.np and x >= G.plast[j] and not g.pages[G.pid[j]] and
-    G.pm[j] < most_page then  -- after the last booking: appended to its page's bytes
-    append_last(g, G, j, x, tg)
-    regroup(g, q)
-    return
-  end
-  local pg = page_of(g, G, j)
-  local k = #pg.ts + 1
-  while k > 1 and pg.ts[k - 1] > x do
-    pg.ts[k], pg.tags[k] = pg.ts[k - 1], pg.tags[k - 1]
-    k = k - 1
-  end
-  pg.ts[k], pg.tags[k] = x, tg
-  local m = #pg.ts
-  if m <= most_page then
-    set_page(g, G, j, pg)
-  else
-    local half, rest = floor(m / 2), {ts = {}, tags = {}}
-    for r = half + 1, m do
-      rest.ts[r - half], rest.tags[r - half] = pg.ts[r], pg.tags[r]
-      pg.ts[r], pg.tags[r] = nil, nil
-    end
-    set_page(g, G, j, pg)
-    insert_page(g, G, j + 1, rest)
-  end
-  regroup(g, q)
-  split_group(g, q, most_group)
-end
-
--- take back the emission of this mail's tag at slot at (ms), the latest first; whether found
-local function gcra_release(g, at)
-  local lo_us, hi_us = (at - 1) * 1000, at * 1000
-  for q = g.ng, 1, -1 do
-    if g.gfirst[q] <= hi_us and g.glast[q] > lo_us then
-      local G = group_of(g, q)
-      for j = G.np, 1, -1 do
-        if G.pfirst[j] <= hi_us and G.plast[j] > lo_us then
-          local pg = page_of(g, G, j)
-          for k = #pg.ts, 1, -1 do
-            if pg.tags[k] == tag and -floor(-pg.ts[k] / 1000) == at then
-              table.remove(pg.ts, k); table.remove(pg.tags, k)
-              if #pg.ts == 0 then remove_page(g, G, j) else set_page(g, G, j, pg) end
-              regroup(g, q)
-              g.n = g.n - 1
-              return true
-            end
-          end
-        end
-      end
-    end
-  end
-  return false
-end
-
--- move the emissions up to now into g's floor, page by page (gcra_log.py fold)
-local function gcra_fold(g)
-  while g.ng > 0 and g.gfirst[1] <= now_us do
-    local G = group_of(g, 1)
-    while G.np > 0 and G.pfirst[1] <= now_us do
-      local pg = page_of(g, G, 1)
-      local m, cut = #pg.ts, 0
-      while cut < m and pg.ts[cut + 1] <= now_us do
-        cut = cut + 1
-        if g.floor <= pg.ts[cut] then g.floor, g.last = pg.ts[cut], pg.tags[cut] else g.last = 0 end
-        g.floor = g.floor + g.interval
-      end
-      g.n = g.n - cut
-      if cut == m then
-        remove_page(g, G, 1)
-      else
-        local rest = {ts = {}, tags = {}}
-        for r = cut + 1, m do rest.ts[r - cut], rest.tags[r - cut] = pg.ts[r], pg.tags[r] end
-        set_page(g, G, 1, rest)
-      end
-    end
-    regroup(g, 1)
-  end
-  if g.floor <= now_us then g.floor, g.last = 0, 0 end
-end
-
--- g's header and group index from the hash's fields h and i, refused when mailguard did not
--- write them
-local function parse_gcra(g, h, idx)
-  local f, l, n, nx, vl = string.match(h or '', '^(%d+),(%d+),(%d+),(%d+);([%d,]*)$')
-  if not f or not idx then corrupt(g.st, g.key, 'is not a gcra bucket') end
-  g.floor, g.last, g.n, g.nextid = tonumber(f), tonumber(l), tonumber(n), tonumber(nx)
-  bounded(g.st, g.key, g.n)
-  g.vlist = {}
-  for v in string.gmatch(vl, '%d+') do g.vlist[#g.vlist + 1] = tonumber(v) end
-  g.views = blank_views(g)
-  local per = 5 + 3 * #g.vlist
-  if not g.views[g.tlimit] or #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
-  g.ng, g.raw_i, g.reshaped = #idx / (8 * per), idx, false
-  local v, k, total = unpack_records(string.rep('d', per), per, g.ng, idx, 1), 0, 0
-  for q = 1, g.ng do
-    g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = v[k + 1], v[k + 2], v[k + 3], v[k + 4], v[k + 5]
-    k, total = k + 5, total + v[k + 4]
-    for _, lv in ipairs(g.vlist) do
-      local W = g.views[lv]
-      W.b[q], W.g[q], W.th[q] = v[k + 1], v[k + 2], v[k + 3]
-      k = k + 3
-    end
-  end
-  if total ~= g.n then corrupt(g.st, g.key, 'is not a gcra bucket') end
-end
-
--- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
-local function build_gcra(g, ts, tags, n)
-  local most_page, most_group = caps(n)
-  local size, per_group, q = most_page / 2, most_group / 2, 0
-  local G = new_group(g)
-  while q < n do
-    local pg = {ts = {}, tags = {}}
-    for r = 1, size do
-      if q + r > n then break end
-      pg.ts[r], pg.tags[r] = ts[q + r], tags[q + r]
-    end
-    insert_page(g, G, G.np + 1, pg)
-    q = q + #pg.ts
-    if G.np >= per_group or q >= n then
-      insert_group(g, g.ng + 1, G)
-      G = new_group(g)
-    end
-  end
-  g.n = n
 end
 
 -- gcra tier ti of st: its hash's header and index, a bucket of an earlier version (<base>:g<ti>)
 -- moved into pages once, the past folded into the floor; nil when nothing is stored
 local function load_gcra(st, ti)
   local tier = st.spec[4][ti]
-  local key = st.key .. ':G' .. ti
-  local raw = st.legacy and st.legacy[ti]
-  if raw and not string.find(raw, '|', 1, true) then  -- nothing booked: the one timestamp
-    local old, g = read_gcra(raw, tier[4]), new_gcra(st, ti)
-    g.floor, g.last, g.small = old.floor, old.last, true
+  local small = st.small and st.small[ti]
+  if small then  -- nothing booked: the one timestamp
+    local g = new_gcra(st, ti)
+    if small[1] > now_us then g.floor, g.last = small[1], small[2] end
+    g.small = true
     return g
   end
+  local raw = st.legacy and st.legacy[ti]
+  if not raw and unseen then return nil end  -- neither its string nor its hash exists
+  local key = st.key .. tier[7]
   local got = redis.pcall('HMGET', key, 'h', 'i')
   if got.err then corrupt(st, key, 'is not a hash') end
   if not got[1] and not got[2] and not raw then return nil end
+  need_paged()
   local g = with_pages(new_gcra(st, ti))
   if got[1] or got[2] then parse_gcra(g, got[1], got[2]) end
   g.paged = got[1] ~= false or got[2] ~= false
@@ -1194,6 +1321,7 @@ local function load_gcra(st, ti)
   return g
 end
 
+
 -- stored when changed: the header, the group index with every view's summaries, the page
 -- indexes and pages written; expires when the bucket is full again (the full view's arrival
 -- time after every emission)
@@ -1203,79 +1331,15 @@ local function save_gcra(st, ti)
   if g.ng == 0 then  -- nothing booked: the floor alone, as one string (<base>:g<tier>)
     if g.paged then redis.call('DEL', g.key) end
     g.paged, g.changed = false, false
-    if g.floor <= now_us then redis.call('DEL', st.key .. ':g' .. ti) return end
+    if g.floor <= now_us then redis.call('DEL', st.key .. st.spec[4][ti][6]) return end
     local text = fmt(g.floor)
     if g.last ~= 0 then text = text .. ',' .. fmt(g.last) end
-    redis.call('SET', st.key .. ':g' .. ti, text, 'PX', -floor(-g.floor / 1000) - now + slack + 1)
+    redis.call('SET', st.key .. st.spec[4][ti][6], text, 'PX', -floor(-g.floor / 1000) - now + slack + 1)
     g.small = true
     return
   end
-  if g.small then redis.call('DEL', st.key .. ':g' .. ti) end
-  g.small, g.paged = false, true
-  local T, V, tat = g.interval, g.views[g.tlimit], g.floor
-  for q = 1, g.ng do
-    local a = tat + g.gn[q] * T
-    if V.b[q] > a then a = V.b[q] end
-    tat = a
-  end
-  if tat <= now_us then redis.call('DEL', g.key) return end
-  local per = 5 + 3 * #g.vlist
-  local function record(q)
-    local r = {g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q]}
-    for _, l in ipairs(g.vlist) do
-      local W = g.views[l]
-      r[#r + 1], r[#r + 2], r[#r + 3] = W.b[q], W.g[q], W.th[q]
-    end
-    return r
-  end
-  local index
-  if g.reshaped then  -- groups added, removed or grown: the whole index
-    local flat = {}
-    for q = 1, g.ng do
-      for _, v in ipairs(record(q)) do flat[#flat + 1] = v end
-    end
-    index = pack_records(string.rep('d', per), per, flat, g.ng)
-  else  -- the same groups: the records that changed, spliced into the index as read
-    local parts, from, size = {}, 1, 8 * per
-    for q = 1, g.ng do
-      if g.ttouched[q] then
-        parts[#parts + 1] = string.sub(g.raw_i, from, (q - 1) * size)
-        parts[#parts + 1] = struct.pack('>' .. string.rep('d', per), unpack(record(q)))
-        from = q * size + 1
-      end
-    end
-    parts[#parts + 1] = string.sub(g.raw_i, from)
-    index = table.concat(parts)
-  end
-  local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. fmt(g.n) .. ',' .. fmt(g.nextid) .. ';' ..
-    table.concat(g.vlist, ','), 'i', index}
-  for id in pairs(g.gdirty) do
-    local G, gf, kk = g.grp[id], {}, 0
-    for j = 1, G.np do
-      gf[kk + 1], gf[kk + 2], gf[kk + 3], gf[kk + 4] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
-      kk = kk + 4
-      for _, l in ipairs(g.vlist) do
-        local W = G.views[l]
-        gf[kk + 1], gf[kk + 2], gf[kk + 3] = W.b[j], W.g[j], W.th[j]
-        kk = kk + 3
-      end
-    end
-    args[#args + 1], args[#args + 2] = 'i' .. fmt(id), pack_records(string.rep('d', per - 1), per - 1, gf, G.np)
-  end
-  for id in pairs(g.dirty) do
-    local pg, pf = g.pages[id], {}
-    if pg then
-      for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
-      args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
-    else  -- appended to as bytes
-      args[#args + 1], args[#args + 2] = 'p' .. fmt(id), g.raws[id]
-    end
-  end
-  redis.call('HSET', g.key, unpack(args))
-  if #g.gone > 0 then redis.call('HDEL', g.key, unpack(g.gone)) end
-  redis.call('PEXPIRE', g.key, -floor(-tat / 1000) - now + slack + 1)
-  g.changed, g.dirty, g.gdirty, g.gone = false, {}, {}, {}
-  g.raw_i, g.ttouched, g.reshaped = index, {}, false
+  if g.small then redis.call('DEL', st.key .. st.spec[4][ti][6]) end
+  save_paged(st, ti, g)
 end
 
 -- insert time x with this mail's tag into the sorted list of l ({ts, tags, n}), after equals
@@ -1327,7 +1391,8 @@ if mode == 'r' then
     for ti, tier in ipairs(st.spec[4]) do
       if tier[1] == 3 and st.gl[ti] then  -- listed, or the floor's last
         local g = st.gl[ti]
-        local found = gcra_release(g, at)
+        local found = false
+        if g.ng > 0 then found = gcra_release(g, at) end
         if not found and tag ~= 0 and g.last == tag and -floor(-(g.floor - tier[4]) / 1000) == at then
           g.floor, g.last, g.changed, found = 0, 0, true, true  -- it alone made the floor: full
         end
@@ -1335,7 +1400,7 @@ if mode == 'r' then
       elseif tier[1] == 2 then
         local start = window_of(tier, at)
         if start ~= at and count_of(st, ti, start) > 0 then
-          redis.call('DECR', st.key .. ':f' .. count_key(ti, start))
+          redis.call('DECR', count_name(st, ti, start))
         end
       end
     end
@@ -1414,6 +1479,7 @@ if not found then
             else g.floor, g.last = g.floor + tier[4], 0 end
             g.changed = true
           else
+            need_paged()
             gcra_insert(g, x_us, tag)
           end
           st.gl[ti] = g
@@ -1421,11 +1487,11 @@ if not found then
         elseif tier[1] == 2 then
           local start, stop = window_of(tier, win)
           local c = count_of(st, ti, start)
-          local k = count_key(ti, start)
-          if redis.call('INCR', st.key .. ':f' .. k) == 1 then
-            redis.call('PEXPIRE', st.key .. ':f' .. k, stop - now + slack)
+          local name = count_name(st, ti, start)
+          if redis.call('INCR', name) == 1 then
+            redis.call('PEXPIRE', name, stop - now + slack)
           end
-          st.counts[k] = c + 1
+          st.counts[name] = c + 1
         end
       end
     end
