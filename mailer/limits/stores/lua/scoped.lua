@@ -151,38 +151,14 @@ local function pack_records(rec, k, flat, count)
   return table.concat(parts)
 end
 
--- a gcra tier's bucket {floor, last, n, ts, tags}: the emissions up to now folded into the floor
-local function read_gcra(raw, interval)
-  local g = {floor = 0, n = 0, last = 0}  -- ts, tags and seen made when needed
-  local bar = string.find(raw, '|', 1, true)
-  local head = bar and string.sub(raw, 1, bar - 1) or raw
-  local comma = string.find(head, ',', 1, true)
-  local floor_us = tonumber(comma and string.sub(head, 1, comma - 1) or head) or 0
-  local last = comma and tonumber(string.sub(head, comma + 1)) or 0
-  if bar then
-    g.ts, g.tags = {}, {}
-    local count = (#raw - bar) / 13
-    local v = unpack_records('I7I6', 2, count, raw, bar + 1)
-    for j = 1, 2 * count, 2 do
-      local e = v[j]
-      if e <= now_us then
-        if floor_us <= e then floor_us, last = e, v[j + 1] else last = 0 end
-        floor_us = floor_us + interval
-      else
-        g.n = g.n + 1; g.ts[g.n], g.tags[g.n] = e, v[j + 1]
-      end
-    end
-  end
-  if floor_us > now_us then g.floor, g.last = floor_us, last end
-  return g
-end
 
 -- the present scopes: {spec, key, ts, tags, n, gl = {}, counts = {}}, read in one MGET: each
 -- log, each gcra tier's bucket, each fixed tier's count in the window holding now (others lazily)
 local P, names, read_st, read_what = {}, {}, {}, {}
 local any_shared = false
-for i = 1, #ARGV[7] do
-  local spec = S[tonumber(string.sub(ARGV[7], i, i))]
+local digits = ARGV[7]
+for i = 1, #digits do
+  local spec = S[string.byte(digits, i) - 48]
   local key = KEYS[i]
   local st = {spec = spec, key = key, n = 0, shared_log = spec[2] == 1 and spec[3] == 1}
   local r = #names + 1
@@ -257,7 +233,8 @@ for r = 1, #names do
       if not f then f = string.match(raw, '^%d+$') end
       if f then  -- nothing booked: the floor alone (and its last tag), the one timestamp
         st.small = st.small or {}
-        st.small[what] = {tonumber(f), tonumber(l) or 0}
+        st.small[what] = tonumber(f)
+        if l then st.small[-what] = tonumber(l) end
       else
         local bar = string.find(raw, '|', 1, true)
         local head = bar and string.sub(raw, 1, bar - 1) or raw
@@ -300,18 +277,6 @@ end
 -- a hint "lo,h" (no booking fits that view of the tier in ms [lo, h)). Read where needed only.
 local function fmt(x) return string.format('%.0f', x) end
 
--- the first index j of the sorted list ts (n entries) with ts[j] >= v (n + 1: none); with
--- fold, entries equal to fold are read as fold - 1 (seen from now: admissions of this ms)
-local function first_at(ts, n, v, fold)
-  local lo, hi = 1, n + 1
-  while lo < hi do
-    local mid = floor((lo + hi) / 2)
-    local e = ts[mid]
-    if e == fold then e = e - 1 end
-    if e < v then lo = mid + 1 else hi = mid end
-  end
-  return lo
-end
 
 -- ceil(a / b) for whole numbers, exact where a / b in floating point is not
 local function ceil_div(a, b)
@@ -323,6 +288,19 @@ end
 -- the shared sliding log's functions, made by shared_lib() when a present scope keeps one
 local load_shared, log_add, hinted, fits_now, clip_hints, save_shared, window_max
 local function shared_lib()
+  -- the first index j of the sorted list ts (n entries) with ts[j] >= v (n + 1: none); with
+  -- fold, entries equal to fold are read as fold - 1 (seen from now: admissions of this ms)
+  local function first_at(ts, n, v, fold)
+    local lo, hi = 1, n + 1
+    while lo < hi do
+      local mid = floor((lo + hi) / 2)
+      local e = ts[mid]
+      if e == fold then e = e - 1 end
+      if e < v then lo = mid + 1 else hi = mid end
+    end
+    return lo
+  end
+
   -- the ms and count of a slot's member, refused when mailguard did not write it
   local function slot(st, m)
     local ms, c = string.match(m, '^(%d+):(%d+)$')
@@ -539,8 +517,34 @@ end
 
 -- the paged gcra functions, made by paged_lib() when a gcra tier keeps (or gets) bookings
 local gcra_first_paged, gcra_used_paged, with_pages, gcra_insert, gcra_release, gcra_fold
-local parse_gcra, build_gcra, save_paged
+local parse_gcra, build_gcra, save_paged, read_gcra
 local function paged_lib()
+  -- a gcra tier's bucket {floor, last, n, ts, tags}: the emissions up to now folded into the floor
+  read_gcra = function(raw, interval)
+    local g = {floor = 0, n = 0, last = 0}  -- ts, tags and seen made when needed
+    local bar = string.find(raw, '|', 1, true)
+    local head = bar and string.sub(raw, 1, bar - 1) or raw
+    local comma = string.find(head, ',', 1, true)
+    local floor_us = tonumber(comma and string.sub(head, 1, comma - 1) or head) or 0
+    local last = comma and tonumber(string.sub(head, comma + 1)) or 0
+    if bar then
+      g.ts, g.tags = {}, {}
+      local count = (#raw - bar) / 13
+      local v = unpack_records('I7I6', 2, count, raw, bar + 1)
+      for j = 1, 2 * count, 2 do
+        local e = v[j]
+        if e <= now_us then
+          if floor_us <= e then floor_us, last = e, v[j + 1] else last = 0 end
+          floor_us = floor_us + interval
+        else
+          g.n = g.n + 1; g.ts[g.n], g.tags[g.n] = e, v[j + 1]
+        end
+      end
+    end
+    if floor_us > now_us then g.floor, g.last = floor_us, last end
+    return g
+  end
+
 
   local function summarize(ts, m, T, c)
     local b, gg, th = NONE, NONE, NONE
@@ -885,6 +889,7 @@ local function paged_lib()
 
   with_pages = function(g)
     if g.gid then return g end
+    g.key = g.st.key .. g.st.spec[4][g.ti][7]  -- the hash <base>:G<tier>
     g.gid, g.gfirst, g.glast, g.gn, g.gpc = {}, {}, {}, {}, {}
     g.views, g.vlist = {[g.tlimit] = {b = {}, g = {}, th = {}}}, {g.tlimit}
     g.grp, g.pages, g.raws, g.dirty, g.gdirty, g.gone = {}, {}, {}, {}, {}, {}
@@ -1271,9 +1276,14 @@ end
 local function save_log(st)
   if st.n == 0 then redis.call('DEL', st.key .. ':l') return end
   local base, n = st.ts[1], st.n
-  local flat = {}
-  for j = 1, n do flat[2 * j - 1], flat[2 * j] = st.ts[j] - base, st.tags[j] end
-  local packed = struct.pack('>I6', base) .. pack_records('I4I6', 2, flat, n)
+  local packed
+  if n == 1 then
+    packed = struct.pack('>I6I4I6', base, 0, st.tags[1])
+  else
+    local flat = {}
+    for j = 1, n do flat[2 * j - 1], flat[2 * j] = st.ts[j] - base, st.tags[j] end
+    packed = struct.pack('>I6', base) .. pack_records('I4I6', 2, flat, n)
+  end
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
@@ -1281,7 +1291,7 @@ end
 -- are made when it first keeps a booking (paged)
 local function new_gcra(st, ti)
   local tier = st.spec[4][ti]
-  return {st = st, key = st.key .. tier[7], interval = tier[4], wms = tier[3], tlimit = tier[2],
+  return {st = st, ti = ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
     floor = 0, last = 0, n = 0, nextid = 1, ng = 0}
 end
 
@@ -1290,9 +1300,9 @@ end
 local function load_gcra(st, ti)
   local tier = st.spec[4][ti]
   local small = st.small and st.small[ti]
-  if small then  -- nothing booked: the one timestamp
+  if small then  -- nothing booked: the one timestamp (st.small[-ti] its last tag)
     local g = new_gcra(st, ti)
-    if small[1] > now_us then g.floor, g.last = small[1], small[2] end
+    if small > now_us then g.floor, g.last = small, st.small[-ti] or 0 end
     g.small = true
     return g
   end
@@ -1453,7 +1463,7 @@ if not found then
       if st.spec[2] == 1 then
         local kept = st.n
         if st.shared_log then kept = st.count end
-        for _, g in pairs(st.gl or {}) do if g.n > kept then kept = g.n end end
+        if st.gl then for _, g in pairs(st.gl) do if g.n > kept then kept = g.n end end end
         if kept >= MAX_BOOKINGS then
           allowed, booked, bs, bt = 0, 0, si, 0
           break
@@ -1507,8 +1517,10 @@ for _, st in ipairs(P) do
   for ti = 1, #st.spec[4] do reply[#reply + 1] = room(st, ti, seen, seen_us) end
 end
 for _, st in ipairs(P) do  -- a share's view made over every page is kept, booked or not
-  for ti, g in pairs(st.gl or {}) do
-    if g.viewadded then save_gcra(st, ti) end
+  if st.gl then
+    for ti, g in pairs(st.gl) do
+      if g.viewadded then save_gcra(st, ti) end
+    end
   end
 end
 finish()
