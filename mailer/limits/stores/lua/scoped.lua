@@ -113,11 +113,12 @@ local function window_of(tier, t)
 end
 
 -- the key of fixed tier ti's count in st for the window starting at start (ms), kept per tier
+-- (st.counts: the counts by key, and [ti] the last start asked, [-ti] its key)
 local function count_name(st, ti, start)
-  local m = st.fn[ti]
-  if m and m[1] == start then return m[2] end
+  local counts = st.counts
+  if counts[ti] == start then return counts[-ti] end
   local name = st.key .. st.spec[4][ti][6] .. start  -- ms below 1e14 print whole (%.14g)
-  st.fn[ti] = {start, name}
+  counts[ti], counts[-ti] = start, name
   return name
 end
 
@@ -152,16 +153,25 @@ local function pack_records(rec, k, flat, count)
 end
 
 
+-- an empty bucket for gcra tier ti of st (nothing booked, the bucket full); its pages' tables
+-- are made when it first keeps a booking (paged)
+local function new_gcra(st, ti)
+  local tier = st.spec[4][ti]
+  return {st = st, ti = ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
+    floor = 0, last = 0, n = 0, nextid = 1, ng = 0}
+end
+
 -- the present scopes: {spec, key, ts, tags, n, gl = {}, counts = {}}, read in one MGET: each
 -- log, each gcra tier's bucket, each fixed tier's count in the window holding now (others lazily)
-local P, names, read_st, read_what = {}, {}, {}, {}
-local any_shared = false
+local P, names, read_st, read_what = {nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil},
+  {nil, nil, nil, nil}  -- sized for a usual call
+local any_shared, r = false, 1
 local digits = ARGV[7]
 for i = 1, #digits do
   local spec = S[string.byte(digits, i) - 48]
   local key = KEYS[i]
-  local st = {spec = spec, key = key, n = 0, shared_log = spec[2] == 1 and spec[3] == 1}
-  local r = #names + 1
+  local st = {spec = spec, key = key, n = 0, shared_log = spec[2] == 1 and spec[3] == 1, ts = nil,
+    tags = nil, gl = nil, counts = nil}  -- the fields a call may add, sized for at once
   if spec[3] == 1 then  -- a shared log lives in <base>:z and :h; <base>:l is read to migrate it
     st.ts, st.tags = {}, {}
     names[r], read_st[r], read_what[r], r = key .. ':l', st, 0, r + 1
@@ -174,7 +184,7 @@ for i = 1, #digits do
       st.gl = st.gl or {}
       names[r], read_st[r], read_what[r], r = key .. tier[6], st, ti, r + 1
     elseif tier[1] == 2 then
-      if not st.counts then st.counts, st.fn = {}, {} end
+      st.counts = st.counts or {}
       local name = count_name(st, ti, (window_of(tier, now)))
       names[r], read_st[r], read_what[r], r = name, st, name, r + 1
     end
@@ -194,12 +204,13 @@ local function bounded(st, name, count)
       '(the scope then starts empty)')
   end
 end
-local values = redis.call('MGET', unpack(names))
+local nnames = r - 1
+local values = redis.call('MGET', unpack(names, 1, nnames))
 -- the keys of shared scopes MGET found missing: another type reads as missing too, and a gcra
 -- tier without its string may keep bookings in its hash; one EXISTS over all of them answers
 -- the common case (nothing there) in one call, else each is asked as before
 local absent
-for r = 1, #names do
+for r = 1, nnames do
   local st, what = read_st[r], read_what[r]
   if not values[r] and st.spec[2] == 1 and not (what == 0 and st.shared_log) then
     absent = absent or {}
@@ -208,7 +219,7 @@ for r = 1, #names do
   end
 end
 local unseen = absent == nil or redis.call('EXISTS', unpack(absent)) == 0
-for r = 1, #names do
+for r = 1, nnames do
   local st, what, raw = read_st[r], read_what[r], values[r]
   local legacy = what == 0 and st.shared_log  -- usually absent: its type is not asked
   if not raw and st.spec[2] == 1 and not legacy and not unseen and
@@ -232,9 +243,9 @@ for r = 1, #names do
       local f, l = string.match(raw, '^(%d+),(%d+)$')
       if not f then f = string.match(raw, '^%d+$') end
       if f then  -- nothing booked: the floor alone (and its last tag), the one timestamp
-        st.small = st.small or {}
-        st.small[what] = tonumber(f)
-        if l then st.small[-what] = tonumber(l) end
+        local g, floor_us = new_gcra(st, what), tonumber(f)
+        if floor_us > now_us then g.floor, g.last = floor_us, tonumber(l) or 0 end
+        g.small, st.gl[what] = true, g
       else
         local bar = string.find(raw, '|', 1, true)
         local head = bar and string.sub(raw, 1, bar - 1) or raw
@@ -1287,25 +1298,12 @@ local function save_log(st)
   redis.call('SET', st.key .. ':l', packed, 'PX', st.ts[n] + st.spec[1] - now + slack)
 end
 
--- an empty bucket for gcra tier ti of st (nothing booked, the bucket full); its pages' tables
--- are made when it first keeps a booking (paged)
-local function new_gcra(st, ti)
-  local tier = st.spec[4][ti]
-  return {st = st, ti = ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
-    floor = 0, last = 0, n = 0, nextid = 1, ng = 0}
-end
 
 -- gcra tier ti of st: its hash's header and index, a bucket of an earlier version (<base>:g<ti>)
 -- moved into pages once, the past folded into the floor; nil when nothing is stored
 local function load_gcra(st, ti)
   local tier = st.spec[4][ti]
-  local small = st.small and st.small[ti]
-  if small then  -- nothing booked: the one timestamp (st.small[-ti] its last tag)
-    local g = new_gcra(st, ti)
-    if small > now_us then g.floor, g.last = small, st.small[-ti] or 0 end
-    g.small = true
-    return g
-  end
+  if st.gl[ti] then return st.gl[ti] end  -- nothing booked: the one timestamp, read already
   local raw = st.legacy and st.legacy[ti]
   if not raw and unseen then return nil end  -- neither its string nor its hash exists
   local key = st.key .. tier[7]
