@@ -16,7 +16,8 @@ ratio to a floor measured on the same connection in the same rounds:
 - The scoped decision's lower bound: a script that makes only the Redis calls a scoped decision
   cannot do without (``TIME``, one ``MGET`` of the three scopes' keys, the three writes) and
   returns a reply of the same size, with no decision at all: what one script call with these
-  writes costs on this machine, whatever its Lua.
+  writes costs on this machine, whatever its Lua. The scoped row's target is its ratio to this
+  lower bound (>= 0.80, same rounds); its ratio to the no-op floor is shown for information.
 """
 
 from __future__ import annotations
@@ -292,6 +293,56 @@ def _backlog_rows(
     return rows
 
 
+def _decision_rows(
+    decisions: list[tuple[str, float, float, float]],
+) -> list[tuple[str, str, str, str, str]]:
+    """The Redis decision rows: hot and distinct against the no-op floor (>= 0.85); scoped
+    against its lower bound measured in the same rounds (>= 0.80), its no-op ratio shown for
+    information; the lower bound against the no-op floor, for information (no target)."""
+    rates = {name: rate for name, rate, _, _ in decisions}
+    floor_rate = rates["floor"]
+    rows = []
+    for name, rate, p50, p99 in decisions[1:]:
+        value = f"{rate:,.0f} ({p50:.0f}, {p99:.0f})"
+        ratio = rate / floor_rate
+        if name == "scoped":
+            to_bare = rate / rates["bare"]
+            rows.append(
+                (
+                    "redis scoped: recipient + sender gcra + tenant fixed: decisions/s "
+                    "(p50, p99 us)",
+                    value,
+                    f"{rates['bare']:,.0f} lower bound / {to_bare:.2f} (no-op {ratio:.2f})",
+                    ">= 0.80",
+                    "yes" if to_bare >= 0.80 else "no",
+                )
+            )
+            continue
+        if name == "bare":
+            rows.append(
+                (
+                    "scoped lower bound: its reads and writes, no decision: decisions/s "
+                    "(p50, p99 us)",
+                    value,
+                    f"{floor_rate:,.0f} no-op EVALSHA / {ratio:.2f}",
+                    "-",
+                    "info",
+                )
+            )
+            continue
+        label = {"hot": "redis hot key", "distinct": "redis distinct keys"}[name]
+        rows.append(
+            (
+                f"{label}: decisions/s (p50, p99 us)",
+                value,
+                f"{floor_rate:,.0f} no-op EVALSHA / {ratio:.2f}",
+                ">= 0.85",
+                "yes" if ratio >= 0.85 else "no",
+            )
+        )
+    return rows
+
+
 def main() -> None:
     server = RedisServer().start()
     try:
@@ -305,26 +356,8 @@ def main() -> None:
         server.cleanup()
     mem_rate, mem_floor = bench_memory_backend()
 
-    floor_rate = decisions[0][1]
     rows = [("measure", "value", "floor / ratio", "target", "met")]
-    for name, rate, p50, p99 in decisions[1:]:
-        ratio = rate / floor_rate
-        target = 0.75 if name in {"scoped", "bare"} else 0.85
-        label = {
-            "hot": "redis hot key",
-            "distinct": "redis distinct keys",
-            "scoped": "redis scoped: recipient + sender gcra + tenant fixed",
-            "bare": "scoped lower bound: its reads and writes, no decision",
-        }[name]
-        rows.append(
-            (
-                f"{label}: decisions/s (p50, p99 us)",
-                f"{rate:,.0f} ({p50:.0f}, {p99:.0f})",
-                f"{floor_rate:,.0f} no-op EVALSHA / {ratio:.2f}",
-                f">= {target}",
-                "yes" if ratio >= target else "no",
-            )
-        )
+    rows += _decision_rows(decisions)
     rows.append(
         (
             "redis bytes/key, full reference log: MEMORY USAGE",

@@ -156,15 +156,14 @@ end
 -- an empty bucket for gcra tier ti of st (nothing booked, the bucket full); its pages' tables
 -- are made when it first keeps a booking (paged)
 local function new_gcra(st, ti)
-  local tier = st.spec[4][ti]
-  return {st = st, ti = ti, interval = tier[4], wms = tier[3], tlimit = tier[2],
-    floor = 0, last = 0, n = 0, nextid = 1, ng = 0}
+  return {st = st, ti = ti, tier = st.spec[4][ti], floor = 0, last = 0, n = 0, ng = 0}
 end
 
 -- the present scopes: {spec, key, ts, tags, n, gl = {}, counts = {}}, read in one MGET: each
 -- log, each gcra tier's bucket, each fixed tier's count in the window holding now (others lazily)
-local P, names, read_st, read_what = {nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil},
-  {nil, nil, nil, nil}  -- sized for a usual call
+-- (reads: per name its scope and what it holds: 0 the log, a number a gcra tier, else the name
+-- of a fixed tier's count)
+local P, names, reads = {nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil, nil, nil, nil, nil}
 local any_shared, r = false, 1
 local digits = ARGV[7]
 for i = 1, #digits do
@@ -174,7 +173,7 @@ for i = 1, #digits do
     tags = nil, gl = nil, counts = nil}  -- the fields a call may add, sized for at once
   if spec[3] == 1 then  -- a shared log lives in <base>:z and :h; <base>:l is read to migrate it
     st.ts, st.tags = {}, {}
-    names[r], read_st[r], read_what[r], r = key .. ':l', st, 0, r + 1
+    names[r], reads[2 * r - 1], reads[2 * r], r = key .. ':l', st, 0, r + 1
     if st.shared_log then any_shared = true end
   end
   local tiers = spec[4]
@@ -182,11 +181,11 @@ for i = 1, #digits do
     local tier = tiers[ti]
     if tier[1] == 3 then
       st.gl = st.gl or {}
-      names[r], read_st[r], read_what[r], r = key .. tier[6], st, ti, r + 1
+      names[r], reads[2 * r - 1], reads[2 * r], r = key .. tier[6], st, ti, r + 1
     elseif tier[1] == 2 then
       st.counts = st.counts or {}
       local name = count_name(st, ti, (window_of(tier, now)))
-      names[r], read_st[r], read_what[r], r = name, st, name, r + 1
+      names[r], reads[2 * r - 1], reads[2 * r], r = name, st, name, r + 1
     end
   end
   P[i] = st
@@ -211,7 +210,7 @@ local values = redis.call('MGET', unpack(names, 1, nnames))
 -- the common case (nothing there) in one call, else each is asked as before
 local absent
 for r = 1, nnames do
-  local st, what = read_st[r], read_what[r]
+  local st, what = reads[2 * r - 1], reads[2 * r]
   if not values[r] and st.spec[2] == 1 and not (what == 0 and st.shared_log) then
     absent = absent or {}
     absent[#absent + 1] = names[r]
@@ -220,7 +219,7 @@ for r = 1, nnames do
 end
 local unseen = absent == nil or redis.call('EXISTS', unpack(absent)) == 0
 for r = 1, nnames do
-  local st, what, raw = read_st[r], read_what[r], values[r]
+  local st, what, raw = reads[2 * r - 1], reads[2 * r], values[r]
   local legacy = what == 0 and st.shared_log  -- usually absent: its type is not asked
   if not raw and st.spec[2] == 1 and not legacy and not unseen and
     redis.call('EXISTS', names[r]) == 1 then
@@ -498,8 +497,11 @@ if any_shared then
   end
 end
 
+-- the shared logs' counts and hints written (once per call, at its end)
 local function finish()
-  for _, st in ipairs(P) do if st.shared_log then save_shared(st) end end
+  if any_shared then
+    for _, st in ipairs(P) do if st.shared_log then save_shared(st) end end
+  end
 end
 
 -- Paged gcra buckets (docs/explanation/limiter.md, "Long gcra backlogs"): <base>:G<tier> a hash,
@@ -512,8 +514,9 @@ local NONE = -math.huge
 
 -- the interval and c = (l - 1)·T of g's view with limit l
 local function view_of(g, l)
-  local T = g.interval
-  if l ~= g.tlimit then T = ceil_div(g.wms * 1000, l) end
+  local tier = g.tier
+  local T = tier[4]
+  if l ~= tier[2] then T = ceil_div(tier[3] * 1000, l) end
   return T, (l - 1) * T
 end
 
@@ -900,7 +903,9 @@ local function paged_lib()
 
   with_pages = function(g)
     if g.gid then return g end
-    g.key = g.st.key .. g.st.spec[4][g.ti][7]  -- the hash <base>:G<tier>
+    local tier = g.tier
+    g.key = g.st.key .. tier[7]  -- the hash <base>:G<tier>
+    g.interval, g.wms, g.tlimit, g.nextid = tier[4], tier[3], tier[2], 1
     g.gid, g.gfirst, g.glast, g.gn, g.gpc = {}, {}, {}, {}, {}
     g.views, g.vlist = {[g.tlimit] = {b = {}, g = {}, th = {}}}, {g.tlimit}
     g.grp, g.pages, g.raws, g.dirty, g.gdirty, g.gone = {}, {}, {}, {}, {}, {}
@@ -1180,9 +1185,6 @@ local function paged_lib()
   end
 end
 
-local function need_paged()
-  if not gcra_insert then paged_lib() end
-end
 
 -- earliest ms >= t at which one more emission keeps g's view with limit l, from base (the
 -- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest)
@@ -1310,7 +1312,7 @@ local function load_gcra(st, ti)
   local got = redis.pcall('HMGET', key, 'h', 'i')
   if got.err then corrupt(st, key, 'is not a hash') end
   if not got[1] and not got[2] and not raw then return nil end
-  need_paged()
+  if not gcra_insert then paged_lib() end
   local g = with_pages(new_gcra(st, ti))
   if got[1] or got[2] then parse_gcra(g, got[1], got[2]) end
   g.paged = got[1] ~= false or got[2] ~= false
@@ -1350,16 +1352,6 @@ local function save_gcra(st, ti)
   save_paged(st, ti, g)
 end
 
--- insert time x with this mail's tag into the sorted list of l ({ts, tags, n}), after equals
-local function insert_sorted(l, x)
-  local j = l.n + 1
-  while j > 1 and l.ts[j - 1] > x do
-    l.ts[j], l.tags[j] = l.ts[j - 1], l.tags[j - 1]
-    j = j - 1
-  end
-  l.ts[j], l.tags[j] = x, tag
-  l.n = l.n + 1
-end
 
 for _, st in ipairs(P) do
   for ti, tier in ipairs(st.spec[4]) do
@@ -1476,7 +1468,12 @@ if not found then
       if st.shared_log then  -- a shared log may hold later bookings: inserted
         log_add(st, x_ms, 1)
       elseif st.spec[3] == 1 then
-        insert_sorted(st, x_ms)
+        local j = st.n + 1  -- x_ms into the sorted log, after equals
+        while j > 1 and st.ts[j - 1] > x_ms do
+          st.ts[j], st.tags[j] = st.ts[j - 1], st.tags[j - 1]
+          j = j - 1
+        end
+        st.ts[j], st.tags[j], st.n = x_ms, tag, st.n + 1
         save_log(st)
       end
       for ti, tier in ipairs(st.spec[4]) do
@@ -1487,7 +1484,7 @@ if not found then
             else g.floor, g.last = g.floor + tier[4], 0 end
             g.changed = true
           else
-            need_paged()
+            if not gcra_insert then paged_lib() end
             gcra_insert(g, x_us, tag)
           end
           st.gl[ti] = g
