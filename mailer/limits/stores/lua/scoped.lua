@@ -295,8 +295,9 @@ local function ceil_div(a, b)
   return q
 end
 
--- the shared sliding log's functions, made by shared_lib() when a present scope keeps one
-local load_shared, log_add, hinted, fits_now, clip_hints, save_shared, window_max
+-- the functions of shared sliding logs and paged gcra tiers, made by shared_lib() and
+-- paged_lib() when a call needs them (most need neither): L.<name>
+local L = {}
 local function shared_lib()
   -- the first index j of the sorted list ts (n entries) with ts[j] >= v (n + 1: none); with
   -- fold, entries equal to fold are read as fold - 1 (seen from now: admissions of this ms)
@@ -322,7 +323,7 @@ local function shared_lib()
   end
 
   -- st's count and hints, with the entries at or before now - keep dropped (they matter no more)
-  load_shared = function(st)
+  L.load_shared = function(st)
     local h, z = st.key .. ':h', st.key .. ':z'
     local got = redis.pcall('HGETALL', h)
     if got.err then corrupt(st, h, 'is not a hash') end
@@ -352,7 +353,7 @@ local function shared_lib()
   end
 
   -- add d (1 or -1) entries at ms x to st's shared log; false when there is none to take away
-  log_add = function(st, x, d)
+  L.log_add = function(st, x, d)
     local z = st.key .. ':z'
     local got = redis.call('ZRANGEBYSCORE', z, fmt(x), fmt(x))
     local c = 0
@@ -395,7 +396,7 @@ local function shared_lib()
   end
 
   -- whether one more entry fits at now seen from now: entries at hi count as now (fits_now)
-  fits_now = function(st, limit, w, hi)
+  L.fits_now = function(st, limit, w, hi)
     local seg = seg_open(st, now - w + 1)
     local j = 1
     while true do
@@ -412,7 +413,7 @@ local function shared_lib()
 
   -- insert_shared from t, started at the end of the view's hint when t lies in it; what the
   -- search learns is kept as the hint (shared_log.py earliest_hinted)
-  hinted = function(st, ti, limit, w, t)
+  L.hinted = function(st, ti, limit, w, t)
     local key = ti .. ':' .. limit
     local hint = st.hints[key]
     local start = t
@@ -432,7 +433,7 @@ local function shared_lib()
   end
 
   -- a release at ms at: each hint of tier ti ends at at - W + 1 at the latest (shared_log.remove)
-  clip_hints = function(st, at)
+  L.clip_hints = function(st, at)
     for key, hint in pairs(st.hints) do
       local w = st.spec[4][tonumber(string.match(key, '^(%d+):'))][3]
       local e = hint[2]
@@ -443,7 +444,7 @@ local function shared_lib()
   end
 
   -- write st's count and changed hints, expiring when the last entry leaves the longest window
-  save_shared = function(st)
+  L.save_shared = function(st)
     if not st.changed then return end
     local z, h = st.key .. ':z', st.key .. ':h'
     local last = redis.call('ZREVRANGEBYSCORE', z, '+inf', '-inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -465,7 +466,7 @@ local function shared_lib()
   end
 
   -- the most entries of st's sorted log in one window of w ms that holds at
-  window_max = function(st, at, w)
+  L.window_max = function(st, at, w)
     local ts, n = {}, 0
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', st.key .. ':z', fmt(at - w + 1), fmt(at + w - 1))) do
       local ms, c = slot(st, m)
@@ -487,9 +488,9 @@ if any_shared then
   shared_lib()
   for _, st in ipairs(P) do
     if st.shared_log then
-      load_shared(st)
+      L.load_shared(st)
       if st.n > 0 then  -- a log of an earlier version (<base>:l, with tags): moved here once
-        for j = 1, st.n do log_add(st, st.ts[j], 1) end
+        for j = 1, st.n do L.log_add(st, st.ts[j], 1) end
         redis.call('DEL', st.key .. ':l')
         st.ts, st.tags, st.n = {}, {}, 0
       end
@@ -500,7 +501,7 @@ end
 -- the shared logs' counts and hints written (once per call, at its end)
 local function finish()
   if any_shared then
-    for _, st in ipairs(P) do if st.shared_log then save_shared(st) end end
+    for _, st in ipairs(P) do if st.shared_log then L.save_shared(st) end end
   end
 end
 
@@ -529,12 +530,10 @@ local function share_floor(g, interval, part)
   return now_us + d
 end
 
--- the paged gcra functions, made by paged_lib() when a gcra tier keeps (or gets) bookings
-local gcra_first_paged, gcra_used_paged, with_pages, gcra_insert, gcra_release, gcra_fold
-local parse_gcra, build_gcra, save_paged, read_gcra
+-- the paged gcra functions (L), made by paged_lib() when a gcra tier keeps (or gets) bookings
 local function paged_lib()
   -- a gcra tier's bucket {floor, last, n, ts, tags}: the emissions up to now folded into the floor
-  read_gcra = function(raw, interval)
+  L.read_gcra = function(raw, interval)
     local g = {floor = 0, n = 0, last = 0}  -- ts, tags and seen made when needed
     local bar = string.find(raw, '|', 1, true)
     local head = bar and string.sub(raw, 1, bar - 1) or raw
@@ -843,7 +842,7 @@ local function paged_lib()
   -- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest). A
   -- group or page whose summary proves every gap closed (the arrival time entering it) or
   -- over-full (its arrival time and R at least the ones entering and leaving it) is skipped unread.
-  gcra_first_paged = function(g, base, l, t)
+  L.gcra_first_paged = function(g, base, l, t)
     local s = view(g, l, base)
     local c, T = s.c, s.T
     if t == now then
@@ -891,7 +890,7 @@ local function paged_lib()
   end
 
   -- the emissions the spans of g's view l (from base) holding at_us already use, in intervals
-  gcra_used_paged = function(g, base, l, at_us)
+  L.gcra_used_paged = function(g, base, l, at_us)
     local s = view(g, l, base)
     local tat, right = bounds(s, locate(g, at_us))
     local ahead = 0
@@ -901,7 +900,7 @@ local function paged_lib()
   end
 
 
-  with_pages = function(g)
+  L.with_pages = function(g)
     if g.gid then return g end
     local tier = g.tier
     g.key = g.st.key .. tier[7]  -- the hash <base>:G<tier>
@@ -970,8 +969,8 @@ local function paged_lib()
   end
 
   -- book one emission at x (µs, after now) for the mail tagged tg: into its page, cut when too long
-  gcra_insert = function(g, x, tg)
-    with_pages(g)
+  L.gcra_insert = function(g, x, tg)
+    L.with_pages(g)
     g.n = g.n + 1
     local most_page, most_group = caps(g.n)
     if g.ng == 0 then
@@ -1015,7 +1014,7 @@ local function paged_lib()
   end
 
   -- take back the emission of this mail's tag at slot at (ms), the latest first; whether found
-  gcra_release = function(g, at)
+  L.gcra_release = function(g, at)
     local lo_us, hi_us = (at - 1) * 1000, at * 1000
     for q = g.ng, 1, -1 do
       if g.gfirst[q] <= hi_us and g.glast[q] > lo_us then
@@ -1040,7 +1039,7 @@ local function paged_lib()
   end
 
   -- move the emissions up to now into g's floor, page by page (gcra_log.py fold)
-  gcra_fold = function(g)
+  L.gcra_fold = function(g)
     while g.ng > 0 and g.gfirst[1] <= now_us do
       local G = group_of(g, 1)
       while G.np > 0 and G.pfirst[1] <= now_us do
@@ -1067,7 +1066,7 @@ local function paged_lib()
 
   -- g's header and group index from the hash's fields h and i, refused when mailguard did not
   -- write them
-  parse_gcra = function(g, h, idx)
+  L.parse_gcra = function(g, h, idx)
     local f, l, n, nx, vl = string.match(h or '', '^(%d+),(%d+),(%d+),(%d+);([%d,]*)$')
     if not f or not idx then corrupt(g.st, g.key, 'is not a gcra bucket') end
     g.floor, g.last, g.n, g.nextid = tonumber(f), tonumber(l), tonumber(n), tonumber(nx)
@@ -1092,7 +1091,7 @@ local function paged_lib()
   end
 
   -- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
-  build_gcra = function(g, ts, tags, n)
+  L.build_gcra = function(g, ts, tags, n)
     local most_page, most_group = caps(n)
     local size, per_group, q = most_page / 2, most_group / 2, 0
     local G = new_group(g)
@@ -1116,7 +1115,7 @@ local function paged_lib()
   -- stored when changed: the header, the group index with every view's summaries, the page
   -- indexes and pages written; expires when the bucket is full again (the full view's arrival
   -- time after every emission)
-  save_paged = function(st, ti, g)
+  L.save_paged = function(st, ti, g)
     g.small, g.paged = false, true
     local T, V, tat = g.interval, g.views[g.tlimit], g.floor
     for q = 1, g.ng do
@@ -1199,7 +1198,7 @@ local function gcra_first(g, base, l, t)
     if fits > t then return fits end
     return t
   end
-  return gcra_first_paged(g, base, l, t)
+  return L.gcra_first_paged(g, base, l, t)
 end
 
 -- the emissions the spans of g's view l (from base) holding at_us already use, in intervals
@@ -1208,7 +1207,7 @@ local function gcra_used(g, base, l, at_us)
     if base > at_us then return ceil_div(base - at_us, (view_of(g, l))) end
     return 0
   end
-  return gcra_used_paged(g, base, l, at_us)
+  return L.gcra_used_paged(g, base, l, at_us)
 end
 
 -- earliest ms >= t at which tier ti of st admits one more (appending; inserting in the shared
@@ -1223,10 +1222,10 @@ local function earliest(st, ti, t)
     if fit == nil then
       local hi = -floor(-now_us / 1000)
       if t ~= now or hi == now then
-        fit = hinted(st, ti, limit, tier[3], t)
+        fit = L.hinted(st, ti, limit, tier[3], t)
       else
-        fit = hinted(st, ti, limit, tier[3], hi)
-        if fit == hi and fits_now(st, limit, tier[3], hi) then fit = now end
+        fit = L.hinted(st, ti, limit, tier[3], hi)
+        if fit == hi and L.fits_now(st, limit, tier[3], hi) then fit = now end
       end
       st.memo[key] = fit
     end
@@ -1262,7 +1261,7 @@ local function room(st, ti, at, at_us)
   local limit = limit_of(st, tier)
   local used = 0
   if tier[1] == 1 and st.spec[2] == 1 then
-    used = window_max(st, at, tier[3])
+    used = L.window_max(st, at, tier[3])
   elseif tier[1] == 1 then
     local low, ts = at - tier[3], st.ts
     for j = st.n, 1, -1 do
@@ -1312,22 +1311,22 @@ local function load_gcra(st, ti)
   local got = redis.pcall('HMGET', key, 'h', 'i')
   if got.err then corrupt(st, key, 'is not a hash') end
   if not got[1] and not got[2] and not raw then return nil end
-  if not gcra_insert then paged_lib() end
-  local g = with_pages(new_gcra(st, ti))
-  if got[1] or got[2] then parse_gcra(g, got[1], got[2]) end
+  if not L.gcra_insert then paged_lib() end
+  local g = L.with_pages(new_gcra(st, ti))
+  if got[1] or got[2] then L.parse_gcra(g, got[1], got[2]) end
   g.paged = got[1] ~= false or got[2] ~= false
   if raw then
     g.small, g.moved = true, true
-    local old = read_gcra(raw, tier[4])
+    local old = L.read_gcra(raw, tier[4])
     if old.floor > g.floor then g.floor, g.last = old.floor, old.last end
     if g.ng == 0 and old.n > 0 then
-      build_gcra(g, old.ts, old.tags, old.n)
+      L.build_gcra(g, old.ts, old.tags, old.n)
     else
-      for q = 1, old.n do gcra_insert(g, old.ts[q], old.tags[q]) end
+      for q = 1, old.n do L.gcra_insert(g, old.ts[q], old.tags[q]) end
     end
     g.changed = true
   end
-  gcra_fold(g)
+  L.gcra_fold(g)
   return g
 end
 
@@ -1349,7 +1348,7 @@ local function save_gcra(st, ti)
     return
   end
   if g.small then redis.call('DEL', st.key .. st.spec[4][ti][6]) end
-  save_paged(st, ti, g)
+  L.save_paged(st, ti, g)
 end
 
 
@@ -1378,7 +1377,7 @@ if mode == 'r' then
   if at == nil then finish() return 0 end
   for _, st in ipairs(P) do
     if st.shared_log then
-      if log_add(st, at, -1) then clip_hints(st, at) end
+      if L.log_add(st, at, -1) then L.clip_hints(st, at) end
     elseif st.spec[3] == 1 then
       for j = st.n, 1, -1 do
         if st.tags[j] == tag and st.ts[j] == at then
@@ -1392,7 +1391,7 @@ if mode == 'r' then
       if tier[1] == 3 and st.gl[ti] then  -- listed, or the floor's last
         local g = st.gl[ti]
         local found = false
-        if g.ng > 0 then found = gcra_release(g, at) end
+        if g.ng > 0 then found = L.gcra_release(g, at) end
         if not found and tag ~= 0 and g.last == tag and -floor(-(g.floor - tier[4]) / 1000) == at then
           g.floor, g.last, g.changed, found = 0, 0, true, true  -- it alone made the floor: full
         end
@@ -1466,7 +1465,7 @@ if not found then
     if allowed == 1 then x_us, x_ms, win = now_us, -floor(-now_us / 1000), now end
     for _, st in ipairs(P) do
       if st.shared_log then  -- a shared log may hold later bookings: inserted
-        log_add(st, x_ms, 1)
+        L.log_add(st, x_ms, 1)
       elseif st.spec[3] == 1 then
         local j = st.n + 1  -- x_ms into the sorted log, after equals
         while j > 1 and st.ts[j - 1] > x_ms do
@@ -1484,8 +1483,8 @@ if not found then
             else g.floor, g.last = g.floor + tier[4], 0 end
             g.changed = true
           else
-            if not gcra_insert then paged_lib() end
-            gcra_insert(g, x_us, tag)
+            if not L.gcra_insert then paged_lib() end
+            L.gcra_insert(g, x_us, tag)
           end
           st.gl[ti] = g
           save_gcra(st, ti)
