@@ -373,3 +373,34 @@ def test_the_guard_defers_a_mail_whose_scope_key_holds_foreign_data(
     assert guard.process(request, step.progress).outcome.status == "sent"
     client.close()
     limiter.close()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "recipient: 2/1s gcra; sender: 100/1s",
+        "recipient: 2/1s gcra, 3/10s fixed; tenant: 50/1s gcra",
+        "recipient: 1/1s, 2/5s gcra; sender: 3/1s gcra",
+    ],
+)
+def test_bookings_in_a_recipient_gcra_tier_are_read_back(text: str, redis_url: str) -> None:
+    """A gcra tier of the recipient scope keeps its bookings in its hash, whose string is gone:
+    the next decisions read them (the one EXISTS for missing keys covers every scope's gcra
+    hash, not only the shared ones), with the memory store's answers."""
+    answers = {}
+    for where, url in (("memory", "memory://"), ("redis", redis_url)):
+        clock = ManualClock(START)
+        limiter = Limiter.from_url(
+            url, Policy.parse(text), clock=clock, secret="s", namespace=f"rg-{len(text)}"
+        )
+        got = []
+        for i in range(12):
+            to = "a@example.com" if i % 3 else "b@example.com"
+            d = limiter.acquire(to, tenant="t", mail_id=f"m{i}", max_wait=60.0)
+            got.append((d.allowed, d.booked, d.at, d.remaining))
+            if i == 6:
+                assert limiter.release(to, mail_id=f"m{i}", tenant="t")
+            clock.advance(0.15)
+        answers[where] = got
+        limiter.close()
+    assert answers["redis"] == answers["memory"]

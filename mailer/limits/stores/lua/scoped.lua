@@ -205,16 +205,21 @@ local function bounded(st, name, count)
 end
 local nnames = r - 1
 local values = redis.call('MGET', unpack(names, 1, nnames))
--- the keys of shared scopes MGET found missing: another type reads as missing too, and a gcra
--- tier without its string may keep bookings in its hash; one EXISTS over all of them answers
--- the common case (nothing there) in one call, else each is asked as before
+-- the keys MGET found missing: a shared scope's (another type reads as missing too) and, in any
+-- scope, the hash of a gcra tier without its string (its bookings); one EXISTS over all of them
+-- answers the common case (nothing there) in one call, else each is asked as before
 local absent
 for r = 1, nnames do
-  local st, what = reads[2 * r - 1], reads[2 * r]
-  if not values[r] and st.spec[2] == 1 and not (what == 0 and st.shared_log) then
-    absent = absent or {}
-    absent[#absent + 1] = names[r]
-    if type(what) == 'number' then absent[#absent + 1] = st.key .. st.spec[4][what][7] end
+  if not values[r] then
+    local st, what = reads[2 * r - 1], reads[2 * r]
+    if st.spec[2] == 1 and not (what == 0 and st.shared_log) then
+      absent = absent or {}
+      absent[#absent + 1] = names[r]
+    end
+    if type(what) == 'number' and what > 0 then
+      absent = absent or {}
+      absent[#absent + 1] = st.key .. st.spec[4][what][7]
+    end
   end
 end
 local unseen = absent == nil or redis.call('EXISTS', unpack(absent)) == 0
