@@ -404,3 +404,72 @@ def test_bookings_in_a_recipient_gcra_tier_are_read_back(text: str, redis_url: s
         answers[where] = got
         limiter.close()
     assert answers["redis"] == answers["memory"]
+
+
+#: Policies of the common call's quick decision (no shared sliding log): with a gcra tier (a
+#: booking makes it keep bookings, so later mails take the full decision) and without.
+FAST = [
+    "recipient: 5/1s, 20/1h; sender: 100/1s gcra; tenant: 100/1d fixed",
+    "recipient: 5/1s, 20/1h; tenant: 100/1d fixed",
+]
+
+
+def _both(redis_url: str, text: str, steps: object) -> dict[str, list[tuple[object, ...]]]:
+    """Run ``steps(limiter, clock)`` on the memory store and on Redis; their answers."""
+    out = {}
+    for where, url in (("memory", "memory://"), ("redis", redis_url)):
+        clock = ManualClock(START)
+        limiter = Limiter.from_url(
+            url, Policy.parse(text), clock=clock, secret="s", namespace=f"fast-{where}{len(text)}"
+        )
+        out[where] = steps(limiter, clock)  # type: ignore[operator]
+        limiter.close()
+    return out
+
+
+@pytest.mark.parametrize("text", FAST)
+def test_a_mail_after_the_recipients_booking_ahead_is_booked_behind_it(
+    text: str, redis_url: str
+) -> None:
+    """Every tier admits now, but the recipient's last entry is ahead (a hold's booking, even
+    1 ms ahead): the next mail goes behind it, not now (the common call's quick decision
+    leaves such a mail to the full one)."""
+
+    def steps(limiter: Limiter, clock: ManualClock) -> list[tuple[object, ...]]:
+        got = []
+        for ahead in (0.001, 0.5):
+            to = f"r{ahead}@example.com"
+            first = limiter.acquire(
+                to, tenant="t", mail_id=f"a{ahead}", max_wait=60.0, not_before=clock() + ahead
+            )
+            second = limiter.acquire(to, tenant="t", mail_id=f"b{ahead}", max_wait=60.0)
+            third = limiter.acquire(to, tenant="t")
+            assert first.booked and second.booked and second.at >= first.at, (first, second)
+            assert third.refused
+            got += [(d.allowed, d.booked, d.at, d.remaining) for d in (first, second, third)]
+        return got
+
+    answers = _both(redis_url, text, steps)
+    assert answers["redis"] == answers["memory"]
+
+
+@pytest.mark.parametrize("text", FAST)
+def test_the_same_mail_asked_again_holds_its_slot_and_takes_no_more(
+    text: str, redis_url: str
+) -> None:
+    """A mail admitted now and asked again under its id gets the same slot and consumes nothing
+    in any scope (its tag is the last entry of the recipient's log)."""
+
+    def steps(limiter: Limiter, clock: ManualClock) -> list[tuple[object, ...]]:
+        got = []
+        for i in range(3):
+            first = limiter.acquire("same@example.com", tenant="t", mail_id=f"m{i}")
+            again = limiter.acquire("same@example.com", tenant="t", mail_id=f"m{i}")
+            assert first.allowed and again.allowed and again.at == first.at
+            assert again.remaining == first.remaining, (first, again)
+            got += [(d.allowed, d.at, d.remaining) for d in (first, again)]
+            clock.advance(0.25)
+        return got
+
+    answers = _both(redis_url, text, steps)
+    assert answers["redis"] == answers["memory"]
