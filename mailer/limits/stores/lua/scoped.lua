@@ -183,7 +183,7 @@ if fast then
   fast = nb ~= nil and nb <= now
 end
 if fast then
-  local digits, names, n = ARGV[7], {}, 0
+  local digits, names, n = ARGV[7], {nil, nil, nil, nil}, 0
   for i = 1, #digits do
     local spec = S[string.byte(digits, i) - 48]
     if spec[3] == 1 then
@@ -224,7 +224,7 @@ if fast then
   end
   -- the recipient's log (the one log here), per name a gcra floor (0: none) or a count, and a
   -- floor's last tag; does every tier admit the mail now?
-  local ts, tags, m, num, last, hi = {}, {}, 0, {}, {}, -floor(-now_us / 1000)
+  local ts, tags, m, num, hi = {}, {}, 0, {nil, nil, nil, nil}, -floor(-now_us / 1000)
   r = 0
   for i = 1, #digits do
     if not fast then break end
@@ -256,15 +256,15 @@ if fast then
         if m >= limit and ts[m - limit + 1] + tier[3] > now then fast = false break end
       elseif kind == 3 then
         r = r + 1
-        local raw, fl, la = values[r], 0, 0
+        local raw, fl = values[r], 0
         if raw then
-          local f, l = string.match(raw, '^(%d+),(%d+)$')
+          local f = string.match(raw, '^(%d+),%d+$')
           if not f then f = string.match(raw, '^%d+$') end
           if not f then fast = false break end  -- bookings, of an earlier format, or foreign
           fl = tonumber(f)
-          if fl > now_us then la = tonumber(l) or 0 else fl = 0 end
+          if fl <= now_us then fl = 0 end
         end
-        num[r], last[r] = fl, la
+        num[r] = fl
         if fl - now_us > (tier[2] - 1) * tier[4] then fast = false break end
         if limit < tier[2] and fl > now_us then  -- a share's view: the bucket's past, slower
           local Ts = ceil_div(tier[3] * 1000, limit)
@@ -285,7 +285,7 @@ if fast then
     for j = 1, m do if tags[j] == tag then fast = false break end end
   end
   if fast then  -- admitted now: the writes (acquire) and the room left per tier
-    local reply = {1, 0, now, 0, 0, 0}
+    local reply = {1, 0, now, 0, 0, 0, nil, nil, nil, nil, nil, nil}  -- sized for six tiers
     r = 0
     for i = 1, #digits do
       local spec = S[string.byte(digits, i) - 48]
