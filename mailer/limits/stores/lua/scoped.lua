@@ -805,10 +805,12 @@ local function paged_lib()
     local id = g.gid[q]
     local G = g.grp[id]
     if G then return G end
-    local raw = redis.call('HGET', g.key, 'i' .. fmt(id))
+    local got = redis.call('HMGET', g.key, 'i' .. fmt(id), 'k' .. fmt(id))
+    local raw = got[1] and got[1] .. (got[2] or '')  -- k<id>: its last page's record, apart
     local per = 4 + 3 * #g.vlist
     if not raw or #raw ~= 8 * per * g.gpc[q] then corrupt(g.st, g.key, 'is not a gcra bucket') end
-    G = {id = id, np = g.gpc[q], pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
+    G = {id = id, np = g.gpc[q], pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g),
+      split = got[2] ~= false}
     local v, k = unpack_records(string.rep('d', per), per, G.np, raw, 1), 0
     for j = 1, G.np do
       G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = v[k + 1], v[k + 2], v[k + 3], v[k + 4]
@@ -820,6 +822,7 @@ local function paged_lib()
       end
     end
     g.grp[id] = G
+    if id == g.lastgid then g.tpid = G.pid[G.np] end  -- the page whose tail is <G key>:t
     return G
   end
 
@@ -828,8 +831,10 @@ local function paged_lib()
     local id = G.pid[j]
     local pg = g.pages[id]
     if pg then return pg end
-    local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
-    g.raws[id] = nil
+    local raw = redis.call('HGET', g.key, 'p' .. fmt(id))
+    if raw and id == g.tpid then  -- the last page: its bytes go on in <G key>:t, and this call's
+      raw = raw .. (redis.call('GET', g.tkey) or '') .. (g.tadd or '')
+    end
     if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
     local v = unpack_records('I7I6', 2, G.pm[j], raw, 1)
     pg = {ts = {}, tags = {}}
@@ -844,6 +849,7 @@ local function paged_lib()
 
   -- page j of G now holds pg: its edges and summaries, written at the end
   local function set_page(g, G, j, pg)
+    if j ~= G.np then G.other = true end  -- a record before the last one changes
     local m = #pg.ts
     G.pfirst[j], G.plast[j], G.pm[j] = pg.ts[1], pg.ts[m], m
     for _, l in ipairs(g.vlist) do
@@ -861,7 +867,7 @@ local function paged_lib()
     table.insert(G.pid, j, id); table.insert(G.pfirst, j, 0); table.insert(G.plast, j, 0)
     table.insert(G.pm, j, 0)
     for _, V in pairs(G.views) do table.insert(V.b, j, 0); table.insert(V.g, j, 0); table.insert(V.th, j, 0) end
-    G.np = G.np + 1
+    G.np, G.other = G.np + 1, true
     set_page(g, G, j, pg)
   end
 
@@ -869,8 +875,9 @@ local function paged_lib()
     local id = G.pid[j]
     table.remove(G.pid, j); table.remove(G.pfirst, j); table.remove(G.plast, j); table.remove(G.pm, j)
     for _, V in pairs(G.views) do table.remove(V.b, j); table.remove(V.g, j); table.remove(V.th, j) end
-    G.np, g.pages[id], g.dirty[id], g.raws[id] = G.np - 1, nil, nil, nil
+    G.np, G.other, g.pages[id], g.dirty[id] = G.np - 1, true, nil, nil
     g.gone[#g.gone + 1] = 'p' .. fmt(id)
+    if id == g.tpid then g.tgone = true end  -- its tail in <G key>:t goes with it
     touched(g, G)
   end
 
@@ -883,6 +890,7 @@ local function paged_lib()
       for _, V in pairs(g.views) do table.remove(V.b, q); table.remove(V.g, q); table.remove(V.th, q) end
       g.ng, g.grp[G.id], g.gdirty[G.id], g.reshaped = g.ng - 1, nil, nil, true
       g.gone[#g.gone + 1] = 'i' .. fmt(G.id)
+      g.gone[#g.gone + 1] = 'k' .. fmt(G.id)
       g.changed, g.version = true, g.version + 1
       return
     end
@@ -923,7 +931,7 @@ local function paged_lib()
       local G = group_of(g, q)
       local V = {b = {}, g = {}, th = {}}
       for j = 1, G.np do V.b[j], V.g[j], V.th[j] = summarize(page_of(g, G, j).ts, G.pm[j], T, c) end
-      G.views[l] = V
+      G.views[l], G.other = V, true  -- every page record grows
       regroup(g, q)
     end
     g.changed = true
@@ -1111,10 +1119,11 @@ local function paged_lib()
     if g.gid then return g end
     local tier = g.tier
     g.key = g.st.key .. tier[7]  -- the hash <base>:G<tier>
+    g.tkey = g.key .. ':t'  -- the last page's bytes appended since it was last written whole
     g.interval, g.wms, g.tlimit, g.nextid = tier[4], tier[3], tier[2], 1
     g.gid, g.gfirst, g.glast, g.gn, g.gpc = {}, {}, {}, {}, {}
     g.views, g.vlist = {[g.tlimit] = {b = {}, g = {}, th = {}}}, {g.tlimit}
-    g.grp, g.pages, g.raws, g.dirty, g.gdirty, g.gone = {}, {}, {}, {}, {}, {}
+    g.grp, g.pages, g.dirty, g.gdirty, g.gone = {}, {}, {}, {}, {}
     g.changed, g.version, g.ttouched, g.reshaped = false, 0, {}, true
     return g
   end
@@ -1124,9 +1133,9 @@ local function paged_lib()
   -- appended to (not decoded) and its summaries carried one step further, as summarize would
   local function append_last(g, G, j, x, tg)
     local id, m = G.pid[j], G.pm[j] + 1
-    local raw = g.raws[id] or redis.call('HGET', g.key, 'p' .. fmt(id))
-    if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
-    g.raws[id] = raw .. struct.pack('>I7I6', x, tg)
+    g.tadd = (g.tadd or '') .. struct.pack('>I7I6', x, tg)  -- APPENDed to <G key>:t when saved
+    local pg = g.pages[id]
+    if pg then pg.ts[m], pg.tags[m] = x, tg end  -- read in this call: kept as it is now
     local ms = floor(x / 1000)
     if ms * 1000 < x then ms = ms + 1 end
     for _, l in ipairs(g.vlist) do
@@ -1140,7 +1149,6 @@ local function paged_lib()
       if m * T - x > V.g[j] then V.g[j] = m * T - x end
     end
     G.pm[j], G.plast[j] = m, x
-    g.dirty[id] = true
     touched(g, G)
   end
 
@@ -1170,7 +1178,7 @@ local function paged_lib()
         V.b[j], V.g[j], V.th[j] = nil, nil, nil
       end
     end
-    H.np, G.np = G.np - half, half
+    H.np, G.np, G.other = G.np - half, half, true
     regroup(g, q)
     insert_group(g, q + 1, H)
   end
@@ -1191,8 +1199,8 @@ local function paged_lib()
     local G = group_of(g, q)
     local j = last_at(G.pfirst, G.np, x)
     if j == 0 then j = 1 end
-    if q == g.ng and j == G.np and x >= G.plast[j] and not g.pages[G.pid[j]] and
-      G.pm[j] < most_page then  -- after the last booking: appended to its page's bytes
+    if q == g.ng and j == G.np and x >= G.plast[j] and not g.dirty[G.pid[j]] and
+      G.pid[j] == g.tpid and G.pm[j] < most_page then  -- after the last booking: appended to its page's bytes
       append_last(g, G, j, x, tg)
       regroup(g, q)
       return
@@ -1273,7 +1281,7 @@ local function paged_lib()
 
   -- g's header and group index from the hash's fields h and i, refused when mailguard did not
   -- write them
-  L.parse_gcra = function(g, h, idx)
+  L.parse_gcra = function(g, h, idx, last)
     local f, l, n, nx, vl = string.match(h or '', '^(%d+),(%d+),(%d+),(%d+);([%d,]*)$')
     if not f or not idx then corrupt(g.st, g.key, 'is not a gcra bucket') end
     g.floor, g.last, g.n, g.nextid = tonumber(f), tonumber(l), tonumber(n), tonumber(nx)
@@ -1283,7 +1291,10 @@ local function paged_lib()
     g.views = blank_views(g)
     local per = 5 + 3 * #g.vlist
     if not g.views[g.tlimit] or #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
-    g.ng, g.raw_i, g.reshaped = #idx / (8 * per), idx, false
+    g.raw_i, g.split_i = idx, last ~= nil  -- "j": the last group's record, apart (else in "i")
+    idx = idx .. (last or '')
+    if #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
+    g.ng, g.reshaped = #idx / (8 * per), false
     local v, k, total = unpack_records(string.rep('d', per), per, g.ng, idx, 1), 0, 0
     for q = 1, g.ng do
       g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = v[k + 1], v[k + 2], v[k + 3], v[k + 4], v[k + 5]
@@ -1295,6 +1306,7 @@ local function paged_lib()
       end
     end
     if total ~= g.n then corrupt(g.st, g.key, 'is not a gcra bucket') end
+    g.lastgid = g.gid[g.ng]
   end
 
   -- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
@@ -1330,8 +1342,9 @@ local function paged_lib()
       if V.b[q] > a then a = V.b[q] end
       tat = a
     end
-    if tat <= now_us then redis.call('DEL', g.key) return end
+    if tat <= now_us then redis.call('DEL', g.key, g.tkey) return end
     local per = 5 + 3 * #g.vlist
+    local rec = '>' .. string.rep('d', per)
     local function record(q)
       local r = {g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q]}
       for _, l in ipairs(g.vlist) do
@@ -1340,30 +1353,39 @@ local function paged_lib()
       end
       return r
     end
-    local index
-    if g.reshaped then  -- groups added, removed or grown: the whole index
+    -- the group index: "i" every group's record but the last, "j" the last one's (an append
+    -- changes "j" only)
+    local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. fmt(g.n) .. ',' .. fmt(g.nextid) .. ';' ..
+      table.concat(g.vlist, ','), 'j', struct.pack(rec, unpack(record(g.ng)))}
+    local index = g.raw_i
+    if g.reshaped or not g.split_i then  -- groups added, removed or grown: the whole index
       local flat = {}
-      for q = 1, g.ng do
+      for q = 1, g.ng - 1 do
         for _, v in ipairs(record(q)) do flat[#flat + 1] = v end
       end
-      index = pack_records(string.rep('d', per), per, flat, g.ng)
+      index = pack_records(string.rep('d', per), per, flat, g.ng - 1)
+      args[#args + 1], args[#args + 2] = 'i', index
     else  -- the same groups: the records that changed, spliced into the index as read
       local parts, from, size = {}, 1, 8 * per
-      for q = 1, g.ng do
+      for q = 1, g.ng - 1 do
         if g.ttouched[q] then
-          parts[#parts + 1] = string.sub(g.raw_i, from, (q - 1) * size)
-          parts[#parts + 1] = struct.pack('>' .. string.rep('d', per), unpack(record(q)))
+          parts[#parts + 1] = string.sub(index, from, (q - 1) * size)
+          parts[#parts + 1] = struct.pack(rec, unpack(record(q)))
           from = q * size + 1
         end
       end
-      parts[#parts + 1] = string.sub(g.raw_i, from)
-      index = table.concat(parts)
+      if #parts > 0 then
+        parts[#parts + 1] = string.sub(index, from)
+        index = table.concat(parts)
+        args[#args + 1], args[#args + 2] = 'i', index
+      end
     end
-    local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. fmt(g.n) .. ',' .. fmt(g.nextid) .. ';' ..
-      table.concat(g.vlist, ','), 'i', index}
+    -- a group's page index: "i<id>" its pages' records but the last, "k<id>" the last one's
     for id in pairs(g.gdirty) do
       local G, gf, kk = g.grp[id], {}, 0
-      for j = 1, G.np do
+      local from = 1
+      if G.other or not G.split then from = 1 else from = G.np end
+      for j = from, G.np do
         gf[kk + 1], gf[kk + 2], gf[kk + 3], gf[kk + 4] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
         kk = kk + 4
         for _, l in ipairs(g.vlist) do
@@ -1372,22 +1394,36 @@ local function paged_lib()
           kk = kk + 3
         end
       end
-      args[#args + 1], args[#args + 2] = 'i' .. fmt(id), pack_records(string.rep('d', per - 1), per - 1, gf, G.np)
+      local packed = pack_records(string.rep('d', per - 1), per - 1, gf, G.np - from + 1)
+      local cut = #packed - 8 * (per - 1)
+      if from == 1 then args[#args + 1], args[#args + 2] = 'i' .. fmt(id), string.sub(packed, 1, cut) end
+      args[#args + 1], args[#args + 2] = 'k' .. fmt(id), string.sub(packed, cut + 1)
+      G.other, G.split = false, true
     end
+    -- pages written whole; the last page's appended bytes APPENDed to <G key>:t (the page's
+    -- bytes are "p<id>" then that key's), dropped when that page is written whole or removed
+    local tail_gone = g.tgone
     for id in pairs(g.dirty) do
       local pg, pf = g.pages[id], {}
-      if pg then
-        for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
-        args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
-      else  -- appended to as bytes
-        args[#args + 1], args[#args + 2] = 'p' .. fmt(id), g.raws[id]
-      end
+      for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
+      args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
+      if id == g.tpid then tail_gone = true end
     end
     redis.call('HSET', g.key, unpack(args))
     if #g.gone > 0 then redis.call('HDEL', g.key, unpack(g.gone)) end
-    redis.call('PEXPIRE', g.key, -floor(-tat / 1000) - now + slack + 1)
+    local ttl = -floor(-tat / 1000) - now + slack + 1
+    redis.call('PEXPIRE', g.key, ttl)
+    if tail_gone then
+      redis.call('DEL', g.tkey)
+    elseif g.tadd then
+      redis.call('APPEND', g.tkey, g.tadd)
+    end
+    redis.call('PEXPIRE', g.tkey, ttl)
+    local LG = g.grp[g.gid[g.ng]]  -- the last page as stored now: its tail is <G key>:t
+    if tail_gone or g.tpid == nil then g.tpid = LG and LG.pid[LG.np] end
+    g.lastgid, g.tadd, g.tgone = g.gid[g.ng], nil, nil
     g.changed, g.dirty, g.gdirty, g.gone = false, {}, {}, {}
-    g.raw_i, g.ttouched, g.reshaped = index, {}, false
+    g.raw_i, g.split_i, g.ttouched, g.reshaped = index, true, {}, false
   end
 end
 
@@ -1515,12 +1551,12 @@ local function load_gcra(st, ti)
   local raw = st.legacy and st.legacy[ti]
   if not raw and unseen then return nil end  -- neither its string nor its hash exists
   local key = st.key .. tier[7]
-  local got = redis.pcall('HMGET', key, 'h', 'i')
+  local got = redis.pcall('HMGET', key, 'h', 'i', 'j')
   if got.err then corrupt(st, key, 'is not a hash') end
   if not got[1] and not got[2] and not raw then return nil end
   if not L.gcra_insert then paged_lib() end
   local g = L.with_pages(new_gcra(st, ti))
-  if got[1] or got[2] then L.parse_gcra(g, got[1], got[2]) end
+  if got[1] or got[2] then L.parse_gcra(g, got[1], got[2], got[3] or nil) end
   g.paged = got[1] ~= false or got[2] ~= false
   if raw then
     g.small, g.moved = true, true
@@ -1545,7 +1581,7 @@ local function save_gcra(st, ti)
   local g = st.gl[ti]
   if not g.changed then return end
   if g.ng == 0 then  -- nothing booked: the floor alone, as one string (<base>:g<tier>)
-    if g.paged then redis.call('DEL', g.key) end
+    if g.paged then redis.call('DEL', g.key, g.tkey) end
     g.paged, g.changed = false, false
     if g.floor <= now_us then redis.call('DEL', st.key .. st.spec[4][ti][6]) return end
     local text = fmt(g.floor)
