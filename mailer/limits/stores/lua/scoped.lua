@@ -27,9 +27,13 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           them when it alone made the floor; the view limits kept: the tier's and each share's),
           "i" per group of pages in time order the doubles id, first and last µs, bookings,
           pages, then per view the group's summary (b, g, theta: docs/explanation/limiter.md),
-          "i<id>" that group's pages the same way (id, first, last, bookings, summaries), "p<id>"
-          a page of the bookings after now, I7 time (µs) and I6 tag each (pages and groups of
-          about the cube root of the backlog); with nothing booked, <base>:g<tier> instead, the
+          but the last group's, kept in "j"; "i<id>" that group's pages the same way (id, first,
+          last, bookings, summaries) but the last page's, in "k<id>" ("i" and "i<id>" of an
+          earlier version hold every record, no "j", "k<id>"); "p<id>" a page of the bookings
+          after now, I7 time (µs) and I6 tag each (pages and groups of about the cube root of the
+          backlog), the last page's bytes going on in the string <base>:G<tier>:t (bookings
+          appended at the end, APPENDed; dropped when that page is written whole); with
+          nothing booked, <base>:g<tier> instead, the
           floor alone as before ("<floor>[,<last>]", one MGET and one SET, the one-timestamp
           rule); one of earlier versions with bookings ("...|" and I7 µs, I6 tag each) is moved
           into the hash once,
