@@ -1,0 +1,412 @@
+"""A gcra tier's bookings in pages in groups, each summarised per view: the paged search.
+
+The bookings (µs, sorted, with their tags) are cut in pages of at most :data:`PAGE` and the
+pages in groups of at most :data:`GROUP`. For a view (interval ``T`` µs, ``c = (L-1)·T``) a
+run of emissions ``e_1 .. e_m`` (a page, a group) is summarised by (docs/explanation/
+limiter.md, "Long gcra backlogs: pages with summaries"):
+
+- ``a = m·T``, ``b``: it maps the arrival time entering it ``tau`` to ``max(tau + a, b)``;
+- ``g``: it maps the bound ``R`` after it to ``max(R + a, g)`` before it;
+- ``theta`` (per ``c``): every gap ending at one of its emissions admits no ms when ``tau >=
+  theta``.
+
+Summaries compose, so a search from ``t`` skips a whole group or page whose summary proves
+every gap in it closed or over-full and reads only what it cannot skip: a decision reads the
+group summaries, one group's page summaries and a page or two, about O(n^(1/3)) values for
+``n`` bookings. A booking after the last one carries the summaries one step (O(1) per view);
+one elsewhere recomputes its page's and its group's; a release or a fold likewise.
+:mod:`mailer.limits.gcra_log` keeps the linear search over a plain list as the reference;
+``tests/test_gcra_pages.py`` checks both give the same answers.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterator
+
+#: Below any time: ``R`` when no emission follows.
+NONE = -(1 << 80)
+#: The most bookings a page keeps before it is cut in two (the last one: a new page starts).
+PAGE = 128
+#: The most pages a group keeps before it is cut in two (the last one: a new group starts).
+GROUP = 32
+
+#: A run's ``[a, b, g]`` for one interval (µs), mutable: carried one step on an append.
+Fold = list[int]
+
+
+def _closing(e: int, c: int) -> int:
+    """The arrival time from which the gap ending at emission ``e`` admits no ms."""
+    return c + (-(-e // 1000) - 1) * 1000 + 1
+
+
+def _ceil_ms(us: int) -> int:
+    return -(-us // 1000)
+
+
+class _Run:
+    """A page (``times``/``tags``) or a group (``pages``), with its summaries by view."""
+
+    __slots__ = ("folds", "thetas")
+
+    def __init__(self) -> None:
+        self.folds: dict[int, Fold] = {}  # interval -> [a, b, g]
+        self.thetas: dict[tuple[int, int], int] = {}  # (interval, c) -> theta
+
+    def forget(self) -> None:
+        self.folds.clear()
+        self.thetas.clear()
+
+    def carry(self, e: int, m: int) -> None:
+        """Carry every summary one step: ``e`` appended after the run's ``m`` emissions."""
+        for (interval, c), theta in self.thetas.items():
+            need = _closing(e, c)
+            if self.folds[interval][1] < need:
+                self.thetas[interval, c] = max(theta, need - m * interval)
+        for interval, f in self.folds.items():
+            f[0] += interval
+            f[1] = max(f[1], e) + interval
+            f[2] = max(f[2], (m + 1) * interval - e)
+
+
+class _Page(_Run):
+    __slots__ = ("tags", "times")
+
+    def __init__(self, times: list[int], tags: list[int]) -> None:
+        super().__init__()
+        self.times = times
+        self.tags = tags
+
+    def fold(self, interval: int) -> Fold:
+        f = self.folds.get(interval)
+        if f is None:
+            b, g = NONE, NONE
+            for i, e in enumerate(self.times, 1):
+                b = max(b, e) + interval
+                g = max(g, i * interval - e)
+            f = self.folds[interval] = [len(self.times) * interval, b, g]
+        return f
+
+    def theta(self, interval: int, c: int) -> int:
+        theta = self.thetas.get((interval, c))
+        if theta is None:
+            self.fold(interval)  # carried along with theta (``carry``)
+            b, theta = NONE, NONE
+            for i, e in enumerate(self.times):
+                need = _closing(e, c)
+                if b < need:
+                    theta = max(theta, need - i * interval)
+                b = max(b, e) + interval
+            self.thetas[interval, c] = theta
+        return theta
+
+
+class _Group(_Run):
+    __slots__ = ("count", "pages")
+
+    def __init__(self, pages: list[_Page]) -> None:
+        super().__init__()
+        self.pages = pages
+        self.count = sum(len(p.times) for p in pages)
+
+    def fold(self, interval: int) -> Fold:
+        f = self.folds.get(interval)
+        if f is None:
+            a, b, g = 0, NONE, NONE
+            for page in self.pages:
+                pa, pb, pg = page.fold(interval)
+                a, b, g = a + pa, max(b + pa, pb), max(g, pg + a)
+            f = self.folds[interval] = [a, b, g]
+        return f
+
+    def theta(self, interval: int, c: int) -> int:
+        theta = self.thetas.get((interval, c))
+        if theta is None:
+            self.fold(interval)  # carried along with theta (``carry``)
+            a, b, theta = 0, NONE, NONE
+            for page in self.pages:
+                pa, pb, _ = page.fold(interval)
+                pt = page.theta(interval, c)
+                if pt > b:
+                    theta = max(theta, pt - a)
+                a, b = a + pa, max(b + pa, pb)
+            self.thetas[interval, c] = theta
+        return theta
+
+
+#: A place among the bookings: (group, page, index in the page); None: after the last.
+Place = tuple[int, int, int] | None
+
+
+class Pages:
+    """One gcra tier's bookings after now, sorted, in pages in groups, with summaries."""
+
+    def __init__(self, page: int = PAGE, group: int = GROUP) -> None:
+        self.groups: list[_Group] = []
+        self.count = 0
+        self._page, self._group = page, group
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __bool__(self) -> bool:
+        return self.count > 0
+
+    def __iter__(self) -> Iterator[int]:
+        for group in self.groups:
+            for page in group.pages:
+                yield from page.times
+
+    def entries(self) -> Iterator[tuple[int, int]]:
+        """Every booking as ``(µs, tag)``, in order."""
+        for group in self.groups:
+            for page in group.pages:
+                yield from zip(page.times, page.tags, strict=True)
+
+    def first(self) -> int:
+        """The first booking's time (µs); there must be one."""
+        return self.groups[0].pages[0].times[0]
+
+    def locate(self, us: int) -> Place:
+        """The place of the first booking after ``us`` (µs)."""
+        gi = bisect_right(self.groups, us, key=lambda g: g.pages[-1].times[-1])
+        if gi == len(self.groups):
+            return None
+        pages = self.groups[gi].pages
+        pi = bisect_right(pages, us, key=lambda p: p.times[-1])
+        return gi, pi, bisect_right(pages[pi].times, us)
+
+    def add(self, x_us: int, tag: int) -> None:
+        """Insert a booking at ``x_us`` after those at the same time."""
+        self.count += 1
+        if not self.groups:
+            page = _Page([x_us], [tag])
+            self.groups.append(_Group([page]))
+            return
+        gi = min(
+            bisect_right(self.groups, x_us, key=lambda g: g.pages[-1].times[-1]),
+            len(self.groups) - 1,
+        )
+        group = self.groups[gi]
+        pi = min(bisect_right(group.pages, x_us, key=lambda p: p.times[-1]), len(group.pages) - 1)
+        page = group.pages[pi]
+        i = bisect_right(page.times, x_us)
+        if i == len(page.times):  # after the page's last: its summaries carried one step
+            page.carry(x_us, i)
+            if pi == len(group.pages) - 1:
+                group.carry(x_us, group.count)
+            else:
+                group.forget()
+        else:
+            page.forget()
+            group.forget()
+        page.times.insert(i, x_us)
+        page.tags.insert(i, tag)
+        group.count += 1
+        if len(page.times) > self._page:
+            self._split_page(gi, pi)
+
+    def _split_page(self, gi: int, pi: int) -> None:
+        group = self.groups[gi]
+        page = group.pages[pi]
+        at = len(page.times) - 1 if self._is_end(gi, pi) else len(page.times) // 2
+        group.pages.insert(pi + 1, _Page(page.times[at:], page.tags[at:]))
+        del page.times[at:], page.tags[at:]
+        page.forget()
+        if len(group.pages) > self._group:
+            at = len(group.pages) - 1 if gi == len(self.groups) - 1 else len(group.pages) // 2
+            self.groups.insert(gi + 1, _Group(group.pages[at:]))
+            del group.pages[at:]
+            group.count -= self.groups[gi + 1].count
+            group.forget()
+
+    def _is_end(self, gi: int, pi: int) -> bool:
+        return gi == len(self.groups) - 1 and pi == len(self.groups[gi].pages) - 1
+
+    def remove(self, tag: int, at: int) -> bool:
+        """Remove the last booking tagged ``tag`` whose slot (µs rounded up to the ms) is
+        ``at`` ms; False when none."""
+        if not self.groups:
+            return False
+        place = self.locate(at * 1000)
+        if place is None:
+            gi = len(self.groups) - 1
+            pi = len(self.groups[gi].pages) - 1
+            place = gi, pi, len(self.groups[gi].pages[pi].times)
+        gi, pi, i = place
+        while True:  # back from the last booking at or before the slot's end
+            i -= 1
+            while i < 0:
+                if pi:
+                    pi -= 1
+                elif gi:
+                    gi -= 1
+                    pi = len(self.groups[gi].pages) - 1
+                else:
+                    return False
+                i = len(self.groups[gi].pages[pi].times) - 1
+            page = self.groups[gi].pages[pi]
+            if _ceil_ms(page.times[i]) < at:
+                return False
+            if page.tags[i] == tag:
+                self._delete(gi, pi, i, i + 1)
+                return True
+
+    def _delete(self, gi: int, pi: int, start: int, end: int) -> None:
+        group = self.groups[gi]
+        page = group.pages[pi]
+        del page.times[start:end], page.tags[start:end]
+        page.forget()
+        group.forget()
+        group.count -= end - start
+        self.count -= end - start
+        if not page.times:
+            del group.pages[pi]
+            if not group.pages:
+                del self.groups[gi]
+
+    def pop_until(self, now_us: int) -> Iterator[tuple[int, int]]:
+        """Take out the bookings at or before ``now_us``, yielding them in order."""
+        while self.groups:
+            page = self.groups[0].pages[0]
+            if page.times[0] > now_us:
+                return
+            cut = bisect_right(page.times, now_us)
+            taken = list(zip(page.times[:cut], page.tags[:cut], strict=True))
+            self._delete(0, 0, 0, cut)
+            yield from taken
+
+    def tat(self, floor: int, interval: int) -> int:
+        """The arrival time after every booking, from ``floor`` (µs)."""
+        tau = floor
+        for group in self.groups:
+            a, b, _ = group.fold(interval)
+            tau = max(tau + a, b)
+        return tau
+
+    def earliest(  # noqa: PLR0917 - gcra_log.earliest's arguments
+        self, floor: int, limit: int, interval: int, t: int, now: int, now_us: int
+    ) -> int:
+        """:func:`mailer.limits.gcra_log.earliest` over these bookings: the earliest ms ``>=
+        t`` at which one more emission keeps the view ``(limit, interval)`` from ``floor``;
+        ``t == now`` asks for an admission at ``now_us`` first."""
+        c = (limit - 1) * interval
+        view = _View(self, floor, interval, c)
+        if t == now:
+            tat, right = view.bounds(self.locate(now_us))
+            if tat - now_us <= c and right + now_us <= c and tat + right <= c:
+                return now
+            t = now + 1
+        x = t
+        place = self.locate(x * 1000)
+        while place is not None:
+            gi, pi, i = place
+            pages = self.groups[gi].pages
+            if i == 0 and pi == 0 and view.skips_group(gi):
+                x = max(x, _ceil_ms(pages[-1].times[-1]))
+            elif i == 0 and view.skips_page(gi, pi):
+                x = max(x, _ceil_ms(pages[pi].times[-1]))
+            else:
+                x, found = view.walk(place, x)
+                if found:
+                    return x
+            place = self.locate(x * 1000)
+        return max(x, _ceil_ms(view.edges()[0][-1] - c))
+
+    def used(self, floor: int, interval: int, at_us: int) -> int:
+        """:func:`mailer.limits.gcra_log.used` over these bookings."""
+        tat, right = _View(self, floor, interval, 0).bounds(self.locate(at_us))
+        ahead = max(0, tat - at_us) + max(0, right + at_us)
+        return -(-ahead // interval)
+
+
+class _View:
+    """One search's view ``(interval, c)`` of the bookings from ``floor``: the arrival time
+    entering and the bound after each group and page, computed where the search looks."""
+
+    def __init__(self, pages: Pages, floor: int, interval: int, c: int) -> None:
+        self.pages, self.floor, self.interval, self.c = pages, floor, interval, c
+        self._groups: tuple[list[int], list[int]] | None = None
+        self._pages: dict[int, tuple[list[int], list[int]]] = {}
+
+    def edges(self) -> tuple[list[int], list[int]]:
+        """Per group: the arrival time entering it (one more: after all) and the bound after."""
+        if self._groups is None:
+            folds = [group.fold(self.interval) for group in self.pages.groups]
+            taus = [self.floor]
+            for a, b, _ in folds:
+                taus.append(max(taus[-1] + a, b))
+            rights = [NONE] * len(folds)
+            for j in range(len(folds) - 1, 0, -1):
+                a, _, g = folds[j]
+                rights[j - 1] = max(rights[j] + a, g)
+            self._groups = taus, rights
+        return self._groups
+
+    def page_edges(self, gi: int) -> tuple[list[int], list[int]]:
+        """:meth:`edges` for the pages of group ``gi``."""
+        out = self._pages.get(gi)
+        if out is None:
+            taus, rights = self.edges()
+            folds = [page.fold(self.interval) for page in self.pages.groups[gi].pages]
+            ptaus = [taus[gi]]
+            for a, b, _ in folds[:-1]:
+                ptaus.append(max(ptaus[-1] + a, b))
+            prights = [rights[gi]] * len(folds)
+            for j in range(len(folds) - 1, 0, -1):
+                a, _, g = folds[j]
+                prights[j - 1] = max(prights[j] + a, g)
+            out = self._pages[gi] = ptaus, prights
+        return out
+
+    def skips_group(self, gi: int) -> bool:
+        """Whether every gap ending at one of group ``gi``'s bookings is closed or over-full."""
+        group = self.pages.groups[gi]
+        taus, rights = self.edges()
+        tau = taus[gi]
+        a = group.fold(self.interval)[0]
+        return tau >= group.theta(self.interval, self.c) or tau + rights[gi] + a > self.c
+
+    def skips_page(self, gi: int, pi: int) -> bool:
+        """:meth:`skips_group` for page ``pi`` of group ``gi``."""
+        page = self.pages.groups[gi].pages[pi]
+        taus, rights = self.page_edges(gi)
+        tau = taus[pi]
+        a = page.fold(self.interval)[0]
+        return tau >= page.theta(self.interval, self.c) or tau + rights[pi] + a > self.c
+
+    def bounds(self, place: Place) -> tuple[int, int]:
+        """``tat_k`` and ``R_k`` at the gap before the booking at ``place`` (None: after all)."""
+        if place is None:
+            return self.edges()[0][-1], NONE
+        gi, pi, i = place
+        taus, rights = self.page_edges(gi)
+        times, interval = self.pages.groups[gi].pages[pi].times, self.interval
+        tat, right = taus[pi], rights[pi]
+        for e in times[:i]:
+            tat = max(tat, e) + interval
+        for e in reversed(times[i:]):
+            right = max(right + interval, interval - e)
+        return tat, right
+
+    def walk(self, place: tuple[int, int, int], x: int) -> tuple[int, bool]:
+        """The linear search through the gaps of one page from ``place``: ``(x, True)`` when
+        ``x`` fits there, else ``(x, False)`` with ``x`` past the page's last booking."""
+        gi, pi, i = place
+        taus, rights = self.page_edges(gi)
+        times, interval, c = self.pages.groups[gi].pages[pi].times, self.interval, self.c
+        tats = [taus[pi]]
+        for e in times:
+            tats.append(max(tats[-1], e) + interval)
+        bounds = [rights[pi]] * (len(times) + 1)
+        for k in range(len(times) - 1, -1, -1):
+            bounds[k] = max(bounds[k + 1] + interval, interval - times[k])
+        while i < len(times):
+            tat, right = tats[i], bounds[i]
+            if tat + right <= c:
+                x = max(x, _ceil_ms(tat - c))
+                if x * 1000 < times[i] and right + x * 1000 <= c:
+                    return x, True
+            x = max(x, _ceil_ms(times[i]))
+            i = bisect_right(times, x * 1000)
+        return x, False
