@@ -83,15 +83,17 @@ def _same(log: GcraLog, ref: ListLog) -> None:
     assert list(log.times.entries()) == list(zip(ref.times, ref.tags, strict=True))
 
 
-def _same_summaries(pages: Pages) -> None:
+def _same_summaries(pages: Pages, intervals: tuple[int, ...]) -> None:
     """Every summary kept (carried by appends, or computed) is the one computed afresh."""
     fresh = copy.deepcopy(pages)
+    fresh.forget()
+    for interval in intervals:
+        assert pages.group_edges(interval) == fresh.group_edges(interval)
     for group, again in zip(pages.groups, fresh.groups, strict=True):
         assert group.count == sum(len(p.times) for p in group.pages) > 0
-        runs = list(zip(group.pages, again.pages, strict=True))
-        for _, new in [*runs, (group, again)]:
-            new.forget()
-        for run, new in [*runs, (group, again)]:  # pages first: a group composes theirs
+        for interval in intervals:
+            assert group.page_edges(interval) == again.page_edges(interval)
+        for run, new in [*zip(group.pages, again.pages, strict=True), (group, again)]:
             assert {i: new.fold(i) for i in run.folds} == run.folds
             assert {k: new.theta(*k) for k in run.thetas} == run.thetas
 
@@ -157,6 +159,7 @@ def test_bookings_releases_and_folds_keep_the_same_answers(
     releases and folds as now moves on: the paged log keeps the linear log's content, and
     the full view's and a share's view's answers stay the linear ones at every step."""
     limit, interval = view
+    part = interval if share is None else -(-interval * share[1] // share[0])
     ref, log = ListLog(), GcraLog(times=Pages(*sizes))
     now_us = NOW_US
     for n, (op, arg, tag) in enumerate(ops, 1):
@@ -184,10 +187,9 @@ def test_bookings_releases_and_folds_keep_the_same_answers(
             ref.fold(now_us, interval)
             fold(log, now_us, interval)
         _same(log, ref)
-        _same_summaries(log.times)
+        _same_summaries(log.times, (interval, part))
     _check_searches(log, ref, view, now_us)
     if share is not None:  # a share's view of the same bookings from its own base
-        part = -(-interval * share[1] // share[0])
         lim = max(1, limit * share[0] // share[1])
         base = share_floor(ref.floor, now_us, interval, part)
         _check_searches(GcraLog(base, log.times), ListLog(base, ref.times), (lim, part), now_us)

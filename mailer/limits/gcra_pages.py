@@ -33,6 +33,23 @@ GROUP = 32
 
 #: A run's ``[a, b, g]`` for one interval (µs), mutable: carried one step on an append.
 Fold = list[int]
+#: Per run of a sequence: the composed maps ``A``, ``B`` before it and ``S``, ``G`` after it.
+Edges = tuple[list[int], list[int], list[int], list[int]]
+
+
+def _edges(folds: list[Fold]) -> Edges:
+    """The :data:`Edges` of consecutive runs with these folds (``A``, ``B``: one more, the
+    map over every run)."""
+    big_a, big_b = [0], [NONE]
+    for a, b, _ in folds:
+        big_a.append(big_a[-1] + a)
+        big_b.append(max(big_b[-1] + a, b))
+    big_s, big_g = [0] * len(folds), [NONE] * len(folds)
+    for j in range(len(folds) - 1, 0, -1):
+        a, _, g = folds[j]
+        big_s[j - 1] = big_s[j] + a
+        big_g[j - 1] = max(big_g[j] + a, g)
+    return big_a, big_b, big_s, big_g
 
 
 def _closing(e: int, c: int) -> int:
@@ -102,12 +119,27 @@ class _Page(_Run):
 
 
 class _Group(_Run):
-    __slots__ = ("count", "pages")
+    __slots__ = ("count", "edges", "pages")
 
     def __init__(self, pages: list[_Page]) -> None:
         super().__init__()
         self.pages = pages
         self.count = sum(len(p.times) for p in pages)
+        #: Per interval, its pages' maps from the group's start and bounds to its end.
+        self.edges: dict[int, Edges] = {}
+
+    def forget(self) -> None:
+        super().forget()
+        self.edges.clear()
+
+    def page_edges(self, interval: int) -> Edges:
+        """Per page ``p``: the map ``(A, B)`` from the group's start to the page's (the
+        arrival time entering it is ``max(tau + A, B)``) and ``(S, G)`` from the group's end
+        to the page's (the bound after it is ``max(R + S, G)``)."""
+        out = self.edges.get(interval)
+        if out is None:
+            out = self.edges[interval] = _edges([p.fold(interval) for p in self.pages])
+        return out
 
     def fold(self, interval: int) -> Fold:
         f = self.folds.get(interval)
@@ -145,6 +177,22 @@ class Pages:
         self.groups: list[_Group] = []
         self.count = 0
         self._page, self._group = page, group
+        self._edges: dict[int, Edges] = {}  # per interval, over the groups (any change: gone)
+
+    def forget(self) -> None:
+        """Drop every summary kept (each is computed again where a search needs it)."""
+        self._edges.clear()
+        for group in self.groups:
+            group.forget()
+            for page in group.pages:
+                page.forget()
+
+    def group_edges(self, interval: int) -> Edges:
+        """:meth:`_Group.page_edges` over the groups."""
+        out = self._edges.get(interval)
+        if out is None:
+            out = self._edges[interval] = _edges([g.fold(interval) for g in self.groups])
+        return out
 
     def __len__(self) -> int:
         return self.count
@@ -179,6 +227,7 @@ class Pages:
     def add(self, x_us: int, tag: int) -> None:
         """Insert a booking at ``x_us`` after those at the same time."""
         self.count += 1
+        self._edges.clear()
         if not self.groups:
             page = _Page([x_us], [tag])
             self.groups.append(_Group([page]))
@@ -193,6 +242,7 @@ class Pages:
         i = bisect_right(page.times, x_us)
         if i == len(page.times):  # after the page's last: its summaries carried one step
             page.carry(x_us, i)
+            group.edges.clear()
             if pi == len(group.pages) - 1:
                 group.carry(x_us, group.count)
             else:
@@ -213,6 +263,7 @@ class Pages:
         group.pages.insert(pi + 1, _Page(page.times[at:], page.tags[at:]))
         del page.times[at:], page.tags[at:]
         page.forget()
+        group.edges.clear()
         if len(group.pages) > self._group:
             at = len(group.pages) - 1 if gi == len(self.groups) - 1 else len(group.pages) // 2
             self.groups.insert(gi + 1, _Group(group.pages[at:]))
@@ -256,6 +307,7 @@ class Pages:
         group = self.groups[gi]
         page = group.pages[pi]
         del page.times[start:end], page.tags[start:end]
+        self._edges.clear()
         page.forget()
         group.forget()
         group.count -= end - start
@@ -278,11 +330,8 @@ class Pages:
 
     def tat(self, floor: int, interval: int) -> int:
         """The arrival time after every booking, from ``floor`` (µs)."""
-        tau = floor
-        for group in self.groups:
-            a, b, _ = group.fold(interval)
-            tau = max(tau + a, b)
-        return tau
+        big_a, big_b, _, _ = self.group_edges(interval)
+        return max(floor + big_a[-1], big_b[-1])
 
     def earliest(  # noqa: PLR0917 - gcra_log.earliest's arguments
         self, floor: int, limit: int, interval: int, t: int, now: int, now_us: int
@@ -311,7 +360,7 @@ class Pages:
                 if found:
                     return x
             place = self.locate(x * 1000)
-        return max(x, _ceil_ms(view.edges()[0][-1] - c))
+        return max(x, _ceil_ms(self.tat(floor, interval) - c))
 
     def used(self, floor: int, interval: int, at_us: int) -> int:
         """:func:`mailer.limits.gcra_log.used` over these bookings."""
@@ -322,70 +371,50 @@ class Pages:
 
 class _View:
     """One search's view ``(interval, c)`` of the bookings from ``floor``: the arrival time
-    entering and the bound after each group and page, computed where the search looks."""
+    entering and the bound after each group and page, from the maps the bookings keep."""
 
     def __init__(self, pages: Pages, floor: int, interval: int, c: int) -> None:
         self.pages, self.floor, self.interval, self.c = pages, floor, interval, c
-        self._groups: tuple[list[int], list[int]] | None = None
-        self._pages: dict[int, tuple[list[int], list[int]]] = {}
+        self._groups = pages.group_edges(interval)
 
-    def edges(self) -> tuple[list[int], list[int]]:
-        """Per group: the arrival time entering it (one more: after all) and the bound after."""
-        if self._groups is None:
-            folds = [group.fold(self.interval) for group in self.pages.groups]
-            taus = [self.floor]
-            for a, b, _ in folds:
-                taus.append(max(taus[-1] + a, b))
-            rights = [NONE] * len(folds)
-            for j in range(len(folds) - 1, 0, -1):
-                a, _, g = folds[j]
-                rights[j - 1] = max(rights[j] + a, g)
-            self._groups = taus, rights
-        return self._groups
+    def at_group(self, gi: int) -> tuple[int, int]:
+        """The arrival time entering group ``gi`` and the bound after it."""
+        big_a, big_b, big_s, big_g = self._groups
+        return max(self.floor + big_a[gi], big_b[gi]), max(NONE + big_s[gi], big_g[gi])
 
-    def page_edges(self, gi: int) -> tuple[list[int], list[int]]:
-        """:meth:`edges` for the pages of group ``gi``."""
-        out = self._pages.get(gi)
-        if out is None:
-            taus, rights = self.edges()
-            folds = [page.fold(self.interval) for page in self.pages.groups[gi].pages]
-            ptaus = [taus[gi]]
-            for a, b, _ in folds[:-1]:
-                ptaus.append(max(ptaus[-1] + a, b))
-            prights = [rights[gi]] * len(folds)
-            for j in range(len(folds) - 1, 0, -1):
-                a, _, g = folds[j]
-                prights[j - 1] = max(prights[j] + a, g)
-            out = self._pages[gi] = ptaus, prights
-        return out
+    def at_page(self, gi: int, pi: int) -> tuple[int, int]:
+        """:meth:`at_group` for page ``pi`` of group ``gi``."""
+        tau, right = self.at_group(gi)
+        big_a, big_b, big_s, big_g = self.pages.groups[gi].page_edges(self.interval)
+        return max(tau + big_a[pi], big_b[pi]), max(right + big_s[pi], big_g[pi])
 
     def skips_group(self, gi: int) -> bool:
         """Whether every gap ending at one of group ``gi``'s bookings is closed or over-full."""
         group = self.pages.groups[gi]
-        taus, rights = self.edges()
-        tau = taus[gi]
+        tau, right = self.at_group(gi)
         a = group.fold(self.interval)[0]
-        return tau >= group.theta(self.interval, self.c) or tau + rights[gi] + a > self.c
+        return tau >= group.theta(self.interval, self.c) or tau + right + a > self.c
 
     def skips_page(self, gi: int, pi: int) -> bool:
         """:meth:`skips_group` for page ``pi`` of group ``gi``."""
         page = self.pages.groups[gi].pages[pi]
-        taus, rights = self.page_edges(gi)
-        tau = taus[pi]
+        tau, right = self.at_page(gi, pi)
         a = page.fold(self.interval)[0]
-        return tau >= page.theta(self.interval, self.c) or tau + rights[pi] + a > self.c
+        return tau >= page.theta(self.interval, self.c) or tau + right + a > self.c
 
     def bounds(self, place: Place) -> tuple[int, int]:
         """``tat_k`` and ``R_k`` at the gap before the booking at ``place`` (None: after all)."""
         if place is None:
-            return self.edges()[0][-1], NONE
+            return self.pages.tat(self.floor, self.interval), NONE
         gi, pi, i = place
-        taus, rights = self.page_edges(gi)
-        times, interval = self.pages.groups[gi].pages[pi].times, self.interval
-        tat, right = taus[pi], rights[pi]
-        for e in times[:i]:
+        page, interval = self.pages.groups[gi].pages[pi], self.interval
+        tat, right = self.at_page(gi, pi)
+        if i == 0:  # the page's first gap: its summary is enough
+            a, _, g = page.fold(interval)
+            return tat, max(right + a, g)
+        for e in page.times[:i]:
             tat = max(tat, e) + interval
-        for e in reversed(times[i:]):
+        for e in reversed(page.times[i:]):
             right = max(right + interval, interval - e)
         return tat, right
 
@@ -393,12 +422,12 @@ class _View:
         """The linear search through the gaps of one page from ``place``: ``(x, True)`` when
         ``x`` fits there, else ``(x, False)`` with ``x`` past the page's last booking."""
         gi, pi, i = place
-        taus, rights = self.page_edges(gi)
         times, interval, c = self.pages.groups[gi].pages[pi].times, self.interval, self.c
-        tats = [taus[pi]]
+        tau, right = self.at_page(gi, pi)
+        tats = [tau]
         for e in times:
             tats.append(max(tats[-1], e) + interval)
-        bounds = [rights[pi]] * (len(times) + 1)
+        bounds = [right] * (len(times) + 1)
         for k in range(len(times) - 1, -1, -1):
             bounds[k] = max(bounds[k + 1] + interval, interval - times[k])
         while i < len(times):
