@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mailer.limits import gcra_pages
 from mailer.limits.gcra_log import (
     GcraLog,
     earliest,
@@ -21,7 +22,7 @@ from mailer.limits.gcra_log import (
     share_floor,
     used,
 )
-from mailer.limits.gcra_pages import Pages
+from mailer.limits.gcra_pages import NONE, Pages
 
 NOW_US = 1_700_000_000_000_123
 NOW = NOW_US // 1000
@@ -107,6 +108,13 @@ def _check_searches(log: GcraLog, ref: ListLog, view: tuple[int, int], now_us: i
         want = earliest(ref.floor, ref.times, limit, interval, t, now=now, now_us=now_us)
         got = earliest(log.floor, log.times, limit, interval, t, now=now, now_us=now_us)
         assert got == want, (t, view)
+    view_ = gcra_pages._View(log.times, log.floor, interval, (limit - 1) * interval)
+    for gi, group in enumerate(log.times.groups):  # a group is skipped iff all its pages are
+        tau, right = view_.at_group(gi)
+        fold_ = group.fold(interval)
+        whole = tau >= group.theta(interval, view_.c) or tau + right + fold_[0] > view_.c
+        pages = all(view_.skips_page(gi, pi) for pi in range(len(group.pages)))
+        assert view_.skips_group(gi) == (whole or pages)
     for at in {now_us, *(e + d for e in ref.times[::3] for d in (-1, 0, 1))}:
         assert used(log.floor, log.times, interval, at) == used(ref.floor, ref.times, interval, at)
     assert expires_us(log, interval) == ref.expires(interval)
@@ -197,14 +205,15 @@ def test_bookings_releases_and_folds_keep_the_same_answers(
 
 def test_a_newsletter_appended_at_the_end_keeps_full_pages() -> None:
     """Bookings made one by one after the last one fill their pages and groups (a new one
-    starts where the last is full), so 100 000 bookings keep about n / 128 pages."""
+    starts where the last is full): n / PAGE pages."""
     log = GcraLog()
     limit, interval = 7, -(-1_000_000 // 7)
     for i in range(5_000):
         insert(log, NOW_US + 1 + i * interval, i + 1, NOW_US, interval)
     pages = [len(p.times) for g in log.times.groups for p in g.pages]
     assert sum(pages) == 5_000
-    assert len(pages) == -(-5_000 // 128)
+    assert len(pages) == -(-5_000 // gcra_pages.PAGE)
+    assert len(log.times.groups) == -(-len(pages) // gcra_pages.GROUP)
     x = earliest(log.floor, log.times, limit, interval, NOW, now=NOW, now_us=NOW_US)
     ref = list(log.times)
     assert x == earliest(log.floor, ref, limit, interval, NOW, now=NOW, now_us=NOW_US)
@@ -224,3 +233,68 @@ def test_a_run_exactly_at_the_limit_is_read() -> None:
                 want = earliest(0, times, 3, 1000, t, now=NOW, now_us=NOW * 1000)
                 assert earliest(0, pages, 3, 1000, t, now=NOW, now_us=NOW * 1000) == want
             assert earliest(0, pages, 3, 1000, NOW + 4, now=NOW, now_us=NOW * 1000) == NOW + 4
+
+
+def _flat(runs: list[list[int]]) -> list[int]:
+    return [e for run in runs for e in run]
+
+
+def _fold_from(start: int, times: list[int], interval: int) -> int:
+    for e in times:
+        start = max(start, e) + interval
+    return start
+
+
+def _bound_from(start: int, times: list[int], interval: int) -> int:
+    for e in reversed(times):
+        start = max(start + interval, interval - e)
+    return start
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    view=VIEWS,
+    offsets=st.lists(st.integers(1, 30_000), min_size=2, max_size=30),
+    misaligned=st.booleans(),
+    page=st.integers(1, 4),
+    picks=st.lists(st.tuples(st.integers(0, 99), st.integers(0, 99)), min_size=1, max_size=12),
+)
+def test_a_group_is_skipped_exactly_when_each_of_its_pages_is(
+    view: tuple[int, int],
+    offsets: list[int],
+    misaligned: bool,
+    page: int,
+    picks: list[tuple[int, int]],
+) -> None:
+    """The sorted thresholds a group keeps (``_Group.skipped``) say what checking every page
+    but the last one by one says, at and around each page's thresholds (µs edges)."""
+    limit, interval = view
+    c = (limit - 1) * interval
+    times = sorted(NOW_US + o if misaligned else (NOW + 1 + o // 1000) * 1000 for o in offsets)
+    pages = Pages(page, 1_000)
+    for tag, e in enumerate(times, 1):
+        pages.add(e, tag)
+    (group,) = pages.groups
+    runs = [run.times for run in group.pages]
+    taus, rights = [NOW_US], [-NOW_US]
+    for p, run in enumerate(group.pages[:-1]):  # each page's thresholds, from its emissions
+        before, after = _flat(runs[:p]), _flat(runs[p + 1 : -1])
+        a = len(run.times) * interval
+        big_b, big_g = _fold_from(NONE, before, interval), _bound_from(NONE, after, interval)
+        taus += [run.theta(interval, c) - len(before) * interval]
+        taus += [c + 1 - len(before) * interval - big_g - a]
+        rights += [c + 1 - big_b - len(after) * interval - a, c + 1 - len(times) * interval]
+    taus = [t + d for t in taus for d in (-1, 0, 1) if abs(t) < 1 << 60]
+    rights = [r + d for r in rights for d in (-1, 0, 1) if abs(r) < 1 << 60]
+    for i, j in picks:
+        tau, right = taus[i % len(taus)], rights[j % len(rights)]
+        if j % 2:
+            right = c + 1 - len(_flat(runs[:-1])) * interval - tau + j % 3 - 1
+        each = []
+        for p, run in enumerate(group.pages[:-1]):
+            tat = _fold_from(tau, _flat(runs[:p]), interval)
+            bound = _bound_from(right, _flat(runs[p + 1 : -1]), interval)
+            each.append(
+                tat >= run.theta(interval, c) or tat + bound + len(run.times) * interval > c
+            )
+        assert group.skipped(interval, c, tau, right) == all(each)

@@ -27,19 +27,24 @@ from collections.abc import Iterator
 #: Below any time: ``R`` when no emission follows.
 NONE = -(1 << 80)
 #: The most bookings a page keeps before it is cut in two (the last one: a new page starts).
-PAGE = 128
+PAGE = 64
 #: The most pages a group keeps before it is cut in two (the last one: a new group starts).
 GROUP = 32
 
 #: A run's ``[a, b, g]`` for one interval (µs), mutable: carried one step on an append.
 Fold = list[int]
-#: Per run of a sequence: the composed maps ``A``, ``B`` before it and ``S``, ``G`` after it.
+#: A group's pages as :meth:`_Group.skipped` sorts them: ``u`` ascending, the largest ``v``
+#: from each on (one more: none), and the fold ``a`` of every page but the last.
+Stairs = tuple[list[int], list[int], int]
+#: Per run of a sequence but the last: the composed maps ``A``, ``B`` before it (one more:
+#: before the last run) and ``S``, ``G`` after it up to the last run. The last run is left out
+#: so that appending to it (a newsletter's bookings) keeps them.
 Edges = tuple[list[int], list[int], list[int], list[int]]
 
 
 def _edges(folds: list[Fold]) -> Edges:
-    """The :data:`Edges` of consecutive runs with these folds (``A``, ``B``: one more, the
-    map over every run)."""
+    """The :data:`Edges` of consecutive runs with these folds, the last left out."""
+    folds = folds[:-1]
     big_a, big_b = [0], [NONE]
     for a, b, _ in folds:
         big_a.append(big_a[-1] + a)
@@ -119,7 +124,7 @@ class _Page(_Run):
 
 
 class _Group(_Run):
-    __slots__ = ("count", "edges", "pages")
+    __slots__ = ("count", "edges", "pages", "stairs")
 
     def __init__(self, pages: list[_Page]) -> None:
         super().__init__()
@@ -127,15 +132,47 @@ class _Group(_Run):
         self.count = sum(len(p.times) for p in pages)
         #: Per interval, its pages' maps from the group's start and bounds to its end.
         self.edges: dict[int, Edges] = {}
+        #: Per view, when every page but the last is skipped (:meth:`skipped`).
+        self.stairs: dict[tuple[int, int], Stairs] = {}
 
-    def forget(self) -> None:
-        super().forget()
+    def reshape(self) -> None:
+        """A page but the last changed, or the pages did: drop what composed them."""
         self.edges.clear()
+        self.stairs.clear()
+
+    def skipped(self, interval: int, c: int, tau: int, right: int) -> bool:
+        """Whether every page but the last is closed or over-full for the view ``(interval,
+        c)``, given the arrival time ``tau`` entering the group and the bound ``right``
+        before its last page: exactly :meth:`_View.skips_page` for each, in O(log pages).
+
+        Page ``p`` (maps ``A``, ``B`` from the group's start, ``S``, ``G`` to its last page,
+        fold ``a``) is skipped iff ``B >= theta`` or ``B + G + a > c`` (whatever ``tau`` and
+        ``right``: left out), or ``tau >= u_p``, or ``right >= v_p``, or ``tau + right + A_last
+        > c``; pages sorted by ``u`` with the largest ``v`` after each give the answer."""
+        stairs = self.stairs.get((interval, c))
+        if stairs is None:
+            stairs = self.stairs[interval, c] = self._stairs(interval, c)
+        us, vs, a_last = stairs
+        return tau + right + a_last > c or right >= vs[bisect_right(us, tau)]
+
+    def _stairs(self, interval: int, c: int) -> Stairs:
+        big_a, big_b, big_s, big_g = self.page_edges(interval)
+        pairs = []
+        for p, page in enumerate(self.pages[:-1]):
+            a = page.fold(interval)[0]
+            theta = page.theta(interval, c)
+            if big_b[p] >= theta or big_b[p] + big_g[p] + a > c:
+                continue
+            u = min(theta - big_a[p], c + 1 - big_a[p] - big_g[p] - a)
+            pairs.append((u, c + 1 - big_b[p] - big_s[p] - a))
+        pairs.sort()
+        vs = [NONE] * (len(pairs) + 1)
+        for k in range(len(pairs) - 1, -1, -1):
+            vs[k] = max(vs[k + 1], pairs[k][1])
+        return [u for u, _ in pairs], vs, big_a[-1]
 
     def page_edges(self, interval: int) -> Edges:
-        """Per page ``p``: the map ``(A, B)`` from the group's start to the page's (the
-        arrival time entering it is ``max(tau + A, B)``) and ``(S, G)`` from the group's end
-        to the page's (the bound after it is ``max(R + S, G)``)."""
+        """The :data:`Edges` of its pages (kept until a page but the last changes)."""
         out = self.edges.get(interval)
         if out is None:
             out = self.edges[interval] = _edges([p.fold(interval) for p in self.pages])
@@ -177,18 +214,20 @@ class Pages:
         self.groups: list[_Group] = []
         self.count = 0
         self._page, self._group = page, group
-        self._edges: dict[int, Edges] = {}  # per interval, over the groups (any change: gone)
+        #: Per interval, the :data:`Edges` of the groups (kept until a group but the last changes).
+        self._edges: dict[int, Edges] = {}
 
     def forget(self) -> None:
         """Drop every summary kept (each is computed again where a search needs it)."""
         self._edges.clear()
         for group in self.groups:
             group.forget()
+            group.reshape()
             for page in group.pages:
                 page.forget()
 
     def group_edges(self, interval: int) -> Edges:
-        """:meth:`_Group.page_edges` over the groups."""
+        """:meth:`_Group.page_edges` for the groups."""
         out = self._edges.get(interval)
         if out is None:
             out = self._edges[interval] = _edges([g.fold(interval) for g in self.groups])
@@ -227,7 +266,6 @@ class Pages:
     def add(self, x_us: int, tag: int) -> None:
         """Insert a booking at ``x_us`` after those at the same time."""
         self.count += 1
-        self._edges.clear()
         if not self.groups:
             page = _Page([x_us], [tag])
             self.groups.append(_Group([page]))
@@ -240,9 +278,9 @@ class Pages:
         pi = min(bisect_right(group.pages, x_us, key=lambda p: p.times[-1]), len(group.pages) - 1)
         page = group.pages[pi]
         i = bisect_right(page.times, x_us)
+        self._changed(gi, pi)
         if i == len(page.times):  # after the page's last: its summaries carried one step
             page.carry(x_us, i)
-            group.edges.clear()
             if pi == len(group.pages) - 1:
                 group.carry(x_us, group.count)
             else:
@@ -263,13 +301,23 @@ class Pages:
         group.pages.insert(pi + 1, _Page(page.times[at:], page.tags[at:]))
         del page.times[at:], page.tags[at:]
         page.forget()
-        group.edges.clear()
+        group.reshape()
         if len(group.pages) > self._group:
             at = len(group.pages) - 1 if gi == len(self.groups) - 1 else len(group.pages) // 2
             self.groups.insert(gi + 1, _Group(group.pages[at:]))
             del group.pages[at:]
             group.count -= self.groups[gi + 1].count
             group.forget()
+            group.reshape()
+            self._edges.clear()
+
+    def _changed(self, gi: int, pi: int) -> None:
+        """Page ``pi`` of group ``gi`` changes: drop the edges that composed it."""
+        group = self.groups[gi]
+        if pi < len(group.pages) - 1:
+            group.reshape()
+        if gi < len(self.groups) - 1:
+            self._edges.clear()
 
     def _is_end(self, gi: int, pi: int) -> bool:
         return gi == len(self.groups) - 1 and pi == len(self.groups[gi].pages) - 1
@@ -306,16 +354,18 @@ class Pages:
     def _delete(self, gi: int, pi: int, start: int, end: int) -> None:
         group = self.groups[gi]
         page = group.pages[pi]
+        self._changed(gi, pi)
         del page.times[start:end], page.tags[start:end]
-        self._edges.clear()
         page.forget()
         group.forget()
         group.count -= end - start
         self.count -= end - start
         if not page.times:
             del group.pages[pi]
+            group.reshape()
             if not group.pages:
                 del self.groups[gi]
+                self._edges.clear()
 
     def pop_until(self, now_us: int) -> Iterator[tuple[int, int]]:
         """Take out the bookings at or before ``now_us``, yielding them in order."""
@@ -330,8 +380,11 @@ class Pages:
 
     def tat(self, floor: int, interval: int) -> int:
         """The arrival time after every booking, from ``floor`` (µs)."""
+        if not self.groups:
+            return floor
         big_a, big_b, _, _ = self.group_edges(interval)
-        return max(floor + big_a[-1], big_b[-1])
+        a, b, _ = self.groups[-1].fold(interval)
+        return max(max(floor + big_a[-1], big_b[-1]) + a, b)
 
     def earliest(  # noqa: PLR0917 - gcra_log.earliest's arguments
         self, floor: int, limit: int, interval: int, t: int, now: int, now_us: int
@@ -353,20 +406,46 @@ class Pages:
             pages = self.groups[gi].pages
             if i == 0 and pi == 0 and view.skips_group(gi):
                 x = max(x, _ceil_ms(pages[-1].times[-1]))
+                place = self._next(gi, len(pages) - 1, x)
             elif i == 0 and view.skips_page(gi, pi):
                 x = max(x, _ceil_ms(pages[pi].times[-1]))
+                place = self._next(gi, pi, x)
             else:
                 x, found = view.walk(place, x)
                 if found:
                     return x
-            place = self.locate(x * 1000)
+                place = self.locate(x * 1000)
         return max(x, _ceil_ms(self.tat(floor, interval) - c))
+
+    def _next(self, gi: int, pi: int, x: int) -> Place:
+        """:meth:`locate` of ``x`` ms, past page ``pi`` of group ``gi``: the next page's start
+        when nothing there is at or before ``x``."""
+        if pi + 1 < len(self.groups[gi].pages):
+            pi += 1
+        elif gi + 1 < len(self.groups):
+            gi, pi = gi + 1, 0
+        else:
+            return self.locate(x * 1000)
+        if self.groups[gi].pages[pi].times[0] > x * 1000:
+            return gi, pi, 0
+        return self.locate(x * 1000)
 
     def used(self, floor: int, interval: int, at_us: int) -> int:
         """:func:`mailer.limits.gcra_log.used` over these bookings."""
         tat, right = _View(self, floor, interval, 0).bounds(self.locate(at_us))
         ahead = max(0, tat - at_us) + max(0, right + at_us)
         return -(-ahead // interval)
+
+
+def _at(edges: Edges, last: Fold, j: int, around: tuple[int, int]) -> tuple[int, int]:
+    """The arrival time entering run ``j`` and the bound after it, from ``around``: the
+    arrival time entering the runs and the bound after them (``last``: the last run's fold)."""
+    big_a, big_b, big_s, big_g = edges
+    tau, right = around
+    tau = max(tau + big_a[j], big_b[j])
+    if j < len(big_s):  # the bound before the last run, carried back to run j
+        right = max(max(right + last[0], last[2]) + big_s[j], big_g[j])
+    return tau, right
 
 
 class _View:
@@ -376,24 +455,34 @@ class _View:
     def __init__(self, pages: Pages, floor: int, interval: int, c: int) -> None:
         self.pages, self.floor, self.interval, self.c = pages, floor, interval, c
         self._groups = pages.group_edges(interval)
+        self._at: dict[int, tuple[int, int]] = {}
 
     def at_group(self, gi: int) -> tuple[int, int]:
         """The arrival time entering group ``gi`` and the bound after it."""
-        big_a, big_b, big_s, big_g = self._groups
-        return max(self.floor + big_a[gi], big_b[gi]), max(NONE + big_s[gi], big_g[gi])
+        out = self._at.get(gi)
+        if out is None:
+            last = self.pages.groups[-1].fold(self.interval)
+            out = self._at[gi] = _at(self._groups, last, gi, (self.floor, NONE))
+        return out
 
     def at_page(self, gi: int, pi: int) -> tuple[int, int]:
         """:meth:`at_group` for page ``pi`` of group ``gi``."""
-        tau, right = self.at_group(gi)
-        big_a, big_b, big_s, big_g = self.pages.groups[gi].page_edges(self.interval)
-        return max(tau + big_a[pi], big_b[pi]), max(right + big_s[pi], big_g[pi])
+        group = self.pages.groups[gi]
+        edges = group.page_edges(self.interval)
+        return _at(edges, group.pages[-1].fold(self.interval), pi, self.at_group(gi))
 
     def skips_group(self, gi: int) -> bool:
-        """Whether every gap ending at one of group ``gi``'s bookings is closed or over-full."""
+        """Whether every gap ending at one of group ``gi``'s bookings is closed or over-full:
+        its summary says so, or each of its pages' does."""
         group = self.pages.groups[gi]
         tau, right = self.at_group(gi)
-        a = group.fold(self.interval)[0]
-        return tau >= group.theta(self.interval, self.c) or tau + right + a > self.c
+        a, _, _ = group.fold(self.interval)
+        if tau >= group.theta(self.interval, self.c) or tau + right + a > self.c:
+            return True
+        if not self.skips_page(gi, len(group.pages) - 1):
+            return False
+        a, _, g = group.pages[-1].fold(self.interval)
+        return group.skipped(self.interval, self.c, tau, max(right + a, g))
 
     def skips_page(self, gi: int, pi: int) -> bool:
         """:meth:`skips_group` for page ``pi`` of group ``gi``."""
@@ -423,15 +512,17 @@ class _View:
         ``x`` fits there, else ``(x, False)`` with ``x`` past the page's last booking."""
         gi, pi, i = place
         times, interval, c = self.pages.groups[gi].pages[pi].times, self.interval, self.c
-        tau, right = self.at_page(gi, pi)
-        tats = [tau]
-        for e in times:
-            tats.append(max(tats[-1], e) + interval)
-        bounds = [right] * (len(times) + 1)
-        for k in range(len(times) - 1, -1, -1):
-            bounds[k] = max(bounds[k + 1] + interval, interval - times[k])
-        while i < len(times):
-            tat, right = tats[i], bounds[i]
+        tat, right = self.at_page(gi, pi)
+        m = len(times)
+        bounds = [right] * (m + 1 - i)  # R at gaps i .. m
+        for k in range(m - 1, i - 1, -1):
+            bounds[k - i] = max(bounds[k + 1 - i] + interval, interval - times[k])
+        start, j = i, 0  # tat at gap j
+        while i < m:
+            while j < i:
+                tat = max(tat, times[j]) + interval
+                j += 1
+            right = bounds[i - start]
             if tat + right <= c:
                 x = max(x, _ceil_ms(tat - c))
                 if x * 1000 < times[i] and right + x * 1000 <= c:
