@@ -99,6 +99,27 @@ def _same_summaries(pages: Pages, intervals: tuple[int, ...]) -> None:
             assert {k: new.theta(*k) for k in run.thetas} == run.thetas
 
 
+def _check_group_runs(pages: Pages, interval: int, c: int) -> None:
+    """The run of groups a search jumps (``_View.kept_from``) is the run each group's own
+    summary proves closed or over-full, from floors at and around each group's thresholds."""
+    if not pages:
+        return
+    us, _ = pages.thresholds(interval, c)
+    a, _, g = pages.groups[-1].fold(interval)
+    common = c + 1 - max(NONE + a, g) - pages.group_edges(interval)[0][-1]
+    for floor in {f + d for f in [0, common, *us] if abs(f) < 1 << 60 for d in (-1, 0, 1)}:
+        view = gcra_pages._View(pages, floor, interval, c)
+        for start in range(len(pages.groups)):
+            want = start
+            while want < len(pages.groups) - 1:
+                tau, right = view.at_group(want)
+                group = pages.groups[want]
+                if tau < group.theta(interval, c) and tau + right + group.fold(interval)[0] <= c:
+                    break
+                want += 1
+            assert view.kept_from(start) == want
+
+
 def _check_searches(log: GcraLog, ref: ListLog, view: tuple[int, int], now_us: int) -> None:
     """Every start from now to past the last booking, and room at every booking's edges."""
     limit, interval = view
@@ -115,6 +136,7 @@ def _check_searches(log: GcraLog, ref: ListLog, view: tuple[int, int], now_us: i
         whole = tau >= group.theta(interval, view_.c) or tau + right + fold_[0] > view_.c
         pages = all(view_.skips_page(gi, pi) for pi in range(len(group.pages)))
         assert view_.skips_group(gi) == (whole or pages)
+    _check_group_runs(log.times, interval, (limit - 1) * interval)
     for at in {now_us, *(e + d for e in ref.times[::3] for d in (-1, 0, 1))}:
         assert used(log.floor, log.times, interval, at) == used(ref.floor, ref.times, interval, at)
     assert expires_us(log, interval) == ref.expires(interval)

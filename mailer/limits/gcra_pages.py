@@ -22,7 +22,7 @@ one elsewhere recomputes its page's and its group's; a release or a fold likewis
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 #: Below any time: ``R`` when no emission follows.
 NONE = -(1 << 80)
@@ -156,20 +156,12 @@ class _Group(_Run):
         return tau + right + a_last > c or right >= vs[bisect_right(us, tau)]
 
     def _stairs(self, interval: int, c: int) -> Stairs:
-        big_a, big_b, big_s, big_g = self.page_edges(interval)
-        pairs = []
-        for p, page in enumerate(self.pages[:-1]):
-            a = page.fold(interval)[0]
-            theta = page.theta(interval, c)
-            if big_b[p] >= theta or big_b[p] + big_g[p] + a > c:
-                continue
-            u = min(theta - big_a[p], c + 1 - big_a[p] - big_g[p] - a)
-            pairs.append((u, c + 1 - big_b[p] - big_s[p] - a))
-        pairs.sort()
+        edges = self.page_edges(interval)
+        pairs = sorted(_thresholds(edges, self.pages[:-1], interval, c))
         vs = [NONE] * (len(pairs) + 1)
         for k in range(len(pairs) - 1, -1, -1):
             vs[k] = max(vs[k + 1], pairs[k][1])
-        return [u for u, _ in pairs], vs, big_a[-1]
+        return [u for u, _ in pairs], vs, edges[0][-1]
 
     def page_edges(self, interval: int) -> Edges:
         """The :data:`Edges` of its pages (kept until a page but the last changes)."""
@@ -203,6 +195,24 @@ class _Group(_Run):
         return theta
 
 
+def _thresholds(
+    edges: Edges, runs: Sequence[_Page | _Group], interval: int, c: int
+) -> Iterator[tuple[int, int]]:
+    """Per run (but the last of a sequence, with its :data:`Edges`): ``(u, v)``, the run is
+    closed or over-full iff the arrival time entering the sequence is ``>= u``, or the bound
+    before its last run ``>= v``, or their sum with ``edges``' last ``A`` is over ``c``
+    (``u``: :data:`NONE` when it is whatever both)."""
+    big_a, big_b, big_s, big_g = edges
+    for p, run in enumerate(runs):
+        a = run.fold(interval)[0]
+        theta = run.theta(interval, c)
+        if big_b[p] >= theta or big_b[p] + big_g[p] + a > c:
+            yield NONE, NONE
+        else:
+            u = min(theta - big_a[p], c + 1 - big_a[p] - big_g[p] - a)
+            yield u, c + 1 - big_b[p] - big_s[p] - a
+
+
 #: A place among the bookings: (group, page, index in the page); None: after the last.
 Place = tuple[int, int, int] | None
 
@@ -216,15 +226,26 @@ class Pages:
         self._page, self._group = page, group
         #: Per interval, the :data:`Edges` of the groups (kept until a group but the last changes).
         self._edges: dict[int, Edges] = {}
+        #: Per view, each group's but the last's :func:`_thresholds` (kept as long).
+        self._skips: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
 
     def forget(self) -> None:
         """Drop every summary kept (each is computed again where a search needs it)."""
         self._edges.clear()
+        self._skips.clear()
         for group in self.groups:
             group.forget()
             group.reshape()
             for page in group.pages:
                 page.forget()
+
+    def thresholds(self, interval: int, c: int) -> tuple[list[int], list[int]]:
+        """Each group's but the last's :func:`_thresholds` for the view, as two lists."""
+        out = self._skips.get((interval, c))
+        if out is None:
+            pairs = list(_thresholds(self.group_edges(interval), self.groups[:-1], interval, c))
+            out = self._skips[interval, c] = [u for u, _ in pairs], [v for _, v in pairs]
+        return out
 
     def group_edges(self, interval: int) -> Edges:
         """:meth:`_Group.page_edges` for the groups."""
@@ -310,6 +331,7 @@ class Pages:
             group.forget()
             group.reshape()
             self._edges.clear()
+        self._skips.clear()
 
     def _changed(self, gi: int, pi: int) -> None:
         """Page ``pi`` of group ``gi`` changes: drop the edges that composed it."""
@@ -318,6 +340,7 @@ class Pages:
             group.reshape()
         if gi < len(self.groups) - 1:
             self._edges.clear()
+        self._skips.clear()
 
     def _is_end(self, gi: int, pi: int) -> bool:
         return gi == len(self.groups) - 1 and pi == len(self.groups[gi].pages) - 1
@@ -366,6 +389,7 @@ class Pages:
             if not group.pages:
                 del self.groups[gi]
                 self._edges.clear()
+        self._skips.clear()
 
     def pop_until(self, now_us: int) -> Iterator[tuple[int, int]]:
         """Take out the bookings at or before ``now_us``, yielding them in order."""
@@ -404,7 +428,10 @@ class Pages:
         while place is not None:
             gi, pi, i = place
             pages = self.groups[gi].pages
-            if i == 0 and pi == 0 and view.skips_group(gi):
+            if i == 0 and pi == 0 and (far := view.kept_from(gi)) > gi:  # groups gi .. far-1
+                x = max(x, _ceil_ms(self.groups[far - 1].pages[-1].times[-1]))
+                place = self.locate(x * 1000)
+            elif i == 0 and pi == 0 and view.skips_group(gi):
                 x = max(x, _ceil_ms(pages[-1].times[-1]))
                 place = self._next(gi, len(pages) - 1, x)
             elif i == 0 and view.skips_page(gi, pi):
@@ -470,6 +497,18 @@ class _View:
         group = self.pages.groups[gi]
         edges = group.page_edges(self.interval)
         return _at(edges, group.pages[-1].fold(self.interval), pi, self.at_group(gi))
+
+    def kept_from(self, gi: int) -> int:
+        """The first group from ``gi`` whose summary does not prove it closed or over-full
+        (the last group is never proved so here)."""
+        us, vs = self.pages.thresholds(self.interval, self.c)
+        a, _, g = self.pages.groups[-1].fold(self.interval)
+        floor, before = self.floor, max(NONE + a, g)  # the bound before the last group
+        if floor + before + self.pages.group_edges(self.interval)[0][-1] > self.c:
+            return len(us)
+        while gi < len(us) and (floor >= us[gi] or before >= vs[gi]):
+            gi += 1
+        return gi
 
     def skips_group(self, gi: int) -> bool:
         """Whether every gap ending at one of group ``gi``'s bookings is closed or over-full:
