@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mailer.limits import gcra_pages
+from mailer.limits import gcra_pages, gcra_search
 from mailer.limits.gcra_log import (
     GcraLog,
     earliest,
@@ -108,7 +108,7 @@ def _check_group_runs(pages: Pages, interval: int, c: int) -> None:
     a, _, g = pages.groups[-1].fold(interval)
     common = c + 1 - max(NONE + a, g) - pages.group_edges(interval)[0][-1]
     for floor in {f + d for f in [0, common, *us] if abs(f) < 1 << 60 for d in (-1, 0, 1)}:
-        view = gcra_pages._View(pages, floor, interval, c)
+        view = gcra_search._View(pages, floor, interval, c)
         for start in range(len(pages.groups)):
             want = start
             while want < len(pages.groups) - 1:
@@ -129,7 +129,7 @@ def _check_searches(log: GcraLog, ref: ListLog, view: tuple[int, int], now_us: i
         want = earliest(ref.floor, ref.times, limit, interval, t, now=now, now_us=now_us)
         got = earliest(log.floor, log.times, limit, interval, t, now=now, now_us=now_us)
         assert got == want, (t, view)
-    view_ = gcra_pages._View(log.times, log.floor, interval, (limit - 1) * interval)
+    view_ = gcra_search._View(log.times, log.floor, interval, (limit - 1) * interval)
     for gi, group in enumerate(log.times.groups):  # a group is skipped iff all its pages are
         tau, right = view_.at_group(gi)
         fold_ = group.fold(interval)

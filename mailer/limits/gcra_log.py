@@ -43,6 +43,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from mailer.limits import gcra_search
 from mailer.limits.gcra_pages import Pages
 
 #: Below any time: ``R_k`` when no emission follows.
@@ -115,7 +116,7 @@ def earliest(
     a booking at ``x`` ms. Over :class:`Pages` the paged search, over a list the linear one.
     """
     if isinstance(times, Pages):
-        return times.earliest(floor, limit, interval, t, now, now_us)
+        return gcra_search.earliest(times, floor, limit, interval, t, now, now_us)
     c = (limit - 1) * interval
     tats, rights = _bounds(floor, times, interval)
     if t == now:
@@ -140,7 +141,7 @@ def used(floor: int, times: Sequence[int] | Pages, interval: int, at_us: int) ->
     """How many emissions the spans holding ``at_us`` already use, in whole intervals (over
     :class:`Pages` from their summaries, over a list linearly)."""
     if isinstance(times, Pages):
-        return times.used(floor, interval, at_us)
+        return gcra_search.used(times, floor, interval, at_us)
     tats, rights = _bounds(floor, times, interval)
     k = bisect_right(times, at_us)
     ahead = max(0, tats[k] - at_us) + max(0, rights[k] + at_us)
