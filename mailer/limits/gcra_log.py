@@ -21,13 +21,16 @@ tokens the past still holds in the full bucket (rounded up) count in it token fo
 a sliding tier. The full tier is always kept (never over).
 
 A :class:`GcraLog` keeps its bookings in pages in groups with summaries
-(:class:`~mailer.limits.gcra_pages.Pages`): :func:`earliest` and :func:`used` given them run
-the paged search, which skips every group and page where nothing fits and reads about
-O(n^(1/3)) values for ``n`` bookings (a booking after the last one: O(1) more per view);
-given a plain sorted list, they run the linear search here, O(n), kept as the reference
-(``tests/test_gcra_pages.py`` checks both give the same answers). The Redis store keeps the
-same pages in its own form (docs/explanation/limiter.md, "Long gcra backlogs"). With nothing
-booked a tier is the one timestamp.
+(:class:`~mailer.limits.gcra_pages.Pages`), and :func:`earliest` and :func:`used` given them
+run the paged search (:mod:`mailer.limits.gcra_search`): it jumps the runs of groups, skips
+the groups and pages whose summaries prove that nothing fits there, and reads one or two pages
+of at most 64 bookings. A decision of the memory store at 100 000 bookings takes less than
+twice its time at 10 (``make bench``; a scan of one pair of integers per group of 2 048
+bookings, the rest bounded), and a booking after the last one carries the summaries one step.
+Given a plain sorted list they run the linear search here, O(n): the reference
+(``tests/test_gcra_pages.py`` checks that both give the same answers, to the µs). The Redis
+store keeps the same pages in its own form (docs/explanation/limiter.md, "Long gcra
+backlogs"). With nothing booked a tier is the one timestamp.
 
 For one insertion point ``x`` with ``k`` emissions at or before it, the spans holding ``x``
 keep the tier iff ``tat_k - x <= c``, ``R_k + x <= c`` and ``tat_k + R_k <= c``, where ``c =
