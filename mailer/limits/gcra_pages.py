@@ -1,4 +1,4 @@
-"""A gcra tier's bookings in pages in groups, each summarised per view: the paged search.
+"""A gcra tier's bookings in pages in groups, each summarised per view, for the paged search.
 
 The bookings (µs, sorted, with their tags) are cut in pages of at most :data:`PAGE` and the
 pages in groups of at most :data:`GROUP`. For a view (interval ``T`` µs, ``c = (L-1)·T``) a
@@ -36,7 +36,7 @@ GROUP = 32
 #: A run's ``[a, b, g]`` for one interval (µs), mutable: carried one step on an append.
 Fold = list[int]
 #: A group's pages as :meth:`_Group.skipped` sorts them: ``u`` ascending, the largest ``v``
-#: from each on (one more: none), and the fold ``a`` of every page but the last.
+#: from each on (one more: none), and the sum of ``a`` over every page but the last.
 Stairs = tuple[list[int], list[int], int]
 #: Per run of a sequence but the last: the composed maps ``A``, ``B`` before it (one more:
 #: before the last run) and ``S``, ``G`` after it up to the last run. The last run is left out
@@ -204,7 +204,7 @@ def _thresholds(
     """Per run (but the last of a sequence, with its :data:`Edges`): ``(u, v)``, the run is
     closed or over-full iff the arrival time entering the sequence is ``>= u``, or the bound
     before its last run ``>= v``, or their sum with ``edges``' last ``A`` is over ``c``
-    (``u``: :data:`NONE` when it is whatever both)."""
+    (``(NONE, NONE)`` when it is so whatever they are)."""
     big_a, big_b, big_s, big_g = edges
     for p, run in enumerate(runs):
         a = run.fold(interval)[0]
