@@ -40,7 +40,9 @@ TIMEOUT = 600.0
 _BOOKED_AGAIN = re.compile(r"mail (\S+) ran \S+ after its slot: booked again")
 
 
-def drain(redis_url: str, tolerance: str, slack: float, mails: tuple[int, int]) -> dict[str, float]:
+def drain(
+    redis_url: str, tolerance: str, slack: float, mails: tuple[int, int], policy: str = POLICY
+) -> dict[str, float]:
     """The burst with ``MAILGUARD_LATE_TOLERANCE=tolerance``; ``slack`` its seconds."""
     recipients, per = mails
     total = recipients * per
@@ -48,7 +50,7 @@ def drain(redis_url: str, tolerance: str, slack: float, mails: tuple[int, int]) 
         env = worker_env(
             redis_url,
             smtp.url,
-            MAILGUARD_POLICY=POLICY,
+            MAILGUARD_POLICY=policy,
             MAILGUARD_LATE_TOLERANCE=tolerance,
             MAILGUARD_QUEUE=f"drain-{uuid.uuid4().hex[:6]}",
         )
@@ -95,14 +97,20 @@ def main() -> None:
     parser.add_argument("--recipients", type=int, default=RECIPIENTS)
     parser.add_argument("--per-recipient", type=int, default=PER_RECIPIENT)
     parser.add_argument("--only", metavar="TOLERANCE", help="one scenario: 1h, 1s or 100ms")
+    parser.add_argument(
+        "--policy",
+        default=POLICY,
+        help="the policy (its recipient tiers must space mails 1 s apart, e.g. "
+        "'recipient: 1/1s, 100/1h; sender: 1000/1s' for a scoped policy)",
+    )
     args = parser.parse_args()
     mails = (args.recipients, args.per_recipient)
     server = RedisServer().start()
     try:
         print(f"machine: {_machine()}")
         print(
-            f"\ndrain: {mails[0]} recipients x {mails[1]} mails under {POLICY}, one burst, one "
-            "worker (concurrency 2), SMTP to a local server (its log checks the spacing)"
+            f"\ndrain: {mails[0]} recipients x {mails[1]} mails under {args.policy}, one burst, "
+            "one worker (concurrency 2), SMTP to a local server (its log checks the spacing)"
         )
         print(
             f"{'':<26}{'sent':>6}{'drain':>9}{'mails/s':>9}{'ratio':>7}{'< 1 s':>12}"
@@ -117,7 +125,7 @@ def main() -> None:
         for label, tolerance, slack in scenarios:
             if args.only is not None and tolerance != args.only:
                 continue
-            f = drain(server.url, tolerance, slack, mails)
+            f = drain(server.url, tolerance, slack, mails, args.policy)
             base = base or f["rate"]
             print(
                 f"{label:<26}{f['sent']:>6.0f}{f['seconds']:>8.1f}s{f['rate']:>9.1f}"

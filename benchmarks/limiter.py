@@ -12,7 +12,8 @@ ratio to a floor measured on the same connection in the same rounds:
 - ``acquire_many`` of 100 keys against 100 single ``acquire`` calls.
 - Per sender tier (sliding and gcra ``14/1s``), the time of one decision after N bookings of a
   newsletter (share 0.5, a week's wait) in the sender scope, N = 10 to 100 000, as ratios to
-  the time at 10, with the bytes the sender scope's keys hold.
+  the time at 10, with the bytes the sender scope's keys hold; and for ``memory://`` under
+  ``sender: 14/1s gcra`` (the paged search of :mod:`mailer.limits.gcra_search`).
 - The scoped decision's lower bound: a script that makes only the Redis calls a scoped decision
   cannot do without (``TIME``, one ``MGET`` of the three scopes' keys, the three writes) and
   returns a reply of the same size, with no decision at all: what one script call with these
@@ -182,6 +183,30 @@ def bench_backlog(url: str, counts: tuple[int, ...]) -> list[tuple[str, int, flo
     return out
 
 
+def bench_memory_backlog(counts: tuple[int, ...]) -> list[tuple[int, float]]:
+    """Per backlog size: the median time of one ``memory://`` decision in the sender scope
+    under ``sender: 14/1s gcra`` (a newsletter mail, share 0.5, booked at the end, once the
+    room at the front is taken), the backlog booked by real decisions."""
+    out = []
+    policy = Policy.parse("recipient: 1/60s; sender: 14/1s gcra", name="recipient")
+    for count in counts:
+        clock = ManualClock(1_700_000_000.0)
+        limiter = Limiter.from_url("memory://", policy, clock=clock, secret="bench")
+        for i in range(count):
+            limiter.acquire(f"n{i}@news.example", mail_id=f"n{i}", max_wait=MAX_WAIT, share=0.5)
+        for i in range(8):
+            limiter.acquire(f"w{i}@news.example", max_wait=MAX_WAIT, share=0.5)
+        times = _timed(
+            lambda i, lim=limiter: lim.acquire(
+                f"b{i}@news.example", mail_id=f"b{i}", max_wait=MAX_WAIT, share=0.5
+            ),
+            200,
+        )
+        out.append((count, statistics.median(times)))
+        limiter.close()
+    return out
+
+
 def bench_redis_memory(url: str) -> dict[str, float]:
     client = redis.Redis.from_url(url)
     client.flushall()
@@ -343,6 +368,21 @@ def _decision_rows(
     return rows
 
 
+def _memory_backlog_rows(backlog: list[tuple[int, float]]) -> list[tuple[str, str, str, str, str]]:
+    """The rows "memory decision after N bookings in the sender scope", as ratios to 10."""
+    floor = backlog[0][1]
+    return [
+        (
+            f"memory decision after {count:,} bookings in the sender scope, sender: 14/1s gcra",
+            f"{seconds * 1e3:.3f} ms",
+            f"{floor * 1e3:.3f} ms at {backlog[0][0]} / {seconds / floor:.2f}",
+            "<= 2",
+            "yes" if seconds / floor <= 2 else "no",
+        )
+        for count, seconds in backlog
+    ]
+
+
 def main() -> None:
     server = RedisServer().start()
     try:
@@ -355,6 +395,7 @@ def main() -> None:
     finally:
         server.cleanup()
     mem_rate, mem_floor = bench_memory_backend()
+    mem_backlog = bench_memory_backlog(BACKLOGS)
 
     rows = [("measure", "value", "floor / ratio", "target", "met")]
     rows += _decision_rows(decisions)
@@ -395,6 +436,7 @@ def main() -> None:
         )
     )
     rows += _backlog_rows(backlog)
+    rows += _memory_backlog_rows(mem_backlog)
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for n, row in enumerate(rows):
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))

@@ -96,6 +96,48 @@ def test_a_code_mail_overtakes_a_bulk_burst(
     assert waited < 2.0, f"the code mail waited {waited:.2f} s behind the burst"
 
 
+def test_a_booked_mail_comes_back_before_a_queued_burst_of_its_kind(
+    broker_url: str, redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """A booked mail holds a slot: its next run is published one step above its kind, so the
+    burst of its own kind's first runs queued before it cannot make it late (and booked again).
+
+    Two mails to one reader (the second booked 1 s after the first) and then a burst of the same
+    kind are queued before the worker starts: the second mail's retry comes after the burst."""
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_BROKER_URL=broker_url,
+        MAILGUARD_QUEUE=f"mail-{uuid.uuid4().hex[:8]}",
+        MAILGUARD_POLICY="1/1s",
+    )
+    app = client_app(env)
+    send_mail = app.tasks[tasks.send_mail.name]
+    booked = [
+        send_mail.apply_async(args=["ada@example.com"], kwargs={"subject": f"ada {n}", "body": "b"})
+        for n in (1, 2)
+    ]
+    for n in range(BULK):
+        send_mail.apply_async(
+            args=[f"bulk{n}@example.com"], kwargs={"subject": f"bulk {n}", "body": "news"}
+        )
+    worker = CeleryWorker(env).start()
+    try:
+        second = booked[1].get(timeout=60)
+        delivered = list(smtp_server.delivered)
+    finally:
+        worker.kill()
+        app.close()
+    ada = sorted(d.received_at for d in delivered if d.rcpt_tos == ("ada@example.com",))
+    bulk_before = sum(
+        1 for d in delivered if d.received_at < ada[-1] and d.rcpt_tos != ("ada@example.com",)
+    )
+    print(f"{broker_url.split(':', maxsplit=1)[0]}: booked mail after {bulk_before} bulk mails")
+    assert second["status"] == "sent" and second["deferrals"] == 1, second
+    assert len(ada) == 2 and ada[1] - ada[0] >= 0.5, ada  # never early (SMTP latency aside)
+    assert bulk_before < BULK // 3, f"the booked mail waited behind {bulk_before} first runs"
+
+
 def test_the_memory_broker_takes_a_code_mail_before_a_queued_burst() -> None:
     """In one process (embedded defaults, the demo's broker): the code mail runs first."""
     script = (

@@ -3,10 +3,12 @@ Python: a gcra view's emissions cut in pages, each page summarised for the view 
 numbers, give the same earliest slot as :func:`mailer.limits.gcra_log.earliest` while reading
 only the pages the search cannot skip.
 
-The Redis store runs this search over pages in groups (``stores/lua/scoped.lua``); this file
-pins its arithmetic against the linear search the memory store runs: the summaries of two pages
-compose to the summary of both (so a tree of pages works), and the paged search agrees with the
-linear one on random logs, µs edges and a tight backlog, where it reads no page.
+The Redis store runs this search over pages in groups (``stores/lua/scoped.lua``), the memory
+store over :mod:`mailer.limits.gcra_pages` (checked by ``tests/test_gcra_pages.py``); this
+file pins the arithmetic against the linear search of :mod:`mailer.limits.gcra_log`: the
+summaries of two pages compose to the summary of both (so a tree of pages works), and the
+paged search agrees with the linear one on random logs, µs edges and a tight backlog, where it
+reads no page.
 """
 
 from __future__ import annotations
@@ -244,11 +246,13 @@ def test_a_tight_backlog_is_searched_in_its_last_page() -> None:
     for _ in range(2_000):
         x = earliest(log.floor, log.times, limit, interval, now, now=now, now_us=NOW_US)
         insert(log, x * 1000 if x > now else NOW_US, 0, NOW_US, interval)
-    pages = _pages(log.times, [256] * 8)
-    want = earliest(log.floor, log.times, limit, interval, now, now=now, now_us=NOW_US)
+    times = list(log.times)
+    pages = _pages(times, [256] * 8)
+    want = earliest(log.floor, times, limit, interval, now, now=now, now_us=NOW_US)
     got, read = earliest_paged(log.floor, pages, limit, interval, now, now, NOW_US)
     assert (got, read) == (want, 0)
-    assert want * 1000 > log.times[-1]
+    assert want * 1000 > times[-1]
+    assert earliest(log.floor, log.times, limit, interval, now, now=now, now_us=NOW_US) == want
 
 
 @settings(max_examples=300, deadline=None)
@@ -268,8 +272,10 @@ def test_folding_keeps_the_full_views_answers(  # noqa: PLR0917
     true until a release (the design's first claim)."""
     now = NOW_US // 1000
     times = sorted((now + 1 + o // 1000) * 1000 for o in offsets)
-    before = GcraLog(floor=floor, times=list(times), tags=[0] * len(times))
-    after = GcraLog(floor=floor, times=list(times), tags=[0] * len(times))
+    before, after = GcraLog(floor=floor), GcraLog(floor=floor)
+    for e in times:
+        before.times.add(e, 0)
+        after.times.add(e, 0)
     fold(before, NOW_US, interval)
     later_us = NOW_US + later
     fold(after, later_us, interval)

@@ -13,7 +13,10 @@ waiting messages per priority in its own way, and Celery passes ``priority`` thr
   priority, higher first, then by arrival (:mod:`workers.memory_broker`); ``p`` as is.
 
 Priority orders what waits in the queue; it does not take a process from a mail being sent.
-A deferred mail keeps its priority when it comes back (Celery's retry carries it).
+A booked mail comes back (a countdown's retry, a parked mail's promotion, the watchdog's copy)
+one step above its kind (:func:`booked_priority`): it holds a slot, so a burst of its own kind's
+first runs still queued must not make it late (a late run is judged again, and may move back).
+A mail of a higher kind still goes first.
 """
 
 from __future__ import annotations
@@ -37,6 +40,12 @@ def kind_priority(kinds: Kinds, kind: Any) -> int:
     if isinstance(kind, str) and kind in kinds:
         return kinds[kind].priority
     return DEFAULT_PRIORITY
+
+
+def booked_priority(level: int) -> int:
+    """The kind priority a booked mail of kind priority ``level`` is published again at: one
+    step above its kind, at most :data:`MAX_PRIORITY`."""
+    return min(level + 1, MAX_PRIORITY)
 
 
 def message_priority(broker_url: str, priority: int) -> int:

@@ -191,7 +191,8 @@ class Promoter:
         try:
             entry = Parked.decode(payload, mail_id)
             countdown = entry.due - state.limiter_now()  # ``due`` is on the limiter's clock
-            level = priority.kind_priority(self.kinds, entry.kwargs.get("kind", "default"))
+            kind = entry.kwargs.get("kind", "default")
+            level = priority.booked_priority(priority.kind_priority(self.kinds, kind))
             message = self._amqp.create_task_message(
                 entry.task_id,
                 self.task_name,

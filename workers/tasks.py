@@ -307,10 +307,17 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
         settings, step, task_id=task_id, args=args, kwargs=again, due=eta.timestamp()
     )
     try:
-        task.retry(eta=eta, kwargs=again, throw=False)  # on the limiter's clock
+        task.retry(eta=eta, kwargs=again, throw=False, priority=_booked_priority(task, again))
     except Reject as exc:
         return _unpublished(task, step, again, exc, watched=watched)
     raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")
+
+
+def _booked_priority(task: Task[Any, Any], kwargs: dict[str, Any]) -> int:
+    """The broker priority of a booked mail's next run: one step above its kind's, so the
+    queued first runs of its own kind cannot make it late (:func:`priority.booked_priority`)."""
+    level = priority.kind_priority(state.current().kinds, kwargs.get("kind", "default"))
+    return priority.message_priority(task.app.conf.broker_url, priority.booked_priority(level))
 
 
 def _show_deferred(task: Task[Any, Any], step: Later, mail_id: str) -> None:

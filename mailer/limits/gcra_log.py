@@ -20,10 +20,17 @@ tokens the past still holds in the full bucket (rounded up) count in it token fo
 ``s`` of the burst and of the rate they book ahead, so a code mail finds the rest free, as in
 a sliding tier. The full tier is always kept (never over).
 
-Do not use it where a mail must be decided in O(1) whatever the backlog: a decision here (the
-memory store) reads every listed booking, O(n); with nothing booked it is the one timestamp.
-The Redis store keeps the bookings in pages with summaries and skips the pages where nothing
-fits (docs/explanation/limiter.md, "Long gcra backlogs"), with the same answers.
+A :class:`GcraLog` keeps its bookings in pages in groups with summaries
+(:class:`~mailer.limits.gcra_pages.Pages`), and :func:`earliest` and :func:`used` given them
+run the paged search (:mod:`mailer.limits.gcra_search`): it jumps the runs of groups, skips
+the groups and pages whose summaries prove that nothing fits there, and reads one or two pages
+of at most 64 bookings. A decision of the memory store at 100 000 bookings takes less than
+twice its time at 10 (``make bench``; a scan of one pair of integers per group of 2 048
+bookings, the rest bounded), and a booking after the last one carries the summaries one step.
+Given a plain sorted list they run the linear search here, O(n): the reference
+(``tests/test_gcra_pages.py`` checks that both give the same answers, to the µs). The Redis
+store keeps the same pages in its own form (docs/explanation/limiter.md, "Long gcra
+backlogs"). With nothing booked a tier is the one timestamp.
 
 For one insertion point ``x`` with ``k`` emissions at or before it, the spans holding ``x``
 keep the tier iff ``tat_k - x <= c``, ``R_k + x <= c`` and ``tat_k + R_k <= c``, where ``c =
@@ -36,7 +43,11 @@ spans instead.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+from mailer.limits import gcra_search
+from mailer.limits.gcra_pages import Pages
 
 #: Below any time: ``R_k`` when no emission follows.
 _NONE = -(1 << 80)
@@ -54,8 +65,7 @@ class GcraLog:
     """
 
     floor: int = 0
-    times: list[int] = field(default_factory=list)  # µs, sorted
-    tags: list[int] = field(default_factory=list)
+    times: Pages = field(default_factory=Pages)  # the bookings: µs, sorted, with their tags
     last: int = 0
 
 
@@ -66,17 +76,10 @@ def interval_us(limit: int, window_ms: int) -> int:
 
 def fold(log: GcraLog, now_us: int, interval: int) -> None:
     """Move the emissions up to ``now_us`` into the floor (only the last can be given back)."""
-    cut = 0
     floor, last = log.floor, log.last
-    for e, tag in zip(log.times, log.tags, strict=True):
-        if e > now_us:
-            break
+    for e, tag in log.times.pop_until(now_us):
         last = tag if floor <= e else 0
         floor = max(floor, e) + interval
-        cut += 1
-    if cut:
-        del log.times[:cut]
-        del log.tags[:cut]
     log.floor, log.last = (floor, last) if floor > now_us else (0, 0)
 
 
@@ -89,7 +92,7 @@ def share_floor(floor: int, now_us: int, interval: int, part: int) -> int:
     return now_us + min(tokens * part, _FAR)
 
 
-def _bounds(floor: int, times: list[int], interval: int) -> tuple[list[int], list[int]]:
+def _bounds(floor: int, times: Sequence[int], interval: int) -> tuple[list[int], list[int]]:
     """``tat_k`` and ``R_k`` for k = 0 .. len(times) (see the module's docstring)."""
     tats = [floor]
     for e in times:
@@ -101,13 +104,22 @@ def _bounds(floor: int, times: list[int], interval: int) -> tuple[list[int], lis
 
 
 def earliest(
-    floor: int, times: list[int], limit: int, interval: int, t: int, *, now: int, now_us: int
+    floor: int,
+    times: Sequence[int] | Pages,
+    limit: int,
+    interval: int,
+    t: int,
+    *,
+    now: int,
+    now_us: int,
 ) -> int:
     """The earliest ms ``>= t`` at which one more emission keeps the tier ``(limit, interval)``.
 
     ``x == now`` (ms, rounded down) means an admission at ``now_us`` exactly; any later ``x``
-    a booking at ``x`` ms.
+    a booking at ``x`` ms. Over :class:`Pages` the paged search, over a list the linear one.
     """
+    if isinstance(times, Pages):
+        return gcra_search.earliest(times, floor, limit, interval, t, now, now_us)
     c = (limit - 1) * interval
     tats, rights = _bounds(floor, times, interval)
     if t == now:
@@ -128,8 +140,11 @@ def earliest(
         k = bisect_right(times, x * 1000)
 
 
-def used(floor: int, times: list[int], interval: int, at_us: int) -> int:
-    """How many emissions the spans holding ``at_us`` already use, in whole intervals."""
+def used(floor: int, times: Sequence[int] | Pages, interval: int, at_us: int) -> int:
+    """How many emissions the spans holding ``at_us`` already use, in whole intervals (over
+    :class:`Pages` from their summaries, over a list linearly)."""
+    if isinstance(times, Pages):
+        return gcra_search.used(times, floor, interval, at_us)
     tats, rights = _bounds(floor, times, interval)
     k = bisect_right(times, at_us)
     ahead = max(0, tats[k] - at_us) + max(0, rights[k] + at_us)
@@ -143,26 +158,18 @@ def insert(log: GcraLog, x_us: int, tag: int, now_us: int, interval: int) -> Non
         log.last = tag if log.floor <= x_us else 0
         log.floor = max(log.floor, x_us) + interval
         return
-    at = bisect_right(log.times, x_us)
-    log.times.insert(at, x_us)
-    log.tags.insert(at, tag)
+    log.times.add(x_us, tag)
 
 
 def give_back(log: GcraLog, tag: int, at: int, interval: int) -> None:
     """Take back the emission of the mail tagged ``tag`` whose slot is ``at`` (ms): listed, or
     the floor's last when it alone made the floor (the bucket is then full: floor 0)."""
-    for j in range(len(log.times) - 1, -1, -1):
-        if log.tags[j] == tag and -(-log.times[j] // 1000) == at:
-            del log.times[j]
-            del log.tags[j]
-            return
+    if log.times.remove(tag, at):
+        return
     if tag and log.last == tag and -(-(log.floor - interval) // 1000) == at:
         log.floor, log.last = 0, 0
 
 
 def expires_us(log: GcraLog, interval: int) -> int:
     """When the tier holds nothing any more (µs): the bucket is full again from then on."""
-    tat = log.floor
-    for e in log.times:
-        tat = max(tat, e) + interval
-    return tat
+    return log.times.tat(log.floor, interval)

@@ -1,0 +1,183 @@
+"""The paged gcra search over :class:`~mailer.limits.gcra_pages.Pages`: the answers of the
+linear search of :mod:`mailer.limits.gcra_log`, reading only what the summaries cannot skip.
+
+From ``t``, place by place: at a group's start, jump every group whose summary proves it
+closed or over-full (each group's thresholds, kept per view: a scan of integers), else skip the
+group when each of its pages is proved so (their thresholds sorted: O(log pages)); at a page's
+start, skip the page likewise; otherwise read the page and walk its gaps as the linear search
+does, with the arrival time entering it and the bound after it from the composed maps. The gap
+after the last booking, and an admission now after a fold, need the maps only.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from mailer.limits.gcra_pages import NONE, Edges, Fold, Pages, Place
+
+
+def _ceil_ms(us: int) -> int:
+    return -(-us // 1000)
+
+
+def earliest(  # noqa: PLR0917 - gcra_log.earliest's arguments
+    pages: Pages, floor: int, limit: int, interval: int, t: int, now: int, now_us: int
+) -> int:
+    """:func:`mailer.limits.gcra_log.earliest` over ``pages``: the earliest ms ``>= t`` at
+    which one more emission keeps the view ``(limit, interval)`` from ``floor``; ``t == now``
+    asks for an admission at ``now_us`` first."""
+    c = (limit - 1) * interval
+    view = _View(pages, floor, interval, c)
+    if t == now:
+        tat, right = view.bounds(pages.locate(now_us))
+        if tat - now_us <= c and right + now_us <= c and tat + right <= c:
+            return now
+        t = now + 1
+    x = t
+    place = pages.locate(x * 1000)
+    while place is not None:
+        gi, pi, i = place
+        runs = pages.groups[gi].pages
+        if i == 0 and pi == 0 and (far := view.kept_from(gi)) > gi:  # groups gi .. far-1
+            x = max(x, _ceil_ms(pages.groups[far - 1].pages[-1].times[-1]))
+            place = pages.locate(x * 1000)
+        elif i == 0 and pi == 0 and view.skips_group(gi):
+            x = max(x, _ceil_ms(runs[-1].times[-1]))
+            place = _next(pages, gi, len(runs) - 1, x)
+        elif i == 0 and view.skips_page(gi, pi):
+            x = max(x, _ceil_ms(runs[pi].times[-1]))
+            place = _next(pages, gi, pi, x)
+        else:
+            x, found = view.walk(place, x)
+            if found:
+                return x
+            place = pages.locate(x * 1000)
+    return max(x, _ceil_ms(pages.tat(floor, interval) - c))
+
+
+def _next(pages: Pages, gi: int, pi: int, x: int) -> Place:
+    """:meth:`Pages.locate` of ``x`` ms, past page ``pi`` of group ``gi``: the next page's start
+    when nothing there is at or before ``x``."""
+    if pi + 1 < len(pages.groups[gi].pages):
+        pi += 1
+    elif gi + 1 < len(pages.groups):
+        gi, pi = gi + 1, 0
+    else:
+        return pages.locate(x * 1000)
+    if pages.groups[gi].pages[pi].times[0] > x * 1000:
+        return gi, pi, 0
+    return pages.locate(x * 1000)
+
+
+def used(pages: Pages, floor: int, interval: int, at_us: int) -> int:
+    """:func:`mailer.limits.gcra_log.used` over ``pages``."""
+    tat, right = _View(pages, floor, interval, 0).bounds(pages.locate(at_us))
+    ahead = max(0, tat - at_us) + max(0, right + at_us)
+    return -(-ahead // interval)
+
+
+def _at(edges: Edges, last: Fold, j: int, around: tuple[int, int]) -> tuple[int, int]:
+    """The arrival time entering run ``j`` and the bound after it, from ``around``: the
+    arrival time entering the runs and the bound after them (``last``: the last run's fold)."""
+    big_a, big_b, big_s, big_g = edges
+    tau, right = around
+    tau = max(tau + big_a[j], big_b[j])
+    if j < len(big_s):  # the bound before the last run, carried back to run j
+        right = max(max(right + last[0], last[2]) + big_s[j], big_g[j])
+    return tau, right
+
+
+class _View:
+    """One search's view ``(interval, c)`` of the bookings from ``floor``: the arrival time
+    entering and the bound after each group and page, from the maps the bookings keep."""
+
+    def __init__(self, pages: Pages, floor: int, interval: int, c: int) -> None:
+        self.pages, self.floor, self.interval, self.c = pages, floor, interval, c
+        self._groups = pages.group_edges(interval)
+        self._at: dict[int, tuple[int, int]] = {}
+
+    def at_group(self, gi: int) -> tuple[int, int]:
+        """The arrival time entering group ``gi`` and the bound after it."""
+        out = self._at.get(gi)
+        if out is None:
+            last = self.pages.groups[-1].fold(self.interval)
+            out = self._at[gi] = _at(self._groups, last, gi, (self.floor, NONE))
+        return out
+
+    def at_page(self, gi: int, pi: int) -> tuple[int, int]:
+        """:meth:`at_group` for page ``pi`` of group ``gi``."""
+        group = self.pages.groups[gi]
+        edges = group.page_edges(self.interval)
+        return _at(edges, group.pages[-1].fold(self.interval), pi, self.at_group(gi))
+
+    def kept_from(self, gi: int) -> int:
+        """The first group from ``gi`` whose summary does not prove it closed or over-full
+        (the last group is never proved so here)."""
+        us, vs = self.pages.thresholds(self.interval, self.c)
+        a, _, g = self.pages.groups[-1].fold(self.interval)
+        floor, before = self.floor, max(NONE + a, g)  # the bound before the last group
+        if floor + before + self.pages.group_edges(self.interval)[0][-1] > self.c:
+            return len(us)
+        while gi < len(us) and (floor >= us[gi] or before >= vs[gi]):
+            gi += 1
+        return gi
+
+    def skips_group(self, gi: int) -> bool:
+        """Whether every gap ending at one of group ``gi``'s bookings is closed or over-full:
+        its summary says so, or each of its pages' does."""
+        group = self.pages.groups[gi]
+        tau, right = self.at_group(gi)
+        a, _, _ = group.fold(self.interval)
+        if tau >= group.theta(self.interval, self.c) or tau + right + a > self.c:
+            return True
+        if not self.skips_page(gi, len(group.pages) - 1):
+            return False
+        a, _, g = group.pages[-1].fold(self.interval)
+        return group.skipped(self.interval, self.c, tau, max(right + a, g))
+
+    def skips_page(self, gi: int, pi: int) -> bool:
+        """:meth:`skips_group` for page ``pi`` of group ``gi``."""
+        page = self.pages.groups[gi].pages[pi]
+        tau, right = self.at_page(gi, pi)
+        a = page.fold(self.interval)[0]
+        return tau >= page.theta(self.interval, self.c) or tau + right + a > self.c
+
+    def bounds(self, place: Place) -> tuple[int, int]:
+        """``tat_k`` and ``R_k`` at the gap before the booking at ``place`` (None: after all)."""
+        if place is None:
+            return self.pages.tat(self.floor, self.interval), NONE
+        gi, pi, i = place
+        page, interval = self.pages.groups[gi].pages[pi], self.interval
+        tat, right = self.at_page(gi, pi)
+        if i == 0:  # the page's first gap: its summary is enough
+            a, _, g = page.fold(interval)
+            return tat, max(right + a, g)
+        for e in page.times[:i]:
+            tat = max(tat, e) + interval
+        for e in reversed(page.times[i:]):
+            right = max(right + interval, interval - e)
+        return tat, right
+
+    def walk(self, place: tuple[int, int, int], x: int) -> tuple[int, bool]:
+        """The linear search through the gaps of one page from ``place``: ``(x, True)`` when
+        ``x`` fits there, else ``(x, False)`` with ``x`` past the page's last booking."""
+        gi, pi, i = place
+        times, interval, c = self.pages.groups[gi].pages[pi].times, self.interval, self.c
+        tat, right = self.at_page(gi, pi)
+        m = len(times)
+        bounds = [right] * (m + 1 - i)  # R at gaps i .. m
+        for k in range(m - 1, i - 1, -1):
+            bounds[k - i] = max(bounds[k + 1 - i] + interval, interval - times[k])
+        start, j = i, 0  # tat at gap j
+        while i < m:
+            while j < i:
+                tat = max(tat, times[j]) + interval
+                j += 1
+            right = bounds[i - start]
+            if tat + right <= c:
+                x = max(x, _ceil_ms(tat - c))
+                if x * 1000 < times[i] and right + x * 1000 <= c:
+                    return x, True
+            x = max(x, _ceil_ms(times[i]))
+            i = bisect_right(times, x * 1000)
+        return x, False
