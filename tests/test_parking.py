@@ -353,7 +353,8 @@ def test_a_promoted_mail_keeps_its_task_id_request_time_progress_and_priority(
     redis_url: str,
 ) -> None:
     """The promoter publishes a parked mail under its task id, with its ``_requested_at`` and
-    sealed ``_progress`` as parked, at its kind's priority (``news``: 2, so Redis step 7)."""
+    sealed ``_progress`` as parked, one step above its kind's priority (a booked mail: ``news``
+    is 2, so 3, Redis step 6)."""
     import base64  # noqa: PLC0415
 
     from mailer.records.schedule import MemorySchedule  # noqa: PLC0415
@@ -370,11 +371,11 @@ def test_a_promoted_mail_keeps_its_task_id_request_time_progress_and_priority(
     finally:
         app.close()
     broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
-    queued = broker.lrange(b"mail\x06\x167", 0, -1)
+    queued = broker.lrange(b"mail\x06\x166", 0, -1)
     broker.close()
-    assert len(queued) == 1, "one message, on the list of priority step 7"
+    assert len(queued) == 1, "one message, on the list of priority step 6"
     message = json.loads(queued[0])
-    assert message["headers"]["id"] == "task-1" and message["properties"]["priority"] == 7
+    assert message["headers"]["id"] == "task-1" and message["properties"]["priority"] == 6
     args, sent_kwargs, _ = json.loads(base64.b64decode(message["body"]))
     assert args == ["ada@example.com"] and sent_kwargs == kwargs
     assert schedule.stats().promoting == 0, "forgotten once published"

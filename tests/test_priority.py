@@ -102,8 +102,8 @@ def test_a_booked_mail_comes_back_before_a_queued_burst_of_its_kind(
     """A booked mail holds a slot: its next run is published one step above its kind, so the
     burst of its own kind's first runs queued before it cannot make it late (and booked again).
 
-    Two mails to one reader (the second booked 1 s after the first) and then a burst of the same
-    kind are queued before the worker starts: the second mail's retry comes after the burst."""
+    Two mails to one reader (one booked 1 s after the other) and then a burst of the same kind
+    are queued before the worker starts: the booked mail's retry is published after the burst."""
     env = worker_env(
         redis_url,
         smtp_server.url,
@@ -123,7 +123,7 @@ def test_a_booked_mail_comes_back_before_a_queued_burst_of_its_kind(
         )
     worker = CeleryWorker(env).start()
     try:
-        second = booked[1].get(timeout=60)
+        outcomes = [r.get(timeout=60) for r in booked]
         delivered = list(smtp_server.delivered)
     finally:
         worker.kill()
@@ -133,7 +133,9 @@ def test_a_booked_mail_comes_back_before_a_queued_burst_of_its_kind(
         1 for d in delivered if d.received_at < ada[-1] and d.rcpt_tos != ("ada@example.com",)
     )
     print(f"{broker_url.split(':', maxsplit=1)[0]}: booked mail after {bulk_before} bulk mails")
-    assert second["status"] == "sent" and second["deferrals"] == 1, second
+    # Either may be decided first (two pool processes): one is sent at once, the other booked.
+    assert [o["status"] for o in outcomes] == ["sent", "sent"], outcomes
+    assert sorted(o["deferrals"] for o in outcomes) == [0, 1], "booked once, never again"
     assert len(ada) == 2 and ada[1] - ada[0] >= 0.5, ada  # never early (SMTP latency aside)
     assert bulk_before < BULK // 3, f"the booked mail waited behind {bulk_before} first runs"
 
