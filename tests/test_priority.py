@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ from mailer.mail.kinds import Kinds
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import tasks
-from workers.priority import kind_priority, message_priority
+from workers.priority import kind_priority, message_priority, publish_priority
 
 TASK = "mailguard.send_mail"
 BULK = 3000
@@ -44,12 +45,41 @@ def broker_url(request: pytest.FixtureRequest, redis_url: str) -> Iterator[str]:
     server.cleanup()
 
 
+def _env(broker_url: str, redis_url: str, smtp_server: SmtpTestServer) -> dict[str, str]:
+    """A worker's environment on ``broker_url`` with a queue of its own, under ``1/1s``."""
+    return worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_BROKER_URL=broker_url,
+        MAILGUARD_QUEUE=f"mail-{uuid.uuid4().hex[:8]}",
+        MAILGUARD_POLICY="1/1s",
+    )
+
+
+def _queue_bulk(send_mail: Any) -> None:
+    """Queue the burst: ``BULK`` mails of the default kind to distinct recipients."""
+    for n in range(BULK):
+        send_mail.apply_async(
+            args=[f"bulk{n}@example.com"], kwargs={"subject": f"bulk {n}", "body": "news"}
+        )
+
+
 def test_the_brokers_priority_is_the_kinds() -> None:
     """Redis pops lower numbers first, RabbitMQ higher: the kind's order is kept on both."""
     kinds = Kinds.defaults()
     code, default = kind_priority(kinds, "code"), kind_priority(kinds, "default")
     assert (code, default, kind_priority(kinds, "no-such-kind")) == (9, 5, 5)
     assert message_priority("redis://h/1", code) < message_priority("redis://h/1", default)
+    # A deferred mail's next run: one step above its kind, at most 9 (a code mail stays at 9).
+    published = {
+        (url, kind, booked): publish_priority(url, kinds, kind, booked=booked)
+        for url in ("redis://h/1", "amqp://h//")
+        for kind in ("default", "code")
+        for booked in (False, True)
+    }
+    assert published[("amqp://h//", "default", True)] == 6
+    assert published[("redis://h/1", "default", True)] == 3
+    assert published[("amqp://h//", "code", True)] == published[("amqp://h//", "code", False)]
     assert message_priority("amqp://h//", code) > message_priority("amqp://h//", default)
 
 
@@ -57,21 +87,12 @@ def test_a_code_mail_overtakes_a_bulk_burst(
     broker_url: str, redis_url: str, smtp_server: SmtpTestServer
 ) -> None:
     """The code mail is received within 2 s of its enqueue while thousands of bulk mails wait."""
-    env = worker_env(
-        redis_url,
-        smtp_server.url,
-        MAILGUARD_BROKER_URL=broker_url,
-        MAILGUARD_QUEUE=f"mail-{uuid.uuid4().hex[:8]}",
-        MAILGUARD_POLICY="1/1s",
-    )
+    env = _env(broker_url, redis_url, smtp_server)
     app = client_app(env)
     send_mail = app.tasks[tasks.send_mail.name]  # the shared task, bound to the client app
     worker = CeleryWorker(env).start()
     try:
-        for n in range(BULK):
-            send_mail.apply_async(
-                args=[f"bulk{n}@example.com"], kwargs={"subject": f"bulk {n}", "body": "news"}
-            )
+        _queue_bulk(send_mail)
         backlog_at_code = BULK - len(smtp_server.delivered)
         enqueued = time.time()
         send_mail.apply_async(
@@ -104,23 +125,14 @@ def test_a_booked_mail_comes_back_before_a_queued_burst_of_its_kind(
 
     Two mails to one reader (one booked 1 s after the other) and then a burst of the same kind
     are queued before the worker starts: the booked mail's retry is published after the burst."""
-    env = worker_env(
-        redis_url,
-        smtp_server.url,
-        MAILGUARD_BROKER_URL=broker_url,
-        MAILGUARD_QUEUE=f"mail-{uuid.uuid4().hex[:8]}",
-        MAILGUARD_POLICY="1/1s",
-    )
+    env = _env(broker_url, redis_url, smtp_server)
     app = client_app(env)
     send_mail = app.tasks[tasks.send_mail.name]
     booked = [
         send_mail.apply_async(args=["ada@example.com"], kwargs={"subject": f"ada {n}", "body": "b"})
         for n in (1, 2)
     ]
-    for n in range(BULK):
-        send_mail.apply_async(
-            args=[f"bulk{n}@example.com"], kwargs={"subject": f"bulk {n}", "body": "news"}
-        )
+    _queue_bulk(send_mail)
     worker = CeleryWorker(env).start()
     try:
         outcomes = [r.get(timeout=60) for r in booked]

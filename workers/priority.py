@@ -13,7 +13,7 @@ waiting messages per priority in its own way, and Celery passes ``priority`` thr
   priority, higher first, then by arrival (:mod:`workers.memory_broker`); ``p`` as is.
 
 Priority orders what waits in the queue; it does not take a process from a mail being sent.
-A booked mail comes back (a countdown's retry, a parked mail's promotion, the watchdog's copy)
+A deferred mail comes back (a countdown's retry, a parked mail's promotion, the watchdog's copy)
 one step above its kind (:func:`booked_priority`): it holds a slot, so a burst of its own kind's
 first runs still queued must not make it late (a late run is judged again, and may move back).
 A mail of a higher kind still goes first.
@@ -43,7 +43,7 @@ def kind_priority(kinds: Kinds, kind: Any) -> int:
 
 
 def booked_priority(level: int) -> int:
-    """The kind priority a booked mail of kind priority ``level`` is published again at: one
+    """The kind priority a deferred mail of kind priority ``level`` is published again at: one
     step above its kind, at most :data:`MAX_PRIORITY`."""
     return min(level + 1, MAX_PRIORITY)
 
@@ -51,6 +51,13 @@ def booked_priority(level: int) -> int:
 def message_priority(broker_url: str, priority: int) -> int:
     """The ``priority`` to publish a mail of kind priority ``priority`` with on this broker."""
     return MAX_PRIORITY - priority if _scheme(broker_url) in REDIS_SCHEMES else priority
+
+
+def publish_priority(broker_url: str, kinds: Kinds, kind: Any, *, booked: bool = False) -> int:
+    """The broker ``priority`` for a mail of kind ``kind``: its kind's for a first run, one step
+    above for a deferred mail's next run (``booked``: :func:`booked_priority`)."""
+    level = kind_priority(kinds, kind)
+    return message_priority(broker_url, booked_priority(level) if booked else level)
 
 
 def transport_options(broker_url: str) -> dict[str, Any]:

@@ -192,7 +192,6 @@ class Promoter:
             entry = Parked.decode(payload, mail_id)
             countdown = entry.due - state.limiter_now()  # ``due`` is on the limiter's clock
             kind = entry.kwargs.get("kind", "default")
-            level = priority.booked_priority(priority.kind_priority(self.kinds, kind))
             message = self._amqp.create_task_message(
                 entry.task_id,
                 self.task_name,
@@ -219,7 +218,7 @@ class Promoter:
             self.task_name,
             message,
             **self._route,
-            priority=priority.message_priority(self._broker_url, level),
+            priority=priority.publish_priority(self._broker_url, self.kinds, kind, booked=True),
             declare=[],
             retry=False,
         )

@@ -89,8 +89,9 @@ class GuardedTask(Task[Any, Any]):
         if "queue" not in options:  # MAILGUARD_QUEUE, unless the app's task_routes route it
             options.update(routing.queue_option(self.app, self.name, state.current().queue))
         if "priority" not in options:
-            level = priority.kind_priority(state.current().kinds, call.get("kind", "default"))
-            options["priority"] = priority.message_priority(self.app.conf.broker_url, level)
+            options["priority"] = priority.publish_priority(
+                self.app.conf.broker_url, state.current().kinds, call.get("kind", "default")
+            )
         options.setdefault("argsrepr", "(<redacted>)")
         options.setdefault("kwargsrepr", "{<redacted>}")
         if "_progress" not in call:  # a caller's call, not a deferred run published again
@@ -306,18 +307,15 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
     watched = parking.watch(
         settings, step, task_id=task_id, args=args, kwargs=again, due=eta.timestamp()
     )
+    kind = again.get("kind", "default")  # one step above it: its burst cannot make it late
+    next_priority = priority.publish_priority(
+        task.app.conf.broker_url, state.current().kinds, kind, booked=True
+    )
     try:
-        task.retry(eta=eta, kwargs=again, throw=False, priority=_booked_priority(task, again))
+        task.retry(eta=eta, kwargs=again, throw=False, priority=next_priority)
     except Reject as exc:
         return _unpublished(task, step, again, exc, watched=watched)
     raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")
-
-
-def _booked_priority(task: Task[Any, Any], kwargs: dict[str, Any]) -> int:
-    """The broker priority of a booked mail's next run: one step above its kind's, so the
-    queued first runs of its own kind cannot make it late (:func:`priority.booked_priority`)."""
-    level = priority.kind_priority(state.current().kinds, kwargs.get("kind", "default"))
-    return priority.message_priority(task.app.conf.broker_url, priority.booked_priority(level))
 
 
 def _show_deferred(task: Task[Any, Any], step: Later, mail_id: str) -> None:
