@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from mailer import Kinds, Limiter, ManualClock, Policy
+from mailer import Kind, Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
 from mailer.guard import GuardConfig, Later, MailRequest
 from mailer.limits.sliding_log import BOOKED, TAG_BITS
@@ -172,3 +172,33 @@ def test_through_the_guard_a_backlog_drains_without_moving_back(clock: ManualClo
         sent_at.append(clock())
     assert len(sent_at) == 7 and max(rebooked.values(), default=0) <= 1, (rebooked, sent_at)
     assert all(b - a >= 1.0 - 0.1 - 1e-6 for a, b in itertools.pairwise(sent_at)), sent_at
+
+
+def test_through_the_guard_an_on_time_mail_behind_a_late_one_is_judged_again(
+    clock: ManualClock,
+) -> None:
+    """x sent at 0, y booked at 1, z (a kind that may wait 2.5 s) at 2. y runs 0.9 s late (at
+    1.9) and goes; z, on time at 2, must wait its spacing after y (2.9), past its deadline: it
+    is dropped ``late`` (its slot lost to a late mail), counted as judged again, never sent."""
+    limiter = Limiter.from_url("memory://", POLICY, clock=clock)
+    transport = MemoryTransport()
+    kinds = Kinds.defaults().with_kind(Kind("quick", subject="s", body="b", max_wait=2.5))
+    guard = memory_guard(
+        limiter, MemoryLedger(clock), transport, kinds=kinds, clock=clock,
+        config=GuardConfig(late_tolerance=0.5),
+    )  # fmt: skip
+    start = clock()
+    x, y, z = (
+        MailRequest(to="ada@example.com", mail_id=name, kind=kind, subject="s", body="b")
+        for name, kind in (("x", "default"), ("y", "default"), ("z", "quick"))
+    )
+    assert guard.process(x).outcome.status == "sent"
+    booked_y, booked_z = guard.process(y), guard.process(z)
+    assert isinstance(booked_y, Later) and isinstance(booked_z, Later)
+    assert booked_z.outcome.due == pytest.approx(start + 2.0, abs=0.002)
+    clock.set(start + 1.9)
+    assert guard.process(y, booked_y.progress).outcome.status == "sent"
+    clock.set(start + 2.0)
+    dropped = guard.process(z, booked_z.progress).outcome
+    assert (dropped.status, dropped.reason) == ("dropped", "late"), dropped
+    assert len(transport.sent) == 2, "x and y sent, z never"

@@ -73,11 +73,15 @@ class Admission:
     def _judged_late(
         self, mail: Prepared, progress: Progress, decision: Decision, now: float
     ) -> bool:
-        """Whether the limiter judged this run late (sent now, booked again, or no slot in
-        time), counted and logged. A run that finds its booking already moved (a copy of a run
-        that was booked again; the answer names no tier) was not judged: not late."""
+        """Whether the limiter judged this run again (sent now, booked again, or no slot in
+        time), counted and logged: a run late by more than the tolerance, or one on time whose
+        slot it refused (a mail of its recipient sent late since, which ignored this booking:
+        it waits its spacing after that one). A run that finds its booking already moved (a
+        copy of a run that was booked again; the answer names no tier) was not judged."""
         late_by = now - progress.due if progress.due else 0.0
-        if late_by <= self.config.late_tolerance:
+        if not progress.due or late_by < 0:  # a first run, or early (its slot is still ahead)
+            return False
+        if late_by <= self.config.late_tolerance and decision.allowed:
             return False
         if decision.booked and decision.tier is None:
             return False
