@@ -2,7 +2,8 @@
 mails bigger than the worker (each recipient's mails booked 1 s apart, the server slowed so the
 worker sends fewer a second than fall due) with a 100 ms late tolerance. Checked from the
 server's own log and the worker's: every mail delivered exactly once, no two of one recipient's
-deliveries closer than the spacing less the tolerance, and no mail moving back more often than
+mails reaching the server (RCPT) closer than the spacing less the tolerance (and a few ms of
+latency: the spacing is promised at admission), and no mail moving back more often than
 its recipient has other mails (the overdue bookings of its recipient no longer push it back:
 it is booked again only behind a mail of its recipient sent less than the spacing before).
 Throughput and the re-bookings counted: make bench (benchmarks/drain.py)."""
@@ -24,6 +25,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(400)]
 
 RECIPIENTS, PER_RECIPIENT = 60, 6
 SPACING, TOLERANCE = 1.0, 0.1
+#: Seconds one mail's way from admission to the server's RCPT may exceed another's (the build,
+#: the connection; more on a loaded machine): the spacing is promised at admission.
+LATENCY = 0.03
 #: Each DATA answered this much later: the worker (concurrency 2) sends at most ~40 a second.
 SLOW = 0.05
 BOOKED_AGAIN = re.compile(r"mail (\S+) ran \S+ after its slot: booked again")
@@ -61,13 +65,18 @@ def test_a_backlog_drains_with_the_spacing_kept_and_no_mail_moving_back_for_long
     assert Counter(r.get(timeout=5)["status"] for r in results) == {"sent": total}
     ids = Counter(d.message["Message-ID"] for d in smtp_server.delivered)
     assert len(ids) == total and set(ids.values()) == {1}, "every mail delivered exactly once"
+    # When each mail reached the server (its RCPT, on the server's clock: before the DATA delay
+    # this server adds, whose own timing is not the mail's), one recipient's in order.
     times: dict[str, list[float]] = defaultdict(list)
-    for mail in smtp_server.delivered:
-        times[mail.rcpt_tos[0]].append(mail.received_at)
+    for at, _, address, reply in smtp_server.events("RCPT"):
+        if reply.startswith("250"):
+            times[address].append(at)
     gaps = [b - a for ts in times.values() for a, b in itertools.pairwise(sorted(ts))]
-    assert len(gaps) == total - RECIPIENTS
-    close = [g for g in gaps if g < SPACING - TOLERANCE]
-    assert close == [], f"{len(close)} pairs closer than {SPACING - TOLERANCE} s"
+    assert len(gaps) == total - RECIPIENTS, "one accepted RCPT per mail"
+    # The promise holds at admission, on the limiter's clock; a mail reaches RCPT after the
+    # message is built and the connection opened: LATENCY at most between two of them.
+    close = [g for g in gaps if g < SPACING - TOLERANCE - LATENCY]
+    assert close == [], f"{len(close)} pairs closer than {SPACING - TOLERANCE - LATENCY} s"
     assert "after its slot: sent now" in log, "the backlog made runs late"
     again = Counter(BOOKED_AGAIN.findall(log))
     # Each time a late mail is booked again, a mail of its recipient was sent less than the
