@@ -26,8 +26,9 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(400)]
 RECIPIENTS, PER_RECIPIENT = 60, 6
 SPACING, TOLERANCE = 1.0, 0.1
 #: Seconds one mail's way from admission to the server's RCPT may exceed another's (the build,
-#: the connection; more on a loaded machine): the spacing is promised at admission.
-LATENCY = 0.03
+#: the connection): the spacing is promised at admission. With the suite's other workers on
+#: two cores it varies by tens of ms (a pair at 0.87 s was seen), so as much as the tolerance.
+LATENCY = 0.1
 #: Each DATA answered this much later: the worker (concurrency 2) sends at most ~40 a second.
 SLOW = 0.05
 BOOKED_AGAIN = re.compile(r"mail (\S+) ran \S+ after its slot: booked again")
@@ -37,6 +38,9 @@ def test_a_backlog_drains_with_the_spacing_kept_and_no_mail_moving_back_for_long
     redis_url: str, smtp_server: SmtpTestServer
 ) -> None:
     total = RECIPIENTS * PER_RECIPIENT
+    # The first mails (one a recipient) go at full speed, so the others fall due faster than
+    # the slowed server lets the worker send them: most runs start late.
+    smtp_server.slow_data(0.0, times=RECIPIENTS)
     smtp_server.slow_data(SLOW, times=2 * total)
     env = worker_env(
         redis_url,
@@ -76,7 +80,8 @@ def test_a_backlog_drains_with_the_spacing_kept_and_no_mail_moving_back_for_long
     # The promise holds at admission, on the limiter's clock; a mail reaches RCPT after the
     # message is built and the connection opened: LATENCY at most between two of them.
     close = [g for g in gaps if g < SPACING - TOLERANCE - LATENCY]
-    assert close == [], f"{len(close)} pairs closer than {SPACING - TOLERANCE - LATENCY} s"
+    least = sorted(gaps)[:5]
+    assert close == [], f"{len(close)} pairs closer than {SPACING - TOLERANCE - LATENCY} s: {least}"
     assert "after its slot: sent now" in log, "the backlog made runs late"
     again = Counter(BOOKED_AGAIN.findall(log))
     # Each time a late mail is booked again, a mail of its recipient was sent less than the
