@@ -85,8 +85,9 @@ def compare(
 
 
 def _label(key: str, secret: str) -> str:
-    """An 8-hex-digit keyed hash of a limit key (BLAKE2b keyed with ``secret``)."""
-    return hashlib.blake2b(key.encode(), key=secret.encode()[:64], digest_size=4).hexdigest()
+    """A 16-hex-digit keyed hash of a limit key (BLAKE2b keyed with ``secret``): the report
+    groups by it, so it must not collide (8 digits did, about once in 80 runs of 10 000)."""
+    return hashlib.blake2b(key.encode(), key=secret.encode()[:64], digest_size=8).hexdigest()
 
 
 def _limit_key(attempt: Attempt, index: int, rules: AddressRules) -> str:
