@@ -47,6 +47,22 @@ def closest_gap(smtp: SmtpTestServer, *, recipients: int, each: int) -> float:
     return min(b - a for times in received.values() for a, b in pairwise(sorted(times)))
 
 
+def closest_rcpt_gap(smtp: SmtpTestServer, *, recipients: int, each: int) -> float:
+    """As :func:`closest_gap`, at each accepted RCPT (before any DATA delay the server adds,
+    whose own timing is not the mail's)."""
+    received: dict[str, list[float]] = {}
+    for at, _, address, reply in smtp.events("RCPT"):
+        if reply.startswith("250"):
+            received.setdefault(address, []).append(at)
+    assert len(received) == recipients and all(len(v) == each for v in received.values())
+    return min(b - a for times in received.values() for a, b in pairwise(sorted(times)))
+
+
+#: The overload test's MAILGUARD_LATE_TOLERANCE, and the time from admission to RCPT allowed
+#: between two mails under the suite's load (seconds).
+OVERLOAD_TOLERANCE, OVERLOAD_LATENCY = 0.1, 0.1
+
+
 def test_a_late_run_rebooks_and_the_mails_behind_it_keep_their_spacing(clock: ManualClock) -> None:
     """Three mails booked 60 s apart; the worker is away for 10 minutes. When the runs come
     back at once, the first is sent, the others are booked again one minute apart: the mails
@@ -285,14 +301,16 @@ def test_an_overloaded_worker_never_sends_two_mails_to_one_recipient_too_close(
 ) -> None:
     """Overload on a small scale: 120 mails for 30 recipients under ``1/1s, 50/1h``, one pool
     process and an SMTP server that takes 100 ms a mail (about 10 mails/s, while each
-    recipient's three booked mails fall due a second apart). The backlog makes runs late (60
-    are re-booked); by the SMTP server's own clock no recipient receives two mails less than a
-    second apart, less a small slack (without re-booking: 0.11 s apart)."""
+    recipient's three booked mails fall due a second apart). The backlog makes runs late
+    (tens are judged again); by the SMTP server's own clock (each mail's RCPT) no recipient
+    receives two mails closer than the promise, the spacing less ``MAILGUARD_LATE_TOLERANCE``
+    (100 ms here), less the latency from admission to RCPT (without re-booking: 0.11 s)."""
     env = worker_env(
         redis_url,
         smtp_server.url,
         MAILGUARD_POLICY="1/1s, 50/1h",
         MAILGUARD_MAX_COUNTDOWN="2s",
+        MAILGUARD_LATE_TOLERANCE=f"{OVERLOAD_TOLERANCE * 1000:g}ms",
     )
     smtp_server.slow_data(0.1, times=200)
     app = client_app(env)
@@ -313,7 +331,10 @@ def test_an_overloaded_worker_never_sends_two_mails_to_one_recipient_too_close(
         app.close()
     outcomes = [r.get(timeout=1) for r in results]
     assert {o["status"] for o in outcomes} == {"sent"}, outcomes
-    closest = closest_gap(smtp_server, recipients=30, each=4)
+    closest = closest_rcpt_gap(smtp_server, recipients=30, each=4)
     rebooked = sum(o["deferrals"] > 1 for o in outcomes)
     print(f"closest two mails to one recipient: {closest:.2f} s; {rebooked} mails re-booked")
-    assert closest >= 1.0 - 0.2, f"two mails to one recipient {closest:.2f} s apart"
+    # A run late by up to the tolerance keeps its slot (so the promise is 1 s less that); the
+    # rest is the time from admission to RCPT under the suite's load, as in test_drain_worker.
+    promise = 1.0 - OVERLOAD_TOLERANCE - OVERLOAD_LATENCY
+    assert closest >= promise, f"two mails to one recipient {closest:.2f} s apart"
