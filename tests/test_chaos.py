@@ -22,6 +22,7 @@ them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import time
@@ -110,6 +111,7 @@ class Stack:
         self.workers = [CeleryWorker(self.env, name=f"w{n}") for n in (1, 2)]
         self.killed: set[int] = set()
         self.task_ids: list[str] = []  # every mail enqueued (see close)
+        self.mail_tasks: dict[str, str] = {}  # the task id of each mail of the load, by mail id
         for worker in self.workers:
             worker.start()
 
@@ -163,6 +165,7 @@ def load(stack: Stack, prefix: str) -> dict[str, AsyncResult[Any]]:
                 kwargs={"subject": mail_id, "body": "chaos", "mail_id": mail_id},
             )
             stack.task_ids.append(result.id)
+            stack.mail_tasks[mail_id] = result.id
     return results
 
 
@@ -192,6 +195,48 @@ def over_admissions(dues: dict[str, list[float]], policy: Policy) -> int:
                 if slots[i + tier.limit] - slots[i] < tier.window - 1e-6:
                     over += 1
     return over
+
+
+def unacked_ids(stack: Stack) -> set[str]:
+    """Task ids of the messages the Redis broker records as delivered and not acknowledged
+    (kombu's ``unacked`` hash: ``[message, exchange, routing key]`` by delivery tag)."""
+    assert isinstance(stack.broker, RedisServer)
+    broker = redis.Redis(port=stack.broker.port, db=1)
+    try:
+        return {str(json.loads(v)[0]["headers"]["id"]) for v in broker.hvals("unacked")}
+    finally:
+        broker.close()
+
+
+def first_messages_recorded(stack: Stack, results: dict[str, AsyncResult[Any]]) -> bool:
+    """Whether every mail's first message has run (the mail has a state) or is recorded in the
+    broker's ``unacked`` hash (from which only the visibility timeout moves it): none is then
+    between the ``BRPOP`` that took it and that record."""
+    held = unacked_ids(stack)  # before the states: a message recorded then is recorded still
+    return all(r.id in held or r.state != "PENDING" for r in results.values())
+
+
+def whereabouts(stack: Stack, mail_id: str) -> str:
+    """Where the Redis broker keeps a message of the load's mail ``mail_id``: a queue's list,
+    ``unacked``, or nowhere (said for a mail left unsettled); "?" on another broker."""
+    task_id = stack.mail_tasks.get(mail_id)
+    if task_id is None or not isinstance(stack.broker, RedisServer):
+        return "?"
+    broker = redis.Redis(port=stack.broker.port, db=1)
+    try:
+        places = [
+            repr(key.decode(errors="replace") if isinstance(key, bytes) else key)
+            for key in broker.keys("mail*")
+            if broker.type(key) == b"list"
+            and any(task_id.encode() in item for item in broker.lrange(key, 0, -1))
+        ]
+        if task_id in unacked_ids(stack):
+            places.append("unacked")
+    except redis.RedisError as exc:
+        return f"broker unreadable: {exc}"
+    finally:
+        broker.close()
+    return "broker: " + (", ".join(places) or "in no queue and not unacked")
 
 
 def audit(stack: Stack, final: dict[str, tuple[str, Any]]) -> Audit:
@@ -233,6 +278,7 @@ def audit(stack: Stack, final: dict[str, tuple[str, Any]]) -> Audit:
         deaths=len(dead),
         odd=tuple(
             f"{mail_id}: {final[mail_id][0]} {str(o)[:300]}"
+            + (f" ({whereabouts(stack, mail_id)})" if final[mail_id][0] != "SUCCESS" else "")
             for mail_id, o in outcomes.items()
             if not (isinstance(o, dict) and o.get("status") in ("sent", "dropped", "failed"))
         ),
@@ -260,10 +306,28 @@ def test_pool_children_killed_mid_send(stack_factory: Callable[..., Stack]) -> N
 
 
 def test_a_worker_killed_and_restarted(stack_factory: Callable[..., Stack]) -> None:
-    """SIGKILL of a worker's main process mid-run, a new one started: every mail once."""
+    """SIGKILL of a worker's main process mid-run, a new one started: every mail once.
+
+    The kill comes 1 s into the run, and not before every mail's first message has run or is
+    recorded in the broker's ``unacked`` hash. A first message that kombu's Redis transport has
+    taken (``BRPOP``) and not yet recorded there is gone with a consumer killed in between: the
+    caller's only copy, the one loss the product documents as not covered (docs/schedule.md:
+    a consumer killed between ``BRPOP`` and its ``unacked`` record; "What is not" covered: a
+    mail's first delivery; reliability.md, "The window kombu leaves open"). On a loaded machine
+    the first messages were still being taken 1 s in: CI, and one of eleven runs beside a CPU
+    hog, lost one that way (PENDING, in no queue and not unacked, for good). What the killed
+    worker holds at the kill is covered: first messages in flight or reserved come back after
+    the visibility timeout, booked countdowns are published again by the watchdog (or come back
+    after the visibility timeout).
+    """
     stack = stack_factory()
     results = load(stack, "main")
     time.sleep(1.0)
+    poll(
+        lambda: first_messages_recorded(stack, results),
+        30,
+        "every first message run or recorded unacked",
+    )
     stack.kill_main(0)
     check(audit(stack, settle(results, 90)), "main kill")
 
