@@ -83,11 +83,21 @@ def newsletter(request: pytest.FixtureRequest) -> Report:
 @stack
 def test_every_notice_is_booked_and_the_worker_logs_no_error(newsletter: Report) -> None:
     """Every notice has a result once the booking phase ends (none dropped or failed: a notice
-    may wait long enough for the whole newsletter) and the worker logged no error."""
+    may wait long enough for the whole newsletter) and the worker logged no error. Every notice
+    whose slot is more than MAILGUARD_PARK_AFTER (5 s) after the end of the window was booked
+    that far ahead when decided (before the end): it waits parked, in the schedule's due set at
+    its slot (read there, not from its result).
+
+    How many that is depends on the machine, not on the product: the slots run at the tier's
+    pace (20 a second), the booking at the worker's and the publisher's, and the window ends
+    5 s after the booking. CI's loaded machine took 62.8 s to book 2 000 notices (945 still
+    ahead at the end); one slower than the tier would book none ahead. The count expected is
+    the run's own (its notices' slots against its end), never a share of the newsletter."""
     assert newsletter.booked == MAILS, newsletter
     assert newsletter.states.get("dropped", 0) == newsletter.states.get("failed", 0) == 0
     assert sum(newsletter.states.values()) == MAILS, newsletter.states
-    assert newsletter.states.get("parked", 0) > MAILS // 2, newsletter.states
+    assert newsletter.far_parked == newsletter.far, newsletter
+    assert newsletter.states.get("parked", 0) >= newsletter.far, (newsletter.states, newsletter)
     assert newsletter.worker_errors == []
 
 
