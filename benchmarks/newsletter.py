@@ -250,6 +250,7 @@ class Cost:
     usec: float  # Redis time per call, µs
     commands: float  # other commands per call
     written: float  # AOF bytes per call
+    seconds: float = 0.0  # between the two samples
 
     @classmethod
     def between(cls, a: Sample, b: Sample) -> Cost:
@@ -259,6 +260,7 @@ class Cost:
             (b.usec - a.usec) / n,
             (b.commands - a.commands) / n,
             (b.written - a.written) / n,
+            b.at - a.at,
         )
 
 
@@ -565,7 +567,11 @@ def parked_at(main: redis.Redis, slots: dict[str, float]) -> set[str]:
     within a millisecond of that slot (its due set, :data:`PARKED`)."""
     ids = list(slots)
     scores = main.zmscore(PARKED, ids) if ids else []
-    return {i for i, ms in zip(ids, scores, strict=True) if ms is not None and abs(ms / 1000 - slots[i]) <= 1e-3}
+    return {
+        i
+        for i, ms in zip(ids, scores, strict=True)
+        if ms is not None and abs(ms / 1000 - slots[i]) <= 1e-3
+    }
 
 
 def settle(
