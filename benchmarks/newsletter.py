@@ -372,6 +372,8 @@ class Report:
                 f"{_spread(self.lateness)}": self.over(),
                 f"{self.lost} of {self.due} due mails lost": self.lost > 0,
                 f"{self.twice} mails received twice": self.twice > 0,
+                f"{self.far - self.far_parked} of {self.far} notices booked past the end not "
+                "parked": self.far_parked < self.far,
                 f"{self.early} mails received before their slot": self.early > 0,
                 f"code mails: {self.codes_received} of {self.codes} received, slowest "
                 f"{self.code_worst:.2f} s": self.codes_received < self.codes
@@ -741,6 +743,10 @@ def _rows(reports: Sequence[Report]) -> list[tuple[str, Callable[[Report], str]]
             lambda r: f"{r.due:,}: {r.due - r.late - r.lost:,} / {r.late} / {r.lost}",
         ),
         ("received twice / before their slot", lambda r: f"{r.twice} / {r.early}"),
+        (
+            "booked past the end + park-after: parked in the schedule",
+            lambda r: f"{r.far_parked:,} of {r.far:,}",
+        ),
         ("notices accepted after their slot, p50 / p99 / max", lambda r: _spread(r.lateness)),
         (
             "code mails received, slowest enqueue -> accepted",
