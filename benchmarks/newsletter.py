@@ -93,6 +93,7 @@ POLL = 0.25  # s between two checks of the results
 PREFILL = 5  # sends given to each reader before the recipient-only burst (5/1h: an hour ahead)
 LIMITER_REDIS = ("--appendonly", "yes", "--appendfsync", "no", "--auto-aof-rewrite-percentage", "0")
 PAYLOADS = "mailguard:{schedule:mail}:payloads"  # the schedule's payloads (workers/parking.py)
+PARKED = "mailguard:{schedule:mail}:due"  # the schedule's parked mails, by due time (ms)
 SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval")
 NOT_COUNTED = ("cmdstat_info",)  # the sampler's own
 
@@ -249,6 +250,7 @@ class Cost:
     usec: float  # Redis time per call, µs
     commands: float  # other commands per call
     written: float  # AOF bytes per call
+    seconds: float = 0.0  # between the two samples
 
     @classmethod
     def between(cls, a: Sample, b: Sample) -> Cost:
@@ -258,6 +260,7 @@ class Cost:
             (b.usec - a.usec) / n,
             (b.commands - a.commands) / n,
             (b.written - a.written) / n,
+            b.at - a.at,
         )
 
 
@@ -311,6 +314,11 @@ class Report:
     twice: int = 0  # received more than once
     early: int = 0  # received before their slot
     rebooked: int = 0  # mails whose run came late and asked again (deferrals > 1)
+    #: notices whose slot is more than MAILGUARD_PARK_AFTER after the window's end: booked
+    #: further ahead than that when decided (before the end), so parked; how many the
+    #: schedule holds parked (its due set, read once the worker stopped), at their slot.
+    far: int = 0
+    far_parked: int = 0
     times: list[float] = field(default_factory=list, repr=False)  # acceptances, server's clock
     lateness: list[float] = field(default_factory=list, repr=False)  # s, acceptance - slot
     #: s the pacing check forgives (0: none, the provider's view): a run late by up to
@@ -364,6 +372,8 @@ class Report:
                 f"{_spread(self.lateness)}": self.over(),
                 f"{self.lost} of {self.due} due mails lost": self.lost > 0,
                 f"{self.twice} mails received twice": self.twice > 0,
+                f"{self.far - self.far_parked} of {self.far} notices booked past the end not "
+                "parked": self.far_parked < self.far,
                 f"{self.early} mails received before their slot": self.early > 0,
                 f"code mails: {self.codes_received} of {self.codes} received, slowest "
                 f"{self.code_worst:.2f} s": self.codes_received < self.codes
@@ -554,6 +564,18 @@ def held(main: redis.Redis, broker: redis.Redis, ids: Iterable[str]) -> set[str]
     return found
 
 
+def parked_at(main: redis.Redis, slots: dict[str, float]) -> set[str]:
+    """Which of ``slots`` (mail id -> slot, epoch seconds) the schedule holds parked, due
+    within a millisecond of that slot (its due set, :data:`PARKED`)."""
+    ids = list(slots)
+    scores = main.zmscore(PARKED, ids) if ids else []
+    return {
+        i
+        for i, ms in zip(ids, scores, strict=True)
+        if ms is not None and abs(ms / 1000 - slots[i]) <= 1e-3
+    }
+
+
 def settle(
     report: Report,
     outcomes: dict[str, dict[str, Any]],
@@ -563,11 +585,14 @@ def settle(
     received: dict[str, list[float]],
     still: Callable[[Iterable[str]], set[str]],
     park_after: float = defaults.PARK_AFTER,
+    parked: Callable[[dict[str, float]], set[str]] = lambda slots: set(),
 ) -> None:
     """The checks of one run from every mail's result, what the SMTP server accepted and
     ``still`` (which of the given mail ids still wait somewhere); ``end``: when sending
-    stopped (epoch seconds)."""
+    stopped (epoch seconds); ``parked``: which of the given mail ids (with their slots) the
+    schedule holds parked at that slot."""
     unreceived: list[str] = []
+    far: dict[str, float] = {}
     for address, mail_id in burst.bulk.items():
         meta = outcomes[mail_id]
         outcome = meta.get("result") if isinstance(meta.get("result"), dict) else {}
@@ -581,12 +606,15 @@ def settle(
         report.lateness += [t - slot for t in times]
         report.twice += len(times) > 1
         report.early += sum(t < slot for t in times)
+        if slot > end + park_after and state not in ("dropped", "failed"):
+            far[mail_id] = slot
         if slot <= end - MARGIN and state not in ("dropped", "failed"):
             report.due += 1
             if not times:
                 unreceived.append(mail_id)
     waiting = still(unreceived)
     report.late, report.lost = len(waiting), len(unreceived) - len(waiting)
+    report.far, report.far_parked = len(far), len(parked(far))
     report.codes = len(burst.codes)
     waits = [
         min(received[a.lower()]) - at for a, (_, at) in burst.codes.items() if a.lower() in received
@@ -661,6 +689,7 @@ def run(
             received=stack.smtp.received(),
             still=lambda ids: held(main_db, broker, ids),
             park_after=parse_duration(stack.env.get("MAILGUARD_PARK_AFTER", "30s")),
+            parked=lambda slots: parked_at(main_db, slots),
         )
         report.worker_errors = stack.errors()
     return report
@@ -714,6 +743,10 @@ def _rows(reports: Sequence[Report]) -> list[tuple[str, Callable[[Report], str]]
             lambda r: f"{r.due:,}: {r.due - r.late - r.lost:,} / {r.late} / {r.lost}",
         ),
         ("received twice / before their slot", lambda r: f"{r.twice} / {r.early}"),
+        (
+            "booked past the end + park-after: parked in the schedule",
+            lambda r: f"{r.far_parked:,} of {r.far:,}",
+        ),
         ("notices accepted after their slot, p50 / p99 / max", lambda r: _spread(r.lateness)),
         (
             "code mails received, slowest enqueue -> accepted",

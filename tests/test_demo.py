@@ -157,14 +157,19 @@ def test_demo_against_redis_keeps_the_policy_and_leaves_no_queue(redis_url: str)
 @pytest.mark.redis
 def test_demo_tables_show_every_mail_and_the_summary_without_addresses(redis_url: str) -> None:
     """Without --json the demo prints each mail's fate and the summary, by short name only."""
-    done, _ = run_demo("--redis", redis_url, "--speed", "10")
+    # At --speed 3, as the JSON run above: the story binds each tier only when the worker
+    # decides its mails faster than the compressed windows. At --speed 10 the shortest window
+    # is 100 ms and a code may wait 0.375 s: on a loaded 2-core machine the worker's decisions
+    # come further apart (CI: 23 of the 33 mails sent, none shown booked, no tier named): no
+    # speed the demo can promise there. The JSON run checks the same story at --speed 3.
+    done, _ = run_demo("--redis", redis_url, "--speed", "3")
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert out.startswith("mailguard demo: policy 1/100ms, 5/1s, 10/3s per recipient")
+    assert out.startswith("mailguard demo: policy 1/333ms, 5/3333ms, 10/10s per recipient")
     assert f"Redis {redis_url}; worker in this process (threads)" in out.splitlines()[0]
     assert "33/33 settled" in out and "summary per recipient" in out
-    assert "no recipient over any tier of 1/100ms, 5/1s, 10/3s" in out
-    assert "booked t+" in out and "dropped" in out and "(10/3s)" in out
+    assert "no recipient over any tier of 1/333ms, 5/3333ms, 10/10s" in out
+    assert "booked t+" in out and "dropped" in out and "(10/10s)" in out
     assert "a code mail queued right behind a newsletter to 200 readers" in out
     assert not any(address in out + done.stderr for address in ADDRESSES)
 

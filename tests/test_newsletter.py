@@ -83,11 +83,21 @@ def newsletter(request: pytest.FixtureRequest) -> Report:
 @stack
 def test_every_notice_is_booked_and_the_worker_logs_no_error(newsletter: Report) -> None:
     """Every notice has a result once the booking phase ends (none dropped or failed: a notice
-    may wait long enough for the whole newsletter) and the worker logged no error."""
+    may wait long enough for the whole newsletter) and the worker logged no error. Every notice
+    whose slot is more than MAILGUARD_PARK_AFTER (5 s) after the end of the window was booked
+    that far ahead when decided (before the end): it waits parked, in the schedule's due set at
+    its slot (read there, not from its result).
+
+    How many that is depends on the machine, not on the product: the slots run at the tier's
+    pace (20 a second), the booking at the worker's and the publisher's, and the window ends
+    5 s after the booking. CI's loaded machine took 62.8 s to book 2 000 notices (945 still
+    ahead at the end); one slower than the tier would book none ahead. The count expected is
+    the run's own (its notices' slots against its end), never a share of the newsletter."""
     assert newsletter.booked == MAILS, newsletter
     assert newsletter.states.get("dropped", 0) == newsletter.states.get("failed", 0) == 0
     assert sum(newsletter.states.values()) == MAILS, newsletter.states
-    assert newsletter.states.get("parked", 0) > MAILS // 2, newsletter.states
+    assert newsletter.far_parked == newsletter.far, newsletter
+    assert newsletter.states.get("parked", 0) >= newsletter.far, (newsletter.states, newsletter)
     assert newsletter.worker_errors == []
 
 
@@ -135,16 +145,44 @@ def test_redis_commands_per_limiter_call_do_not_grow_with_the_backlog(
     assert last.commands <= 2 * first.commands, (first, last)
 
 
+#: The sender tier's slots a second: at most that many bookings come due a second, so at most
+#: that many script calls a second find the bucket's front page to fold.
+RATE = 20
+
+
+def fold_bytes(backlog: int) -> int:
+    """What folding the front of a paged gcra bucket of ``backlog`` bookings rewrites at most
+    (``caps`` in mailer/limits/stores/lua/scoped.lua, pages and groups of about its cube root
+    ``r``): the front page (up to 4 r bookings of 13 bytes), its group's page index (up to
+    2 (r // 2) pages, 8 bytes by 10 fields: 4 and 3 per view, two views with the share) and the
+    group index (one record of 8 bytes by 11 fields per group; pages are at least half full, 2 r
+    bookings, groups at least half, r // 2 pages)."""
+    r = int(backlog ** (1 / 3))
+    pages_per_group = max(2, 2 * (r // 2))
+    groups = backlog // (2 * r * max(1, r // 2)) + 1
+    return 4 * r * 13 + pages_per_group * 80 + groups * 88
+
+
 @stack
 def test_redis_bytes_written_per_limiter_call_do_not_grow_with_the_backlog(
     newsletter: Report,
 ) -> None:
     """What each script call writes (the limiter's AOF growth per call: every write command a
-    script makes, with its value) over the last calls of the burst, with some 1 800 bookings
-    in the sender scope: at most twice what the first calls wrote (a decision writes the
-    slots it changes, never the whole backlog; a gcra tier appends a booking after the last one
-    to its last page's tail and rewrites the records of that page and group only)."""
+    script makes, with its value) over the last calls of the burst, with up to some 1 800
+    bookings in the sender scope: at most twice what the first calls wrote, and what folding
+    the front of the bucket rewrites (a decision writes the slots it changes, never the whole
+    backlog; a gcra tier appends a booking after the last one to its last page's tail and
+    rewrites the records of that page and group only).
+
+    A call that finds bookings come due since the last folds them: it rewrites the front page
+    and the indexes above it whole, about the cube root of the backlog each (the paged design).
+    How many of the last calls fold is the machine's speed, not the backlog's size: at most one
+    a call and one per slot come due (20 a second); CI's loaded machine, booking in 62.8 s
+    where a fast one takes a few, folded in most of them (362 bytes a call first, 837 last).
+    That allowance is what the cube root makes of 2 000 bookings, some 2.9 KB; the whole
+    backlog would be 26 KB a call."""
     first, last = newsletter.first, newsletter.last
     assert first is not None and last is not None
     assert first.calls >= SAMPLED and last.calls >= SAMPLED
-    assert last.written <= 2 * first.written, (first, last)
+    folds = min(1.0, RATE * last.seconds / last.calls)
+    assert last.written <= 2 * first.written + folds * fold_bytes(MAILS + CODES), (first, last)
