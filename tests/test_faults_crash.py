@@ -93,6 +93,29 @@ def _audit(smtp: SmtpTestServer, results: list[AsyncResult[Any]], back: float) -
     return sorted(late)
 
 
+def _holds_only_countdowns(
+    broker: RedisServer, results: list[AsyncResult[Any]], schedule: RedisSchedule, booked: int
+) -> bool:
+    """All but ``booked`` of ``results`` finished and stored; the ``booked`` others booked,
+    watched, and their countdown messages held by a worker (in the broker's ``unacked`` hash,
+    each with an ``eta``); nothing else in flight: no message queued, none unacknowledged but
+    the countdowns. A worker killed then holds countdowns and nothing else: no run cut short
+    between its send and its result, no countdown still in the queue for the next worker."""
+    states = ["DEFERRED"] * booked + ["SUCCESS"] * (len(results) - booked)
+    if sorted(r.state for r in results) != states:
+        return False
+    if schedule.stats().watched != booked:
+        return False
+    client = redis.Redis(port=broker.port, db=1)
+    try:
+        queued = sum(client.llen(key) for key in client.scan_iter("mail*"))
+        held = [json.loads(raw)[0] for raw in client.hvals("unacked")]
+    finally:
+        client.close()
+    etas = [m for m in held if m["headers"].get("eta") is not None]
+    return queued == 0 and len(held) == len(etas) == booked
+
+
 def test_a_killed_worker_s_countdowns_are_sent_on_time(
     redis_url: str, smtp_server: SmtpTestServer, broker: RedisServer
 ) -> None:
@@ -106,8 +129,11 @@ def test_a_killed_worker_s_countdowns_are_sent_on_time(
     doomed = CeleryWorker(env, name="doomed").start()
     results = [_send(app, "ada@example.com", f"kill-{n}") for n in range(3)]
     try:
-        poll(lambda: sum(r.state == "DEFERRED" for r in results) == 2, 10, "two booked mails")
-        poll(lambda: schedule.stats().watched == 2, 5, "both watched")
+        poll(
+            lambda: _holds_only_countdowns(broker, results, schedule, 2),
+            15,
+            "one mail sent, two countdowns held " + doomed.log()[-2000:],
+        )
         time.sleep(2.0)
         doomed.kill()
         time.sleep(2.0)
@@ -149,10 +175,11 @@ def test_a_copy_restored_after_the_watchdog_sent_its_mail_ends_as_a_repeat(
     doomed = CeleryWorker(env, name="doomed").start()
     results = [_send(app, "bob@example.com", f"restore-{n}") for n in range(2)]
     try:
-        states = lambda: sorted(r.state for r in results)  # noqa: E731
-        poll(lambda: states() == ["DEFERRED", "SUCCESS"], 10, "one mail sent, one booked")
-        poll(lambda: schedule.stats().watched == 1, 5, "the booked one watched")
-        time.sleep(0.5)  # its countdown is published right after the watch is written
+        poll(
+            lambda: _holds_only_countdowns(broker, results, schedule, 1),
+            15,
+            "one mail sent, the other's countdown held " + doomed.log()[-2000:],
+        )
         doomed.kill()
         again = CeleryWorker(env, name="again").start()
         back = time.time()
@@ -346,25 +373,6 @@ def test_parking_off_a_refused_deferral_is_kept_and_the_consumer_lives(
         assert len(received[message_id(mail_id, SENDER)]) == 1, mail_id
 
 
-def _holds_only_its_countdown(
-    broker: RedisServer, results: list[AsyncResult[Any]], schedule: RedisSchedule
-) -> bool:
-    """One mail finished and stored, the other booked, watched, and its countdown message held
-    by the worker (in the broker's ``unacked`` hash, with an ``eta``), nothing else in flight:
-    no message queued, none unacknowledged but the countdown."""
-    if sorted(r.state for r in results) != ["DEFERRED", "SUCCESS"]:
-        return False
-    if schedule.stats().watched != 1:
-        return False
-    client = redis.Redis(port=broker.port, db=1)
-    try:
-        queued = sum(client.llen(key) for key in client.scan_iter("mail*"))
-        held = [json.loads(raw)[0] for raw in client.hvals("unacked")]
-    finally:
-        client.close()
-    return queued == 0 and len(held) == 1 and held[0]["headers"].get("eta") is not None
-
-
 #: The watchdog test's promotion lease (``MAILGUARD_PROMOTE_LEASE``), seconds.
 WATCHDOG_LEASE = 2.0
 #: Seconds for one run of one mail on a worker that is ready: hand-off, the guard's limiter and
@@ -405,7 +413,7 @@ def test_a_watchdog_publish_cut_short_by_a_kill_sends_one_mail(
     doomed = CeleryWorker(env | {KILL_AFTER_PUBLISH: "0"}, name="doomed")
     try:
         poll(
-            lambda: _holds_only_its_countdown(broker, results, schedule),
+            lambda: _holds_only_countdowns(broker, results, schedule, 1),
             15,
             "one mail sent, the other's countdown held " + holder.log()[-2000:],
         )
