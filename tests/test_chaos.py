@@ -22,7 +22,6 @@ them.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -39,6 +38,7 @@ from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisServer
 from mailer import Policy
+from tests.broker_state import BROKER_DB, unacked_headers
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
@@ -201,11 +201,7 @@ def unacked_ids(stack: Stack) -> set[str]:
     """Task ids of the messages the Redis broker records as delivered and not acknowledged
     (kombu's ``unacked`` hash: ``[message, exchange, routing key]`` by delivery tag)."""
     assert isinstance(stack.broker, RedisServer)
-    broker = redis.Redis(port=stack.broker.port, db=1)
-    try:
-        return {str(json.loads(v)[0]["headers"]["id"]) for v in broker.hvals("unacked")}
-    finally:
-        broker.close()
+    return {str(headers["id"]) for headers in unacked_headers(stack.broker.port)}
 
 
 def first_messages_recorded(stack: Stack, results: dict[str, AsyncResult[Any]]) -> bool:
@@ -222,7 +218,7 @@ def whereabouts(stack: Stack, mail_id: str) -> str:
     task_id = stack.mail_tasks.get(mail_id)
     if task_id is None or not isinstance(stack.broker, RedisServer):
         return "?"
-    broker = redis.Redis(port=stack.broker.port, db=1)
+    broker = redis.Redis(port=stack.broker.port, db=BROKER_DB)
     try:
         places = [
             repr(key.decode(errors="replace") if isinstance(key, bytes) else key)
@@ -424,7 +420,7 @@ def test_the_broker_redis_restarted(stack_factory: Callable[..., Stack]) -> None
     """
     stack = stack_factory(MAILGUARD_MAX_COUNTDOWN="10s", MAILGUARD_VISIBILITY_TIMEOUT="15s")
     results = load(stack, "broker")
-    broker = redis.Redis(port=stack.broker.port, db=1)
+    broker = redis.Redis(port=stack.broker.port, db=BROKER_DB)
 
     def all_held() -> bool:
         ran = all(r.state in ("SUCCESS", "DEFERRED") for r in results.values())

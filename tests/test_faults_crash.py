@@ -12,7 +12,6 @@ Message-ID, none lost.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import time
@@ -27,6 +26,7 @@ from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
 from mailer.mail.message import message_id
 from mailer.records.schedule import RedisSchedule
+from tests.broker_state import BROKER_DB, unacked_headers
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers.promoter import KILL_AFTER_PUBLISH, POLL
@@ -106,13 +106,13 @@ def _holds_only_countdowns(
         return False
     if schedule.stats().watched != booked:
         return False
-    client = redis.Redis(port=broker.port, db=1)
+    client = redis.Redis(port=broker.port, db=BROKER_DB)
     try:
         queued = sum(client.llen(key) for key in client.scan_iter("mail*"))
-        held = [json.loads(raw)[0] for raw in client.hvals("unacked")]
     finally:
         client.close()
-    etas = [m for m in held if m["headers"].get("eta") is not None]
+    held = unacked_headers(broker.port)
+    etas = [headers for headers in held if headers.get("eta") is not None]
     return queued == 0 and len(held) == len(etas) == booked
 
 
