@@ -40,7 +40,11 @@ class Outcome:
     ``deferrals`` the times the task was put off. ``smtp_code`` / ``smtp_reply`` are the last
     server reply (addresses masked). ``hold`` is set on a mail booked after a hold:
     ``sender`` or ``recipient``; its ``smtp_code`` / ``smtp_reply`` are then the reply that
-    started the hold and ``due`` the slot booked after it.
+    started the hold and ``due`` the slot booked after it. ``admitted_at`` (a ``sent`` mail's)
+    is when the limiter admitted it, on the limiter's clock: never before ``due``, and where
+    the policy's spacing is promised (two mails to one recipient admitted at least the
+    spacing less ``MAILGUARD_LATE_TOLERANCE`` apart); ``sent_at`` is after the server took
+    it. None for a mail sent unguarded (``fail_open``).
     """
 
     status: Status
@@ -60,6 +64,7 @@ class Outcome:
     decided_at: float | None = None
     sent_at: float | None = None
     hold: str | None = None
+    admitted_at: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``AsyncResult(mail_id).get()`` returns). Every field is a

@@ -41,19 +41,23 @@ class Admission:
         self.kinds = kinds
         self.metrics = metrics
 
-    def admit(self, mail: Prepared, progress: Progress) -> Admitted | Step:
-        """:class:`Admitted`, ``Later`` (booked; limiter down) or ``Finish`` (dropped)."""
+    def admit(self, mail: Prepared, progress: Progress, *, copy: bool = False) -> Admitted | Step:
+        """:class:`Admitted`, ``Later`` (booked; limiter down) or ``Finish`` (dropped).
+        ``copy``: a copy of a first run that ended unfinished (:mod:`mailer.guard.claim`),
+        whose slot, if it was admitted, is the limiter's entry under its mail id."""
         late = False
         try:
             window = self.booking.window(mail, progress)
             if isinstance(window, Finish):
+                if copy:  # expired: the slot its first run may have been admitted at
+                    self.booking.release(mail)
                 return window
             now, max_wait = window
             started = time.perf_counter()
             decision = self.booking.acquire(mail, max_wait)
             self.metrics.decision(time.perf_counter() - started)
             if self._judged(mail):
-                late = self._judged_late(mail, progress, decision, now)
+                late = self._judged_late(mail, progress, decision, now, copy=copy)
             elif decision.allowed and now - decision.at > self.config.late_tolerance:
                 late = True
                 decision = self.rebook(mail, decision, max_wait, now)
@@ -71,15 +75,26 @@ class Admission:
         return not mail.more_keys and self.booking.judges_lateness
 
     def _judged_late(
-        self, mail: Prepared, progress: Progress, decision: Decision, now: float
+        self, mail: Prepared, progress: Progress, decision: Decision, now: float, *, copy: bool
     ) -> bool:
         """Whether the limiter judged this run again (sent now, booked again, or no slot in
         time), counted and logged: a run late by more than the tolerance, or one on time whose
         slot it refused (a mail of its recipient sent late since, which ignored this booking:
         it waits its spacing after that one). A run that finds its booking already moved (a
-        copy of a run that was booked again; the answer names no tier) was not judged."""
-        late_by = now - progress.due if progress.due else 0.0
-        if not progress.due or late_by < 0:  # a first run, or early (its slot is still ahead)
+        copy of a run that was booked again, a booking moved back behind a late mail booked
+        before it; the answer names no tier) was not judged.
+
+        A copy of a first run (``copy``) is judged by the limiter against the slot its first
+        run was admitted at, which only the limiter knows: booked or refused, it counts as
+        judged (its first run may have died before its admission: then it was simply booked);
+        sent now or at its slot, it does not (the two are not told apart)."""
+        if not progress.due:  # a first run, or a copy of one
+            if copy and not decision.allowed:
+                self._late(mail, decision, None)
+                return True
+            return False
+        late_by = now - progress.due
+        if late_by < 0:  # early (its slot is still ahead)
             return False
         if late_by <= self.config.late_tolerance and decision.allowed:
             return False
@@ -88,13 +103,16 @@ class Admission:
         self._late(mail, decision, late_by)
         return True
 
-    def _late(self, mail: Prepared, again: Decision, late_by: float) -> None:
-        """Count and log a late run that the limiter judged again (see :meth:`rebook`)."""
+    def _late(self, mail: Prepared, again: Decision, late_by: float | None) -> None:
+        """Count and log a late run that the limiter judged again (see :meth:`rebook`);
+        ``late_by`` None: a copy of a first run that ended unfinished."""
         self.metrics.rebooked(mail.kind.name if mail.kind.name in self.kinds else UNKNOWN_KIND)
         log.info(
-            "mail %s ran %s after its slot: %s",
+            "mail %s ran %s: %s",
             mail.mail_id,
-            human(late_by),
+            "again after its first run ended unfinished"
+            if late_by is None
+            else f"{human(late_by)} after its slot",
             "sent now" if again.allowed else "booked again" if again.booked else "no slot in time",
             extra=log_fields(mail.base),
         )

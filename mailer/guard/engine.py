@@ -27,7 +27,6 @@ Build a guard with :mod:`mailer.factory` (``build_guard``, or ``memory_guard`` i
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 
 from mailer import outcomes as why
 from mailer.clock import Clock
@@ -148,35 +147,40 @@ class Guard:
         if not isinstance(mail, Prepared):
             return mail, False
         owner = uuid.uuid4().hex
-        held = self._claim.claim(mail, owner, progress)
-        if held is not None:
+        seen = 0.0 if progress.first_seen else self._now()  # the kind's deadline counts from here
+        held = self._claim.claim(mail, owner, progress, seen)
+        if not isinstance(held, Progress):
             return held, not isinstance(held, Later)
-        progress = replace(progress, stale_owner="")
-        if not progress.first_seen:  # once: the kind's deadline counts from here
-            progress = self._first_seen(progress)
-        mail, passed = self._pass_gates(mail, progress)
+        # A copy of a first run that ended unfinished (its worker died): the ledger remembers
+        # an earlier first_seen. Its slot, if it was admitted, is judged like any run's.
+        copy = bool(seen) and held.first_seen != seen
+        mail, passed = self._pass_gates(mail, held, copy=copy)
+        progress = held
         if not isinstance(passed, Admitted):
             return self._settle.settle(mail, owner, passed, guarded=False), False
         step, admitted = self._deliver(mail, passed, progress)
         return self._settle.settle(mail, owner, step, guarded=admitted.guarded), False
 
-    def _first_seen(self, progress: Progress) -> Progress:
-        """``progress`` with ``first_seen``: now on the limiter's clock. A limiter never reached
-        leaves it unset (the admission that follows finds the limiter down too)."""
+    def _now(self) -> float:
+        """Now on the limiter's clock (no round trip: :meth:`Limiter.now`), for a first run's
+        ``first_seen``; 0 when the limiter was never reached (the admission that follows finds
+        the limiter down too)."""
         try:
-            return replace(progress, first_seen=self.limiter.now())
+            return self.limiter.now()
         except BackendUnavailable:
-            return progress
+            return 0.0
 
-    def _pass_gates(self, mail: Prepared, progress: Progress) -> tuple[Prepared, Admitted | Step]:
+    def _pass_gates(
+        self, mail: Prepared, progress: Progress, *, copy: bool = False
+    ) -> tuple[Prepared, Admitted | Step]:
         """Each gate's ``before_admit``, then admission: the mail as the gates left it, and
-        :class:`Admitted` or the step to answer."""
+        :class:`Admitted` or the step to answer. ``copy``: a copy of a first run."""
         for gate, raws in zip(self._gates, read_together(self._gates, mail), strict=True):
             passed = gate.before_admit(mail, progress, raws)
             if not isinstance(passed, Prepared):
                 return mail, passed
             mail = passed
-        return mail, self._admission.admit(mail, progress)
+        return mail, self._admission.admit(mail, progress, copy=copy)
 
     def _deliver(
         self, mail: Prepared, admitted: Admitted, progress: Progress

@@ -58,6 +58,7 @@ class Sending:
             smtp_code=receipt.code,
             smtp_reply=receipt.reply,
             sent_at=self._clock(),
+            admitted_at=admitted.admitted_at,
             detail=None if admitted.guarded else UNGUARDED,
         )
         log.info("mail %s sent to %s", mail.mail_id, base.recipient, extra=log_fields(outcome))
