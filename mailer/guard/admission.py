@@ -1,14 +1,20 @@
 """Admission: the limiter's answer for a mail that passed the gates, and what it means.
 
 The kind's ``max_wait`` counts from when the guard first saw the mail, on the limiter's clock
-(:meth:`~mailer.guard.booking.Booking.window`): a mail past that deadline is dropped
-``expired``, and no booking reaches beyond it. A run that starts, by the limiter's clock, more
-than ``late_tolerance`` seconds after its booked slot is spaced by the policy in real time:
-where the limiter judges lateness (recipient sliding tiers, one recipient) it does so inside
-the decision, against the slots actually sent (overdue bookings ignored); elsewhere the run
-gives the slot back and asks again (:meth:`Admission.rebook`). A limiter
-that is down defers (``fail_closed``) or lets the mail go unguarded (``fail_open``); recipients
-that found no common slot always defer.
+(:meth:`~mailer.guard.booking.Booking.window`; for a copy of a first run, from that first
+run: :mod:`mailer.guard.claim`): a mail past that deadline is dropped ``expired``, and no
+booking reaches beyond it (one moved back past it is given back and dropped ``late``).
+
+Every run is judged against the slot it holds, the one it was booked *or admitted* for (a
+copy of a run that died after its admission holds that admission): a run that starts, by
+the limiter's clock, more than ``late_tolerance`` seconds after it is spaced by the policy in
+real time. Where the limiter judges lateness (recipient sliding tiers, one recipient) it does
+so inside the decision, against the slots actually sent, in the recipient's booked order:
+the bookings reached before it go first, the bookings after it move back only as far as the
+policy requires (:func:`mailer.limits.sliding_log._judged`); elsewhere the run gives the slot
+back and asks again (:meth:`Admission.rebook`). A limiter that is down defers
+(``fail_closed``) or lets the mail go unguarded (``fail_open``); recipients that found no
+common slot always defer.
 """
 
 from __future__ import annotations
@@ -61,6 +67,10 @@ class Admission:
             elif decision.allowed and now - decision.at > self.config.late_tolerance:
                 late = True
                 decision = self.rebook(mail, decision, max_wait, now)
+            if decision.booked and decision.at - now > max_wait + self.config.late_tolerance:
+                late = True  # moved back past its deadline, behind a late mail booked before it
+                self.booking.give_back(mail)
+                decision = decision._replace(booked=False)
         except (BackendUnavailable, Contended) as exc:
             return self._unanswered(mail, progress, exc)
         except CorruptState as exc:  # foreign data in a limiter key: no answer until removed

@@ -14,8 +14,9 @@ log has ``n >= L`` entries and ``ts[n-L] > x - W``. So the earliest admissible t
 
     t* = max(now, ts[-1], max over tiers with n >= L of ts[n-L] + W)
 
-(A late booked mail judged again is placed in time order among the entries, not appended:
-:func:`_held`, over the sent entries alone; the log stays sorted.)
+(A late mail judged again is placed in time order among the entries, not appended: in its
+recipient's booked order, among the sent entries and behind the bookings reached before it,
+:func:`_judged`; the log stays sorted.)
 
 This module is the reference the Redis script (``stores/lua/sliding_log.lua``) mirrors line
 for line; the shared test suite checks that both give identical answers on the same traces.
@@ -121,9 +122,10 @@ def acquire(  # noqa: PLR0917 - positional: the memory store's hot path (keyword
     now rounded down (every tier is checked against it) and ``now_hi`` now rounded up (an
     admission now is stored there; default ``now_ms``, a clock in whole ms). With
     ``not_before_ms`` (epoch ms) after now the mail is booked at the earliest admissible time
-    at or after it (a hold), or refused past ``max_wait_ms``. A mail id whose booking is reached
-    is judged against the entries sent (:func:`_held`): later than ``late_ms`` after its slot
-    (< 0: never late), it is judged again now; a booking is stored flagged :data:`BOOKED`.
+    at or after it (a hold), or refused past ``max_wait_ms``. A mail id whose entry (booking or
+    admission) is reached is judged against the slot it holds (:func:`_held`): later than
+    ``late_ms`` after it (< 0: never late), it is judged again now, in its recipient's booked
+    order (:func:`_judged`); a booking is stored flagged :data:`BOOKED`.
     """
     hi = now_ms if now_hi is None else now_hi
     if tag:

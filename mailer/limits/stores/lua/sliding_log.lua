@@ -21,13 +21,16 @@ ARGV[4]   max_wait in milliseconds; > 0 books the earliest admissible slot when 
           this far away (reservations), 0 refuses instead
 ARGV[5]   optional, acquire only: not_before in epoch ms (a hold's end): the slot is the earliest
           admissible time at or after it (every time after t* admits, so max(t*, not_before))
-ARGV[6]   optional, acquire only: late, in ms (-1 or absent: never late). A mail id whose booking
-          is reached is judged against the entries actually sent (tags without the BOOKED flag):
-          on time (now - slot <= late) and fitting among them, it is admitted at its slot (the
-          flag cleared); else it is judged again now against the sent entries alone (every
-          booking ignored: an overdue one is judged when its own run comes, a future one when
-          it is reached): admitted now, booked at the earliest time they allow, or refused.
-          Mirrors _held in mailer/limits/sliding_log.py.
+ARGV[6]   optional, acquire only: late, in ms (-1 or absent: never late). A mail id whose entry
+          is reached is judged against the slot it holds, booked or admitted: on time (now -
+          slot <= late), an admission keeps its slot and a booking fitting among the entries
+          actually sent (tags without the BOOKED flag) is admitted at its slot (the flag
+          cleared); else (late: a copy of a run that died after its admission too) it is
+          judged again now in its recipient's booked order: placed among the sent entries
+          behind the places of the bookings reached before it (not written), admitted now,
+          booked at the earliest time that fits there (the bookings after it moved back, in
+          order, each only as far as the policy requires), or refused (its entry given back).
+          Mirrors _held and _judged in mailer/limits/sliding_log.py.
 
 Value: a string, big-endian. base (6 bytes, epoch ms) then, per entry oldest first, offset from
 base (4 bytes, ms) and tag (6 bytes: bit 47 is the BOOKED flag of a booking under a mail id
