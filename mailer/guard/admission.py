@@ -94,12 +94,13 @@ class Admission:
         copy of a run that was booked again, a booking moved back behind a late mail booked
         before it; the answer names no tier) was not judged.
 
-        A copy of a first run (``copy``) is judged by the limiter against the slot its first
-        run was admitted at, which only the limiter knows: booked or refused, it counts as
-        judged (its first run may have died before its admission: then it was simply booked);
-        sent now or at its slot, it does not (the two are not told apart)."""
-        if not progress.due:  # a first run, or a copy of one
-            if copy and not decision.allowed:
+        A copy of a first run (``copy``), or a first run's retry after a transient refusal,
+        is judged by the limiter against the slot its first run was admitted at, which only
+        the limiter knows: booked or refused, it counts as judged (a first run that died
+        before its admission left no slot: then it was simply booked); sent now or at its
+        slot, it does not (the two are not told apart)."""
+        if not progress.due:  # a first run, a copy of one, or its retry after a refusal
+            if (copy or progress.send_failures) and not decision.allowed:
                 self._late(mail, decision, None)
                 return True
             return False

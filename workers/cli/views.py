@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from mailer.simulate import Report, Summary
 
 #: Outcome fields holding an epoch time, shown as a UTC date and time.
-TIME_FIELDS = ("due", "decided_at", "sent_at")
+TIME_FIELDS = ("due", "decided_at", "sent_at", "admitted_at")
 #: Columns of a simulation summary (:func:`summary_cells`), after the row's label.
 SUMMARY_COLUMNS = (
     "attempts",
