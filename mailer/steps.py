@@ -153,7 +153,8 @@ class Progress:
     ``requested_at`` (epoch seconds on the caller's clock) is when the mail was asked for
     (``send_mail.delay``): only the queue-wait metric reads it. ``first_seen`` (epoch seconds
     on the limiter's clock, 0 until then) is when the guard first saw the mail, set once by its
-    first run that took the claim: its kind's ``max_wait`` counts from there. ``due`` is the
+    first run that took the claim (the ledger remembers it, so a copy of a first run that died
+    gets the first run's): its kind's ``max_wait`` counts from there. ``due`` is the
     slot it holds (epoch seconds on the limiter's clock; 0 for none): a run for the same slot
     is a hop, not another deferral. ``first_due`` is the first slot ever booked for it
     (lateness is measured against it). A progress written without ``first_seen`` counts from
