@@ -170,6 +170,10 @@ class Progress:
     due: float = 0.0
     first_due: float = 0.0
     first_seen: float = 0.0
+    #: This run is a copy of a first run that ended unfinished (its worker died; the ledger
+    #: remembered an earlier ``first_seen``): it may hold that run's admission. This run's
+    #: own knowledge, never carried to the next run (not in :meth:`as_dict`).
+    first_run_copy: bool = False
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}
@@ -185,7 +189,7 @@ class Progress:
         if not isinstance(owner, str) or len(owner) > 64 or not set(owner) <= _OWNER_CHARS:
             owner = ""
         try:
-            counters = {name: max(int(data.get(name, 0)), 0) for name in _COUNTERS}
+            counters: dict[str, Any] = {name: max(int(data.get(name, 0)), 0) for name in _COUNTERS}
             times = {name: float(data.get(name, 0.0)) for name in _TIMES}
         except (TypeError, ValueError, OverflowError):
             return cls()

@@ -252,3 +252,24 @@ def test_a_first_run_within_its_claim_is_not_a_copy(clock: ManualClock) -> None:
     assert isinstance(step, Finish) and step.outcome.admitted_at == clock.now
     assert step.outcome.due == pytest.approx(clock.now, abs=0.001)
     assert guard.process(mail("m1")).outcome == step.outcome
+
+
+def test_a_copy_meeting_a_hold_gives_its_first_runs_admission_back_and_waits(
+    stack: tuple[Guard, DyingTransport, ManualClock],
+) -> None:
+    """Given m1 admitted at S and dead in SMTP, and the sender held (a stated 120 s) before
+    its copy runs at S + 31 s, then the copy is not sent on its old admission: it gives it
+    back and is booked at the hold's end (``held``), and sent only then."""
+    guard, transport, clock = stack
+    slot = clock.now
+    dies_in_smtp(guard, transport, mail("m1"))
+    clock.set(slot + LEASE + 1)
+    assert guard.holds is not None
+    hold = guard.holds.hold_sender(120, "454 4.7.0 Throttling failure", stated=True)
+    copy = guard.process(mail("m1"))
+    assert isinstance(copy, Later) and copy.outcome.reason == "held", copy
+    assert copy.outcome.due is not None and copy.outcome.due >= hold.until
+    final = until_final(guard, clock, mail("m1"), copy)
+    assert final.status == "sent" and final.admitted_at is not None
+    assert final.admitted_at >= hold.until
+    assert len(transport.sent) == 1

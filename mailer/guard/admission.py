@@ -47,15 +47,15 @@ class Admission:
         self.kinds = kinds
         self.metrics = metrics
 
-    def admit(self, mail: Prepared, progress: Progress, *, copy: bool = False) -> Admitted | Step:
-        """:class:`Admitted`, ``Later`` (booked; limiter down) or ``Finish`` (dropped).
-        ``copy``: a copy of a first run that ended unfinished (:mod:`mailer.guard.claim`),
-        whose slot, if it was admitted, is the limiter's entry under its mail id."""
+    def admit(self, mail: Prepared, progress: Progress) -> Admitted | Step:
+        """:class:`Admitted`, ``Later`` (booked; limiter down) or ``Finish`` (dropped). A copy
+        of a first run that ended unfinished (``Progress.first_run_copy``) holds the slot its
+        first run was admitted at, if it was: the limiter's entry under its mail id."""
         late = False
         try:
             window = self.booking.window(mail, progress)
             if isinstance(window, Finish):
-                if copy:  # expired: the slot its first run may have been admitted at
+                if progress.first_run_copy:  # expired: its first run's admission back
                     self.booking.release(mail)
                 return window
             now, max_wait = window
@@ -63,7 +63,7 @@ class Admission:
             decision = self.booking.acquire(mail, max_wait)
             self.metrics.decision(time.perf_counter() - started)
             if self._judged(mail):
-                late = self._judged_late(mail, progress, decision, now, copy=copy)
+                late = self._judged_late(mail, progress, decision, now)
             elif decision.allowed and now - decision.at > self.config.late_tolerance:
                 late = True
                 decision = self.rebook(mail, decision, max_wait, now)
@@ -85,7 +85,7 @@ class Admission:
         return not mail.more_keys and self.booking.judges_lateness
 
     def _judged_late(
-        self, mail: Prepared, progress: Progress, decision: Decision, now: float, *, copy: bool
+        self, mail: Prepared, progress: Progress, decision: Decision, now: float
     ) -> bool:
         """Whether the limiter judged this run again (sent now, booked again, or no slot in
         time), counted and logged: a run late by more than the tolerance, or one on time whose
@@ -94,13 +94,13 @@ class Admission:
         copy of a run that was booked again, a booking moved back behind a late mail booked
         before it; the answer names no tier) was not judged.
 
-        A copy of a first run (``copy``), or a first run's retry after a transient refusal,
+        A copy of a first run (``first_run_copy``), or a first run's retry after a refusal,
         is judged by the limiter against the slot its first run was admitted at, which only
         the limiter knows: booked or refused, it counts as judged (a first run that died
         before its admission left no slot: then it was simply booked); sent now or at its
         slot, it does not (the two are not told apart)."""
         if not progress.due:  # a first run, a copy of one, or its retry after a refusal
-            if (copy or progress.send_failures) and not decision.allowed:
+            if (progress.first_run_copy or progress.send_failures) and not decision.allowed:
                 self._late(mail, decision, None)
                 return True
             return False

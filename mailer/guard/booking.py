@@ -249,8 +249,8 @@ class Booking:
             if isinstance(window, Finish):
                 return window
             now, max_wait = window
-            if holds_slot or progress.due:
-                self.give_back(mail)
+            if holds_slot or progress.due or progress.first_run_copy or progress.send_failures:
+                self.give_back(mail)  # the slot it holds (a first run's copy: its admission)
             decision = self.acquire(mail, max_wait, not_before=after.end(now, max_wait))
         except (BackendUnavailable, Contended) as exc:
             if isinstance(exc, Contended):

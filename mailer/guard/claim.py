@@ -8,7 +8,8 @@ run can promise "once").
 A first run (its message carries no ``first_seen``) gives the ledger its ``first_seen`` in the
 same ``begin``: the ledger keeps the first one it was given, so a copy of a first run that
 died (redelivered after the claim lease) counts its kind's deadline from the first run, not
-from itself, and knows it is a copy.
+from itself, and knows it is a copy (``Progress.first_run_copy``: it may hold the first run's
+admission, judged like any run's slot).
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ class Claim:
                 self._release(mail)  # cancelled while it waited as a countdown: its slot back
             return Fail(begun) if begun.status == "failed" else Finish(begun)
         if isinstance(begun, Claimed):
-            return replace(progress, stale_owner="", first_seen=begun.first_seen)
+            first = begun.first_seen
+            copy = first != seen  # an earlier first run of this mail claimed it
+            return replace(progress, stale_owner="", first_seen=first, first_run_copy=copy)
         if begun:
             return replace(progress, stale_owner="", first_seen=progress.first_seen or seen)
         wait = defaults.IN_FLIGHT_WAIT

@@ -151,11 +151,8 @@ class Guard:
         held = self._claim.claim(mail, owner, progress, seen)
         if not isinstance(held, Progress):
             return held, not isinstance(held, Later)
-        # A copy of a first run that ended unfinished (its worker died): the ledger remembers
-        # an earlier first_seen. Its slot, if it was admitted, is judged like any run's.
-        copy = bool(seen) and held.first_seen != seen
-        mail, passed = self._pass_gates(mail, held, copy=copy)
         progress = held
+        mail, passed = self._pass_gates(mail, progress)
         if not isinstance(passed, Admitted):
             return self._settle.settle(mail, owner, passed, guarded=False), False
         step, admitted = self._deliver(mail, passed, progress)
@@ -170,17 +167,15 @@ class Guard:
         except BackendUnavailable:
             return 0.0
 
-    def _pass_gates(
-        self, mail: Prepared, progress: Progress, *, copy: bool = False
-    ) -> tuple[Prepared, Admitted | Step]:
+    def _pass_gates(self, mail: Prepared, progress: Progress) -> tuple[Prepared, Admitted | Step]:
         """Each gate's ``before_admit``, then admission: the mail as the gates left it, and
-        :class:`Admitted` or the step to answer. ``copy``: a copy of a first run."""
+        :class:`Admitted` or the step to answer."""
         for gate, raws in zip(self._gates, read_together(self._gates, mail), strict=True):
             passed = gate.before_admit(mail, progress, raws)
             if not isinstance(passed, Prepared):
                 return mail, passed
             mail = passed
-        return mail, self._admission.admit(mail, progress, copy=copy)
+        return mail, self._admission.admit(mail, progress)
 
     def _deliver(
         self, mail: Prepared, admitted: Admitted, progress: Progress
