@@ -38,6 +38,7 @@ class MailRequest:
     from_email: Any = None
     attachments: Any = None
     charset: Any = None
+    mime: Any = None
 
 
 @dataclass(frozen=True)

@@ -44,18 +44,35 @@ class Transport(Protocol):
 
 
 def recipients_of(message: EmailMessage) -> list[str]:
-    """The addresses in the message's To, Cc and Bcc headers."""
+    """The addresses in the message's To, Cc and Bcc headers; a carried message's envelope
+    (:mod:`mailer.mail.carried`: its headers may show others)."""
+    envelope = getattr(message, "envelope_recipients", None)
+    if envelope is not None:
+        return list(envelope)
     values = [str(v) for name in RECIPIENT_HEADERS for v in message.get_all(name, [])]
     return [address for _, address in getaddresses(values) if address]
 
 
-def wire_bytes(message: EmailMessage) -> bytes:
+def wire_bytes(message: EmailMessage, *, utf8: bool = False) -> bytes:
     """The message as it goes on the wire: CRLF line ends, without its ``Bcc`` header (which
-    only names envelope recipients), as ``smtplib``'s ``send_message`` sends it. For API
-    transports that take raw MIME (SES)."""
+    only names envelope recipients), a body line starting ``From `` as it is (as Django's
+    backends send it); ``utf8``: headers in UTF-8 (SMTPUTF8). For SMTP and for API transports
+    that take raw MIME (SES)."""
     sent = copy.copy(message)
     del sent["Bcc"]  # replaces the copy's header list: the original keeps its Bcc
-    return sent.as_bytes(policy=message.policy.clone(linesep="\r\n"))
+    del sent["Resent-Bcc"]
+    policy = message.policy.clone(linesep="\r\n", **({"utf8": True} if utf8 else {}))
+    return sent.as_bytes(policy=policy)
+
+
+def envelope_sender(message: EmailMessage) -> str:
+    """The envelope sender (``MAIL FROM``): a carried message's own, else the address of the
+    ``Sender`` header or, without one, of ``From``, as ``smtplib``'s ``send_message`` takes it."""
+    carried = getattr(message, "envelope_sender", None)
+    if carried:
+        return str(carried)
+    found = getaddresses([str(message.get("Sender") or message.get("From") or "")])
+    return found[0][1] if found else ""
 
 
 def sender_of(message: EmailMessage) -> str:
