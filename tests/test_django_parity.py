@@ -244,8 +244,9 @@ def test_an_idn_sender_goes_in_punycode_in_from_and_mail_from(
 def test_attachments_keep_charset_inline_images_and_attached_messages(
     worker_stack: tuple[SmtpTestServer, celery.Celery],
 ) -> None:
-    """A text attachment keeps ``charset=utf-8``; an inline MIMEImage keeps its Content-ID
-    beside the HTML that shows it (multipart/related); a message/rfc822 attachment is the
+    """A text attachment keeps ``charset=utf-8``; an inline MIMEImage keeps its Content-ID and
+    its place in the multipart/mixed where Django puts it (multipart/related only when the
+    message's ``mixed_subtype`` says so, as Django does); a message/rfc822 attachment is the
     message itself, neither base64 nor ``filename="None"``."""
     message = EmailMultiAlternatives("files", "text", "from@example.com", ["ada@example.com"])
     message.attach_alternative('<p><img src="cid:logo@shop"></p>', "text/html")
@@ -263,9 +264,9 @@ def test_attachments_keep_charset_inline_images_and_attached_messages(
     text = next(p for p in parsed.walk() if p.get_filename() == "names.txt")
     assert text.get_content_charset() == "utf-8"
     assert text.get_content().replace("\r\n", "\n") == "Firstname Sürname\n"
-    related = next(p for p in parsed.walk() if p.get_content_type() == "multipart/related")
-    html, logo = related.get_payload()
-    assert html.get_content_type() == "text/html"
+    assert parsed.get_content_type() == "multipart/mixed"
+    alternative, _, logo, _ = parsed.get_payload()
+    assert alternative.get_content_type() == "multipart/alternative"
     assert logo["Content-ID"] == "<logo@shop>" and logo.get_content_disposition() == "inline"
     assert logo.get_payload(decode=True) == PNG
     attached = next(p for p in parsed.walk() if p.get_content_type() == "message/rfc822")
@@ -290,7 +291,8 @@ def test_html_body_and_encoding(worker_stack: tuple[SmtpTestServer, celery.Celer
 
 def test_headers_as_django_treats_them(worker_stack: tuple[SmtpTestServer, celery.Celery]) -> None:
     """A Reply-To header wins over reply_to; a From header is the From while from_email is
-    the envelope sender; a user Message-ID and Date are kept (threading)."""
+    the envelope sender (no Sender header: Django adds none); a user Message-ID and Date are
+    kept (threading)."""
     message = EmailMessage(
         "headers",
         "b",
@@ -308,7 +310,7 @@ def test_headers_as_django_treats_them(worker_stack: tuple[SmtpTestServer, celer
     assert got.message["Reply-To"] == "Help <help@example.org>"
     assert got.message["From"] == "Shop <shop@example.org>"
     assert got.mail_from == "bounces@example.com"
-    assert got.message["Sender"] == "bounces@example.com"
+    assert got.message["Sender"] is None
     assert got.message["Message-ID"] == "<thread-1@example.org>"
     assert got.message["Date"] == "Tue, 24 Nov 2026 10:00:00 +0000"
     assert got.rcpt_tos == ("ada@example.com",)
