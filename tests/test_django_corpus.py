@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator
+from email.charset import QP, Charset
+from email.message import EmailMessage as PyEmailMessage
+from email.message import Message as PyMessage
 from email.mime.image import MIMEImage
 from email.mime.text import MIMEText
 from typing import Any
@@ -37,7 +40,12 @@ if not settings.configured:  # as tests/test_django.py does: whichever is import
     django.setup()
 
 from django.core import mail
-from django.core.mail import EmailAttachment, EmailMessage, EmailMultiAlternatives
+from django.core.mail import (
+    EmailAlternative,
+    EmailAttachment,
+    EmailMessage,
+    EmailMultiAlternatives,
+)
 from django.utils.translation import gettext_lazy
 
 TASK_TIMEOUT = 30.0  # seconds for one task to finish (a generous policy: none waits)
@@ -118,6 +126,41 @@ def _nested_message() -> EmailMessage:
 def _nested_python_message() -> EmailMessage:
     inner = _message(subject="Inner", to=["inner@example.com"]).message()
     return _attached(_message(), (None, inner, "message/rfc822"))
+
+
+def _custom_utf8_encoding() -> EmailMessage:
+    encoding = Charset("utf-8")
+    encoding.body_encoding = QP
+    return _encoded(_message(body="Body with latin characters: àáä."), encoding)  # type: ignore[arg-type]
+
+
+def _attached_mime_image(disposition: str, filename: bool) -> EmailMessage:
+    image = MIMEImage(GIF, "gif")
+    image["Content-Disposition"] = disposition + ("; filename=test.gif" if filename else "")
+    image["Content-ID"] = "<content-id@example.org>"
+    return _message(attachments=[image])
+
+
+def _python_message(modern: bool) -> PyMessage:
+    message = PyEmailMessage() if modern else PyMessage()
+    message["Subject"] = "child subject"
+    if isinstance(message, PyEmailMessage):
+        message.set_content("child body")
+    else:
+        message.set_payload("child body")
+    return message
+
+
+_8BIT_RFC822 = (
+    b"Subject: A message using 8bit CTE\nContent-Type: text/plain; charset=utf-8\n"
+    b"Content-Transfer-Encoding: 8bit\n\n\xc2\xa18-bit content!\n"
+)
+_HTML = EmailAlternative("<p>HTML</p>", "text/html")
+_IMAGE = EmailAttachment("image.gif", b"\x89PNG...", "image/png")
+
+
+def _rfc822() -> EmailAttachment:
+    return EmailAttachment(None, EmailMessage(body="text"), "message/rfc822")
 
 
 CORPUS: dict[str, Case] = {
@@ -237,6 +280,91 @@ CORPUS: dict[str, Case] = {
     "test_attach_python_message": _nested_python_message,
     "test_inline_image_related": _inline_image,
     "test_inline_image_and_attachment": _inline_with_attachment,
+    # Django 5.2's MailTests, further cases
+    "test_recipients_with_empty_strings": lambda: _message(
+        to=["to@example.com", ""], cc=["cc@example.com", ""], bcc=["", "bcc@example.com"]
+    ),
+    "test_non_utf8_headers_multipart": lambda: _encoded(
+        _alternatives(
+            ("<p>This is an <strong>important</strong> message.</p>", "text/html"),
+            subject="Message from Firstname Sürname",
+            to=['"Sürname, Firstname" <to@example.com>'],
+            headers={"Date": "Fri, 09 Nov 2001 01:08:47 -0000", "Message-ID": "foo"},
+        ),
+        "iso-8859-1",
+    ),
+    "test_multipart_with_attachments": lambda: _attached(
+        _alternatives(("<p>This is <strong>html</strong></p>", "text/html"), body=""),
+        ("example.txt", "Text file content", "text/plain"),
+    ),
+    "test_body_content_transfer_encoding": lambda: _message(
+        body="Body with non latin characters: А Б В Г Д Е Ж Ѕ З И І К Л М Н О П.",
+        from_email="bounce@example.com",
+        headers={"From": "from@example.com"},
+    ),
+    "test_custom_utf8_encoding": _custom_utf8_encoding,
+    "test_none_body": lambda: _message(body=None),
+    "test_attach_mime_image": lambda: _attached_mime_image("inline", filename=False),
+    "test_attach_mime_image_in_constructor": lambda: _attached_mime_image(
+        "attachment", filename=True
+    ),
+    "test_attach_8bit_rfc822_message_non_ascii": lambda: _attached(
+        _message(), ("attachment.eml", _8BIT_RFC822, "message/rfc822")
+    ),
+    "test_attach_rfc822_python_message": lambda: _attached(
+        _message(), (None, _python_message(modern=False), "message/rfc822")
+    ),
+    "test_attach_rfc822_python_email_message": lambda: _attached(
+        _message(), (None, _python_message(modern=True), "message/rfc822")
+    ),
+    "test_attach_rfc822_as_string": lambda: _attached(
+        _message(), (None, _python_message(modern=False).as_string(), "message/rfc822")
+    ),
+    "test_attach_rfc822_as_bytes": lambda: _attached(
+        _message(), (None, _python_message(modern=False).as_bytes(), "message/rfc822")
+    ),
+    "test_alternatives_constructor": lambda: EmailMultiAlternatives(
+        to=["to@example.com"],
+        alternatives=[_HTML, ("<p>two</p>", "text/html"), EmailAlternative("#3", "text/md")],
+    ),
+    # test_mime_structure's messages
+    "test_mime_structure_single_body_with_attachment": lambda: _message(
+        body="text", attachments=[_IMAGE]
+    ),
+    "test_mime_structure_alternative_with_attachments": lambda: EmailMultiAlternatives(
+        body="text", to=["to@example.com"], alternatives=[_HTML], attachments=[_IMAGE]
+    ),
+    "test_mime_structure_alternative_with_rfc822": lambda: EmailMultiAlternatives(
+        body="text", to=["to@example.com"], alternatives=[_HTML], attachments=[_rfc822()]
+    ),
+    "test_mime_structure_attachment_only": lambda: EmailMessage(
+        to=["to@example.com"], attachments=[_IMAGE]
+    ),
+    "test_mime_structure_alternative_only": lambda: EmailMultiAlternatives(
+        to=["to@example.com"], alternatives=[_HTML]
+    ),
+    "test_mime_structure_alternative_and_attachment_only": lambda: EmailMultiAlternatives(
+        to=["to@example.com"], alternatives=[_HTML], attachments=[_IMAGE]
+    ),
+    "test_mime_structure_empty": lambda: EmailMessage(to=["to@example.com"]),
+    "test_mime_structure_empty_alternatives": lambda: EmailMultiAlternatives(
+        to=["to@example.com"]
+    ),
+    # SMTPBackendTests: the envelope
+    "test_encodes_idna_in_smtp_commands": lambda: EmailMessage(
+        from_email="lists@discussão.example.org",
+        to=["To Example <to@漢字.example.com>"],
+        bcc=["monitor@discussão.example.org"],
+        headers={
+            "From": "Gestor de listas <lists@discussão.example.org>",
+            "To": "Discussão Django <django@discussão.example.org>",
+        },
+    ),
+    # (its to and bcc domains hold a zero-width joiner: see test_invisible_characters_...)
+    "test_does_not_reencode_idna": lambda: EmailMessage(
+        from_email='"βόλος" <from@xn--fa-hia.example.com>',
+        to=['"ශ්‍රී" <cc@xn--nxasmm1c.example.com>'],
+    ),
 }
 
 
@@ -299,8 +427,8 @@ def _through_mailguard(
 
 
 def test_the_corpus_is_as_wide_as_promised() -> None:
-    """Forty or more kinds of message, each built by Django without error."""
-    assert len(CORPUS) >= 40
+    """Sixty or more kinds of message, each built by Django without error."""
+    assert len(CORPUS) >= 60
     for build in CORPUS.values():
         assert build().message() is not None
 
@@ -317,3 +445,41 @@ def test_mailguard_sends_what_djangos_smtp_backend_sends(
     assert got.rcpt_tos == expected.rcpt_tos
     assert normalised(got.content) == normalised(expected.content)
     assert _MADE_WHEN_BUILT.search(got.content), "Django's Message-ID and Date are sent"
+
+
+def test_a_deviation_character_in_a_domain_goes_in_idna_2008(
+    stack: tuple[SmtpTestServer, celery.Celery],
+) -> None:
+    """Deliberate difference: ``ß`` in a domain is sent as IDNA 2008 (``xn--fa-hia``, the
+    domain registries use), where Django's SMTP backend encodes IDNA 2003 (``fass``, another
+    domain). The message itself is Django's, byte for byte."""
+    expected = _through_django(stack[0], _message(to=["to@faß.example.com"]))
+    got = _through_mailguard(stack, _message(to=["to@faß.example.com"]))
+    assert expected.rcpt_tos == ("to@fass.example.com",)
+    assert got.rcpt_tos == ("to@xn--fa-hia.example.com",)
+    assert normalised(got.content) == normalised(expected.content)
+
+
+@pytest.mark.parametrize(
+    "address",
+    [
+        '"faß" <to@xn--10cl1a0b660p.example.com>',  # a zero-width joiner in the domain
+        '"نامه‌ای." <bcc@xn--mgba3gch31f060k.example.com>',  # a zero-width non-joiner
+    ],
+)
+def test_a_domain_with_an_invisible_character_is_refused_at_enqueue(
+    stack: tuple[SmtpTestServer, celery.Celery], address: str
+) -> None:
+    """Deliberate difference: a domain whose Unicode form holds a zero-width (non-)joiner, an
+    invisible character, is refused when the message is sent (``ValueError`` naming the
+    argument, nothing enqueued), where Django's SMTP backend sends to it."""
+    server, _ = stack
+    before = len(server.delivered)
+    message = _message(to=["to@example.com"], bcc=[address])
+    with pytest.raises(ValueError, match=r"bcc\[0\].*unsafe characters"):
+        mail.get_connection("workers.django.EmailBackend").send_messages([message])
+    assert message.mailguard_ids == []
+    assert _through_django(server, _message(to=["to@example.com"], bcc=[address])).rcpt_tos[1:] == (
+        address.rpartition("<")[2].rstrip(">"),
+    )
+    assert len(server.delivered) == before + 1, "only Django's own send arrived"
