@@ -173,6 +173,78 @@ class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ign
         self.assertEqual(message.get("cc"), "cc1@h, cc2@h")
         self.assertEqual(message.get("Reply-To"), "reply@h")
 
+    # Django 5.2's SMTPBackendTests (tests/mail/tests.py) that send a message, reimplemented for
+    # mailguard's backend: upstream's versions read smtplib's socket or mock the connection.
+
+    def get_smtp_envelopes(self) -> list[dict[str, Any]]:
+        """The envelopes the SMTP server received since the last flush, as upstream's reads."""
+        self._finish_tasks()
+        return [
+            {"mail_from": d.mail_from, "rcpt_tos": list(d.rcpt_tos)}
+            for d in self.smtp.delivered[self.seen :]
+        ]
+
+    def test_email_msg_uses_crlf(self) -> None:
+        """#23063: what reaches the server has CRLF line ends only (upstream reads smtplib's
+        socket; here the server's copy of the data)."""
+        email = EmailMessage("Subject", "Content\nline\rtwo", "from@example.com", ["to@example.com"])
+        mail.get_connection().send_messages([email])
+        self._finish_tasks()
+        (delivered,) = self.smtp.delivered[self.seen :]
+        rest = delivered.content.replace(b"\r\n", b"")
+        self.assertNotIn(b"\r", rest)
+        self.assertNotIn(b"\n", rest)
+
+    def test_send_messages_empty_list(self) -> None:
+        self.assertEqual(mail.get_connection().send_messages([]), 0)
+
+    def test_send_messages_zero_sent(self) -> None:
+        """A message without recipients is not sent (nothing is enqueued)."""
+        email = EmailMessage("Subject", "Content", "from@example.com", to=[])
+        self.assertEqual(mail.get_connection().send_messages([email]), 0)
+        self.assertEqual(email.mailguard_ids, [])
+
+    def test_avoids_sending_to_invalid_addresses(self) -> None:
+        """Invalid envelope addresses never reach SMTP commands: each raises ValueError at
+        enqueue (upstream matches Django's "Invalid address" text; mailguard's names the
+        argument, or Django's BadHeaderError for a newline)."""
+        for email_address in (
+            "to@other.com@example.com",
+            "to@other.com <to@example.com>",
+            "@",
+            "to@",
+            "@example.com",
+            '"evil@example.com\r\nto"@example.com',
+            "to\nevil@example.com",
+        ):
+            with self.subTest(email_address=email_address):
+                email = EmailMessage(bcc=[email_address])
+                with self.assertRaises(ValueError):
+                    mail.get_connection().send_messages([email])
+                self.assertEqual(email.mailguard_ids, [])
+        self.assertEqual(self.get_smtp_envelopes(), [])
+
+    def test_encodes_idna_in_smtp_commands(self) -> None:
+        """Non-ASCII domains are encoded for the envelope, which differs from the headers."""
+        email = EmailMessage(
+            from_email="lists@discussão.example.org",
+            to=["To Example <to@漢字.example.com>"],
+            bcc=["monitor@discussão.example.org"],
+            headers={
+                "From": "Gestor de listas <lists@discussão.example.org>",
+                "To": "Discussão Django <django@discussão.example.org>",
+            },
+        )
+        mail.get_connection().send_messages([email])
+        envelope = self.get_smtp_envelopes()[0]
+        self.assertEqual(envelope["mail_from"], "lists@xn--discusso-xza.example.org")
+        self.assertEqual(
+            envelope["rcpt_tos"],
+            ["to@xn--p8s937b.example.com", "monitor@xn--discusso-xza.example.org"],
+        )
+        message = self.get_the_message()
+        self.assertEqual(message["To"].addresses[0].username, "django")
+
 
 # What Django users send every day, beyond upstream's tests (issue 23, item 5): each through the
 # backend, the worker and the SMTP server, read back from what the server received.

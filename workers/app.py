@@ -18,7 +18,7 @@ from kombu import Queue
 
 from mailer import defaults, metrics
 from mailer.factory import build_guard, build_holds
-from mailer.logs import JsonFormatter
+from mailer.logs import JsonFormatter, in_utc
 from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import parking, priority, routing, state
@@ -235,10 +235,13 @@ class WorkerJsonFormatter(JsonFormatter):
 @signals.after_setup_logger.connect
 @signals.after_setup_task_logger.connect
 def _json_logs(logger: logging.Logger | None = None, **_: Any) -> None:
-    """``MAILGUARD_LOG_FORMAT=json``: the worker's log handlers write one JSON object a line."""
-    if settings.log_format == "json" and logger is not None:
-        for handler in logger.handlers:
+    """``MAILGUARD_LOG_FORMAT=json``: the worker's log handlers write one JSON object a line;
+    ``text``: Celery's lines, their times in UTC (:func:`mailer.logs.in_utc`)."""
+    for handler in logger.handlers if logger is not None else ():
+        if settings.log_format == "json":
             handler.setFormatter(WorkerJsonFormatter())
+        elif handler.formatter is not None:
+            in_utc(handler.formatter)
 
 
 @signals.after_setup_logger.connect
