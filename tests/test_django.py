@@ -127,8 +127,12 @@ def test_a_message_travels_whole_with_djangos_envelope() -> None:
     assert set(kwargs) == {"to", "bcc", "from_email", "mime"}
     assert kwargs["to"] == ["ada@example.com"] and kwargs["bcc"] == ["audit@example.org"]
     assert kwargs["from_email"] == "Shop <orders@example.org>"
-    carried = email.message_from_bytes(base64.b64decode(kwargs["mime"]), policy=email.policy.default)
-    assert carried["From"] == "Desk <desk@example.org>" and carried["Reply-To"] == "help@example.org"
+    carried = email.message_from_bytes(
+        base64.b64decode(kwargs["mime"]), policy=email.policy.default
+    )
+    assert (
+        carried["From"] == "Desk <desk@example.org>" and carried["Reply-To"] == "help@example.org"
+    )
     assert carried["X-A"] == "1" and carried["Sender"] is None and carried["Bcc"] is None
     check_arguments([], kwargs)
 

@@ -20,7 +20,9 @@ def test_worker_log_times_are_utc_under_a_django_time_zone(
     read just before the worker started and just after it stopped (UTC+14 would be 14 hours
     later)."""
     before = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    worker = CeleryWorker(worker_env(redis_url, smtp_server.url), app_module="tests.django_tz_project")
+    worker = CeleryWorker(
+        worker_env(redis_url, smtp_server.url), app_module="tests.django_tz_project"
+    )
     worker.start()
     worker.stop()
     after = datetime.now(UTC).replace(tzinfo=None) + timedelta(seconds=1)

@@ -187,7 +187,9 @@ class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ign
     def test_email_msg_uses_crlf(self) -> None:
         """#23063: what reaches the server has CRLF line ends only (upstream reads smtplib's
         socket; here the server's copy of the data)."""
-        email = EmailMessage("Subject", "Content\nline\rtwo", "from@example.com", ["to@example.com"])
+        email = EmailMessage(
+            "Subject", "Content\nline\rtwo", "from@example.com", ["to@example.com"]
+        )
         mail.get_connection().send_messages([email])
         self._finish_tasks()
         (delivered,) = self.smtp.delivered[self.seen :]

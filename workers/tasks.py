@@ -226,8 +226,9 @@ def send_mail(
     replaces ``MAILGUARD_SENDER``; ``attachments`` are ``[filename, base64 content,
     mimetype]`` items (a fourth, ``{"charset", "inline", "content_id"}``, optional); ``charset``
     the body's (``utf-8`` by default); ``mime`` a whole message instead (base64; see
-    :mod:`mailer.mail.carried`: Django's backend carries its messages so). Every envelope recipient (to, cc, bcc) must have room:
-    the message goes at the earliest slot that suits all of them, counted once in each one's budget.
+    :mod:`mailer.mail.carried`: Django's backend carries its messages so). Every envelope
+    recipient (to, cc, bcc) must have room: the message goes at the earliest slot that suits
+    all of them, counted once in each one's budget.
     ``subject``/``body`` left out are rendered from ``kind``'s templates with ``context``.
     ``mail_id`` defaults to this task's id and stays the same over every deferral. Returns the
     outcome dict (status ``sent`` or ``dropped``); a failed mail raises :class:`MailFailed`.

@@ -84,7 +84,14 @@ _PUBLIC = (
 )
 #: What a carried message (``mime``) already holds: none of these may come beside it.
 _NOT_WITH_MIME = (
-    "subject", "body", "html", "headers", "reply_to", "attachments", "charset", "context"
+    "subject",
+    "body",
+    "html",
+    "headers",
+    "reply_to",
+    "attachments",
+    "charset",
+    "context",
 )
 #: Most envelope recipients of one message (to, cc and bcc together).
 MAX_RECIPIENTS = 100

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-from email.errors import HeaderDefect
+from email.errors import (
+    FirstHeaderLineIsContinuationDefect,
+    HeaderDefect,
+    MissingHeaderBodySeparatorDefect,
+)
 from email.message import EmailMessage
 from email.parser import BytesHeaderParser, BytesParser
 from email.utils import getaddresses
@@ -22,6 +26,7 @@ from email.utils import getaddresses
 from mailer.errors import InvalidMessage
 from mailer.mail.mime import CARRIED_POLICY
 
+_MALFORMED = (HeaderDefect, FirstHeaderLineIsContinuationDefect, MissingHeaderBodySeparatorDefect)
 #: Headers a carried message must not have: they would name recipients no one counts.
 FORBIDDEN_HEADERS = ("Bcc", "Resent-To", "Resent-Cc", "Resent-Bcc")
 
@@ -45,7 +50,7 @@ def carried_bytes(value: object) -> bytes:
     except (ValueError, binascii.Error):
         raise InvalidMessage("mime is not valid base64") from None
     headers = BytesHeaderParser(policy=CARRIED_POLICY).parsebytes(data)
-    if any(isinstance(defect, HeaderDefect) for defect in headers.defects) or not len(headers):
+    if any(isinstance(defect, _MALFORMED) for defect in headers.defects) or not len(headers):
         raise InvalidMessage("mime: the message's header block is malformed")
     if headers.get("From") is None:
         raise InvalidMessage("mime: the message has no From header")

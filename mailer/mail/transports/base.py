@@ -7,6 +7,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from email.message import EmailMessage
+from email.policy import EmailPolicy
 from email.utils import getaddresses
 from typing import Protocol, runtime_checkable
 
@@ -61,7 +62,9 @@ def wire_bytes(message: EmailMessage, *, utf8: bool = False) -> bytes:
     sent = copy.copy(message)
     del sent["Bcc"]  # replaces the copy's header list: the original keeps its Bcc
     del sent["Resent-Bcc"]
-    policy = message.policy.clone(linesep="\r\n", **({"utf8": True} if utf8 else {}))
+    policy = message.policy.clone(linesep="\r\n")
+    if utf8 and isinstance(policy, EmailPolicy):  # SMTPUTF8 needs a policy that has utf8
+        policy = policy.clone(utf8=True)
     return sent.as_bytes(policy=policy)
 
 

@@ -139,13 +139,14 @@ def django_message(message: EmailMessage) -> Any:
             return _copy(message)
 
     text, html = _bodies(message)
+    to, cc, bcc = _recipients(message)
     built = _Built(
         subject=str(message.get("Subject", "")),
         body=text,
-        from_email=str(message["From"]),
-        to=_addresses(message, "To"),
-        cc=_addresses(message, "Cc"),
-        bcc=_addresses(message, "Bcc"),
+        from_email=str(getattr(message, "envelope_sender", "") or message["From"]),
+        to=to,
+        cc=cc,
+        bcc=bcc,
         reply_to=_addresses(message, "Reply-To"),
         headers={k: str(v) for k, v in message.items() if k.lower() not in _FIELDS},
     )
@@ -186,6 +187,20 @@ def _bodies(message: EmailMessage) -> tuple[str, str | None]:
     text = str(text_part.get_content()) if isinstance(text_part, EmailMessage) else ""
     html = str(html_part.get_content()) if isinstance(html_part, EmailMessage) else None
     return text, html
+
+
+def _recipients(message: EmailMessage) -> tuple[list[str], list[str], list[str]]:
+    """to, cc and bcc from the headers; for a carried message (:mod:`mailer.mail.carried`) its
+    envelope: those of To and Cc it holds, the rest as bcc (a list's address shown in To is
+    not a recipient)."""
+    to, cc = _addresses(message, "To"), _addresses(message, "Cc")
+    envelope = getattr(message, "envelope_recipients", None)
+    if envelope is None:
+        return to, cc, _addresses(message, "Bcc")
+    to = [shown for shown in to if getaddresses([shown])[0][1] in envelope]
+    cc = [shown for shown in cc if getaddresses([shown])[0][1] in envelope]
+    shown_in = {getaddresses([shown])[0][1] for shown in (*to, *cc)}
+    return to, cc, [address for address in envelope if address not in shown_in]
 
 
 def _addresses(message: EmailMessage, header: str) -> list[str]:
