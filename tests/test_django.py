@@ -14,10 +14,12 @@ from typing import Any
 import celery
 import django
 import pytest
+import redis
 from django.conf import settings
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from mailer.mail.arguments import check_arguments
+from mailer.records.schedule import RedisSchedule
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
@@ -31,6 +33,7 @@ if not settings.configured:
 from django.core import mail
 from django.core.mail import BadHeaderError, EmailMultiAlternatives
 
+from tests.test_django_corpus import normalised
 from workers.django import task_kwargs
 
 SLACK = 0.3  # seconds: admission-to-receipt jitter between two mails
@@ -166,3 +169,47 @@ def test_a_header_with_a_newline_raises_djangos_error_unless_fail_silently() -> 
         else:
             with pytest.raises(BadHeaderError):
                 message.send()
+
+
+@pytest.mark.timeout(120)
+def test_a_parked_django_message_is_sent_whole_at_its_slot(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """Two messages to ada under ``1/3s`` with ``PARK_AFTER=1s``: the second waits 3 s, so it
+    is parked in the schedule with its whole message and promoted at its slot; both arrive once,
+    each the bytes Django builds (but for what Django makes anew per build)."""
+    env = worker_env(
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/3s, 50/1h", MAILGUARD_PARK_AFTER="1s"
+    )
+    ledger_url = redis_url.rsplit("/", 1)[0] + "/0"  # the workers' schedule: worker_env's db 0
+    client = redis.Redis.from_url(ledger_url)
+    schedule = RedisSchedule(client, ledger_url)
+    previous = celery.current_app._get_current_object()
+    app = client_app(env)
+    app.set_current()
+    worker = CeleryWorker(env).start()
+    messages = []
+    for n in range(2):
+        message = EmailMultiAlternatives(f"n{n}", "From the shop:\n", to=["ada@example.com"])
+        message.attach_alternative("<p>hi</p>", "text/html")
+        message.attach("a.csv", "a,b\n", "text/csv")
+        messages.append(message)
+    try:
+        assert mail.get_connection().send_messages(messages) == 2
+        results = [app.AsyncResult(m.mailguard_ids[0]) for m in messages]
+        poll(lambda: any(r.state == "DEFERRED" for r in results), 10, "the booked message")
+        deferred = next(r for r in results if r.state == "DEFERRED")
+        assert deferred.info["due"] > deferred.info["decided_at"] + 1, "long enough to park"
+        poll(lambda: schedule.stats().parked == 1, 10, "the message in the schedule")
+        outcomes = [r.get(timeout=30) for r in results]
+    finally:
+        worker.stop()
+        app.close()
+        client.close()
+        previous.set_current()
+    assert [o["status"] for o in outcomes] == ["sent", "sent"], outcomes
+    assert len(smtp_server.delivered) == 2
+    for delivered in smtp_server.delivered:
+        (built,) = [m for m in messages if m.subject == delivered.message["Subject"]]
+        wire = built.message().as_bytes(linesep="\r\n")
+        assert normalised(delivered.content.rstrip(b"\r\n")) == normalised(wire.rstrip(b"\r\n"))
