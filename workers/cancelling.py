@@ -99,7 +99,7 @@ def waiting_outcome(entry: Parked, shared: bool) -> Outcome:
         due=entry.due,
         deferrals=progress.deferrals if progress is not None else 0,
         detail=(
-            f"waiting in the schedule for its slot (parked, or booked as a countdown a worker "
+            "waiting in the schedule for its slot (parked, or booked as a countdown a worker "
             f"holds); read from the schedule: {why_here}"
         ),
     )
