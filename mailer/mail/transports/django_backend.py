@@ -123,14 +123,17 @@ class DjangoTransport:
         )
 
     def _classify(self, exc: Exception, recipients: list[str]) -> SendError:
-        """The backend's error as a ``SendError`` stating its reaction."""
-        if isinstance(exc, (smtplib.SMTPException, OSError)):
-            return classify_smtp_error(exc, recipients, "sending through Django's backend")
-        if type(exc).__name__ == "ClientError" and hasattr(exc, "response"):  # botocore
-            return classify_client_error(exc, recipients, self.paused_hold)
+        """The backend's error as a ``SendError`` stating its reaction: SES's answer (from
+        django-ses, or under Anymail's SES backend's error), Anymail's errors (before the SMTP
+        and socket errors: Anymail's HTTP errors are ``OSError`` too), an SMTP backend's."""
+        for error in (exc, exc.__cause__):
+            if type(error).__name__ == "ClientError" and hasattr(error, "response"):  # botocore
+                return classify_client_error(error, recipients, self.paused_hold)
         anymail = anymail_error(exc, recipients, self.provider or self.backend)
         if anymail is not None:
             return anymail
+        if isinstance(exc, (smtplib.SMTPException, OSError)):
+            return classify_smtp_error(exc, recipients, "sending through Django's backend")
         text = mask_addresses(f"{type(exc).__name__}: {exc}", recipients)
         if isinstance(exc, (ValueError, TypeError)):  # BadHeaderError, an unsupported feature
             return provider.rejected(text)
