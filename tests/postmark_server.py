@@ -6,7 +6,8 @@ Shapes, from Postmark's API reference (Email API, API overview: HTTP response co
 codes): the server token comes in the ``X-Postmark-Server-Token`` header (a wrong one: HTTP 401,
 ``ErrorCode`` 10); success is HTTP 200 ``{"To", "SubmittedAt", "MessageID", "ErrorCode": 0,
 "Message": "OK"}``; a refused request is HTTP 422 with an ``ErrorCode`` (406: every recipient
-inactive, with Postmark's sentence naming them; 300: an invalid request); too many requests is
+inactive, with Postmark's sentence naming them; 300: an invalid request); a success may say
+"Message accepted, but delivery may be delayed"; too many requests is
 HTTP 429 and a failure on Postmark's side HTTP 500 (their bodies are not documented: a short
 message here). The answer is chosen by the mail's first ``To`` address; any other address gets
 a success.
@@ -47,6 +48,20 @@ def inactive(address: str) -> Answer:
 def invalid_request(message: str = "Invalid 'From' address: 'orders@example'.") -> Answer:
     """Postmark's answer to a request it cannot accept (``ErrorCode`` 300)."""
     return Answer(422, {"ErrorCode": 300, "Message": message})
+
+
+def delayed(address: str, message_id: str) -> Answer:
+    """Postmark's success when it accepted the mail but its delivery may be delayed."""
+    return Answer(
+        200,
+        {
+            "To": address,
+            "SubmittedAt": "2026-11-27T12:00:00.0000000-05:00",
+            "MessageID": message_id,
+            "ErrorCode": 0,
+            "Message": "Message accepted, but delivery may be delayed.",
+        },
+    )
 
 
 RATE_LIMITED = Answer(429, {"ErrorCode": 429, "Message": "Rate limit exceeded."})

@@ -74,6 +74,16 @@ def test_a_mail_goes_to_postmark_with_its_fields_and_records_postmarks_id(
     assert outcome.smtp_reply is not None and stub.sent[0] in outcome.smtp_reply
 
 
+def test_a_delayed_acceptance_is_recorded_as_queued(stub: PostmarkStub, clock: ManualClock) -> None:
+    """Postmark accepts but says delivery may be delayed: ``sent``, Postmark's id recorded, the
+    reply says ``queued`` (Anymail's reading of Postmark's answer)."""
+    stub.answers[ADA] = postmark.delayed(ADA, "pm-late-id")
+    step = guard_on(stub, clock).process(request("pm-late"))
+    assert isinstance(step, Finish) and step.outcome.status == "sent", step
+    assert step.outcome.provider_message_id == "pm-late-id"
+    assert step.outcome.smtp_reply is not None and step.outcome.smtp_reply.endswith("(queued)")
+
+
 def test_an_inactive_recipient_fails_and_is_suppressed(
     stub: PostmarkStub, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -170,10 +180,11 @@ def test_settings_that_cannot_work_are_refused_in_one_line(
     with pytest.raises(ValueError, match=r"must be one of .*mailgun.*postmark.*; got 'x'$"):
         build_transport(unknown)
     assert "postmark" in shipped_esps() and "test" not in shipped_esps()
-    with pytest.raises(ValueError, match=r"^ANYMAIL_DEBUG_API_REQUESTS prints"):
-        AnymailTransport(
-            "postmark", environ=postmark_env(stub) | {"ANYMAIL_DEBUG_API_REQUESTS": "true"}
-        )
+    for debug in ("true", "1"):
+        with pytest.raises(ValueError, match=r"^ANYMAIL_DEBUG_API_REQUESTS prints"):
+            AnymailTransport(
+                "postmark", environ=postmark_env(stub) | {"ANYMAIL_DEBUG_API_REQUESTS": debug}
+            )
     monkeypatch.setitem(sys.modules, "anymail", None)  # as if it were not installed
     with pytest.raises(ValueError, match=r"celery-mailguard\[anymail\]"):
         AnymailTransport("postmark", environ=postmark_env(stub))

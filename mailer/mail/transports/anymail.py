@@ -74,7 +74,8 @@ class AnymailTransport(DjangoTransport):
         from django.utils.module_loading import import_string  # noqa: PLC0415
 
         every = anymail_settings(self._environ)
-        if every.get("DEBUG_API_REQUESTS") is True:
+        debug = every.get("DEBUG_API_REQUESTS", False)
+        if debug is not False and str(debug).strip().lower() not in ("", "0", "no", "off"):
             raise ValueError(
                 f"{PREFIX}DEBUG_API_REQUESTS prints recipient addresses and API keys: unset it"
             )

@@ -113,11 +113,17 @@ class DjangoTransport:
         )
 
     def _receipt(self, message_id: str | None, status: Any) -> SendReceipt:
-        """The receipt of an accepted mail; ``status`` is Anymail's (None for other backends)."""
+        """The receipt of an accepted mail; ``status`` is Anymail's (None for other backends).
+        Anymail's status for the recipients is named unless it is plain ``sent``: ``queued``
+        (Postmark's "delivery may be delayed"), or ``rejected`` beside ``sent`` when the ESP
+        refused some recipients only."""
         if self.provider is None:
             return SendReceipt(message_id, 250, f"accepted by {self.backend}")
         esp_id = provider_id(getattr(status, "message_id", None))
         reply = f"accepted by {self.backend}" + ("" if esp_id is None else f": {esp_id}")
+        said = getattr(status, "status", None)
+        if isinstance(said, (set, frozenset)) and said and said != {"sent"}:
+            reply += f" ({', '.join(sorted(str(s) for s in said))})"
         return SendReceipt(
             message_id, None, reply, provider=self.provider, provider_message_id=esp_id
         )
