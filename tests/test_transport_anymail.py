@@ -145,7 +145,8 @@ def test_a_rate_limit_holds_the_sender(stub: PostmarkStub, clock: ManualClock) -
     step = guard.process(request("pm-6"))
     assert len(stub.received) == 1
     assert isinstance(step, Later) and step.outcome.reason == "held", step
-    assert step.outcome.hold == SENDER and step.outcome.provider is None
+    assert step.outcome.hold == SENDER and step.outcome.provider == "postmark"
+    assert step.outcome.smtp_code is None and "HTTP 429" in str(step.outcome.smtp_reply)
     hold, _ = guard.holds.active(ADA)
     assert hold is not None and hold.until == pytest.approx(clock.now + 5.0)
     assert step.outcome.due is not None and step.outcome.due >= hold.until
