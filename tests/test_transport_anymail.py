@@ -6,6 +6,7 @@ Django itself from ``ANYMAIL_*`` variables."""
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -167,6 +168,25 @@ def test_a_server_error_is_retried_then_deferred(stub: PostmarkStub, clock: Manu
     last = guard.process(request("pm-7"), first.progress)
     assert isinstance(last, Finish) and last.outcome.status == "sent", last
     assert last.outcome.provider_message_id == stub.sent[0]
+
+
+def test_no_answer_is_retried_then_deferred(clock: ManualClock) -> None:
+    """Nothing listens at the API's address: tried 3 times in the send, then ``deferred`` /
+    ``smtp_transient``, the reply naming Postmark and the connection error."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    environ = {"ANYMAIL_POSTMARK_SERVER_TOKEN": TOKEN}
+    environ["ANYMAIL_POSTMARK_API_URL"] = f"http://127.0.0.1:{port}/"
+    transport = AnymailTransport("postmark", environ=environ, sleep=lambda _: None)
+    limiter = Limiter.from_url("memory://", Policy.parse("100/1s"), clock=clock)
+    config = GuardConfig(sender="orders@example.org")
+    guard = memory_guard(limiter, MemoryLedger(clock), transport, config=config, clock=clock)
+    step = guard.process(request("pm-8"))
+    assert isinstance(step, Later) and step.outcome.reason == "smtp_transient", step
+    assert step.outcome.attempts == 3 and step.outcome.provider == "postmark"
+    reply = str(step.outcome.smtp_reply)
+    assert reply.startswith("Postmark AnymailRequestsAPIError: ") and "ConnectionError" in reply
 
 
 def test_settings_that_cannot_work_are_refused_in_one_line(

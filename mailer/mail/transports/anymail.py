@@ -158,7 +158,8 @@ def _configure_django(backend: str, every: Mapping[str, Any]) -> None:
         from django.conf import settings  # noqa: PLC0415
     except ImportError:
         raise ValueError(f"the anymail transport needs Django and Anymail: {_INSTALL}") from None
-    if not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
+    project = os.environ.get("DJANGO_SETTINGS_MODULE")
+    if not settings.configured and not project:
         settings.configure(
             EMAIL_BACKEND=backend,
             ANYMAIL=dict(every),
@@ -166,8 +167,14 @@ def _configure_django(backend: str, every: Mapping[str, Any]) -> None:
             USE_TZ=True,
             LOGGING_CONFIG=None,  # the worker's logging stays as the worker set it
         )
-    if not apps.ready:
-        django.setup()
+    try:
+        if not apps.ready:
+            django.setup()
+    except Exception as exc:  # the project's settings module fails to import or to set up
+        raise ValueError(
+            f"DJANGO_SETTINGS_MODULE={project}: Django does not set up: {type(exc).__name__}: "
+            f"{' '.join(str(exc).split())}"
+        ) from None
 
 
 def _missing(exc: Exception, esp: str) -> str:

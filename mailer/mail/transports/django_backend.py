@@ -135,7 +135,9 @@ class DjangoTransport:
         for error in (exc, exc.__cause__):
             if type(error).__name__ == "ClientError" and hasattr(error, "response"):  # botocore
                 return classify_client_error(error, recipients, self.paused_hold)
-        anymail = anymail_error(exc, recipients, self.provider or self.backend)
+        esp = getattr(self._backend_class, "esp_name", None)  # Anymail's name: Postmark
+        named = esp if isinstance(esp, str) else self.provider or self.backend
+        anymail = anymail_error(exc, recipients, named)
         if anymail is not None:
             return anymail
         if isinstance(exc, (smtplib.SMTPException, OSError)):
