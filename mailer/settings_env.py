@@ -32,6 +32,7 @@ _TEXT = (
     "SES_REGION",
     "SES_ENDPOINT_URL",
     "SES_CONFIGURATION_SET",
+    "ANYMAIL_ESP",
 )
 #: Variables read as durations (seconds) and the attribute each sets.
 _DURATIONS = (
