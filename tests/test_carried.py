@@ -174,3 +174,39 @@ def test_the_worker_refuses_text_beside_a_carried_message(clock: ManualClock) ->
     step = guard.process(MailRequest(mail_id="m-2", subject="also", **kwargs))
     assert isinstance(step, Finish) and step.outcome.reason == "invalid", step
     assert "carried message takes no subject" in (step.outcome.detail or "")
+
+
+def test_an_api_backend_reads_the_carried_messages_fields(clock: ManualClock) -> None:
+    """Through Anymail's test backend (an ESP's API, in process): the envelope as to, cc and
+    bcc (the To and Cc headers say which), From, Subject, the text, HTML and attachment read
+    back from Django's message, Django's Message-ID as an extra header."""
+    from django.core import mail  # noqa: PLC0415
+    from django.core.mail import EmailMultiAlternatives  # noqa: PLC0415
+
+    mail.outbox = []
+    guard = _guard(
+        DjangoTransport("anymail.backends.test.EmailBackend", sleep=lambda _: None), clock
+    )
+    message = EmailMultiAlternatives(
+        "Invoice",
+        "Attached.",
+        "Shop <orders@example.org>",
+        ["ada@example.com"],
+        cc=["cy@example.com"],
+        bcc=["audit@example.org"],
+    )
+    message.attach_alternative("<p>Attached.</p>", "text/html")
+    message.attach("invoice.csv", "id,total\n", "text/csv")
+    mail_request, wire = _request(message, "api-1")
+    step = guard.process(mail_request)
+    assert isinstance(step, Finish) and step.outcome.status == "sent", step
+    [sent] = mail.outbox
+    params = sent.anymail_test_params
+    assert str(params["from"]) == "Shop <orders@example.org>"
+    assert [e.addr_spec for e in params["to"]] == ["ada@example.com"]
+    assert [e.addr_spec for e in params["cc"]] == ["cy@example.com"]
+    assert [e.addr_spec for e in params["bcc"]] == ["audit@example.org"]
+    assert params["subject"] == "Invoice"
+    assert params["text_body"] == "Attached." and params["html_body"] == "<p>Attached.</p>"
+    assert [a.name for a in params["attachments"]] == ["invoice.csv"]
+    assert params["extra_headers"]["Message-ID"] == step.outcome.message_id

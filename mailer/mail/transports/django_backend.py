@@ -185,7 +185,7 @@ def django_message(message: EmailMessage) -> Any:
     built = _Built(
         subject=str(message.get("Subject", "")),
         body=text,
-        from_email=str(getattr(message, "envelope_sender", "") or message["From"]),
+        from_email=_sender(message),
         to=to,
         cc=cc,
         bcc=bcc,
@@ -229,6 +229,17 @@ def _bodies(message: EmailMessage) -> tuple[str, str | None]:
     text = str(text_part.get_content()) if isinstance(text_part, EmailMessage) else ""
     html = str(html_part.get_content()) if isinstance(html_part, EmailMessage) else None
     return text, html
+
+
+def _sender(message: EmailMessage) -> str:
+    """The From header; a carried message's envelope sender when From shows another address
+    (Django's SMTP backend takes MAIL FROM from ``from_email``, the From shown from the
+    message)."""
+    shown = str(message["From"])
+    envelope = getattr(message, "envelope_sender", "")
+    if envelope and getaddresses([shown])[0][1].lower() != envelope.lower():
+        return str(envelope)
+    return shown
 
 
 def _recipients(message: EmailMessage) -> tuple[list[str], list[str], list[str]]:
