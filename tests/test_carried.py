@@ -197,7 +197,7 @@ def test_an_api_backend_reads_the_carried_messages_fields(clock: ManualClock) ->
     )
     message.attach_alternative("<p>Attached.</p>", "text/html")
     message.attach("invoice.csv", "id,total\n", "text/csv")
-    mail_request, wire = _request(message, "api-1")
+    mail_request, _ = _request(message, "api-1")
     step = guard.process(mail_request)
     assert isinstance(step, Finish) and step.outcome.status == "sent", step
     [sent] = mail.outbox
