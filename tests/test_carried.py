@@ -25,6 +25,9 @@ from mailer.mail.transports.django_backend import DjangoTransport
 from mailer.mail.transports.smtp import SmtpTransport
 from mailer.records.ledger import MemoryLedger
 from tests.smtp_server import SmtpTestServer
+from tests.test_transport_ses import REGION, aws_env, moto_url, sent_raw
+
+__all__ = ["aws_env", "moto_url"]  # the SES fixtures, used here as in test_transport_ses.py
 
 if not settings.configured:  # as tests/test_django.py configures it: whichever comes first
     settings.configure(
@@ -210,3 +213,22 @@ def test_an_api_backend_reads_the_carried_messages_fields(clock: ManualClock) ->
     assert params["text_body"] == "Attached." and params["html_body"] == "<p>Attached.</p>"
     assert [a.name for a in params["attachments"]] == ["invoice.csv"]
     assert params["extra_headers"]["Message-ID"] == step.outcome.message_id
+
+
+def test_ses_takes_the_carried_bytes_and_the_envelope(moto_url: str, clock: ManualClock) -> None:
+    """SES (moto's SES v2 on 127.0.0.1) receives the carried bytes as its raw message and the
+    envelope as its Destination."""
+    from mailer.mail.transports.ses import SesTransport  # noqa: PLC0415
+
+    before = len(sent_raw())
+    transport = SesTransport(REGION, endpoint_url=moto_url, sleep=lambda _: None)
+    guard = _guard(transport, clock)
+    mail_request, wire = _request(_list_message(), "ses-list-1")
+    step = guard.process(mail_request)
+    assert isinstance(step, Finish) and step.outcome.status == "sent", step
+    [got] = sent_raw()[before:]
+    assert got.raw_data.encode("utf-8") == wire
+    # moto records the request's Destination first, then adds the raw message's header
+    # addresses of its own accord (SES sends to the Destination given)
+    envelope = ["ada@example.com", "bob@example.com", "audit@example.org"]
+    assert got.destinations[:3] == envelope
