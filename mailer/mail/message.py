@@ -5,7 +5,9 @@ and other line breaks (header injection) and every field against :class:`Message
 ``Message-ID`` comes from the mail id, so a mail sent twice by a redelivered task carries the
 same id both times and the duplicate can be recognised downstream; a ``Message-ID`` the caller
 gives in ``headers`` (a thread's own ids) is kept instead, and so is a ``Date``. The parts are
-written as Django writes them (:mod:`mailer.mail.mime`).
+written as Django writes them (:mod:`mailer.mail.mime`). A mail that carries a whole message
+(``Mail.carried``: Django's backend's, :mod:`mailer.mail.carried`) is sent as those bytes, with
+its own Message-ID and Date.
 """
 
 from __future__ import annotations
