@@ -175,6 +175,7 @@ class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ign
 
     # Django 5.2's SMTPBackendTests (tests/mail/tests.py) that send a message, reimplemented for
     # mailguard's backend: upstream's versions read smtplib's socket or mock the connection.
+    # The cases (addresses, messages) are Django's: BSD licence, tests/django_upstream/LICENSE.
 
     def get_smtp_envelopes(self) -> list[dict[str, Any]]:
         """The envelopes the SMTP server received since the last flush, as upstream's reads."""
