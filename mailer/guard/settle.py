@@ -49,6 +49,9 @@ class Settle:
         self.patience = patience  # s: how long a final record is tried again (the claim lease)
         self._sleep = sleep
         self._monotonic = monotonic
+        #: Called with each mail sent and its outcome once recorded (the sender reputation's
+        #: count: :func:`mailer.guard.gates.bulk.sent_counter`); None: nothing.
+        self.counted: Callable[[Prepared, Outcome], None] | None = None
 
     def settle(self, mail: Prepared, owner: str, step: Step, *, guarded: bool) -> Step:
         """The step to answer, once its effects are carried out. ``guarded``: the mail holds
@@ -58,6 +61,8 @@ class Settle:
             self._release(mail)
         if not isinstance(step, Later):
             self.record(step.outcome)
+            if self.counted is not None and step.outcome.status == "sent":
+                self.counted(mail, step.outcome)
             return step
         try:
             self.ledger.unclaim(mail.mail_id, owner)
