@@ -17,8 +17,8 @@ from mailer.metrics import Metrics, default_metrics
 from mailer.records.holds import Holds, holds_from_url
 from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
 from mailer.records.policy import LivePolicies, policies_from_url
-from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.records.reputation import Limits, Reputation, reputation_from_url
+from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.settings import Settings
 from mailer.unsubscribe import Signer, Unsubscribe
 

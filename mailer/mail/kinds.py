@@ -188,7 +188,8 @@ class Kinds(Mapping[str, Kind]):
         ``500ms``); ``..._PRIORITY`` a whole number 0-9 (higher first); ``..._SHARE`` a number in
         (0, 1], the part of each shared-scope tier the kind may fill; ``..._SUBJECT``,
         ``..._BODY`` and ``..._HTML`` are templates, an empty value
-        removing the template; ``..._UNSUBSCRIBE`` is ``1`` for a bulk kind (or ``0``). ``<NAME>`` is the kind name in upper case; a new name adds a kind
+        removing the template; ``..._UNSUBSCRIBE`` is ``1`` for a bulk kind (or ``0``).
+        ``<NAME>`` is the kind name in upper case; a new name adds a kind
         (waiting up to a day unless ``MAX_WAIT`` says otherwise). Pass ``os.environ``. Raises
         ``ValueError`` naming the variable on any bad or unknown setting.
         """
@@ -198,7 +199,9 @@ class Kinds(Mapping[str, Kind]):
                 continue
             name, field = _split_env_name(variable)
             value = environ[variable]
-            if field == "max_wait":
+            if field == "unsubscribe":
+                changes.setdefault(name, {})[field] = _flag(variable, value)
+            elif field == "max_wait":
                 try:
                     changes.setdefault(name, {})[field] = parse_duration(value)
                 except ValueError as exc:
@@ -210,11 +213,6 @@ class Kinds(Mapping[str, Kind]):
                         f"(lowest) to {MAX_PRIORITY} (highest), not {value[:20]!r}"
                     )
                 changes.setdefault(name, {})[field] = int(value)
-            elif field == "unsubscribe":
-                flag = _FLAGS.get(value.strip().lower())
-                if flag is None:
-                    raise ValueError(f"{variable}: must be 1 or 0, not {value[:20]!r}")
-                changes.setdefault(name, {})[field] = flag
             elif field == "share":
                 try:
                     changes.setdefault(name, {})[field] = float(value)
@@ -255,6 +253,14 @@ class Kinds(Mapping[str, Kind]):
 
     def __repr__(self) -> str:
         return f"Kinds({sorted(self._kinds)!r})"
+
+
+def _flag(variable: str, value: str) -> bool:
+    """``1`` / ``0`` (``true``, ``yes``, ``on`` / ``false``, ``no``, ``off``)."""
+    flag = _FLAGS.get(value.strip().lower())
+    if flag is None:
+        raise ValueError(f"{variable}: must be 1 or 0, not {value[:20]!r}")
+    return flag
 
 
 def _split_env_name(variable: str) -> tuple[str, str]:

@@ -83,7 +83,8 @@ class Pause:
     forgiven: dict[str, int] = field(default_factory=dict)
 
     def to_json(self) -> str:
-        return json.dumps({k: v for k, v in vars(self).items() if v not in ("", 0.0, {})})
+        kept = {k: v for k, v in vars(self).items() if v not in ("", 0.0, {})}
+        return json.dumps(kept | {"paused": self.paused})
 
     @classmethod
     def from_json(cls, raw: bytes | str | None) -> Pause | None:
@@ -167,6 +168,7 @@ class ReputationStore(Protocol):
         sid: str,
         sender: str,
         events: str,
+        *,
         now: float,
         limits: Limits,
         mark: tuple[str, str] | None = None,

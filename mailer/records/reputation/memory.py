@@ -41,6 +41,7 @@ class MemoryReputationStore:
         sid: str,
         sender: str,
         events: str,
+        *,
         now: float,
         limits: Limits,
         mark: tuple[str, str] | None = None,
@@ -85,7 +86,7 @@ class MemoryReputationStore:
         return None
 
     def resume(self, sid: str, sender: str, by: str, now: float, limits: Limits) -> Standing:
-        self.count(sid, sender, "", now, limits)
+        self.count(sid, sender, "", now=now, limits=limits)
         with self._lock:
             entry = self._senders[sid]
             totals = entry.totals()

@@ -54,6 +54,7 @@ class RedisReputationStore:
         sid: str,
         sender: str,
         events: str,
+        *,
         now: float,
         limits: Limits,
         mark: tuple[str, str] | None = None,
@@ -89,7 +90,7 @@ class RedisReputationStore:
         return None
 
     def resume(self, sid: str, sender: str, by: str, now: float, limits: Limits) -> Standing:
-        self.count(sid, sender, "", now, limits)
+        self.count(sid, sender, "", now=now, limits=limits)
         record = Pause(False, sender, lifted_at=now, lifted_by=by)
         keep = int((BUCKETS + 1) * limits.bucket * 1000)
         sent, bounced, complained = self._resume(self._keys(sid), [record.to_json(), keep])

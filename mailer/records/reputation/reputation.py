@@ -98,7 +98,7 @@ class Reputation:
     def _count(self, sender: str, events: str, mark: tuple[str, str] | None) -> Counted:
         address = sender_of(sender)
         counted: Counted = self.store.count(
-            sid_of(address), address, events, self._clock(), self.limits, mark
+            sid_of(address), address, events, now=self._clock(), limits=self.limits, mark=mark
         )
         _log_transition(counted, self.limits)
         return counted
