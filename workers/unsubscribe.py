@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import html
 import logging
+import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ log = logging.getLogger("mailguard")
 #: The largest request body read, in bytes (the one-click body is 26).
 MAX_BODY = 8192
 ONE_CLICK = f"{POST_HEADER[1]}".encode()
+_MULTIPART_ONE_CLICK = re.compile(
+    rb'name="?List-Unsubscribe"?[^\r\n]*\r?\n(?:[^\r\n]+\r?\n)*\r?\nOne-Click\r?\n'
+)
 #: Seconds a mail client is asked to wait before it tries again (Redis down).
 RETRY_AFTER = "60"
 
@@ -89,7 +93,7 @@ def handle(unsubscribe: Unsubscribe, method: str, token: str, body: bytes) -> An
     if method != "POST":
         text = f"Stop receiving {kind} mail from {sender}?"
         return _page("200 OK", "Unsubscribe", text, _FORM)
-    if ONE_CLICK not in body:
+    if not asks_one_click(body):
         return _page("400 Bad Request", "Not unsubscribed", "The request asks for no unsubscribe.")
     try:
         unsubscribe.apply(token)
@@ -105,6 +109,12 @@ def handle(unsubscribe: Unsubscribe, method: str, token: str, body: bytes) -> An
         extra={"recipient": claims.recipient, "sender": sender},
     )
     return _page("200 OK", "Unsubscribed", f"You will get no more bulk mail from {sender}.")
+
+
+def asks_one_click(body: bytes) -> bool:
+    """Whether a POST's body says ``List-Unsubscribe=One-Click``: URL-encoded (what mail
+    clients send, and the page's form) or a ``multipart/form-data`` field of that name."""
+    return ONE_CLICK in body or _MULTIPART_ONE_CLICK.search(body) is not None
 
 
 def token_of(path: str) -> str:
