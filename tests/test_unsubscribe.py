@@ -59,7 +59,7 @@ def _env(redis_url: str, base: str = "http://127.0.0.1:8000/unsubscribe") -> dic
 
 
 class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - wsgiref's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 
@@ -214,9 +214,7 @@ def test_redis_down_answers_503_so_the_mail_client_tries_again() -> None:
         own.cleanup()
 
 
-def test_the_same_view_in_a_django_urlconf(
-    redis_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_same_view_in_a_django_urlconf(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Mounted in Django's URLconf, through Django's test client (with CSRF checks on): GET
     shows the page, the one-click POST unsubscribes, a forged token answers 400."""
     env = _env(redis_url, "https://testserver/unsubscribe")
