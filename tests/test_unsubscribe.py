@@ -203,7 +203,7 @@ def test_redis_down_answers_503_so_the_mail_client_tries_again() -> None:
     own = RedisServer().start()
     try:
         served = _serve(own.url)
-        base, env = next(served)
+        _, env = next(served)
         _, news = _send(env, "newsletter")
         assert news is not None
         own.stop()
