@@ -391,10 +391,10 @@ class ReputationCollector:
             labels=["sender"],
         )
         sent = GaugeMetricFamily(
-            "mailguard_reputation_sent", "Mails sent in the window.", ["sender"]
+            "mailguard_reputation_sent", "Mails sent in the window.", labels=["sender"]
         )
         threshold = GaugeMetricFamily(
-            "mailguard_reputation_threshold", "Pauses at (a fraction).", ["rate"]
+            "mailguard_reputation_threshold", "Pauses at (a fraction).", labels=["rate"]
         )
         for name, value in self._thresholds.items():
             threshold.add_metric([name], value)
