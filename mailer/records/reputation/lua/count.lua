@@ -9,7 +9,8 @@ Every key carries the same {hash tag}, "{reputation}" (one Cluster slot for all 
 KEYS[1]   the sender's counters, "<ns>:{reputation}:counts:<sender hash>", a hash:
           "<bucket>:s" / ":b" / ":c" (mails sent, hard bounces, complaints in that bucket),
           "t:s" / "t:b" / "t:c" (their sums over the window), "cur" (the newest bucket),
-          "sender" (the address); PX: one window and one bucket after the last count
+          "sender" (the address); PX: one window and one bucket after the last count (a
+          check, ARGV[4] "", does not extend it: a sender that stopped sending is forgotten)
 KEYS[2]   the sender's pause, "<ns>:{reputation}:pause:<sender hash>": JSON (Pause in base.py);
           kept while paused, a lift's record kept one window
 KEYS[3]   the marks of the current bucket, "<ns>:{reputation}:marks:<bucket>", a hash of
@@ -44,14 +45,18 @@ for b = last - n + 1, math.min(last, bucket - n) do
     end
   end
 end
-redis.call('HSET', h, 'cur', bucket, 'sender', ARGV[5])
-for i = 1, #ARGV[4] do
-  local e = string.sub(ARGV[4], i, i)
-  redis.call('HINCRBY', h, bucket .. ':' .. e, 1)
-  redis.call('HINCRBY', h, 't:' .. e, 1)
-end
 local keep = math.ceil((n + 1) * width * 1000)
-redis.call('PEXPIRE', h, keep)
+if ARGV[4] ~= '' then  -- a count; a check alone neither makes the hash nor keeps it longer
+  redis.call('HSET', h, 'cur', bucket, 'sender', ARGV[5])
+  for i = 1, #ARGV[4] do
+    local e = string.sub(ARGV[4], i, i)
+    redis.call('HINCRBY', h, bucket .. ':' .. e, 1)
+    redis.call('HINCRBY', h, 't:' .. e, 1)
+  end
+  redis.call('PEXPIRE', h, keep)
+elseif last < bucket and redis.call('EXISTS', h) == 1 then
+  redis.call('HSET', h, 'cur', bucket)
+end
 if ARGV[9] ~= '' then
   redis.call('HSET', KEYS[3], ARGV[9], ARGV[5] .. '\t' .. ARGV[10])
   redis.call('PEXPIRE', KEYS[3], keep)
