@@ -14,7 +14,8 @@ of the address, never the address), the sender and the kind, signed with ``MAILG
 unsubscribes the recipient from that sender's bulk kinds (a suppression entry with the reason
 ``unsubscribed``, until lifted); a later bulk mail of that sender to it ends ``dropped`` /
 ``unsubscribed``, while its other kinds (a login code) still go. The endpoint is
-``workers.unsubscribe``. A bulk mail to several recipients carries the first recipient's token.
+``workers.unsubscribe``. A bulk mail to several recipients goes without those who unsubscribed
+and carries the first remaining recipient's token.
 
 Not for transactional kinds: a login code or a receipt must not be unsubscribable.
 """

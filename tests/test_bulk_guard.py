@@ -113,3 +113,31 @@ def test_the_reputation_costs_one_redis_command_per_mail_sent(redis_url: str, ki
     off, on = used
     assert len(on) - len(off) == 1, used
     assert on.count("EVALSHA") - off.count("EVALSHA") == 1 and on.count("MGET") <= 1, used
+
+
+def test_a_bulk_mail_to_several_goes_without_the_unsubscribed() -> None:
+    """To Ada and Bob, Ada unsubscribed: the mail goes to Bob alone, with Bob's token; to Ada
+    alone it is dropped / unsubscribed. Another sender's newsletter still reaches Ada."""
+    guard = build_guard(Settings.from_env(_env()), metrics=NO_METRICS)
+    assert guard.unsubscribe is not None and isinstance(guard.transport, MemoryTransport)
+    suppressions = guard.unsubscribe.suppressions
+    guard.unsubscribe.suppressions.unsubscribe(suppressions.hash_of("ada@example.com"), NEWS)
+    both = guard.process(
+        MailRequest(
+            to=["ada@example.com", "bob@example.com"], mail_id="both", kind="newsletter",
+            subject="s", body="b",
+        )
+    )  # fmt: skip
+    assert both.outcome.status == "sent"
+    [message] = guard.transport.sent
+    assert message["To"] == "bob@example.com"
+    token = str(message["List-Unsubscribe"]).strip("<>").rsplit("/", 1)[1]
+    claims = guard.unsubscribe.signer.verify(token)
+    assert claims.recipient == suppressions.hash_of("bob@example.com")
+    alone = _run(guard, "newsletter", "ada@example.com")
+    assert (alone.outcome.status, alone.outcome.reason) == ("dropped", "unsubscribed")
+    other = MailRequest(
+        to="ada@example.com", mail_id="other", kind="newsletter", subject="s", body="b",
+        from_email="Shop <shop@example.org>",
+    )  # fmt: skip
+    assert guard.process(other).outcome.status == "sent"

@@ -6,6 +6,7 @@ flowing; ``mailguard reputation`` shows it and ``resume`` lifts it."""
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -114,6 +115,8 @@ def test_a_click_and_a_complaint_stop_newsletters_and_nothing_else(
 
         shown = CliRunner().invoke(main, ["reputation"], env=env)
         assert shown.exit_code == 1 and "PAUSED" in shown.output and NEWS in shown.output
+        typo = CliRunner().invoke(main, ["reputation", "resume", "nws@example.org"], env=env)
+        assert typo.exit_code == 2 and "not counted; known: news@example.org" in typo.output
         resumed = CliRunner().invoke(main, ["reputation", "resume", NEWS, "--by", "ops"], env=env)
         assert resumed.exit_code == 0 and "resumed by ops" in resumed.output
         again = _send(app, "r8@example.com", "newsletter").get(timeout=30)
@@ -122,5 +125,7 @@ def test_a_click_and_a_complaint_stop_newsletters_and_nothing_else(
         [row] = json.loads(shown.output)
         assert shown.exit_code == 0 and row["pause"]["lifted_by"] == "ops" and not row["paused"]
         assert row["pause"]["forgiven"] == {"bounced": 0, "complained": 1}
+        del paused  # a pending result lets go of the result backend while it still answers
+        gc.collect()
     finally:
         app.close()

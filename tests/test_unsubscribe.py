@@ -179,6 +179,10 @@ def test_a_click_stops_the_next_bulk_mail_and_nothing_else(
     assert entry["source"] == "unsubscribed" and "news@example.org" in entry["cause"]
     text = CliRunner().invoke(main, ["suppressed", ADA], env=env).output
     assert "unsubscribed since" in text
+    lifted = CliRunner().invoke(main, ["unsuppress", ADA, "--yes"], env=env)
+    assert lifted.exit_code == 0, lifted.output
+    step, _ = _send(env, "newsletter")
+    assert step.outcome.status == "sent", "unsuppress lifts the unsubscription too"
 
 
 def test_a_forged_token_answers_4xx_and_changes_nothing(

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_reputation
-from mailer.records.reputation import Reputation, Standing
+from mailer.records.reputation import Reputation, Standing, sender_of
 from mailer.records.reputation.base import percent
 from workers.cli import views
 from workers.cli.errors import USAGE, fail
@@ -113,7 +113,10 @@ def resume(sender: str, by: str | None) -> None:
     rep = _open()
     who = by or f"{getpass.getuser()}@{socket.gethostname()}"
     try:
+        known = sorted(s.sender for s in rep.standings())
         was = rep.pause_of(sender)
+        if sender_of(sender) not in known and was is None:
+            fail(f"{sender_of(sender)} is not counted; known: {', '.join(known) or 'none'}", USAGE)
         standing = rep.resume(sender, who)
     except BackendUnavailable as exc:
         fail(str(exc))

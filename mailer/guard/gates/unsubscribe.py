@@ -2,7 +2,8 @@
 (:mod:`mailer.unsubscribe`).
 
 Before admission, a mail of a bulk kind to a recipient who unsubscribed from its sender's bulk
-kinds is ``dropped`` / ``unsubscribed``; any other mail of a bulk kind goes on carrying the
+kinds is ``dropped`` / ``unsubscribed`` (a message to several recipients goes without the
+unsubscribed ones, dropped when every one is); any other mail of a bulk kind goes on carrying the
 ``List-Unsubscribe`` and ``List-Unsubscribe-Post`` headers (added here, to the mail the guard
 sends, so the message builder needs no hook). Mails of other kinds pass untouched. The entry
 is read with the suppression list (one ``MGET``); a list that cannot be read defers the mail as
@@ -20,6 +21,8 @@ from mailer.errors import BackendUnavailable
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, log_fields
 from mailer.guard.gates import Reads
 from mailer.guard.outage import backend_down
+from mailer.guard.validate import message_of
+from mailer.mail.envelope import without_recipients
 from mailer.metrics import Metrics
 from mailer.steps import Finish, Progress, Step
 from mailer.unsubscribe import Unsubscribe
@@ -51,22 +54,28 @@ class UnsubscribeGate:
         if not mail.kind.unsubscribe:
             return mail
         sender = mail.draft.sender
+        keys = [mail.limit_key, *mail.more_keys]
         try:
             if raws is not None:
-                entry = self.suppressions.from_raw(raws[0])
+                found = {mail.limit_key: self.suppressions.from_raw(raws[0])}
             else:
-                entry = self.suppressions.unsubscribed(mail.limit_key, sender)
+                found = {k: self.suppressions.unsubscribed(k, sender) for k in keys}
         except BackendUnavailable as exc:
             self.metrics.backend_down("ledger")
             return backend_down(self.config, mail.base, progress, exc, why.LEDGER_UNAVAILABLE)
-        if entry is not None:
-            dropped = mail.base.but(reason=why.UNSUBSCRIBED, detail=entry.cause)
+        gone = {k: entry for k, entry in found.items() if entry is not None}
+        kept = [k for k in keys if k not in gone]
+        if not kept:
+            dropped = mail.base.but(reason=why.UNSUBSCRIBED, detail=gone[mail.limit_key].cause)
             log.info(
                 "mail %s dropped: recipient unsubscribed from the sender's bulk kinds",
                 mail.mail_id,
                 extra=log_fields(dropped),
             )
             return Finish(dropped)
+        if gone:  # several recipients: the others still get it
+            message = without_recipients(message_of(mail), set(gone), self.config.rules)
+            mail = replace(mail, limit_key=kept[0], more_keys=tuple(kept[1:]), message=message)
         return with_headers(mail, self.unsubscribe.headers(mail.limit_key, sender, mail.kind.name))
 
     def on_send_error(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:
