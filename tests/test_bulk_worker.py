@@ -106,9 +106,10 @@ def test_a_click_and_a_complaint_stop_newsletters_and_nothing_else(
             esp_event={},
         )
         tracking.send(sender=object, event=event, esp_name="Postmark")
-        paused = _send(app, "r9@example.com", "newsletter")
-        poll(lambda: paused.state == "DEFERRED", 30, "the next newsletter to be deferred")
-        assert paused.info["reason"] == "reputation" and "complaint" in paused.info["detail"]
+        waiting = [_send(app, "r9@example.com", "newsletter")]
+        poll(lambda: waiting[0].state == "DEFERRED", 30, "the next newsletter to be deferred")
+        info = waiting[0].info
+        assert info["reason"] == "reputation" and "complaint" in info["detail"]
         assert _send(app, "r9@example.com", "code").get(timeout=30)["status"] == "sent"
         assert not any(d.rcpt_tos == ("r9@example.com",) and d.message["List-Unsubscribe"]
                        for d in smtp_server.delivered)  # fmt: skip
@@ -125,7 +126,7 @@ def test_a_click_and_a_complaint_stop_newsletters_and_nothing_else(
         [row] = json.loads(shown.output)
         assert shown.exit_code == 0 and row["pause"]["lifted_by"] == "ops" and not row["paused"]
         assert row["pause"]["forgiven"] == {"bounced": 0, "complained": 1}
-        del paused  # a pending result lets go of the result backend while it still answers
+        waiting.clear()  # a pending result lets go of the result backend while it still answers
         gc.collect()
     finally:
         app.close()
