@@ -99,20 +99,43 @@ def _commands_of(redis_url: str, run: Callable[[], object]) -> list[str]:
     return seen[seen.index("ECHO") + 1 :] if "ECHO" in seen else seen
 
 
+def _round_trips(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> int:
+    """How many times ``run()``'s Redis clients wrote to a connection: one round trip each (a
+    pipeline writes its commands at once). Counted around redis-py's own send; the commands
+    still go to the real server."""
+    writes = [0]
+    send = redis.connection.AbstractConnection.send_packed_command
+
+    def counted(self: Any, command: Any, check_health: bool = True) -> None:
+        writes[0] += 1
+        send(self, command, check_health)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
+        run()
+    return writes[0]
+
+
 @pytest.mark.parametrize("kind", ["newsletter", "code"])
-def test_the_reputation_costs_one_redis_command_per_mail_sent(redis_url: str, kind: str) -> None:
+def test_the_reputation_costs_one_redis_command_per_mail_sent_in_no_more_round_trips(
+    redis_url: str, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same mail through two guards on one Redis, the reputation off then on: one more
-    command (the count's ``EVALSHA``) per mail sent; the pause is read in the gates' one
-    ``MGET``. Each guard sends one mail first (scripts loaded)."""
-    used = []
+    command (the count's ``EVALSHA``), riding on the ledger's record (the same round trip);
+    the pause is read in the gates' one ``MGET``. Each guard sends one mail first."""
+    used, trips = [], []
     for reputation in ("off", "complaint 10%"):
         env = _env(MAILGUARD_LIMITER_URL=redis_url, MAILGUARD_REPUTATION=reputation)
         guard = build_guard(Settings.from_env(env), metrics=NO_METRICS)
         assert _run(guard, kind).outcome.status == "sent"
         used.append(_commands_of(redis_url, lambda: _run(guard, kind)))  # noqa: B023 - now
+        trips.append(_round_trips(monkeypatch, lambda: _run(guard, kind)))  # noqa: B023
     off, on = used
     assert len(on) - len(off) == 1, used
     assert on.count("EVALSHA") - off.count("EVALSHA") == 1 and on.count("MGET") <= 1, used
+    assert trips[0] == trips[1], trips
+    standing = guard.reputation.check(NEWS)  # type: ignore[union-attr]
+    assert standing.sent == 3, "every mail the guard sent is counted"
 
 
 def test_a_bulk_mail_to_several_goes_without_the_unsubscribed() -> None:

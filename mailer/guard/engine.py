@@ -37,7 +37,7 @@ from mailer.guard.booking import Booking
 from mailer.guard.claim import Claim
 from mailer.guard.data import Admitted, GuardConfig, MailRequest, Prepared, Refused
 from mailer.guard.gates import Gate, read_together
-from mailer.guard.gates.bulk import bulk_gates, sent_counter
+from mailer.guard.gates.bulk import bulk_gates, sent_recorder
 from mailer.guard.gates.holds import HoldsGate
 from mailer.guard.gates.suppression import SuppressionGate
 from mailer.guard.sending import Sending
@@ -129,7 +129,7 @@ class Guard:
         self._admission = Admission(booking, config, self._kinds, metrics)
         self._sending = Sending(self.transport, booking, config, booking.stamp)  # sent_at vs due
         self._settle = Settle(self.ledger, metrics, booking.release, patience=config.claim_lease)
-        self._settle.counted = sent_counter(self.reputation, metrics)
+        self._settle.record_sent = sent_recorder(self.ledger, self.reputation, metrics)
 
     def process(self, request: MailRequest, progress: Progress | None = None) -> Step:
         """One run of one mail, counted in the metrics."""

@@ -1,5 +1,7 @@
-"""The sender reputation in Redis (the ledger's): ``lua/count.lua`` per count (one ``EVALSHA``),
-a short script for a resume, one pipelined round trip to attribute a Message-ID.
+"""The sender reputation in Redis (the ledger's): ``lua/count.lua`` per count (one ``EVALSHA``;
+a mail sent is counted in the same pipeline as the ledger's record: :meth:`RedisReputationStore.
+run_together`), a short script for a resume, one pipelined round trip to attribute a
+Message-ID.
 
 Keys, all with the hash tag ``{reputation}`` (one Cluster slot), a bounded number per sender:
 ``<ns>:{reputation}:counts:<sender hash>`` (a hash: 24 buckets of three counters and their
@@ -9,12 +11,17 @@ sums), ``<ns>:{reputation}:pause:<sender hash>`` (JSON); and per bucket, for all
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
+
+import redis.exceptions
 
 from mailer.records.reputation.base import BUCKETS, Counted, Limits, Pause, Standing
 from mailer.storage import RedisStore, lua_source
 
 COUNT_SCRIPT = lua_source("mailer.records.reputation", "count")
+#: A script to run: its text, keys and arguments.
+Script = tuple[str, list[str], list[Any]]
 
 #: KEYS[1] the counts, KEYS[2] the pause; ARGV: the pause record to write (JSON without the
 #: forgiven counts) and its PX. Deletes every bounce and complaint counter; answers the
@@ -59,6 +66,22 @@ class RedisReputationStore:
         limits: Limits,
         mark: tuple[str, str] | None = None,
     ) -> Counted:
+        keys, args = self.count_command(sid, sender, events, now=now, limits=limits, mark=mark)
+        return counted_of(sender, self._count(keys, args))
+
+    def count_command(
+        self,
+        sid: str,
+        sender: str,
+        events: str,
+        *,
+        now: float,
+        limits: Limits,
+        mark: tuple[str, str] | None = None,
+    ) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of :meth:`count`'s script (:data:`COUNT_SCRIPT`), for a
+        caller that sends it in one pipeline with its own commands; read its reply with
+        :func:`counted_of`."""
         t = limits.thresholds
         args = [
             repr(now),
@@ -72,11 +95,30 @@ class RedisReputationStore:
             "" if mark is None else mark[0],
             "" if mark is None else mark[1],
         ]
-        keys = [*self._keys(sid), self._marks(limits.bucket_of(now))]
-        sent, bounced, complained, transition, raw = self._count(keys, args)
-        pause = Pause.from_json(raw) if raw else None
-        standing = Standing(sender, int(sent), int(bounced), int(complained), pause)
-        return Counted(standing, _text(transition))  # type: ignore[arg-type]
+        return [*self._keys(sid), self._marks(limits.bucket_of(now))], args
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (the ledger's when built from it)."""
+        return self._redis.client
+
+    def run_together(self, scripts: list[Script]) -> list[Any]:
+        """Each ``(source, keys, args)`` script with ``EVALSHA``, in one pipeline on
+        :attr:`client` (one round trip; not a transaction): their replies, an error as its
+        exception. A script the server lost is loaded and run again alone.
+        :class:`~mailer.errors.BackendUnavailable` when Redis is down."""
+        client = self._redis.client
+        shas = [hashlib.sha1(source.encode()).hexdigest() for source, _, _ in scripts]  # noqa: S324
+        pipe = client.pipeline(transaction=False)
+        for sha, (_, keys, args) in zip(shas, scripts, strict=True):
+            pipe.evalsha(sha, len(keys), *keys, *args)
+        replies: list[Any] = self._redis.call(pipe.execute, raise_on_error=False)
+        for at, reply in enumerate(replies):
+            if isinstance(reply, redis.exceptions.NoScriptError):  # it did not run: load, run
+                source, keys, args = scripts[at]
+                self._redis.call(client.script_load, source)
+                replies[at] = self._redis.call(client.evalsha, shas[at], len(keys), *keys, *args)
+        return replies
 
     def attribute(self, mark: str, now: float, limits: Limits) -> tuple[str, str] | None:
         newest = limits.bucket_of(now)
@@ -113,6 +155,14 @@ class RedisReputationStore:
 
     def pause_of(self, sid: str) -> Pause | None:
         return Pause.from_json(self._redis.call(self._redis.client.get, self._keys(sid)[1]))
+
+
+def counted_of(sender: str, reply: Any) -> Counted:
+    """What :data:`COUNT_SCRIPT`'s reply says."""
+    sent, bounced, complained, transition, raw = reply
+    pause = Pause.from_json(raw) if raw else None
+    standing = Standing(sender, int(sent), int(bounced), int(complained), pause)
+    return Counted(standing, _text(transition))  # type: ignore[arg-type]
 
 
 def _text(value: Any) -> str:

@@ -20,8 +20,11 @@ from mailer.records.reputation.base import (
     sender_of,
 )
 from mailer.records.reputation.memory import MemoryReputationStore
-from mailer.records.reputation.redis import RedisReputationStore
+from mailer.records.reputation.redis import COUNT_SCRIPT, RedisReputationStore, counted_of
 from mailer.storage import client_from_url, is_memory
+
+#: A script of another store and the client it runs on: text, keys, arguments, client.
+Script = tuple[str, list[str], list[Any], Any]
 
 log = logging.getLogger("mailguard")
 
@@ -46,6 +49,29 @@ class Reputation:
         so that a webhook's later event is attributed to it)."""
         mark = None if not message_id else (mark_of(message_id), kind)
         return self._count(sender, "s", mark)
+
+    def count_sent_after(
+        self, first: Script, sender: str, kind: str, message_id: str | None
+    ) -> tuple[Any, Counted | None] | None:
+        """:meth:`count_sent`, riding on ``first`` (``(script, keys, args)`` of another store on
+        the same Redis client: the ledger's record), in one round trip: ``first``'s reply (an
+        error as its exception) and the count (None when it failed, logged). None when the
+        store is in memory or on another client than ``client`` (do them apart)."""
+        if not isinstance(self.store, RedisReputationStore) or self.store.client is not first[3]:
+            return None
+        address = sender_of(sender)
+        mark = None if not message_id else (mark_of(message_id), kind)
+        keys, args = self.store.count_command(
+            sid_of(address), address, "s", now=self._clock(), limits=self.limits, mark=mark
+        )
+        script = (first[0], first[1], first[2])
+        replies = self.store.run_together([script, (COUNT_SCRIPT, keys, args)])
+        if isinstance(replies[1], Exception):
+            log.warning("mail not counted for %s: %s", address, replies[1])
+            return replies[0], None
+        counted = counted_of(address, replies[1])
+        _log_transition(counted, self.limits)
+        return replies[0], counted
 
     def count_bounce(self, sender: str, *, sent: bool = False) -> Counted:
         """A hard bounce of ``sender``'s mail; ``sent``: the mail was refused during the send
