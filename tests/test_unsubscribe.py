@@ -6,11 +6,15 @@ transport (the worker's path is in ``tests/test_bulk_worker.py``)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from email.message import EmailMessage
+from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -43,6 +47,7 @@ from django.test import Client, override_settings
 urlpatterns = [path("unsubscribe/<str:token>", endpoint.django_view)]
 
 ADA = "Ada@Example.com"
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _env(redis_url: str, base: str = "http://127.0.0.1:8000/unsubscribe") -> dict[str, str]:
@@ -144,10 +149,23 @@ def test_only_bulk_kinds_carry_the_one_click_headers(redis_url: str) -> None:
 
 
 def test_a_bulk_kind_without_the_url_refuses_to_start_in_one_line() -> None:
+    """``celery -A workers.app worker`` with a bulk kind and no URL exits non-zero with one
+    line naming MAILGUARD_UNSUBSCRIBE_URL, before ``ready.``; a plain http URL is refused."""
     env = {"MAILGUARD_KIND_NEWSLETTER_UNSUBSCRIBE": "1", "MAILGUARD_SECRET": "s"}
-    problems = Settings.from_env(env).problems()
-    assert len(problems) == 1 and "MAILGUARD_UNSUBSCRIBE_URL" in problems[0]
-    assert "\n" not in problems[0]
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "--pool", "solo"],
+        env=clean | env | {"PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode != 0 and "ready." not in output and "Traceback" not in output
+    lines = [line for line in output.splitlines() if line.startswith("mailguard: ")]
+    assert len(lines) == 1 and "MAILGUARD_UNSUBSCRIBE_URL" in lines[0], output
     with pytest.raises(ValueError, match="must be https://"):
         Settings.from_env({"MAILGUARD_UNSUBSCRIBE_URL": "http://example.org/u"})
 
