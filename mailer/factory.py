@@ -113,7 +113,7 @@ def build_holds(
 def build_transport(settings: Settings) -> Transport:
     """The transport ``MAILGUARD_TRANSPORT`` names (:mod:`mailer.mail.transports.registry`):
     ``smtp`` by ``MAILGUARD_SMTP_URL`` (``console://`` prints to stderr, ``memory://`` keeps
-    the mails in the process), ``django`` or ``ses``. Raises ``ValueError`` naming the
+    the mails in the process), ``django``, ``ses`` or ``anymail``. Raises ``ValueError`` naming the
     variable."""
     return transports.build(settings.transport, settings.transport_options())
 

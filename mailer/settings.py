@@ -10,11 +10,12 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_LIMITER_URL`` | URL | ``memory://`` | ``redis://localhost:6379/0`` | limiter storage (``redis://…`` for several processes) |
 | ``MAILGUARD_LEDGER_URL`` | URL | the limiter URL | ``redis://ledger:6379/0`` | where sent-markers and send claims live |
 | ``MAILGUARD_SMTP_URL`` | URL | ``console://`` | ``smtp://relay:587?starttls=1`` | ``smtp://host:port``, ``smtps://user:pass@host``, ``?starttls=1``; ``console://``, ``memory://`` |
-| ``MAILGUARD_TRANSPORT`` | ``smtp``, ``django`` or ``ses`` | ``smtp`` | ``ses`` | how mail leaves: ``smtp`` (``MAILGUARD_SMTP_URL``), ``django`` (the Django backend ``MAILGUARD_DJANGO_BACKEND``), ``ses`` (Amazon SES v2 API, raw MIME); see the transports guide |
+| ``MAILGUARD_TRANSPORT`` | ``smtp``, ``django``, ``ses`` or ``anymail`` | ``smtp`` | ``ses`` | how mail leaves: ``smtp`` (``MAILGUARD_SMTP_URL``), ``django`` (the Django backend ``MAILGUARD_DJANGO_BACKEND``), ``ses`` (Amazon SES v2 API, raw MIME), ``anymail`` (the ESP ``MAILGUARD_ANYMAIL_ESP`` through Anymail, no Django project needed); see the transports guide |
 | ``MAILGUARD_DJANGO_BACKEND`` | dotted path | ``django.core.mail.backends.smtp.EmailBackend`` | ``anymail.backends.postmark.EmailBackend`` | the Django email backend the ``django`` transport sends through (with Django's own settings: ``EMAIL_HOST``, ``ANYMAIL``...); needs ``DJANGO_SETTINGS_MODULE``; checked at start |
 | ``MAILGUARD_SES_REGION`` | AWS region | none (required with ``ses``) | ``eu-west-1`` | the SES region of the ``ses`` transport (credentials: boto3's usual chain) |
 | ``MAILGUARD_SES_ENDPOINT_URL`` | URL | SES's own | ``https://vpce-0a1b.email.eu-west-1.vpce.amazonaws.com`` | another SES endpoint (a VPC endpoint, a local test double) |
 | ``MAILGUARD_SES_CONFIGURATION_SET`` | name | none | ``transactional`` | the SES configuration set each mail is sent with (event publishing, dedicated IPs) |
+| ``MAILGUARD_ANYMAIL_ESP`` | an ESP Anymail ships | none (required with ``anymail``) | ``postmark`` | the ESP of the ``anymail`` transport (``postmark``, ``mailgun``, ``sendgrid``, ``brevo``...: a module of ``anymail.backends``), configured by Anymail's own variables (``ANYMAIL_POSTMARK_SERVER_TOKEN``...); checked at start |
 | ``MAILGUARD_POLICY`` | policy | ``1/60s, 5/1h, 10/24h`` | ``recipient: 1/60s, 5/1h; sender: 14/1s gcra`` | tiers per recipient, or per scope (``recipient: …; domain: …; sender: …; tenant: …``) |
 | ``MAILGUARD_SECRET`` | text | none | the output of ``openssl rand -hex 32`` | keys the hash of every stored address: set it, the same everywhere |
 | ``MAILGUARD_SENDER`` | address | ``mailguard@localhost`` | ``orders@example.org`` | the From header: an address or ``Name <address>`` (checked at start) |
@@ -127,6 +128,7 @@ KNOWN = frozenset(
         "SES_REGION",
         "SES_ENDPOINT_URL",
         "SES_CONFIGURATION_SET",
+        "ANYMAIL_ESP",
         "MAX_BOOKINGS",
         "PACE_START",
         "PACE_STEP",
@@ -183,6 +185,7 @@ class Settings:
     ses_region: str | None = None
     ses_endpoint_url: str | None = None
     ses_configuration_set: str | None = None
+    anymail_esp: str | None = None
     unsubscribe_url: str | None = None
     reputation: Thresholds | None = None
     reputation_window: float = defaults.REPUTATION_WINDOW
@@ -226,6 +229,11 @@ class Settings:
             )
         if self.transport == "ses" and not self.ses_region:
             raise ValueError(f"{PREFIX}SES_REGION must be set with {PREFIX}TRANSPORT=ses")
+        if self.transport == "anymail" and not self.anymail_esp:
+            raise ValueError(
+                f"{PREFIX}ANYMAIL_ESP must be set with {PREFIX}TRANSPORT=anymail (postmark, "
+                "mailgun, sendgrid... : an ESP Anymail ships)"
+            )
 
     def transport_options(self) -> transports.TransportOptions:
         """What the transport is built from (:mod:`mailer.mail.transports.registry`)."""
@@ -238,6 +246,7 @@ class Settings:
             ses_region=self.ses_region,
             ses_endpoint_url=self.ses_endpoint_url,
             ses_configuration_set=self.ses_configuration_set,
+            anymail_esp=self.anymail_esp,
         )
         self._check_pace()
 

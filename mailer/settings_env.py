@@ -33,6 +33,7 @@ _TEXT = (
     "SES_REGION",
     "SES_ENDPOINT_URL",
     "SES_CONFIGURATION_SET",
+    "ANYMAIL_ESP",
     "UNSUBSCRIBE_URL",
 )
 #: Variables read as durations (seconds) and the attribute each sets.

@@ -142,6 +142,7 @@ def failure(base: Outcome, reason: str, attempts: int, exc: SendError) -> Fail:
             attempts=attempts,
             smtp_code=exc.code,
             smtp_reply=exc.reply,
+            provider=exc.provider,
             detail=exc.reason,
         )
     )

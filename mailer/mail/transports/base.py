@@ -19,13 +19,18 @@ class SendReceipt:
     """The server accepted the message.
 
     ``code`` and ``reply`` are the SMTP reply to the message data (recipient addresses
-    masked), ``attempts`` how many tries it took (1 when the first one worked).
+    masked), ``attempts`` how many tries it took (1 when the first one worked). An API
+    transport has no SMTP reply: ``code`` is None, ``reply`` the provider's answer,
+    ``provider`` names the provider (``postmark``, ``ses``) and ``provider_message_id`` is the
+    id the provider gave the mail (None when it gave none).
     """
 
     message_id: str | None
-    code: int
+    code: int | None
     reply: str
     attempts: int = 1
+    provider: str | None = None
+    provider_message_id: str | None = None
 
 
 @runtime_checkable
