@@ -52,8 +52,13 @@ def reputation_for(settings: Settings) -> Reputation | None:
     if settings.reputation is None:
         return None
     suppressions_for(settings)  # refuses what it refuses, in one line
-    where = (settings.effective_ledger_url, settings.reputation, settings.reputation_window,
-             settings.reputation_min, settings.sender)  # fmt: skip
+    where = (
+        settings.effective_ledger_url,
+        settings.reputation,
+        settings.reputation_window,
+        settings.reputation_min,
+        settings.sender,
+    )
     with _lock:
         found = _reputations.get(where)
         if found is None:

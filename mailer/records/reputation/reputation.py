@@ -92,8 +92,9 @@ class Reputation:
         if not sender:
             return None
         if found is None:
-            log.info("%s event for a Message-ID not sent within the window: counted for %s",
-                     event, sender)  # fmt: skip
+            log.info(
+                "%s event of a Message-ID not marked in the window: counted for %s", event, sender
+            )
         return self._count(sender, code, None)
 
     def check(self, sender: str) -> Standing:
