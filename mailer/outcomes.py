@@ -21,6 +21,10 @@ LEDGER_UNAVAILABLE = "ledger_unavailable"
 CONTENDED = "contended"
 POISON = "poison"
 SUPPRESSED = "suppressed"
+#: A bulk kind's mail to a recipient who unsubscribed from the sender's bulk kinds.
+UNSUBSCRIBED = "unsubscribed"
+#: A bulk kind's mail waiting while its sender is paused by its reputation (a rate too high).
+REPUTATION = "reputation"
 #: Booked after a hold (the server asked us to slow down): ``hold`` names it.
 HELD = "held"
 IN_FLIGHT = "in_flight"

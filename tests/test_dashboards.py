@@ -303,6 +303,7 @@ def busy_worker(
         MAILGUARD_LEDGER_URL=f"{base}/3",
         MAILGUARD_THROTTLE_HOLD="1s",
         MAILGUARD_LATE_TOLERANCE="100ms",
+        MAILGUARD_REPUTATION="complaint 0.3%",  # the reputation gauges: senders counted
     )
     worker = CeleryWorker(env, concurrency=1).start()
     app = client_app(env)

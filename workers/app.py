@@ -17,7 +17,7 @@ from celery import Celery, current_task, signals
 from kombu import Queue
 
 from mailer import defaults, metrics
-from mailer.factory import build_guard, build_holds
+from mailer.factory import build_guard, build_holds, build_reputation
 from mailer.logs import JsonFormatter, in_utc
 from mailer.settings import Settings
 from mailer.storage import is_memory
@@ -177,7 +177,7 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         server = metrics.serve(
             settings.metrics_host,
             settings.metrics_port,
-            collectors=(*_schedule_gauges(), *_hold_gauges()),
+            collectors=(*_schedule_gauges(), *_hold_gauges(), *_reputation_gauges()),
         )
     except OSError as exc:
         if made:
@@ -203,6 +203,14 @@ def _hold_gauges() -> tuple[Any, ...]:
         return ()
     holds = build_holds(settings)
     return (metrics.HoldCollector(holds.sender), metrics.PaceCollector(holds.pace.rate_now))
+
+
+def _reputation_gauges() -> tuple[Any, ...]:
+    """Each sender's reputation gauges, when the reputation is on and shared."""
+    reputation = build_reputation(settings)
+    if reputation is None or is_memory(settings.effective_ledger_url):
+        return ()
+    return (metrics.ReputationCollector(reputation.standings, reputation.limits.thresholds),)
 
 
 @signals.worker_process_shutdown.connect
