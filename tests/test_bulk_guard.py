@@ -17,7 +17,9 @@ from mailer.factory import build_guard
 from mailer.guard import Finish, Guard, Later, MailRequest
 from mailer.mail.transports.memory import MemoryTransport
 from mailer.metrics import NO_METRICS
+from mailer.records.reputation.reputation import mark_of
 from mailer.settings import Settings
+from tests.postmark_server import PostmarkStub
 
 NEWS = "news@example.org"
 _ids = itertools.count()
@@ -164,3 +166,33 @@ def test_a_bulk_mail_to_several_goes_without_the_unsubscribed() -> None:
         from_email="Shop <shop@example.org>",
     )  # fmt: skip
     assert guard.process(other).outcome.status == "sent"
+
+
+def test_a_complaint_named_by_the_providers_id_counts_against_the_mails_sender(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sent through Postmark's API (a stand-in on 127.0.0.1), a newsletter is marked by the id
+    Postmark gave it: a complaint webhook naming that id pauses its sender's bulk kinds."""
+    with PostmarkStub("token") as stub:
+        monkeypatch.setenv("ANYMAIL_POSTMARK_SERVER_TOKEN", "token")
+        monkeypatch.setenv("ANYMAIL_POSTMARK_API_URL", stub.url)
+        env = _env(
+            MAILGUARD_TRANSPORT="anymail",
+            MAILGUARD_ANYMAIL_ESP="postmark",
+            MAILGUARD_REPUTATION_MIN="1",
+        )
+        guard = build_guard(Settings.from_env(env), metrics=NO_METRICS)
+        assert guard.reputation is not None
+        sent = _run(guard, "newsletter")
+        assert isinstance(sent, Finish) and sent.outcome.status == "sent", sent
+        assert sent.outcome.provider_message_id == stub.sent[0]
+        marked = guard.reputation.store.attribute(
+            mark_of(stub.sent[0]), guard.reputation._clock(), guard.reputation.limits
+        )
+        assert marked is not None and marked[1] == "newsletter"
+        guard.reputation.count_event("complained", stub.sent[0])
+        assert (guard.reputation.check(NEWS).complained, guard.reputation.check(NEWS).sent) == (
+            1,
+            1,
+        )
+        assert isinstance(_run(guard, "newsletter"), Later)

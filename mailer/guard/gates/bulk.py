@@ -42,7 +42,8 @@ def sent_recorder(
     ledger: Ledger, reputation: Reputation | None, metrics: Metrics
 ) -> Callable[[Prepared, Outcome], None] | None:
     """What records a mail sent (in place of the ledger's record) and counts it for its
-    sender, marking its Message-ID for webhooks; None with the reputation off.
+    sender, marking its Message-ID (the provider's id, where a provider gave one) for webhooks;
+    None with the reputation off.
 
     On one Redis the count rides on the record's round trip (one pipeline: the record's
     ``EVALSHA`` and the count's). Raises as the ledger's record does (the caller tries again);
@@ -52,16 +53,18 @@ def sent_recorder(
 
     def record(mail: Prepared, outcome: Outcome) -> None:
         sender, kind = mail.draft.sender, mail.kind.name
+        # An ESP's webhooks name the mail by the id the ESP gave it (Anymail's event.message_id).
+        marked = outcome.provider_message_id or outcome.message_id
         if isinstance(ledger, RedisLedger):
             first = ledger.record_command(outcome)
-            rode = reputation.count_sent_after(first, sender, kind, outcome.message_id)
+            rode = reputation.count_sent_after(first, sender, kind, marked)
             if rode is not None:
                 if isinstance(rode[0], Exception):
                     raise rode[0]
                 return
         ledger.record(outcome)
         try:
-            reputation.count_sent(sender, kind, outcome.message_id)
+            reputation.count_sent(sender, kind, marked)
         except BackendUnavailable:
             metrics.backend_down("ledger")
             log.warning("mail %s: not counted for its sender (ledger down)", mail.mail_id)
