@@ -224,7 +224,11 @@ def _judged(  # noqa: PLR0917 - the positional hot path of acquire
     insort(placed, t)
     _insert(ts, tags, t, tag | BOOKED)
     last = t
-    for slot, flagged in moved:  # in order, each no further than the policy requires
+    for k, (slot, flagged) in enumerate(moved):  # in order, each no further than required
+        if slot >= last + spec.max_window_ms:  # no window holds it and a change: the rest stay
+            for kept in moved[k:]:
+                _insert(ts, tags, *kept)
+            break
         last = _fit(placed, max(slot, last), now_ms, hi, spec)
         insort(placed, last)
         _insert(ts, tags, last, flagged)

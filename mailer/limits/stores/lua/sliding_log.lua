@@ -199,13 +199,18 @@ local function judged(ts, tags, n, j, max_wait)
   end
   np = insort(placed, np, t)
   n = insort(ts, n, t, tags, own + BOOKED)
-  local last = t
-  for m = nm, 1, -1 do -- collected last first: in order, each no further than required
+  local last, m = t, nm
+  while m >= 1 do -- collected last first: in order, each no further than required
     local slot = mts[m]
+    if slot >= last + max_window then -- no window holds it and a change: the rest stay
+      for r = m, 1, -1 do n = insort(ts, n, mts[r], tags, mtags[r]) end
+      break
+    end
     if slot < last then slot = last end
     last = fit(placed, np, slot)
     np = insort(placed, np, last)
     n = insort(ts, n, last, tags, mtags[m])
+    m = m - 1
   end
   return 0, 1, t, tier, t, n
 end
