@@ -112,9 +112,19 @@ end
 
 -- The earliest ms >= t at which one more entry fits tier (limit, w) among the sorted xs
 -- (nx entries). Mirrors earliest_insert in mailer/limits/insertion.py.
+-- The first index k of the sorted xs (nx entries) with xs[k] > v (bisect_right), or with
+-- xs[k] >= v when `left` (bisect_left); nx + 1 when none.
+local function bisect(xs, nx, v, left)
+  local lo, hi_ = 1, nx + 1
+  while lo < hi_ do
+    local mid = math.floor((lo + hi_) / 2)
+    if xs[mid] < v or (not left and xs[mid] == v) then lo = mid + 1 else hi_ = mid end
+  end
+  return lo
+end
+
 local function insert_at(xs, nx, limit, w, t)
-  local x, j = t, 1
-  while j <= nx and xs[j] < t - w + 1 do j = j + 1 end
+  local x, j = t, bisect(xs, nx, t - w + 1, true)
   while j <= nx - limit + 1 do
     local last = xs[j + limit - 1]
     if last - w + 1 > x then break end
@@ -147,10 +157,7 @@ end
 -- Insert v into the sorted xs (nx entries) after the entries equal to it (and w into ws at
 -- the same place, when given); the new count.
 local function insort(xs, nx, v, ws, w)
-  local p = nx + 1
-  for k = 1, nx do
-    if xs[k] > v then p = k break end
-  end
+  local p = bisect(xs, nx, v, false)
   table.insert(xs, p, v)
   if ws then table.insert(ws, p, w) end
   return nx + 1
