@@ -70,6 +70,8 @@ class MemoryLedger:
             if len(self._done) > 1024:  # forget expired outcomes now and then
                 for key in [k for k, (_, exp) in self._done.items() if exp <= now]:
                     del self._done[key]
+                for key in [k for k, (_, exp) in self._seen.items() if exp <= now]:
+                    del self._seen[key]
 
     def handoff(self, mail_id: str) -> int:
         now = self._clock()
