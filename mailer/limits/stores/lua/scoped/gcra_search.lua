@@ -120,6 +120,24 @@ local function search_lib()
   end
 
 
+  -- whether group q's summary proves each of its gaps closed (the arrival time entering it) or
+  -- over-full in view s: a gap inside it has at least the arrival time entering the group plus
+  -- the emissions before it, and R after it plus those after, so this holds for every gap
+  local function closed_group(s, q)
+    local g = s.g
+    return s.tau[q] >= s.V.th[q] or s.tau[q] + s.after[q] + g.gn[q] * s.T > s.c
+  end
+
+  -- locate(g, x) for a search in view s, but a group holding x (µs) that closed_group proves
+  -- admits nothing is answered by its start, unread: the search then skips it by its summary
+  -- (a search from now, inside the first group, reads neither its page index nor a page)
+  local function place(s, x)
+    local g = s.g
+    local q = last_at(g.gfirst, g.ng, x)
+    if q > 0 and g.glast[q] > x and closed_group(s, q) then return q, 1, 0 end
+    return locate(g, x)
+  end
+
   -- earliest ms >= t at which one more emission keeps g's view with limit l, from base (the
   -- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest). A
   -- group or page whose summary proves every gap closed (the arrival time entering it) or
@@ -133,14 +151,14 @@ local function search_lib()
       t = now + 1
     end
     local x = t
-    local q, j, i = locate(g, x * 1000)
+    local q, j, i = place(s, x * 1000)
     while true do
       if q > g.ng then
         local lo = ceil_div(s.tau[g.ng + 1] - c, 1000)
         if lo > x then return lo end
         return x
       end
-      if j == 1 and i == 0 and (s.tau[q] >= s.V.th[q] or s.tau[q] + s.after[q] + g.gn[q] * T > c) then
+      if j == 1 and i == 0 and closed_group(s, q) then
         local nx = ceil_div(g.glast[q], 1000)
         if nx > x then x = nx end
         if q == g.ng or x * 1000 < g.gfirst[q + 1] then q, j, i = q + 1, 1, -1 end
@@ -167,7 +185,7 @@ local function search_lib()
           end
         end
       end
-      if i == -1 then i = 0 else q, j, i = locate(g, x * 1000) end  -- -1: at the next one's start
+      if i == -1 then i = 0 else q, j, i = place(s, x * 1000) end  -- -1: at the next one's start
     end
   end
 

@@ -58,11 +58,15 @@ local function earliest(st, ti, t)
     if limit == tier[2] then return gcra_first(g, g.floor, limit, t) end
     local part = ceil_div(tier[3] * 1000, limit)  -- a share: a smaller bucket, refilled slower
     local base = share_floor(g, tier[4], part)
+    -- the earliest ms both views admit, the share's asked first: its bookings are the ones
+    -- that fill it, so its search skips them by summaries where the tier's own would walk the
+    -- room it still has at the front (the same answer in either order: each search returns
+    -- the earliest ms its view admits from t, never past one both admit)
     while true do
-      local x = gcra_first(g, g.floor, tier[2], t)
-      local y = gcra_first(g, base, limit, x)
-      if y == x then return x end
-      t = y
+      local y = gcra_first(g, base, limit, t)
+      local x = gcra_first(g, g.floor, tier[2], y)
+      if x == y then return x end
+      t = x
     end
   end
   while true do
