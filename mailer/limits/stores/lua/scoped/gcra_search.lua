@@ -120,12 +120,22 @@ local function search_lib()
   end
 
 
-  -- whether group q's summary proves each of its gaps closed (the arrival time entering it) or
-  -- over-full in view s: a gap inside it has at least the arrival time entering the group plus
-  -- the emissions before it, and R after it plus those after, so this holds for every gap
+  -- whether a run (a group or a page) of m emissions, the last at last (µs), entered at the
+  -- arrival time tau with the bound R after it, is proved to admit nothing in view s: closed
+  -- (tau >= its theta) or over-full. A gap k of the run has tat_k >= tau + k·T and R_k at least
+  -- R + (m - k)·T and (m - k)·T - last (the run's last emission), so tat_k + R_k exceeds c
+  -- when tau + m·T + max(R, -last) does; all of it holds for every gap of the run, those after
+  -- a point inside it too
+  local function proved(s, tau, theta, after, m, last)
+    if tau >= theta then return true end
+    if -last > after then after = -last end
+    return tau + after + m * s.T > s.c
+  end
+
+  -- proved for group q of view s, from its summary
   local function closed_group(s, q)
     local g = s.g
-    return s.tau[q] >= s.V.th[q] or s.tau[q] + s.after[q] + g.gn[q] * s.T > s.c
+    return proved(s, s.tau[q], s.V.th[q], s.after[q], g.gn[q], g.glast[q])
   end
 
   -- locate(g, x) for a search in view s, but a group holding x (µs) that closed_group proves
@@ -164,7 +174,7 @@ local function search_lib()
         if q == g.ng or x * 1000 < g.gfirst[q + 1] then q, j, i = q + 1, 1, -1 end
       else
         local G, GV, tau, after = pages_in(s, q)
-        if i == 0 and (tau[j] >= GV.th[j] or tau[j] + after[j] + G.pm[j] * T > c) then
+        if proved(s, tau[j], GV.th[j], after[j], G.pm[j], G.plast[j]) then
           local nx = ceil_div(G.plast[j], 1000)
           if nx > x then x = nx end
           if j < G.np and x * 1000 < G.pfirst[j + 1] then j, i = j + 1, -1 end
