@@ -21,12 +21,18 @@ local function store_lib()
     if #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
     g.ng, g.reshaped = #idx / (8 * per), false
     local v, k, total = unpack_records(string.rep('d', per), per, g.ng, idx, 1), 0, 0
+    -- every decision parses the whole index: its tables held in locals (a few dozen groups)
+    local gid, gfirst, glast, gn, gpc = g.gid, g.gfirst, g.glast, g.gn, g.gpc
+    local bs, gs, ths, nv = {}, {}, {}, #g.vlist
+    for x = 1, nv do
+      local W = g.views[g.vlist[x]]
+      bs[x], gs[x], ths[x] = W.b, W.g, W.th
+    end
     for q = 1, g.ng do
-      g.gid[q], g.gfirst[q], g.glast[q], g.gn[q], g.gpc[q] = v[k + 1], v[k + 2], v[k + 3], v[k + 4], v[k + 5]
+      gid[q], gfirst[q], glast[q], gn[q], gpc[q] = v[k + 1], v[k + 2], v[k + 3], v[k + 4], v[k + 5]
       k, total = k + 5, total + v[k + 4]
-      for _, lv in ipairs(g.vlist) do
-        local W = g.views[lv]
-        W.b[q], W.g[q], W.th[q] = v[k + 1], v[k + 2], v[k + 3]
+      for x = 1, nv do
+        bs[x][q], gs[x][q], ths[x][q] = v[k + 1], v[k + 2], v[k + 3]
         k = k + 3
       end
     end
