@@ -15,7 +15,7 @@ ratio to a floor measured on the same connection in the same rounds:
   the time at 10, with the bytes the sender scope's keys hold and the server's time per script
   call (``INFO commandstats``); and for ``memory://`` under ``sender: 14/1s gcra`` (the paged
   search of :mod:`mailer.limits.gcra_search`). ``--backlog`` runs only the gcra rows at 10 and
-  100 000 bookings.
+  100 000 bookings, with the server's time per decision in three booking orders (:data:`ORDERS`).
 - The scoped decision's lower bound: a script that makes only the Redis calls a scoped decision
   cannot do without (``TIME``, one ``MGET`` of the three scopes' keys, the three writes) and
   returns a reply of the same size, with no decision at all: what one script call with these
@@ -189,6 +189,65 @@ def bench_backlog(
             client.flushall()
     client.close()
     return out
+
+
+#: Booking orders of the "server time per decision, order" rows: the backlog's spacing (µs,
+#: written in the one-string form as in :func:`_sender_backlog`) and the share of the mails
+#: then booked: at the end of a full-rate backlog, into the room of a half-rate one (each mail
+#: inserted near the front), at the end of a half-rate one at the share's rate.
+ORDERS = (
+    ("full-rate backlog, share 1.0 booked at the end", -(-1_000_000 // 14), 1.0),
+    ("half-rate backlog, share 1.0 inserted at the front", -(-1_000_000 // 7), 1.0),
+    ("half-rate backlog, share 0.5 booked at the end", -(-1_000_000 // 7), 0.5),
+)
+
+
+def bench_orders(url: str, counts: tuple[int, int]) -> list[tuple[str, float, float]]:
+    """Per order of :data:`ORDERS` under ``sender: 14/1s gcra``: the server's µs per decision
+    (``INFO commandstats``, 300 mails) after ``counts[0]`` and ``counts[1]`` bookings."""
+    client = redis.Redis.from_url(url)
+    policy = Policy.parse("recipient: 1/60s; sender: 14/1s gcra", name="recipient")
+    out = []
+    for name, step, share in ORDERS:
+        server = []
+        for count in counts:
+            clock = ManualClock(1_700_000_000.0)
+            namespace = f"order-{uuid.uuid4().hex[:8]}"
+            limiter = Limiter.from_url(url, policy, clock=clock, secret="b", namespace=namespace)
+            start = 1_700_000_000_000 + 1
+            packed = b"".join(
+                (-(-(start * 1000 + i * step) // 1000) * 1000).to_bytes(7, "big")
+                + (i + 1).to_bytes(6, "big")
+                for i in range(count)
+            )
+            client.set(limiter.storage_key("sender", "sender") + ":g1", b"0|" + packed)
+            for i in range(8):  # pages the bucket, takes the room at now
+                limiter.acquire(f"w{i}@news.example", max_wait=MAX_WAIT, share=share)
+            client.config_resetstat()
+            for i in range(300):
+                limiter.acquire(f"b{i}@news.example", max_wait=MAX_WAIT, share=share)
+            server.append(float(client.info("commandstats")["cmdstat_evalsha"]["usec_per_call"]))
+            limiter.close()
+            client.flushall()
+        out.append((name, server[0], server[1]))
+    client.close()
+    return out
+
+
+def _order_rows(
+    orders: list[tuple[str, float, float]], counts: tuple[int, int]
+) -> list[tuple[str, str, str, str, str]]:
+    """The rows "server time per decision, order", as ratios to the fewer bookings."""
+    return [
+        (
+            f"server time per decision after {counts[1]:,} bookings, {name}",
+            f"{large:.0f} µs",
+            f"{small:.0f} µs at {counts[0]} / {large / small:.2f}",
+            "<= 2",
+            "yes" if large / small <= 2 else "no",
+        )
+        for name, small, large in orders
+    ]
 
 
 def bench_memory_backlog(counts: tuple[int, ...]) -> list[tuple[int, float]]:
@@ -412,17 +471,19 @@ def _print(rows: list[tuple[str, str, str, str, str]]) -> None:
 
 def main_backlog() -> None:
     """``python -m benchmarks.limiter --backlog``: only the gcra backlog rows, at 10 and
-    100 000 bookings (Redis and memory), about a minute."""
+    100 000 bookings (Redis, three orders, and memory), about a minute."""
     counts = (BACKLOGS[0], BACKLOGS[-1])
     server = RedisServer().start()
     try:
         version = redis.Redis.from_url(server.url).info("server")["redis_version"]
         print(f"machine: {_machine()}, redis-server {version} on loopback")
         backlog = bench_backlog(server.url, counts, tiers=("14/1s gcra",))
+        orders = bench_orders(server.url, counts)
     finally:
         server.cleanup()
     rows = [("measure", "value", "floor / ratio", "target", "met")]
-    _print(rows + _backlog_rows(backlog) + _memory_backlog_rows(bench_memory_backlog(counts)))
+    rows += _backlog_rows(backlog) + _order_rows(orders, counts)
+    _print(rows + _memory_backlog_rows(bench_memory_backlog(counts)))
 
 
 def main() -> None:
