@@ -7,6 +7,7 @@ import click
 from workers.cli import (
     cancel,
     demo,
+    health,
     outcome,
     policy,
     reset,
@@ -45,5 +46,6 @@ for command in (
     cancel.cancel,
     schedule.scheduled,
     policy.policy,
+    health.health,
 ):
     main.add_command(command)
