@@ -25,9 +25,13 @@ from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import parking, priority, routing, state
 from workers.broker_transport import socket_options, transport_for
+from workers.failing_stop import FailingStopStep
 from workers.liveness import Liveness, LivenessStep, broker_identity, register
 from workers.parking import schedule_for
 from workers.promoter import PromoterStep
+
+#: The bootsteps mailguard adds to every worker that runs ``send_mail``.
+WORKER_STEPS = (PromoterStep, LivenessStep, FailingStopStep)
 
 #: The environment's settings (:data:`workers.state.env_settings`): the app is built from them.
 settings: Settings = state.env_settings
@@ -108,10 +112,11 @@ def create_app(config: Settings) -> Celery:
         task_track_started=False,
         **{routing.MARK: True},  # send_mail's queue is this app's default one
     )
-    # Every worker publishes parked mails when they are due (workers/promoter.py), and says
-    # when it last consumed (workers/liveness.py).
-    celery.steps["worker"].add(PromoterStep)
-    celery.steps["worker"].add(LivenessStep)
+    # Every worker publishes parked mails when they are due (workers/promoter.py), says when
+    # it last consumed (workers/liveness.py) and ends after an unrecoverable error
+    # (workers/failing_stop.py).
+    for step in WORKER_STEPS:
+        celery.steps["worker"].add(step)
     transport = transport_for(config.broker_url)
     if transport is not None:
         # kombu's Redis transport, with a broker restart no longer ending the worker.
@@ -126,16 +131,19 @@ app.set_default()
 
 @signals.celeryd_init.connect
 def _promote_on_every_app(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    """Run the promoter in any worker that runs ``send_mail``, a project's own app included.
+    """Run mailguard's steps (:data:`WORKER_STEPS`: the promoter, liveness, the failing stop)
+    in any worker that runs ``send_mail``, a project's own app included, and give a Redis
+    broker the socket options that cannot block for minutes where the app sets none.
 
-    :func:`create_app` adds the step to mailguard's app; a project's app that includes
-    ``workers.tasks`` gets it here, before its worker builds its steps (without it, mails
-    parked through that app would wait for ever). ``steps`` is a set: adding twice is harmless.
+    :func:`create_app` adds the steps to mailguard's app; a project's app that includes
+    ``workers.tasks`` gets them here, before its worker builds its steps (without the promoter,
+    mails parked through that app would wait for ever). ``steps`` is a set: adding twice is
+    harmless.
     """
     app = getattr(instance, "app", None)
     if app is not None:
-        app.steps["worker"].add(PromoterStep)
-        app.steps["worker"].add(LivenessStep)
+        for step in WORKER_STEPS:
+            app.steps["worker"].add(step)
         broker = str(app.conf.broker_url)
         app.conf.broker_transport_options = socket_options(
             broker, dict(app.conf.broker_transport_options or {})
