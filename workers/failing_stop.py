@@ -15,7 +15,8 @@ is 1 then), turns the code into :data:`EXIT_RESTART`, and arms a timer that ends
 if it still runs :data:`STOP_LIMIT` seconds later. Pool processes in the middle of a mail
 finish it (they are not killed, and record it in the ledger); the messages the worker held come
 back from the broker and the ledger answers them. A stop asked for by a signal (TERM, INT) is
-left alone: its supervisor bounds it (``TimeoutStopSec``).
+left alone: its supervisor bounds it (``TimeoutStopSec``). So is a worker that runs in a thread
+of another program (:mod:`workers.inprocess`): ending the process is not its to do.
 """
 
 from __future__ import annotations
@@ -65,6 +66,10 @@ class FailingStopStep(bootsteps.StartStopStep):
     requires = ("celery.worker.components:Pool",)
 
     def stop(self, worker: Any) -> None:
+        # Only a worker that is its process's main program (``celery worker``): a worker run
+        # by a thread of another program (workers.inprocess) must never end that program.
+        if threading.current_thread() is not threading.main_thread():
+            return
         if getattr(worker, "exitcode", None) == EX_FAILURE:
             worker.exitcode = EXIT_RESTART
             arm()

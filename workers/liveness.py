@@ -194,6 +194,9 @@ class LivenessStep(bootsteps.StartStopStep):
     written at start by :mod:`workers.app`'s check, when the ledger is shared)."""
 
     label = "mailguard liveness"
+    # After the pool has forked its processes (a thread alive at a fork may hold a lock the
+    # child inherits locked), as the promoter.
+    requires = ("celery.worker.components:Pool",)
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         super().__init__(worker, **kwargs)
