@@ -195,14 +195,20 @@ def test_mails_parked_under_a_broker_keyed_schedule_are_moved_in_and_sent(
     redis_url: str, smtp_server: SmtpTestServer
 ) -> None:
     """Given a mail parked in a schedule keyed by a broker URL's hash
-    (``mailguard:{schedule:mail@<hex>}``) and due now, a project's worker that starts moves it
-    into the queue's schedule and sends it, once; the old schedule is left empty."""
+    (``mailguard:{schedule:mail@<hex>}``) and due now, ``mailguard scheduled`` names it, and a
+    project's worker that starts moves it into the queue's schedule and sends it, once; the
+    old schedule is left empty."""
     env = _project_env(redis_url, smtp_server.url, MAILGUARD_POLICY="1/1s")
     client = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
     old = RedisSchedule(client, redis_url, queue="mail@0123456789ab")
     kwargs = {"mail_id": "parked-before", "subject": "old", "body": "x"}
     entry = Parked("parked-before", ["ada@example.com"], kwargs, time.time(), Progress())
     old.park("parked-before", entry.due, entry.encode())
+    shown = run(["scheduled"], env)
+    assert shown.returncode == 0, shown.stderr
+    assert "schedule mail@0123456789ab: 1 parked, 0 watched, named after a broker URL" in (
+        shown.stdout
+    )
     worker = CeleryWorker(env, app_module="tests.project_app").start()
     try:
         poll(lambda: len(smtp_server.delivered) == 1, 20, "the old parked mail to be sent")

@@ -80,9 +80,10 @@ def queued(broker_url: str, queue: str) -> int | None:
     options = socket_options(broker_url, {})
     with Connection(broker_url, connect_timeout=5.0, transport_options=options) as conn:
         channel: Any = conn.default_channel  # kombu's stubs leave queue_declare out
+        missing: tuple[type[BaseException], ...] = (ChannelError, *conn.channel_errors)
         try:
             return int(channel.queue_declare(queue=queue, passive=True)[1])
-        except ChannelError:
+        except missing:
             return 0  # no such queue (yet): nothing in it
 
 
