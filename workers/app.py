@@ -42,7 +42,7 @@ settings_error: str | None = state.settings_error
 #: Celery's broker connection settings: a connect gives up after 5 s (and is tried again), the
 #: consumer retries for ever (a worker outlives a broker outage; ``mailguard health`` says when
 #: it stops consuming), RabbitMQ heartbeats every 30 s (a dead peer found within a minute), and
-#: the result backend's Redis sockets time out as the broker's do.
+#: the result backend's Redis sockets time out (5 s to connect, 30 s for a reply).
 CONNECTION_SETTINGS: dict[str, Any] = {
     "broker_connection_retry_on_startup": True,
     "broker_connection_retry": True,
@@ -52,7 +52,6 @@ CONNECTION_SETTINGS: dict[str, Any] = {
     "redis_socket_connect_timeout": 5.0,
     "redis_socket_timeout": 30.0,
     "redis_socket_keepalive": True,
-    "redis_backend_health_check_interval": 10,
 }
 
 
