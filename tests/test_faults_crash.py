@@ -276,12 +276,18 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
                 workers,
                 env,
                 deaths,
-                f"round {round_}'s first runs: {[r.state for r in batch]}",
+                f"round {round_}'s first runs",
+                mails=batch,
             )
             broker.stop()
             broker.start()
         _progress(
-            lambda: all(r.ready() for r in results), workers, env, deaths, "every mail settled"
+            lambda: all(r.ready() for r in results),
+            workers,
+            env,
+            deaths,
+            "every mail settled",
+            mails=results,
         )
     finally:
         for worker in workers:
@@ -305,6 +311,8 @@ def _progress(
     env: dict[str, str],
     restarts: list[str],
     what: str,
+    *,
+    mails: list[AsyncResult[Any]],
 ) -> None:
     """Wait up to 90 s for ``check``, restarting a worker that died as systemd's
     ``Restart=always`` would (Celery's prefork pool can end a worker on a half-read result
@@ -319,9 +327,10 @@ def _progress(
         if check():
             return
         time.sleep(0.1)
+    waiting = {r.id: r.state for r in mails if not r.ready()}  # task ids, as the logs name them
     raise AssertionError(
-        f"timed out after 90 s waiting for {what}: "
-        + "".join(worker.log()[-1500:] for worker in workers)
+        f"timed out after 90 s waiting for {what}; not settled: {waiting}; restarts: "
+        f"{restarts}; " + "".join(worker.log()[-1500:] for worker in workers)
     )
 
 
