@@ -10,6 +10,7 @@ from workers.cli import (
     health,
     outcome,
     policy,
+    reputation,
     reset,
     schedule,
     send,
@@ -46,6 +47,7 @@ for command in (
     cancel.cancel,
     schedule.scheduled,
     policy.policy,
+    reputation.reputation,
     health.health,
 ):
     main.add_command(command)
