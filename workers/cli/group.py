@@ -7,6 +7,7 @@ import click
 from workers.cli import (
     cancel,
     demo,
+    health,
     outcome,
     policy,
     reputation,
@@ -47,5 +48,6 @@ for command in (
     schedule.scheduled,
     policy.policy,
     reputation.reputation,
+    health.health,
 ):
     main.add_command(command)
