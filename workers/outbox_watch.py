@@ -35,7 +35,7 @@ from kombu.exceptions import ChannelError
 
 from mailer.durations import human
 from mailer.metrics import default_metrics
-from mailer.records.outbox import Outbox, Pending
+from mailer.records.outbox import ORDER_SLACK, Outbox, Pending
 from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
@@ -58,13 +58,26 @@ class Publisher(Protocol):
 
 class OutboxWatch:
     """Publishes lost first messages of ``outbox`` again through ``publisher`` (its queue:
-    ``queue``), ``grace`` seconds after their entry was written at the earliest."""
+    ``queue``), ``grace`` seconds after their entry was written at the earliest. ``poll``,
+    ``settle`` and ``slack`` (seconds) are :data:`POLL`, :data:`SETTLE` and
+    :data:`~mailer.records.outbox.ORDER_SLACK` but in tests."""
 
-    def __init__(self, publisher: Publisher, outbox: Outbox, grace: float, queue: str) -> None:
+    def __init__(
+        self,
+        publisher: Publisher,
+        outbox: Outbox,
+        grace: float,
+        queue: str,
+        *,
+        poll: float = POLL,
+        settle: float = SETTLE,
+        slack: float = ORDER_SLACK,
+    ) -> None:
         self.publisher = publisher
         self.outbox = outbox
         self.grace = grace
         self.queue = queue
+        self.poll, self.settle, self.slack = poll, settle, slack
         self._next = 0.0  # monotonic: the next look
         self._seen: dict[str, float] = {}  # mail id -> monotonic time first shown popped
         self._connection: Any = None
@@ -75,13 +88,13 @@ class OutboxWatch:
         now = time.monotonic()
         if now < self._next:
             return 0
-        self._next = now + POLL
-        found = self.outbox.overdue(self.grace)
+        self._next = now + self.poll
+        found = self.outbox.overdue(self.grace, slack=self.slack)
         popped = found.popped
         if found.waiting and self.queue_size() == 0:
             popped = self.outbox.overdue(self.grace, drained=True).popped
         self._seen = {p.mail_id: self._seen.get(p.mail_id, now) for p in popped}
-        ready = [p for p in popped if now - self._seen[p.mail_id] >= SETTLE]
+        ready = [p for p in popped if now - self._seen[p.mail_id] >= self.settle]
         if not ready:
             return 0
         taken = self.outbox.take(ready, self.grace)
