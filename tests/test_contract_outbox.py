@@ -214,3 +214,19 @@ def test_redis_keys_hold_no_address(redis_url: str) -> None:
     assert keys == ["mailguard:{outbox:mail@abc}:at:4", "mailguard:{outbox:mail@abc}:payloads"]
     assert not any("@example" in k for k in keys)
     client.close()
+
+
+def test_a_put_sent_ahead_is_there_once_answered(outbox: Outbox, clock: ManualClock) -> None:
+    """Given a put sent without waiting (as ``send_mail.delay`` does around its publish), when
+    its answer is read, then the entry is there as with :meth:`put`; on Redis also after the
+    server lost its scripts (``SCRIPT FLUSH``: loaded again)."""
+    answer = outbox.send_put("ahead-1", "4", b"A")
+    answer()
+    if isinstance(outbox, RedisOutbox):
+        outbox.client.script_flush()
+        outbox.send_put("ahead-2", "4", b"B")()
+        assert outbox.client.ping()  # the connection is in step: its replies were all read
+    _later(clock)
+    found = outbox.overdue(0.0, drained=True, slack=0.0)
+    expected = ["ahead-1", "ahead-2"] if isinstance(outbox, RedisOutbox) else ["ahead-1"]
+    assert sorted(p.mail_id for p in found.popped) == expected

@@ -3,7 +3,8 @@ and cleared when a worker receives it (:mod:`mailer.records.outbox`: the story; 
 that publishes a lost one again: :mod:`workers.outbox_watch`).
 
 - :func:`record`, at enqueue (:meth:`workers.tasks.GuardedTask.apply_async`): one script call
-  on the ledger's Redis, before the publish. If that Redis is down the mail is published all
+  on the ledger's Redis, written before the publish and its answer read after it
+  (:func:`confirm`), so the two round trips overlap. If that Redis is down the mail is published all
   the same (the broker holds it; only kombu's pop window is then open for it), logged once,
   and the outbox is not asked again for :data:`DOWN_PAUSE` seconds, so a frozen Redis costs
   callers one timeout, not one each. A publish that fails discards the entry (:func:`discard`).
@@ -24,7 +25,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,11 +49,13 @@ _down_until = {"record": 0.0, "received": 0.0}  # monotonic
 
 @dataclass(frozen=True)
 class Recorded:
-    """An entry written at enqueue: where, to discard it if the publish fails."""
+    """An entry sent at enqueue: where (to discard it if the publish fails), and the function
+    that waits for the outbox's answer (:func:`confirm`)."""
 
     outbox: Outbox
     mail_id: str
     lane: str
+    answer: Callable[[], None]
 
 
 def outbox_for(settings: Settings, broker_url: str | None = None) -> Outbox | None:
@@ -98,17 +101,31 @@ def record(
         return None
     lane = lane_of(priority)
     try:
-        outbox.put(str(mail_id), lane, payload)
+        answer = outbox.send_put(str(mail_id), lane, payload)
     except BackendUnavailable as exc:
         _pause("record", f"mailguard outbox: unavailable at enqueue, publishing without it: {exc}")
         return None
-    return Recorded(outbox, str(mail_id), lane)
+    return Recorded(outbox, str(mail_id), lane, answer)
+
+
+def confirm(recorded: Recorded | None) -> bool:
+    """Wait for the outbox's answer to :func:`record`'s write (sent before the publish, read
+    after it: the two round trips overlap). False when it failed (logged: the mail is
+    published without an entry)."""
+    if recorded is None:
+        return False
+    try:
+        recorded.answer()
+    except BackendUnavailable as exc:
+        _pause("record", f"mailguard outbox: unavailable at enqueue, publishing without it: {exc}")
+        return False
+    return True
 
 
 def discard(recorded: Recorded | None) -> None:
     """The publish of a recorded mail failed: remove its entry (logged if that fails too: the
     caller saw the failure, yet the watchdog may publish the mail once its grace is over)."""
-    if recorded is None:
+    if not confirm(recorded) or recorded is None:
         return
     try:
         recorded.outbox.discard(recorded.mail_id, recorded.lane)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -62,6 +62,12 @@ class Outbox(Protocol):
     def put(self, mail_id: str, lane: str, payload: bytes) -> None:
         """Record ``mail_id``'s message about to be published in ``lane``; replaces an entry of
         the same id. Expires on its own after :data:`OUTBOX_TTL` seconds."""
+        ...
+
+    def send_put(self, mail_id: str, lane: str, payload: bytes) -> Callable[[], None]:
+        """:meth:`put`, sent without waiting for its answer: the function returned waits for it
+        (and raises what :meth:`put` would). For a caller with another round trip to make
+        meanwhile (the broker's publish): the two overlap. Call the function exactly once."""
         ...
 
     def received(self, mail_id: str, lane: str) -> bool:

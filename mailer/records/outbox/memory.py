@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from mailer.clock import Clock, system_clock
 from mailer.records.outbox.base import (
@@ -37,6 +37,10 @@ class MemoryOutbox:
                 entries.pop(mail_id, None)
             self._at.setdefault(lane, {})[mail_id] = self._clock()
             self._payloads[mail_id] = payload
+
+    def send_put(self, mail_id: str, lane: str, payload: bytes) -> Callable[[], None]:
+        self.put(mail_id, lane, payload)
+        return _done
 
     def received(self, mail_id: str, lane: str) -> bool:
         with self._lock:
@@ -100,3 +104,7 @@ class MemoryOutbox:
     def size(self) -> int:
         with self._lock:
             return sum(len(entries) for entries in self._at.values())
+
+
+def _done() -> None:
+    """The answer of a put already made."""

@@ -17,8 +17,11 @@ the workers encode them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import redis.exceptions
 
 from mailer.defaults import QUEUE
 from mailer.records.outbox.base import (
@@ -36,6 +39,7 @@ CLEAR_SCRIPT = lua_source("mailer.records.outbox", "clear")
 OVERDUE_SCRIPT = lua_source("mailer.records.outbox", "overdue")
 TAKE_SCRIPT = lua_source("mailer.records.outbox", "take")
 _TTL_MS = int(OUTBOX_TTL * 1000)
+_PUT_SHA = hashlib.sha1(PUT_SCRIPT.encode()).hexdigest()  # noqa: S324 # Redis's script name
 
 
 class RedisOutbox:
@@ -67,6 +71,37 @@ class RedisOutbox:
     def put(self, mail_id: str, lane: str, payload: bytes) -> None:
         keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
         self._put(keys, [mail_id, payload, _TTL_MS])
+
+    def send_put(self, mail_id: str, lane: str, payload: bytes) -> Callable[[], None]:
+        """The script call written to a pooled connection, its reply read by the function
+        returned (the connection then goes back to the pool). A client without one pool (Redis
+        Cluster) makes the whole :meth:`put` at once."""
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is None:
+            self.put(mail_id, lane, payload)
+            return _done
+        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
+        args = [mail_id, payload, _TTL_MS]
+        connection = self._redis.call(pool.get_connection)
+        try:
+            self._redis.call(connection.send_command, "EVALSHA", _PUT_SHA, len(keys), *keys, *args)
+        except BaseException:
+            connection.disconnect()
+            pool.release(connection)
+            raise
+
+        def answer() -> None:
+            try:
+                self._redis.call(connection.read_response)
+            except redis.exceptions.NoScriptError:  # the server lost the script: load, run
+                self._put(keys, args)
+            except BaseException:
+                connection.disconnect()  # a reply may still come: never hand it to another
+                raise
+            finally:
+                pool.release(connection)
+
+        return answer
 
     def received(self, mail_id: str, lane: str) -> bool:
         keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
@@ -119,3 +154,7 @@ def _ms(seconds: float) -> int:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _done() -> None:
+    """The answer of a put already made."""
