@@ -72,8 +72,8 @@ def main() -> None:
         env = worker_env(server.url, "memory://")
         rates: dict[str, list[float]] = {"floor": [], "off": [], "on": []}
         for _ in range(args.rounds):
-            for design in rates:
-                rates[design].append(_round(server.url, env, args.mails, design))
+            for design, measured in rates.items():
+                measured.append(_round(server.url, env, args.mails, design))
     finally:
         server.cleanup()
     floor = statistics.median(rates["floor"])
