@@ -57,9 +57,9 @@ def _send(app: Any, mail_id: str) -> Any:
     return send_mail.apply_async(args=[f"{mail_id}@example.com"], kwargs=call)
 
 
-def _steal(env: dict[str, str], task_id: str) -> None:
+def _steal(env: dict[str, str], task_id: str) -> tuple[bytes, bytes]:
     """Remove task ``task_id``'s message from the broker's lists, as a consumer killed right
-    after its ``BRPOP`` would."""
+    after its ``BRPOP`` would; its list and the message as it was."""
     broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
     try:
         for key in broker.scan_iter("mail*"):
@@ -68,7 +68,7 @@ def _steal(env: dict[str, str], task_id: str) -> None:
             for raw in broker.lrange(key, 0, -1):
                 if json.loads(raw)["headers"]["id"] == task_id:
                     assert broker.lrem(key, 1, raw) == 1
-                    return
+                    return key, raw
     finally:
         broker.close()
     raise AssertionError(f"task {task_id} not queued")
@@ -94,16 +94,23 @@ def test_a_first_message_lost_at_the_pop_is_sent_once(
     """Given two mails enqueued and the first one's message popped and dropped before any
     worker runs, when a worker starts, then its watchdog publishes the lost one again (one log
     line) and not the other; each is sent exactly once, the lost one within the grace, two
-    looks and the restart allowance of the worker's ready; the outbox ends empty."""
+    looks and the restart allowance of the worker's ready; the outbox ends empty. When the
+    stolen message then comes back after all (a copy published for a mail that was not lost),
+    it runs and sends nothing: the ledger answers its outcome."""
     lost = _send(app, "lost-1")
     kept = _send(app, "kept-1")
-    _steal(env, lost.id)
+    key, stolen = _steal(env, lost.id)
     assert _outbox_size() == 2
     worker = CeleryWorker(env).start()
     ready = time.time()
+    finished = f"Task mailguard.send_mail[{lost.id}] succeeded"
     try:
         poll(lambda: lost.ready() and kept.ready(), 30, "both mails to be sent")
         poll(lambda: _outbox_size() == 0, 10, "the copy's receipt to clear its entry")
+        broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+        broker.lpush(key, stolen)
+        broker.close()
+        poll(lambda: worker.log().count(finished) == 2, 20, "the stolen copy to run")
         log = worker.log()
     finally:
         worker.stop()
