@@ -240,9 +240,9 @@ def test_a_failed_publish_leaves_no_entry(app: Any, env: dict[str, str], box: Re
 
 
 def test_the_grace_setting() -> None:
-    """``MAILGUARD_OUTBOX_GRACE``: 30 s by default, ``off`` keeps no outbox, and a value out of
+    """``MAILGUARD_OUTBOX_GRACE``: 10 s by default, ``off`` keeps no outbox, and a value out of
     1 s-10 m is refused in one line naming the variable."""
-    assert Settings.from_env({}).outbox_grace == 30.0
+    assert Settings.from_env({}).outbox_grace == 10.0
     off = Settings.from_env({"MAILGUARD_OUTBOX_GRACE": "off"})
     assert off.outbox_grace is None and outbox.outbox_for(off) is None
     for bad in ("500ms", "11m"):

@@ -95,6 +95,8 @@ class MemoryOutbox:
                 entries = self._at.get(entry.lane, {})
                 at = entries.get(entry.mail_id)
                 payload = self._payloads.get(entry.mail_id)
+                if at is not None and payload is None:  # cleared from another lane: gone
+                    entries.pop(entry.mail_id)
                 if at is None or at > now - grace or payload is None:
                     continue
                 entries[entry.mail_id] = now
