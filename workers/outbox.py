@@ -4,7 +4,9 @@ that publishes a lost one again: :mod:`workers.outbox_watch`).
 
 - :func:`record`, at enqueue (:meth:`workers.tasks.GuardedTask.apply_async`): one script call
   on the ledger's Redis, written before the publish and its answer read after it
-  (:func:`confirm`), so the two round trips overlap. If that Redis is down the mail is published all
+  (:func:`confirm`), so the two round trips overlap (the write reaches Redis long before a
+  worker can have popped the message and cleared it; were a clear ever first, the entry would
+  stay and its copy end as a repeat). If that Redis is down the mail is published all
   the same (the broker holds it; only kombu's pop window is then open for it), logged once,
   and the outbox is not asked again for :data:`DOWN_PAUSE` seconds, so a frozen Redis costs
   callers one timeout, not one each. A publish that fails discards the entry (:func:`discard`).
