@@ -83,8 +83,10 @@ def _delivered(smtp: SmtpTestServer) -> dict[str, list[float]]:
 
 
 def _outbox_size() -> int:
+    """How many entries the outbox holds, this process's writes applied first."""
     box = outbox.outbox_for(tasks.settings)
     assert isinstance(box, RedisOutbox)
+    box.settle()
     return box.size()
 
 

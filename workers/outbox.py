@@ -3,18 +3,20 @@ and cleared when a worker receives it (:mod:`mailer.records.outbox`: the story; 
 that publishes a lost one again: :mod:`workers.outbox_watch`).
 
 - :func:`record`, at enqueue (:meth:`workers.tasks.GuardedTask.apply_async`): one script call
-  on the ledger's Redis, written before the publish and its answer read after it
-  (:func:`confirm`), so the two round trips overlap (the write reaches Redis long before a
-  worker can have popped the message and cleared it; were a clear ever first, the entry would
-  stay and its copy end as a repeat). If that Redis is down the mail is published all
+  on the ledger's Redis, written before the publish on a connection of its own, its answer
+  read later (:mod:`mailer.records.outbox.writer`): the caller pays a system call, not a round
+  trip. The write reaches Redis long before a worker can have popped the message and cleared
+  it; were a clear ever first, the entry would stay and its copy end as a repeat. If that
+  Redis is down (found at this write or the next) the mail is published all
   the same (the broker holds it; only kombu's pop window is then open for it), logged once,
   and the outbox is not asked again for :data:`DOWN_PAUSE` seconds, so a frozen Redis costs
   callers one timeout, not one each. A publish that fails discards the entry (:func:`discard`).
 - :func:`received`, in a worker's main process when a message arrives
   (:class:`workers.request.GuardedRequest`): kombu has recorded it as unacknowledged before
   the consumer sees it, so from then on the broker's own redelivery covers it. One script
-  call, for a first message only (no ``_progress``, not redelivered); a Redis that is down is
-  logged (the entry stays, and the watchdog's copy of it ends as a repeat).
+  call, for a first message only (no ``_progress``, not redelivered), written without waiting
+  for its answer (the main process never waits on the outbox); a Redis that is down is logged
+  (the entry stays, and the watchdog's copy of it ends as a repeat).
 
 One outbox per process, URL, queue and owner, on the schedule's Redis client (see
 :func:`workers.parking.schedule_for`); a memory one only where this process's promoter runs.
@@ -27,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,13 +53,11 @@ _down_until = {"record": 0.0, "received": 0.0}  # monotonic
 
 @dataclass(frozen=True)
 class Recorded:
-    """An entry sent at enqueue: where (to discard it if the publish fails), and the function
-    that waits for the outbox's answer (:func:`confirm`)."""
+    """An entry written at enqueue: where, to discard it if the publish fails."""
 
     outbox: Outbox
     mail_id: str
     lane: str
-    answer: Callable[[], None]
 
 
 def outbox_for(settings: Settings, broker_url: str | None = None) -> Outbox | None:
@@ -103,33 +103,21 @@ def record(
         return None
     lane = lane_of(priority)
     try:
-        answer = outbox.send_put(str(mail_id), lane, payload)
+        outbox.put_later(str(mail_id), lane, payload)
     except BackendUnavailable as exc:
         _pause("record", f"mailguard outbox: unavailable at enqueue, publishing without it: {exc}")
         return None
-    return Recorded(outbox, str(mail_id), lane, answer)
-
-
-def confirm(recorded: Recorded | None) -> bool:
-    """Wait for the outbox's answer to :func:`record`'s write (sent before the publish, read
-    after it: the two round trips overlap). False when it failed (logged: the mail is
-    published without an entry)."""
-    if recorded is None:
-        return False
-    try:
-        recorded.answer()
-    except BackendUnavailable as exc:
-        _pause("record", f"mailguard outbox: unavailable at enqueue, publishing without it: {exc}")
-        return False
-    return True
+    return Recorded(outbox, str(mail_id), lane)
 
 
 def discard(recorded: Recorded | None) -> None:
-    """The publish of a recorded mail failed: remove its entry (logged if that fails too: the
-    caller saw the failure, yet the watchdog may publish the mail once its grace is over)."""
-    if not confirm(recorded) or recorded is None:
+    """The publish of a recorded mail failed: remove its entry, once the write is applied
+    (logged if either fails: the caller saw the failure, yet the watchdog may publish the mail
+    once its grace is over)."""
+    if recorded is None:
         return
     try:
+        recorded.outbox.settle()
         recorded.outbox.discard(recorded.mail_id, recorded.lane)
     except BackendUnavailable as exc:
         log.warning("mail %s: publish failed, outbox entry left: %s", recorded.mail_id, exc)
@@ -151,7 +139,7 @@ def received(
     if outbox is None:
         return
     try:
-        outbox.received(mail_id, lane_of(delivery_info.get("priority")))
+        outbox.received_later(mail_id, lane_of(delivery_info.get("priority")))
     except BackendUnavailable as exc:
         _pause("received", f"mailguard outbox: unavailable at receipt, entries left: {exc}")
 

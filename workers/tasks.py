@@ -103,8 +103,8 @@ class GuardedTask(Task[Any, Any]):
 
     def _publish_first(self, args: Any, kwargs: dict[str, Any], options: dict[str, Any]) -> Any:
         """Publish a caller's call, its outbox entry written first (:mod:`workers.outbox`: one
-        script call on the ledger's Redis, its answer read after the publish; the mail is
-        published without one when that Redis is down). A publish that raises removes it."""
+        script call on the ledger's Redis, its answer read later; the mail is published
+        without one when that Redis is down). A publish that raises removes the entry."""
         recorded = None
         if self._to_mail_queue(options):
             task_id = options["task_id"] = str(options.get("task_id") or uuid())
@@ -118,12 +118,10 @@ class GuardedTask(Task[Any, Any]):
                 not_before=_not_before(self.app, options),
             )
         try:
-            result = super().apply_async(args, kwargs, **options)
+            return super().apply_async(args, kwargs, **options)
         except BaseException:
             outbox.discard(recorded)
             raise
-        outbox.confirm(recorded)
-        return result
 
     def _to_mail_queue(self, options: dict[str, Any]) -> bool:
         """Whether this call goes to ``MAILGUARD_QUEUE``, the queue whose schedule and outbox

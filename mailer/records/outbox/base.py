@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,15 +64,25 @@ class Outbox(Protocol):
         the same id. Expires on its own after :data:`OUTBOX_TTL` seconds."""
         ...
 
-    def send_put(self, mail_id: str, lane: str, payload: bytes) -> Callable[[], None]:
-        """:meth:`put`, sent without waiting for its answer: the function returned waits for it
-        (and raises what :meth:`put` would). For a caller with another round trip to make
-        meanwhile (the broker's publish): the two overlap. Call the function exactly once."""
+    def put_later(self, mail_id: str, lane: str, payload: bytes) -> None:
+        """:meth:`put`, written without waiting for the store's answer (the Redis outbox reads
+        it later), for a caller with a round trip of its own to make next (the broker's
+        publish). A failure may be raised by a later call instead (the store gone)."""
+        ...
+
+    def settle(self) -> None:
+        """Wait until every :meth:`put_later` made so far was applied (raising what it
+        would); before a write that must come after them."""
         ...
 
     def received(self, mail_id: str, lane: str) -> bool:
         """A worker received ``mail_id``'s message from ``lane``: remove the entry and move the
         lane's mark to its write time (never back). True when there was an entry."""
+        ...
+
+    def received_later(self, mail_id: str, lane: str) -> None:
+        """:meth:`received`, written without waiting for the answer (as :meth:`put_later`):
+        for a worker's main process, which must not wait on the outbox between two messages."""
         ...
 
     def discard(self, mail_id: str, lane: str) -> bool:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from mailer.clock import Clock, system_clock
 from mailer.records.outbox.base import (
@@ -38,9 +38,11 @@ class MemoryOutbox:
             self._at.setdefault(lane, {})[mail_id] = self._clock()
             self._payloads[mail_id] = payload
 
-    def send_put(self, mail_id: str, lane: str, payload: bytes) -> Callable[[], None]:
+    def put_later(self, mail_id: str, lane: str, payload: bytes) -> None:
         self.put(mail_id, lane, payload)
-        return _done
+
+    def settle(self) -> None:
+        """Nothing to wait for: every put is made at once."""
 
     def received(self, mail_id: str, lane: str) -> bool:
         with self._lock:
@@ -48,6 +50,9 @@ class MemoryOutbox:
             if at is not None:
                 self._marks[lane] = max(self._marks.get(lane, at), at)
             return at is not None
+
+    def received_later(self, mail_id: str, lane: str) -> None:
+        self.received(mail_id, lane)
 
     def discard(self, mail_id: str, lane: str) -> bool:
         with self._lock:
@@ -106,7 +111,3 @@ class MemoryOutbox:
     def size(self) -> int:
         with self._lock:
             return sum(len(entries) for entries in self._at.values())
-
-
-def _done() -> None:
-    """The answer of a put already made."""

@@ -18,10 +18,8 @@ the workers encode them.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-import redis.exceptions
 
 from mailer.defaults import QUEUE
 from mailer.records.outbox.base import (
@@ -32,6 +30,7 @@ from mailer.records.outbox.base import (
     Overdue,
     Pending,
 )
+from mailer.records.outbox.writer import LaterWriter
 from mailer.storage import RedisStore, lua_source
 
 PUT_SCRIPT = lua_source("mailer.records.outbox", "put")
@@ -39,7 +38,6 @@ CLEAR_SCRIPT = lua_source("mailer.records.outbox", "clear")
 OVERDUE_SCRIPT = lua_source("mailer.records.outbox", "overdue")
 TAKE_SCRIPT = lua_source("mailer.records.outbox", "take")
 _TTL_MS = int(OUTBOX_TTL * 1000)
-_PUT_SHA = hashlib.sha1(PUT_SCRIPT.encode()).hexdigest()  # noqa: S324 # Redis's script name
 
 
 class RedisOutbox:
@@ -58,6 +56,11 @@ class RedisOutbox:
         self._clear = self._redis.script(CLEAR_SCRIPT)
         self._overdue = self._redis.script(OVERDUE_SCRIPT)
         self._take = self._redis.script(TAKE_SCRIPT)
+        pool = getattr(client, "connection_pool", None)
+        self._later = self._later_clear = None
+        if pool is not None:
+            self._later = LaterWriter(self._redis, _sha(PUT_SCRIPT), self._put)
+            self._later_clear = LaterWriter(self._redis, _sha(CLEAR_SCRIPT), self._clear)
 
     @property
     def client(self) -> Any:
@@ -72,44 +75,36 @@ class RedisOutbox:
         keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
         self._put(keys, [mail_id, payload, _TTL_MS])
 
-    def send_put(self, mail_id: str, lane: str, payload: bytes) -> Callable[[], None]:
-        """The script call written to a pooled connection, its reply read by the function
-        returned (the connection then goes back to the pool). A client without one pool (Redis
+    def put_later(self, mail_id: str, lane: str, payload: bytes) -> None:
+        """Written to a connection of its own, the answer read later
+        (:class:`~mailer.records.outbox.writer.LaterWriter`); a client without one pool (Redis
         Cluster) makes the whole :meth:`put` at once."""
-        pool = getattr(self.client, "connection_pool", None)
-        if pool is None:
-            self.put(mail_id, lane, payload)
-            return _done
         keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
-        args = [mail_id, payload, _TTL_MS]
-        connection = self._redis.call(pool.get_connection)
-        try:
-            self._redis.call(connection.send_command, "EVALSHA", _PUT_SHA, len(keys), *keys, *args)
-        except BaseException:
-            connection.disconnect()
-            pool.release(connection)
-            raise
+        if self._later is None:
+            self._put(keys, [mail_id, payload, _TTL_MS])
+            return
+        self._later.write(keys, [mail_id, payload, _TTL_MS])
 
-        def answer() -> None:
-            try:
-                self._redis.call(connection.read_response)
-            except redis.exceptions.NoScriptError:  # the server lost the script: load, run
-                self._put(keys, args)
-            except BaseException:
-                connection.disconnect()  # a reply may still come: never hand it to another
-                raise
-            finally:
-                pool.release(connection)
-
-        return answer
+    def settle(self) -> None:
+        for writer in (self._later, self._later_clear):
+            if writer is not None:
+                writer.settle()
 
     def received(self, mail_id: str, lane: str) -> bool:
         keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
-        return bool(self._clear(keys, [mail_id, 1, lane]))
+        return bool(self._clear(keys, [mail_id, 1, lane, _TTL_MS]))
+
+    def received_later(self, mail_id: str, lane: str) -> None:
+        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
+        args = [mail_id, 1, lane, _TTL_MS]
+        if self._later_clear is None:
+            self._clear(keys, args)
+            return
+        self._later_clear.write(keys, args)
 
     def discard(self, mail_id: str, lane: str) -> bool:
         keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
-        return bool(self._clear(keys, [mail_id, 0, lane]))
+        return bool(self._clear(keys, [mail_id, 0, lane, _TTL_MS]))
 
     def overdue(
         self,
@@ -156,5 +151,6 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _done() -> None:
-    """The answer of a put already made."""
+def _sha(script: str) -> str:
+    """The name Redis gives ``script`` (``EVALSHA``)."""
+    return hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 # Redis's own naming

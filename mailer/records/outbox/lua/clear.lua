@@ -11,6 +11,7 @@ KEYS[3]   "<ns>:{outbox:<queue>}:marks": hash, lane -> the latest write time (ms
 ARGV[1]   mail id
 ARGV[2]   1 to move the lane's mark, 0 not to
 ARGV[3]   the lane (the field of KEYS[3])
+ARGV[4]   time to live in milliseconds: the marks expire that long after the last one moved
 
 Reply: 1 when there was an entry in this lane, else 0 (a payload left without one is removed).
 ]]
@@ -25,6 +26,7 @@ if ARGV[2] == '1' then
   local mark = tonumber(redis.call('HGET', KEYS[3], ARGV[3]) or '-1')
   if tonumber(at) > mark then
     redis.call('HSET', KEYS[3], ARGV[3], at)
+    redis.call('PEXPIRE', KEYS[3], ARGV[4])
   end
 end
 return 1

@@ -7,12 +7,12 @@ KEYS[1]   "<ns>:{outbox:<queue>}:at:<lane>": sorted set, member the mail id, sco
           entry was written (epoch ms, Redis's clock); one per lane (broker priority)
 KEYS[2]   "<ns>:{outbox:<queue>}:payloads": hash, mail id -> the message's payload (opaque bytes)
 KEYS[3]   "<ns>:{outbox:<queue>}:marks": hash, lane -> the latest write time (ms) of an entry a
-          worker received from that lane
+          worker received from that lane (not written here; clear.lua keeps its expiry)
           All keys share the hash tag {outbox:<queue>}: one Redis Cluster slot.
 ARGV[1]   mail id
 ARGV[2]   payload
-ARGV[3]   time to live in milliseconds: every key expires that long after the last write, and
-          overdue.lua removes entries older than it
+ARGV[3]   time to live in milliseconds: the lane's set and the payloads expire that long after
+          the last write, and overdue.lua removes entries older than it
 
 Reply: the write time (epoch ms).
 ]]
@@ -21,7 +21,6 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now, ARGV[1])
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-for i = 1, 3 do
-  redis.call('PEXPIRE', KEYS[i], ARGV[3])
-end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
 return now
