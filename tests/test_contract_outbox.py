@@ -22,6 +22,7 @@ from mailer.records.outbox import (
     lane_of,
     outbox_from_url,
 )
+from tests.waiting import poll
 
 
 @pytest.fixture
@@ -235,3 +236,18 @@ def test_puts_written_ahead_are_there_once_settled(outbox: Outbox, clock: Manual
     found = outbox.overdue(0.0, drained=True, slack=0.0, limit=1000)
     expected = 301 if isinstance(outbox, RedisOutbox) else 300
     assert len({p.mail_id for p in found.popped}) == expected
+
+
+def test_writes_nobody_waits_for_apply_on_a_server_without_the_scripts(redis_url: str) -> None:
+    """Given a Redis that has no script loaded (a fresh or restarted server), when a new outbox
+    writes a put and a clear without anyone reading their answers, then both are applied (seen
+    from another connection), not held until their answers are read."""
+    client = redis.Redis.from_url(redis_url)
+    client.script_flush()
+    store = outbox_from_url(redis_url, client=redis.Redis.from_url(redis_url), queue="mail")
+    store.put_later("unread-1", "4", b"U")
+    store.put_later("unread-2", "4", b"V")
+    store.received_later("unread-2", "4")
+    poll(lambda: client.zcard("mailguard:{outbox:mail}:at:4") == 1, 5, "the writes to apply")
+    assert client.zrange("mailguard:{outbox:mail}:at:4", 0, -1) == [b"unread-1"]
+    client.close()

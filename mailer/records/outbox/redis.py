@@ -17,7 +17,6 @@ the workers encode them.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,8 +58,8 @@ class RedisOutbox:
         pool = getattr(client, "connection_pool", None)
         self._later = self._later_clear = None
         if pool is not None:
-            self._later = LaterWriter(self._redis, _sha(PUT_SCRIPT), self._put)
-            self._later_clear = LaterWriter(self._redis, _sha(CLEAR_SCRIPT), self._clear)
+            self._later = LaterWriter(self._redis, PUT_SCRIPT, self._put)
+            self._later_clear = LaterWriter(self._redis, CLEAR_SCRIPT, self._clear)
 
     @property
     def client(self) -> Any:
@@ -149,8 +148,3 @@ def _ms(seconds: float) -> int:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _sha(script: str) -> str:
-    """The name Redis gives ``script`` (``EVALSHA``)."""
-    return hashlib.sha1(script.encode()).hexdigest()  # noqa: S324 # Redis's own naming

@@ -14,6 +14,7 @@ publish is applied before anything a worker does after receiving the message.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections import deque
@@ -29,12 +30,14 @@ MAX_UNREAD = 256
 
 
 class LaterWriter:
-    """Runs one script (``sha``, reloaded through ``script`` if the server lost it) with writes
-    whose answers are read later. Thread-safe; a forked child opens its own connection."""
+    """Runs one script (its ``source``; through ``script``, which loads it again, for a write
+    the server refused for want of it) with writes whose answers are read later. Thread-safe;
+    a forked child opens its own connection, and each new connection loads the script first."""
 
-    def __init__(self, store: RedisStore, sha: str, script: Script) -> None:
+    def __init__(self, store: RedisStore, source: str, script: Script) -> None:
         self._store = store
-        self._sha = sha
+        self._source = source
+        self._sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 # Redis's naming
         self._script = script
         self._lock = threading.Lock()
         self._connection: Any = None
@@ -72,8 +75,12 @@ class LaterWriter:
             self._unread.clear()  # a forked child: the parent's answers are not its own
             self._connection = None
             pool = self._store.client.connection_pool
-            self._connection = self._store.call(pool.make_connection)
-            self._pid = os.getpid()
+            connection = self._store.call(pool.make_connection)
+            # Loaded once per connection (a server restarted has none), so that a write is
+            # not refused for want of it and run only when its answer is read, much later.
+            self._store.call(connection.send_command, "SCRIPT", "LOAD", self._source)
+            self._store.call(connection.read_response)
+            self._connection, self._pid = connection, os.getpid()
         return self._connection
 
     def _read(self) -> None:
