@@ -63,3 +63,11 @@ def backoff(failures: int, *, first: float, cap: float) -> float:
     """Seconds before the next try after ``failures`` (>= 1) failures in a row: doubling from
     ``first``, at most ``cap``. Not for booked slots: those wait exactly their booking."""
     return min(first * 2.0 ** min(max(failures - 1, 0), 64), cap)
+
+
+#: The sender reputation's rolling window (24 h), in 24 buckets of an hour.
+REPUTATION_WINDOW = 86_400.0
+#: Mails sent in the window below which no rate counts (a few complaints of a tiny volume).
+REPUTATION_MIN = 100
+#: How long a bulk mail paused by the sender's reputation waits before it looks again (5 min).
+REPUTATION_RECHECK = 300.0

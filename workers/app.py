@@ -17,8 +17,8 @@ from celery import Celery, current_task, signals
 from kombu import Queue
 
 from mailer import defaults, metrics
-from mailer.factory import build_guard, build_holds
-from mailer.logs import JsonFormatter
+from mailer.factory import build_guard, build_holds, build_reputation
+from mailer.logs import JsonFormatter, in_utc
 from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import parking, priority, routing, state
@@ -177,7 +177,7 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         server = metrics.serve(
             settings.metrics_host,
             settings.metrics_port,
-            collectors=(*_schedule_gauges(), *_hold_gauges()),
+            collectors=(*_schedule_gauges(), *_hold_gauges(), *_reputation_gauges()),
         )
     except OSError as exc:
         if made:
@@ -203,6 +203,14 @@ def _hold_gauges() -> tuple[Any, ...]:
         return ()
     holds = build_holds(settings)
     return (metrics.HoldCollector(holds.sender), metrics.PaceCollector(holds.pace.rate_now))
+
+
+def _reputation_gauges() -> tuple[Any, ...]:
+    """Each sender's reputation gauges, when the reputation is on and shared."""
+    reputation = build_reputation(settings)
+    if reputation is None or is_memory(settings.effective_ledger_url):
+        return ()
+    return (metrics.ReputationCollector(reputation.standings, reputation.limits.thresholds),)
 
 
 @signals.worker_process_shutdown.connect
@@ -235,10 +243,13 @@ class WorkerJsonFormatter(JsonFormatter):
 @signals.after_setup_logger.connect
 @signals.after_setup_task_logger.connect
 def _json_logs(logger: logging.Logger | None = None, **_: Any) -> None:
-    """``MAILGUARD_LOG_FORMAT=json``: the worker's log handlers write one JSON object a line."""
-    if settings.log_format == "json" and logger is not None:
-        for handler in logger.handlers:
+    """``MAILGUARD_LOG_FORMAT=json``: the worker's log handlers write one JSON object a line;
+    ``text``: Celery's lines, their times in UTC (:func:`mailer.logs.in_utc`)."""
+    for handler in logger.handlers if logger is not None else ():
+        if settings.log_format == "json":
             handler.setFormatter(WorkerJsonFormatter())
+        elif handler.formatter is not None:
+            in_utc(handler.formatter)
 
 
 @signals.after_setup_logger.connect

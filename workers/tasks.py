@@ -245,6 +245,7 @@ def send_mail(
     from_email: str | None = None,
     attachments: list[list[Any]] | None = None,
     charset: str | None = None,
+    mime: str | None = None,
     _progress: str | None = None,
     _requested_at: float | None = None,
 ) -> dict[str, Any]:
@@ -253,8 +254,10 @@ def send_mail(
     ``to`` is an address or a list; ``cc``, ``bcc`` and ``reply_to`` likewise; ``from_email``
     replaces ``MAILGUARD_SENDER``; ``attachments`` are ``[filename, base64 content,
     mimetype]`` items (a fourth, ``{"charset", "inline", "content_id"}``, optional); ``charset``
-    the body's (``utf-8`` by default). Every envelope recipient (to, cc, bcc) must have room:
-    the message goes at the earliest slot that suits all of them, counted once in each one's budget.
+    the body's (``utf-8`` by default); ``mime`` a whole message instead (base64; see
+    :mod:`mailer.mail.carried`: Django's backend carries its messages so). Every envelope
+    recipient (to, cc, bcc) must have room: the message goes at the earliest slot that suits
+    all of them, counted once in each one's budget.
     ``subject``/``body`` left out are rendered from ``kind``'s templates with ``context``.
     ``mail_id`` defaults to this task's id and stays the same over every deferral. Returns the
     outcome dict (status ``sent`` or ``dropped``); a failed mail raises :class:`MailFailed`.
@@ -280,6 +283,7 @@ def send_mail(
         from_email=from_email,
         attachments=attachments,
         charset=charset,
+        mime=mime,
     )
     progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
     if not progress.requested_at and _requested_at:  # the caller's clock: queue wait only

@@ -38,6 +38,7 @@ class MailRequest:
     from_email: Any = None
     attachments: Any = None
     charset: Any = None
+    mime: Any = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +143,7 @@ def failure(base: Outcome, reason: str, attempts: int, exc: SendError) -> Fail:
             attempts=attempts,
             smtp_code=exc.code,
             smtp_reply=exc.reply,
+            provider=exc.provider,
             detail=exc.reason,
         )
     )

@@ -8,8 +8,8 @@ data, and the engine only passes it on:
 2. **claim** (:mod:`mailer.guard.claim`): one atomic ledger ``begin`` on the mail id: claimed,
    or the recorded outcome (a repeat), or ``Later`` (another run holds it; the ledger is down).
 3. **gates** (:mod:`mailer.guard.gates`): each gate's ``before_admit`` hook, in order:
-   suppression (:mod:`~mailer.guard.gates.suppression`), then holds
-   (:mod:`~mailer.guard.gates.holds`).
+   suppression (:mod:`~mailer.guard.gates.suppression`), the bulk kinds' unsubscribe and
+   reputation (:mod:`~mailer.guard.gates.bulk`), then holds (:mod:`~mailer.guard.gates.holds`).
 4. **admit** (:mod:`mailer.guard.admission`, booking through :mod:`mailer.guard.booking`):
    :class:`Admitted` (send now), or ``Later`` (booked; limiter down), or ``Finish``
    (``dropped``).
@@ -37,6 +37,7 @@ from mailer.guard.booking import Booking
 from mailer.guard.claim import Claim
 from mailer.guard.data import Admitted, GuardConfig, MailRequest, Prepared, Refused
 from mailer.guard.gates import Gate, read_together
+from mailer.guard.gates.bulk import bulk_gates, sent_recorder
 from mailer.guard.gates.holds import HoldsGate
 from mailer.guard.gates.suppression import SuppressionGate
 from mailer.guard.sending import Sending
@@ -48,8 +49,10 @@ from mailer.mail.transports.base import Transport
 from mailer.metrics import UNKNOWN_KIND, Metrics
 from mailer.records.holds import Holds
 from mailer.records.ledger import Ledger
+from mailer.records.reputation import Reputation
 from mailer.records.suppression import Suppressions
 from mailer.steps import Fail, Finish, Later, Progress, Step
+from mailer.unsubscribe import Unsubscribe
 
 __all__ = ["Fail", "Finish", "Guard", "GuardConfig", "Later", "MailRequest", "Progress", "Step"]
 
@@ -74,6 +77,8 @@ class Guard:
         config: GuardConfig,
         clock: Clock,
         metrics: Metrics,
+        unsubscribe: Unsubscribe | None = None,
+        reputation: Reputation | None = None,
     ) -> None:
         self.limiter = limiter
         self.ledger = ledger
@@ -82,6 +87,9 @@ class Guard:
         self.suppressions = suppressions
         #: Holds after throttling replies (:mod:`mailer.records.holds`); None: holds are off.
         self.holds = holds
+        #: Bulk kinds' one-click unsubscribe and the sender reputation; None: off.
+        self.unsubscribe = unsubscribe
+        self.reputation = reputation
         self.config = config
         self._clock = clock
         self._kinds = kinds
@@ -114,12 +122,14 @@ class Guard:
         self._validator = Validator(self._kinds, config, clock, booking.recipient_key)
         self._claim = Claim(self.ledger, config, metrics, booking.release)
         gates: list[Gate] = [SuppressionGate(self.suppressions, config, metrics)]
+        gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics)
         if self.holds is not None:
             gates.append(HoldsGate(self.holds, booking, config, metrics))
         self._gates = tuple(gates)
         self._admission = Admission(booking, config, self._kinds, metrics)
         self._sending = Sending(self.transport, booking, config, booking.stamp)  # sent_at vs due
         self._settle = Settle(self.ledger, metrics, booking.release, patience=config.claim_lease)
+        self._settle.record_sent = sent_recorder(self.ledger, self.reputation, metrics)
 
     def process(self, request: MailRequest, progress: Progress | None = None) -> Step:
         """One run of one mail, counted in the metrics."""

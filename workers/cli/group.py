@@ -9,6 +9,7 @@ from workers.cli import (
     demo,
     outcome,
     policy,
+    reputation,
     reset,
     schedule,
     send,
@@ -45,5 +46,6 @@ for command in (
     cancel.cancel,
     schedule.scheduled,
     policy.policy,
+    reputation.reputation,
 ):
     main.add_command(command)

@@ -75,6 +75,13 @@ class RedisLedger:
     def record(self, outcome: Outcome) -> None:
         self._record(self._keys(outcome.mail_id), [json.dumps(outcome.as_dict()), SENT_TTL])
 
+    def record_command(self, outcome: Outcome) -> tuple[str, list[str], list[Any], Any]:
+        """:meth:`record` as ``(script, keys, args, client)``, for a caller that sends it in
+        one pipeline with commands of its own on that client (the sender reputation's count
+        rides on it: :mod:`mailer.guard.gates.bulk`)."""
+        args = [json.dumps(outcome.as_dict()), SENT_TTL]
+        return RECORD_SCRIPT, self._keys(outcome.mail_id), args, self._redis.client
+
     def handoff(self, mail_id: str) -> int:
         return int(self._handoff(self._keys(mail_id), [RUNS_TTL * 1000]))
 
