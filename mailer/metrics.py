@@ -30,8 +30,6 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
 - ``mailguard_watchdog_republished_total``: booked mails held as countdowns that the watchdog
   published again from the schedule (no run seen within the grace after the countdown's end:
   a worker died, the broker lost the message, or it refused the countdown).
-- ``mailguard_outbox_republished_total``: first messages the watchdog published again from
-  the outbox (popped from the broker and never received: :mod:`mailer.records.outbox`).
 - ``mailguard_parked_mails``, ``mailguard_parked_overdue_seconds`` (gauges, read from the
   schedule at each scrape by :class:`ScheduleCollector`): mails parked in the schedule, and how
   long ago the earliest of them was due (0 when none is overdue: the promoters keep up).
@@ -163,12 +161,6 @@ class Metrics:
             "Booked mails the watchdog published again: no run seen after their countdown.",
             [],
         )
-        self.outbox_lost = _counter(
-            registry,
-            "mailguard_outbox_republished",
-            "First messages the watchdog published again: popped and never received.",
-            [],
-        )
 
     def record(self, outcome: Outcome, kind: str) -> None:
         """Count one run's ``outcome``; ``kind`` is its bounded label (see :func:`kind_label`)."""
@@ -214,10 +206,6 @@ class Metrics:
         """The watchdog published a booked mail again (no run of it seen in time)."""
         self.republished.inc()
 
-    def outbox_republished(self) -> None:
-        """The watchdog published a mail's first message again from the outbox (lost)."""
-        self.outbox_lost.inc()
-
 
 class NoMetrics(Metrics):
     """Records nothing (and never imports prometheus-client)."""
@@ -250,9 +238,6 @@ class NoMetrics(Metrics):
         pass
 
     def watchdog_republished(self) -> None:
-        pass
-
-    def outbox_republished(self) -> None:
         pass
 
 

@@ -22,6 +22,7 @@ from devservers.celery_worker import client_app, worker_env
 from devservers.redis_servers import free_port
 from mailer.errors import BackendUnavailable
 from mailer.mail.seal import seal
+from mailer.metrics import default_metrics
 from mailer.records.outbox import RedisOutbox, lane_of
 from mailer.records.schedule import RedisSchedule
 from mailer.settings import Settings
@@ -188,12 +189,15 @@ def test_a_lost_message_in_an_empty_queue_is_published_again(
 ) -> None:
     """Given one mail popped and dropped (nothing behind it to move a mark), when the watch
     finds the queue empty, then it publishes the mail again under its task id, with one log
-    line (mail id, no address); the copy's receipt clears the entry."""
+    line (mail id, no address) and one count; the copy's receipt clears the entry."""
     result = _send(app, "alone-1")
     _pop(broker)
     watch = _watch(app, env, box)
+    registry = default_metrics().registry
+    before = registry.get_sample_value("mailguard_outbox_republished_total") or 0.0
     with caplog.at_level(logging.WARNING, logger="mailguard"):
         assert watch.check() == 1
+    assert registry.get_sample_value("mailguard_outbox_republished_total") == before + 1
     lines = [r.getMessage() for r in caplog.records if "published again" in r.getMessage()]
     assert len(lines) == 1 and "alone-1" in lines[0] and "@" not in lines[0]
     assert _queued(broker) == ["alone-1"]

@@ -123,7 +123,7 @@ class OutboxWatch:
                 self.publisher.send(producer, message, level)
                 sent += 1
         for entry, _ in taken:
-            default_metrics().outbox_republished()
+            _count_republished()
             log.warning(
                 "mailguard watchdog: mail %s published again, its first message lost %s after "
                 "send_mail.delay (popped from the broker, never received)",
@@ -155,6 +155,28 @@ class OutboxWatch:
             with contextlib.suppress(Exception):  # closing a broken connection: nothing to keep
                 self._connection.release()
             self._connection = None
+
+
+#: ``mailguard_outbox_republished_total`` by registry (one per process's metrics).
+_counters: dict[int, Any] = {}
+
+
+def _count_republished() -> None:
+    """Count one first message published again (``mailguard_outbox_republished_total``, on the
+    registry of this process's metrics; nothing when metrics are off)."""
+    registry = getattr(default_metrics(), "registry", None)
+    if registry is None:
+        return
+    counter = _counters.get(id(registry))
+    if counter is None:
+        from prometheus_client import Counter  # noqa: PLC0415 # only where metrics are on
+
+        counter = _counters[id(registry)] = Counter(
+            "mailguard_outbox_republished",
+            "First messages the watchdog published again: popped and never received.",
+            registry=registry,
+        )
+    counter.inc()
 
 
 def _first_kwargs(parked: Parked) -> dict[str, Any]:
