@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -265,3 +266,25 @@ def test_the_grace_setting() -> None:
     for bad in ("500ms", "11m"):
         with pytest.raises(ValueError, match=r"^MAILGUARD_OUTBOX_GRACE must be 1s-10m or off"):
             Settings.from_env({"MAILGUARD_OUTBOX_GRACE": bad})
+
+
+def test_a_caller_s_countdown_is_kept_by_the_copy(
+    app: Any, env: dict[str, str], box: RedisOutbox, broker: redis.Redis
+) -> None:
+    """Given a mail enqueued with ``countdown=20`` (held by a worker, not parked) and its message
+    lost, then the watch's copy carries the same ``eta``: the mail is still not sent early."""
+    result = _send(app, "later-1", countdown=20)
+    original = json.loads(_pop_raw(broker))["headers"]["eta"]
+    assert _watch(app, env, box).check() == 1
+    copy = json.loads(_pop_raw(broker))
+    assert copy["headers"]["id"] == result.id
+    gap = datetime.fromisoformat(copy["headers"]["eta"]) - datetime.fromisoformat(original)
+    assert abs(gap.total_seconds()) < 0.01
+
+
+def _pop_raw(broker: redis.Redis) -> bytes:
+    """The next message as the broker holds it, from whichever priority list."""
+    for key in sorted(broker.scan_iter("mail*")):
+        if broker.type(key) == b"list" and (raw := broker.rpop(key)) is not None:
+            return bytes(raw)
+    raise AssertionError("nothing queued")

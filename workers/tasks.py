@@ -108,6 +108,11 @@ class GuardedTask(Task[Any, Any]):
         recorded = None
         if self._to_mail_queue(options):
             task_id = options["task_id"] = str(options.get("task_id") or uuid())
+            not_before = _not_before(self.app, options)
+            if not_before is not None and options.get("countdown") is not None:
+                # One eta for the message and its entry: a copy is never due earlier.
+                del options["countdown"]
+                options["eta"] = datetime.fromtimestamp(not_before, timezone.utc)
             recorded = outbox.record(
                 state.current(),
                 broker_url=str(self.app.conf.broker_url),
@@ -115,7 +120,7 @@ class GuardedTask(Task[Any, Any]):
                 args=args,
                 kwargs=dict(kwargs or {}),
                 priority=options.get("priority"),
-                not_before=_not_before(self.app, options),
+                not_before=not_before,
             )
         try:
             return super().apply_async(args, kwargs, **options)
