@@ -288,3 +288,19 @@ def _pop_raw(broker: redis.Redis) -> bytes:
         if broker.type(key) == b"list" and (raw := broker.rpop(key)) is not None:
             return bytes(raw)
     raise AssertionError("nothing queued")
+
+
+def test_an_unusable_entry_is_dropped_not_published(
+    app: Any, env: dict[str, str], box: RedisOutbox, broker: redis.Redis, caplog: Any
+) -> None:
+    """Given an entry whose payload cannot be decoded (written by hand) in an empty queue, then
+    the watch publishes nothing, logs one error and removes it; nothing is counted."""
+    box.put("junk-1", "4", b"\\xffnot a payload")
+    time.sleep(0.002)  # older than the grace of 0 on Redis's clock
+    registry = default_metrics().registry
+    before = registry.get_sample_value("mailguard_outbox_republished_total") or 0.0
+    with caplog.at_level(logging.ERROR, logger="mailguard"):
+        assert _watch(app, env, box).check() == 0
+    assert [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
+    assert box.size() == 0 and _queued(broker) == []
+    assert (registry.get_sample_value("mailguard_outbox_republished_total") or 0.0) == before

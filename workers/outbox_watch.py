@@ -103,8 +103,9 @@ class OutboxWatch:
         return self._publish(taken, {p.mail_id: p.at for p in ready})
 
     def _publish(self, taken: list[tuple[Pending, bytes]], written: dict[str, float]) -> int:
-        """Publish each taken entry in one batch; log and count each one."""
-        sent = 0
+        """Publish each taken entry in one batch (discard one that cannot be decoded); log and
+        count each one published."""
+        published: list[Pending] = []
         with self.publisher.producing() as producer:
             for entry, payload in taken:
                 try:
@@ -121,17 +122,17 @@ class OutboxWatch:
                     continue
                 level = int(entry.lane) if entry.lane.isdigit() else None
                 self.publisher.send(producer, message, level)
-                sent += 1
-        for entry, _ in taken:
+                published.append(entry)
+        for entry in published:
             _count_republished()
             log.warning(
-                "mailguard watchdog: mail %s published again, its first message lost %s after "
-                "send_mail.delay (popped from the broker, never received)",
+                "mailguard watchdog: mail %s published again, %s after send_mail.delay: its "
+                "first message was popped from the broker and never received",
                 entry.mail_id,
                 human(entry.at - written.get(entry.mail_id, entry.at)),
                 extra={"mail_id": entry.mail_id},
             )
-        return sent
+        return len(published)
 
     def queue_size(self) -> int | None:
         """How many messages wait in the queue (every priority); 0 when the broker does not
