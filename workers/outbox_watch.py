@@ -6,7 +6,7 @@ Run by the promoter's thread (:class:`workers.promoter.Promoter`) every :data:`P
 
 1. One script call lists the entries older than ``MAILGUARD_OUTBOX_GRACE`` that are behind
    their lane's mark (a later message of their lane was received, so they were popped) and
-   counts the other old ones.
+   counts the other old ones: one call a second per worker, while idle too.
 2. Only if some old ones are not shown popped: the broker's queue length (a passive declare,
    one round trip). An empty queue shows every old entry popped. A backlog (a newsletter of
    100 000 mails queued for an hour) is neither behind a mark nor in an empty queue: nothing
