@@ -60,6 +60,7 @@ bench: install
 	$(BIN)/python -m benchmarks.schedule
 	$(BIN)/python -m benchmarks.newsletter
 	$(BIN)/python -m benchmarks.drain
+	$(BIN)/python -m benchmarks.enqueue
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site build dist

@@ -51,6 +51,10 @@ PROMOTE_LEASE = 30.0
 #: the watchdog publishes the mail again from the schedule. With the promoter's poll (0.3 s)
 #: it stays under ``LATE_TOLERANCE``, so the copy keeps the mail's slot.
 WATCH_GRACE = 0.5
+#: Seconds after ``send_mail.delay`` before the watchdog may publish a mail's first message again
+#: from the outbox (only one that was popped from the broker and never received). It covers a
+#: producer slow between its outbox write and its publish (a false alarm costs a repeat run).
+OUTBOX_GRACE = 10.0
 #: Wait when another run holds the claim on the same mail.
 IN_FLIGHT_WAIT = 5.0
 

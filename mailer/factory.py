@@ -16,6 +16,7 @@ from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics, default_metrics
 from mailer.records.holds import Holds, holds_from_url
 from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
+from mailer.records.outbox import Outbox, outbox_from_url
 from mailer.records.policy import LivePolicies, policies_from_url
 from mailer.records.reputation import Limits, Reputation, reputation_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
@@ -84,6 +85,14 @@ def build_policies(settings: Settings, ledger: Ledger | None = None) -> LivePoli
     """The live policy's versions, where the ledger lives (sharing its Redis client if given)."""
     client = ledger.client if isinstance(ledger, RedisLedger) else None
     return policies_from_url(settings.effective_ledger_url, client=client)
+
+
+def build_outbox(settings: Settings, *, client: object = None, owner: str = "") -> Outbox:
+    """The outbox of ``settings.queue`` where the ledger lives (``client``: a redis-py client on
+    that URL to share, such as the schedule's); ``owner`` as :func:`outbox_from_url`'s."""
+    url = settings.effective_ledger_url
+    with _naming("LEDGER_URL" if settings.ledger_url else "LIMITER_URL"):
+        return outbox_from_url(url, client=client, queue=settings.queue, owner=owner)
 
 
 def build_holds(

@@ -25,6 +25,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_PARK_AFTER`` | duration or ``off`` | ``30s`` | ``off`` | a deferral longer than this is parked in the schedule (:mod:`mailer.records.schedule`), not held by a worker; ``off`` holds every wait as a countdown |
 | ``MAILGUARD_PROMOTE_LEASE`` | duration | ``30s`` | ``1m`` | how long a worker holds the parked mails it is promoting before another may take them again |
 | ``MAILGUARD_WATCH_GRACE`` | duration | ``500ms`` | ``300ms`` | a booked mail held as a countdown whose run has not started this long after the countdown's end is published again from the schedule by the watchdog (``100ms``-``10m``; keep it and 0.3 s under ``LATE_TOLERANCE`` so the copy keeps its slot) |
+| ``MAILGUARD_OUTBOX_GRACE`` | duration or ``off`` | ``10s`` | ``30s`` | each mail's first message is kept in the outbox beside the ledger from ``send_mail.delay`` until a worker receives it; one older than this whose message was popped from the broker and never received (a consumer killed between kombu's ``BRPOP`` and its unacked record) is published again by the watchdog (``1s``-``10m``); ``off``: no outbox |
 | ``MAILGUARD_SEND_RETRIES`` | whole number | ``5`` | ``8`` | Celery-level retries after the transport gave up on a transient error |
 | ``MAILGUARD_RETRY_BACKOFF`` | duration | ``30s`` | ``1m`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | duration | ``5m`` | ``10m`` | how long a worker's claim on sending one mail lasts |
@@ -119,6 +120,7 @@ KNOWN = frozenset(
         "PARK_AFTER",
         "PROMOTE_LEASE",
         "WATCH_GRACE",
+        "OUTBOX_GRACE",
         "THROTTLE_HOLD",
         "THROTTLE_HOLD_MAX",
         "GREYLIST_DELAY",
@@ -172,6 +174,7 @@ class Settings:
     park_after: float | None = defaults.PARK_AFTER
     promote_lease: float = defaults.PROMOTE_LEASE
     watch_grace: float = defaults.WATCH_GRACE
+    outbox_grace: float | None = defaults.OUTBOX_GRACE
     throttle_hold: float | None = defaults.THROTTLE_HOLD
     throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
     greylist_delay: float = defaults.GREYLIST_DELAY
@@ -260,6 +263,9 @@ class Settings:
     def _check_watch(self) -> None:
         if not 0.1 <= self.watch_grace <= 600:
             raise ValueError(f"{PREFIX}WATCH_GRACE must be 100ms-10m, got {self.watch_grace:g} s")
+        grace = self.outbox_grace
+        if grace is not None and not 1 <= grace <= 600:
+            raise ValueError(f"{PREFIX}OUTBOX_GRACE must be 1s-10m or off, got {grace:g} s")
 
     def _bounds(self) -> tuple[tuple[str, bool, str], ...]:
         """Each value's check: its variable (without the prefix), whether the value is out of

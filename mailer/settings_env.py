@@ -144,6 +144,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("PARK_AFTER", "park_after", _off_or_duration),
     ("PROMOTE_LEASE", "promote_lease", parse_duration),
     ("WATCH_GRACE", "watch_grace", parse_duration),
+    ("OUTBOX_GRACE", "outbox_grace", _off_or_duration),
     ("THROTTLE_HOLD", "throttle_hold", _off_or_duration),
     ("THROTTLE_HOLD_MAX", "throttle_hold_max", parse_duration),
     ("GREYLIST_DELAY", "greylist_delay", parse_duration),

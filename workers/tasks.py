@@ -28,7 +28,7 @@ from mailer.outcomes import Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
-from workers import parking, priority, routing, state
+from workers import outbox, parking, priority, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
 from workers.state import guard, use_settings
@@ -98,7 +98,44 @@ class GuardedTask(Task[Any, Any]):
             parked = self._park_far_eta(args, kwargs, options)
             if parked is not None:
                 return parked
+            return self._publish_first(args, kwargs, options)
         return super().apply_async(args, kwargs, **options)
+
+    def _publish_first(self, args: Any, kwargs: dict[str, Any], options: dict[str, Any]) -> Any:
+        """Publish a caller's call, its outbox entry written first (:mod:`workers.outbox`: one
+        script call on the ledger's Redis, its answer read later; the mail is published
+        without one when that Redis is down). A publish that raises removes the entry."""
+        recorded = None
+        if self._to_mail_queue(options):
+            task_id = options["task_id"] = str(options.get("task_id") or uuid())
+            not_before = _not_before(self.app, options)
+            if not_before is not None and options.get("countdown") is not None:
+                # One eta for the message and its entry: a copy is never due earlier.
+                del options["countdown"]
+                options["eta"] = datetime.fromtimestamp(not_before, timezone.utc)
+            recorded = outbox.record(
+                state.current(),
+                broker_url=str(self.app.conf.broker_url),
+                task_id=task_id,
+                args=args,
+                kwargs=dict(kwargs or {}),
+                priority=options.get("priority"),
+                not_before=not_before,
+            )
+        try:
+            return super().apply_async(args, kwargs, **options)
+        except BaseException:
+            outbox.discard(recorded)
+            raise
+
+    def _to_mail_queue(self, options: dict[str, Any]) -> bool:
+        """Whether this call goes to ``MAILGUARD_QUEUE``, the queue whose schedule and outbox
+        this process's settings name (not when the project's ``task_routes`` route it)."""
+        settings = state.current()
+        queue = options.get("queue") or routing.mail_queue(self.app, settings.queue)
+        if queue != settings.queue:
+            return False
+        return bool(self.app.conf.get(routing.MARK)) or "queue" in options
 
     def _park_far_eta(self, args: Any, kwargs: dict[str, Any], options: dict[str, Any]) -> Any:
         """A caller's ``eta`` / ``countdown`` farther than ``MAILGUARD_PARK_AFTER``: the call
@@ -107,11 +144,8 @@ class GuardedTask(Task[Any, Any]):
         no wait, parking unavailable, or ``send_mail``'s queue routed elsewhere)."""
         not_before = _not_before(self.app, options)
         settings = state.current()
-        queue = options.get("queue") or routing.mail_queue(self.app, settings.queue)
-        if not_before is None or queue != settings.queue:
-            return None
-        if not self.app.conf.get(routing.MARK) and "queue" not in options:
-            return None  # the project's task_routes route send_mail: its schedule is unknown
+        if not_before is None or not self._to_mail_queue(options):
+            return None  # no eta, or the project's task_routes route send_mail elsewhere
         task_id = str(options.get("task_id") or uuid())
         broker = str(self.app.conf.broker_url)
         call = dict(kwargs or {})
