@@ -87,12 +87,12 @@ def build_policies(settings: Settings, ledger: Ledger | None = None) -> LivePoli
     return policies_from_url(settings.effective_ledger_url, client=client)
 
 
-def build_outbox(settings: Settings, *, client: object = None, owner: str = "") -> Outbox:
-    """The outbox of ``settings.queue`` where the ledger lives (``client``: a redis-py client on
-    that URL to share, such as the schedule's); ``owner`` as :func:`outbox_from_url`'s."""
+def build_outbox(settings: Settings, *, client: object = None) -> Outbox:
+    """The outbox of ``settings.queue`` where the ledger lives, beside its schedule (``client``:
+    a redis-py client on that URL to share, such as the schedule's)."""
     url = settings.effective_ledger_url
     with _naming("LEDGER_URL" if settings.ledger_url else "LIMITER_URL"):
-        return outbox_from_url(url, client=client, queue=settings.queue, owner=owner)
+        return outbox_from_url(url, client=client, queue=settings.queue)
 
 
 def build_holds(

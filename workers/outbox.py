@@ -18,8 +18,9 @@ that publishes a lost one again: :mod:`workers.outbox_watch`).
   for its answer (the main process never waits on the outbox); a Redis that is down is logged
   (the entry stays, and the watchdog's copy of it ends as a repeat).
 
-One outbox per process, URL, queue and owner, on the schedule's Redis client (see
-:func:`workers.parking.schedule_for`); a memory one only where this process's promoter runs.
+One outbox per process, URL and queue, beside the queue's one schedule and on its Redis
+client (see :func:`workers.parking.schedule_for`: whatever app or broker URL a producer
+uses); a memory one only where this process's promoter runs.
 Not for messages published with ``send_task`` or by other producers: they are not recorded.
 """
 
@@ -47,7 +48,7 @@ log = logging.getLogger("mailguard")
 DOWN_PAUSE = 5.0
 
 _lock = threading.Lock()
-_stores: dict[tuple[int, str, str, str], Outbox] = {}
+_stores: dict[tuple[int, str, str], Outbox] = {}
 _down_until = {"record": 0.0, "received": 0.0}  # monotonic
 
 
@@ -60,27 +61,25 @@ class Recorded:
     lane: str
 
 
-def outbox_for(settings: Settings, broker_url: str | None = None) -> Outbox | None:
-    """This process's outbox beside the schedule of ``broker_url``'s app (this worker's app when
-    None); None when ``MAILGUARD_OUTBOX_GRACE`` is off or no promoter can see a memory one."""
+def outbox_for(settings: Settings) -> Outbox | None:
+    """This process's outbox beside the queue's schedule; None when ``MAILGUARD_OUTBOX_GRACE``
+    is off or no promoter can see a memory one."""
     if settings.outbox_grace is None:
         return None
-    schedule = parking.schedule_for(settings, broker_url)
+    schedule = parking.schedule_for(settings)
     if isinstance(schedule, MemorySchedule) and parking.promoter_pid != [os.getpid()]:
         return None
-    owner = parking.owner(settings, broker_url)
-    key = (os.getpid(), settings.effective_ledger_url, settings.queue, owner)
+    key = (os.getpid(), settings.effective_ledger_url, settings.queue)
     with _lock:
         if key not in _stores:
             client = schedule.client if isinstance(schedule, RedisSchedule) else None
-            _stores[key] = build_outbox(settings, client=client, owner=owner)
+            _stores[key] = build_outbox(settings, client=client)
         return _stores[key]
 
 
 def record(
     settings: Settings,
     *,
-    broker_url: str,
     task_id: str,
     args: Any,
     kwargs: dict[str, Any],
@@ -91,7 +90,7 @@ def record(
     (``not_before``: a caller's short ``eta``, epoch seconds). None when not recorded."""
     if time.monotonic() < _down_until["record"]:
         return None
-    outbox = outbox_for(settings, broker_url)
+    outbox = outbox_for(settings)
     if outbox is None:
         return None
     mail_id = kwargs.get("mail_id") or task_id

@@ -24,7 +24,7 @@ from celery.utils.time import maybe_make_aware
 from mailer.guard import MailRequest
 from mailer.guard.data import iso
 from mailer.mail.seal import seal, unseal
-from mailer.outcomes import Outcome
+from mailer.outcomes import IN_FLIGHT, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
@@ -115,7 +115,6 @@ class GuardedTask(Task[Any, Any]):
                 options["eta"] = datetime.fromtimestamp(not_before, timezone.utc)
             recorded = outbox.record(
                 state.current(),
-                broker_url=str(self.app.conf.broker_url),
                 task_id=task_id,
                 args=args,
                 kwargs=dict(kwargs or {}),
@@ -317,8 +316,11 @@ def _process(
 
 def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -> dict[str, Any]:
     """Carry out a ``Later``: store the deferred state, then park the next run (return the
-    ``deferred`` outcome) or publish it with its countdown (raise :class:`Deferred`)."""
-    _show_deferred(task, step, mail_id)
+    ``deferred`` outcome) or publish it with its countdown (raise :class:`Deferred`). A copy
+    that found another run sending its mail (``in_flight``) stores no state: that run's
+    outcome, stored under the same task id, must not be overwritten by a stale DEFERRED."""
+    if step.outcome.reason != IN_FLIGHT:
+        _show_deferred(task, step, mail_id)
     again = dict(task.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
     why = step.outcome.reason or "deferred"
