@@ -68,6 +68,83 @@ else
   if us % 1000 ~= 0 then hi = now + 1 end
 end
 
+-- The quick path: acquire or peek with no hold (ARGV[5] absent or 0) and a mail id not in the
+-- log (or none): the usual call, a mail decided now. Read, decide, write, reply, before any
+-- of the functions below are built; a mail id found in the log (a run asked again, a booking
+-- reached, a late run) goes on to the full path, which reads the log again.
+if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
+  local key, tag, own = KEYS[1], tonumber(ARGV[3]), 0
+  if mode == 'a' and tag ~= 0 then own = tag % BOOKED end
+  local ts, tags, n, found, whole, base = {}, {}, 0, false, true, 0
+  local raw = redis.call('GET', key)
+  if raw then
+    local count = (#raw - 6) / 10
+    local v = {struct.unpack('>I6' .. string.rep('I4I6', count), raw)}
+    local cut = now - max_window
+    base = v[1]
+    for j = 2, 2 * count, 2 do
+      local t = base + v[j]
+      if t > cut then
+        n = n + 1
+        ts[n], tags[n] = t, v[j + 1]
+        if own ~= 0 and tags[n] % BOOKED == own then found = true break end
+      else
+        whole = false
+      end
+    end
+  end
+  if not found then
+    local t, tier, allowed, booked, seen = now, 0, 0, 0, now
+    if n > 0 and ts[n] > hi then t = ts[n] end
+    local bind_t = now
+    for i = 1, ntiers do
+      if n >= limits[i] then
+        local candidate = ts[n - limits[i] + 1] + windows[i]
+        if candidate > bind_t then bind_t, tier = candidate, i end
+      end
+    end
+    if bind_t > t then t = bind_t end
+    local entry = nil
+    if t == now then
+      allowed, tier = 1, 0
+      if mode == 'a' then entry = hi end
+    elseif mode == 'a' and t - now <= tonumber(ARGV[4]) then
+      booked, seen, entry = 1, t, t
+      if tag ~= 0 then own = own + BOOKED end
+    end
+    if entry then -- appended: the log stays sorted (nothing after now, or t >= the newest)
+      local value
+      if n == 0 then
+        value = struct.pack('>I6I4I6', entry, 0, own)
+      elseif whole then
+        value = raw .. struct.pack('>I4I6', entry - base, own)
+      else
+        base = ts[1]
+        local flat = {base}
+        for j = 1, n do flat[2 * j], flat[2 * j + 1] = ts[j] - base, tags[j] end
+        flat[2 * n + 2], flat[2 * n + 3] = entry - base, own
+        value = struct.pack('>I6' .. string.rep('I4I6', n + 1), unpack(flat, 1, 2 * n + 3))
+      end
+      n = n + 1
+      ts[n] = entry
+      redis.call('SET', key, value, 'PX', entry + max_window - now + ttl_slack)
+    end
+    local wait = 0
+    if allowed == 0 and t > now then wait = t - now end
+    local reply = {allowed, booked, t, wait, tier}
+    for i = 1, ntiers do
+      local low, count = seen - windows[i], 0
+      for j = n, 1, -1 do
+        if ts[j] > low then count = count + 1 else break end
+      end
+      local room = limits[i] - count
+      if room < 0 then room = 0 end
+      reply[5 + i] = room
+    end
+    return reply
+  end
+end
+
 -- The packed log: base, then (offset, tag) per entry, in one struct.pack call.
 local function pack(ts, tags, n)
   local base = ts[1]
