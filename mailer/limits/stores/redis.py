@@ -110,19 +110,20 @@ class SlidingRedisStore:
         late_ms: int = -1,
     ) -> Decision:
         now = "" if self._clock is None else to_us(self._clock())
-        args = (
-            ["a", now, tag, wait_ms, not_before_ms] if not_before_ms else ["a", now, tag, wait_ms]
-        )
         if late_ms >= 0:
-            args = ["a", now, tag, wait_ms, not_before_ms, late_ms]
-        # EVALSHA inline, not through a helper: this is the hot path.
+            args: tuple[object, ...] = ("a", now, tag, wait_ms, not_before_ms, late_ms)
+        elif not_before_ms:
+            args = ("a", now, tag, wait_ms, not_before_ms)
+        else:  # the usual call: the script's quick path
+            args = ("a", now, tag, wait_ms)
+        # EVALSHA inline, through execute_command (evalsha's two layers skipped): the hot path.
         key = self._hasher.storage_key(recipient)
         try:
             try:
-                raw = self._client.evalsha(self.script_sha, 1, key, *args)
+                raw = self._client.execute_command("EVALSHA", self.script_sha, 1, key, *args)
             except redis.exceptions.NoScriptError:  # the command did not run: load, run again
                 self._client.script_load(self.script)
-                raw = self._client.evalsha(self.script_sha, 1, key, *args)
+                raw = self._client.execute_command("EVALSHA", self.script_sha, 1, key, *args)
         except REDIS_DOWN as exc:
             raise BackendUnavailable(self.url, exc) from exc
         index = raw[4]
