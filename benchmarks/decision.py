@@ -33,8 +33,8 @@ from mailer.limits.keys import KeyHasher
 from mailer.limits.policy import REFERENCE_POLICY
 from mailer.limits.stores.redis import sliding_decision
 
-ROUNDS = 7
-CALLS = 1_500
+ROUNDS = 15
+CALLS = 1_000
 POLICY = Policy.parse(REFERENCE_POLICY, name="recipient")
 SEED_TEMPLATE = (Path(__file__).parent / "seed_sliding_log.lua").read_text()
 

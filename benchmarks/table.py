@@ -83,7 +83,7 @@ def guard_rows(run: guard.Run) -> list[Row]:
     unguarded = run.commands_per_mail(guard.UNGUARDED)
     return [
         (
-            "worker throughput, guarded send_mail: mails/s",
+            "worker throughput, guarded send_mail: mails/s (ratio: median of rounds)",
             f"{run.rate(guard.GUARDED):,.0f}",
             f"unguarded task {run.rate(guard.UNGUARDED):,.0f} / {ratio:.2f}",
             ">= 0.97",
