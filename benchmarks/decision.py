@@ -67,7 +67,9 @@ def _block(client: redis.Redis, call: Callable[[int], object], offset: int) -> t
     return CALLS / seconds, float(script.get("usec_per_call", 0.0))
 
 
-def contenders(client: redis.Redis, url: str) -> tuple[dict[str, Callable[[int], object]], list]:
+def contenders(
+    client: redis.Redis, url: str
+) -> tuple[dict[str, Callable[[int], object]], list[Limiter]]:
     """The calls to time, by name, and the limiters to close afterwards."""
     noop = client.script_load("return 0")
     seed = client.script_load(seed_script())

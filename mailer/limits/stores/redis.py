@@ -87,6 +87,8 @@ class SlidingRedisStore:
         self._clock = clock
         self._server_clock = redis_clock(self._client, url)
         self.script, self.script_sha = compile_script(policy)
+        #: (tier, scope) by the reply's binding-tier index (0: none).
+        self._binding = [(None, None), *((t, "recipient") for t in policy.tiers)]
 
     @property
     def client(self) -> Any:
@@ -110,34 +112,25 @@ class SlidingRedisStore:
         late_ms: int = -1,
     ) -> Decision:
         now = "" if self._clock is None else to_us(self._clock())
+        key = self._hasher.storage_key(recipient)
         if late_ms >= 0:
             args: tuple[object, ...] = ("a", now, tag, wait_ms, not_before_ms, late_ms)
         elif not_before_ms:
             args = ("a", now, tag, wait_ms, not_before_ms)
-        else:  # the usual call: the script's quick path
-            args = ("a", now, tag, wait_ms)
-        # EVALSHA inline, through execute_command (evalsha's two layers skipped): the hot path.
-        key = self._hasher.storage_key(recipient)
-        try:
-            try:
-                raw = self._client.execute_command("EVALSHA", self.script_sha, 1, key, *args)
-            except redis.exceptions.NoScriptError:  # the command did not run: load, run again
-                self._client.script_load(self.script)
-                raw = self._client.execute_command("EVALSHA", self.script_sha, 1, key, *args)
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self.url, exc) from exc
-        index = raw[4]
-        return new_decision(
-            (
-                raw[0] == 1,
-                raw[1] == 1,
-                raw[2],
-                raw[3],
-                self._tiers[index - 1] if index else None,
-                tuple(raw[5:]),
-                "recipient" if index else None,
+        else:  # the usual call (the script's quick path): no tuple built
+            try:  # EVALSHA through execute_command: evalsha's two layers skipped
+                raw = self._client.execute_command(
+                    "EVALSHA", self.script_sha, 1, key, "a", now, tag, wait_ms
+                )
+            except redis.exceptions.NoScriptError:  # did not run: run_script loads it, runs it
+                raw = self._evalsha([key], ["a", now, tag, wait_ms])
+            except REDIS_DOWN as exc:
+                raise BackendUnavailable(self.url, exc) from exc
+            tier, scope = self._binding[raw[4]]
+            return new_decision(
+                (raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, tuple(raw[5:]), scope)
             )
-        )
+        return self._decision(self._evalsha([key], list(args)))
 
     def acquire_many(
         self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int

@@ -75,21 +75,28 @@ end
 if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
   local key, tag, own = KEYS[1], tonumber(ARGV[3]), 0
   if mode == 'a' and tag ~= 0 then own = tag % BOOKED end
-  local ts, tags, n, found, whole, base = {}, {}, 0, false, true, 0
+  local ts, n, found, first, base, v = {}, 0, false, 0, 0, nil
   local raw = redis.call('GET', key)
   if raw then
     local count = (#raw - 6) / 10
-    local v = {struct.unpack('>I6' .. string.rep('I4I6', count), raw)}
+    local format -- the shortest logs' formats as constants: none built per call
+    if count == 1 then
+      format = '>I6I4I6'
+    elseif count == 2 then
+      format = '>I6I4I6I4I6'
+    else
+      format = '>I6' .. string.rep('I4I6', count)
+    end
+    v = {struct.unpack(format, raw)}
     local cut = now - max_window
     base = v[1]
     for j = 2, 2 * count, 2 do
       local t = base + v[j]
       if t > cut then
+        if first == 0 then first = j end
         n = n + 1
-        ts[n], tags[n] = t, v[j + 1]
-        if own ~= 0 and tags[n] % BOOKED == own then found = true break end
-      else
-        whole = false
+        ts[n] = t
+        if own ~= 0 and v[j + 1] % BOOKED == own then found = true break end
       end
     end
   end
@@ -116,13 +123,13 @@ if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
       local value
       if n == 0 then
         value = struct.pack('>I6I4I6', entry, 0, own)
-      elseif whole then
+      elseif first == 2 then -- nothing dropped
         value = raw .. struct.pack('>I4I6', entry - base, own)
-      else
-        base = ts[1]
-        local flat = {base}
-        for j = 1, n do flat[2 * j], flat[2 * j + 1] = ts[j] - base, tags[j] end
-        flat[2 * n + 2], flat[2 * n + 3] = entry - base, own
+      else -- entries left the longest window: rebased on the oldest kept
+        local b0 = ts[1]
+        local flat = {b0}
+        for j = 1, n do flat[2 * j], flat[2 * j + 1] = ts[j] - b0, v[first + 2 * j - 1] end
+        flat[2 * n + 2], flat[2 * n + 3] = entry - b0, own
         value = struct.pack('>I6' .. string.rep('I4I6', n + 1), unpack(flat, 1, 2 * n + 3))
       end
       n = n + 1
