@@ -9,7 +9,9 @@ Every key has a TTL that ends when its newest entry leaves the longest window. K
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import struct
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -89,6 +91,7 @@ class SlidingRedisStore:
         self.script, self.script_sha = compile_script(policy)
         #: (tier, scope) by the reply's binding-tier index (0: none).
         self._binding = [(None, None), *((t, "recipient") for t in policy.tiers)]
+        self._reply = reply_format(len(policy.tiers))
 
     @property
     def client(self) -> Any:
@@ -126,9 +129,10 @@ class SlidingRedisStore:
                 raw = self._evalsha([key], ["a", now, tag, wait_ms])
             except REDIS_DOWN as exc:
                 raise BackendUnavailable(self.url, exc) from exc
-            tier, scope = self._binding[raw[4]]
+            fields = self._reply.unpack(raw)
+            tier, scope = self._binding[fields[4]]
             return new_decision(
-                (raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, tuple(raw[5:]), scope)
+                (fields[0] == 1, fields[1] == 1, fields[2], fields[3], tier, fields[5:], scope)
             )
         return self._decision(self._evalsha([key], list(args)))
 
@@ -183,14 +187,23 @@ class SlidingRedisStore:
     def _evalsha(self, keys: list[str], args: list[Any]) -> Any:
         return run_script(self._client, (self.script, self.script_sha), keys, args, self.url)
 
-    def _decision(self, raw: Sequence[int]) -> Decision:
+    def _decision(self, raw: bytes) -> Decision:
         return sliding_decision(raw, self._tiers)
 
 
-def sliding_decision(raw: Sequence[int], tiers: Sequence[Tier]) -> Decision:
-    """The decision a sliding-log reply ``(allowed, booked, at, wait, tier, *remaining)`` says,
-    ``tiers`` the policy's recipient tiers."""
-    index = raw[4]
+@functools.cache
+def reply_format(tiers: int) -> struct.Struct:
+    """The binary reply of ``sliding_log.lua`` for a policy of ``tiers`` tiers (its REPLY)."""
+    return struct.Struct(">BBQQB" + "I" * tiers)
+
+
+def sliding_decision(raw: bytes, tiers: Sequence[Tier]) -> Decision:
+    """The decision a sliding-log reply says (allowed, booked, at, wait, tier, then the room
+    per tier: :func:`reply_format`), ``tiers`` the policy's recipient tiers."""
+    fields = reply_format(len(tiers)).unpack(raw)
+    index = fields[4]
     tier = tiers[index - 1] if index else None
     scope = "recipient" if index else None
-    return new_decision((raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, tuple(raw[5:]), scope))
+    return new_decision(
+        (fields[0] == 1, fields[1] == 1, fields[2], fields[3], tier, fields[5:], scope)
+    )
