@@ -9,13 +9,15 @@ contender per round, ``ROUNDS`` rounds:
   hot key (refused after its first mail) and on distinct keys (each admitted);
 - **seed**: the seed's design, the project's first multi-tier sliding-window script
   (``benchmarks/seed_sliding_log.lua``, the same policy compiled in), called with the same
-  keyed-hash key and turned into the same :class:`~mailer.Decision`: what the decision cost
-  before reservations, releases and late runs.
+  keyed-hash key, sent the same way (``execute_command``) and turned into the same
+  :class:`~mailer.Decision` (from its array reply): what the decision cost before
+  reservations, releases and late runs.
 
 Two figures per contender: calls per second as the client sees them (round trip included: the
 ratio a user feels), and the server's time per call from ``INFO commandstats`` (reset before
 each contender's block: less noisy on a shared machine, as other processes delay the client
-far more than the server's script run). Ratios are of medians over the rounds.
+far more than the server's script run). Rates and server times are medians over the rounds;
+a ratio of rates is the median over the rounds of the ratio in each round.
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ from pathlib import Path
 import redis
 
 from mailer import Limiter, Policy
+from mailer.limits.decision import new_decision
 from mailer.limits.keys import KeyHasher
 from mailer.limits.policy import REFERENCE_POLICY
-from mailer.limits.stores.redis import sliding_decision
 
 ROUNDS = 15
 CALLS = 1_000
@@ -41,10 +43,17 @@ SEED_TEMPLATE = (Path(__file__).parent / "seed_sliding_log.lua").read_text()
 
 @dataclass
 class Figures:
-    """One contender's medians over the rounds."""
+    """One contender's medians over the rounds, and its rate in each round."""
 
     rate: float  # calls per second, client side
     server_us: float  # the server's µs per script call (INFO commandstats)
+    rounds: list[float]  # calls per second in each round, in order
+
+    def ratio(self, floor: Figures) -> float:
+        """The median over the rounds of this rate over ``floor``'s in the same round (a
+        round's contenders run within a second of each other: slow drifts in the machine's
+        load cancel out)."""
+        return statistics.median(a / b for a, b in zip(self.rounds, floor.rounds, strict=True))
 
 
 def seed_script() -> str:
@@ -83,12 +92,15 @@ def contenders(
     seed_hot = hasher.storage_key(hot_key)
     client.evalsha(seed, 1, seed_hot, "a", "", 0, 0)
 
-    def seed_call(recipient: str) -> object:
-        raw = client.evalsha(seed, 1, hasher.storage_key(recipient), "a", "", 0, 0)
-        return sliding_decision(raw, tiers)
+    def seed_call(recipient: str) -> object:  # mailguard's client path, the seed's reply
+        key = hasher.storage_key(recipient)
+        raw = client.execute_command("EVALSHA", seed, 1, key, "a", "", 0, 0)
+        index = raw[4]
+        tier, scope = (tiers[index - 1], "recipient") if index else (None, None)
+        return new_decision((raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, tuple(raw[5:]), scope))
 
     calls: dict[str, Callable[[int], object]] = {
-        "no-op": lambda i: client.evalsha(noop, 1, hot_key),
+        "no-op": lambda i: client.execute_command("EVALSHA", noop, 1, hot_key),
         "mailguard hot": lambda i: hot.acquire(hot_key),
         "seed hot": lambda i: seed_call(hot_key),
         "mailguard distinct": lambda i: distinct.acquire(keys[i]),
@@ -116,7 +128,9 @@ def measure(url: str) -> dict[str, Figures]:
     client.close()
     return {
         name: Figures(
-            statistics.median(rate for rate, _ in s), statistics.median(us for _, us in s)
+            statistics.median(rate for rate, _ in s),
+            statistics.median(us for _, us in s),
+            [rate for rate, _ in s],
         )
         for name, s in samples.items()
     }

@@ -121,10 +121,16 @@ class SlidingRedisStore:
         elif not_before_ms:
             args = ("a", now, tag, wait_ms, not_before_ms)
         else:  # the usual call (the script's quick path): no tuple built
-            try:  # EVALSHA through execute_command: evalsha's two layers skipped
-                raw = self._client.execute_command(
-                    "EVALSHA", self.script_sha, 1, key, "a", now, tag, wait_ms
-                )
+            try:  # EVALSHA through execute_command (evalsha's two layers skipped); on the
+                # server's clock, the short form (tag, max_wait) of the script's arguments
+                if now == "":
+                    raw = self._client.execute_command(
+                        "EVALSHA", self.script_sha, 1, key, tag, wait_ms
+                    )
+                else:
+                    raw = self._client.execute_command(
+                        "EVALSHA", self.script_sha, 1, key, "a", now, tag, wait_ms
+                    )
             except redis.exceptions.NoScriptError:  # did not run: run_script loads it, runs it
                 raw = self._evalsha([key], ["a", now, tag, wait_ms])
             except REDIS_DOWN as exc:

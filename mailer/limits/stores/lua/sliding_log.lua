@@ -32,6 +32,9 @@ ARGV[6]   optional, acquire only: late, in ms (-1 or absent: never late). A mail
           order, each only as far as the policy requires), or refused (its entry given back).
           Mirrors _held and _judged in mailer/limits/sliding_log.py.
 
+The usual call may send ARGV as {tag, max_wait} alone: acquire on the server's TIME, as
+{"a", "", tag, max_wait} (two arguments fewer to send and unpack).
+
 Value: a string, big-endian. base (6 bytes, epoch ms) then, per entry oldest first, offset from
 base (4 bytes, ms) and tag (6 bytes: bit 47 is the BOOKED flag of a booking under a mail id
 whose mail has not been admitted yet; the other 47 bits name the mail). Entries older than now - max(window) are dropped; as no
@@ -56,10 +59,13 @@ local ntiers = #limits
 local max_window = windows[ntiers]
 local REPLY = '>BBI8I8B' .. string.rep('I4', ntiers)
 
-local mode = ARGV[1]
+local mode, clock, tag_arg, wait_arg = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+if #ARGV == 2 then -- the usual call's short form: tag, max_wait (acquire on the server's TIME)
+  mode, clock, tag_arg, wait_arg = 'a', '', ARGV[1], ARGV[2]
+end
 local BOOKED = 140737488355328 -- 2^47: the flag of a booking not yet admitted
 local now, hi, ttl_slack = 0, 0, 0
-if ARGV[2] == '' then
+if clock == '' then
   local time = redis.call('TIME')
   now = time[1] * 1000 + math.floor(time[2] / 1000)
   hi = now
@@ -67,7 +73,7 @@ if ARGV[2] == '' then
 else
   -- A client clock is a simulation: its time and Redis's expiry clock drift apart, so keys
   -- get an hour more, lest they expire mid-test while the simulated clock stands still.
-  local us = tonumber(ARGV[2])
+  local us = tonumber(clock)
   now, ttl_slack = math.floor(us / 1000), 3600000
   hi = now
   if us % 1000 ~= 0 then hi = now + 1 end
@@ -78,7 +84,7 @@ end
 -- of the functions below are built; a mail id found in the log (a run asked again, a booking
 -- reached, a late run) goes on to the full path, which reads the log again.
 if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
-  local key, tag, own = KEYS[1], tonumber(ARGV[3]), 0
+  local key, tag, own = KEYS[1], tonumber(tag_arg), 0
   if mode == 'a' and tag ~= 0 then own = tag % BOOKED end
   local ts, n, found, first, base, v = {}, 0, false, 0, 0, nil
   local raw = redis.call('GET', key)
@@ -120,7 +126,7 @@ if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
     if t == now then
       allowed, tier = 1, 0
       if mode == 'a' then entry = hi end
-    elseif mode == 'a' and t - now <= tonumber(ARGV[4]) then
+    elseif mode == 'a' and t - now <= tonumber(wait_arg) then
       booked, seen, entry = 1, t, t
       if tag ~= 0 then own = own + BOOKED end
     end
@@ -431,5 +437,5 @@ if mode == 'm' then
   for i = 1, #KEYS do replies[i] = decide(KEYS[i], 'a', tonumber(ARGV[3 + i]), max_wait, 0, -1) end
   return replies
 end
-return decide(KEYS[1], mode, tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5] or '0'),
+return decide(KEYS[1], mode, tonumber(tag_arg), tonumber(wait_arg), tonumber(ARGV[5] or '0'),
   tonumber(ARGV[6] or '-1'))
