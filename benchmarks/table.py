@@ -140,7 +140,10 @@ def main() -> None:
         rows += guard_rows(guard.collect(GUARD_ROUNDS, GUARD_BATCH, quiet=True))
         waiting = schedule.run_design("parked", "5s", WAITING_MAILS, 60.0, waiting_only=True)
         rows += waiting_rows(waiting)
-    print(f"(load at the end {_load()}; {decision.ROUNDS} rounds of the decision rows)")
+    print(
+        f"(load at the end {_load()}; rates are medians over {decision.ROUNDS} interleaved "
+        "rounds, a ratio of rates the median of the rounds' ratios)"
+    )
     print_table(rows)
 
 
