@@ -52,8 +52,11 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+## bench: first the one table (benchmarks/table.py, about a minute and a half: each headline
+## figure as a ratio to its floor measured in the same run), then each benchmark's own table.
 bench: install
 	@sh .ci/install-redis
+	$(BIN)/python -m benchmarks.table
 	$(BIN)/python -m benchmarks.limiter
 	$(BIN)/python -m benchmarks.guard
 	$(BIN)/python -m benchmarks.timing

@@ -181,8 +181,37 @@ def _row(
     return (measure, value, floor, target, met)
 
 
-def main() -> None:
-    started = time.monotonic()
+@dataclass
+class Run:
+    """What :func:`collect` measured: batches by task, per-mail timings, log runtimes."""
+
+    batches: dict[str, list[Batch]]
+    timings: dict[str, list[dict[str, float]]]
+    runtimes: dict[str, list[float]]
+
+    def clean(self) -> list[tuple[Batch, Batch]]:
+        """The (guarded, unguarded) rounds in which other processes stayed quiet, or all."""
+        rounds = list(zip(self.batches[GUARDED], self.batches[UNGUARDED], strict=True))
+        return [(g, u) for g, u in rounds if max(g.load, u.load) <= OTHERS_WARN] or rounds
+
+    def ratio(self) -> float:
+        """Guarded / unguarded throughput: the median over the clean rounds."""
+        return statistics.median(u.seconds / g.seconds for g, u in self.clean())
+
+    def rate(self, task: str) -> float:
+        """``task``'s mails per second: the median over the clean rounds."""
+        index = 0 if task == GUARDED else 1
+        return statistics.median(len(p[index].ids) / p[index].seconds for p in self.clean())
+
+    def commands_per_mail(self, task: str) -> float:
+        """Redis commands per mail of ``task`` (all clients, calls inside scripts included)."""
+        batches = self.batches[task]
+        return sum(b.commands for b in batches) / sum(len(b.ids) for b in batches)
+
+
+def collect(rounds: int = ROUNDS, batch: int = BATCH, *, quiet: bool = False) -> Run:
+    """Start a redis-server and a worker, drain ``rounds`` interleaved pairs of batches of
+    ``batch`` mails (guarded, unguarded; the order flips every round), stop them."""
     server = RedisServer().start()
     timings_dir = Path(tempfile.mkdtemp(prefix="mailguard-bench-"))
     env = worker_env(
@@ -196,10 +225,11 @@ def main() -> None:
     try:
         admin = redis.Redis.from_url(server.url)
         version = admin.info("server")["redis_version"]
-        print(
-            f"machine: {_machine()}, redis-server {version} on loopback, "
-            f"1 worker (prefork, concurrency 2), {ROUNDS} rounds x {BATCH} mails each"
-        )
+        if not quiet:
+            print(
+                f"machine: {_machine()}, redis-server {version} on loopback, "
+                f"1 worker (prefork, concurrency 2), {rounds} rounds x {batch} mails each"
+            )
         worker.start()
         bench = Bench(
             client_app(env),
@@ -210,9 +240,9 @@ def main() -> None:
         )
         for task in (GUARDED, UNGUARDED):
             run_batch(bench, task, f"warm-{task}", WARMUP)
-        for r in range(ROUNDS):
+        for r in range(rounds):
             for task in (GUARDED, UNGUARDED) if r % 2 == 0 else (UNGUARDED, GUARDED):
-                batches[task].append(run_batch(bench, task, f"r{r}-{task}", BATCH))
+                batches[task].append(run_batch(bench, task, f"r{r}-{task}", batch))
         bench.app.close()
         bench.results.close()
         admin.close()
@@ -228,18 +258,22 @@ def main() -> None:
     trouble = [line for line in log.splitlines() if "ERROR" in line or "Traceback" in line]
     if trouble:
         raise RuntimeError("the worker logged errors:\n" + "\n".join(trouble[:10]))
+    return Run(batches, timings, runtimes)
+
+
+def main() -> None:
+    started = time.monotonic()
+    run = collect()
+    batches, timings, runtimes = run.batches, run.timings, run.runtimes
 
     mails = ROUNDS * BATCH
     # Medians over the rounds, and only over the rounds in which other processes on the machine
     # stayed quiet if there are any: a burst of load from elsewhere spoils rounds, not the result.
     rounds = list(zip(batches[GUARDED], batches[UNGUARDED], strict=True))
-    clean = [(g, u) for g, u in rounds if max(g.load, u.load) <= OTHERS_WARN] or rounds
-    rate = {
-        GUARDED: statistics.median(BATCH / g.seconds for g, _ in clean),
-        UNGUARDED: statistics.median(BATCH / u.seconds for _, u in clean),
-    }
+    clean = run.clean()
+    rate = {task: run.rate(task) for task in (GUARDED, UNGUARDED)}
     per_round = [u.seconds / g.seconds for g, u in rounds]
-    ratio = statistics.median(u.seconds / g.seconds for g, u in clean)
+    ratio = run.ratio()
     aggregate = sum(b.seconds for b in batches[UNGUARDED]) / sum(
         b.seconds for b in batches[GUARDED]
     )
@@ -254,7 +288,7 @@ def main() -> None:
     }
     other = [o - t.get("acquire", 0) - lg for o, t, lg in zip(own, g_t, ledger, strict=True)]
     rt_g, rt_u = runtimes[GUARDED], runtimes[UNGUARDED]
-    commands = {task: sum(b.commands for b in batches[task]) / mails for task in batches}
+    commands = {task: run.commands_per_mail(task) for task in batches}
 
     def us(values: list[float]) -> str:
         return f"{statistics.median(values) * 1e6:.0f}"

@@ -9,7 +9,9 @@ Every key has a TTL that ends when its newest entry leaves the longest window. K
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import struct
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -87,6 +89,9 @@ class SlidingRedisStore:
         self._clock = clock
         self._server_clock = redis_clock(self._client, url)
         self.script, self.script_sha = compile_script(policy)
+        #: (tier, scope) by the reply's binding-tier index (0: none).
+        self._binding = [(None, None), *((t, "recipient") for t in policy.tiers)]
+        self._reply = reply_format(len(policy.tiers))
 
     @property
     def client(self) -> Any:
@@ -110,33 +115,32 @@ class SlidingRedisStore:
         late_ms: int = -1,
     ) -> Decision:
         now = "" if self._clock is None else to_us(self._clock())
-        args = (
-            ["a", now, tag, wait_ms, not_before_ms] if not_before_ms else ["a", now, tag, wait_ms]
-        )
-        if late_ms >= 0:
-            args = ["a", now, tag, wait_ms, not_before_ms, late_ms]
-        # EVALSHA inline, not through a helper: this is the hot path.
         key = self._hasher.storage_key(recipient)
-        try:
-            try:
-                raw = self._client.evalsha(self.script_sha, 1, key, *args)
-            except redis.exceptions.NoScriptError:  # the command did not run: load, run again
-                self._client.script_load(self.script)
-                raw = self._client.evalsha(self.script_sha, 1, key, *args)
-        except REDIS_DOWN as exc:
-            raise BackendUnavailable(self.url, exc) from exc
-        index = raw[4]
-        return new_decision(
-            (
-                raw[0] == 1,
-                raw[1] == 1,
-                raw[2],
-                raw[3],
-                self._tiers[index - 1] if index else None,
-                tuple(raw[5:]),
-                "recipient" if index else None,
+        if late_ms >= 0:
+            args: tuple[object, ...] = ("a", now, tag, wait_ms, not_before_ms, late_ms)
+        elif not_before_ms:
+            args = ("a", now, tag, wait_ms, not_before_ms)
+        else:  # the usual call (the script's quick path): no tuple built
+            try:  # EVALSHA through execute_command (evalsha's two layers skipped); on the
+                # server's clock, the short form (tag, max_wait) of the script's arguments
+                if now == "":
+                    raw = self._client.execute_command(
+                        "EVALSHA", self.script_sha, 1, key, tag, wait_ms
+                    )
+                else:
+                    raw = self._client.execute_command(
+                        "EVALSHA", self.script_sha, 1, key, "a", now, tag, wait_ms
+                    )
+            except redis.exceptions.NoScriptError:  # did not run: run_script loads it, runs it
+                raw = self._evalsha([key], ["a", now, tag, wait_ms])
+            except REDIS_DOWN as exc:
+                raise BackendUnavailable(self.url, exc) from exc
+            fields = self._reply.unpack(raw)
+            tier, scope = self._binding[fields[4]]
+            return new_decision(
+                (fields[0] == 1, fields[1] == 1, fields[2], fields[3], tier, fields[5:], scope)
             )
-        )
+        return self._decision(self._evalsha([key], list(args)))
 
     def acquire_many(
         self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
@@ -189,14 +193,23 @@ class SlidingRedisStore:
     def _evalsha(self, keys: list[str], args: list[Any]) -> Any:
         return run_script(self._client, (self.script, self.script_sha), keys, args, self.url)
 
-    def _decision(self, raw: Sequence[int]) -> Decision:
+    def _decision(self, raw: bytes) -> Decision:
         return sliding_decision(raw, self._tiers)
 
 
-def sliding_decision(raw: Sequence[int], tiers: Sequence[Tier]) -> Decision:
-    """The decision a sliding-log reply ``(allowed, booked, at, wait, tier, *remaining)`` says,
-    ``tiers`` the policy's recipient tiers."""
-    index = raw[4]
+@functools.cache
+def reply_format(tiers: int) -> struct.Struct:
+    """The binary reply of ``sliding_log.lua`` for a policy of ``tiers`` tiers (its REPLY)."""
+    return struct.Struct(">BBQQB" + "I" * tiers)
+
+
+def sliding_decision(raw: bytes, tiers: Sequence[Tier]) -> Decision:
+    """The decision a sliding-log reply says (allowed, booked, at, wait, tier, then the room
+    per tier: :func:`reply_format`), ``tiers`` the policy's recipient tiers."""
+    fields = reply_format(len(tiers)).unpack(raw)
+    index = fields[4]
     tier = tiers[index - 1] if index else None
     scope = "recipient" if index else None
-    return new_decision((raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, tuple(raw[5:]), scope))
+    return new_decision(
+        (fields[0] == 1, fields[1] == 1, fields[2], fields[3], tier, fields[5:], scope)
+    )

@@ -1,0 +1,63 @@
+"""The usual Redis decision's work, in commands (INFO commandstats: machine-independent).
+
+A mail decided now under a recipient-only policy is one EVALSHA whose script reads the
+server's TIME and the recipient's log (GET) and, when it admits or books, writes it (SET):
+nothing more, whatever the log holds. The quick path at the head of sliding_log.lua does this;
+the behaviour behind it (bookings, late runs) is covered by the limiter's shared suites.
+"""
+
+from __future__ import annotations
+
+import redis
+
+from mailer import Limiter, ManualClock, Policy
+from mailer.limits.policy import REFERENCE_POLICY
+
+REFERENCE = Policy.parse(REFERENCE_POLICY, name="recipient")
+
+
+def _calls(client: redis.Redis) -> dict[str, int]:
+    """Commands run since the last CONFIG RESETSTAT, the test's own left out."""
+    stats = client.info("commandstats")
+    calls = {name.removeprefix("cmdstat_"): int(v["calls"]) for name, v in stats.items()}
+    return {name: n for name, n in calls.items() if name not in {"config|resetstat", "hello"}}
+
+
+def test_admitted_refused_and_booked_mails_cost_one_script_call_each(redis_url: str) -> None:
+    client = redis.Redis.from_url(redis_url)
+    limiter = Limiter.from_url(redis_url, REFERENCE, secret="s")
+    limiter.peek("warm@example.com")  # the script loaded, the connection open
+    client.config_resetstat()
+    assert limiter.acquire("ada@example.com", mail_id="m1").allowed
+    assert _calls(client) == {"evalsha": 1, "time": 1, "get": 1, "set": 1}
+    client.config_resetstat()
+    assert limiter.acquire("ada@example.com", mail_id="m2").refused  # 1/60s: nothing written
+    assert _calls(client) == {"evalsha": 1, "time": 1, "get": 1}
+    client.config_resetstat()
+    assert limiter.acquire("ada@example.com", mail_id="m3", max_wait=120).booked
+    assert _calls(client) == {"evalsha": 1, "time": 1, "get": 1, "set": 1}
+    limiter.close()
+    client.close()
+
+
+def test_an_admission_after_entries_expired_keeps_only_the_live_ones(redis_url: str) -> None:
+    """The quick path appends to the stored log, or rewrites it when entries left the longest
+    window: the value holds the live entries only (6 bytes of base, 10 per entry)."""
+    clock = ManualClock(1_700_000_000.0)
+    client = redis.Redis.from_url(redis_url)
+    limiter = Limiter.from_url(redis_url, REFERENCE, clock=clock, secret="s")
+    key = limiter.storage_key("recipient", "ada@example.com")
+    assert limiter.acquire("ada@example.com", mail_id="a").allowed
+    clock.advance(3_600)
+    assert limiter.acquire("ada@example.com", mail_id="b").allowed
+    assert len(client.get(key) or b"") == 6 + 2 * 10  # appended
+    clock.advance(86_400 - 1_800)  # the first entry left the 24 h window, the second did not
+    assert limiter.acquire("ada@example.com", mail_id="c").allowed
+    assert len(client.get(key) or b"") == 6 + 2 * 10  # rewritten: b and c
+    clock.advance(86_400)
+    assert limiter.acquire("ada@example.com", mail_id="d").allowed
+    assert len(client.get(key) or b"") == 6 + 10
+    assert limiter.acquire("ada@example.com", mail_id="d").allowed  # its own admission again
+    assert limiter.release("ada@example.com", mail_id="d")
+    limiter.close()
+    client.close()
