@@ -39,6 +39,11 @@ def env(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[dict[str, str]]
     env = worker_env(
         redis_url, smtp_server.url, MAILGUARD_POLICY="100/1s", MAILGUARD_OUTBOX_GRACE="1s"
     )
+    ledger = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
+    stale = list(ledger.scan_iter(match="mailguard:{outbox:*"))  # other files' mails, same Redis
+    if stale:
+        ledger.delete(*stale)
+    ledger.close()
     previous = tasks.use_settings(Settings.from_env(env))
     yield env
     tasks.use_settings(previous)

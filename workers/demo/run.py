@@ -280,10 +280,10 @@ def _check_redis(url: str) -> None:
 
 
 def _delete_queue(url: str, queue: str) -> None:
-    """Remove the run's own queue and its kombu bindings from Redis (best effort).
+    """Remove the run's own queue, its kombu bindings and its outbox from Redis (best effort).
 
     A mail still waiting at Ctrl-C is put back on the queue when the worker stops: deleting the
-    queue keeps it from lingering there with nobody to take it.
+    queue keeps it from lingering there with nobody to take it, and its outbox entry with it.
     """
     import redis  # noqa: PLC0415
 
@@ -291,6 +291,7 @@ def _delete_queue(url: str, queue: str) -> None:
         client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
         try:
             keys = [*client.scan_iter(match=f"{queue}*", count=1000)]  # with priority steps
+            keys += client.scan_iter(match=f"mailguard:{{outbox:{queue}}}*", count=1000)
             keys += [f"_kombu.binding.{queue}", f"_kombu.binding_permanent.{queue}"]
             client.delete(*keys)
         finally:
