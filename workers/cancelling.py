@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mailer import outcomes as why
+from mailer.crashpoints import crash_point
 from mailer.errors import InvalidAddress, MailguardError
 from mailer.factory import build_guard_limiter
 from mailer.limits.limiter import Limiter
@@ -108,6 +109,7 @@ def cancel_waiting(
     if not begun:
         raise NotCancelled(f"mail {mail_id!r} is being sent right now: too late to cancel")
     payload = schedule.cancel(mail_id)
+    crash_point("cancel")
     outcome = cancelled_outcome(settings, mail_id, found.meta, payload, limiter)
     ledger.record(outcome)
     task_id = Parked.decode(payload, mail_id).task_id if payload else found.task_id

@@ -25,6 +25,7 @@ import threading
 import time
 from typing import Any
 
+from mailer.crashpoints import crash_point
 from mailer.errors import BackendUnavailable
 from mailer.guard.data import iso
 from mailer.records.schedule import MemorySchedule, Schedule, schedule_from_url
@@ -98,6 +99,7 @@ def park(
     except BackendUnavailable as exc:
         log.warning("mail %s: could not park it, holding a countdown: %s", mail_id, exc)
         return None
+    crash_point("parking")
     log.info("mail %s parked until %s", mail_id, iso(due), extra={"mail_id": mail_id})
     return due
 

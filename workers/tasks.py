@@ -21,6 +21,7 @@ from celery.exceptions import Ignore, Reject
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
+from mailer.crashpoints import crash_point
 from mailer.guard import MailRequest
 from mailer.guard.data import iso
 from mailer.mail.seal import seal, unseal
@@ -166,6 +167,9 @@ def _broker_setting(app: Any) -> str:
     return f"the broker_url of Celery app {app.main!r}"
 
 
+signals.after_task_publish.connect(lambda **_: crash_point("published"), weak=False)
+
+
 @signals.worker_init.connect
 def _worker_started(sender: Any = None, **_: Any) -> None:
     """A worker of this process consumes its ``memory://`` broker (:func:`check_consumed`)."""
@@ -257,6 +261,7 @@ def send_mail(
         progress = replace(progress, requested_at=min(float(_requested_at), time.time()))
     _count_queue_wait(self.request.eta, progress.requested_at, kind)
     step = _process(request, progress, settings, watched=bool(_progress))
+    crash_point("recorded")
     if isinstance(step, Finish):
         return step.outcome.as_dict()
     if isinstance(step, Fail):
@@ -280,6 +285,7 @@ def _process(
 def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -> dict[str, Any]:
     """Carry out a ``Later``: store the deferred state, then park the next run (return the
     ``deferred`` outcome) or publish it with its countdown (raise :class:`Deferred`)."""
+    crash_point("booked")
     _show_deferred(task, step, mail_id)
     again = dict(task.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))

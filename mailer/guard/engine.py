@@ -31,6 +31,7 @@ from dataclasses import replace
 
 from mailer import outcomes as why
 from mailer.clock import Clock
+from mailer.crashpoints import crash_point
 from mailer.errors import BackendUnavailable
 from mailer.guard.admission import Admission
 from mailer.guard.booking import Booking
@@ -152,6 +153,7 @@ class Guard:
         if held is not None:
             return held, not isinstance(held, Later)
         progress = replace(progress, stale_owner="")
+        crash_point("claimed")
         if not progress.first_seen:  # once: the kind's deadline counts from here
             progress = self._first_seen(progress)
         mail, passed = self._pass_gates(mail, progress)
