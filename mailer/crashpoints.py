@@ -31,7 +31,7 @@ POINTS: dict[str, str] = {
     "parking": "a run: its mail parked in the schedule, its message not yet acknowledged",
     "promoting": "the promoter: due entries taken from the schedule, not yet published",
     "republished": "the promoter or watchdog: entries published, not yet forgotten",
-    "cancel": "cancel: the ledger's claim taken and the schedule entry removed, not recorded",
+    "cancel": "cancel: the cancellation recorded, the parked entry not yet removed",
 }
 
 VARIABLE = "MAILGUARD_CRASH_AT"
