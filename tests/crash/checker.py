@@ -138,19 +138,32 @@ def _check_late(
 ) -> None:
     """A recipient's k-th arrival at most the claim lease + :data:`RESTART_SLACK` after
     max(its k-th ideal slot, ``restart``). The ideal slots are where the mails would have gone
-    with nothing killed: each at its enqueue, or the policy's spacing after the one before
-    (whatever order the crash left them in). ``pairs``: (enqueued at, arrived at) per mail."""
-    spacing = min((window for count, window in promise.tiers if count == 1), default=0.0)
-    ideal = 0.0
+    with nothing killed (:func:`ideal_slots`), whatever order the crash left them in.
+    ``pairs``: (enqueued at, arrived at) per mail."""
     arrived = sorted(first for _, first in pairs)
-    for k, enqueued in enumerate(sorted(at for at, _ in pairs)):
-        ideal = max(enqueued, ideal + spacing) if k else enqueued
-        late = arrived[k] - max(ideal, restart)
+    ideal = ideal_slots(sorted(at for at, _ in pairs), promise.tiers)
+    for k, slot in enumerate(ideal):
+        late = arrived[k] - max(slot, restart)
         report.late[f"{to}#{k}"] = late
         assert late <= promise.claim_lease + RESTART_SLACK, (
             f"{to}: mail {k + 1} arrived {late:.2f} s after max(its slot, the restart): more "
             f"than the claim lease {promise.claim_lease:g} s + {RESTART_SLACK:g} s"
         )
+
+
+def ideal_slots(enqueued: list[float], tiers: tuple[tuple[int, float], ...]) -> list[float]:
+    """Each mail's earliest slot under every tier, taken in enqueue order (epoch s)."""
+    slots: list[float] = []
+    for at in enqueued:
+        slot, moved = at, True
+        while moved:
+            moved = False
+            for count, window in tiers:
+                inside = [s for s in slots if s > slot - window]
+                if len(inside) >= count:
+                    slot, moved = inside[len(inside) - count] + window, True
+        slots.append(slot)
+    return slots
 
 
 def _check_once(mail: Mail, times: list[float], accept_then_drop: bool, report: Report) -> None:
