@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-demo test lint docs bench demo clean flake
+.PHONY: install install-demo test lint docs bench demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -34,6 +34,7 @@ FLAKE_TESTS ?= tests/crash \
 	tests/test_faults_crash.py::test_a_broker_restart_with_countdown_held_mails \
 	tests/test_faults_crash.py::test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice \
 	tests/test_drain_worker.py tests/test_chaos.py
+.PHONY: flake
 flake: install
 	@sh .ci/install-redis
 	@sh .ci/flake $(FLAKE_RUNS) $(PYTEST_JOBS) $(FLAKE_TESTS)
