@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-demo test lint docs bench demo clean
+.PHONY: install install-demo wheel wheel-check test lint docs bench demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -15,6 +15,17 @@ install: $(BIN)/python
 ## install-demo: the package alone (no dev extras): what `mailguard demo` needs.
 install-demo: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
+
+## wheel: the distribution as a wheel, dist/celery_mailguard-<version>-py3-none-any.whl (what
+## `pip install dist/celery_mailguard-*.whl` installs while the distribution is not on PyPI).
+wheel: $(BIN)/python
+	rm -f dist/celery_mailguard-*.whl
+	$(BIN)/python -m pip wheel --quiet --no-deps --wheel-dir dist .
+
+## wheel-check: that wheel installed into a fresh virtualenv outside the checkout, and the
+## `mailguard` command run from it (.ci/wheel-check; CI runs it before the tests).
+wheel-check:
+	@PY=$(PY) sh .ci/wheel-check
 
 ## test: the whole test suite (starts its own redis-server; installs it with apt-get if missing),
 ## then a branch-coverage report of mailer/ and workers/ (files at 100 % are not listed).
@@ -62,9 +73,10 @@ bench: install
 	$(BIN)/python -m benchmarks.schedule
 	$(BIN)/python -m benchmarks.newsletter
 	$(BIN)/python -m benchmarks.drain
+	$(BIN)/python -m benchmarks.enqueue
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site build dist
 
 ## demo: the main job on embedded defaults (in-process worker, memory limiter, local SMTP capture; no Redis)
 demo: install-demo

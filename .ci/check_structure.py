@@ -3,9 +3,13 @@
 ``python .ci/check_structure.py`` (run by ``make lint``) over the modules of ``mailer/`` and
 ``workers/``:
 
-- no module over :data:`MAX_MODULE_LINES` lines;
+- no module over :data:`MAX_MODULE_LINES` lines, no Lua file (every ``.lua`` under ``mailer/``)
+  over it either;
 - no function or method over :data:`MAX_FUNCTION_LINES` lines (from its ``def`` line to its
-  last line, its docstring not counted, its decorators neither);
+  last line, its docstring not counted, its decorators neither); no Lua function over
+  :data:`MAX_LUA_FUNCTION_LINES` lines of its own (from its ``function`` to its ``end``, the
+  functions defined inside it not counted: each is measured on its own, so a function that only
+  defines others, as the scoped script's ``paged_lib`` parts do, is as long as its statements);
 - no ``noqa`` waiver of the complexity rules (PLR0911, PLR0912, PLR0915);
 - no import circle among these modules: every ``import`` counts, those inside functions and
   under ``if TYPE_CHECKING:`` too; a package's ``__init__`` importing its own submodules (a
@@ -23,12 +27,25 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("mailer", "workers")
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
+#: A Lua function's own lines at most: Lua says less per line than Python (no comprehensions,
+#: explicit loops and ``end``s, a decision that must stay one atomic script), so about twice
+#: the Python measure; what does not fit goes into a function of its own or a part file.
+MAX_LUA_FUNCTION_LINES = 140
 WAIVER = re.compile(r"#\s*noqa\b[^\n]*\bPLR09(?:11|12|15)\b")
+#: The Lua words that open a block closed by ``end`` (``while`` and ``for`` open theirs with
+#: ``do``), and ``repeat``, closed by ``until``.
+LUA_OPENERS = ("function", "if", "do", "repeat")
+#: Long comments and strings (``--[==[ ... ]==]``, ``[[ ... ]]``), the other comments and
+#: strings, words, newlines: what the Lua measure reads of a file.
+LUA_TOKEN = re.compile(
+    r"--\[(=*)\[|\[(=*)\[|--[^\n]*|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"|[A-Za-z_]\w*|\n"
+)
 #: What ``mailer/`` must never import (its top-level package names).
 LIBRARY_FORBIDDEN = ("celery", "kombu", "workers")
 
@@ -208,6 +225,57 @@ def library_problems(module: Module) -> Iterator[str]:
             yield f"{_where(module)}: mailer/ imports {top}"
 
 
+def lua_words(text: str) -> Iterator[tuple[str, int]]:
+    """The words of Lua source and their line numbers, its comments and strings skipped."""
+    line, pos = 1, 0
+    while found := LUA_TOKEN.search(text, pos):
+        level = found[1] if found[1] is not None else found[2]
+        if level is not None:  # a long comment or string: up to its closing bracket
+            close = text.find(f"]{level}]", found.end())
+            pos = len(text) if close < 0 else close + len(level) + 2
+            line += text.count("\n", found.start(), pos)
+            continue
+        pos, word = found.end(), found[0]
+        if word == "\n":
+            line += 1
+        elif word[0].isalpha() or word[0] == "_":
+            yield word, line
+
+
+def lua_functions(text: str) -> Iterator[tuple[int, int]]:
+    """Each Lua function's first line and its own lines (the functions inside it not counted)."""
+    blocks: list[list[Any]] = []  # [opening word, its line, lines of the functions inside]
+    for word, line in lua_words(text):
+        if word in LUA_OPENERS:
+            blocks.append([word, line, 0])
+        elif word in ("end", "until") and blocks:
+            opener, start, inner = blocks.pop()
+            if opener != "function":
+                continue
+            lines = line - start + 1
+            yield start, lines - inner
+            outer = next((block for block in reversed(blocks) if block[0] == "function"), None)
+            if outer is not None:
+                outer[2] += lines
+
+
+def lua_problems(root: Path) -> Iterator[str]:
+    """Too long a Lua file under ``mailer/``, or a Lua function too long on its own."""
+    for path in sorted((root / "mailer").rglob("*.lua")):
+        text = path.read_text(encoding="utf-8")
+        where = path.relative_to(root)
+        count = len(text.splitlines())
+        if count > MAX_MODULE_LINES:
+            yield f"{where}: Lua file has {count} lines (at most {MAX_MODULE_LINES})"
+        rows = text.splitlines()
+        for start, lines in lua_functions(text):
+            if lines > MAX_LUA_FUNCTION_LINES:
+                yield (
+                    f"{where}:{start}: Lua function {rows[start - 1].strip()!r} has {lines} "
+                    f"lines of its own (at most {MAX_LUA_FUNCTION_LINES})"
+                )
+
+
 def problems(root: Path = ROOT) -> list[str]:
     """Every violation found under ``root``, one line each."""
     modules = load(root)
@@ -215,6 +283,7 @@ def problems(root: Path = ROOT) -> list[str]:
     for module in modules.values():
         found += size_problems(module)
         found += library_problems(module)
+    found += lua_problems(root)
     found += [f"import circle: {' -> '.join(c)}" for c in cycles(import_graph(modules))]
     return found
 
@@ -226,7 +295,10 @@ def main() -> int:
     if found:
         print(f"check_structure: {len(found)} problem(s)", file=sys.stderr)
         return 1
-    print("check_structure: modules, functions, waivers, import graph: all within the measures")
+    print(
+        "check_structure: modules, functions, Lua files and functions, waivers, import graph: "
+        "all within the measures"
+    )
     return 0
 
 

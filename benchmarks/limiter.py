@@ -12,8 +12,10 @@ ratio to a floor measured on the same connection in the same rounds:
 - ``acquire_many`` of 100 keys against 100 single ``acquire`` calls.
 - Per sender tier (sliding and gcra ``14/1s``), the time of one decision after N bookings of a
   newsletter (share 0.5, a week's wait) in the sender scope, N = 10 to 100 000, as ratios to
-  the time at 10, with the bytes the sender scope's keys hold; and for ``memory://`` under
-  ``sender: 14/1s gcra`` (the paged search of :mod:`mailer.limits.gcra_search`).
+  the time at 10, with the bytes the sender scope's keys hold and the server's time per script
+  call (``INFO commandstats``); and for ``memory://`` under ``sender: 14/1s gcra`` (the paged
+  search of :mod:`mailer.limits.gcra_search`). ``--backlog`` runs only the gcra rows at 10 and
+  100 000 bookings, with the server's time per decision in three booking orders (:data:`ORDERS`).
 - The scoped decision's lower bound: a script that makes only the Redis calls a scoped decision
   cannot do without (``TIME``, one ``MGET`` of the three scopes' keys, the three writes) and
   returns a reply of the same size, with no decision at all: what one script call with these
@@ -26,6 +28,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -155,32 +158,96 @@ def _sender_backlog(url: str, tier: str, count: int, namespace: str) -> Limiter:
     return limiter
 
 
-def bench_backlog(url: str, counts: tuple[int, ...]) -> list[tuple[str, int, float, int]]:
+def bench_backlog(
+    url: str, counts: tuple[int, ...], tiers: tuple[str, ...] = ("14/1s", "14/1s gcra")
+) -> list[tuple[str, int, float, int, float]]:
     """Per sender tier and backlog size: the median time of one decision (a newsletter mail,
-    share 0.5, booked at the end, once the room at the front is taken) and the bytes the
-    sender scope's keys hold."""
+    share 0.5, booked at the end, once the room at the front is taken), the bytes the sender
+    scope's keys hold, and the server's µs per ``EVALSHA`` over the timed calls (``INFO
+    commandstats``, reset before them: less noisy than the round trip)."""
     client = redis.Redis.from_url(url)
     out = []
-    for tier in ("14/1s", "14/1s gcra"):
+    for tier in tiers:
         for count in counts:
             namespace = f"backlog-{uuid.uuid4().hex[:8]}"
             limiter = _sender_backlog(url, tier, count, namespace)
             for i in range(8):  # the room at the front taken: every timed mail books the end
                 limiter.acquire(f"w{i}@news.example", max_wait=MAX_WAIT, share=0.5)
             rounds = 200
+            client.config_resetstat()
             times = _timed(
                 lambda i, lim=limiter: lim.acquire(
                     f"b{i}@news.example", mail_id=f"b{i}", max_wait=MAX_WAIT, share=0.5
                 ),
                 rounds,
             )
+            server = client.info("commandstats")["cmdstat_evalsha"]["usec_per_call"]
             base = limiter.storage_key("sender", "sender")
             size = sum(client.memory_usage(k) or 0 for k in client.scan_iter(match=base + ":*"))
-            out.append((tier, count, statistics.median(times), size))
+            out.append((tier, count, statistics.median(times), size, float(server)))
             limiter.close()
             client.flushall()
     client.close()
     return out
+
+
+#: Booking orders of the "server time per decision, order" rows: the backlog's spacing (µs,
+#: written in the one-string form as in :func:`_sender_backlog`) and the share of the mails
+#: then booked: at the end of a full-rate backlog, into the room of a half-rate one (each mail
+#: inserted near the front), at the end of a half-rate one at the share's rate.
+ORDERS = (
+    ("full-rate backlog, share 1.0 booked at the end", -(-1_000_000 // 14), 1.0),
+    ("half-rate backlog, share 1.0 inserted at the front", -(-1_000_000 // 7), 1.0),
+    ("half-rate backlog, share 0.5 booked at the end", -(-1_000_000 // 7), 0.5),
+)
+
+
+def bench_orders(url: str, counts: tuple[int, int]) -> list[tuple[str, float, float]]:
+    """Per order of :data:`ORDERS` under ``sender: 14/1s gcra``: the server's µs per decision
+    (``INFO commandstats``, 300 mails) after ``counts[0]`` and ``counts[1]`` bookings."""
+    client = redis.Redis.from_url(url)
+    policy = Policy.parse("recipient: 1/60s; sender: 14/1s gcra", name="recipient")
+    out = []
+    for name, step, share in ORDERS:
+        server = []
+        for count in counts:
+            clock = ManualClock(1_700_000_000.0)
+            namespace = f"order-{uuid.uuid4().hex[:8]}"
+            limiter = Limiter.from_url(url, policy, clock=clock, secret="b", namespace=namespace)
+            start = 1_700_000_000_000 + 1
+            packed = b"".join(
+                (-(-(start * 1000 + i * step) // 1000) * 1000).to_bytes(7, "big")
+                + (i + 1).to_bytes(6, "big")
+                for i in range(count)
+            )
+            client.set(limiter.storage_key("sender", "sender") + ":g1", b"0|" + packed)
+            for i in range(8):  # pages the bucket, takes the room at now
+                limiter.acquire(f"w{i}@news.example", max_wait=MAX_WAIT, share=share)
+            client.config_resetstat()
+            for i in range(300):
+                limiter.acquire(f"b{i}@news.example", max_wait=MAX_WAIT, share=share)
+            server.append(float(client.info("commandstats")["cmdstat_evalsha"]["usec_per_call"]))
+            limiter.close()
+            client.flushall()
+        out.append((name, server[0], server[1]))
+    client.close()
+    return out
+
+
+def _order_rows(
+    orders: list[tuple[str, float, float]], counts: tuple[int, int]
+) -> list[tuple[str, str, str, str, str]]:
+    """The rows "server time per decision, order", as ratios to the fewer bookings."""
+    return [
+        (
+            f"server time per decision after {counts[1]:,} bookings, {name}",
+            f"{large:.0f} µs",
+            f"{small:.0f} µs at {counts[0]} / {large / small:.2f}",
+            "<= 2",
+            "yes" if large / small <= 2 else "no",
+        )
+        for name, small, large in orders
+    ]
 
 
 def bench_memory_backlog(counts: tuple[int, ...]) -> list[tuple[int, float]]:
@@ -299,20 +366,31 @@ def _machine() -> str:
 
 
 def _backlog_rows(
-    backlog: list[tuple[str, int, float, int]],
+    backlog: list[tuple[str, int, float, int, float]],
 ) -> list[tuple[str, str, str, str, str]]:
-    """The rows "decision after N bookings in the sender scope", as ratios to 10 bookings."""
+    """The rows "decision after N bookings in the sender scope", as ratios to 10 bookings: the
+    round trip's, then the server's time per script call."""
     rows = []
-    floors = {tier: seconds for tier, count, seconds, _ in backlog if count == BACKLOGS[0]}
-    for tier, count, seconds, size in backlog:
-        ratio = seconds / floors[tier]
+    first = min(count for _, count, *_ in backlog)
+    floors = {tier: (s, us) for tier, count, s, _, us in backlog if count == first}
+    for tier, count, seconds, size, server in backlog:
+        ratio, server_ratio = seconds / floors[tier][0], server / floors[tier][1]
         rows.append(
             (
                 f"decision after {count:,} bookings in the sender scope, sender: {tier} (bytes)",
                 f"{seconds * 1e3:.2f} ms ({size:,} B)",
-                f"{floors[tier] * 1e3:.2f} ms at {BACKLOGS[0]} / {ratio:.2f}",
+                f"{floors[tier][0] * 1e3:.2f} ms at {first} / {ratio:.2f}",
                 "<= 2",
                 "yes" if ratio <= 2 else "no",
+            )
+        )
+        rows.append(
+            (
+                f"  same, server time per EVALSHA (INFO commandstats), sender: {tier}",
+                f"{server:.0f} µs",
+                f"{floors[tier][1]:.0f} µs at {first} / {server_ratio:.2f}",
+                "<= 2",
+                "yes" if server_ratio <= 2 else "no",
             )
         )
     return rows
@@ -383,7 +461,35 @@ def _memory_backlog_rows(backlog: list[tuple[int, float]]) -> list[tuple[str, st
     ]
 
 
+def _print(rows: list[tuple[str, str, str, str, str]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    for n, row in enumerate(rows):
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+
+
+def main_backlog() -> None:
+    """``python -m benchmarks.limiter --backlog``: only the gcra backlog rows, at 10 and
+    100 000 bookings (Redis, three orders, and memory), about a minute."""
+    counts = (BACKLOGS[0], BACKLOGS[-1])
+    server = RedisServer().start()
+    try:
+        version = redis.Redis.from_url(server.url).info("server")["redis_version"]
+        print(f"machine: {_machine()}, redis-server {version} on loopback")
+        backlog = bench_backlog(server.url, counts, tiers=("14/1s gcra",))
+        orders = bench_orders(server.url, counts)
+    finally:
+        server.cleanup()
+    rows = [("measure", "value", "floor / ratio", "target", "met")]
+    rows += _backlog_rows(backlog) + _order_rows(orders, counts)
+    _print(rows + _memory_backlog_rows(bench_memory_backlog(counts)))
+
+
 def main() -> None:
+    if "--backlog" in sys.argv[1:]:
+        main_backlog()
+        return
     server = RedisServer().start()
     try:
         version = redis.Redis.from_url(server.url).info("server")["redis_version"]
@@ -437,11 +543,7 @@ def main() -> None:
     )
     rows += _backlog_rows(backlog)
     rows += _memory_backlog_rows(mem_backlog)
-    widths = [max(len(row[i]) for row in rows) for i in range(5)]
-    for n, row in enumerate(rows):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)))
-        if n == 0:
-            print("  ".join("-" * w for w in widths))
+    _print(rows)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ PROMOTE_LEASE = 30.0
 #: the watchdog publishes the mail again from the schedule. With the promoter's poll (0.3 s)
 #: it stays under ``LATE_TOLERANCE``, so the copy keeps the mail's slot.
 WATCH_GRACE = 0.5
+#: Seconds after ``send_mail.delay`` before the watchdog may publish a mail's first message again
+#: from the outbox (only one that was popped from the broker and never received). It covers a
+#: producer slow between its outbox write and its publish (a false alarm costs a repeat run).
+OUTBOX_GRACE = 10.0
 #: Wait when another run holds the claim on the same mail.
 IN_FLIGHT_WAIT = 5.0
 
@@ -59,3 +63,11 @@ def backoff(failures: int, *, first: float, cap: float) -> float:
     """Seconds before the next try after ``failures`` (>= 1) failures in a row: doubling from
     ``first``, at most ``cap``. Not for booked slots: those wait exactly their booking."""
     return min(first * 2.0 ** min(max(failures - 1, 0), 64), cap)
+
+
+#: The sender reputation's rolling window (24 h), in 24 buckets of an hour.
+REPUTATION_WINDOW = 86_400.0
+#: Mails sent in the window below which no rate counts (a few complaints of a tiny volume).
+REPUTATION_MIN = 100
+#: How long a bulk mail paused by the sender's reputation waits before it looks again (5 min).
+REPUTATION_RECHECK = 300.0

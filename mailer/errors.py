@@ -102,11 +102,13 @@ class SendError(MailguardError):
     transport tried. Subclasses tell whether another try later may succeed. ``reaction`` is
     what a transport that knows its provider's answer asks for (an API's throttling error holds
     the sender); None: the guard reads ``code`` and ``reply``
-    (:func:`mailer.mail.replies.reaction_of`).
+    (:func:`mailer.mail.replies.reaction_of`). ``provider`` names the provider an API
+    transport reached (``postmark``, ``ses``; None for SMTP): ``reply`` is then its answer.
     """
 
     advice = "see the reply"
     reaction: Reaction | None = None
+    provider: str | None = None
 
     def __init__(
         self,
@@ -138,6 +140,7 @@ class SendError(MailguardError):
             "reply": self.reply,
             "attempts": self.attempts,
             "reaction": self.reaction,
+            "provider": self.provider,
         }
         return (type(self), (self.reason,), state)
 

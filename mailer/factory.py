@@ -16,9 +16,12 @@ from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics, default_metrics
 from mailer.records.holds import Holds, holds_from_url
 from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
+from mailer.records.outbox import Outbox, outbox_from_url
 from mailer.records.policy import LivePolicies, policies_from_url
+from mailer.records.reputation import Limits, Reputation, reputation_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.settings import Settings
+from mailer.unsubscribe import Signer, Unsubscribe
 
 
 def build_limiter(settings: Settings) -> Limiter:
@@ -54,10 +57,42 @@ def build_suppressions(settings: Settings, ledger: Ledger | None = None) -> Supp
     )
 
 
+def build_reputation(settings: Settings, ledger: Ledger | None = None) -> Reputation | None:
+    """The sender reputation where the ledger lives (``MAILGUARD_REPUTATION``); None: off."""
+    if settings.reputation is None:
+        return None
+    client = ledger.client if isinstance(ledger, RedisLedger) else None
+    limits = Limits(settings.reputation, settings.reputation_window, settings.reputation_min)
+    return reputation_from_url(
+        settings.effective_ledger_url, limits, client=client, default_sender=settings.sender
+    )
+
+
+def build_unsubscribe(settings: Settings, suppressions: Suppressions) -> Unsubscribe | None:
+    """One-click unsubscribe for the bulk kinds (``MAILGUARD_KIND_<NAME>_UNSUBSCRIBE=1``);
+    None without a bulk kind. ``ValueError`` (one line) without the URL or the secret."""
+    bulk = frozenset(name for name, kind in settings.kinds.items() if kind.unsubscribe)
+    if not bulk and settings.unsubscribe_url is None:
+        return None
+    for problem in settings.problems():
+        if "_UNSUBSCRIBE" in problem:
+            raise ValueError(problem)
+    url, secret = settings.unsubscribe_url or "", settings.secret or ""
+    return Unsubscribe(url, Signer(secret), suppressions, bulk) if url and secret else None
+
+
 def build_policies(settings: Settings, ledger: Ledger | None = None) -> LivePolicies:
     """The live policy's versions, where the ledger lives (sharing its Redis client if given)."""
     client = ledger.client if isinstance(ledger, RedisLedger) else None
     return policies_from_url(settings.effective_ledger_url, client=client)
+
+
+def build_outbox(settings: Settings, *, client: object = None) -> Outbox:
+    """The outbox of ``settings.queue`` where the ledger lives, beside its schedule (``client``:
+    a redis-py client on that URL to share, such as the schedule's)."""
+    url = settings.effective_ledger_url
+    with _naming("LEDGER_URL" if settings.ledger_url else "LIMITER_URL"):
+        return outbox_from_url(url, client=client, queue=settings.queue)
 
 
 def build_holds(
@@ -87,7 +122,7 @@ def build_holds(
 def build_transport(settings: Settings) -> Transport:
     """The transport ``MAILGUARD_TRANSPORT`` names (:mod:`mailer.mail.transports.registry`):
     ``smtp`` by ``MAILGUARD_SMTP_URL`` (``console://`` prints to stderr, ``memory://`` keeps
-    the mails in the process), ``django`` or ``ses``. Raises ``ValueError`` naming the
+    the mails in the process), ``django``, ``ses`` or ``anymail``. Raises ``ValueError`` naming the
     variable."""
     return transports.build(settings.transport, settings.transport_options())
 
@@ -109,18 +144,21 @@ def build_guard(settings: Settings, *, metrics: Metrics | None = None) -> Guard:
     """
     limiter = build_guard_limiter(settings)
     ledger = build_ledger(settings, limiter)
+    suppressions = build_suppressions(settings, ledger)
     return Guard(
         limiter,
         ledger,
         build_transport(settings),
         kinds=settings.kinds,
         config=settings.guard_config(),
-        suppressions=build_suppressions(settings, ledger),
+        suppressions=suppressions,
         holds=build_holds(settings, limiter, ledger)
         if settings.throttle_hold is not None
         else None,
         clock=system_clock,
         metrics=metrics if metrics is not None else default_metrics(),
+        unsubscribe=build_unsubscribe(settings, suppressions),
+        reputation=build_reputation(settings, ledger),
     )
 
 
@@ -143,6 +181,8 @@ def rebuild_guard(old: Guard, settings: Settings) -> Guard:
         holds=build_holds(settings, limiter, old.ledger) if old.holds is not None else None,
         clock=system_clock,
         metrics=old.metrics,
+        unsubscribe=old.unsubscribe,
+        reputation=old.reputation,
     )
 
 

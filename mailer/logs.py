@@ -1,4 +1,5 @@
-"""Log lines as JSON, one object a line (``MAILGUARD_LOG_FORMAT=json`` in the worker).
+"""Log lines as JSON, one object a line (``MAILGUARD_LOG_FORMAT=json`` in the worker), and
+text lines with their times in UTC (``text``, Celery's format).
 
 The guard's records carry structured fields (``logging`` ``extra=``): ``mail_id``,
 ``recipient`` (the keyed hash the outcome carries, never the address), ``kind``, ``status``,
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -45,3 +47,12 @@ class JsonFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return json.dumps(self.fields(record), default=str, ensure_ascii=False)
+
+
+def in_utc(formatter: logging.Formatter) -> logging.Formatter:
+    """``formatter`` with its ``%(asctime)s`` in UTC, whatever the process's time zone: Django
+    sets ``TZ`` to the project's ``TIME_ZONE`` (and calls ``time.tzset()``) when its settings
+    load, which would shift local times in a worker that loads a Django project. Changed in
+    place and returned."""
+    formatter.converter = time.gmtime
+    return formatter

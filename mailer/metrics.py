@@ -39,6 +39,12 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
   :class:`PaceCollector`): the sender's learned rate after a hold, in mails/s (the slow start:
   :mod:`mailer.records.holds.pace`); 0 when no pace is in force.
 
+- ``mailguard_reputation_rate{sender,rate}``, ``mailguard_reputation_paused{sender}``,
+  ``mailguard_reputation_sent{sender}`` (gauges, read from the counters at each scrape by
+  :class:`ReputationCollector`, with ``MAILGUARD_REPUTATION`` on): each sender's complaint and
+  bounce rates over the window (fractions), whether its bulk kinds are paused (1) and its mails
+  sent in the window; ``mailguard_reputation_threshold{rate}`` the thresholds.
+
 prometheus-client is imported when the first :class:`Metrics` is built, so a worker can set
 ``PROMETHEUS_MULTIPROC_DIR`` (multiprocess mode) before that. In multiprocess mode every process
 writes its values to files of its own in that directory (``<type>_<pid>.db``) and the server
@@ -65,6 +71,7 @@ if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
     from mailer.records.holds import Hold
+    from mailer.records.reputation import Standing, Thresholds
     from mailer.records.schedule import ScheduleStats
 
 #: Seconds: one Redis round trip is about 0.1-0.5 ms on loopback; a timeout is seconds.
@@ -355,6 +362,48 @@ class PaceCollector:
         )
         gauge.add_metric([], rate)
         yield gauge
+
+
+class ReputationCollector:
+    """Each sender's reputation as gauges, read when scraped (judged: a pause whose rate fell
+    back lifts here too) from :meth:`mailer.records.reputation.Reputation.standings`; counters
+    that cannot be read yield no sample rather than failing the scrape."""
+
+    def __init__(self, standings: Callable[[], list[Standing]], thresholds: Thresholds) -> None:
+        self._standings = standings
+        self._thresholds = thresholds
+
+    def collect(self) -> Iterator[Metric]:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+
+        try:
+            standings = self._standings()
+        except Exception:  # the scrape goes on without the reputation
+            return
+        rate = GaugeMetricFamily(
+            "mailguard_reputation_rate",
+            "A sender's complaint or bounce rate over the window (a fraction of mails sent).",
+            labels=["sender", "rate"],
+        )
+        paused = GaugeMetricFamily(
+            "mailguard_reputation_paused",
+            "1 while a sender's bulk kinds are paused by its reputation, else 0.",
+            labels=["sender"],
+        )
+        sent = GaugeMetricFamily(
+            "mailguard_reputation_sent", "Mails sent in the window.", labels=["sender"]
+        )
+        threshold = GaugeMetricFamily(
+            "mailguard_reputation_threshold", "Pauses at (a fraction).", labels=["rate"]
+        )
+        for name, value in self._thresholds.items():
+            threshold.add_metric([name], value)
+        for standing in standings:
+            for name in ("complaint", "bounce"):
+                rate.add_metric([standing.sender, name], standing.rate(name))
+            paused.add_metric([standing.sender], 1.0 if standing.paused else 0.0)
+            sent.add_metric([standing.sender], standing.sent)
+        yield from (rate, paused, sent, threshold)
 
 
 def serve(host: str, port: int, collectors: tuple[Any, ...] = ()) -> Any:

@@ -21,6 +21,10 @@ LEDGER_UNAVAILABLE = "ledger_unavailable"
 CONTENDED = "contended"
 POISON = "poison"
 SUPPRESSED = "suppressed"
+#: A bulk kind's mail to a recipient who unsubscribed from the sender's bulk kinds.
+UNSUBSCRIBED = "unsubscribed"
+#: A bulk kind's mail waiting while its sender is paused by its reputation (a rate too high).
+REPUTATION = "reputation"
 #: Booked after a hold (the server asked us to slow down): ``hold`` names it.
 HELD = "held"
 IN_FLIGHT = "in_flight"
@@ -38,9 +42,15 @@ class Outcome:
     ``recipient`` is a keyed hash of the normalised address, never the address. ``tier`` is the
     binding tier as text (``"1/1m"``). ``attempts`` counts SMTP tries over all runs,
     ``deferrals`` the times the task was put off. ``smtp_code`` / ``smtp_reply`` are the last
-    server reply (addresses masked). ``hold`` is set on a mail booked after a hold:
+    server reply (addresses masked); through a provider's API (``provider``: ``postmark``,
+    ``ses``) ``smtp_code`` stays None, ``smtp_reply`` is the provider's answer and
+    ``provider_message_id`` the id it gave the mail. ``hold`` is set on a mail booked after a hold:
     ``sender`` or ``recipient``; its ``smtp_code`` / ``smtp_reply`` are then the reply that
-    started the hold and ``due`` the slot booked after it.
+    started the hold and ``due`` the slot booked after it. ``admitted_at`` (a ``sent`` mail's)
+    is when the limiter admitted it, on the limiter's clock: never before ``due``, and where
+    the policy's spacing is promised (two mails to one recipient admitted at least the
+    spacing less ``MAILGUARD_LATE_TOLERANCE`` apart); ``sent_at`` is after the server took
+    it. None for a mail sent unguarded (``fail_open``).
     """
 
     status: Status
@@ -55,11 +65,14 @@ class Outcome:
     deferrals: int = 0
     smtp_code: int | None = None
     smtp_reply: str | None = None
+    provider: str | None = None
+    provider_message_id: str | None = None
     message_id: str | None = None
     detail: str | None = None
     decided_at: float | None = None
     sent_at: float | None = None
     hold: str | None = None
+    admitted_at: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (what ``AsyncResult(mail_id).get()`` returns). Every field is a

@@ -10,11 +10,12 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_LIMITER_URL`` | URL | ``memory://`` | ``redis://localhost:6379/0`` | limiter storage (``redis://…`` for several processes) |
 | ``MAILGUARD_LEDGER_URL`` | URL | the limiter URL | ``redis://ledger:6379/0`` | where sent-markers and send claims live |
 | ``MAILGUARD_SMTP_URL`` | URL | ``console://`` | ``smtp://relay:587?starttls=1`` | ``smtp://host:port``, ``smtps://user:pass@host``, ``?starttls=1``; ``console://``, ``memory://`` |
-| ``MAILGUARD_TRANSPORT`` | ``smtp``, ``django`` or ``ses`` | ``smtp`` | ``ses`` | how mail leaves: ``smtp`` (``MAILGUARD_SMTP_URL``), ``django`` (the Django backend ``MAILGUARD_DJANGO_BACKEND``), ``ses`` (Amazon SES v2 API, raw MIME); see the transports guide |
+| ``MAILGUARD_TRANSPORT`` | ``smtp``, ``django``, ``ses`` or ``anymail`` | ``smtp`` | ``ses`` | how mail leaves: ``smtp`` (``MAILGUARD_SMTP_URL``), ``django`` (the Django backend ``MAILGUARD_DJANGO_BACKEND``), ``ses`` (Amazon SES v2 API, raw MIME), ``anymail`` (the ESP ``MAILGUARD_ANYMAIL_ESP`` through Anymail, no Django project needed); see the transports guide |
 | ``MAILGUARD_DJANGO_BACKEND`` | dotted path | ``django.core.mail.backends.smtp.EmailBackend`` | ``anymail.backends.postmark.EmailBackend`` | the Django email backend the ``django`` transport sends through (with Django's own settings: ``EMAIL_HOST``, ``ANYMAIL``...); needs ``DJANGO_SETTINGS_MODULE``; checked at start |
 | ``MAILGUARD_SES_REGION`` | AWS region | none (required with ``ses``) | ``eu-west-1`` | the SES region of the ``ses`` transport (credentials: boto3's usual chain) |
 | ``MAILGUARD_SES_ENDPOINT_URL`` | URL | SES's own | ``https://vpce-0a1b.email.eu-west-1.vpce.amazonaws.com`` | another SES endpoint (a VPC endpoint, a local test double) |
 | ``MAILGUARD_SES_CONFIGURATION_SET`` | name | none | ``transactional`` | the SES configuration set each mail is sent with (event publishing, dedicated IPs) |
+| ``MAILGUARD_ANYMAIL_ESP`` | an ESP Anymail ships | none (required with ``anymail``) | ``postmark`` | the ESP of the ``anymail`` transport (``postmark``, ``mailgun``, ``sendgrid``, ``brevo``...: a module of ``anymail.backends``), configured by Anymail's own variables (``ANYMAIL_POSTMARK_SERVER_TOKEN``...); checked at start |
 | ``MAILGUARD_POLICY`` | policy | ``1/60s, 5/1h, 10/24h`` | ``recipient: 1/60s, 5/1h; sender: 14/1s gcra`` | tiers per recipient, or per scope (``recipient: …; domain: …; sender: …; tenant: …``) |
 | ``MAILGUARD_SECRET`` | text | none | the output of ``openssl rand -hex 32`` | keys the hash of every stored address: set it, the same everywhere |
 | ``MAILGUARD_SENDER`` | address | ``mailguard@localhost`` | ``orders@example.org`` | the From header: an address or ``Name <address>`` (checked at start) |
@@ -24,6 +25,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_PARK_AFTER`` | duration or ``off`` | ``30s`` | ``off`` | a deferral longer than this is parked in the schedule (:mod:`mailer.records.schedule`), not held by a worker; ``off`` holds every wait as a countdown |
 | ``MAILGUARD_PROMOTE_LEASE`` | duration | ``30s`` | ``1m`` | how long a worker holds the parked mails it is promoting before another may take them again |
 | ``MAILGUARD_WATCH_GRACE`` | duration | ``500ms`` | ``300ms`` | a booked mail held as a countdown whose run has not started this long after the countdown's end is published again from the schedule by the watchdog (``100ms``-``10m``; keep it and 0.3 s under ``LATE_TOLERANCE`` so the copy keeps its slot) |
+| ``MAILGUARD_OUTBOX_GRACE`` | duration or ``off`` | ``10s`` | ``30s`` | each mail's first message is kept in the outbox beside the ledger from ``send_mail.delay`` until a worker receives it; one older than this whose message was popped from the broker and never received (a consumer killed between kombu's ``BRPOP`` and its unacked record) is published again by the watchdog (``1s``-``10m``); ``off``: no outbox |
 | ``MAILGUARD_SEND_RETRIES`` | whole number | ``5`` | ``8`` | Celery-level retries after the transport gave up on a transient error |
 | ``MAILGUARD_RETRY_BACKOFF`` | duration | ``30s`` | ``1m`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | duration | ``5m`` | ``10m`` | how long a worker's claim on sending one mail lasts |
@@ -44,8 +46,12 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_CRASH_AT`` | crash point, ``point:n`` | unset | ``smtp-accepted`` | tests only: the process dies (SIGKILL) at that step of a mail's life, the n-th time (:mod:`mailer.crashpoints`); never set it in production |
 | ``MAILGUARD_METRICS_PORT`` | port or host:port | none (no server) | ``127.0.0.1:9808`` | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
 | ``MAILGUARD_TIMEZONE`` | IANA zone name | ``UTC`` | ``Europe/Paris`` | where ``fixed`` tiers' calendar windows start (``1d`` at local midnight): an IANA name such as ``Europe/Paris`` |
-| ``MAILGUARD_LOG_FORMAT`` | ``text`` or ``json`` | ``text`` | ``json`` | the worker's log lines: ``text`` (Celery's format) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
-| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` | per option: duration, 0-9, share (0, 1], template | built-ins | ``MAILGUARD_KIND_CODE_MAX_WAIT=2m`` | kinds |
+| ``MAILGUARD_LOG_FORMAT`` | ``text`` or ``json`` | ``text`` | ``json`` | the worker's log lines: ``text`` (Celery's format, times in UTC) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
+| ``MAILGUARD_UNSUBSCRIBE_URL`` | URL | none | ``https://example.org/unsubscribe`` | the base of the one-click unsubscribe link (RFC 8058) each mail of a bulk kind carries, ``<URL>/<token>``; served by ``workers.unsubscribe``; required with a bulk kind (``https://``, ``http://`` only on localhost) |
+| ``MAILGUARD_REPUTATION`` | rates or ``off`` | ``off`` | ``complaint 0.3%, bounce 5%`` | per sender (From address), the complaint and hard-bounce rates over the window at which the sender's bulk kinds pause (deferred / ``reputation``) until the rate falls back or ``mailguard reputation resume``; ``off``: nothing counted |
+| ``MAILGUARD_REPUTATION_WINDOW`` | duration | ``24h`` | ``7d`` | the rolling window the reputation's rates are counted over (in 24 buckets), ``1m``-``30d`` |
+| ``MAILGUARD_REPUTATION_MIN`` | whole number | ``100`` | ``1000`` | mails sent in the window below which no rate counts (a sender is never paused on a tiny volume) |
+| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` / ``_UNSUBSCRIBE`` | per option: duration, 0-9, share (0, 1], template, ``1`` or ``0`` | built-ins | ``MAILGUARD_KIND_NEWSLETTER_UNSUBSCRIBE=1`` | kinds; ``_UNSUBSCRIBE=1`` makes a bulk kind (one-click unsubscribe, paused by a bad reputation) |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The longest countdown is
 ``min(MAX_COUNTDOWN, PARK_AFTER)`` (``MAX_COUNTDOWN`` with parking off): longer waits are parked.
@@ -57,6 +63,7 @@ lower makes redeliveries happen; the ledger still keeps them from sending twice.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from difflib import get_close_matches
@@ -71,11 +78,15 @@ from mailer.mail.address import check_sender
 from mailer.mail.kinds import Kinds
 from mailer.mail.transports import registry as transports
 from mailer.records.holds.pace import PACE_START, PACE_STEP
+from mailer.records.reputation.base import Thresholds
 from mailer.settings_env import ALL_INTERFACES, PREFIX, read_values
 
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
 #: channel. Countdown tasks are held by the worker until they run, so they must stay below it.
 RABBITMQ_CONSUMER_TIMEOUT = 1800.0
+_UNSUBSCRIBE_URL = re.compile(
+    r"^(https://[^\s/?#]+|http://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?)(/[^\s?#]*)?$"
+)
 FailMode = Literal["fail_closed", "fail_open"]
 LogFormat = Literal["text", "json"]
 
@@ -111,6 +122,7 @@ KNOWN = frozenset(
         "PARK_AFTER",
         "PROMOTE_LEASE",
         "WATCH_GRACE",
+        "OUTBOX_GRACE",
         "THROTTLE_HOLD",
         "THROTTLE_HOLD_MAX",
         "GREYLIST_DELAY",
@@ -120,9 +132,14 @@ KNOWN = frozenset(
         "SES_REGION",
         "SES_ENDPOINT_URL",
         "SES_CONFIGURATION_SET",
+        "ANYMAIL_ESP",
         "MAX_BOOKINGS",
         "PACE_START",
         "PACE_STEP",
+        "UNSUBSCRIBE_URL",
+        "REPUTATION",
+        "REPUTATION_WINDOW",
+        "REPUTATION_MIN",
     )
 )
 
@@ -159,6 +176,7 @@ class Settings:
     park_after: float | None = defaults.PARK_AFTER
     promote_lease: float = defaults.PROMOTE_LEASE
     watch_grace: float = defaults.WATCH_GRACE
+    outbox_grace: float | None = defaults.OUTBOX_GRACE
     throttle_hold: float | None = defaults.THROTTLE_HOLD
     throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
     greylist_delay: float = defaults.GREYLIST_DELAY
@@ -172,6 +190,11 @@ class Settings:
     ses_region: str | None = None
     ses_endpoint_url: str | None = None
     ses_configuration_set: str | None = None
+    anymail_esp: str | None = None
+    unsubscribe_url: str | None = None
+    reputation: Thresholds | None = None
+    reputation_window: float = defaults.REPUTATION_WINDOW
+    reputation_min: int = defaults.REPUTATION_MIN
 
     def __post_init__(self) -> None:
         for variable, bad, accepted in self._bounds():
@@ -187,6 +210,21 @@ class Settings:
         self._check_holds()
         self._check_watch()
         self._check_transport()
+        self._check_bulk()
+
+    def _check_bulk(self) -> None:
+        url = self.unsubscribe_url
+        if url is not None and not _UNSUBSCRIBE_URL.match(url):
+            raise ValueError(
+                f"{PREFIX}UNSUBSCRIBE_URL must be https://host/path (http:// only on localhost), "
+                f"got {url!r:.60}"
+            )
+        if not 60 <= self.reputation_window <= 30 * 86_400:
+            raise ValueError(
+                f"{PREFIX}REPUTATION_WINDOW must be 1m-30d, got {_s(self.reputation_window)}"
+            )
+        if self.reputation_min < 1:
+            raise ValueError(f"{PREFIX}REPUTATION_MIN must be >= 1, got {self.reputation_min}")
 
     def _check_transport(self) -> None:
         if self.transport not in transports.names():
@@ -196,6 +234,11 @@ class Settings:
             )
         if self.transport == "ses" and not self.ses_region:
             raise ValueError(f"{PREFIX}SES_REGION must be set with {PREFIX}TRANSPORT=ses")
+        if self.transport == "anymail" and not self.anymail_esp:
+            raise ValueError(
+                f"{PREFIX}ANYMAIL_ESP must be set with {PREFIX}TRANSPORT=anymail (postmark, "
+                "mailgun, sendgrid... : an ESP Anymail ships)"
+            )
 
     def transport_options(self) -> transports.TransportOptions:
         """What the transport is built from (:mod:`mailer.mail.transports.registry`)."""
@@ -208,6 +251,7 @@ class Settings:
             ses_region=self.ses_region,
             ses_endpoint_url=self.ses_endpoint_url,
             ses_configuration_set=self.ses_configuration_set,
+            anymail_esp=self.anymail_esp,
         )
         self._check_pace()
 
@@ -221,6 +265,9 @@ class Settings:
     def _check_watch(self) -> None:
         if not 0.1 <= self.watch_grace <= 600:
             raise ValueError(f"{PREFIX}WATCH_GRACE must be 100ms-10m, got {self.watch_grace:g} s")
+        grace = self.outbox_grace
+        if grace is not None and not 1 <= grace <= 600:
+            raise ValueError(f"{PREFIX}OUTBOX_GRACE must be 1s-10m or off, got {grace:g} s")
 
     def _bounds(self) -> tuple[tuple[str, bool, str], ...]:
         """Each value's check: its variable (without the prefix), whether the value is out of
@@ -322,6 +369,14 @@ class Settings:
                 f"{PREFIX}SECRET is not set but {PREFIX}LIMITER_URL is shared storage: workers "
                 "without the same secret keep separate budgets and the key hash protects "
                 f"nothing; set {PREFIX}SECRET (e.g. openssl rand -hex 32), the same everywhere"
+            )
+        bulk = sorted(name.upper() for name, kind in self.kinds.items() if kind.unsubscribe)
+        needs = [("UNSUBSCRIBE_URL", self.unsubscribe_url), ("SECRET", self.secret)]
+        for variable in [name for name, value in needs if bulk and not value][:1]:
+            found.append(
+                f"{PREFIX}KIND_{bulk[0]}_UNSUBSCRIBE=1 makes a bulk kind, whose one-click "
+                f"unsubscribe link needs {PREFIX}{variable} (https://example.org/unsubscribe; "
+                "a secret to sign it)"
             )
         amqp = self.broker_url.split(":", 1)[0] in ("amqp", "amqps", "pyamqp")
         if amqp and self.longest_countdown >= RABBITMQ_CONSUMER_TIMEOUT:

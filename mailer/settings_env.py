@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from mailer.durations import parse_duration, parse_size
 from mailer.limits.policy import Policy
 from mailer.limits.windows import zone
+from mailer.records.reputation.base import Thresholds
 
 PREFIX = "MAILGUARD_"
 #: What ``MAILGUARD_METRICS_PORT=9808`` (no host) binds to.
@@ -32,6 +33,8 @@ _TEXT = (
     "SES_REGION",
     "SES_ENDPOINT_URL",
     "SES_CONFIGURATION_SET",
+    "ANYMAIL_ESP",
+    "UNSUBSCRIBE_URL",
 )
 #: Variables read as durations (seconds) and the attribute each sets.
 _DURATIONS = (
@@ -124,6 +127,11 @@ def _timezone(value: str) -> str:
     return value
 
 
+def _reputation(value: str) -> Thresholds | None:
+    """``off`` (None) or thresholds: ``complaint 0.3%, bounce 5%``."""
+    return None if value.strip().lower() == "off" else Thresholds.parse(value)
+
+
 def _policy(value: str) -> Policy:
     return Policy.parse(value, name="recipient")
 
@@ -136,6 +144,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("PARK_AFTER", "park_after", _off_or_duration),
     ("PROMOTE_LEASE", "promote_lease", parse_duration),
     ("WATCH_GRACE", "watch_grace", parse_duration),
+    ("OUTBOX_GRACE", "outbox_grace", _off_or_duration),
     ("THROTTLE_HOLD", "throttle_hold", _off_or_duration),
     ("THROTTLE_HOLD_MAX", "throttle_hold_max", parse_duration),
     ("GREYLIST_DELAY", "greylist_delay", parse_duration),
@@ -151,4 +160,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("MAX_MESSAGE_BYTES", "max_message_bytes", parse_size),
     ("SMTP_ATTEMPTS", "smtp_attempts", _integer),
     ("POLICY", "policy", _policy),
+    ("REPUTATION", "reputation", _reputation),
+    ("REPUTATION_WINDOW", "reputation_window", parse_duration),
+    ("REPUTATION_MIN", "reputation_min", _integer),
 )

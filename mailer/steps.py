@@ -63,10 +63,12 @@ VOCABULARY: tuple[Word, ...] = (
     Word("bad input", "", "Finish", "dropped", why.INVALID, SUCCESS),
     Word("cancelled (mailguard cancel)", "", "Finish", "dropped", why.CANCELLED, SUCCESS),
     Word("every recipient suppressed", "", "Finish", "dropped", why.SUPPRESSED, SUCCESS),
+    Word("bulk kind, recipient unsubscribed", "", "Finish", "dropped", why.UNSUBSCRIBED, SUCCESS),
     Word("message that keeps ending its worker", "", "on receipt", "dropped", why.POISON, SUCCESS),
     Word("another run holds the claim", "", "Later", "deferred", why.IN_FLIGHT, DEFERRED),
     Word("booked after a hold (slow down)", "Defer", "Later", "deferred", why.HELD, DEFERRED),
     Word("recipients found no common slot", "", "Later", "deferred", why.CONTENDED, DEFERRED),
+    Word("bulk kind, sender paused", "", "Later", "deferred", why.REPUTATION, DEFERRED),
     Word("limiter down (fail_closed)", "", "Later", "deferred", why.LIMITER_UNAVAILABLE, DEFERRED),
     Word("ledger down (either mode)", "", "Later", "deferred", why.LEDGER_UNAVAILABLE, DEFERRED),
     Word("SMTP 4xx, timeout, lost link", "", "Later", "deferred", why.SMTP_TRANSIENT, DEFERRED),
@@ -153,7 +155,8 @@ class Progress:
     ``requested_at`` (epoch seconds on the caller's clock) is when the mail was asked for
     (``send_mail.delay``): only the queue-wait metric reads it. ``first_seen`` (epoch seconds
     on the limiter's clock, 0 until then) is when the guard first saw the mail, set once by its
-    first run that took the claim: its kind's ``max_wait`` counts from there. ``due`` is the
+    first run that took the claim (the ledger remembers it, so a copy of a first run that died
+    gets the first run's): its kind's ``max_wait`` counts from there. ``due`` is the
     slot it holds (epoch seconds on the limiter's clock; 0 for none): a run for the same slot
     is a hop, not another deferral. ``first_due`` is the first slot ever booked for it
     (lateness is measured against it). A progress written without ``first_seen`` counts from
@@ -169,6 +172,10 @@ class Progress:
     due: float = 0.0
     first_due: float = 0.0
     first_seen: float = 0.0
+    #: This run is a copy of a first run that ended unfinished (its worker died; the ledger
+    #: remembered an earlier ``first_seen``): it may hold that run's admission. This run's
+    #: own knowledge, never carried to the next run (not in :meth:`as_dict`).
+    first_run_copy: bool = False
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}
@@ -184,7 +191,7 @@ class Progress:
         if not isinstance(owner, str) or len(owner) > 64 or not set(owner) <= _OWNER_CHARS:
             owner = ""
         try:
-            counters = {name: max(int(data.get(name, 0)), 0) for name in _COUNTERS}
+            counters: dict[str, Any] = {name: max(int(data.get(name, 0)), 0) for name in _COUNTERS}
             times = {name: float(data.get(name, 0.0)) for name in _TIMES}
         except (TypeError, ValueError, OverflowError):
             return cls()

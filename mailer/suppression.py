@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import threading
 
-from mailer.factory import build_suppressions
+from mailer.factory import build_reputation, build_suppressions
+from mailer.records.reputation import Reputation
 from mailer.records.suppression import Suppression, Suppressions
 from mailer.records.suppression import events as _events
 from mailer.settings import Settings
 
-__all__ = ["record_event", "suppressions_for"]
+__all__ = ["record_event", "reputation_for", "suppressions_for"]
 
 _lock = threading.Lock()
 _built: dict[tuple[str, str | None], Suppressions] = {}
+_reputations: dict[tuple[object, ...], Reputation | None] = {}
 
 
 def suppressions_for(settings: Settings) -> Suppressions:
@@ -44,17 +46,45 @@ def suppressions_for(settings: Settings) -> Suppressions:
         return found
 
 
+def reputation_for(settings: Settings) -> Reputation | None:
+    """The workers' sender reputation for ``settings`` (None with ``MAILGUARD_REPUTATION``
+    off), built once per process, on the suppression list's Redis."""
+    if settings.reputation is None:
+        return None
+    suppressions_for(settings)  # refuses what it refuses, in one line
+    where = (
+        settings.effective_ledger_url,
+        settings.reputation,
+        settings.reputation_window,
+        settings.reputation_min,
+        settings.sender,
+    )
+    with _lock:
+        found = _reputations.get(where)
+        if found is None:
+            found = build_reputation(settings)
+            _reputations[where] = found
+    return found
+
+
 def record_event(
     address: str,
     event: str,
     *,
     detail: str = "",
     at: float | None = None,
+    message_id: str | None = None,
     settings: Settings | None = None,
 ) -> Suppression | None:
     """Record a webhook's ``event`` (``bounced``, ``complained``, ``rejected`` suppress;
     ``soft_bounced``, ``deferred`` and the rest do nothing) for ``address`` in the workers'
     suppression list: the suppression in force afterwards, or None.
+
+    With ``MAILGUARD_REPUTATION`` on, a ``bounced`` or ``complained`` event also counts
+    against the sender of the mail sent with ``message_id`` (its Message-ID, as the mail
+    carried it, or the id the ESP reports when that is the same), within the window; an event
+    whose Message-ID is not found counts against ``MAILGUARD_SENDER``. A count may pause the
+    sender's bulk kinds (an ERROR line says which rate crossed which threshold).
 
     ``settings`` default to the environment's (``Settings.from_env()``); ``detail`` is the
     ESP's reply, ``at`` the event's epoch seconds. Raises as
@@ -62,7 +92,7 @@ def record_event(
     unusable settings.
     """
     chosen = settings if settings is not None else Settings.from_env()
-    return _events.record_event(
+    entry = _events.record_event(
         suppressions_for(chosen),
         address,
         event,
@@ -70,3 +100,7 @@ def record_event(
         at=at,
         suppress_for=chosen.suppress_for,
     )
+    reputation = reputation_for(chosen)
+    if reputation is not None:
+        reputation.count_event(event, message_id)
+    return entry

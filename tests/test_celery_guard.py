@@ -6,6 +6,7 @@ Time-compressed policy ``1/1s, 3/5s, 5/20s``, so a burst plays out in seconds.
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -14,7 +15,10 @@ from celery.result import AsyncResult
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
+from mailer.factory import build_ledger
+from mailer.settings import Settings
 from tests.smtp_server import SmtpTestServer
+from tests.waiting import poll
 
 TASK = "mailguard.send_mail"
 
@@ -157,3 +161,27 @@ def test_prefork_with_memory_limiter_refuses_to_start(own_redis: RedisServer) ->
     env = worker_env(own_redis.url, "console://", MAILGUARD_LIMITER_URL="memory://")
     with pytest.raises(RuntimeError, match="prefork pool of 2"):
         CeleryWorker(env).start(timeout=20)
+
+
+def test_a_copy_that_finds_its_mail_in_flight_leaves_the_stored_outcome_alone(
+    stack: tuple[Celery, CeleryWorker, SmtpTestServer],
+) -> None:
+    """A copy run while another run holds the mail's claim (a watchdog's or a redelivered copy
+    beside the run that sends) waits, and stores no DEFERRED over the outcome the other run
+    stored under the same task id: the state a caller reads stays that run's. (Celery itself
+    keeps a SUCCESS from being overwritten, not a FAILURE: the mail here failed.)"""
+    app, worker, smtp = stack
+    settings = Settings.from_env(worker.env)
+    ledger = build_ledger(settings)
+    mail_id = "in-flight-copy-1"
+    assert ledger.begin(mail_id, "the-run-that-sends", 30) is True
+    with warnings.catch_warnings():  # Celery's Redis backend calls redis-py's deprecated setex
+        warnings.simplefilter("ignore", DeprecationWarning)
+        app.backend.store_result(mail_id, RuntimeError("550 5.1.1 user unknown"), "FAILURE")
+    copy = app.send_task(
+        TASK, args=["ada@example.com"], kwargs={"mail_id": mail_id}, task_id=mail_id
+    )
+    # Its second look (IN_FLIGHT_WAIT later) proves the first run of the copy has ended.
+    poll(lambda: worker.log().count("being sent by another run") >= 2, 20, "two looks")
+    assert copy.state == "FAILURE", (copy.state, copy.info)
+    assert smtp.delivered == []

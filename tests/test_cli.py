@@ -23,6 +23,7 @@ from devservers.redis_servers import RedisServer
 from mailer import Limiter, Policy
 from tests.smtp_server import SmtpTestServer
 from workers.cli import main
+from workers.cli.views import SUMMARY_COLUMNS
 
 SCRIPT = Path(sys.executable).with_name("mailguard")
 POLICY = "1/1s, 3/5s, 5/20s"
@@ -80,6 +81,7 @@ def test_simulate_without_arguments_runs_the_built_in_day() -> None:
     assert "pattern day" in out and "1,001 recipients" in out
     for text in ("per kind", "per binding tier", "most limited recipients", "code", "5/1h"):
         assert text in out
+    assert "…" not in out, "no header, kind or recipient label is cut"
     assert "target@example.org" not in out and "@example.com" not in out
 
 
@@ -108,7 +110,8 @@ def test_simulate_max_wait_override_changes_the_outcome(tmp_path: Path) -> None:
 
 
 def test_simulate_against_shows_two_policies_side_by_side() -> None:
-    """--against replays the same trace through a scoped policy too: both rows per kind."""
+    """--against replays the same trace through a scoped policy too: both rows per kind, each
+    header whole on one line in an 80-column pipe (nothing cut to ``attemp…``)."""
     result = invoke(
         [
             "simulate",
@@ -127,6 +130,10 @@ def test_simulate_against_shows_two_policies_side_by_side() -> None:
     assert "A: 1/1m, 5/1h" in out and "B: recipient: 1/1m, 5/1h; sender: 1/1s gcra" in out
     assert re.search(r"default\s+A\s+450\s", out) and re.search(r"\n\s+B\s+450\s", out), out
     assert "B binding tiers:" in out and "sender 1/1s gcra" in out
+    header = next(line for line in out.splitlines() if "dropped" in line)
+    for column in ("kind", "policy", *SUMMARY_COLUMNS):
+        assert f" {column} " in header, header
+    assert "…" not in out, out
 
 
 def test_simulate_plot_writes_a_png(tmp_path: Path) -> None:

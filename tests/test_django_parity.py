@@ -173,6 +173,81 @@ class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ign
         self.assertEqual(message.get("cc"), "cc1@h, cc2@h")
         self.assertEqual(message.get("Reply-To"), "reply@h")
 
+    # Django 5.2's SMTPBackendTests (tests/mail/tests.py) that send a message, reimplemented for
+    # mailguard's backend: upstream's versions read smtplib's socket or mock the connection.
+    # The cases (addresses, messages) are Django's: BSD licence, tests/django_upstream/LICENSE.
+
+    def get_smtp_envelopes(self) -> list[dict[str, Any]]:
+        """The envelopes the SMTP server received since the last flush, as upstream's reads."""
+        self._finish_tasks()
+        return [
+            {"mail_from": d.mail_from, "rcpt_tos": list(d.rcpt_tos)}
+            for d in self.smtp.delivered[self.seen :]
+        ]
+
+    def test_email_msg_uses_crlf(self) -> None:
+        """#23063: what reaches the server has CRLF line ends only (upstream reads smtplib's
+        socket; here the server's copy of the data)."""
+        email = EmailMessage(
+            "Subject", "Content\nline\rtwo", "from@example.com", ["to@example.com"]
+        )
+        mail.get_connection().send_messages([email])
+        self._finish_tasks()
+        (delivered,) = self.smtp.delivered[self.seen :]
+        rest = delivered.content.replace(b"\r\n", b"")
+        self.assertNotIn(b"\r", rest)
+        self.assertNotIn(b"\n", rest)
+
+    def test_send_messages_empty_list(self) -> None:
+        self.assertEqual(mail.get_connection().send_messages([]), 0)
+
+    def test_send_messages_zero_sent(self) -> None:
+        """A message without recipients is not sent (nothing is enqueued)."""
+        email = EmailMessage("Subject", "Content", "from@example.com", to=[])
+        self.assertEqual(mail.get_connection().send_messages([email]), 0)
+        self.assertEqual(email.mailguard_ids, [])
+
+    def test_avoids_sending_to_invalid_addresses(self) -> None:
+        """Invalid envelope addresses never reach SMTP commands: each raises ValueError at
+        enqueue (upstream matches Django's "Invalid address" text; mailguard's names the
+        argument, or Django's BadHeaderError for a newline)."""
+        for email_address in (
+            "to@other.com@example.com",
+            "to@other.com <to@example.com>",
+            "@",
+            "to@",
+            "@example.com",
+            '"evil@example.com\r\nto"@example.com',
+            "to\nevil@example.com",
+        ):
+            with self.subTest(email_address=email_address):
+                email = EmailMessage(bcc=[email_address])
+                with self.assertRaises(ValueError):
+                    mail.get_connection().send_messages([email])
+                self.assertEqual(email.mailguard_ids, [])
+        self.assertEqual(self.get_smtp_envelopes(), [])
+
+    def test_encodes_idna_in_smtp_commands(self) -> None:
+        """Non-ASCII domains are encoded for the envelope, which differs from the headers."""
+        email = EmailMessage(
+            from_email="lists@discussão.example.org",
+            to=["To Example <to@漢字.example.com>"],
+            bcc=["monitor@discussão.example.org"],
+            headers={
+                "From": "Gestor de listas <lists@discussão.example.org>",
+                "To": "Discussão Django <django@discussão.example.org>",
+            },
+        )
+        mail.get_connection().send_messages([email])
+        envelope = self.get_smtp_envelopes()[0]
+        self.assertEqual(envelope["mail_from"], "lists@xn--discusso-xza.example.org")
+        self.assertEqual(
+            envelope["rcpt_tos"],
+            ["to@xn--p8s937b.example.com", "monitor@xn--discusso-xza.example.org"],
+        )
+        message = self.get_the_message()
+        self.assertEqual(message["To"].addresses[0].username, "django")
+
 
 # What Django users send every day, beyond upstream's tests (issue 23, item 5): each through the
 # backend, the worker and the SMTP server, read back from what the server received.
@@ -244,8 +319,9 @@ def test_an_idn_sender_goes_in_punycode_in_from_and_mail_from(
 def test_attachments_keep_charset_inline_images_and_attached_messages(
     worker_stack: tuple[SmtpTestServer, celery.Celery],
 ) -> None:
-    """A text attachment keeps ``charset=utf-8``; an inline MIMEImage keeps its Content-ID
-    beside the HTML that shows it (multipart/related); a message/rfc822 attachment is the
+    """A text attachment keeps ``charset=utf-8``; an inline MIMEImage keeps its Content-ID and
+    its place in the multipart/mixed where Django puts it (multipart/related only when the
+    message's ``mixed_subtype`` says so, as Django does); a message/rfc822 attachment is the
     message itself, neither base64 nor ``filename="None"``."""
     message = EmailMultiAlternatives("files", "text", "from@example.com", ["ada@example.com"])
     message.attach_alternative('<p><img src="cid:logo@shop"></p>', "text/html")
@@ -263,9 +339,9 @@ def test_attachments_keep_charset_inline_images_and_attached_messages(
     text = next(p for p in parsed.walk() if p.get_filename() == "names.txt")
     assert text.get_content_charset() == "utf-8"
     assert text.get_content().replace("\r\n", "\n") == "Firstname Sürname\n"
-    related = next(p for p in parsed.walk() if p.get_content_type() == "multipart/related")
-    html, logo = related.get_payload()
-    assert html.get_content_type() == "text/html"
+    assert parsed.get_content_type() == "multipart/mixed"
+    alternative, _, logo, _ = parsed.get_payload()
+    assert alternative.get_content_type() == "multipart/alternative"
     assert logo["Content-ID"] == "<logo@shop>" and logo.get_content_disposition() == "inline"
     assert logo.get_payload(decode=True) == PNG
     attached = next(p for p in parsed.walk() if p.get_content_type() == "message/rfc822")
@@ -290,7 +366,8 @@ def test_html_body_and_encoding(worker_stack: tuple[SmtpTestServer, celery.Celer
 
 def test_headers_as_django_treats_them(worker_stack: tuple[SmtpTestServer, celery.Celery]) -> None:
     """A Reply-To header wins over reply_to; a From header is the From while from_email is
-    the envelope sender; a user Message-ID and Date are kept (threading)."""
+    the envelope sender (no Sender header: Django adds none); a user Message-ID and Date are
+    kept (threading)."""
     message = EmailMessage(
         "headers",
         "b",
@@ -308,7 +385,7 @@ def test_headers_as_django_treats_them(worker_stack: tuple[SmtpTestServer, celer
     assert got.message["Reply-To"] == "Help <help@example.org>"
     assert got.message["From"] == "Shop <shop@example.org>"
     assert got.mail_from == "bounces@example.com"
-    assert got.message["Sender"] == "bounces@example.com"
+    assert got.message["Sender"] is None
     assert got.message["Message-ID"] == "<thread-1@example.org>"
     assert got.message["Date"] == "Tue, 24 Nov 2026 10:00:00 +0000"
     assert got.rcpt_tos == ("ada@example.com",)

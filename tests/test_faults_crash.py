@@ -249,7 +249,8 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
     SIGKILLed and started again at once, which can catch kombu between its ``BRPOP`` and its
     unacked record. In the end every mail is sent exactly once: 0 lost, 0 twice (the watchdog
     publishes a booked mail whose message was lost; a first delivery lost there would be the
-    caller's only copy, so the load's first runs are done before each kill)."""
+    caller's only copy, so the load's first runs are done before each kill). A worker that
+    dies is started again; none is killed for being slow."""
     env = _env(
         redis_url,
         smtp_server,
@@ -275,12 +276,18 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
                 workers,
                 env,
                 deaths,
-                f"round {round_}'s first runs: {[r.state for r in batch]}",
+                f"round {round_}'s first runs",
+                mails=batch,
             )
             broker.stop()
             broker.start()
         _progress(
-            lambda: all(r.ready() for r in results), workers, env, deaths, "every mail settled"
+            lambda: all(r.ready() for r in results),
+            workers,
+            env,
+            deaths,
+            "every mail settled",
+            mails=results,
         )
     finally:
         for worker in workers:
@@ -304,15 +311,14 @@ def _progress(
     env: dict[str, str],
     restarts: list[str],
     what: str,
+    *,
+    mails: list[AsyncResult[Any]],
 ) -> None:
-    """Wait up to 90 s for ``check``, supervising the workers as systemd's ``Restart=always``
-    and a liveness probe would: a worker that died is started again at once, and when nothing
-    has moved after 30 s every worker is killed and started again (once a wait). Both happen
-    now and then across ten broker restarts (``docs/explanation/reliability.md``): Celery's
-    prefork pool can die on a half-read result, and a consumer can hang in its reconnection.
-    What this test checks is that no mail is lost or sent twice across either."""
+    """Wait up to 90 s for ``check``, restarting a worker that died as systemd's
+    ``Restart=always`` would (Celery's prefork pool can end a worker on a half-read result
+    when the broker connection drops: ``docs/explanation/reliability.md``). A worker that
+    lives is never killed: its consumer must come back on its own."""
     start = time.monotonic()
-    probed = False
     while time.monotonic() - start < 90:
         for index, worker in enumerate(workers):
             if worker.process is not None and worker.process.poll() is not None:
@@ -320,16 +326,11 @@ def _progress(
                 workers[index] = CeleryWorker(env, name=f"{worker.name}r").start()
         if check():
             return
-        if not probed and time.monotonic() - start > 30:
-            probed = True
-            for index, worker in enumerate(workers):
-                restarts.append(f"{worker.name} made no progress in 30 s: {worker.log()[-300:]}")
-                worker.kill()
-                workers[index] = CeleryWorker(env, name=f"{worker.name}p").start()
         time.sleep(0.1)
+    waiting = {r.id: r.state for r in mails if not r.ready()}  # task ids, as the logs name them
     raise AssertionError(
-        f"timed out after 90 s waiting for {what}: "
-        + "".join(worker.log()[-1500:] for worker in workers)
+        f"timed out after 90 s waiting for {what}; not settled: {waiting}; restarts: "
+        f"{restarts}; " + "".join(worker.log()[-1500:] for worker in workers)
     )
 
 

@@ -196,7 +196,10 @@ def test_a_bad_setting_is_one_line_naming_its_variable(env: dict[str, str], mess
 
 def test_a_far_unknown_name_lists_the_known_ones_and_good_senders_pass() -> None:
     """A name close to none gets the list; the sender's accepted forms are accepted."""
-    with pytest.raises(ValueError, match="unknown setting MAILGUARD_ZZZ; known: MAILGUARD_BROKER"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown setting MAILGUARD_ZZZ; known: MAILGUARD_[A-Z_]+, .*MAILGUARD_BROKER_URL",
+    ):
         Settings.from_env({"MAILGUARD_ZZZ": "1"})
     for sender in ("noreply@example.org", "Shop <shop@example.org>", "mailguard@localhost"):
         assert Settings.from_env({"MAILGUARD_SENDER": sender}).sender == sender

@@ -17,12 +17,18 @@ class InterleavingLedger(MemoryLedger):
     before_claim: Callable[[], None] | None = None
 
     def begin(
-        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+        self,
+        mail_id: str,
+        owner: str,
+        lease: float,
+        *,
+        takeover: str | None = None,
+        first_seen: float | None = None,
     ) -> Begun:
         hook, self.before_claim = self.before_claim, None
         if hook is not None:
             hook()
-        return super().begin(mail_id, owner, lease, takeover=takeover)
+        return super().begin(mail_id, owner, lease, takeover=takeover, first_seen=first_seen)
 
 
 def test_a_copy_that_finished_between_check_and_claim_is_not_sent_again(

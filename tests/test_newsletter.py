@@ -152,8 +152,8 @@ RATE = 20
 
 def fold_bytes(backlog: int) -> int:
     """What folding the front of a paged gcra bucket of ``backlog`` bookings rewrites at most
-    (``caps`` in mailer/limits/stores/lua/scoped.lua, pages and groups of about its cube root
-    ``r``): the front page (up to 4 r bookings of 13 bytes), its group's page index (up to
+    (``caps`` in mailer/limits/stores/lua/scoped/gcra_write.lua, pages and groups of about its
+    cube root ``r``): the front page (up to 4 r bookings of 13 bytes), its group's page index (up to
     2 (r // 2) pages, 8 bytes by 10 fields: 4 and 3 per view, two views with the share) and the
     group index (one record of 8 bytes by 11 fields per group; pages are at least half full, 2 r
     bookings, groups at least half, r // 2 pages)."""

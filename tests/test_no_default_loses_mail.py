@@ -1,6 +1,7 @@
 """No default loses mail: with no configuration, ``send_mail.delay`` refuses rather than enqueue
 on an in-process broker nobody reads; the shared task's queue is consumed by any app's worker;
-parked mails stay with the app and queue that parked them.
+parked mails belong to the queue whatever app parked them (``tests/test_own_app.py``: seen
+and sent by any app's worker, a worker on another broker refused).
 
 Each case runs in a subprocess with a clean environment (no ``MAILGUARD_*`` of the suite's).
 """
@@ -15,13 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
-from celery import Celery
-
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from tests.smtp_server import SmtpTestServer
-from workers import app as mailguard_app
-from workers.tasks import send_mail
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -128,64 +122,3 @@ def test_an_in_process_worker_consumes_the_memory_broker() -> None:
     status, after = run_clean(IN_PROCESS, MAILGUARD_SMTP_URL="memory://")
     assert status == "sent"
     assert after is not None and after.startswith(REFUSAL), after
-
-
-def test_two_apps_on_one_redis_each_keep_their_parked_mails(
-    redis_url: str, smtp_server: SmtpTestServer
-) -> None:
-    """A project's own app and mailguard's app share the ledger's Redis and the queue name
-    ``mail`` but not a broker: each app's worker promotes only the mails its app parked (each
-    mail's result is in its own app's backend, none in the other's), and every mail is sent."""
-    base = redis_url.rsplit("/", 1)[0]
-    env = worker_env(
-        redis_url,
-        smtp_server.url,
-        MAILGUARD_POLICY="1/2s",
-        MAILGUARD_PARK_AFTER="1s",
-        PROJECT_BROKER_URL=f"{base}/4",
-        PROJECT_RESULT_BACKEND=f"{base}/5",
-    )
-    project = Celery(
-        "project",
-        broker=env["PROJECT_BROKER_URL"],
-        backend=env["PROJECT_RESULT_BACKEND"],
-        set_as_current=False,
-    )
-    ours = client_app(env)
-    workers = [
-        CeleryWorker(env, app_module="tests.project_app", name="project").start(),
-        CeleryWorker(env, name="mailguard").start(),
-    ]
-    results: dict[str, list[Any]] = {}
-    project.set_current()
-    try:
-        results["project"] = [
-            send_mail.delay("ada@example.com", subject=f"project {n}", body="x") for n in range(3)
-        ]
-        ours_send = ours.tasks[send_mail.name]
-        results["mailguard"] = [
-            ours_send.delay("bob@example.com", subject=f"mailguard {n}", body="x") for n in range(3)
-        ]
-        outcomes = {app: [r.get(timeout=30) for r in rs] for app, rs in results.items()}
-    finally:
-        mailguard_app.app.set_current()
-        for worker in workers:
-            worker.stop()
-        project.close()
-        ours.close()
-    for app, got in outcomes.items():
-        assert [o["status"] for o in got] == ["sent"] * 3, (app, got)
-        assert sorted(o["deferrals"] for o in got)[-1] >= 1, f"{app}: none waited"
-    assert all("parked until" in w.log() for w in workers), "each app parked a mail"
-    backends = {
-        "project": redis.Redis.from_url(env["PROJECT_RESULT_BACKEND"]),
-        "mailguard": redis.Redis.from_url(env["MAILGUARD_RESULT_BACKEND"]),
-    }
-    try:
-        for app, rs in results.items():
-            other = backends["mailguard" if app == "project" else "project"]
-            ran_there = [r.id for r in rs if other.exists(f"celery-task-meta-{r.id}")]
-            assert ran_there == [], f"{app}'s mails ran on the other app's worker"
-    finally:
-        for client in backends.values():
-            client.close()

@@ -9,17 +9,23 @@ is enqueued with ``send_mail.delay`` while the project's app is the current one,
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
 
 import redis
 from celery import Celery
 
 from devservers.celery_worker import ROOT, CeleryWorker, worker_env
+from mailer.records.schedule import RedisSchedule, ScheduleStats
+from mailer.steps import Progress
 from tests.smtp_server import SmtpTestServer
+from tests.test_cli import run
 from tests.waiting import poll
 from workers import app as mailguard_app
+from workers.payload import Parked
 from workers.tasks import send_mail
 
 
@@ -131,3 +137,122 @@ def test_a_projects_worker_whose_queues_leave_out_the_mail_queue_refuses_to_star
         "send_mail is published to; add it: -Q celery,mail"
     )
     assert line in done.stderr.splitlines(), done.stderr[-3000:]
+
+
+def _project_env(redis_url: str, smtp_url: str, **extra: str) -> dict[str, str]:
+    """A project's worker whose ``MAILGUARD_BROKER_URL`` is not its app's broker (db 1 against
+    the project's db 4): what a new user's first try looks like."""
+    base = redis_url.rsplit("/", 1)[0]
+    return worker_env(
+        redis_url,
+        smtp_url,
+        PROJECT_BROKER_URL=f"{base}/4",
+        PROJECT_RESULT_BACKEND=f"{base}/5",
+        **extra,
+    )
+
+
+def _project(env: dict[str, str]) -> Celery:
+    return Celery(
+        "project",
+        broker=env["PROJECT_BROKER_URL"],
+        backend=env["PROJECT_RESULT_BACKEND"],
+        set_as_current=False,
+    )
+
+
+def test_a_mail_parked_by_a_projects_worker_is_seen_and_cancelled_from_the_cli(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """Given a project's worker whose ``MAILGUARD_BROKER_URL`` names another broker, a mail it
+    parks is in the queue's one schedule: ``mailguard scheduled`` counts it and ``mailguard
+    cancel`` takes it out (it is never published)."""
+    env = _project_env(
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/60s", MAILGUARD_PARK_AFTER="1s"
+    )
+    project = _project(env)
+    worker = CeleryWorker(env, app_module="tests.project_app").start()
+    schedule = RedisSchedule(redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"]), redis_url)
+    project.set_current()
+    try:
+        for subject in ("one", "two"):  # either may be the one booked (two pool processes)
+            send_mail.delay("ada@example.com", subject=subject, body="x")
+        poll(lambda: schedule.stats().parked == 1, 20, "a mail to be parked")
+        shown = run(["scheduled", "--json"], env)
+        assert shown.returncode == 0 and json.loads(shown.stdout)["parked"] == 1, shown.stderr
+        (mail_id, _, _), *_ = schedule.scan()
+        done = run(["cancel", mail_id, "--yes"], env)
+        assert done.returncode == 0, done.stderr
+        assert (schedule.stats().parked, schedule.stats().watched) == (0, 0)
+    finally:
+        mailguard_app.app.set_current()
+        worker.stop()
+        project.close()
+        schedule.client.close()
+
+
+def test_mails_parked_under_a_broker_keyed_schedule_are_moved_in_and_sent(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """Given a mail parked in a schedule keyed by a broker URL's hash
+    (``mailguard:{schedule:mail@<hex>}``) and due now, ``mailguard scheduled`` names it, and a
+    project's worker that starts moves it into the queue's schedule and sends it, once; the
+    old schedule is left empty."""
+    env = _project_env(redis_url, smtp_server.url, MAILGUARD_POLICY="1/1s")
+    client = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
+    old = RedisSchedule(client, redis_url, queue="mail@0123456789ab")
+    kwargs = {"mail_id": "parked-before", "subject": "old", "body": "x"}
+    entry = Parked("parked-before", ["ada@example.com"], kwargs, time.time(), Progress())
+    old.park("parked-before", entry.due, entry.encode())
+    shown = run(["scheduled"], env)
+    assert shown.returncode == 0, shown.stderr
+    assert "schedule mail@0123456789ab: 1 parked, 0 watched, named after a broker URL" in (
+        shown.stdout
+    )
+    worker = CeleryWorker(env, app_module="tests.project_app").start()
+    try:
+        poll(lambda: len(smtp_server.delivered) == 1, 20, "the old parked mail to be sent")
+        assert "mail(s) moved into the queue's schedule" in worker.log()
+    finally:
+        worker.stop()
+    assert [d.message["Subject"] for d in smtp_server.delivered] == ["old"]
+    assert old.stats() == ScheduleStats(0, 0, 0, None, 0)
+    client.close()
+
+
+def test_a_worker_beside_one_of_its_queue_on_another_broker_refuses_to_start(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """Given mailguard's worker running on broker db 1, a project's worker of the same queue
+    and ledger on db 4 exits 1 with one line naming ``MAILGUARD_QUEUE``; a second worker on
+    db 1 spelled ``localhost`` instead of ``127.0.0.1`` starts."""
+    env = _project_env(redis_url, smtp_server.url)
+    running = CeleryWorker(env, name="first").start()
+    other: CeleryWorker | None = None
+    try:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
+        command = [sys.executable, "-m", "celery", "-A", "tests.project_app", "worker"]
+        done = subprocess.run(
+            [*command, "--pool", "solo", "--without-gossip", "--without-mingle", "-n", "second@%h"],
+            env=base | env | {"PYTHONPATH": str(ROOT)},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr[-3000:]
+        lines = [x for x in done.stderr.splitlines() if x.startswith("mailguard: this worker")]
+        port = redis_url.rsplit(":", 1)[1].split("/", maxsplit=1)[0]
+        assert lines and lines[0].startswith(
+            f"mailguard: this worker consumes from redis://localhost:{port}/4 but worker first@"
+        ), done.stderr[-3000:]
+        assert f"consumes from redis://localhost:{port}/1" in lines[0]
+        assert "MAILGUARD_QUEUE 'mail'" in lines[0]
+        respelled = env["MAILGUARD_BROKER_URL"].replace("127.0.0.1", "localhost")
+        assert respelled != env["MAILGUARD_BROKER_URL"]
+        other = CeleryWorker(env | {"MAILGUARD_BROKER_URL": respelled}, name="third").start()
+    finally:
+        running.stop()
+        if other is not None:
+            other.stop()

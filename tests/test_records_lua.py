@@ -9,7 +9,7 @@ from importlib import resources
 import pytest
 
 #: The record kinds that ship scripts (the suppression list needs none: one command a method).
-KINDS = ("ledger", "schedule", "holds")
+KINDS = ("ledger", "schedule", "holds", "reputation")
 
 SCRIPTS = sorted(
     (kind, entry.name)

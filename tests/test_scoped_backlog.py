@@ -310,11 +310,12 @@ def _fill_gcra_bucket(client: redis.Redis, base: str, first_ms: int, count: int)
 def test_a_gcra_decision_after_50000_bookings_makes_the_redis_calls_of_10(
     redis_url: str,
 ) -> None:
-    """Under sender: 14/1s gcra, newsletter mails booked at the end of 50 000 others and a code
-    mail that goes at once make the Redis calls they make after 10, but for the group of pages
-    and the page at the front that the search reads (two HGETs a decision at most) and the last
-    page's appended bytes (read, dropped or appended to): what a decision touches does not grow
-    with the backlog."""
+    """Under sender: 14/1s gcra, newsletter mails booked at the end of 50 000 others (the worst
+    order: the share's bookings fill it, the tier's own view keeps room at the front) and a
+    code mail that goes at once make the Redis calls they make after 10, but for the last
+    page's appended bytes (read, dropped or appended to): the search skips the front group and
+    the last page by their summaries (no more page reads, HGET, than after 10), so what a
+    decision touches does not grow with the backlog."""
     client = redis.Redis.from_url(redis_url)
     calls = {}
     for count in (10, 50_000):
@@ -340,7 +341,7 @@ def test_a_gcra_decision_after_50000_bookings_makes_the_redis_calls_of_10(
         limiter.close()
     small, large = calls[10], calls[50_000]
     assert large["evalsha"] == small["evalsha"] == 21
-    assert large.get("hget", 0) <= small.get("hget", 0) + 2 * 21, (small, large)
+    assert large.get("hget", 0) <= small.get("hget", 0), (small, large)
     # the last page's bytes appended since it was written whole: read (GET) when the search
     # reads that page, then appended to (APPEND) or dropped (DEL, the page written whole)
     tail = ("get", "del", "append")

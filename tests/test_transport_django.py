@@ -79,6 +79,7 @@ def test_djangos_smtp_backend_sends_the_built_message_with_djangos_settings(
         request("dj-1", html="<p>Shipped.</p>", bcc="audit@example.org", attachments=[attachment])
     )
     assert isinstance(step, Finish) and step.outcome.status == "sent", step
+    assert (step.outcome.smtp_code, step.outcome.provider) == (250, None)  # smtplib saw 250
     [got] = django_smtp.delivered
     assert got.mail_from == "orders@example.org"
     assert sorted(got.rcpt_tos) == ["ada@example.com", "audit@example.org"]
@@ -124,6 +125,8 @@ def test_anymails_test_backend_gets_every_field(clock: ManualClock) -> None:
     )
     assert isinstance(step, Finish) and step.outcome.status == "sent", step
     assert step.outcome.smtp_reply == f"accepted by {ANYMAIL_TEST}: 0"  # Anymail's message id
+    assert (step.outcome.smtp_code, step.outcome.provider) == (None, "test")
+    assert step.outcome.provider_message_id == "0"
     [sent] = mail.outbox
     params = sent.anymail_test_params
     assert str(params["from"]) == "Shop <orders@example.org>"

@@ -1,6 +1,6 @@
 """A worker refuses to start, in one line naming the variable, on a transport it cannot build:
 an unknown name, SES without a region, a Django backend that does not import, Django without
-settings."""
+settings, Anymail without an ESP, with one it does not ship, or without the ESP's token."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def _clean_env() -> dict[str, str]:
     return {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith("MAILGUARD_") and k != "DJANGO_SETTINGS_MODULE"
+        if not k.startswith(("MAILGUARD_", "ANYMAIL_")) and k != "DJANGO_SETTINGS_MODULE"
     }
 
 
@@ -41,8 +41,26 @@ def _clean_env() -> dict[str, str]:
             {"MAILGUARD_TRANSPORT": "django"},
             "MAILGUARD_DJANGO_BACKEND: the django transport needs Django settings",
         ),
+        ({"MAILGUARD_TRANSPORT": "anymail"}, "MAILGUARD_ANYMAIL_ESP must be set"),
+        (
+            {"MAILGUARD_TRANSPORT": "anymail", "MAILGUARD_ANYMAIL_ESP": "pigeon"},
+            "MAILGUARD_ANYMAIL_ESP must be one of amazon_ses, brevo,",
+        ),
+        (
+            {"MAILGUARD_TRANSPORT": "anymail", "MAILGUARD_ANYMAIL_ESP": "postmark"},
+            "MAILGUARD_TRANSPORT=anymail: ANYMAIL_POSTMARK_SERVER_TOKEN must be set with "
+            "MAILGUARD_ANYMAIL_ESP=postmark",
+        ),
     ],
-    ids=["unknown", "ses-no-region", "django-bad-path", "django-no-settings"],
+    ids=[
+        "unknown",
+        "ses-no-region",
+        "django-bad-path",
+        "django-no-settings",
+        "anymail-no-esp",
+        "anymail-unknown-esp",
+        "anymail-no-token",
+    ],
 )
 def test_a_worker_refuses_a_transport_it_cannot_build(env: dict[str, str], named: str) -> None:
     """``celery -A workers.app worker`` exits non-zero with the one line, before ``ready.``."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import email
 import json
+import logging
 import threading
 from collections.abc import Iterator
 from email.message import EmailMessage
@@ -133,7 +134,8 @@ def test_a_mail_goes_to_ses_as_raw_mime_with_its_headers_and_attachment(
     moto_url: str, clock: ManualClock
 ) -> None:
     """Sent through moto: the raw message arrives with the derived Message-ID, the attachment
-    and the HTML part; Bcc reaches SES as a destination, never as a header."""
+    and the HTML part; Bcc reaches SES as a destination, never as a header. The outcome names
+    SES and its MessageId, with no SMTP code."""
     before = len(sent_raw())
     guard = guard_on(moto_url, clock)
     attachment = ["invoice.csv", "aWQsdG90YWwKMSw0Mgo=", "text/csv"]
@@ -142,6 +144,10 @@ def test_a_mail_goes_to_ses_as_raw_mime_with_its_headers_and_attachment(
     )
     assert isinstance(step, Finish) and step.outcome.status == "sent", step
     assert step.outcome.smtp_reply is not None and step.outcome.smtp_reply.startswith("SES")
+    assert step.outcome.smtp_code is None and step.outcome.provider == "ses"
+    assert step.outcome.provider_message_id and step.outcome.provider_message_id in (
+        step.outcome.smtp_reply
+    )
     got = sent_raw()[before:]
     assert len(got) == 1
     message = email.message_from_string(got[0].raw_data, _class=EmailMessage, policy=default)
@@ -153,12 +159,16 @@ def test_a_mail_goes_to_ses_as_raw_mime_with_its_headers_and_attachment(
 
 
 def test_an_unverified_sender_fails_the_mail_and_suppresses_nobody(
-    moto_url: str, clock: ManualClock
+    moto_url: str, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """moto answers ``MessageRejected`` for a sender domain not verified: ``failed``, the
-    provider's message in the outcome, the recipient not suppressed."""
+    provider's message in the outcome, the recipient not suppressed; the log line names SES's
+    error."""
     guard = guard_on(moto_url, clock, sender="shop@unverified.example.net")
-    step = guard.process(request("ses-2"))
+    with caplog.at_level(logging.WARNING, logger="mailguard"):
+        step = guard.process(request("ses-2"))
+    [line] = [r.getMessage() for r in caplog.records if "ses-2 failed" in r.getMessage()]
+    assert "permanent provider error (SES MessageRejected" in line, line
     assert isinstance(step, Fail), step
     outcome = step.outcome
     assert outcome.reason == "smtp_permanent" and outcome.smtp_code is None

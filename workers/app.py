@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +18,51 @@ from celery import Celery, current_task, signals
 from kombu import Queue
 
 from mailer import defaults, metrics
-from mailer.factory import build_guard, build_holds
-from mailer.logs import JsonFormatter
+from mailer.errors import BackendUnavailable
+from mailer.factory import build_guard, build_holds, build_reputation
+from mailer.logs import JsonFormatter, in_utc
 from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import parking, priority, routing, state
-from workers.broker_transport import transport_for
+from workers.broker_transport import socket_options, transport_for
+from workers.failing_stop import FailingStopStep
+from workers.liveness import Liveness, LivenessStep, broker_identity, register
 from workers.parking import schedule_for
 from workers.promoter import PromoterStep
 
+#: The bootsteps mailguard adds to every worker that runs ``send_mail``.
+WORKER_STEPS = (PromoterStep, LivenessStep, FailingStopStep)
+
 #: The environment's settings (:data:`workers.state.env_settings`): the app is built from them.
 settings: Settings = state.env_settings
+log = logging.getLogger("mailguard.worker")
 #: Why they are unusable (one line naming the variable), or None (:mod:`workers.state`).
 settings_error: str | None = state.settings_error
 
+#: Celery's broker connection settings: a connect gives up after 5 s (and is tried again), the
+#: consumer retries for ever (a worker outlives a broker outage; ``mailguard health`` says when
+#: it stops consuming), RabbitMQ heartbeats every 30 s (a dead peer found within a minute), and
+#: the result backend's Redis sockets time out (5 s to connect, 30 s for a reply).
+CONNECTION_SETTINGS: dict[str, Any] = {
+    "broker_connection_retry_on_startup": True,
+    "broker_connection_retry": True,
+    "broker_connection_max_retries": None,
+    "broker_connection_timeout": 5.0,
+    "broker_heartbeat": 30,
+    "redis_socket_connect_timeout": 5.0,
+    "redis_socket_timeout": 30.0,
+    "redis_socket_keepalive": True,
+}
+
 
 def transport_options(config: Settings) -> dict[str, Any]:
-    """The broker's transport options: the visibility timeout and, if set, the restore sweep."""
-    options: dict[str, Any] = {
-        "visibility_timeout": config.visibility_timeout,
-        **priority.transport_options(config.broker_url),
-    }
+    """The broker's transport options: the visibility timeout, if set the restore sweep, and
+    on Redis sockets that never block for minutes (:data:`SOCKET_OPTIONS`)."""
+    options: dict[str, Any] = socket_options(
+        config.broker_url,
+        {"visibility_timeout": config.visibility_timeout},
+    )
+    options.update(priority.transport_options(config.broker_url))
     if config.restore_interval is not None:
         # kombu sweeps every ``interval`` s but scans only every ``throttle``-th sweep: scan each.
         options["unacked_restore_interval"] = config.restore_interval
@@ -81,13 +106,16 @@ def create_app(config: Settings) -> Celery:
         broker_transport_options=transport_options(config),
         broker_transport=priority.broker_transport(config.broker_url),
         result_expires=defaults.OUTCOME_TTL,
-        broker_connection_retry_on_startup=True,
+        **CONNECTION_SETTINGS,
         worker_hijack_root_logger=False,
         task_track_started=False,
         **{routing.MARK: True},  # send_mail's queue is this app's default one
     )
-    # Every worker publishes parked mails when they are due (workers/promoter.py).
-    celery.steps["worker"].add(PromoterStep)
+    # Every worker publishes parked mails when they are due (workers/promoter.py), says when
+    # it last consumed (workers/liveness.py) and ends after an unrecoverable error
+    # (workers/failing_stop.py).
+    for step in WORKER_STEPS:
+        celery.steps["worker"].add(step)
     transport = transport_for(config.broker_url)
     if transport is not None:
         # kombu's Redis transport, with a broker restart no longer ending the worker.
@@ -102,15 +130,23 @@ app.set_default()
 
 @signals.celeryd_init.connect
 def _promote_on_every_app(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    """Run the promoter in any worker that runs ``send_mail``, a project's own app included.
+    """Run mailguard's steps (:data:`WORKER_STEPS`: the promoter, liveness, the failing stop)
+    in any worker that runs ``send_mail``, a project's own app included, and give a Redis
+    broker the socket options that cannot block for minutes where the app sets none.
 
-    :func:`create_app` adds the step to mailguard's app; a project's app that includes
-    ``workers.tasks`` gets it here, before its worker builds its steps (without it, mails
-    parked through that app would wait for ever). ``steps`` is a set: adding twice is harmless.
+    :func:`create_app` adds the steps to mailguard's app; a project's app that includes
+    ``workers.tasks`` gets them here, before its worker builds its steps (without the promoter,
+    mails parked through that app would wait for ever). ``steps`` is a set: adding twice is
+    harmless.
     """
     app = getattr(instance, "app", None)
     if app is not None:
-        app.steps["worker"].add(PromoterStep)
+        for step in WORKER_STEPS:
+            app.steps["worker"].add(step)
+        broker = str(app.conf.broker_url)
+        app.conf.broker_transport_options = socket_options(
+            broker, dict(app.conf.broker_transport_options or {})
+        )
 
 
 @signals.worker_init.connect
@@ -120,8 +156,6 @@ def _consume_the_mail_queue(sender: Any = None, **_: Any) -> None:
     (:func:`workers.routing.consume_mail_queue`)."""
     if sender is not None:
         routing.consume_mail_queue(sender, state.SEND_MAIL, state.current().queue)
-        # Its mails park in its broker's schedule: another app's worker never promotes them.
-        parking.use_app_broker(str(sender.app.conf.broker_url))
 
 
 @signals.worker_init.connect
@@ -162,6 +196,34 @@ def _refuse_memory_limiter_in_prefork(sender: Any = None, **_: Any) -> None:
         )
 
 
+@signals.worker_init.connect
+def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
+    """The queue's workers share one schedule and publish through their own broker: refuse to
+    start beside a running worker of the queue that consumes from another broker (one line
+    naming ``MAILGUARD_QUEUE``); else write this worker's liveness record and move the entries
+    of schedules keyed by a broker URL into the queue's one. The ledger down: only logged."""
+    config = state.current()
+    liveness = Liveness.from_url(config.effective_ledger_url, queue=config.queue)
+    if sender is None or liveness is None:
+        return
+    broker = str(sender.app.conf.broker_url)
+    hostname = str(getattr(sender, "hostname", "") or "worker")
+    try:
+        other = register(liveness, hostname, broker, time.time())
+        if other is None and (moved := parking.adopt_legacy(config)):
+            log.warning("mailguard: %d parked mail(s) moved into the queue's schedule", moved)
+    except BackendUnavailable as exc:
+        log.warning("mailguard: the ledger is unreachable at start: %s", exc)
+        return
+    if other is not None:
+        raise SystemExit(
+            f"mailguard: this worker consumes from {broker_identity(broker)} but {other}, "
+            f"for the same MAILGUARD_QUEUE {config.queue!r} on the same ledger: their parked "
+            "mails would be published to each other's broker; give one of them another "
+            "MAILGUARD_QUEUE, or both the same broker"
+        )
+
+
 # Metrics (MAILGUARD_METRICS_PORT): every pool process records into files of its own in the
 # multiprocess directory (set up here, before the pool forks); the main process serves their sum.
 _metrics: dict[str, Any] = {}
@@ -177,7 +239,7 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         server = metrics.serve(
             settings.metrics_host,
             settings.metrics_port,
-            collectors=(*_schedule_gauges(), *_hold_gauges()),
+            collectors=(*_schedule_gauges(), *_hold_gauges(), *_reputation_gauges()),
         )
     except OSError as exc:
         if made:
@@ -203,6 +265,14 @@ def _hold_gauges() -> tuple[Any, ...]:
         return ()
     holds = build_holds(settings)
     return (metrics.HoldCollector(holds.sender), metrics.PaceCollector(holds.pace.rate_now))
+
+
+def _reputation_gauges() -> tuple[Any, ...]:
+    """Each sender's reputation gauges, when the reputation is on and shared."""
+    reputation = build_reputation(settings)
+    if reputation is None or is_memory(settings.effective_ledger_url):
+        return ()
+    return (metrics.ReputationCollector(reputation.standings, reputation.limits.thresholds),)
 
 
 @signals.worker_process_shutdown.connect
@@ -235,10 +305,13 @@ class WorkerJsonFormatter(JsonFormatter):
 @signals.after_setup_logger.connect
 @signals.after_setup_task_logger.connect
 def _json_logs(logger: logging.Logger | None = None, **_: Any) -> None:
-    """``MAILGUARD_LOG_FORMAT=json``: the worker's log handlers write one JSON object a line."""
-    if settings.log_format == "json" and logger is not None:
-        for handler in logger.handlers:
+    """``MAILGUARD_LOG_FORMAT=json``: the worker's log handlers write one JSON object a line;
+    ``text``: Celery's lines, their times in UTC (:func:`mailer.logs.in_utc`)."""
+    for handler in logger.handlers if logger is not None else ():
+        if settings.log_format == "json":
             handler.setFormatter(WorkerJsonFormatter())
+        elif handler.formatter is not None:
+            in_utc(handler.formatter)
 
 
 @signals.after_setup_logger.connect

@@ -18,11 +18,16 @@ worker reconnects. The ledger keeps a mail that comes back twice from being sent
 ``sentinel://`` brokers (Celery's ``broker_transport``). A project with its own Celery app sets
 ``broker_transport = "workers.broker_transport:Transport"`` (``SentinelTransport`` for
 Sentinel) to get the same. Other brokers (RabbitMQ) use their transport unchanged.
+
+:data:`SOCKET_OPTIONS` are the transport options that keep a Redis broker's connections from
+blocking for minutes (kombu's defaults wait for ever on a reply that never comes):
+:func:`socket_options` adds them to an app's ``broker_transport_options`` where it sets none.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 from typing import Any
 
 from kombu.transport import redis
@@ -35,6 +40,28 @@ log = logging.getLogger(__name__)
 #: Broker URL schemes served by :class:`Transport` and :class:`SentinelTransport`.
 REDIS_SCHEMES = ("redis", "rediss")
 SENTINEL_SCHEMES = ("sentinel",)
+
+#: A Redis broker's socket options (seconds). ``socket_connect_timeout``: a connect to a broker
+#: that does not answer fails after it. ``socket_timeout``: a command whose reply does not come
+#: (a broker frozen, a connection half open) fails after it; above kombu's ``BRPOP`` timeout
+#: (1 s), under which a live broker always replies. ``socket_keepalive`` with probes after 30 s
+#: idle, every 10 s, 3 missed: the kernel ends a dead peer's connection within a minute.
+#: ``health_check_interval``: redis-py pings a connection idle that long before using it, and
+#: kombu drops a ``BRPOP`` whose reply is overdue by it. ``retry_on_timeout`` off: a write that
+#: timed out is not sent again (it may have been applied: the message would go twice), and
+#: kombu batches the promoter's publishes only then.
+SOCKET_OPTIONS: dict[str, Any] = {
+    "socket_connect_timeout": 5.0,
+    "socket_timeout": 15.0,
+    "socket_keepalive": True,
+    "socket_keepalive_options": {
+        option: value
+        for name, value in (("TCP_KEEPIDLE", 30), ("TCP_KEEPINTVL", 10), ("TCP_KEEPCNT", 3))
+        if (option := getattr(socket, name, None)) is not None
+    },
+    "health_check_interval": 10,
+    "retry_on_timeout": False,
+}
 
 
 class QoS(redis.QoS):
@@ -82,7 +109,27 @@ class _Contained:
         return super()._connparams(asynchronous)  # type: ignore[misc]
 
 
-class Channel(_Contained, redis.Channel):
+class _OneClient:
+    """One synchronous client per channel, made again whenever the channel's pool is.
+
+    kombu 5.7 builds a new ``redis.Redis`` for every command it sends outside a pipeline (each
+    publish: ``Redis.__init__`` copies its response callbacks, about 70 µs, a sixth of
+    ``send_mail.delay``). The client holds nothing but the pool; the pool stays kombu's: a
+    channel disconnected or closed makes a new one (:class:`_Contained` still refuses a closed
+    channel's), and the next command gets a client on it.
+    """
+
+    def _create_client(self, asynchronous: bool = False) -> Any:
+        if asynchronous:
+            return super()._create_client(asynchronous=True)  # type: ignore[misc]
+        pool = self.pool  # type: ignore[attr-defined]
+        client = self.__dict__.get("_mailguard_client")
+        if client is None or client.connection_pool is not pool:
+            client = self.__dict__["_mailguard_client"] = super()._create_client()  # type: ignore[misc]
+        return client
+
+
+class Channel(_OneClient, _Contained, redis.Channel):
     QoS = QoS
 
 
@@ -92,7 +139,7 @@ class Transport(redis.Transport):
     Channel = Channel
 
 
-class SentinelChannel(_Contained, redis.SentinelChannel):
+class SentinelChannel(_OneClient, _Contained, redis.SentinelChannel):
     QoS = QoS
 
 
@@ -102,9 +149,21 @@ class SentinelTransport(redis.SentinelTransport):
     Channel = SentinelChannel
 
 
+def socket_options(broker_url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` (an app's ``broker_transport_options``) with :data:`SOCKET_OPTIONS` where it
+    sets none, for a Redis or Sentinel broker; unchanged for another broker."""
+    if _scheme(broker_url) not in (*REDIS_SCHEMES, *SENTINEL_SCHEMES):
+        return options
+    return {**SOCKET_OPTIONS, **options}
+
+
+def _scheme(broker_url: str) -> str:
+    return broker_url.split("://", 1)[0].lower() if "://" in broker_url else ""
+
+
 def transport_for(broker_url: str) -> str | None:
     """The ``broker_transport`` path for ``broker_url``, or None to keep kombu's choice."""
-    scheme = broker_url.split("://", 1)[0].lower() if "://" in broker_url else ""
+    scheme = _scheme(broker_url)
     if scheme in REDIS_SCHEMES:
         return f"{__name__}:Transport"
     if scheme in SENTINEL_SCHEMES:

@@ -30,7 +30,7 @@ from mailer.records.ledger import Ledger
 from mailer.records.schedule import Schedule
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, PENDING, celery_state
-from workers.outcomes import read_state
+from workers.outcomes import NO_SHARED_RESULTS, read_state, results_shared
 from workers.payload import Parked
 
 if TYPE_CHECKING:
@@ -48,19 +48,23 @@ class NotCancelled(MailguardError):
 @dataclass(frozen=True)
 class Found:
     """A mail as found by :func:`lookup`: its task id (the id given when nothing maps it),
-    mail id, Celery state and outcome (meta)."""
+    mail id, Celery state and outcome (meta); ``results_shared``: whether the result backend
+    could have told (:func:`~workers.outcomes.results_shared`), so a ``PENDING`` means unknown
+    rather than unknowable."""
 
     task_id: str
     mail_id: str
     state: str
     meta: Any
+    results_shared: bool = True
 
 
 def lookup(app: Celery, given: str, ledger: Ledger | None, schedule: Schedule | None) -> Found:
     """The mail ``given`` names, a task id or a mail id: the result backend's state of a task
-    id; else the ledger's final outcome of a mail id; else the state of the task a parked or
-    watched mail id names in the schedule; else ``PENDING``. Raises what the result backend
-    raises, and ``BackendUnavailable``."""
+    id; else the ledger's final outcome of a mail id; else, for a mail id waiting in the
+    schedule (parked, or a countdown a worker holds), its task's state, or ``DEFERRED`` with
+    what the schedule knows (:func:`waiting_outcome`) when the result backend has none; else
+    ``PENDING``. Raises what the result backend raises, and ``BackendUnavailable``."""
     state, meta = read_state(app, given)
     if state != PENDING:
         mail_id = meta.get("mail_id") if isinstance(meta, Mapping) else None
@@ -69,23 +73,53 @@ def lookup(app: Celery, given: str, ledger: Ledger | None, schedule: Schedule | 
     if recorded is not None:
         return Found(given, given, celery_state(recorded.status), recorded.as_dict())
     payload = schedule.payload(given) if schedule is not None else None
-    if payload is not None:
-        try:
-            task_id = Parked.decode(payload, given).task_id
-        except ValueError:
-            task_id = given
-        if task_id != given:
-            state, meta = read_state(app, task_id)
-        return Found(task_id, given, state, meta)
-    return Found(given, given, PENDING, meta)
+    if payload is None:
+        return Found(given, given, PENDING, meta, results_shared(app))
+    try:
+        entry: Parked | None = Parked.decode(payload, given)
+    except ValueError:
+        entry = None
+    task_id = entry.task_id if entry is not None else given
+    if task_id != given:
+        state, meta = read_state(app, task_id)
+    if state == PENDING and entry is not None:
+        state, meta = DEFERRED, waiting_outcome(entry, results_shared(app)).as_dict()
+    return Found(task_id, given, state, meta, results_shared(app))
+
+
+def waiting_outcome(entry: Parked, shared: bool) -> Outcome:
+    """The ``deferred`` outcome of a mail waiting in the schedule, from its entry alone (its
+    kind, slot and deferrals; no recipient), for when the result backend has no state of it:
+    none is ``shared`` across processes, or its state expired."""
+    progress = entry.progress
+    why_here = NO_SHARED_RESULTS if not shared else "the result backend has no state of it"
+    return Outcome(
+        status="deferred",
+        mail_id=entry.mail_id,
+        kind=str(entry.kwargs.get("kind") or "default"),
+        due=entry.due,
+        deferrals=progress.deferrals if progress is not None else 0,
+        detail=(
+            "waiting in the schedule for its slot (parked, or booked as a countdown a worker "
+            f"holds); read from the schedule: {why_here}"
+        ),
+    )
 
 
 def waiting(found: Found, schedule: Schedule) -> str:
     """The mail id to cancel, if ``found`` waits (parked, watched, or DEFERRED); else
     :class:`NotCancelled`."""
     if schedule.payload(found.mail_id) is None and found.state != DEFERRED:
+        if found.state == PENDING and not found.results_shared:
+            raise NotCancelled(
+                f"mail {found.mail_id!r} is not in the schedule or the ledger, and "
+                f"{NO_SHARED_RESULTS} to tell whether it waits as a countdown: nothing "
+                "cancelled (a task id is found there only when it is the mail id)"
+            )
+        status = found.meta.get("status") if isinstance(found.meta, Mapping) else None
+        ended = f"already {status}, " if status in ("sent", "dropped", "failed") else ""
         raise NotCancelled(
-            f"mail {found.mail_id!r} is not waiting (state {found.state}): nothing to cancel"
+            f"mail {found.mail_id!r} is not waiting (state {found.state}): {ended}nothing to cancel"
         )
     return found.mail_id
 

@@ -19,7 +19,9 @@ sent to is suppressed all the same.
 The list is the workers' (the ledger's Redis): a ``memory://`` ledger, or settings a worker
 would refuse, stop Django at start with one line (``ImproperlyConfigured``). When the ledger's
 Redis is down the receiver raises, the webhook answers 500 and the ESP sends the event again.
-Logs name a recipient by its keyed hash only. Another stack: call
+Logs name a recipient by its keyed hash only. With ``MAILGUARD_REPUTATION`` on, a hard bounce
+or complaint also counts against the sender of the mail it is about, found by the event's
+``message_id`` (:mod:`mailer.records.reputation`). Another stack: call
 :func:`mailer.suppression.record_event` from its own webhook view.
 """
 
@@ -36,7 +38,7 @@ from django.core.exceptions import ImproperlyConfigured
 from mailer.errors import InvalidAddress
 from mailer.guard.data import iso
 from mailer.records.suppression.events import SUPPRESSING, record_event
-from mailer.suppression import suppressions_for
+from mailer.suppression import reputation_for, suppressions_for
 from workers import state
 
 log = logging.getLogger("mailguard")
@@ -91,6 +93,9 @@ def on_tracking(sender: Any, event: Any, esp_name: str, **kwargs: Any) -> None:
     except InvalidAddress as exc:
         log.warning("%s %s event for a bad address (%s): nothing suppressed", esp_name, name, exc)
         return
+    reputation = reputation_for(settings)
+    if reputation is not None:  # the sender's rates: the mail found by its Message-ID
+        reputation.count_event(name, event.message_id)
     if entry is not None:
         length = "for ever" if entry.forever else f"until {iso(entry.until)}"
         log.warning(

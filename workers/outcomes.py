@@ -7,6 +7,10 @@ or in state ``FAILURE`` by raising :class:`~workers.tasks.MailFailed` with the o
 with the outcome so far as meta. Celery hands a failure back as the exception:
 :func:`outcome_of` turns it back into the outcome dict.
 
+A result backend that only its own process reads (the default ``cache+memory://``, or none)
+tells another process nothing: :func:`results_shared` says whether this one can; the ledger and
+the schedule then tell what they know (:func:`workers.cancelling.lookup`).
+
 Celery is imported only for type checking: the CLI imports this module for every command.
 """
 
@@ -26,6 +30,21 @@ def outcome_of(info: Any) -> Any:
         first = info.args[0] if info.args else None
         return first if isinstance(first, Mapping) else str(info)
     return info
+
+
+#: Result backend URL schemes whose results only their own process can read.
+PROCESS_LOCAL_RESULTS = ("cache+memory:", "memory:", "disabled:", "rpc:")
+
+#: Why a process cannot read another's results, as the commands say it.
+NO_SHARED_RESULTS = "no result backend is set (MAILGUARD_RESULT_BACKEND)"
+
+
+def results_shared(app: Celery) -> bool:
+    """Whether ``app``'s result backend is one every process reads (``redis://``, a database):
+    not one kept in this process only (``cache+memory://``, the default), nor ``rpc://``
+    (results go to the caller alone), nor none."""
+    url = app.conf.result_backend
+    return bool(url) and not str(url).startswith(PROCESS_LOCAL_RESULTS)
 
 
 def read_state(app: Celery, mail_id: str) -> tuple[str, Any]:

@@ -7,18 +7,19 @@ array of the due time, args, kwargs and the progress, about 150 B for a short ma
 promoted run is the same mail, with the same deadline and the same booking, under the same task
 id. Its kind's priority is set again when it is published (:mod:`workers.promoter`).
 
-One schedule per process, queue and broker, where the ledger lives: a worker whose app
-publishes to another broker than ``MAILGUARD_BROKER_URL`` (a project's own app,
-:func:`use_app_broker`) parks into a schedule of its own, keyed by a hash of that broker's URL,
-so that no other app's worker ever promotes its mails (nor it theirs). A worker of mailguard's
-app keeps the queue's key, ``<ns>:{schedule:<queue>}``. A memory schedule can only be
+One schedule per queue in the ledger's Redis, ``<ns>:{schedule:<queue>}``, whatever app a
+process runs and however its broker URL is spelled: every worker, ``mailguard scheduled``,
+``mailguard cancel`` and :func:`workers.tasks.cancel` see the same parked mails. A promoter
+publishes through its own worker's app, so the workers of one queue must consume from one
+broker: a worker refuses to start beside a running one that does not (:mod:`workers.liveness`,
+checked by :mod:`workers.app`), and moves the entries of schedules keyed by a broker URL's hash
+into the queue's one (:mod:`mailer.records.schedule.legacy`). A memory schedule can only be
 promoted by a promoter in the same process (:mod:`workers.promoter`): without one, nothing is
 parked.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -28,7 +29,8 @@ from typing import Any
 from mailer.crashpoints import crash_point
 from mailer.errors import BackendUnavailable
 from mailer.guard.data import iso
-from mailer.records.schedule import MemorySchedule, Schedule, schedule_from_url
+from mailer.records.schedule import MemorySchedule, RedisSchedule, Schedule, schedule_from_url
+from mailer.records.schedule.legacy import move_legacy
 from mailer.records.schedule.park import parked_until
 from mailer.settings import Settings
 from mailer.steps import Later, Progress
@@ -37,40 +39,29 @@ from workers.payload import Parked
 log = logging.getLogger("mailguard")
 
 _lock = threading.Lock()
-_stores: dict[tuple[int, str, str, str], Schedule] = {}
+_stores: dict[tuple[int, str, str], Schedule] = {}
 #: The pid whose promoter runs (a memory schedule is parked into only in that process).
 promoter_pid: list[int] = []
 
 
-#: The broker URL of the app this process's worker runs (:func:`use_app_broker`).
-_app_broker: list[str] = []
-
-
-def use_app_broker(broker_url: str) -> None:
-    """This process's worker runs an app that publishes to ``broker_url`` (set at worker start,
-    before the pool forks): its mails park in that broker's schedule (:func:`owner`)."""
-    _app_broker[:] = [broker_url]
-
-
-def owner(settings: Settings, broker_url: str | None = None) -> str:
-    """Whose schedule this process parks into: empty for ``MAILGUARD_BROKER_URL``'s (or when
-    no worker runs here: the CLI), else 12 hex digits of a hash of the app's broker URL
-    (``broker_url``, else the app this process's worker runs)."""
-    broker = broker_url or (_app_broker[0] if _app_broker else settings.broker_url)
-    if broker == settings.broker_url:
-        return ""
-    return hashlib.sha256(broker.encode()).hexdigest()[:12]
-
-
-def schedule_for(settings: Settings, broker_url: str | None = None) -> Schedule:
-    """This process's schedule on the ledger's URL (built once per process, URL, queue and
-    owner); ``broker_url``: the schedule of the app publishing there (a caller's)."""
-    url, mine = settings.effective_ledger_url, owner(settings, broker_url)
-    key = (os.getpid(), url, settings.queue, mine)
+def schedule_for(settings: Settings) -> Schedule:
+    """The queue's schedule on the ledger's URL (built once per process, URL and queue)."""
+    url = settings.effective_ledger_url
+    key = (os.getpid(), url, settings.queue)
     with _lock:
         if key not in _stores:
-            _stores[key] = schedule_from_url(url, queue=settings.queue, owner=mine)
+            _stores[key] = schedule_from_url(url, queue=settings.queue)
         return _stores[key]
+
+
+def adopt_legacy(settings: Settings) -> int:
+    """Move the entries of the queue's schedules keyed by a broker URL's hash into its one
+    schedule (at a worker's start); how many moved (0 on a memory ledger). Raises
+    ``BackendUnavailable``."""
+    store = schedule_for(settings)
+    if not isinstance(store, RedisSchedule):
+        return 0
+    return move_legacy(store, "mailguard", settings.queue)
 
 
 def park(
@@ -161,7 +152,7 @@ def settled(settings: Settings, mail_id: str) -> None:
 def park_call(
     settings: Settings,
     *,
-    broker_url: str,
+    broker_url: str = "",
     task_id: str,
     args: Any,
     kwargs: dict[str, Any],
@@ -172,11 +163,13 @@ def park_call(
     promoter publishes it when due, so no worker holds it meanwhile. ``due`` is that
     ``not_before``. True when parked; False
     when the caller must publish it with its ``eta`` instead (a short wait, parking off, a
-    memory schedule no promoter of this process reads, or the schedule's Redis down: logged)."""
+    memory schedule no promoter of this process reads, or the schedule's Redis down: logged).
+    ``broker_url``, the caller's broker, does not choose the schedule: the queue's one is
+    promoted by its workers, through their broker."""
     wait = due - time.time()
     if settings.park_after is None or wait <= settings.park_after:
         return False
-    store = schedule_for(settings, broker_url)
+    store = schedule_for(settings)
     if not _promoted(store):
         return False
     mail_id = str(kwargs.get("mail_id") or task_id)

@@ -19,6 +19,11 @@ broker lost or refused the message) is taken and published again like a parked m
 once (mail id, how late) and counted (``mailguard_watchdog_republished_total``). Leased like
 promotion, so one worker publishes it; the ledger keeps a second copy from sending.
 
+The same thread watches the outbox (:mod:`workers.outbox_watch`): a mail's first message
+popped from the broker and never received (kombu's window between ``BRPOP`` and its unacked
+record) is published again once ``MAILGUARD_OUTBOX_GRACE`` has passed
+(``mailguard_outbox_republished_total``).
+
 Started by a worker bootstep (:class:`PromoterStep`, added by :func:`workers.app.create_app`),
 so ``celery worker``, ``mailguard worker`` and the in-process worker all run it.
 """
@@ -31,6 +36,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -42,7 +48,8 @@ from mailer.errors import BackendUnavailable
 from mailer.metrics import default_metrics
 from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
 from mailer.settings import Settings
-from workers import parking, priority, routing, state
+from workers import outbox, parking, priority, routing, state
+from workers.outbox_watch import OutboxWatch
 from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
@@ -88,6 +95,8 @@ class Promoter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mailguard-promoter", daemon=True)
         self._down_since = 0.0
+        #: The watchdog's outbox part (:mod:`workers.outbox_watch`), set by :class:`PromoterStep`.
+        self.outbox_watch: OutboxWatch | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -96,11 +105,15 @@ class Promoter:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        if self.outbox_watch is not None:
+            self.outbox_watch.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 taken = self.promote_once()
+                if self.outbox_watch is not None:
+                    self.outbox_watch.check()
             except BackendUnavailable as exc:
                 if not self._down_since:
                     log.warning("mailguard promoter: the schedule is unavailable: %s", exc)
@@ -171,15 +184,22 @@ class Promoter:
         schedule, due in :data:`RETRY` seconds (the ledger keeps copies from sending).
         """
         published: list[tuple[Taken, float]] = []
+        with self.producing() as producer:
+            for entry in taken:
+                due = self._publish(entry.mail_id, entry.payload, producer)
+                if due is not None:
+                    published.append((entry, due))
+        return published
+
+    @contextlib.contextmanager
+    def producing(self) -> Iterator[Any]:
+        """One producer for a batch of :meth:`send` calls, in one publish batch where kombu
+        offers it (the messages leave when the block ends)."""
         self._reply_to = self.app.thread_oid
         with self.app.producer_or_acquire() as producer:
             batch = getattr(producer, "batch", None)
             with batch(max_size=2 * BATCH) if batch is not None else contextlib.nullcontext():
-                for entry in taken:
-                    due = self._publish(entry.mail_id, entry.payload, producer)
-                    if due is not None:
-                        published.append((entry, due))
-        return published
+                yield producer
 
     def _publish(self, mail_id: str, payload: bytes | None, producer: Any) -> float | None:
         """Publish one entry; an unusable one is buried. Its due time when published.
@@ -193,20 +213,7 @@ class Promoter:
         """
         try:
             entry = Parked.decode(payload, mail_id)
-            countdown = entry.due - state.limiter_now()  # ``due`` is on the limiter's clock
-            kind = entry.kwargs.get("kind", "default")
-            message = self._amqp.create_task_message(
-                entry.task_id,
-                self.task_name,
-                entry.args,
-                entry.message_kwargs(mail_id, self._secret),
-                None,
-                eta=datetime.fromtimestamp(entry.due, timezone.utc) if countdown > 0.001 else None,
-                reply_to=self._reply_to,
-                create_sent_event=self._sent_event,
-                argsrepr="(<redacted>)",
-                kwargsrepr="{<redacted>}",
-            )
+            message = self.message(entry, entry.message_kwargs(mail_id, self._secret))
         except ValueError as exc:  # undecodable
             log.error(
                 "mailguard promoter: parked mail %s is unusable (%s); moved to the dead letters",
@@ -216,16 +223,40 @@ class Promoter:
             )
             self.schedule.bury(mail_id)
             return None
+        kind = entry.kwargs.get("kind", "default")
+        level = priority.publish_priority(self._broker_url, self.kinds, kind, booked=True)
+        self.send(producer, message, level)
+        return entry.due
+
+    def message(self, entry: Parked, kwargs: dict[str, Any]) -> Any:
+        """The task message of ``entry`` with ``kwargs``: with its ``eta`` when its due time
+        (the limiter's clock) is ahead. ``ValueError`` for one Celery cannot make."""
+        countdown = entry.due - state.limiter_now()  # ``due`` is on the limiter's clock
+        return self._amqp.create_task_message(
+            entry.task_id,
+            self.task_name,
+            entry.args,
+            kwargs,
+            None,
+            eta=datetime.fromtimestamp(entry.due, timezone.utc) if countdown > 0.001 else None,
+            reply_to=self._reply_to,
+            create_sent_event=self._sent_event,
+            argsrepr="(<redacted>)",
+            kwargsrepr="{<redacted>}",
+        )
+
+    def send(self, producer: Any, message: Any, level: int | None) -> None:
+        """Publish ``message`` at broker priority ``level`` through ``producer``, to this
+        worker's ``send_mail`` queue (no declaration, no retries: the caller's)."""
         self._amqp.send_task_message(
             producer,
             self.task_name,
             message,
             **self._route,
-            priority=priority.publish_priority(self._broker_url, self.kinds, kind, booked=True),
+            priority=level,
             declare=[],
             retry=False,
         )
-        return entry.due
 
 
 class PromoterStep(bootsteps.StartStopStep):
@@ -250,6 +281,12 @@ class PromoterStep(bootsteps.StartStopStep):
             return
         self.promoter = Promoter(worker.app, schedule, settings)
         parking.promoter_pid[:] = [os.getpid()]
+        box = outbox.outbox_for(settings)
+        if box is not None and settings.outbox_grace is not None:
+            queue = routing.mail_queue(worker.app, settings.queue)
+            self.promoter.outbox_watch = OutboxWatch(
+                self.promoter, box, settings.outbox_grace, queue
+            )
         self.promoter.start()
 
     def stop(self, worker: Any) -> None:

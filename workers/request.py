@@ -24,6 +24,11 @@ the pool:
    schedule (:func:`workers.parking.running`): its watch, if any, is not due for a claim lease,
    so the watchdog does not publish a mail whose run is starting or long (one round trip, here
    in the main process at the hand-off, so a busy pool does not delay it).
+
+Earlier still, when the request is made on the message's arrival (an ``eta`` one too, long
+before it runs), a mail's first message clears its outbox entry (:func:`workers.outbox.received`:
+one script call on the ledger's Redis): kombu recorded the message as unacknowledged before
+this consumer saw it, so from here the broker's own redelivery covers it.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from mailer.errors import BackendUnavailable
 from mailer.mail.arguments import InvalidArguments
 from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
-from workers import parking, state
+from workers import outbox, parking, state
 from workers.call import check_call
 from workers.tasks import Deferred
 
@@ -67,6 +72,13 @@ class GuardedRequest(Request):
 
     _mailguard_ended = False
     _mailguard_checked = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        try:
+            outbox.received(state.current(), self.id, self.kwargs, self.delivery_info)
+        except Exception:  # the consumer must live: the entry stays, its copy ends a repeat
+            log.exception("mail %s: outbox entry not cleared on receipt", self.id)
 
     @property
     def eta(self) -> datetime | None:

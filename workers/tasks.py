@@ -25,11 +25,11 @@ from mailer.crashpoints import crash_point
 from mailer.guard import MailRequest
 from mailer.guard.data import iso
 from mailer.mail.seal import seal, unseal
-from mailer.outcomes import Outcome
+from mailer.outcomes import IN_FLIGHT, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
-from workers import parking, priority, routing, state
+from workers import outbox, parking, priority, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
 from workers.state import guard, use_settings
@@ -99,7 +99,43 @@ class GuardedTask(Task[Any, Any]):
             parked = self._park_far_eta(args, kwargs, options)
             if parked is not None:
                 return parked
+            return self._publish_first(args, kwargs, options)
         return super().apply_async(args, kwargs, **options)
+
+    def _publish_first(self, args: Any, kwargs: dict[str, Any], options: dict[str, Any]) -> Any:
+        """Publish a caller's call, its outbox entry written first (:mod:`workers.outbox`: one
+        script call on the ledger's Redis, its answer read later; the mail is published
+        without one when that Redis is down). A publish that raises removes the entry."""
+        recorded = None
+        if self._to_mail_queue(options):
+            task_id = options["task_id"] = str(options.get("task_id") or uuid())
+            not_before = _not_before(self.app, options)
+            if not_before is not None and options.get("countdown") is not None:
+                # One eta for the message and its entry: a copy is never due earlier.
+                del options["countdown"]
+                options["eta"] = datetime.fromtimestamp(not_before, timezone.utc)
+            recorded = outbox.record(
+                state.current(),
+                task_id=task_id,
+                args=args,
+                kwargs=dict(kwargs or {}),
+                priority=options.get("priority"),
+                not_before=not_before,
+            )
+        try:
+            return super().apply_async(args, kwargs, **options)
+        except BaseException:
+            outbox.discard(recorded)
+            raise
+
+    def _to_mail_queue(self, options: dict[str, Any]) -> bool:
+        """Whether this call goes to ``MAILGUARD_QUEUE``, the queue whose schedule and outbox
+        this process's settings name (not when the project's ``task_routes`` route it)."""
+        settings = state.current()
+        queue = options.get("queue") or routing.mail_queue(self.app, settings.queue)
+        if queue != settings.queue:
+            return False
+        return bool(self.app.conf.get(routing.MARK)) or "queue" in options
 
     def _park_far_eta(self, args: Any, kwargs: dict[str, Any], options: dict[str, Any]) -> Any:
         """A caller's ``eta`` / ``countdown`` farther than ``MAILGUARD_PARK_AFTER``: the call
@@ -108,11 +144,8 @@ class GuardedTask(Task[Any, Any]):
         no wait, parking unavailable, or ``send_mail``'s queue routed elsewhere)."""
         not_before = _not_before(self.app, options)
         settings = state.current()
-        queue = options.get("queue") or routing.mail_queue(self.app, settings.queue)
-        if not_before is None or queue != settings.queue:
-            return None
-        if not self.app.conf.get(routing.MARK) and "queue" not in options:
-            return None  # the project's task_routes route send_mail: its schedule is unknown
+        if not_before is None or not self._to_mail_queue(options):
+            return None  # no eta, or the project's task_routes route send_mail elsewhere
         task_id = str(options.get("task_id") or uuid())
         broker = str(self.app.conf.broker_url)
         call = dict(kwargs or {})
@@ -220,6 +253,7 @@ def send_mail(
     from_email: str | None = None,
     attachments: list[list[Any]] | None = None,
     charset: str | None = None,
+    mime: str | None = None,
     _progress: str | None = None,
     _requested_at: float | None = None,
 ) -> dict[str, Any]:
@@ -228,8 +262,10 @@ def send_mail(
     ``to`` is an address or a list; ``cc``, ``bcc`` and ``reply_to`` likewise; ``from_email``
     replaces ``MAILGUARD_SENDER``; ``attachments`` are ``[filename, base64 content,
     mimetype]`` items (a fourth, ``{"charset", "inline", "content_id"}``, optional); ``charset``
-    the body's (``utf-8`` by default). Every envelope recipient (to, cc, bcc) must have room:
-    the message goes at the earliest slot that suits all of them, counted once in each one's budget.
+    the body's (``utf-8`` by default); ``mime`` a whole message instead (base64; see
+    :mod:`mailer.mail.carried`: Django's backend carries its messages so). Every envelope
+    recipient (to, cc, bcc) must have room: the message goes at the earliest slot that suits
+    all of them, counted once in each one's budget.
     ``subject``/``body`` left out are rendered from ``kind``'s templates with ``context``.
     ``mail_id`` defaults to this task's id and stays the same over every deferral. Returns the
     outcome dict (status ``sent`` or ``dropped``); a failed mail raises :class:`MailFailed`.
@@ -255,6 +291,7 @@ def send_mail(
         from_email=from_email,
         attachments=attachments,
         charset=charset,
+        mime=mime,
     )
     progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
     if not progress.requested_at and _requested_at:  # the caller's clock: queue wait only
@@ -284,9 +321,12 @@ def _process(
 
 def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -> dict[str, Any]:
     """Carry out a ``Later``: store the deferred state, then park the next run (return the
-    ``deferred`` outcome) or publish it with its countdown (raise :class:`Deferred`)."""
+    ``deferred`` outcome) or publish it with its countdown (raise :class:`Deferred`). A copy
+    that found another run sending its mail (``in_flight``) stores no state: that run's
+    outcome, stored under the same task id, must not be overwritten by a stale DEFERRED."""
     crash_point("booked")
-    _show_deferred(task, step, mail_id)
+    if step.outcome.reason != IN_FLIGHT:
+        _show_deferred(task, step, mail_id)
     again = dict(task.request.kwargs or {})
     again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
     why = step.outcome.reason or "deferred"

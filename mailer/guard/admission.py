@@ -1,14 +1,20 @@
 """Admission: the limiter's answer for a mail that passed the gates, and what it means.
 
 The kind's ``max_wait`` counts from when the guard first saw the mail, on the limiter's clock
-(:meth:`~mailer.guard.booking.Booking.window`): a mail past that deadline is dropped
-``expired``, and no booking reaches beyond it. A run that starts, by the limiter's clock, more
-than ``late_tolerance`` seconds after its booked slot is spaced by the policy in real time:
-where the limiter judges lateness (recipient sliding tiers, one recipient) it does so inside
-the decision, against the slots actually sent (overdue bookings ignored); elsewhere the run
-gives the slot back and asks again (:meth:`Admission.rebook`). A limiter
-that is down defers (``fail_closed``) or lets the mail go unguarded (``fail_open``); recipients
-that found no common slot always defer.
+(:meth:`~mailer.guard.booking.Booking.window`; for a copy of a first run, from that first
+run: :mod:`mailer.guard.claim`): a mail past that deadline is dropped ``expired``, and no
+booking reaches beyond it (one moved back past it is given back and dropped ``late``).
+
+Every run is judged against the slot it holds, the one it was booked *or admitted* for (a
+copy of a run that died after its admission holds that admission): a run that starts, by
+the limiter's clock, more than ``late_tolerance`` seconds after it is spaced by the policy in
+real time. Where the limiter judges lateness (recipient sliding tiers, one recipient) it does
+so inside the decision, against the slots actually sent, in the recipient's booked order:
+the bookings reached before it go first, the bookings after it move back only as far as the
+policy requires (:func:`mailer.limits.sliding_log._judged`); elsewhere the run gives the slot
+back and asks again (:meth:`Admission.rebook`). A limiter that is down defers
+(``fail_closed``) or lets the mail go unguarded (``fail_open``); recipients that found no
+common slot always defer.
 """
 
 from __future__ import annotations
@@ -42,11 +48,15 @@ class Admission:
         self.metrics = metrics
 
     def admit(self, mail: Prepared, progress: Progress) -> Admitted | Step:
-        """:class:`Admitted`, ``Later`` (booked; limiter down) or ``Finish`` (dropped)."""
+        """:class:`Admitted`, ``Later`` (booked; limiter down) or ``Finish`` (dropped). A copy
+        of a first run that ended unfinished (``Progress.first_run_copy``) holds the slot its
+        first run was admitted at, if it was: the limiter's entry under its mail id."""
         late = False
         try:
             window = self.booking.window(mail, progress)
             if isinstance(window, Finish):
+                if progress.first_run_copy:  # expired: its first run's admission back
+                    self.booking.release(mail)
                 return window
             now, max_wait = window
             started = time.perf_counter()
@@ -57,6 +67,10 @@ class Admission:
             elif decision.allowed and now - decision.at > self.config.late_tolerance:
                 late = True
                 decision = self.rebook(mail, decision, max_wait, now)
+            if decision.booked and decision.at - now > max_wait + self.config.late_tolerance:
+                late = True  # moved back past its deadline, behind a late mail booked before it
+                self.booking.give_back(mail)
+                decision = decision._replace(booked=False)
         except (BackendUnavailable, Contended) as exc:
             return self._unanswered(mail, progress, exc)
         except CorruptState as exc:  # foreign data in a limiter key: no answer until removed
@@ -77,9 +91,21 @@ class Admission:
         time), counted and logged: a run late by more than the tolerance, or one on time whose
         slot it refused (a mail of its recipient sent late since, which ignored this booking:
         it waits its spacing after that one). A run that finds its booking already moved (a
-        copy of a run that was booked again; the answer names no tier) was not judged."""
-        late_by = now - progress.due if progress.due else 0.0
-        if not progress.due or late_by < 0:  # a first run, or early (its slot is still ahead)
+        copy of a run that was booked again, a booking moved back behind a late mail booked
+        before it; the answer names no tier) was not judged.
+
+        A copy of a first run (``first_run_copy``), or a first run's retry after a refusal,
+        is judged by the limiter against the slot its first run was admitted at, which only
+        the limiter knows: booked or refused, it counts as judged (a first run that died
+        before its admission left no slot: then it was simply booked); sent now or at its
+        slot, it does not (the two are not told apart)."""
+        if not progress.due:  # a first run, a copy of one, or its retry after a refusal
+            if (progress.first_run_copy or progress.send_failures) and not decision.allowed:
+                self._late(mail, decision, None)
+                return True
+            return False
+        late_by = now - progress.due
+        if late_by < 0:  # early (its slot is still ahead)
             return False
         if late_by <= self.config.late_tolerance and decision.allowed:
             return False
@@ -88,13 +114,16 @@ class Admission:
         self._late(mail, decision, late_by)
         return True
 
-    def _late(self, mail: Prepared, again: Decision, late_by: float) -> None:
-        """Count and log a late run that the limiter judged again (see :meth:`rebook`)."""
+    def _late(self, mail: Prepared, again: Decision, late_by: float | None) -> None:
+        """Count and log a late run that the limiter judged again (see :meth:`rebook`);
+        ``late_by`` None: a copy of a first run that ended unfinished."""
         self.metrics.rebooked(mail.kind.name if mail.kind.name in self.kinds else UNKNOWN_KIND)
         log.info(
-            "mail %s ran %s after its slot: %s",
+            "mail %s ran %s: %s",
             mail.mail_id,
-            human(late_by),
+            "again after its first run ended unfinished"
+            if late_by is None
+            else f"{human(late_by)} after its slot",
             "sent now" if again.allowed else "booked again" if again.booked else "no slot in time",
             extra=log_fields(mail.base),
         )

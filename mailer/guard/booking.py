@@ -217,8 +217,8 @@ class Booking:
         """What ``decision`` means for ``mail``: send now, wait for the booking, or drop
         (``rate_limited``; ``late`` for a late run re-booked; with its hold when ``after``)."""
         action = plan(decision, max_countdown=self.config.max_countdown)
-        if isinstance(action, Send):
-            return Admitted(due=action.at)
+        if isinstance(action, Send):  # admitted now: the limiter's now is at or after the slot
+            return Admitted(due=action.at, admitted_at=max(self.stamp(), action.at))
         tier = _tier_name(decision, action.tier)
         if tier is None and after is not None:
             tier = after.tier()
@@ -249,8 +249,8 @@ class Booking:
             if isinstance(window, Finish):
                 return window
             now, max_wait = window
-            if holds_slot or progress.due:
-                self.give_back(mail)
+            if holds_slot or progress.due or progress.first_run_copy or progress.send_failures:
+                self.give_back(mail)  # the slot it holds (a first run's copy: its admission)
             decision = self.acquire(mail, max_wait, not_before=after.end(now, max_wait))
         except (BackendUnavailable, Contended) as exc:
             if isinstance(exc, Contended):

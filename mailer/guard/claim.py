@@ -1,9 +1,15 @@
 """The claim: one atomic ledger ``begin`` on the mail id, so a mail is sent at most once.
 
-Claimed (None), or what to answer instead: the recorded outcome of a mail that finished
-already (a repeat), ``Later`` when another run holds the claim (``in_flight``), or when the
-ledger is down (``ledger_unavailable``, whatever the fail mode: without the ledger no run can
-promise "once").
+Claimed (the run's progress), or what to answer instead: the recorded outcome of a mail that
+finished already (a repeat), ``Later`` when another run holds the claim (``in_flight``), or
+when the ledger is down (``ledger_unavailable``, whatever the fail mode: without the ledger no
+run can promise "once").
+
+A first run (its message carries no ``first_seen``) gives the ledger its ``first_seen`` in the
+same ``begin``: the ledger keeps the first one it was given, so a copy of a first run that
+died (redelivered after the claim lease) counts its kind's deadline from the first run, not
+from itself, and knows it is a copy (``Progress.first_run_copy``: it may hold the first run's
+admission, judged like any run's slot).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from mailer.guard.data import GuardConfig, Prepared, log_fields
 from mailer.guard.outage import backend_down
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
-from mailer.records.ledger import Ledger
+from mailer.records.ledger import Claimed, Ledger
 from mailer.steps import Fail, Finish, Later, Progress, Step
 
 log = logging.getLogger("mailguard")
@@ -41,14 +47,24 @@ class Claim:
         self.metrics = metrics
         self._release = release
 
-    def claim(self, mail: Prepared, owner: str, progress: Progress) -> Step | None:
-        """None when the run ``owner`` now holds the claim; else the step to answer: the
-        recorded outcome of a finished mail (``Finish``, or ``Fail`` for a failed one), or
-        ``Later``. A stale owner in ``progress`` (a run that timed out on the ledger) is taken
-        over at once."""
+    def claim(
+        self, mail: Prepared, owner: str, progress: Progress, seen: float = 0.0
+    ) -> Step | Progress:
+        """The progress to run with when the run ``owner`` now holds the claim; else the step
+        to answer: the recorded outcome of a finished mail (``Finish``, or ``Fail`` for a
+        failed one), or ``Later``. A stale owner in ``progress`` (a run that timed out on the
+        ledger) is taken over at once. ``seen`` (epoch seconds on the limiter's clock; 0 for
+        none): now, for a run whose ``progress`` has no ``first_seen``; the progress then
+        carries the first run's ``first_seen`` (``seen`` itself for the first run)."""
         stale = progress.stale_owner or None
         try:
-            begun = self.ledger.begin(mail.mail_id, owner, self.config.claim_lease, takeover=stale)
+            begun = self.ledger.begin(
+                mail.mail_id,
+                owner,
+                self.config.claim_lease,
+                takeover=stale,
+                first_seen=seen or None,
+            )
         except BackendUnavailable as exc:
             # The claim may have been written after the client gave up: the next run may take it.
             self.metrics.backend_down("ledger")
@@ -64,8 +80,12 @@ class Claim:
             if begun.reason == why.CANCELLED:
                 self._release(mail)  # cancelled while it waited as a countdown: its slot back
             return Fail(begun) if begun.status == "failed" else Finish(begun)
+        if isinstance(begun, Claimed):
+            first = begun.first_seen
+            copy = first != seen  # an earlier first run of this mail claimed it
+            return replace(progress, stale_owner="", first_seen=first, first_run_copy=copy)
         if begun:
-            return None
+            return replace(progress, stale_owner="", first_seen=progress.first_seen or seen)
         wait = defaults.IN_FLIGHT_WAIT
         waiting = mail.base.but(status="deferred", reason=why.IN_FLIGHT, wait=wait)
         log.info(

@@ -38,6 +38,7 @@ class MailRequest:
     from_email: Any = None
     attachments: Any = None
     charset: Any = None
+    mime: Any = None
 
 
 @dataclass(frozen=True)
@@ -90,10 +91,13 @@ class Prepared:
 @dataclass(frozen=True)
 class Admitted:
     """The mail may be sent now. ``due`` is its slot (epoch seconds); ``guarded`` is False when
-    the limiter was down and ``fail_open`` let the mail go without it (no slot to give back)."""
+    the limiter was down and ``fail_open`` let the mail go without it (no slot to give back).
+    ``admitted_at`` (epoch seconds on the limiter's clock, never before ``due``) is when the
+    limiter admitted it: where the policy's spacing is promised; None when unguarded."""
 
     due: float | None
     guarded: bool = True
+    admitted_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,7 @@ def failure(base: Outcome, reason: str, attempts: int, exc: SendError) -> Fail:
             attempts=attempts,
             smtp_code=exc.code,
             smtp_reply=exc.reply,
+            provider=exc.provider,
             detail=exc.reason,
         )
     )

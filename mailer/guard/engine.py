@@ -8,8 +8,8 @@ data, and the engine only passes it on:
 2. **claim** (:mod:`mailer.guard.claim`): one atomic ledger ``begin`` on the mail id: claimed,
    or the recorded outcome (a repeat), or ``Later`` (another run holds it; the ledger is down).
 3. **gates** (:mod:`mailer.guard.gates`): each gate's ``before_admit`` hook, in order:
-   suppression (:mod:`~mailer.guard.gates.suppression`), then holds
-   (:mod:`~mailer.guard.gates.holds`).
+   suppression (:mod:`~mailer.guard.gates.suppression`), the bulk kinds' unsubscribe and
+   reputation (:mod:`~mailer.guard.gates.bulk`), then holds (:mod:`~mailer.guard.gates.holds`).
 4. **admit** (:mod:`mailer.guard.admission`, booking through :mod:`mailer.guard.booking`):
    :class:`Admitted` (send now), or ``Later`` (booked; limiter down), or ``Finish``
    (``dropped``).
@@ -27,7 +27,6 @@ Build a guard with :mod:`mailer.factory` (``build_guard``, or ``memory_guard`` i
 from __future__ import annotations
 
 import uuid
-from dataclasses import replace
 
 from mailer import outcomes as why
 from mailer.clock import Clock
@@ -38,6 +37,7 @@ from mailer.guard.booking import Booking
 from mailer.guard.claim import Claim
 from mailer.guard.data import Admitted, GuardConfig, MailRequest, Prepared, Refused
 from mailer.guard.gates import Gate, read_together
+from mailer.guard.gates.bulk import bulk_gates, sent_recorder
 from mailer.guard.gates.holds import HoldsGate
 from mailer.guard.gates.suppression import SuppressionGate
 from mailer.guard.sending import Sending
@@ -49,8 +49,10 @@ from mailer.mail.transports.base import Transport
 from mailer.metrics import UNKNOWN_KIND, Metrics
 from mailer.records.holds import Holds
 from mailer.records.ledger import Ledger
+from mailer.records.reputation import Reputation
 from mailer.records.suppression import Suppressions
 from mailer.steps import Fail, Finish, Later, Progress, Step
+from mailer.unsubscribe import Unsubscribe
 
 __all__ = ["Fail", "Finish", "Guard", "GuardConfig", "Later", "MailRequest", "Progress", "Step"]
 
@@ -75,6 +77,8 @@ class Guard:
         config: GuardConfig,
         clock: Clock,
         metrics: Metrics,
+        unsubscribe: Unsubscribe | None = None,
+        reputation: Reputation | None = None,
     ) -> None:
         self.limiter = limiter
         self.ledger = ledger
@@ -83,6 +87,9 @@ class Guard:
         self.suppressions = suppressions
         #: Holds after throttling replies (:mod:`mailer.records.holds`); None: holds are off.
         self.holds = holds
+        #: Bulk kinds' one-click unsubscribe and the sender reputation; None: off.
+        self.unsubscribe = unsubscribe
+        self.reputation = reputation
         self.config = config
         self._clock = clock
         self._kinds = kinds
@@ -115,12 +122,14 @@ class Guard:
         self._validator = Validator(self._kinds, config, clock, booking.recipient_key)
         self._claim = Claim(self.ledger, config, metrics, booking.release)
         gates: list[Gate] = [SuppressionGate(self.suppressions, config, metrics)]
+        gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics)
         if self.holds is not None:
             gates.append(HoldsGate(self.holds, booking, config, metrics))
         self._gates = tuple(gates)
         self._admission = Admission(booking, config, self._kinds, metrics)
         self._sending = Sending(self.transport, booking, config, booking.stamp)  # sent_at vs due
         self._settle = Settle(self.ledger, metrics, booking.release, patience=config.claim_lease)
+        self._settle.record_sent = sent_recorder(self.ledger, self.reputation, metrics)
 
     def process(self, request: MailRequest, progress: Progress | None = None) -> Step:
         """One run of one mail, counted in the metrics."""
@@ -149,26 +158,26 @@ class Guard:
         if not isinstance(mail, Prepared):
             return mail, False
         owner = uuid.uuid4().hex
-        held = self._claim.claim(mail, owner, progress)
-        if held is not None:
+        seen = 0.0 if progress.first_seen else self._now()  # the kind's deadline counts from here
+        held = self._claim.claim(mail, owner, progress, seen)
+        if not isinstance(held, Progress):
             return held, not isinstance(held, Later)
-        progress = replace(progress, stale_owner="")
+        progress = held
         crash_point("claimed")
-        if not progress.first_seen:  # once: the kind's deadline counts from here
-            progress = self._first_seen(progress)
         mail, passed = self._pass_gates(mail, progress)
         if not isinstance(passed, Admitted):
             return self._settle.settle(mail, owner, passed, guarded=False), False
         step, admitted = self._deliver(mail, passed, progress)
         return self._settle.settle(mail, owner, step, guarded=admitted.guarded), False
 
-    def _first_seen(self, progress: Progress) -> Progress:
-        """``progress`` with ``first_seen``: now on the limiter's clock. A limiter never reached
-        leaves it unset (the admission that follows finds the limiter down too)."""
+    def _now(self) -> float:
+        """Now on the limiter's clock (no round trip: :meth:`Limiter.now`), for a first run's
+        ``first_seen``; 0 when the limiter was never reached (the admission that follows finds
+        the limiter down too)."""
         try:
-            return replace(progress, first_seen=self.limiter.now())
+            return self.limiter.now()
         except BackendUnavailable:
-            return progress
+            return 0.0
 
     def _pass_gates(self, mail: Prepared, progress: Progress) -> tuple[Prepared, Admitted | Step]:
         """Each gate's ``before_admit``, then admission: the mail as the gates left it, and

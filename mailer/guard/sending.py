@@ -21,6 +21,7 @@ from mailer.guard.booking import Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, failure, log_fields
 from mailer.guard.outage import backoff
 from mailer.guard.validate import message_of
+from mailer.mail.replies import described
 from mailer.mail.transports.base import Transport
 from mailer.metrics import UNGUARDED
 from mailer.steps import Finish, Later, Progress, Step
@@ -59,7 +60,10 @@ class Sending:
             attempts=progress.attempts + receipt.attempts,
             smtp_code=receipt.code,
             smtp_reply=receipt.reply,
+            provider=receipt.provider,
+            provider_message_id=receipt.provider_message_id,
             sent_at=self._clock(),
+            admitted_at=admitted.admitted_at,
             detail=None if admitted.guarded else UNGUARDED,
         )
         log.info("mail %s sent to %s", mail.mail_id, base.recipient, extra=log_fields(outcome))
@@ -71,9 +75,9 @@ class Sending:
         if isinstance(exc, PermanentSendError):
             failed = failure(base, why.SMTP_PERMANENT, progress.attempts, exc)
             log.warning(
-                "mail %s failed: permanent SMTP error %s",
+                "mail %s failed: %s",
                 base.mail_id,
-                exc.code,
+                described(exc, "permanent"),
                 extra=log_fields(failed.outcome),
             )
             return failed
@@ -94,11 +98,12 @@ class Sending:
             wait=countdown,
             smtp_code=exc.code,
             smtp_reply=exc.reply,
+            provider=exc.provider,
         )
         log.info(
-            "mail %s: transient SMTP error %s, again in %s",
+            "mail %s: %s, again in %s",
             base.mail_id,
-            exc.code,
+            described(exc, "transient"),
             human(countdown),
             extra=log_fields(waiting),
         )

@@ -49,6 +49,9 @@ class Settle:
         self.patience = patience  # s: how long a final record is tried again (the claim lease)
         self._sleep = sleep
         self._monotonic = monotonic
+        #: Records a mail sent in place of ``ledger.record`` (with the sender reputation's
+        #: count on the same round trip: :func:`mailer.guard.gates.bulk.sent_recorder`).
+        self.record_sent: Callable[[Prepared, Outcome], None] | None = None
 
     def settle(self, mail: Prepared, owner: str, step: Step, *, guarded: bool) -> Step:
         """The step to answer, once its effects are carried out. ``guarded``: the mail holds
@@ -57,7 +60,7 @@ class Settle:
         if isinstance(step, Fail) and guarded:
             self._release(mail)
         if not isinstance(step, Later):
-            self.record(step.outcome)
+            self.record(step.outcome, mail if step.outcome.status == "sent" else None)
             return step
         try:
             self.ledger.unclaim(mail.mail_id, owner)
@@ -71,14 +74,18 @@ class Settle:
             return replace(step, progress=replace(step.progress, stale_owner=owner))
         return step
 
-    def record(self, outcome: Outcome) -> None:
+    def record(self, outcome: Outcome, sent: Prepared | None = None) -> None:
         """Record a final outcome, tried again while the claim holds (``patience`` s); a
-        ledger still down then is logged loudly, never raised."""
+        ledger still down then is logged loudly, never raised. ``sent``: the mail, when it was
+        sent (recorded through ``record_sent`` when set)."""
         deadline = self._monotonic() + self.patience
         pause = 0.05
         while True:
             try:
-                self.ledger.record(outcome)
+                if sent is not None and self.record_sent is not None:
+                    self.record_sent(sent, outcome)
+                else:
+                    self.ledger.record(outcome)
                 return
             except BackendUnavailable:
                 self.metrics.backend_down("ledger")

@@ -19,7 +19,7 @@ from mailer.errors import InvalidAddress, InvalidMessage
 from mailer.guard.data import GuardConfig, MailRequest, Prepared, log_fields, mapping
 from mailer.limits.checks import check_tenant
 from mailer.mail.address import Recipient
-from mailer.mail.envelope import attachments, charset, recipients, reply_to, sender
+from mailer.mail.envelope import attachments, carried, charset, recipients, reply_to, sender
 from mailer.mail.kinds import Kind, Kinds, render
 from mailer.mail.message import (
     Mail,
@@ -105,7 +105,11 @@ class Validator:
         kind = self.kinds[request.kind if isinstance(request.kind, str) else "?"]
         context = mapping(request.context, "context")
         headers = mapping(request.headers, "headers")
-        subject, body, html = render(kind, request.subject, request.body, request.html, context)
+        whole = carried(request.mime)
+        if whole is None:
+            subject, body, html = render(kind, request.subject, request.body, request.html, context)
+        else:  # a carried message is sent as it is; anything beside it is refused
+            subject, body, html = request.subject or "", request.body or "", request.html
         mail = Mail(
             to=tuple(shown for shown, _ in to),
             subject=subject,
@@ -119,6 +123,7 @@ class Validator:
             reply_to=tuple(reply_to(request.reply_to, rules)),
             attachments=attachments(request.attachments),
             charset=charset(request.charset),
+            carried=whole,
         )
         if needs_build_to_check(mail):
             return everyone[0], tuple(keys[1:]), kind, mail, build_message(mail, now=now)

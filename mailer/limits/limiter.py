@@ -152,8 +152,10 @@ class Limiter:
         the slot the earliest admissible time at or after it: booked (within ``max_wait``),
         never now. ``Decision.scope`` and ``.tier`` name the binding scope and tier.
         ``late_after`` (seconds; only where :attr:`judges_lateness`, else ignored): a mail id
-        whose booking is reached more than that after its slot is judged again now against the
-        recipient's entries actually sent, overdue bookings ignored (``sliding_log._held``).
+        whose booking or admission is reached more than that after its slot is judged again
+        now against the recipient's entries actually sent, in booked order: behind the
+        bookings reached before it, the bookings after it moved back as far as the policy
+        then requires (``sliding_log._held``, ``_judged``).
         Raises ``ValueError`` for a bad argument, :class:`mailer.errors.BackendUnavailable`
         when the storage cannot be reached.
         """

@@ -14,8 +14,9 @@ log has ``n >= L`` entries and ``ts[n-L] > x - W``. So the earliest admissible t
 
     t* = max(now, ts[-1], max over tiers with n >= L of ts[n-L] + W)
 
-(A late booked mail judged again is placed in time order among the entries, not appended:
-:func:`_held`, over the sent entries alone; the log stays sorted.)
+(A late mail judged again is placed in time order among the entries, not appended: in its
+recipient's booked order, among the sent entries and behind the bookings reached before it,
+:func:`_judged`; the log stays sorted.)
 
 This module is the reference the Redis script (``stores/lua/sliding_log.lua``) mirrors line
 for line; the shared test suite checks that both give identical answers on the same traces.
@@ -25,10 +26,10 @@ Raw answers are tuples ``(allowed, booked, at_ms, wait_ms, tier_index, *remainin
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_right, insort
 from collections.abc import Sequence
 
-from mailer.limits.insertion import window_max
+from mailer.limits.insertion import earliest_insert, window_max
 
 #: A raw answer: (allowed, booked, at_ms, wait_ms, tier_index, *remaining), all ints.
 RawDecision = tuple[int, ...]
@@ -121,9 +122,10 @@ def acquire(  # noqa: PLR0917 - positional: the memory store's hot path (keyword
     now rounded down (every tier is checked against it) and ``now_hi`` now rounded up (an
     admission now is stored there; default ``now_ms``, a clock in whole ms). With
     ``not_before_ms`` (epoch ms) after now the mail is booked at the earliest admissible time
-    at or after it (a hold), or refused past ``max_wait_ms``. A mail id whose booking is reached
-    is judged against the entries sent (:func:`_held`): later than ``late_ms`` after its slot
-    (< 0: never late), it is judged again now; a booking is stored flagged :data:`BOOKED`.
+    at or after it (a hold), or refused past ``max_wait_ms``. A mail id whose entry (booking or
+    admission) is reached is judged against the slot it holds (:func:`_held`): later than
+    ``late_ms`` after it (< 0: never late), it is judged again now, in its recipient's booked
+    order (:func:`_judged`); a booking is stored flagged :data:`BOOKED`.
     """
     hi = now_ms if now_hi is None else now_hi
     if tag:
@@ -156,42 +158,118 @@ def _held(  # noqa: PLR0917 - the positional hot path of acquire
 ) -> RawDecision:
     """The answer for a mail id that holds entry ``i``: booked (its slot is ahead), or admitted.
 
-    A booking reached is judged where the truth is, against the entries actually *sent* (not
-    flagged :data:`BOOKED`): on time (at most ``late_ms`` after its slot; ``late_ms`` < 0: any
-    time) and still fitting among them, it is admitted at its slot; else (late, or a late mail
-    sent next to it since) it is judged again now, ignoring every booking (an overdue one is
-    judged when its own run comes, a future one when it is reached): admitted now when the sent
-    entries allow it, else booked at the earliest time they and the bookings not overdue allow
-    (behind those: each mail booked again gets a slot of its own), or refused (its entry given
-    back).
+    Every run that reaches its entry is judged against the slot it holds, the one it was
+    booked or admitted for (``late_ms`` < 0: never late). On time (at most ``late_ms`` after
+    the slot), an admission asked again (a copy of a run that died after its admission) keeps
+    its slot, and a booking is admitted at its slot if it still fits among the entries
+    actually *sent* (not flagged :data:`BOOKED`). Else (late, or a late mail sent next to it
+    since) it is judged again now (:func:`_judged`).
     """
     at = ts[i]
     if at > hi:
         return (0, 1, at, at - now_ms, 0, *remaining(ts, at, spec))
-    if not tags[i] & BOOKED:  # admitted already (the same mail asking again)
+    on_time = late_ms < 0 or now_ms - at <= late_ms
+    if on_time and not tags[i] & BOOKED:  # admitted already (the same mail asking again)
         return (1, 0, at, 0, 0, *remaining(ts, now_ms, spec))
-    sent = [t for j, t in enumerate(ts) if j != i and not tags[j] & BOOKED]
-    if (late_ms < 0 or now_ms - at <= late_ms) and all(
-        window_max(sent, at, window) < limit for limit, window in spec.pairs
-    ):
-        tags[i] &= TAG_BITS
-        return (1, 0, at, 0, 0, *remaining(ts, now_ms, spec))
+    if on_time:
+        sent = [t for j, t in enumerate(ts) if j != i and not tags[j] & BOOKED]
+        if all(window_max(sent, at, window) < limit for limit, window in spec.pairs):
+            tags[i] &= TAG_BITS
+            return (1, 0, at, 0, 0, *remaining(ts, now_ms, spec))
+    return _judged(ts, tags, i, now_ms, hi, spec, max_wait_ms)
+
+
+def _judged(  # noqa: PLR0917 - the positional hot path of acquire
+    ts: list[int],
+    tags: list[int],
+    i: int,
+    now_ms: int,
+    hi: int,
+    spec: TierSpec,
+    max_wait_ms: int,
+) -> RawDecision:
+    """Entry ``i``'s mail judged again now, in its recipient's booked order.
+
+    The mails of a recipient leave in the order of their bookings, each at the earliest time
+    the policy allows after the one before: so the bookings reached before this one (earlier
+    slots, runs not come yet: an outage, a backlog) go first. Each is placed where it would go
+    (not written: its own run places it when it comes), then this mail at the earliest time
+    that fits among the entries sent and those places. Admitted when that is now (no booking
+    moves); else booked there, and the bookings after it (reached ones, whose runs have not
+    come, and future ones) move back behind it, each only as far as the policy requires to
+    keep the order (a future booking that still fits keeps its slot); or refused past
+    ``max_wait_ms`` (its entry given back, nothing moved).
+    """
     tag = tags[i] & TAG_BITS
     del ts[i]
     del tags[i]
-    t, tier = earliest(sent, now_ms, spec, hi)
+    placed = [t for t, g in zip(ts, tags, strict=True) if not g & BOOKED]
+    lb = now_ms
+    for j in range(i):  # the bookings reached before it: their places, in order
+        if tags[j] & BOOKED:
+            lb = _stored(_fit(placed, lb, now_ms, hi, spec), now_ms, hi)
+            insort(placed, lb)
+    t = _fit(placed, lb, now_ms, hi, spec)
     if t == now_ms:
         _insert(ts, tags, hi, tag)
         return (1, 0, now_ms, 0, 0, *remaining(ts, now_ms, spec))
-    # Booked again: after the bookings still ahead too (not overdue), so that mails booked
-    # again get slots of their own, in the order they asked.
-    cut = now_ms - late_ms if late_ms >= 0 else -1
-    ahead = [t for j, t in enumerate(ts) if not tags[j] & BOOKED or t >= cut]
-    t, tier = earliest(ahead, now_ms, spec, hi)
-    if t - now_ms <= max_wait_ms:
-        _insert(ts, tags, t, tag | BOOKED)
-        return (0, 1, t, t - now_ms, tier, *remaining(ts, t, spec))
-    return (0, 0, t, t - now_ms, tier, *remaining(ts, now_ms, spec))
+    tier = _binding(placed, lb, spec)
+    if t - now_ms > max_wait_ms:
+        return (0, 0, t, t - now_ms, tier, *remaining(ts, now_ms, spec))
+    behind = [j for j in range(i, len(ts)) if tags[j] & BOOKED]
+    moved = [(ts[j], tags[j]) for j in behind]
+    for j in reversed(behind):
+        del ts[j]
+        del tags[j]
+    insort(placed, t)
+    _insert(ts, tags, t, tag | BOOKED)
+    last = t
+    for k, (slot, flagged) in enumerate(moved):  # in order, each no further than required
+        if slot >= last + spec.max_window_ms:  # no window holds it and a change: the rest stay
+            for kept in moved[k:]:
+                _insert(ts, tags, *kept)
+            break
+        last = _fit(placed, max(slot, last), now_ms, hi, spec)
+        insort(placed, last)
+        _insert(ts, tags, last, flagged)
+    return (0, 1, t, t - now_ms, tier, *remaining(ts, t, spec))
+
+
+def _fit(placed: list[int], lb: int, now_ms: int, hi: int, spec: TierSpec) -> int:
+    """The earliest ms ``>= lb`` at which one more entry fits every tier among the sorted
+    ``placed``; ``now_ms`` (stored at ``hi``) only when it fits seen from both."""
+    x = _fit_from(placed, lb, spec)
+    if x == now_ms and hi != now_ms:
+        after = _fit_from(placed, hi, spec)
+        if after != hi:
+            return after
+    return x
+
+
+def _fit_from(placed: list[int], x: int, spec: TierSpec) -> int:
+    """The earliest ms ``>= x`` that every tier's :func:`earliest_insert` accepts."""
+    while True:
+        y = x
+        for limit, window in spec.pairs:
+            y = earliest_insert(placed, limit, window, y)
+        if y == x:
+            return x
+        x = y
+
+
+def _stored(t: int, now_ms: int, hi: int) -> int:
+    """Where an entry placed at ``t`` is stored: an admission now at ``hi`` (never early)."""
+    return hi if t == now_ms else t
+
+
+def _binding(placed: list[int], lb: int, spec: TierSpec) -> int:
+    """The 1-based tier whose own wait from ``lb`` among ``placed`` is longest (0: none)."""
+    best, tier = lb, 0
+    for index, (limit, window) in enumerate(spec.pairs, start=1):
+        x = earliest_insert(placed, limit, window, lb)
+        if x > best:
+            best, tier = x, index
+    return tier
 
 
 def _insert(ts: list[int], tags: list[int], at: int, tag: int) -> None:

@@ -24,6 +24,9 @@ The kind and its templates' variables are checked against the settings by
 | | beside ``reply_to`` |
 | ``mail_id`` | ``None`` or 1-128 of ``A-Z a-z 0-9 . _ : - @ + = /`` |
 | ``tenant`` | ``None`` or ``str`` of 1-64 characters, no control characters |
+| ``mime`` | ``None`` or base64 text of a whole message (a header block with ``From``, no |
+| | ``Bcc``), sent as it is to to, cc and bcc; then no subject, body, html, headers, |
+| | reply_to, attachments, charset or context |
 
 A message has at most :data:`MAX_RECIPIENTS` envelope recipients (to, cc and bcc) and
 :data:`MAX_ATTACHMENTS` attachments. Every string anywhere must be valid Unicode (no lone
@@ -46,6 +49,7 @@ from mailer.defaults import MAX_MESSAGE_BYTES
 from mailer.errors import InvalidAddress, InvalidMessage, MailguardError
 from mailer.limits.checks import check_tenant
 from mailer.mail.address import mailbox
+from mailer.mail.carried import carried_bytes
 from mailer.mail.envelope import attachments, charset
 from mailer.mail.message import check_extra_header
 
@@ -76,6 +80,18 @@ _PUBLIC = (
     "from_email",
     "attachments",
     "charset",
+    "mime",
+)
+#: What a carried message (``mime``) already holds: none of these may come beside it.
+_NOT_WITH_MIME = (
+    "subject",
+    "body",
+    "html",
+    "headers",
+    "reply_to",
+    "attachments",
+    "charset",
+    "context",
 )
 #: Most envelope recipients of one message (to, cc and bcc together).
 MAX_RECIPIENTS = 100
@@ -115,6 +131,7 @@ def check_arguments(
             f"send_mail: {envelope} recipients in to, cc and bcc; at most {MAX_RECIPIENTS}"
         )
     _from_email(call)
+    _mime(call)
     _attachments(call.get("attachments"))
     _charset(call.get("charset"))
     _text(call, "subject", max_chars=_LINE_CHARS, one_line=True)
@@ -323,6 +340,21 @@ def _headers(headers: Any, *, reply_to: bool) -> None:
             raise InvalidArguments(
                 "send_mail: Reply-To given twice (the reply_to argument and a header); use one"
             )
+
+
+def _mime(call: Mapping[str, Any]) -> None:
+    """``mime``: a whole message, alone (what it holds is not given twice)."""
+    if call.get("mime") is None:
+        return
+    beside = [name for name in _NOT_WITH_MIME if call.get(name) is not None]
+    if beside:
+        raise InvalidArguments(
+            f"send_mail: mime carries a whole message; {', '.join(beside)} cannot come beside it"
+        )
+    try:
+        carried_bytes(call["mime"])
+    except InvalidMessage as exc:
+        raise InvalidArguments(f"send_mail: {exc}") from None
 
 
 def _from_email(call: Mapping[str, Any]) -> None:

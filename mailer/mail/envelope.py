@@ -19,6 +19,7 @@ from typing import Any
 
 from mailer.errors import InvalidAddress, InvalidMessage
 from mailer.mail.address import AddressRules, Recipient, mailbox, normalise_address, shown
+from mailer.mail.carried import CarriedMessage, carried_bytes
 from mailer.mail.message import Attachment
 
 _CHARSET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,39}")
@@ -94,6 +95,11 @@ def _options(value: Any, n: int) -> dict[str, Any]:
     return dict(value)
 
 
+def carried(value: Any) -> bytes | None:
+    """The whole message ``mime`` carries (None: none), checked (:mod:`mailer.mail.carried`)."""
+    return None if value is None else carried_bytes(value)
+
+
 def charset(value: Any) -> str:
     """The body's charset: ``utf-8`` when None, else a charset Python knows."""
     if value is None:
@@ -109,7 +115,15 @@ def charset(value: Any) -> str:
 
 def without_recipients(message: EmailMessage, keys: Set[str], rules: AddressRules) -> EmailMessage:
     """``message`` without the addresses whose limit key is in ``keys`` in To, Cc and Bcc (a
-    header left empty is removed). The message is changed in place and returned."""
+    header left empty is removed); a carried message keeps its headers as the application wrote
+    them and loses them from its envelope. The message is changed in place and returned."""
+    if isinstance(message, CarriedMessage):
+        message.envelope_recipients = tuple(
+            address
+            for address in message.envelope_recipients
+            if normalise_address(address, rules).limit_key not in keys
+        )
+        return message
     for header in ("To", "Cc", "Bcc"):
         values = message.get_all(header, [])
         if not values:

@@ -49,7 +49,10 @@ _ENV_FIELDS = (
     ("_SUBJECT", "subject"),
     ("_BODY", "body"),
     ("_HTML", "html"),
+    ("_UNSUBSCRIBE", "unsubscribe"),
 )
+_FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False}
+_FLAGS["off"] = False
 
 _TEXT_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False)
 _HTML_ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=True)
@@ -85,6 +88,10 @@ class Kind:
     priority: int = DEFAULT_PRIORITY
     #: The fraction (0, 1] of each shared-scope tier (domain, sender, tenant) this kind may fill.
     share: float = 1.0
+    #: A bulk kind (a newsletter): its mails carry one-click unsubscribe headers, a click stops
+    #: the sender's bulk kinds for that recipient, and a bad sender reputation pauses them
+    #: (:mod:`mailer.unsubscribe`, :mod:`mailer.records.reputation`).
+    unsubscribe: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -113,6 +120,8 @@ class Kind:
         ):
             raise ValueError(f"kind {self.name!r}: share must be a number in (0, 1]")
         object.__setattr__(self, "share", float(self.share))
+        if not isinstance(self.unsubscribe, bool):
+            raise ValueError(f"kind {self.name!r}: unsubscribe must be True or False")
         for field in ("subject", "body", "html"):
             source = getattr(self, field)
             if source is None:
@@ -179,7 +188,8 @@ class Kinds(Mapping[str, Kind]):
         ``500ms``); ``..._PRIORITY`` a whole number 0-9 (higher first); ``..._SHARE`` a number in
         (0, 1], the part of each shared-scope tier the kind may fill; ``..._SUBJECT``,
         ``..._BODY`` and ``..._HTML`` are templates, an empty value
-        removing the template. ``<NAME>`` is the kind name in upper case; a new name adds a kind
+        removing the template; ``..._UNSUBSCRIBE`` is ``1`` for a bulk kind (or ``0``).
+        ``<NAME>`` is the kind name in upper case; a new name adds a kind
         (waiting up to a day unless ``MAX_WAIT`` says otherwise). Pass ``os.environ``. Raises
         ``ValueError`` naming the variable on any bad or unknown setting.
         """
@@ -189,7 +199,9 @@ class Kinds(Mapping[str, Kind]):
                 continue
             name, field = _split_env_name(variable)
             value = environ[variable]
-            if field == "max_wait":
+            if field == "unsubscribe":
+                changes.setdefault(name, {})[field] = _flag(variable, value)
+            elif field == "max_wait":
                 try:
                     changes.setdefault(name, {})[field] = parse_duration(value)
                 except ValueError as exc:
@@ -241,6 +253,14 @@ class Kinds(Mapping[str, Kind]):
 
     def __repr__(self) -> str:
         return f"Kinds({sorted(self._kinds)!r})"
+
+
+def _flag(variable: str, value: str) -> bool:
+    """``1`` / ``0`` (``true``, ``yes``, ``on`` / ``false``, ``no``, ``off``)."""
+    flag = _FLAGS.get(value.strip().lower())
+    if flag is None:
+        raise ValueError(f"{variable}: must be 1 or 0, not {value[:20]!r}")
+    return flag
 
 
 def _split_env_name(variable: str) -> tuple[str, str]:

@@ -5,7 +5,9 @@ and other line breaks (header injection) and every field against :class:`Message
 ``Message-ID`` comes from the mail id, so a mail sent twice by a redelivered task carries the
 same id both times and the duplicate can be recognised downstream; a ``Message-ID`` the caller
 gives in ``headers`` (a thread's own ids) is kept instead, and so is a ``Date``. The parts are
-written as Django writes them (:mod:`mailer.mail.mime`).
+written as Django writes them (:mod:`mailer.mail.mime`). A mail that carries a whole message
+(``Mail.carried``: Django's backend's, :mod:`mailer.mail.carried`) is sent as those bytes, with
+its own Message-ID and Date.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from types import MappingProxyType
 
 from mailer.errors import InvalidAddress, InvalidMessage
 from mailer.mail.address import mailbox
+from mailer.mail.carried import carried_message, carried_message_id
 from mailer.mail.mime import POLICY, file_part, set_text, text_part
 
 #: Used in the Message-ID when the sender has no usable domain.
@@ -106,6 +109,10 @@ class Mail:
     (:data:`RESERVED_HEADERS`) are refused. ``charset`` is the body's (and HTML's): ``utf-8``
     unless the caller asks for another. A ``html`` with an empty ``body`` is sent alone, as a
     ``text/html`` message (Django's ``content_subtype = "html"``).
+
+    ``carried`` is a whole message built elsewhere (:mod:`mailer.mail.carried`, Django's
+    backend): it is sent as it is, to ``to``, ``cc`` and ``bcc`` from ``sender``'s address;
+    ``subject``, ``body``, ``html``, ``headers``, ``reply_to`` and ``attachments`` are then empty.
     """
 
     to: str | tuple[str, ...]
@@ -120,6 +127,7 @@ class Mail:
     reply_to: tuple[str, ...] = ()
     attachments: tuple[Attachment, ...] = ()
     charset: str = "utf-8"
+    carried: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # A copy, so the caller's dict cannot change a frozen Mail afterwards.
@@ -155,6 +163,8 @@ def build_message(
     :class:`~mailer.errors.InvalidMessage` naming the bad field, never quoting its content.
     """
     to = check_mail(mail, limits)
+    if mail.carried is not None:
+        return _carried(mail, now)
     message = EmailMessage(policy=POLICY)
     message["From"] = mail.sender
     _add_addresses(message, mail, to)
@@ -176,8 +186,22 @@ def build_message(
     return message
 
 
+def _carried(mail: Mail, now: float | None) -> EmailMessage:
+    """A carried message with its envelope; a ``Message-ID`` (from the mail id) and a ``Date``
+    added only when it has none (Django's messages have both)."""
+    message = carried_message(mail.carried or b"", mail.sender, (*mail.to, *mail.cc, *mail.bcc))
+    if "Message-ID" not in message:
+        message["Message-ID"] = message_id(mail.mail_id, mail.sender)
+    if now is not None and "Date" not in message:
+        message["Date"] = formatdate(now, usegmt=True)
+    return message
+
+
 def mail_message_id(mail: Mail) -> str:
-    """The Message-ID ``mail`` is sent with: the caller's header, else :func:`message_id`."""
+    """The Message-ID ``mail`` is sent with: a carried message's own, the caller's header,
+    else :func:`message_id`."""
+    if mail.carried is not None:
+        return carried_message_id(mail.carried) or message_id(mail.mail_id, mail.sender)
     for name, value in mail.headers.items():
         if name.lower() == "message-id":
             return value.strip()
@@ -218,6 +242,9 @@ def check_mail(mail: Mail, limits: MessageLimits = DEFAULT_LIMITS) -> tuple[str,
     Passing it means :func:`build_message` will not raise, unless :func:`needs_build_to_check`.
     """
     to = mail.to if isinstance(mail.to, tuple) else (mail.to,)
+    if mail.carried is not None:
+        _check_carried(mail, limits)
+        return to
     if to or not (mail.cc or mail.bcc):
         _check_header_value("to", ", ".join(to), limits.max_header_chars)
     for name, values in (("cc", mail.cc), ("bcc", mail.bcc), ("reply_to", mail.reply_to)):
@@ -238,8 +265,22 @@ def check_mail(mail: Mail, limits: MessageLimits = DEFAULT_LIMITS) -> tuple[str,
 
 def needs_build_to_check(mail: Mail) -> bool:
     """True when only building ``mail`` tells whether it is valid: extra headers (the header
-    registry parses structured ones such as Reply-To) or attachments (MIME types, file names)."""
-    return bool(mail.headers or mail.attachments or mail.reply_to)
+    registry parses structured ones such as Reply-To), attachments (MIME types, file names) or
+    a carried message (its parts)."""
+    return bool(mail.headers or mail.attachments or mail.reply_to or mail.carried is not None)
+
+
+def _check_carried(mail: Mail, limits: MessageLimits) -> None:
+    """A carried message's mail: the envelope's addresses, and nothing beside the message."""
+    for name, values in (("to", mail.to), ("cc", mail.cc), ("bcc", mail.bcc)):
+        for value in values:
+            _check_header_value(name, value, limits.max_header_chars)
+    _check_header_value("sender", mail.sender, limits.max_header_chars)
+    if mail.subject or mail.body or mail.html is not None or mail.headers or mail.reply_to:
+        raise InvalidMessage("mime: a carried message takes no subject, body, html, headers")
+    if mail.attachments:
+        raise InvalidMessage("mime: a carried message takes no attachments: attach them to it")
+    message_id(mail.mail_id, mail.sender)
 
 
 def _add_addresses(message: EmailMessage, mail: Mail, to: tuple[str, ...]) -> None:

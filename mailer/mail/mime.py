@@ -46,6 +46,12 @@ class DjangoLikePolicy(EmailPolicy):
 #: The policy of every message mailguard builds (``email.policy.default`` otherwise).
 POLICY = DjangoLikePolicy()
 
+#: The policy of a message carried whole (Django's backend): every header written back as it
+#: came, folds included, the parts as they were, a body line starting ``From `` left as it is
+#: (RFC 5322 needs no ``>From``), so the bytes sent are the bytes carried. A header added by a
+#: hook is folded as ``email.policy.default`` folds it.
+CARRIED_POLICY = EmailPolicy(refold_source="none", mangle_from_=False)
+
 
 def _encoded(name: str, value: Any, linesep: str) -> str | None:
     """``name: value`` encoded as Django encodes it, or None when the default folding is the

@@ -131,6 +131,18 @@ def reaction_of(error: _Refusal) -> Reaction:
     return classify(error.code, error.reply or "")
 
 
+def described(error: _Refusal, kind: str) -> str:
+    """A log line's words for a transport's ``kind`` (``permanent``, ``transient``) error:
+    ``permanent SMTP error 550`` with an SMTP reply, ``permanent provider error (SES
+    MessageRejected: ...)`` with a provider's answer (which names the provider), ``transient
+    error without a reply`` when none came."""
+    if error.code is not None:
+        return f"{kind} SMTP error {error.code}"
+    if error.reply:
+        return f"{kind} provider error ({error.reply})"
+    return f"{kind} error without a reply"
+
+
 def _transient(code: int, status: tuple[str, ...], text: str) -> Action:
     """The action for a 4xx reply (the order of the module's list)."""
     if _GREYLISTED.search(text):
@@ -152,6 +164,12 @@ def _greylisting_status(code: int, status: tuple[str, ...]) -> bool:
     if code in (450, 451) and tuple(status) in _GREYLIST_STATUS:
         return True
     return status[:2] == ("4", "7") and status[2].isdigit() and 500 <= int(status[2]) <= 699
+
+
+def rate_worded(text: str) -> bool:
+    """True when ``text`` says the sender goes too fast: rate limit, throttling, too many
+    requests or messages, a sending quota (the words that hold the sender in a 4xx)."""
+    return _RATE.search(text or "") is not None
 
 
 def enhanced_status(reply: str) -> str | None:

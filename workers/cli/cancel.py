@@ -36,7 +36,8 @@ def cancel(mail_id: str, yes: bool) -> None:
     A parked mail leaves the schedule at once and every recipient (to, cc, bcc) gets its slot
     back; a mail waiting as a countdown finds itself cancelled when it runs (nothing is sent)
     and gives its slots back then. MAIL_ID is the id ``send_mail.delay`` returned (the task id)
-    or the mail's own ``mail_id``.
+    or the mail's own ``mail_id``; without a shared result backend (``MAILGUARD_RESULT_BACKEND``)
+    a waiting mail is found by its mail id in the schedule.
     """
     settings = shared_ledger_settings("schedule")
     from workers.app import app  # noqa: PLC0415 - Celery only when needed

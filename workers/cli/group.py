@@ -7,8 +7,10 @@ import click
 from workers.cli import (
     cancel,
     demo,
+    health,
     outcome,
     policy,
+    reputation,
     reset,
     schedule,
     send,
@@ -45,5 +47,7 @@ for command in (
     cancel.cancel,
     schedule.scheduled,
     policy.policy,
+    reputation.reputation,
+    health.health,
 ):
     main.add_command(command)

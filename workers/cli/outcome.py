@@ -1,4 +1,5 @@
-"""``mailguard outcome``: a mail's Celery state and outcome, read from the result backend."""
+"""``mailguard outcome``: a mail's Celery state and outcome, read from the result backend, the
+ledger and the schedule."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import click
 from mailer.errors import BackendUnavailable, mask_url
 from mailer.factory import build_ledger
 from mailer.steps import PENDING
-from workers.cancelling import lookup
+from workers.cancelling import Found, lookup
 from workers.cli import views
 from workers.cli.errors import fail
 from workers.cli.shared import env_settings, refuse_problems
-from workers.outcomes import read_state
+from workers.outcomes import NO_SHARED_RESULTS, read_state
 from workers.parking import schedule_for
 
 
@@ -22,20 +23,40 @@ from workers.parking import schedule_for
 @click.argument("mail_id")
 @click.option("--json", "as_json", is_flag=True, help="Print state and outcome as JSON.")
 def outcome(mail_id: str, as_json: bool) -> None:
-    """The state and outcome of MAIL_ID from the result backend (exit 1: unknown id).
+    """The state and outcome of MAIL_ID (exit 1: unknown id).
 
-    MAIL_ID is the task id ``send_mail.delay`` returned, or the mail's own ``mail_id``: with
-    the workers' shared ledger, a final outcome is found there, and a parked or deferred mail
-    through the schedule (:func:`workers.cancelling.lookup`).
+    MAIL_ID is the task id ``send_mail.delay`` returned, or the mail's own ``mail_id``. The
+    result backend tells a task id's state; with the workers' shared ledger, a mail id's final
+    outcome is found there, and a mail waiting in the schedule (parked, or a countdown a worker
+    holds) is shown deferred with its slot, also without a result backend
+    (:func:`workers.cancelling.lookup`). Without one (``MAILGUARD_RESULT_BACKEND``), a task id
+    that is not the mail id, or a countdown mail the schedule does not watch, cannot be told:
+    the error says so.
     """
     app, _ = celery()
-    state, meta = find(app, mail_id)
-    if state == PENDING:
-        fail(f"no outcome for mail id {mail_id!r}: unknown, expired, or not yet taken by a worker")
-    show_outcome(mail_id, state, meta, as_json)
+    found = find(app, mail_id)
+    if found.state == PENDING:
+        fail(f"no outcome for mail id {mail_id!r}: {unknown_because(found)}")
+    show_outcome(mail_id, found.state, found.meta, as_json)
 
 
-def find(app: Any, given: str) -> tuple[str, Any]:
+def unknown_because(found: Found) -> str:
+    """Why a ``PENDING`` mail is not known, as far as this process can tell."""
+    settings = env_settings()
+    if found.results_shared:
+        return "unknown, expired, or not yet taken by a worker"
+    if settings.effective_ledger_url.startswith("memory:"):
+        return (
+            f"{NO_SHARED_RESULTS} and the ledger is memory:// (MAILGUARD_LEDGER_URL): "
+            "this command cannot see the workers' outcomes"
+        )
+    return (
+        f"not in the ledger or the schedule, and {NO_SHARED_RESULTS} to tell a countdown "
+        "a worker holds or a task id that is not the mail id"
+    )
+
+
+def find(app: Any, given: str) -> Found:
     """``given``'s state and outcome, a task id or (with a shared ledger) a mail id; a store
     that cannot be read is exit 1."""
     settings = env_settings()
@@ -48,7 +69,7 @@ def find(app: Any, given: str) -> tuple[str, Any]:
         fail(str(exc))
     except Exception as exc:
         fail(f"cannot read the result backend {mask_url(app.conf.result_backend)}: {exc}")
-    return found.state, found.meta
+    return found
 
 
 def celery() -> tuple[Any, Any]:

@@ -3,7 +3,9 @@
 Addresses whose mailbox is gone or who complained (hard bounces in SMTP replies and, with
 ``workers.django_tracking`` or :func:`mailer.suppression.record_event`, ESP webhooks suppress
 them by themselves; an operator adds one, or lifts one). ``suppressed`` says why (SMTP reply,
-bounce, complaint, rejected, by hand) and since when. The list lives where the ledger
+bounce, complaint, rejected, by hand) and since when, and the senders whose bulk kinds the
+address unsubscribed from (one-click unsubscribe: :mod:`mailer.unsubscribe`); ``unsuppress``
+lifts those too. The list lives where the ledger
 lives (``MAILGUARD_LEDGER_URL``, else the limiter's URL): a shared ``redis://``. Addresses are
 never printed: a recipient appears as the keyed hash of its entry.
 """
@@ -51,16 +53,22 @@ def suppressed(address: str, as_json: bool) -> None:
     key = _key(store, address)
     try:
         entry = store.suppressed(address)
+        scoped = store.unsubscriptions(address)
     except BackendUnavailable as exc:
         fail(str(exc))
     if as_json:
         shown = (
             None if entry is None else vars(entry) | {"forever": entry.forever, "recipient": key}
         )
+        if scoped:
+            shown = (shown or {"recipient": key}) | {"unsubscribed": [vars(e) for e in scoped]}
         click.echo(json.dumps(shown, indent=2))
-    elif entry is not None:
-        click.echo(f"{key} suppressed {describe(entry)}")
-    if entry is None:
+    else:
+        if entry is not None:
+            click.echo(f"{key} suppressed {describe(entry)}")
+        for one in scoped:  # one-click unsubscribes: that sender's bulk kinds only
+            click.echo(f"{key} unsubscribed since {iso(one.since)}: {one.cause}")
+    if entry is None and not scoped:
         if not as_json:
             click.echo(f"{key} is not suppressed")
         raise SystemExit(1)

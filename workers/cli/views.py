@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from mailer.simulate import Report, Summary
 
 #: Outcome fields holding an epoch time, shown as a UTC date and time.
-TIME_FIELDS = ("due", "decided_at", "sent_at")
+TIME_FIELDS = ("due", "decided_at", "sent_at", "admitted_at")
 #: Columns of a simulation summary (:func:`summary_cells`), after the row's label.
 SUMMARY_COLUMNS = (
     "attempts",
@@ -39,6 +39,16 @@ SUMMARY_COLUMNS = (
 def console() -> Console:
     """A console at least 100 columns wide (tables stay readable in a narrow terminal or pipe)."""
     return Console(highlight=False, soft_wrap=True, width=max(100, Console().width))
+
+
+def print_whole(table: Table) -> None:
+    """Print ``table`` at its full width, wider than :func:`console` when it needs to be: no
+    header or label is cut (a simulation's ten columns, a recipient's keyed hash)."""
+    out = console()
+    needed = out.measure(table, options=out.options.update_width(10_000)).maximum
+    if needed > out.width:
+        out = Console(highlight=False, soft_wrap=True, width=needed)
+    out.print(table)
 
 
 def duration(seconds: float) -> str:
@@ -159,17 +169,17 @@ def show_report(report: Report, source: str, elapsed: float, top: int) -> None:
     table = _summary_table("per kind", "kind", SUMMARY_COLUMNS)
     for name, summary in [*report.per_kind.items(), ("all", total)]:
         table.add_row(name, *summary_cells(summary), end_section=name == "all")
-    out.print(table)
+    print_whole(table)
     tiers = _summary_table("per binding tier", "tier", SUMMARY_COLUMNS[3:])
     for name, summary in report.per_tier.items():
         tiers.add_row(name, *summary_cells(summary)[3:])
-    out.print(tiers)
+    print_whole(tiers)
     if top:
         title = "most limited recipients (keyed hash)"
         recipients = _summary_table(title, "recipient", SUMMARY_COLUMNS)
         for label, summary in report.top_recipients(top):
             recipients.add_row(label, *summary_cells(summary))
-        out.print(recipients)
+        print_whole(recipients)
 
 
 def show_comparison(first: Report, second: Report, source: str, elapsed: float) -> None:
@@ -184,9 +194,8 @@ def show_comparison(first: Report, second: Report, source: str, elapsed: float) 
     out.print(f"B: {second.policy}")
     table = Table(title="A against B, per kind", title_justify="left", box=box.SIMPLE)
     table.add_column("kind")
-    table.add_column("policy")
-    for column in SUMMARY_COLUMNS:
-        table.add_column(column, justify="right")
+    table.add_column("policy", min_width=len("policy"))
+    _number_columns(table, SUMMARY_COLUMNS)
     kinds = sorted(set(first.per_kind) | set(second.per_kind))
     for name in [*kinds, "all"]:
         for label, report in (("A", first), ("B", second)):
@@ -198,7 +207,7 @@ def show_comparison(first: Report, second: Report, source: str, elapsed: float) 
                     *summary_cells(summary),
                     end_section=label == "B",
                 )
-    out.print(table)
+    print_whole(table)
     for label, report in (("A", first), ("B", second)):
         binding = ", ".join(
             f"{tier} {s.deferred:,} deferred / {s.dropped:,} dropped"
@@ -211,9 +220,15 @@ def show_comparison(first: Report, second: Report, source: str, elapsed: float) 
 def _summary_table(title: str, label: str, columns: tuple[str, ...]) -> Table:
     table = Table(title=title, title_justify="left", box=box.SIMPLE)
     table.add_column(label)
-    for column in columns:
-        table.add_column(column, justify="right")
+    _number_columns(table, columns)
     return table
+
+
+def _number_columns(table: Table, columns: tuple[str, ...]) -> None:
+    """Right-aligned columns never narrower than their header: a narrow table cuts or wraps
+    the row labels (first column), never a header (``attemp…``)."""
+    for column in columns:
+        table.add_column(column, justify="right", min_width=len(column), no_wrap=True)
 
 
 def summary_cells(summary: Summary) -> list[str]:

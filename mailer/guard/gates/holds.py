@@ -239,7 +239,10 @@ class HoldsGate:
         """Start (or double) the hold of ``scope``, then book the mail after it."""
         exc, progress = refused.error, refused.progress
         base = refused.base.but(
-            attempts=progress.attempts, smtp_code=exc.code, smtp_reply=exc.reply
+            attempts=progress.attempts,
+            smtp_code=exc.code,
+            smtp_reply=exc.reply,
+            provider=exc.provider,
         )
         asked = self._asked(mail, refused.base.due)
         before = self.holds.now()

@@ -2,6 +2,10 @@
 and gets back: shared by the blocking store (:mod:`~mailer.limits.stores.scoped_redis`) and the
 asyncio limiter (:mod:`mailer.limits.aio`). No I/O here.
 
+``lua/scoped.lua`` holds the script's header (KEYS, ARGV, reply) and one ``--[[PART <name>]]``
+marker per concern; :func:`assemble` puts ``lua/scoped/<name>.lua`` in each marker's place, in
+order, and :func:`compile_scoped` then fills the policy markers.
+
 The policy is compiled into the script. Fixed windows align to the time zone's offset from UTC
 at the time of the call (a window spanning a daylight-saving change is off by that change on
 Redis); calendar-month (``mo``) windows are computed here, in the time zone, and handed to the
@@ -11,6 +15,7 @@ script with each call (:func:`mailer.limits.windows.month_starts`; Lua has no ca
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import timezone
 from importlib import resources
@@ -26,7 +31,21 @@ from mailer.limits.policy import Policy
 from mailer.limits.scopes import Scope, build_scopes
 from mailer.limits.windows import month_starts, offset_ms, zone
 
-_TEMPLATE = resources.files("mailer.limits.stores").joinpath("lua/scoped.lua").read_text()
+_LUA = resources.files("mailer.limits.stores").joinpath("lua")
+_PART = re.compile(r"^--\[\[PART (\w+)\]\]$", re.MULTILINE)
+
+
+def assemble(name: str = "scoped") -> str:
+    """The text of ``lua/<name>.lua`` with each ``--[[PART <part>]]`` line replaced by the file
+    ``lua/<name>/<part>.lua`` (package data); a missing part raises ``FileNotFoundError``."""
+    folder = _LUA.joinpath(name)
+    return _PART.sub(
+        lambda found: folder.joinpath(f"{found[1]}.lua").read_text().rstrip("\n"),
+        _LUA.joinpath(f"{name}.lua").read_text(),
+    )
+
+
+_TEMPLATE = assemble()
 _KIND = {"sliding": 1, "fixed": 2, "gcra": 3}
 
 

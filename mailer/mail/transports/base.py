@@ -7,6 +7,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from email.message import EmailMessage
+from email.policy import EmailPolicy
 from email.utils import getaddresses
 from typing import Protocol, runtime_checkable
 
@@ -19,13 +20,18 @@ class SendReceipt:
     """The server accepted the message.
 
     ``code`` and ``reply`` are the SMTP reply to the message data (recipient addresses
-    masked), ``attempts`` how many tries it took (1 when the first one worked).
+    masked), ``attempts`` how many tries it took (1 when the first one worked). An API
+    transport has no SMTP reply: ``code`` is None, ``reply`` the provider's answer,
+    ``provider`` names the provider (``postmark``, ``ses``) and ``provider_message_id`` is the
+    id the provider gave the mail (None when it gave none).
     """
 
     message_id: str | None
-    code: int
+    code: int | None
     reply: str
     attempts: int = 1
+    provider: str | None = None
+    provider_message_id: str | None = None
 
 
 @runtime_checkable
@@ -44,18 +50,37 @@ class Transport(Protocol):
 
 
 def recipients_of(message: EmailMessage) -> list[str]:
-    """The addresses in the message's To, Cc and Bcc headers."""
+    """The addresses in the message's To, Cc and Bcc headers; a carried message's envelope
+    (:mod:`mailer.mail.carried`: its headers may show others)."""
+    envelope = getattr(message, "envelope_recipients", None)
+    if envelope is not None:
+        return list(envelope)
     values = [str(v) for name in RECIPIENT_HEADERS for v in message.get_all(name, [])]
     return [address for _, address in getaddresses(values) if address]
 
 
-def wire_bytes(message: EmailMessage) -> bytes:
+def wire_bytes(message: EmailMessage, *, utf8: bool = False) -> bytes:
     """The message as it goes on the wire: CRLF line ends, without its ``Bcc`` header (which
-    only names envelope recipients), as ``smtplib``'s ``send_message`` sends it. For API
-    transports that take raw MIME (SES)."""
+    only names envelope recipients), a body line starting ``From `` as it is (as Django's
+    backends send it); ``utf8``: headers in UTF-8 (SMTPUTF8). For SMTP and for API transports
+    that take raw MIME (SES)."""
     sent = copy.copy(message)
     del sent["Bcc"]  # replaces the copy's header list: the original keeps its Bcc
-    return sent.as_bytes(policy=message.policy.clone(linesep="\r\n"))
+    del sent["Resent-Bcc"]
+    policy = message.policy.clone(linesep="\r\n")
+    if utf8 and isinstance(policy, EmailPolicy):  # SMTPUTF8 needs a policy that has utf8
+        policy = policy.clone(utf8=True)
+    return sent.as_bytes(policy=policy)
+
+
+def envelope_sender(message: EmailMessage) -> str:
+    """The envelope sender (``MAIL FROM``): a carried message's own, else the address of the
+    ``Sender`` header or, without one, of ``From``, as ``smtplib``'s ``send_message`` takes it."""
+    carried = getattr(message, "envelope_sender", None)
+    if carried:
+        return str(carried)
+    found = getaddresses([str(message.get("Sender") or message.get("From") or "")])
+    return found[0][1] if found else ""
 
 
 def sender_of(message: EmailMessage) -> str:

@@ -30,6 +30,7 @@ from typing import Any
 
 from mailer.errors import PermanentSendError, SendError
 from mailer.mail.transports import provider
+from mailer.mail.transports.anymail_errors import anymail_error
 from mailer.mail.transports.base import SendReceipt, mask_addresses, recipients_of
 from mailer.mail.transports.retrying import send_with_retries
 from mailer.mail.transports.ses import classify_client_error
@@ -48,7 +49,11 @@ class DjangoTransport:
     """Sends each message through a new instance of the Django backend ``backend`` (a dotted
     path), opened with ``fail_silently=False``; ``max_attempts`` tries of what is worth an
     immediate retry. Raises ``ValueError`` at construction when Django is not configured or the
-    backend does not import."""
+    backend does not import.
+
+    ``provider`` names who accepts the mail in outcomes: the ESP of an Anymail backend
+    (``postmark``), the backend's path for other API backends (django-ses), None for Django's
+    SMTP backend (its receipt is SMTP's ``250``: ``smtplib`` raises on any other answer)."""
 
     def __init__(
         self,
@@ -67,10 +72,19 @@ class DjangoTransport:
         self.max_attempts = max_attempts
         self.paused_hold = paused_hold
         self._sleep = sleep
-        self._backend_class = _import_backend(backend)
+        self._backend_class = self._load(backend)
+        self.provider = _provider_of(self._backend_class, backend)
 
     def __repr__(self) -> str:
         return f"DjangoTransport({self.backend})"
+
+    def _load(self, backend: str) -> Any:
+        """The backend's class, Django set up first; ``ValueError`` in one line."""
+        return _import_backend(backend)
+
+    def _options(self) -> dict[str, Any]:
+        """Keyword arguments each backend instance is opened with, besides ``fail_silently``."""
+        return {}
 
     def send(self, message: EmailMessage) -> SendReceipt:
         """Send ``message`` through the backend; see the class and the module."""
@@ -82,51 +96,79 @@ class DjangoTransport:
         def attempt() -> SendReceipt:
             wrapped = django_message(message)
             try:
-                connection = self._backend_class(fail_silently=False)
+                connection = self._backend_class(fail_silently=False, **self._options())
                 sent = connection.send_messages([wrapped])
             except Exception as exc:  # every backend raises its own: classified below
-                raise self._classify(exc, recipients) from None
+                error = self._classify(exc, recipients)
+                error.provider = self.provider
+                raise error from None
             if not sent:
-                raise provider.unknown(f"{self.backend} sent nothing (it answered {sent!r})")
-            esp_id = getattr(getattr(wrapped, "anymail_status", None), "message_id", None)
-            reply = f"accepted by {self.backend}" + ("" if esp_id is None else f": {esp_id}")
-            return SendReceipt(message_id=message_id, code=250, reply=reply)
+                nothing = provider.unknown(f"{self.backend} sent nothing (it answered {sent!r})")
+                nothing.provider = self.provider
+                raise nothing
+            return self._receipt(message_id, getattr(wrapped, "anymail_status", None))
 
         return send_with_retries(
             attempt, max_attempts=self.max_attempts, what=str(message_id), sleep=self._sleep
         )
 
+    def _receipt(self, message_id: str | None, status: Any) -> SendReceipt:
+        """The receipt of an accepted mail; ``status`` is Anymail's (None for other backends).
+        Anymail's status for the recipients is named unless it is plain ``sent``: ``queued``
+        (Postmark's "delivery may be delayed"), or ``rejected`` beside ``sent`` when the ESP
+        refused some recipients only."""
+        if self.provider is None:
+            return SendReceipt(message_id, 250, f"accepted by {self.backend}")
+        esp_id = provider_id(getattr(status, "message_id", None))
+        reply = f"accepted by {self.backend}" + ("" if esp_id is None else f": {esp_id}")
+        said = getattr(status, "status", None)
+        if isinstance(said, (set, frozenset)) and said and said != {"sent"}:
+            reply += f" ({', '.join(sorted(str(s) for s in said))})"
+        return SendReceipt(
+            message_id, None, reply, provider=self.provider, provider_message_id=esp_id
+        )
+
     def _classify(self, exc: Exception, recipients: list[str]) -> SendError:
-        """The backend's error as a ``SendError`` stating its reaction."""
-        if isinstance(exc, (smtplib.SMTPException, OSError)):
-            return classify_smtp_error(exc, recipients, "sending through Django's backend")
-        if type(exc).__name__ == "ClientError" and hasattr(exc, "response"):  # botocore
-            return classify_client_error(exc, recipients, self.paused_hold)
-        text = mask_addresses(f"{type(exc).__name__}: {exc}", recipients)
-        anymail = _anymail_error(exc, text)
+        """The backend's error as a ``SendError`` stating its reaction: SES's answer (from
+        django-ses, or under Anymail's SES backend's error), Anymail's errors (before the SMTP
+        and socket errors: Anymail's HTTP errors are ``OSError`` too), an SMTP backend's."""
+        for error in (exc, exc.__cause__):
+            if type(error).__name__ == "ClientError" and hasattr(error, "response"):  # botocore
+                return classify_client_error(error, recipients, self.paused_hold)
+        esp = getattr(self._backend_class, "esp_name", None)  # Anymail's name: Postmark
+        named = esp if isinstance(esp, str) else self.provider or self.backend
+        anymail = anymail_error(exc, recipients, named)
         if anymail is not None:
             return anymail
+        if isinstance(exc, (smtplib.SMTPException, OSError)):
+            return classify_smtp_error(exc, recipients, "sending through Django's backend")
+        text = mask_addresses(f"{type(exc).__name__}: {exc}", recipients)
         if isinstance(exc, (ValueError, TypeError)):  # BadHeaderError, an unsupported feature
             return provider.rejected(text)
         return provider.unknown(text)
 
 
-def _anymail_error(exc: Exception, text: str) -> SendError | None:
-    """An Anymail error's reaction: refused recipients fail and suppress; HTTP 429 holds the
-    sender; no answer or a 5xx retries; an unsupported feature or a bad address fails; any
-    other API error is unknown (bounded retries). None: not Anymail's."""
-    try:
-        from anymail import exceptions as anymail  # noqa: PLC0415 - optional
-    except ImportError:
+def provider_id(value: Any) -> str | None:
+    """A provider's message id as text: Anymail answers one id, or a set when recipients got
+    different ones (joined, sorted, by commas); None when it gave none."""
+    if value is None:
         return None
-    if isinstance(exc, anymail.AnymailRecipientsRefused):
-        return provider.refused_recipients(text)
-    if isinstance(exc, (anymail.AnymailUnsupportedFeature, anymail.AnymailInvalidAddress)):
-        return provider.rejected(text)
-    if not isinstance(exc, anymail.AnymailError):
+    if isinstance(value, (set, frozenset)):
+        return ",".join(sorted(str(v) for v in value if v is not None)) or None
+    return str(value)
+
+
+def _provider_of(backend_class: Any, path: str) -> str | None:
+    """None for Django's SMTP backend, the ESP's module name for Anymail's (``postmark``),
+    else the backend's path."""
+    from django.core.mail.backends.smtp import EmailBackend  # noqa: PLC0415 - Django on use
+
+    if isinstance(backend_class, type) and issubclass(backend_class, EmailBackend):
         return None
-    status = getattr(exc, "status_code", None)
-    return provider.http_error(status if isinstance(status, int) else None, text)
+    module = str(getattr(backend_class, "__module__", ""))
+    if module.startswith("anymail.backends.") and getattr(backend_class, "esp_name", None):
+        return module.rsplit(".", 1)[-1]
+    return path
 
 
 def django_message(message: EmailMessage) -> Any:
@@ -139,13 +181,14 @@ def django_message(message: EmailMessage) -> Any:
             return _copy(message)
 
     text, html = _bodies(message)
+    to, cc, bcc = _recipients(message)
     built = _Built(
         subject=str(message.get("Subject", "")),
         body=text,
-        from_email=str(message["From"]),
-        to=_addresses(message, "To"),
-        cc=_addresses(message, "Cc"),
-        bcc=_addresses(message, "Bcc"),
+        from_email=_sender(message),
+        to=to,
+        cc=cc,
+        bcc=bcc,
         reply_to=_addresses(message, "Reply-To"),
         headers={k: str(v) for k, v in message.items() if k.lower() not in _FIELDS},
     )
@@ -186,6 +229,31 @@ def _bodies(message: EmailMessage) -> tuple[str, str | None]:
     text = str(text_part.get_content()) if isinstance(text_part, EmailMessage) else ""
     html = str(html_part.get_content()) if isinstance(html_part, EmailMessage) else None
     return text, html
+
+
+def _sender(message: EmailMessage) -> str:
+    """The From header; a carried message's envelope sender when From shows another address
+    (Django's SMTP backend takes MAIL FROM from ``from_email``, the From shown from the
+    message)."""
+    shown = str(message["From"])
+    envelope = getattr(message, "envelope_sender", "")
+    if envelope and getaddresses([shown])[0][1].lower() != envelope.lower():
+        return str(envelope)
+    return shown
+
+
+def _recipients(message: EmailMessage) -> tuple[list[str], list[str], list[str]]:
+    """to, cc and bcc from the headers; for a carried message (:mod:`mailer.mail.carried`) its
+    envelope: those of To and Cc it holds, the rest as bcc (a list's address shown in To is
+    not a recipient)."""
+    to, cc = _addresses(message, "To"), _addresses(message, "Cc")
+    envelope = getattr(message, "envelope_recipients", None)
+    if envelope is None:
+        return to, cc, _addresses(message, "Bcc")
+    to = [shown for shown in to if getaddresses([shown])[0][1] in envelope]
+    cc = [shown for shown in cc if getaddresses([shown])[0][1] in envelope]
+    shown_in = {getaddresses([shown])[0][1] for shown in (*to, *cc)}
+    return to, cc, [address for address in envelope if address not in shown_in]
 
 
 def _addresses(message: EmailMessage, header: str) -> list[str]:

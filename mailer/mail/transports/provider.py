@@ -1,7 +1,9 @@
 """What an email provider's API answer asks for: SES error codes, Anymail's errors, anything else.
 
-An API transport (:mod:`~mailer.mail.transports.ses`, :mod:`~mailer.mail.transports.django_backend`)
-turns its provider's error into a :class:`~mailer.errors.SendError` that states its reaction
+An API transport (:mod:`~mailer.mail.transports.ses`,
+:mod:`~mailer.mail.transports.django_backend`, :mod:`~mailer.mail.transports.anymail`; Anymail's
+errors are read in :mod:`~mailer.mail.transports.anymail_errors`) turns its provider's error
+into a :class:`~mailer.errors.SendError` that states its reaction
 (:class:`~mailer.mail.replies.Reaction`), so the guard answers it as it answers an SMTP reply:
 
 ========================================================  ========================================
@@ -9,14 +11,16 @@ provider answer                                           reaction
 ========================================================  ========================================
 SES ``TooManyRequestsException``, ``Throttling``,         hold the sender (``HOLD_SENDER``, the
 ``LimitExceededException``, "Maximum sending rate         configured hold length)
-exceeded", HTTP 429
+exceeded"
 SES ``AccountSendingPausedException``,                    hold the sender for
 ``SendingPausedException``, ``AccountSuspendedException`` ``MAILGUARD_THROTTLE_HOLD_MAX``, logged
                                                           as an error
 SES ``MessageRejected``, ``MailFromDomainNotVerified``,   fail this mail (``FAIL``)
 ``BadRequestException``, ``NotFoundException``
 Anymail ``AnymailRecipientsRefused``                      fail and suppress the recipient
-a network error, an HTTP 5xx                              retry (``RETRY``)
+an HTTP 429, or a 4xx that says rate limit / throttling   hold the sender
+another HTTP 4xx (an invalid request, bad credentials)    fail this mail
+a network error, an HTTP 408 or 5xx                       retry (``RETRY``)
 anything else                                             retry: ``send_retries`` bounds the
                                                           tries, then ``failed`` with the
                                                           provider's message
@@ -31,7 +35,7 @@ from __future__ import annotations
 import logging
 
 from mailer.errors import PermanentSendError, SendError, TransientSendError
-from mailer.mail.replies import Action, Reaction
+from mailer.mail.replies import Action, Reaction, rate_worded
 from mailer.mail.transports.base import mask_addresses
 
 log = logging.getLogger("mailguard")
@@ -84,13 +88,17 @@ def ses_error(
     return unknown(reply)
 
 
-def http_error(status: int | None, reply: str) -> TransientSendError:
-    """An HTTP API's error by its status: 429 holds the sender, no answer (None) or a 5xx
-    retries, any other is unknown (bounded retries)."""
-    if status == 429:
+def http_error(status: int | None, reply: str) -> SendError:
+    """An HTTP API's error by its status and its answer ``reply``: 429, or a 4xx whose answer
+    says rate limit or throttling, holds the sender; no answer (None), 408 or a 5xx retries;
+    any other 4xx (an invalid request, refused credentials) fails this mail; anything else is
+    unknown (bounded retries)."""
+    if status == 429 or (status is not None and 400 <= status < 500 and rate_worded(reply)):
         return throttled(reply)
-    if status is None or status >= 500:
+    if status is None or status == 408 or status >= 500:
         return network(reply)
+    if 400 <= status < 500:
+        return rejected(reply)
     return unknown(reply)
 
 

@@ -1,11 +1,12 @@
 """The one registry of transports, by the name ``MAILGUARD_TRANSPORT`` gives: ``smtp`` (the
 default; ``MAILGUARD_SMTP_URL``'s scheme picks ``console://`` or ``memory://`` too), ``django``
-(a Django email backend) and ``ses`` (Amazon SES v2).
+(a Django email backend), ``anymail`` (any ESP Anymail ships, without a Django project) and
+``ses`` (Amazon SES v2).
 
 A builder takes :class:`TransportOptions` and answers a
 :class:`~mailer.mail.transports.base.Transport`, or raises ``ValueError`` in one line (a
 backend that does not import, SES without a region): the worker refuses to start with it.
-Optional packages (Django, boto3) are imported by the builder that needs them, never here.
+Optional packages (Django, Anymail, boto3) are imported by the builder that needs them, never here.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class TransportOptions:
     ses_region: str | None = None
     ses_endpoint_url: str | None = None
     ses_configuration_set: str | None = None
+    anymail_esp: str | None = None
 
 
 Builder = Callable[[TransportOptions], Transport]
@@ -86,7 +88,23 @@ def _ses(options: TransportOptions) -> Transport:
         raise ValueError(f"MAILGUARD_TRANSPORT=ses: {exc}") from None
 
 
-_BUILDERS: dict[str, Builder] = {"smtp": _smtp, "django": _django, "ses": _ses}
+def _anymail(options: TransportOptions) -> Transport:
+    from mailer.mail.transports.anymail import AnymailTransport  # noqa: PLC0415
+
+    try:
+        return AnymailTransport(
+            options.anymail_esp or "", max_attempts=options.attempts, paused_hold=options.hold_max
+        )
+    except ValueError as exc:
+        raise ValueError(f"MAILGUARD_TRANSPORT=anymail: {exc}") from None
+
+
+_BUILDERS: dict[str, Builder] = {
+    "smtp": _smtp,
+    "django": _django,
+    "ses": _ses,
+    "anymail": _anymail,
+}
 
 
 def names() -> tuple[str, ...]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_random_exponential
 
@@ -40,7 +41,7 @@ def send_with_retries(
         except SendError as exc:
             exc.attempts = tries
             raise
-        return SendReceipt(receipt.message_id, receipt.code, receipt.reply, attempts=tries)
+        return replace(receipt, attempts=tries)
 
     retrying = Retrying(
         stop=stop_after_attempt(max_attempts),

@@ -24,6 +24,9 @@ from mailer.mail.transports import provider
 from mailer.mail.transports.base import SendReceipt, recipients_of, sender_of, wire_bytes
 from mailer.mail.transports.retrying import send_with_retries
 
+#: The provider's name in outcomes and errors.
+PROVIDER = "ses"
+
 
 class SesTransport:
     """Sends each message with SES v2 ``send_email`` (``Content.Raw``).
@@ -78,8 +81,14 @@ class SesTransport:
 
         def attempt() -> SendReceipt:
             answer = self._call(request, recipients)
-            ses_id = str(answer.get("MessageId", ""))
-            return SendReceipt(message_id=message_id, code=250, reply=f"SES accepted: {ses_id}")
+            ses_id = str(answer.get("MessageId", "")) or None
+            return SendReceipt(
+                message_id=message_id,
+                code=None,
+                reply=f"SES accepted: {ses_id}",
+                provider=PROVIDER,
+                provider_message_id=ses_id,
+            )
 
         return send_with_retries(
             attempt, max_attempts=self.max_attempts, what=str(message_id), sleep=self._sleep
@@ -92,10 +101,13 @@ class SesTransport:
         try:
             answer: dict[str, Any] = self._client.send_email(**request)
         except ClientError as exc:
-            raise classify_client_error(exc, recipients, self.paused_hold) from None
+            error = classify_client_error(exc, recipients, self.paused_hold)
         except BotoCoreError as exc:  # no connection, a timeout, no credentials
-            raise provider.network(f"SES: {type(exc).__name__}: {exc}") from None
-        return answer
+            error = provider.network(f"SES: {type(exc).__name__}: {exc}")
+        else:
+            return answer
+        error.provider = PROVIDER
+        raise error
 
 
 def classify_client_error(exc: Any, recipients: list[str], paused_hold: float) -> SendError:

@@ -36,7 +36,13 @@ from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
 from mailer.mail.replies import classify
-from mailer.mail.transports.base import SendReceipt, mask_addresses, recipients_of
+from mailer.mail.transports.base import (
+    SendReceipt,
+    envelope_sender,
+    mask_addresses,
+    recipients_of,
+    wire_bytes,
+)
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -239,7 +245,7 @@ class SmtpTransport:
                 client.starttls(context=self._context())
             if self.username is not None:
                 client.login(self.username, self._password or "")
-            refused = client.send_message(message)
+            refused = _send(client, message, recipients)
             code, text = client.data_reply or (250, b"")
         except (smtplib.SMTPException, OSError) as exc:
             raise _classify(exc, recipients, "sending") from None
@@ -352,3 +358,16 @@ def _url_options(query: str, security: Security, shown: str) -> tuple[Security, 
         else:
             raise ValueError(f"bad SMTP URL {shown}: unknown option {key!r} (starttls, timeout)")
     return security, timeout
+
+
+def _send(client: _SMTP, message: EmailMessage, recipients: list[str]) -> dict[str, object]:
+    """``smtplib``'s ``send_message``, to ``recipients`` (:func:`recipients_of`: a carried
+    message's envelope), without rewriting a body line that starts ``From `` (Django's SMTP
+    backend sends ``as_bytes()`` with ``sendmail``, which does not): SMTPUTF8 when an envelope
+    address needs it."""
+    sender = envelope_sender(message)
+    international = not all(address.isascii() for address in (sender, *recipients))
+    options = ("SMTPUTF8", "BODY=8BITMIME") if international else ()
+    data = wire_bytes(message, utf8=international)
+    refused = client.sendmail(sender, recipients, data, mail_options=options)
+    return dict(refused)

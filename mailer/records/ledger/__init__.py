@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from mailer.clock import Clock
-from mailer.records.ledger.base import SENT_TTL, Begun, Ledger
+from mailer.records.ledger.base import SENT_TTL, Begun, Claimed, Ledger
 from mailer.records.ledger.memory import MemoryLedger
 from mailer.records.ledger.redis import RedisLedger
 from mailer.storage import client_from_url, is_memory
@@ -42,4 +42,12 @@ def ledger_from_url(
     return RedisLedger(client if client is not None else client_from_url(url), url, namespace)
 
 
-__all__ = ["SENT_TTL", "Begun", "Ledger", "MemoryLedger", "RedisLedger", "ledger_from_url"]
+__all__ = [
+    "SENT_TTL",
+    "Begun",
+    "Claimed",
+    "Ledger",
+    "MemoryLedger",
+    "RedisLedger",
+    "ledger_from_url",
+]

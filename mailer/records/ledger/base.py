@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from mailer.defaults import OUTCOME_TTL
@@ -15,18 +16,46 @@ RUNS_TTL = 86_400
 #: How many dead letters are kept (the oldest are forgotten first).
 MAX_DEAD_LETTERS = 10_000
 
-#: What :meth:`Ledger.begin` answers: the recorded outcome, True (claimed) or False (held).
-Begun = Outcome | bool
+#: How long the first run's ``first_seen`` is remembered for its copies, in seconds (a day:
+#: a redelivered copy of a first run comes within the claim lease and the broker's visibility
+#: timeout; every later run carries ``first_seen`` in its own progress).
+FIRST_SEEN_TTL = 86_400
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """Claimed (:meth:`Ledger.begin` with ``first_seen``): and when the guard first saw the
+    mail, as the first run that claimed it remembered it (epoch seconds, the limiter's clock).
+    Earlier than the ``first_seen`` given: this run is a copy of a first run that ended
+    unfinished (its worker died), and the kind's deadline counts from that first run."""
+
+    first_seen: float
+
+
+#: What :meth:`Ledger.begin` answers: the recorded outcome, True or :class:`Claimed` (claimed),
+#: or False (held).
+Begun = Outcome | bool | Claimed
 
 
 class Ledger(Protocol):
     """Claims and sent-markers per mail id. Every method is one atomic step."""
 
     def begin(
-        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+        self,
+        mail_id: str,
+        owner: str,
+        lease: float,
+        *,
+        takeover: str | None = None,
+        first_seen: float | None = None,
     ) -> Begun:
         """The recorded outcome of ``mail_id`` if it finished; else claim it for ``lease``
         seconds under ``owner`` and answer True; False if another owner holds the claim.
+
+        ``first_seen`` (epoch seconds; a first run's, whose message carries none): with the
+        claim taken, the ledger remembers it for the mail unless it remembers one already
+        (for :data:`FIRST_SEEN_TTL`, until its outcome is recorded), and answers
+        :class:`Claimed` with the one it remembers, in the same atomic step.
 
         ``takeover`` names an earlier run of the same mail that ended without knowing whether
         its claim was written (the ledger timed out): a claim held by it is taken over at once

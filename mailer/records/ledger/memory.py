@@ -6,7 +6,14 @@ import threading
 
 from mailer.clock import Clock, system_clock
 from mailer.outcomes import Outcome
-from mailer.records.ledger.base import MAX_DEAD_LETTERS, RUNS_TTL, SENT_TTL, Begun
+from mailer.records.ledger.base import (
+    FIRST_SEEN_TTL,
+    MAX_DEAD_LETTERS,
+    RUNS_TTL,
+    SENT_TTL,
+    Begun,
+    Claimed,
+)
 
 
 class MemoryLedger:
@@ -18,10 +25,17 @@ class MemoryLedger:
         self._claims: dict[str, tuple[str, float]] = {}
         self._done: dict[str, tuple[Outcome, float]] = {}
         self._runs: dict[str, tuple[int, float]] = {}
+        self._seen: dict[str, tuple[float, float]] = {}  # first_seen, expiry
         self._dead: list[Outcome] = []
 
     def begin(
-        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+        self,
+        mail_id: str,
+        owner: str,
+        lease: float,
+        *,
+        takeover: str | None = None,
+        first_seen: float | None = None,
     ) -> Begun:
         now = self._clock()
         with self._lock:
@@ -32,7 +46,12 @@ class MemoryLedger:
             if held is not None and held[1] > now and held[0] not in (owner, takeover):
                 return False
             self._claims[mail_id] = (owner, now + lease)
-            return True
+            if first_seen is None:
+                return True
+            seen = self._seen.get(mail_id)
+            if seen is None or seen[1] <= now:
+                seen = self._seen[mail_id] = (first_seen, now + FIRST_SEEN_TTL)
+            return Claimed(seen[0])
 
     def unclaim(self, mail_id: str, owner: str) -> None:
         with self._lock:
@@ -47,9 +66,12 @@ class MemoryLedger:
             self._done[outcome.mail_id] = (outcome, now + SENT_TTL)
             self._claims.pop(outcome.mail_id, None)
             self._runs.pop(outcome.mail_id, None)
+            self._seen.pop(outcome.mail_id, None)
             if len(self._done) > 1024:  # forget expired outcomes now and then
                 for key in [k for k, (_, exp) in self._done.items() if exp <= now]:
                     del self._done[key]
+                for key in [k for k, (_, exp) in self._seen.items() if exp <= now]:
+                    del self._seen[key]
 
     def handoff(self, mail_id: str) -> int:
         now = self._clock()

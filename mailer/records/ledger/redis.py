@@ -8,6 +8,9 @@ Keys, both with the mail id as ``{hash tag}`` so that one mail's keys share a Cl
   :data:`~mailer.records.ledger.base.SENT_TTL` (``EX``)
 - ``<ns>:runs:{<mail id>}``: how many redelivered copies were handed to a pool since a run
   last ended (``handoff.lua``), expiring after :data:`~mailer.records.ledger.base.RUNS_TTL`
+- ``<ns>:seen:{<mail id>}``: when the guard first saw the mail (epoch seconds, as text),
+  written by the first run's ``begin`` for its copies (``begin.lua``), deleted with the
+  recorded outcome, expiring after :data:`~mailer.records.ledger.base.FIRST_SEEN_TTL`
 
 And one key for all mails: ``<ns>:dead-letters``, a sorted set of quarantined outcomes (JSON)
 by time, the newest :data:`~mailer.records.ledger.base.MAX_DEAD_LETTERS`.
@@ -22,7 +25,14 @@ import json
 from typing import Any
 
 from mailer.outcomes import Outcome
-from mailer.records.ledger.base import MAX_DEAD_LETTERS, RUNS_TTL, SENT_TTL, Begun
+from mailer.records.ledger.base import (
+    FIRST_SEEN_TTL,
+    MAX_DEAD_LETTERS,
+    RUNS_TTL,
+    SENT_TTL,
+    Begun,
+    Claimed,
+)
 from mailer.storage import RedisStore, lua_source
 
 #: The scripts' texts, read once from the package files.
@@ -55,28 +65,47 @@ class RedisLedger:
         return self._redis.client
 
     def _keys(self, mail_id: str) -> list[str]:
-        """The claim, the sent marker and the hand-off count of ``mail_id`` (one slot)."""
+        """The claim, the sent marker, the hand-off count and the first run's ``first_seen``
+        of ``mail_id`` (one slot)."""
         tag = f"{{{mail_id}}}"
-        return [f"{self._ns}:claim:{tag}", f"{self._ns}:sent:{tag}", f"{self._ns}:runs:{tag}"]
+        ns = self._ns
+        return [f"{ns}:claim:{tag}", f"{ns}:sent:{tag}", f"{ns}:runs:{tag}", f"{ns}:seen:{tag}"]
 
     def begin(
-        self, mail_id: str, owner: str, lease: float, *, takeover: str | None = None
+        self,
+        mail_id: str,
+        owner: str,
+        lease: float,
+        *,
+        takeover: str | None = None,
+        first_seen: float | None = None,
     ) -> Begun:
-        args = [owner, int(lease * 1000), takeover or ""]
-        answer = self._begin(self._keys(mail_id)[:2], args)
+        claim, sent, _, seen = self._keys(mail_id)
+        remember = "" if first_seen is None else repr(float(first_seen))
+        args = [owner, int(lease * 1000), takeover or "", remember, FIRST_SEEN_TTL]
+        answer = self._begin([claim, sent, seen], args)
         if isinstance(answer, bytes | str):
             return Outcome.from_dict(json.loads(answer))
+        if isinstance(answer, list):
+            return Claimed(float(answer[1]))
         return bool(answer)
 
     def unclaim(self, mail_id: str, owner: str) -> None:
-        claim, _, runs = self._keys(mail_id)
+        claim, _, runs, _ = self._keys(mail_id)
         self._unclaim([claim, runs], [owner])
 
     def record(self, outcome: Outcome) -> None:
         self._record(self._keys(outcome.mail_id), [json.dumps(outcome.as_dict()), SENT_TTL])
 
+    def record_command(self, outcome: Outcome) -> tuple[str, list[str], list[Any], Any]:
+        """:meth:`record` as ``(script, keys, args, client)``, for a caller that sends it in
+        one pipeline with commands of its own on that client (the sender reputation's count
+        rides on it: :mod:`mailer.guard.gates.bulk`)."""
+        args = [json.dumps(outcome.as_dict()), SENT_TTL]
+        return RECORD_SCRIPT, self._keys(outcome.mail_id), args, self._redis.client
+
     def handoff(self, mail_id: str) -> int:
-        return int(self._handoff(self._keys(mail_id), [RUNS_TTL * 1000]))
+        return int(self._handoff(self._keys(mail_id)[:3], [RUNS_TTL * 1000]))
 
     def quarantine(self, outcome: Outcome) -> None:
         self.record(outcome)

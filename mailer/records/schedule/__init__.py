@@ -22,6 +22,8 @@ take hands the entry out and the promoter publishes it again: the watchdog.
 - :mod:`mailer.records.schedule.memory`: :class:`MemorySchedule`, inside one process
 - :mod:`mailer.records.schedule.redis`: :class:`RedisSchedule`; scripts in ``lua/``
 - :mod:`mailer.records.schedule.park`: when a deferral is parked (pure)
+- :mod:`mailer.records.schedule.legacy`: schedules named after a broker URL, moved into the
+  queue's one schedule
 - :func:`schedule_from_url`: the one that fits a URL's scheme
 """
 
@@ -51,19 +53,17 @@ def schedule_from_url(
     clock: Clock | None = None,
     namespace: str = "mailguard",
     queue: str = QUEUE,
-    owner: str = "",
 ) -> Schedule:
     """The schedule of ``queue`` on ``memory://`` (on ``clock``) or a Redis URL (the ledger's;
     Redis's clock); ``client`` reuses a redis-py client.
 
-    ``owner`` tells apart the schedules of apps that share the ledger's Redis and a queue name
-    but publish to other brokers (``<ns>:{schedule:<queue>@<owner>}``); empty, the key is
-    ``<ns>:{schedule:<queue>}``."""
+    One schedule per queue in the ledger's Redis, ``<ns>:{schedule:<queue>}``, whatever app or
+    broker URL a process runs with: every worker, the CLI and cancel see the same parked mails.
+    """
     if is_memory(url):
         return MemorySchedule(clock)
     client = client if client is not None else client_from_url(url)
-    name = f"{queue}@{owner}" if owner else queue
-    return RedisSchedule(client, url, namespace=namespace, queue=name)
+    return RedisSchedule(client, url, namespace=namespace, queue=queue)
 
 
 __all__ = [

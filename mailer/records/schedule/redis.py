@@ -20,6 +20,7 @@ names stored in clear; addresses live inside payloads only as the workers encode
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from mailer.clock import to_ms
@@ -67,6 +68,15 @@ class RedisSchedule:
     def client(self) -> Any:
         """The redis-py client (shared with the ledger when built from it)."""
         return self._redis.client
+
+    @property
+    def url(self) -> str:
+        """The URL it reports when Redis is down."""
+        return self._redis.url
+
+    def unavailable(self) -> AbstractContextManager[None]:
+        """A block in which Redis being down raises ``BackendUnavailable`` (direct calls)."""
+        return self._redis.unavailable()
 
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
         self._park(self._all, [mail_id, to_ms(due), payload])

@@ -17,8 +17,10 @@ FOREVER = 100 * 365 * 86_400.0
 
 #: Why an address is suppressed: ``smtp`` (a hard bounce in the SMTP reply), ``bounce`` (a hard
 #: bounce reported later, by an ESP's webhook), ``complaint`` (a spam complaint), ``rejected``
-#: (the ESP refused to send to it), ``hand`` (an operator: ``mailguard suppress``).
-Source = Literal["smtp", "bounce", "complaint", "rejected", "hand"]
+#: (the ESP refused to send to it), ``hand`` (an operator: ``mailguard suppress``),
+#: ``unsubscribed`` (a one-click unsubscribe: only the sender's bulk kinds, see
+#: :mod:`mailer.unsubscribe`).
+Source = Literal["smtp", "bounce", "complaint", "rejected", "hand", "unsubscribed"]
 SOURCES: tuple[Source, ...] = get_args(Source)
 
 #: How each source is shown to people.
@@ -28,6 +30,7 @@ SOURCE_WORDS: dict[str, str] = {
     "complaint": "complaint",
     "rejected": "rejected by the ESP",
     "hand": "by hand",
+    "unsubscribed": "unsubscribed from a sender's bulk kinds",
 }
 
 _REPLY = re.compile(r"^[245]\d\d\b")
@@ -36,6 +39,7 @@ _EVENTS: dict[str, Source] = {
     "bounced": "bounce",
     "complained": "complaint",
     "rejected": "rejected",
+    "unsubscribed": "unsubscribed",
 }
 
 
@@ -108,6 +112,11 @@ class SuppressionStore(Protocol):
 
     def delete(self, key: str) -> bool:
         """Forget the entry at ``key``; True if there was one."""
+        ...
+
+    def scan(self, prefix: str) -> list[tuple[str, Suppression]]:
+        """Every entry whose key starts with ``prefix`` (an operator's listing, not a hot
+        path: Redis ``SCAN``)."""
         ...
 
     def shared_client(self) -> Any:

@@ -37,5 +37,9 @@ class MemorySuppressionStore:
         with self._lock:
             return self._entries.pop(key, None) is not None
 
+    def scan(self, prefix: str) -> list[tuple[str, Suppression]]:
+        with self._lock:
+            return [(k, e) for k, e in self._entries.items() if k.startswith(prefix)]
+
     def shared_client(self) -> Any:
         return None

@@ -55,5 +55,15 @@ class RedisSuppressionStore:
     def delete(self, key: str) -> bool:
         return bool(self._redis.call(self.client.delete, key))
 
+    def scan(self, prefix: str) -> list[tuple[str, Suppression]]:
+        with self._redis.unavailable():
+            keys = list(self.client.scan_iter(match=prefix + "*", count=500))
+            values = self.client.mget(keys) if keys else []
+        return [
+            (key.decode() if isinstance(key, bytes) else key, Suppression.from_json(raw))
+            for key, raw in zip(keys, values, strict=True)
+            if raw is not None
+        ]
+
     def shared_client(self) -> Any:
         return self.client

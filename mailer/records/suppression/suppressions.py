@@ -10,8 +10,11 @@ from mailer.clock import Clock, system_clock
 from mailer.defaults import SUPPRESS_FOR
 from mailer.limits.keys import KeyHasher
 from mailer.mail.address import DEFAULT_RULES, AddressRules, normalise_address
+from mailer.records.reputation.base import sender_of
+from mailer.records.reputation.reputation import sid_of
 from mailer.records.suppression.base import (
     CAUSE_CHARS,
+    FOREVER,
     Source,
     Suppression,
     SuppressionStore,
@@ -20,6 +23,10 @@ from mailer.records.suppression.base import (
 from mailer.records.suppression.memory import MemorySuppressionStore
 from mailer.records.suppression.redis import RedisSuppressionStore
 from mailer.storage import client_from_url, is_memory
+
+#: What follows an address's key in the key of one of its unsubscriptions (then the sender's
+#: short hash): ``<ns>:suppressed:{<hash>}:unsubscribed:<sender hash>``.
+_SCOPED = ":unsubscribed:"
 
 
 class Suppressions:
@@ -119,8 +126,51 @@ class Suppressions:
         return entry if entry is not None and entry.until > self._clock() else None
 
     def lift(self, address: str) -> bool:
-        """Lift the suppression of ``address``; True if there was one."""
-        return self._store.delete(self._key(address))
+        """Lift the suppression of ``address`` and its unsubscriptions; True if there was one."""
+        key = self._key(address)
+        scoped = [k for k, _ in self._store.scan(key + _SCOPED)]
+        return any([self._store.delete(key), *map(self._store.delete, scoped)])
+
+    def hash_of(self, limit_key: str) -> str:
+        """The keyed hash of a normalised address (``Recipient.limit_key``): what an
+        unsubscribe token names instead of the address."""
+        return self._hasher.storage_key(limit_key).split("{", 1)[1].rstrip("}")
+
+    def unsubscribe(self, hashed: str, sender: str, *, how: str = "one-click") -> Suppression:
+        """Unsubscribe the recipient whose keyed hash is ``hashed`` (:meth:`hash_of`) from
+        ``sender``'s bulk kinds, until lifted (``mailguard unsuppress``); the entry."""
+        now = self._clock()
+        entry = Suppression(
+            since=now,
+            until=now + FOREVER,
+            cause=f"unsubscribed: {how}, from {sender}"[:CAUSE_CHARS],
+            source="unsubscribed",
+        )
+        self._store.put(self._scoped_key(hashed, sender), entry, FOREVER)
+        return entry
+
+    def unsubscribed_read(self, limit_key: str, sender: str) -> tuple[Any, str] | None:
+        """As :meth:`plain_read`, for the recipient's unsubscription from ``sender``'s bulk
+        kinds (answer with :meth:`from_raw`); None on memory."""
+        client = self._store.shared_client()
+        key = self._scoped_key(self.hash_of(limit_key), sender)
+        return None if client is None else (client, key)
+
+    def unsubscribed(self, limit_key: str, sender: str) -> Suppression | None:
+        """The recipient's unsubscription from ``sender``'s bulk kinds, if one is in force."""
+        entry = self._store.get(self._scoped_key(self.hash_of(limit_key), sender))
+        return entry if entry is not None and entry.until > self._clock() else None
+
+    def unsubscriptions(self, address: str) -> list[Suppression]:
+        """Every unsubscription of ``address`` in force (one per sender; an operator's
+        listing: a Redis ``SCAN``)."""
+        now = self._clock()
+        found = self._store.scan(self._key(address) + _SCOPED)
+        return sorted((e for _, e in found if e.until > now), key=lambda e: e.since)
+
+    def _scoped_key(self, hashed: str, sender: str) -> str:
+        prefix = self._hasher.storage_key("x").split("{", 1)[0]
+        return f"{prefix}{{{hashed}}}{_SCOPED}{sid_of(sender_of(sender))}"
 
     def _key(self, address: str) -> str:
         return self._hasher.storage_key(normalise_address(address, self._rules).limit_key)

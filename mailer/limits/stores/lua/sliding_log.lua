@@ -21,13 +21,16 @@ ARGV[4]   max_wait in milliseconds; > 0 books the earliest admissible slot when 
           this far away (reservations), 0 refuses instead
 ARGV[5]   optional, acquire only: not_before in epoch ms (a hold's end): the slot is the earliest
           admissible time at or after it (every time after t* admits, so max(t*, not_before))
-ARGV[6]   optional, acquire only: late, in ms (-1 or absent: never late). A mail id whose booking
-          is reached is judged against the entries actually sent (tags without the BOOKED flag):
-          on time (now - slot <= late) and fitting among them, it is admitted at its slot (the
-          flag cleared); else it is judged again now against the sent entries alone (every
-          booking ignored: an overdue one is judged when its own run comes, a future one when
-          it is reached): admitted now, booked at the earliest time they allow, or refused.
-          Mirrors _held in mailer/limits/sliding_log.py.
+ARGV[6]   optional, acquire only: late, in ms (-1 or absent: never late). A mail id whose entry
+          is reached is judged against the slot it holds, booked or admitted: on time (now -
+          slot <= late), an admission keeps its slot and a booking fitting among the entries
+          actually sent (tags without the BOOKED flag) is admitted at its slot (the flag
+          cleared); else (late: a copy of a run that died after its admission too) it is
+          judged again now in its recipient's booked order: placed among the sent entries
+          behind the places of the bookings reached before it (not written), admitted now,
+          booked at the earliest time that fits there (the bookings after it moved back, in
+          order, each only as far as the policy requires), or refused (its entry given back).
+          Mirrors _held and _judged in mailer/limits/sliding_log.py.
 
 Value: a string, big-endian. base (6 bytes, epoch ms) then, per entry oldest first, offset from
 base (4 bytes, ms) and tag (6 bytes: bit 47 is the BOOKED flag of a booking under a mail id
@@ -107,6 +110,118 @@ local function earliest(xs, nx)
   return t, tier
 end
 
+-- The earliest ms >= t at which one more entry fits tier (limit, w) among the sorted xs
+-- (nx entries). Mirrors earliest_insert in mailer/limits/insertion.py.
+-- The first index k of the sorted xs (nx entries) with xs[k] > v (bisect_right), or with
+-- xs[k] >= v when `left` (bisect_left); nx + 1 when none.
+local function bisect(xs, nx, v, left)
+  local lo, hi_ = 1, nx + 1
+  while lo < hi_ do
+    local mid = math.floor((lo + hi_) / 2)
+    if xs[mid] < v or (not left and xs[mid] == v) then lo = mid + 1 else hi_ = mid end
+  end
+  return lo
+end
+
+local function insert_at(xs, nx, limit, w, t)
+  local x, j = t, bisect(xs, nx, t - w + 1, true)
+  while j <= nx - limit + 1 do
+    local last = xs[j + limit - 1]
+    if last - w + 1 > x then break end
+    if last - xs[j] < w and x <= xs[j] + w - 1 then x = xs[j] + w end
+    j = j + 1
+  end
+  return x
+end
+
+-- The earliest ms >= x that every tier accepts among xs (_fit_from in sliding_log.py).
+local function fit_from(xs, nx, x)
+  while true do
+    local y = x
+    for i = 1, ntiers do y = insert_at(xs, nx, limits[i], windows[i], y) end
+    if y == x then return x end
+    x = y
+  end
+end
+
+-- _fit: now only when it fits seen from now and from hi.
+local function fit(xs, nx, lb)
+  local x = fit_from(xs, nx, lb)
+  if x == now and hi ~= now then
+    local after = fit_from(xs, nx, hi)
+    if after ~= hi then return after end
+  end
+  return x
+end
+
+-- Insert v into the sorted xs (nx entries) after the entries equal to it (and w into ws at
+-- the same place, when given); the new count.
+local function insort(xs, nx, v, ws, w)
+  local p = bisect(xs, nx, v, false)
+  table.insert(xs, p, v)
+  if ws then table.insert(ws, p, w) end
+  return nx + 1
+end
+
+-- Entry j's mail judged again now, in its recipient's booked order (_judged in
+-- mailer/limits/sliding_log.py, line for line). Changes ts/tags in place; returns allowed,
+-- booked, at, tier, seen and the new count.
+local function judged(ts, tags, n, j, max_wait)
+  local own = tags[j] % BOOKED
+  table.remove(ts, j)
+  table.remove(tags, j)
+  n = n - 1
+  local placed, np = {}, 0
+  for k = 1, n do
+    if tags[k] < BOOKED then np = np + 1 placed[np] = ts[k] end
+  end
+  local lb = now
+  for k = 1, j - 1 do -- the bookings reached before it: their places, in order
+    if tags[k] >= BOOKED then
+      lb = fit(placed, np, lb)
+      if lb == now then lb = hi end
+      np = insort(placed, np, lb)
+    end
+  end
+  local t = fit(placed, np, lb)
+  if t == now then
+    n = insort(ts, n, hi, tags, own)
+    return 1, 0, now, 0, now, n
+  end
+  local tier, best = 0, lb
+  for i = 1, ntiers do
+    local x = insert_at(placed, np, limits[i], windows[i], lb)
+    if x > best then best, tier = x, i end
+  end
+  if t - now > max_wait then return 0, 0, t, tier, now, n end
+  local mts, mtags, nm = {}, {}, 0
+  for k = n, j, -1 do
+    if tags[k] >= BOOKED then
+      nm = nm + 1
+      mts[nm], mtags[nm] = ts[k], tags[k]
+      table.remove(ts, k)
+      table.remove(tags, k)
+      n = n - 1
+    end
+  end
+  np = insort(placed, np, t)
+  n = insort(ts, n, t, tags, own + BOOKED)
+  local last, m = t, nm
+  while m >= 1 do -- collected last first: in order, each no further than required
+    local slot = mts[m]
+    if slot >= last + max_window then -- no window holds it and a change: the rest stay
+      for r = m, 1, -1 do n = insort(ts, n, mts[r], tags, mtags[r]) end
+      break
+    end
+    if slot < last then slot = last end
+    last = fit(placed, np, slot)
+    np = insort(placed, np, last)
+    n = insort(ts, n, last, tags, mtags[m])
+    m = m - 1
+  end
+  return 0, 1, t, tier, t, n
+end
+
 -- One decision for one key; `tag` 0 means no mail id.
 local function decide(key, mode, tag, max_wait, not_before, late)
 
@@ -153,50 +268,26 @@ if mode == 'a' and tag ~= 0 then
       at, found = ts[j], true
       if at > hi then
         booked, seen = 1, at
-      elseif tags[j] < BOOKED then
-        allowed = 1
       else
-        -- a booking reached: judged against the entries actually sent
-        local sent, ns = {}, 0
-        for k = 1, n do
-          if k ~= j and tags[k] < BOOKED then ns = ns + 1 sent[ns] = ts[k] end
-        end
-        local fits = late < 0 or now - at <= late
-        for i = 1, ntiers do
-          if fits and window_max(sent, ns, at, windows[i]) >= limits[i] then fits = false end
-        end
-        dirty = true
-        if fits then
-          tags[j], allowed = tags[j] - BOOKED, 1
+        local on_time = late < 0 or now - at <= late
+        if on_time and tags[j] < BOOKED then
+          allowed = 1 -- admitted already (the same mail asking again)
         else
-          local own = tags[j] - BOOKED
-          table.remove(ts, j)
-          table.remove(tags, j)
-          n = n - 1
-          local t
-          t, tier = earliest(sent, ns)
-          local stored, flag = nil, 0
-          if t == now then
-            allowed, tier, stored = 1, 0, hi
-          else
-            -- booked again: after the bookings still ahead too (not overdue)
-            local cut, ahead, na = now - late, {}, 0
-            if late < 0 then cut = -1 end
+          local fits = on_time
+          if fits then -- a booking reached on time: judged against the entries actually sent
+            local sent, ns = {}, 0
             for k = 1, n do
-              if tags[k] < BOOKED or ts[k] >= cut then na = na + 1 ahead[na] = ts[k] end
+              if k ~= j and tags[k] < BOOKED then ns = ns + 1 sent[ns] = ts[k] end
             end
-            t, tier = earliest(ahead, na)
-            if t - now <= max_wait then booked, seen, stored, flag = 1, t, t, BOOKED end
+            for i = 1, ntiers do
+              if fits and window_max(sent, ns, at, windows[i]) >= limits[i] then fits = false end
+            end
           end
-          at = t
-          if stored then
-            local p = n + 1
-            for k = 1, n do
-              if ts[k] > stored then p = k break end
-            end
-            table.insert(ts, p, stored)
-            table.insert(tags, p, own + flag)
-            n = n + 1
+          dirty = true
+          if fits then
+            tags[j], allowed = tags[j] - BOOKED, 1
+          else
+            allowed, booked, at, tier, seen, n = judged(ts, tags, n, j, max_wait)
           end
         end
       end

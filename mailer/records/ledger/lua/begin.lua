@@ -8,25 +8,37 @@ KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": a string holding the owner
           claimed the mail), with a PX expiry at the end of the lease
 KEYS[2]   the sent marker, "<namespace>:sent:{<mail id>}": a string holding the recorded outcome
           as JSON (written by record.lua, with an EX expiry of SENT_TTL seconds)
-          Both keys carry the mail id as {hash tag}, so they share one Redis Cluster slot.
+KEYS[3]   the first run's first_seen, "<namespace>:seen:{<mail id>}": a string holding epoch
+          seconds (the limiter's clock) with an EX expiry of ARGV[5]; deleted by record.lua
+          All keys carry the mail id as {hash tag}, so they share one Redis Cluster slot.
 ARGV[1]   owner: the claiming run's id (any string)
 ARGV[2]   lease in milliseconds, a positive integer: how long the claim holds unless renewed,
           given back (unclaim.lua) or dropped by a recorded outcome (record.lua)
 ARGV[3]   takeover: the owner of an earlier run of this mail that lost contact with the ledger
           while claiming ("" for none); a claim it holds is taken over by ARGV[1] at once
+ARGV[4]   first_seen: epoch seconds as text, a first run's ("" for none): with the claim taken,
+          set in KEYS[3] unless a value is there already (an earlier first run's)
+ARGV[5]   how long KEYS[3] is kept, in seconds (EX), a positive integer
 
 Reply: the recorded outcome's JSON (bulk string) if the mail finished (sent, dropped or
 failed); else 1 when the claim is now the caller's (newly taken, taken over from ARGV[3], or
-the caller already held it: its lease starts again from now);
-0 when another owner holds an unexpired claim (nothing changes).
+the caller already held it: its lease starts again from now), or with ARGV[4] given, the
+array {1, first_seen remembered in KEYS[3]}; 0 when another owner holds an unexpired claim
+(nothing changes).
 ]]
+
+local function claimed()
+  if ARGV[4] == '' then return 1 end
+  redis.call('SET', KEYS[3], ARGV[4], 'NX', 'EX', ARGV[5])
+  return {1, redis.call('GET', KEYS[3])}
+end
 
 local sent = redis.call('GET', KEYS[2])
 if sent then return sent end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return claimed() end
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] or (ARGV[3] ~= '' and holder == ARGV[3]) then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
+  return claimed()
 end
 return 0

@@ -1,0 +1,32 @@
+--[[
+mailguard outbox, clear: a worker received a mail's message (ARGV[2] = 1: the lane's mark moves
+to the entry's write time, never back), or its publish failed (ARGV[2] = 0: no mark moves).
+Mirrors MemoryOutbox.received and MemoryOutbox.discard.
+
+KEYS[1]   "<ns>:{outbox:<queue>}:at:<lane>": sorted set, member the mail id, score the time the
+          entry was written (epoch ms, Redis's clock); one per lane (broker priority)
+KEYS[2]   "<ns>:{outbox:<queue>}:payloads": hash, mail id -> the message's payload (opaque bytes)
+KEYS[3]   "<ns>:{outbox:<queue>}:marks": hash, lane -> the latest write time (ms) of an entry a
+          worker received from that lane
+ARGV[1]   mail id
+ARGV[2]   1 to move the lane's mark, 0 not to
+ARGV[3]   the lane (the field of KEYS[3])
+ARGV[4]   time to live in milliseconds: the marks expire that long after the last one moved
+
+Reply: 1 when there was an entry in this lane, else 0 (a payload left without one is removed).
+]]
+
+local at = redis.call('ZSCORE', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if not at then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if ARGV[2] == '1' then
+  local mark = tonumber(redis.call('HGET', KEYS[3], ARGV[3]) or '-1')
+  if tonumber(at) > mark then
+    redis.call('HSET', KEYS[3], ARGV[3], at)
+    redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  end
+end
+return 1

@@ -1,0 +1,26 @@
+--[[
+mailguard outbox, put: record a mail's first message about to be published, with its payload.
+Mirrors MemoryOutbox.put in mailer/records/outbox/memory.py; the contract
+tests/test_contract_outbox.py runs both.
+
+KEYS[1]   "<ns>:{outbox:<queue>}:at:<lane>": sorted set, member the mail id, score the time the
+          entry was written (epoch ms, Redis's clock); one per lane (broker priority)
+KEYS[2]   "<ns>:{outbox:<queue>}:payloads": hash, mail id -> the message's payload (opaque bytes)
+KEYS[3]   "<ns>:{outbox:<queue>}:marks": hash, lane -> the latest write time (ms) of an entry a
+          worker received from that lane (not written here; clear.lua keeps its expiry)
+          All keys share the hash tag {outbox:<queue>}: one Redis Cluster slot.
+ARGV[1]   mail id
+ARGV[2]   payload
+ARGV[3]   time to live in milliseconds: the lane's set and the payloads expire that long after
+          the last write, and overdue.lua removes entries older than it
+
+Reply: the write time (epoch ms).
+]]
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return now

@@ -1,0 +1,150 @@
+"""The outbox in Redis (the ledger's): one script call per change, keys under one hash tag.
+
+One outbox per queue (``<q>``, with an owner suffix as the schedule's: see
+:func:`~mailer.records.outbox.outbox_from_url`):
+
+- ``<ns>:{outbox:<q>}:at:<lane>``: sorted set per lane (a broker priority ``0``-``9``, or ``-``),
+  mail id by the time its entry was written (epoch milliseconds, Redis's clock)
+- ``<ns>:{outbox:<q>}:payloads``: hash, mail id -> payload (opaque bytes: the task message as
+  ``workers/payload.py`` encodes it, as the schedule's)
+- ``<ns>:{outbox:<q>}:marks``: hash, lane -> the latest write time (ms) of an entry received
+
+Every key expires :data:`~mailer.records.outbox.base.OUTBOX_TTL` after the last write, and an
+entry older than that is removed by the next :meth:`RedisOutbox.overdue`. One hash tag, so one
+Cluster slot. Mail ids are the only names stored in clear; addresses live inside payloads only as
+the workers encode them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from mailer.defaults import QUEUE
+from mailer.records.outbox.base import (
+    LANES,
+    ORDER_SLACK,
+    OUTBOX_TTL,
+    OVERDUE_LIMIT,
+    Overdue,
+    Pending,
+)
+from mailer.records.outbox.writer import LaterWriter
+from mailer.storage import RedisStore, lua_source
+
+PUT_SCRIPT = lua_source("mailer.records.outbox", "put")
+CLEAR_SCRIPT = lua_source("mailer.records.outbox", "clear")
+OVERDUE_SCRIPT = lua_source("mailer.records.outbox", "overdue")
+TAKE_SCRIPT = lua_source("mailer.records.outbox", "take")
+_TTL_MS = int(OUTBOX_TTL * 1000)
+
+
+class RedisOutbox:
+    """:class:`~mailer.records.outbox.base.Outbox` in Redis; raises
+    :class:`~mailer.errors.BackendUnavailable` (``backend="ledger"``) when Redis is down."""
+
+    def __init__(
+        self, client: Any, url: str, namespace: str = "mailguard", queue: str = QUEUE
+    ) -> None:
+        self._redis = RedisStore(client, url, backend="ledger")
+        tag = "".join(c for c in queue if c not in "{}")
+        self.prefix = f"{namespace}:{{outbox:{tag}}}"
+        self.payloads_key = f"{self.prefix}:payloads"
+        self.marks_key = f"{self.prefix}:marks"
+        self._put = self._redis.script(PUT_SCRIPT)
+        self._clear = self._redis.script(CLEAR_SCRIPT)
+        self._overdue = self._redis.script(OVERDUE_SCRIPT)
+        self._take = self._redis.script(TAKE_SCRIPT)
+        pool = getattr(client, "connection_pool", None)
+        self._later = self._later_clear = None
+        if pool is not None:
+            self._later = LaterWriter(self._redis, PUT_SCRIPT, self._put)
+            self._later_clear = LaterWriter(self._redis, CLEAR_SCRIPT, self._clear)
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client (shared with the schedule when built from it)."""
+        return self._redis.client
+
+    def lane_key(self, lane: str) -> str:
+        """The sorted set of ``lane``'s entries."""
+        return f"{self.prefix}:at:{''.join(c for c in lane if c not in '{}')}"
+
+    def put(self, mail_id: str, lane: str, payload: bytes) -> None:
+        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
+        self._put(keys, [mail_id, payload, _TTL_MS])
+
+    def put_later(self, mail_id: str, lane: str, payload: bytes) -> None:
+        """Written to a connection of its own, the answer read later
+        (:class:`~mailer.records.outbox.writer.LaterWriter`); a client without one pool (Redis
+        Cluster) makes the whole :meth:`put` at once."""
+        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
+        if self._later is None:
+            self._put(keys, [mail_id, payload, _TTL_MS])
+            return
+        self._later.write(keys, [mail_id, payload, _TTL_MS])
+
+    def settle(self) -> None:
+        for writer in (self._later, self._later_clear):
+            if writer is not None:
+                writer.settle()
+
+    def received(self, mail_id: str, lane: str) -> bool:
+        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
+        return bool(self._clear(keys, [mail_id, 1, lane, _TTL_MS]))
+
+    def received_later(self, mail_id: str, lane: str) -> None:
+        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
+        args = [mail_id, 1, lane, _TTL_MS]
+        if self._later_clear is None:
+            self._clear(keys, args)
+            return
+        self._later_clear.write(keys, args)
+
+    def discard(self, mail_id: str, lane: str) -> bool:
+        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
+        return bool(self._clear(keys, [mail_id, 0, lane, _TTL_MS]))
+
+    def overdue(
+        self,
+        grace: float,
+        *,
+        drained: bool = False,
+        limit: int = OVERDUE_LIMIT,
+        slack: float = ORDER_SLACK,
+    ) -> Overdue:
+        keys = [self.payloads_key, self.marks_key, *(self.lane_key(lane) for lane in LANES)]
+        args = [_ms(grace), _ms(slack), int(drained), max(int(limit), 0), _TTL_MS, *LANES]
+        waiting, *flat = self._overdue(keys, args)
+        popped = [
+            Pending(_text(flat[i]), _text(flat[i + 1]), float(flat[i + 2]) / 1000)
+            for i in range(0, len(flat), 3)
+        ]
+        return Overdue(popped, int(waiting))
+
+    def take(self, pending: Sequence[Pending], grace: float) -> list[tuple[Pending, bytes]]:
+        if not pending:
+            return []
+        by_id = {entry.mail_id: entry for entry in pending}
+        keys = [self.payloads_key, *(self.lane_key(entry.lane) for entry in by_id.values())]
+        flat = self._take(keys, [_ms(grace), *by_id])
+        taken = []
+        for i in range(0, len(flat), 3):
+            entry = by_id[_text(flat[i])]
+            again = Pending(entry.mail_id, entry.lane, float(flat[i + 2]) / 1000)
+            taken.append((again, bytes(flat[i + 1])))
+        return taken
+
+    def size(self) -> int:
+        pipe = self.client.pipeline(transaction=False)
+        for lane in LANES:
+            pipe.zcard(self.lane_key(lane))
+        return sum(int(n) for n in self._redis.call(pipe.execute))
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

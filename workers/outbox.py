@@ -1,0 +1,152 @@
+"""The outbox on the workers' side: a mail's first message is recorded at ``send_mail.delay``
+and cleared when a worker receives it (:mod:`mailer.records.outbox`: the story; the watchdog
+that publishes a lost one again: :mod:`workers.outbox_watch`).
+
+- :func:`record`, at enqueue (:meth:`workers.tasks.GuardedTask.apply_async`): one script call
+  on the ledger's Redis, written before the publish on a connection of its own, its answer
+  read later (:mod:`mailer.records.outbox.writer`): the caller pays a system call, not a round
+  trip. The write reaches Redis long before a worker can have popped the message and cleared
+  it; were a clear ever first, the entry would stay and its copy end as a repeat. If that
+  Redis is down (found at this write or the next) the mail is published all
+  the same (the broker holds it; only kombu's pop window is then open for it), logged once,
+  and the outbox is not asked again for :data:`DOWN_PAUSE` seconds, so a frozen Redis costs
+  callers one timeout, not one each. A publish that fails discards the entry (:func:`discard`).
+- :func:`received`, in a worker's main process when a message arrives
+  (:class:`workers.request.GuardedRequest`): kombu has recorded it as unacknowledged before
+  the consumer sees it, so from then on the broker's own redelivery covers it. One script
+  call, for a first message only (no ``_progress``, not redelivered), written without waiting
+  for its answer (the main process never waits on the outbox); a Redis that is down is logged
+  (the entry stays, and the watchdog's copy of it ends as a repeat).
+
+One outbox per process, URL and queue, beside the queue's one schedule and on its Redis
+client (see :func:`workers.parking.schedule_for`: whatever app or broker URL a producer
+uses); a memory one only where this process's promoter runs.
+Not for messages published with ``send_task`` or by other producers: they are not recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mailer.errors import BackendUnavailable
+from mailer.factory import build_outbox
+from mailer.records.outbox import Outbox, lane_of
+from mailer.records.schedule import MemorySchedule, RedisSchedule
+from mailer.settings import Settings
+from workers import parking
+from workers.payload import Parked
+
+log = logging.getLogger("mailguard")
+
+#: Seconds the outbox is left alone after its Redis was found down (enqueue and receipt each).
+DOWN_PAUSE = 5.0
+
+_lock = threading.Lock()
+_stores: dict[tuple[int, str, str], Outbox] = {}
+_down_until = {"record": 0.0, "received": 0.0}  # monotonic
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """An entry written at enqueue: where, to discard it if the publish fails."""
+
+    outbox: Outbox
+    mail_id: str
+    lane: str
+
+
+def outbox_for(settings: Settings) -> Outbox | None:
+    """This process's outbox beside the queue's schedule; None when ``MAILGUARD_OUTBOX_GRACE``
+    is off or no promoter can see a memory one."""
+    if settings.outbox_grace is None:
+        return None
+    schedule = parking.schedule_for(settings)
+    if isinstance(schedule, MemorySchedule) and parking.promoter_pid != [os.getpid()]:
+        return None
+    key = (os.getpid(), settings.effective_ledger_url, settings.queue)
+    with _lock:
+        if key not in _stores:
+            client = schedule.client if isinstance(schedule, RedisSchedule) else None
+            _stores[key] = build_outbox(settings, client=client)
+        return _stores[key]
+
+
+def record(
+    settings: Settings,
+    *,
+    task_id: str,
+    args: Any,
+    kwargs: dict[str, Any],
+    priority: Any,
+    not_before: float | None,
+) -> Recorded | None:
+    """Write the outbox entry of a ``send_mail`` call about to be published at ``priority``
+    (``not_before``: a caller's short ``eta``, epoch seconds). None when not recorded."""
+    if time.monotonic() < _down_until["record"]:
+        return None
+    outbox = outbox_for(settings)
+    if outbox is None:
+        return None
+    mail_id = kwargs.get("mail_id") or task_id
+    due = not_before or float(kwargs.get("_requested_at") or 0.0)
+    try:
+        payload = Parked(task_id, list(args or ()), kwargs | {"mail_id": mail_id}, due).encode()
+    except (TypeError, ValueError) as exc:  # kombu's JSON carries it, json does not: rare
+        log.warning("mail %s: not kept in the outbox (%s)", mail_id, exc)
+        return None
+    lane = lane_of(priority)
+    try:
+        outbox.put_later(str(mail_id), lane, payload)
+    except BackendUnavailable as exc:
+        _pause("record", f"mailguard outbox: unavailable at enqueue, publishing without it: {exc}")
+        return None
+    return Recorded(outbox, str(mail_id), lane)
+
+
+def discard(recorded: Recorded | None) -> None:
+    """The publish of a recorded mail failed: remove its entry, once the write is applied
+    (logged if either fails: the caller saw the failure, yet the watchdog may publish the mail
+    once its grace is over)."""
+    if recorded is None:
+        return
+    try:
+        recorded.outbox.settle()
+        recorded.outbox.discard(recorded.mail_id, recorded.lane)
+    except BackendUnavailable as exc:
+        log.warning("mail %s: publish failed, outbox entry left: %s", recorded.mail_id, exc)
+
+
+def received(
+    settings: Settings, task_id: str, kwargs: Any, delivery_info: Mapping[str, Any]
+) -> None:
+    """A worker's main process received a message: clear its outbox entry (first messages
+    only: a redelivered copy or a deferred run's has none)."""
+    if settings.outbox_grace is None or delivery_info.get("redelivered"):
+        return
+    if not isinstance(kwargs, dict) or "_progress" in kwargs:
+        return
+    mail_id = kwargs.get("mail_id") or task_id
+    if not isinstance(mail_id, str) or time.monotonic() < _down_until["received"]:
+        return
+    outbox = outbox_for(settings)
+    if outbox is None:
+        return
+    try:
+        outbox.received_later(mail_id, lane_of(delivery_info.get("priority")))
+    except BackendUnavailable as exc:
+        _pause("received", f"mailguard outbox: unavailable at receipt, entries left: {exc}")
+
+
+def _pause(step: str, line: str) -> None:
+    """Leave the outbox alone at ``step`` for :data:`DOWN_PAUSE` seconds; log ``line`` once
+    per outage (the first failure after a success)."""
+    now = time.monotonic()
+    if _down_until[step] <= now - DOWN_PAUSE:  # not paused within the last pause: a new outage
+        log.warning(line)
+    _down_until[step] = now + DOWN_PAUSE
