@@ -10,7 +10,7 @@ import redis
 
 from mailer.records.schedule import RedisSchedule
 from tests.broker_state import BROKER_DB, unacked_headers
-from tests.crash.harness import WINDOWED, CrashRun
+from tests.crash.harness import NO_SWEEP, WINDOWED, CrashRun
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
@@ -70,7 +70,7 @@ def test_the_watchdog_killed_after_its_republish(
     on time."""
     schedule = _schedule(redis_url)
     with CrashRun(redis_url, smtp_server) as run:
-        holder = run.clean("holder")
+        holder = run.clean("holder", **NO_SWEEP)
         run.send(*[(ADA, f"wd-{n}") for n in range(4)])
         poll(lambda: _holds_only_countdowns(run, schedule), 15, "countdowns held, nothing else")
         holder.kill()
