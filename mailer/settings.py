@@ -43,7 +43,6 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_MAX_MESSAGE_BYTES`` | size | ``10MB`` | ``512KB`` | the largest ``send_mail`` call (its arguments as JSON), refused at enqueue beyond it: ``1048576``, ``512KB``, ``10MB`` |
 | ``MAILGUARD_VISIBILITY_TIMEOUT`` | duration | ``2 * longest countdown + 5m`` | ``30s`` | Redis broker redelivery timeout; set lower only to test redelivery |
 | ``MAILGUARD_RESTORE_INTERVAL`` | duration | kombu's (about 100 s) | ``10s`` | how often a worker sweeps the Redis broker for unacknowledged tasks past the visibility timeout |
-| ``MAILGUARD_CRASH_AT`` | crash point, ``point:n`` | unset | ``smtp-accepted`` | tests only: the process dies (SIGKILL) at that step of a mail's life, the n-th time (:mod:`mailer.crashpoints`); never set it in production |
 | ``MAILGUARD_METRICS_PORT`` | port or host:port | none (no server) | ``127.0.0.1:9808`` | the worker serves Prometheus metrics on this port (``9808``, all interfaces) or ``host:port`` (``127.0.0.1:9808``) |
 | ``MAILGUARD_TIMEZONE`` | IANA zone name | ``UTC`` | ``Europe/Paris`` | where ``fixed`` tiers' calendar windows start (``1d`` at local midnight): an IANA name such as ``Europe/Paris`` |
 | ``MAILGUARD_LOG_FORMAT`` | ``text`` or ``json`` | ``text`` | ``json`` | the worker's log lines: ``text`` (Celery's format, times in UTC) or ``json`` (one object a line, with ``mail_id``, ``recipient`` hash, ``kind``, ``status``, ``reason``) |
@@ -79,7 +78,7 @@ from mailer.mail.kinds import Kinds
 from mailer.mail.transports import registry as transports
 from mailer.records.holds.pace import PACE_START, PACE_STEP
 from mailer.records.reputation.base import Thresholds
-from mailer.settings_env import ALL_INTERFACES, PREFIX, read_values
+from mailer.settings_env import ALL_INTERFACES, PREFIX, TEST_ONLY, read_values
 
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
 #: channel. Countdown tasks are held by the worker until they run, so they must stay below it.
@@ -111,7 +110,6 @@ KNOWN = frozenset(
         "SMTP_ATTEMPTS",
         "VISIBILITY_TIMEOUT",
         "RESTORE_INTERVAL",
-        "CRASH_AT",
         "METRICS_PORT",
         "LOG_FORMAT",
         "TIMEZONE",
@@ -425,7 +423,7 @@ class Settings:
             name
             for name in env
             if name.startswith(PREFIX)
-            and name not in KNOWN
+            and name not in KNOWN | TEST_ONLY
             and not name.startswith(PREFIX + "KIND_")
         )
         if unknown:
