@@ -37,6 +37,19 @@ test: install
 	@sh .ci/install-redis
 	$(BIN)/python -m pytest -n $(PYTEST_JOBS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
 
+## flake: the reliability tests (every crash point, the broker restarts, the drain's spacing,
+## chaos) FLAKE_RUNS times in a row (default 20) while a busy loop per core keeps the CPU busy;
+## prints "N passed, M failed" and fails if any run failed (.ci/flake keeps each failed run's log).
+FLAKE_RUNS ?= 20
+FLAKE_TESTS ?= tests/crash \
+	tests/test_faults_crash.py::test_a_broker_restart_with_countdown_held_mails \
+	tests/test_faults_crash.py::test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice \
+	tests/test_drain_worker.py tests/test_chaos.py
+.PHONY: flake
+flake: install
+	@sh .ci/install-redis
+	@sh .ci/flake $(FLAKE_RUNS) $(PYTEST_JOBS) $(FLAKE_TESTS)
+
 ## lint: ruff, ruff format, mypy strict, the structural measures (.ci/check_structure.py:
 ## module and function sizes, complexity waivers, import circles, no Celery in mailer/), then
 ## the manual's strict build.

@@ -78,7 +78,7 @@ from mailer.mail.kinds import Kinds
 from mailer.mail.transports import registry as transports
 from mailer.records.holds.pace import PACE_START, PACE_STEP
 from mailer.records.reputation.base import Thresholds
-from mailer.settings_env import ALL_INTERFACES, PREFIX, read_values
+from mailer.settings_env import ALL_INTERFACES, PREFIX, TEST_ONLY, read_values
 
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
 #: channel. Countdown tasks are held by the worker until they run, so they must stay below it.
@@ -423,7 +423,7 @@ class Settings:
             name
             for name in env
             if name.startswith(PREFIX)
-            and name not in KNOWN
+            and name not in KNOWN | TEST_ONLY
             and not name.startswith(PREFIX + "KIND_")
         )
         if unknown:

@@ -15,6 +15,9 @@ from mailer.limits.windows import zone
 from mailer.records.reputation.base import Thresholds
 
 PREFIX = "MAILGUARD_"
+#: Variables that tests read (``MAILGUARD_CRASH_AT``: :mod:`mailer.crashpoints`): not settings,
+#: never refused as unknown, never to be set in production.
+TEST_ONLY = frozenset({PREFIX + "CRASH_AT"})
 #: What ``MAILGUARD_METRICS_PORT=9808`` (no host) binds to.
 ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - metrics are scraped from other hosts; opt-in port
 

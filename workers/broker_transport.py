@@ -33,6 +33,8 @@ from typing import Any
 from kombu.transport import redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from mailer.crashpoints import crash_point
+
 log = logging.getLogger(__name__)
 
 #: Broker URL schemes served by :class:`Transport` and :class:`SentinelTransport`.
@@ -64,6 +66,10 @@ SOCKET_OPTIONS: dict[str, Any] = {
 
 class QoS(redis.QoS):
     """kombu's Redis QoS whose restore at close survives an unreachable broker."""
+
+    def append(self, message: Any, delivery_tag: Any) -> None:
+        crash_point("popped")  # BRPOP took it; kombu records it as unacknowledged next
+        super().append(message, delivery_tag)
 
     def restore_unacked(self, client: Any = None) -> None:
         errors: tuple[type[BaseException], ...] = (

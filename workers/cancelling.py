@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mailer import outcomes as why
+from mailer.crashpoints import crash_point
 from mailer.errors import InvalidAddress, MailguardError
 from mailer.factory import build_guard_limiter
 from mailer.limits.limiter import Limiter
@@ -141,9 +142,13 @@ def cancel_waiting(
         raise NotCancelled(f"mail {mail_id!r} already {begun.status}: nothing to cancel")
     if not begun:
         raise NotCancelled(f"mail {mail_id!r} is being sent right now: too late to cancel")
-    payload = schedule.cancel(mail_id)
+    # Recorded before the entry leaves the schedule: killed in between, the promoted run finds
+    # the mail cancelled; the other way round the mail would be in neither (lost).
+    payload = schedule.payload(mail_id)
     outcome = cancelled_outcome(settings, mail_id, found.meta, payload, limiter)
     ledger.record(outcome)
+    crash_point("cancel")
+    schedule.cancel(mail_id)
     task_id = Parked.decode(payload, mail_id).task_id if payload else found.task_id
     app.backend.store_result(task_id, outcome.as_dict(), celery_state(outcome.status))
     return outcome

@@ -26,6 +26,7 @@ import threading
 import time
 from typing import Any
 
+from mailer.crashpoints import crash_point
 from mailer.errors import BackendUnavailable
 from mailer.guard.data import iso
 from mailer.records.schedule import MemorySchedule, RedisSchedule, Schedule, schedule_from_url
@@ -89,6 +90,7 @@ def park(
     except BackendUnavailable as exc:
         log.warning("mail %s: could not park it, holding a countdown: %s", mail_id, exc)
         return None
+    crash_point("parking")
     log.info("mail %s parked until %s", mail_id, iso(due), extra={"mail_id": mail_id})
     return due
 

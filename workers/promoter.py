@@ -42,6 +42,7 @@ from typing import Any
 
 from celery import bootsteps
 
+from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import BackendUnavailable
 from mailer.metrics import default_metrics
@@ -143,6 +144,7 @@ class Promoter:
         taken = self.schedule.take_due(limit=BATCH, lease=self.lease)
         if not taken:
             return 0
+        crash_point("promoting")
         try:
             published = self._publish_all(taken)
         except Exception:
@@ -150,6 +152,7 @@ class Promoter:
             with contextlib.suppress(BackendUnavailable):
                 self.schedule.release(taken, RETRY)
             raise
+        crash_point("republished")
         if hook := os.environ.get(KILL_AFTER_PUBLISH):
             time.sleep(float(hook))
             os.kill(os.getpid(), signal.SIGKILL)

@@ -21,6 +21,7 @@ from celery.exceptions import Ignore, Reject
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
+from mailer.crashpoints import crash_point
 from mailer.guard import MailRequest
 from mailer.guard.data import iso
 from mailer.mail.seal import seal, unseal
@@ -199,6 +200,9 @@ def _broker_setting(app: Any) -> str:
     return f"the broker_url of Celery app {app.main!r}"
 
 
+signals.after_task_publish.connect(lambda **_: crash_point("published"), weak=False)
+
+
 @signals.worker_init.connect
 def _worker_started(sender: Any = None, **_: Any) -> None:
     """A worker of this process consumes its ``memory://`` broker (:func:`check_consumed`)."""
@@ -294,6 +298,7 @@ def send_mail(
         progress = replace(progress, requested_at=min(float(_requested_at), time.time()))
     _count_queue_wait(self.request.eta, progress.requested_at, kind)
     step = _process(request, progress, settings, watched=bool(_progress))
+    crash_point("recorded")
     if isinstance(step, Finish):
         return step.outcome.as_dict()
     if isinstance(step, Fail):
@@ -319,6 +324,7 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
     ``deferred`` outcome) or publish it with its countdown (raise :class:`Deferred`). A copy
     that found another run sending its mail (``in_flight``) stores no state: that run's
     outcome, stored under the same task id, must not be overwritten by a stale DEFERRED."""
+    crash_point("booked")
     if step.outcome.reason != IN_FLIGHT:
         _show_deferred(task, step, mail_id)
     again = dict(task.request.kwargs or {})

@@ -30,6 +30,7 @@ import uuid
 
 from mailer import outcomes as why
 from mailer.clock import Clock
+from mailer.crashpoints import crash_point
 from mailer.errors import BackendUnavailable
 from mailer.guard.admission import Admission
 from mailer.guard.booking import Booking
@@ -162,6 +163,7 @@ class Guard:
         if not isinstance(held, Progress):
             return held, not isinstance(held, Later)
         progress = held
+        crash_point("claimed")
         mail, passed = self._pass_gates(mail, progress)
         if not isinstance(passed, Admitted):
             return self._settle.settle(mail, owner, passed, guarded=False), False

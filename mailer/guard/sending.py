@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from mailer import outcomes as why
 from mailer.clock import Clock
+from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import InvalidMessage, PermanentSendError, TransientSendError
 from mailer.guard.booking import Booking
@@ -47,6 +48,7 @@ class Sending:
         except InvalidMessage as exc:  # not expected: check_mail passed (needs_build_to_check)
             self.booking.release(mail)
             return Finish(base.but(reason=why.INVALID, detail=str(exc)))
+        crash_point("admitted")
         try:
             receipt = self.transport.send(message)
         except (PermanentSendError, TransientSendError) as exc:

@@ -32,6 +32,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
 from mailer.mail.replies import classify
@@ -65,7 +66,9 @@ class _SMTP(smtplib.SMTP):
     data_reply: tuple[int, bytes] | None = None
 
     def data(self, msg: ReadableBuffer | str) -> tuple[int, bytes]:
+        crash_point("smtp-data")
         reply = super().data(msg)
+        crash_point("smtp-accepted")
         self.data_reply = reply
         return reply
 
