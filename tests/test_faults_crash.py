@@ -26,9 +26,11 @@ from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
 from mailer.mail.message import message_id
 from mailer.records.schedule import RedisSchedule
+from mailer.settings import Settings
 from tests.broker_state import BROKER_DB, unacked_headers
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
+from workers import tasks
 from workers.promoter import KILL_AFTER_PUBLISH, POLL
 
 TASK = "mailguard.send_mail"
@@ -67,6 +69,13 @@ def _schedule(redis_url: str) -> RedisSchedule:
 def _send(app: Any, to: str, mail_id: str) -> AsyncResult[Any]:
     kwargs = {"subject": mail_id, "body": "x", "mail_id": mail_id}
     return app.send_task(TASK, args=[to], kwargs=kwargs)
+
+
+def _delay(app: Any, to: str, mail_id: str) -> AsyncResult[Any]:
+    """``send_mail.apply_async`` as the caller's process makes it (this process's settings are
+    the workers': :func:`workers.tasks.use_settings`), so its outbox entry is written first."""
+    kwargs = {"subject": mail_id, "body": "x", "mail_id": mail_id}
+    return app.tasks[TASK].apply_async(args=[to], kwargs=kwargs)  # type: ignore[no-any-return]
 
 
 def _received(smtp: SmtpTestServer) -> dict[str, list[float]]:
@@ -248,9 +257,9 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
     """Ten times: a few mails (some booked as countdowns) in flight, the broker's Redis
     SIGKILLed and started again at once, which can catch kombu between its ``BRPOP`` and its
     unacked record. In the end every mail is sent exactly once: 0 lost, 0 twice (the watchdog
-    publishes a booked mail whose message was lost; a first delivery lost there would be the
-    caller's only copy, so the load's first runs are done before each kill). A worker that
-    dies is started again; none is killed for being slow."""
+    publishes a booked mail whose message was lost, and a first message, enqueued through
+    ``send_mail.apply_async`` as a caller does, from its outbox entry). A worker that dies is
+    started again; none is killed for being slow."""
     env = _env(
         redis_url,
         smtp_server,
@@ -260,13 +269,14 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
         MAILGUARD_RESTORE_INTERVAL="1s",
     )
     app = client_app(env)
+    previous = tasks.use_settings(Settings.from_env(env))
     workers = [CeleryWorker(env, name=f"w{n}").start() for n in range(2)]
     results: list[AsyncResult[Any]] = []
     deaths: list[str] = []
     try:
         for round_ in range(10):
             batch = [
-                _send(app, f"r{round_}-{r}@example.com", f"bk-{round_}-{r}-{n}")
+                _delay(app, f"r{round_}-{r}@example.com", f"bk-{round_}-{r}-{n}")
                 for n in range(2)
                 for r in range(2)
             ]
@@ -293,6 +303,7 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
         for worker in workers:
             worker.stop()
         app.close()
+        tasks.use_settings(previous)
     received = _received(smtp_server)
     outcomes = [r.get(timeout=1) for r in results]
     lost = [o["mail_id"] for o in outcomes if message_id(o["mail_id"], SENDER) not in received]
