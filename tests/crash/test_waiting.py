@@ -103,14 +103,22 @@ def _holds_only_countdowns(run: CrashRun, schedule: RedisSchedule) -> bool:
 
 def test_cancel_killed_midway(redis_url: str, smtp_server: SmtpTestServer) -> None:
     """``cancel``: ``mailguard cancel`` dies once the cancellation is recorded, before the
-    parked entry leaves the schedule (the last of four mails under ``1/2s, 3/10s``: 10 s
-    ahead). The promoted run finds the mail cancelled: it ends
+    parked entry leaves the schedule (of four mails under ``1/2s, 3/10s``, the one
+    booked 10 s ahead). The promoted run finds the mail cancelled: it ends
     dropped / cancelled, nothing sent; the others are untouched."""
     with CrashRun(redis_url, smtp_server, WINDOWED, **PARK_ALL) as run:
         run.restart_clean()
         run.send(*[(ADA, f"cancel-{n}") for n in range(4)])
-        last = run.mails[-1].mail_id
-        poll(lambda: run.app.AsyncResult(last).state == "DEFERRED", 15, "the last mail parked")
+        ids = [mail.mail_id for mail in run.mails]
+        # Two pool processes book the mails in either order: the one booked last (10 s ahead)
+        # is the one to cancel, so the others keep the slots the checker expects.
+        poll(
+            lambda: sum(run.app.AsyncResult(i).state == "DEFERRED" for i in ids) == 3,
+            15,
+            "three mails parked",
+        )
+        waiting = [i for i in ids if run.app.AsyncResult(i).state == "DEFERRED"]
+        last = max(waiting, key=lambda i: float(run.app.AsyncResult(i).info["due"]))
         done = run.command("workers.cli", "cancel", last, "--yes", crash_at="cancel")
         assert done.returncode == -signal.SIGKILL, done.err[-2000:]
         run.check()
