@@ -41,10 +41,10 @@ test: install
 ## chaos) FLAKE_RUNS times in a row (default 20) while a busy loop per core keeps the CPU busy;
 ## prints "N passed, M failed" and fails if any run failed (.ci/flake keeps each failed run's log).
 FLAKE_RUNS ?= 20
-FLAKE_TESTS ?= tests/crash \
-	tests/test_faults_crash.py::test_a_broker_restart_with_countdown_held_mails \
-	tests/test_faults_crash.py::test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice \
-	tests/test_drain_worker.py tests/test_chaos.py
+FLAKE_TESTS ?= tests/reliability/crash \
+	tests/reliability/test_faults_crash.py::test_a_broker_restart_with_countdown_held_mails \
+	tests/reliability/test_faults_crash.py::test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice \
+	tests/reliability/test_drain_worker.py tests/reliability/test_chaos.py
 .PHONY: flake
 flake: install
 	@sh .ci/install-redis

@@ -5,7 +5,7 @@ A backlog bigger than the worker: ``RECIPIENTS`` x ``PER_RECIPIENT`` mails (5 00
 enqueued in one burst under ``POLICY`` (1 s between one recipient's mails), so each recipient's
 mails are booked 1 s apart, all due within about 10 s, for one real worker (prefork,
 concurrency 2) that sends far fewer a second: most runs start late. The worker sends through
-SMTP to a local aiosmtpd server (``tests/smtp_server.py``) whose own log is the checker:
+SMTP to a local aiosmtpd server (``devservers/smtp_server.py``) whose own log is the checker:
 
 - ``mails/s``: mails delivered / (last delivery - first enqueue), and its ratio to the same
   mails **without the guard's late rule** (``MAILGUARD_LATE_TOLERANCE=1h``: a late run keeps its
@@ -30,7 +30,7 @@ from itertools import pairwise
 from benchmarks.limiter import _machine
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 from workers import tasks
 
 POLICY = "1/1s, 100/1h"

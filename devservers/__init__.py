@@ -7,4 +7,7 @@ Not part of mailguard (not in the wheel): a development helper that ``tests/`` a
   sentinel) and :func:`~devservers.redis_servers.free_port`;
 - :mod:`devservers.celery_worker`: ``celery -A workers.app worker`` as a subprocess configured
   by ``MAILGUARD_*`` variables, and a client app with the same configuration.
+- :mod:`devservers.rabbitmq`: a RabbitMQ node started, killed and restarted by the caller;
+- :mod:`devservers.smtp_server`: a recording aiosmtpd server on 127.0.0.1 that can play back
+  planned error replies (and a throwaway TLS certificate for it).
 """

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
@@ -124,8 +124,8 @@ class RecordingHandler:
             if drop is not None:
                 if drop:  # accepted (committed), but the 250 never reaches the client
                     self._record(envelope)
-                if server.transport is not None:
-                    server.transport.abort()
+                if server.transport is not None:  # a socket's transport: it can abort
+                    cast(asyncio.WriteTransport, server.transport).abort()
                 return "421 4.4.2 connection dropped"
             if self._data_replies:
                 return self._data_replies.popleft()

@@ -1,4 +1,4 @@
-"""The ``smtp_server`` fixture: a fresh recording SMTP server per test (tests/smtp_server.py)."""
+"""The ``smtp_server`` fixture: a fresh recording SMTP server per test (devservers.smtp_server)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.smtp_server import SmtpTestServer, TestCertificate
+from devservers.smtp_server import SmtpTestServer, TestCertificate
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import free_port
+from devservers.smtp_server import SmtpTestServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
@@ -29,7 +30,6 @@ from mailer.metrics import NO_METRICS, Metrics, default_metrics
 from mailer.outcomes import Outcome
 from mailer.records.ledger import MemoryLedger
 from mailer.settings import ALL_INTERFACES, Settings
-from tests.smtp_server import SmtpTestServer
 
 TASK = "mailguard.send_mail"
 ADA = "ada@example.com"

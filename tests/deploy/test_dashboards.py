@@ -1,8 +1,8 @@
 """The Grafana dashboard (deploy/grafana/mailguard.json) and the Prometheus alert rules
 (deploy/prometheus/alerts.yml): the dashboard's structure (validated against
-tests/grafana_dashboard.schema.json, Grafana's dashboard model written down: Grafana itself is not
-packaged for Debian), the rules through ``promtool check rules`` and ``promtool test rules`` on
-the shipped files (Debian's prometheus package, installed by
+tests/deploy/grafana_dashboard.schema.json, Grafana's dashboard model written down: Grafana
+itself is not packaged for Debian), the rules through ``promtool check rules`` and ``promtool
+test rules`` on the shipped files (Debian's prometheus package, installed by
 ``.ci/install-redis``: a missing ``promtool`` fails, never skips), and every metric either names
 served by a real prefork worker's ``/metrics``.
 """
@@ -27,10 +27,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer, free_port
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "mailguard.json"
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
 RULE_CASES = ROOT / "deploy" / "prometheus" / "alerts.test.yml"
@@ -119,7 +119,7 @@ def test_dashboard_is_an_importable_grafana_10_dashboard() -> None:
 
 def dashboard_errors(dashboard: Any) -> list[str]:
     """Where ``dashboard`` breaks the structure Grafana's dashboard model requires
-    (tests/grafana_dashboard.schema.json), one line each; empty when it holds."""
+    (tests/deploy/grafana_dashboard.schema.json), one line each; empty when it holds."""
     schema = json.loads(SCHEMA.read_text())
     validator = jsonschema.Draft202012Validator(schema)
     return [
@@ -130,9 +130,9 @@ def dashboard_errors(dashboard: Any) -> list[str]:
 
 def test_dashboard_has_the_structure_grafana_loads() -> None:
     """The dashboard as Grafana 10's dashboard model requires it (Grafana itself is not packaged
-    for Debian; tests/grafana_dashboard.schema.json writes its structure down): known keys only,
-    every panel with an integer id and a grid position inside the 24 columns, every target a
-    Prometheus query with a refId, an expr and a datasource reference."""
+    for Debian; tests/deploy/grafana_dashboard.schema.json writes its structure down): known
+    keys only, every panel with an integer id and a grid position inside the 24 columns, every
+    target a Prometheus query with a refId, an expr and a datasource reference."""
     jsonschema.Draft202012Validator.check_schema(json.loads(SCHEMA.read_text()))
     assert dashboard_errors(load_dashboard()) == []
 

@@ -23,7 +23,7 @@ from mailer.factory import build_limiter
 from mailer.mail.address import normalise_address
 from mailer.settings import KNOWN, Settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
 SECRET = "deploy-test-secret"
 _KIND_VARIABLE = re.compile(r"MAILGUARD_KIND_[A-Z0-9_]+?_(MAX_WAIT|SUBJECT|BODY|HTML)")

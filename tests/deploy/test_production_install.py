@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SEND_OPTIONS = ("--subject", "Hi", "--body", "Hello", "--wait", "--timeout", "60")
 

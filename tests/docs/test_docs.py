@@ -22,7 +22,7 @@ from mailer import outcomes
 from mailer.settings import KNOWN
 from workers.cli.group import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MKDOCS = Path(sys.executable).with_name("mkdocs")
 
 

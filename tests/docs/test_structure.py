@@ -15,7 +15,7 @@ import tomllib
 from mailer import outcomes
 from mailer.steps import VOCABULARY, celery_state
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / ".ci" / "check_structure.py"
 
 

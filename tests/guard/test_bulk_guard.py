@@ -19,7 +19,7 @@ from mailer.mail.transports.memory import MemoryTransport
 from mailer.metrics import NO_METRICS
 from mailer.records.reputation.reputation import mark_of
 from mailer.settings import Settings
-from tests.postmark_server import PostmarkStub
+from tests.mail.transports.postmark_server import PostmarkStub
 
 NEWS = "news@example.org"
 _ids = itertools.count()

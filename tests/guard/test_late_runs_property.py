@@ -18,7 +18,7 @@ from mailer.factory import memory_guard
 from mailer.guard import Finish, GuardConfig, Later
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import MemoryLedger
-from tests.test_guard import req
+from tests.guard.test_guard import req
 
 POLICY = "1/60s, 3/10m, 5/1h"
 TOLERANCE = 1.0

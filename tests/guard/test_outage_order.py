@@ -6,7 +6,7 @@ earliest booking goes first; each next one a spacing after the one before, never
 (by ``admitted_at``, the admission time on the limiter's clock, less the tolerance) and never
 further than the policy requires. Through the guard on the memory limiter (a property over
 every arrival order) and the Redis one (its Lua script), with an injected clock. The same
-through a real worker stopped and started again: tests/test_outage_order_worker.py.
+through a real worker stopped and started again: tests/workers/celery/test_outage_order_worker.py.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer import Kinds, ManualClock, defaults
 from mailer.factory import memory_guard
 from mailer.guard import Finish, Later, Progress
@@ -21,8 +22,7 @@ from mailer.mail.kinds import Kind
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import MemoryLedger
 from mailer.settings import Settings
-from tests.smtp_server import SmtpTestServer
-from tests.test_guard import make_guard, req
+from tests.guard.test_guard import make_guard, req
 from tests.waiting import poll
 from workers import tasks
 from workers.state import use_settings

@@ -1,7 +1,7 @@
 """One-click unsubscribe: the signed token, the headers a bulk kind's mail carries, and the
 endpoint served by a real ``wsgiref`` server on 127.0.0.1 and through Django's test client, on
 a real Redis (stopped for the outage test). The guard runs in this process with the memory
-transport (the worker's path is in ``tests/test_bulk_worker.py``)."""
+transport (the worker's path is in ``tests/workers/celery/test_bulk_worker.py``)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ from mailer.unsubscribe import Claims, InvalidToken, Signer
 from workers import unsubscribe as endpoint
 from workers.cli import main
 
-if not django_settings.configured:  # as tests/test_django.py configures it, whichever runs first
+if (
+    not django_settings.configured
+):  # as workers/django/test_django.py configures it, whichever first
     django_settings.configure(
         EMAIL_BACKEND="workers.django.EmailBackend",
         DEFAULT_FROM_EMAIL="Shop <orders@example.org>",
@@ -47,7 +49,7 @@ from django.test import Client, override_settings
 urlpatterns = [path("unsubscribe/<str:token>", endpoint.django_view)]
 
 ADA = "Ada@Example.com"
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(redis_url: str, base: str = "http://127.0.0.1:8000/unsubscribe") -> dict[str, str]:

@@ -2,7 +2,7 @@
 limiter's clock, against the recipient's entries actually *sent* (overdue bookings, whose runs
 have not come yet, no longer push it back), and a booking reached next to a late mail sent since
 waits its spacing. On an injected clock (memory), the same answers on Redis, and through the
-guard (what a worker runs: tests/test_drain_worker.py)."""
+guard (what a worker runs: tests/reliability/test_drain_worker.py)."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from devservers.redis_servers import RedisServer
 from mailer import Decision, Limiter, ManualClock, Policy
 from mailer.clock import to_ms
-from tests.reference_model import Model, ModelAnswer
+from tests.limits.reference_model import Model, ModelAnswer
 
 POLICIES = ["1/1s, 3/5s, 5/20s", "2/300ms, 4/2s", "1/60s, 5/1h, 10/24h", "3/1s", "4/1s, 2/10s"]
 KEYS = ["k0", "k1"]

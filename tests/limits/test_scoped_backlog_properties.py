@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from devservers.redis_servers import RedisClusterServers, RedisServer
 from mailer import Limiter, ManualClock, Policy
-from tests.test_scoped_properties import START_US, _replay
+from tests.limits.test_scoped_properties import START_US, _replay
 
 #: Sliding shared tiers: checked against the model (its cost grows fast with the backlog).
 MODELLED = [

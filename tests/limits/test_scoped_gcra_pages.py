@@ -4,7 +4,7 @@ numbers, give the same earliest slot as :func:`mailer.limits.gcra_log.earliest` 
 only the pages the search cannot skip.
 
 The Redis store runs this search over pages in groups (``stores/lua/scoped.lua``), the memory
-store over :mod:`mailer.limits.gcra_pages` (checked by ``tests/test_gcra_pages.py``); this
+store over :mod:`mailer.limits.gcra_pages` (checked by ``tests/limits/test_gcra_pages.py``); this
 file pins the arithmetic against the linear search of :mod:`mailer.limits.gcra_log`: the
 summaries of two pages compose to the summary of both (so a tree of pages works), and the
 paged search agrees with the linear one on random logs, µs edges and a tight backlog, where it

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from devservers.redis_servers import RedisClusterServers, RedisServer
 from mailer import Limiter, ManualClock, Policy
 from mailer.limits.decision import Decision
-from tests.scoped_model import Admission, Answer, ScopedModel
+from tests.limits.scoped_model import Admission, Answer, ScopedModel
 
 POLICIES = [
     "recipient: 1/1s, 3/5s; sender: 3/1s gcra, 5/10s fixed",

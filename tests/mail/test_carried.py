@@ -14,6 +14,7 @@ import pytest
 from django.conf import settings
 from django.test.utils import override_settings
 
+from devservers.smtp_server import SmtpTestServer
 from mailer import Limiter, ManualClock, Policy
 from mailer.errors import InvalidMessage
 from mailer.factory import memory_guard
@@ -24,12 +25,11 @@ from mailer.mail.transports.base import Transport
 from mailer.mail.transports.django_backend import DjangoTransport
 from mailer.mail.transports.smtp import SmtpTransport
 from mailer.records.ledger import MemoryLedger
-from tests.smtp_server import SmtpTestServer
-from tests.test_transport_ses import REGION, aws_env, moto_url, sent_raw
+from tests.mail.transports.test_transport_ses import REGION, aws_env, moto_url, sent_raw
 
 __all__ = ["aws_env", "moto_url"]  # the SES fixtures, used here as in test_transport_ses.py
 
-if not settings.configured:  # as tests/test_django.py configures it: whichever comes first
+if not settings.configured:  # as workers/django/test_django.py configures it: whichever first
     settings.configure(
         EMAIL_BACKEND="workers.django.EmailBackend",
         DEFAULT_FROM_EMAIL="Shop <orders@example.org>",

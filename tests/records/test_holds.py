@@ -1,5 +1,5 @@
 """Holds after throttling replies: the Redis store's keys and outage, the settings, and the
-guard's use of holds (what every store promises: tests/test_contract_holds.py)."""
+guard's use of holds (what every store promises: tests/records/test_contract_holds.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from devservers.redis_servers import RedisServer
+from devservers.smtp_server import SmtpTestServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
@@ -20,7 +21,6 @@ from mailer.metrics import Metrics
 from mailer.records.holds import Hold, Holds, next_hold
 from mailer.records.ledger import MemoryLedger
 from mailer.settings import Settings
-from tests.smtp_server import SmtpTestServer
 
 THROTTLED = (454, "4.7.0 Throttling failure: Maximum sending rate exceeded.")
 

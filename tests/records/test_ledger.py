@@ -1,4 +1,4 @@
-"""The ledger stores apart from their contract (tests/test_contract_ledger.py): the memory
+"""The ledger stores apart from their contract (tests/records/test_contract_ledger.py): the memory
 ledger's own clock, the Redis ledger's keys, scripts and outage."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from mailer import BackendUnavailable, ManualClock
 from mailer.records.ledger import SENT_TTL, MemoryLedger, RedisLedger
 from mailer.records.ledger import redis as redis_ledger
 from mailer.storage import client_from_url
-from tests.test_contract_ledger import LONG, sent
+from tests.records.test_contract_ledger import LONG, sent
 
 
 def test_memory_forgets_an_outcome_after_sent_ttl() -> None:

@@ -33,7 +33,7 @@ from mailer.records.holds.pace_redis import RedisPaceStore
 from mailer.records.ledger import MemoryLedger
 from mailer.settings import Settings
 from mailer.storage import client_from_url
-from tests.test_cli import invoke
+from tests.workers.cli.test_cli import invoke
 
 SHAPED = (421, "4.7.0 Too many messages, slow down")
 KEY = "mailguard:pace:{sender}"

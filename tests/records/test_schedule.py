@@ -1,5 +1,5 @@
-"""The schedule apart from its contract (tests/test_contract_schedule.py): when a deferral is
-parked, and the schedule's gauges."""
+"""The schedule apart from its contract (tests/records/test_contract_schedule.py): when a
+deferral is parked, and the schedule's gauges."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The suppression list: the Redis store's keys and outage, the guard's use of the list, and the
-CLI around it (what every store promises: tests/test_contract_suppression.py)."""
+CLI around it (what every store promises: tests/records/test_contract_suppression.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from click.testing import CliRunner
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
+from devservers.smtp_server import SmtpTestServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
 from mailer.guard import Fail, Finish, Guard, MailRequest
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import MemoryLedger
 from mailer.records.suppression import Suppressions
-from tests.smtp_server import SmtpTestServer
 from workers.cli import main
 
 

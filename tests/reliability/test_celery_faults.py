@@ -21,7 +21,7 @@ from celery.result import AsyncResult
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
 TASK = "mailguard.send_mail"

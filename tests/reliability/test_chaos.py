@@ -37,9 +37,9 @@ from celery.result import AsyncResult
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisServer
+from devservers.smtp_server import SmtpTestServer
 from mailer import Policy
-from tests.broker_state import BROKER_DB, unacked_headers
-from tests.smtp_server import SmtpTestServer
+from tests.reliability.broker_state import BROKER_DB, unacked_headers
 from tests.waiting import poll
 
 TASK = "mailguard.send_mail"

@@ -24,8 +24,8 @@ import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
+from devservers.smtp_server import SmtpTestServer
 from mailer.records.schedule import RedisSchedule
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
 TASK = "mailguard.send_mail"

@@ -18,6 +18,7 @@ from itertools import pairwise
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer import ManualClock
 from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable
@@ -28,8 +29,7 @@ from mailer.limits.policy import Policy
 from mailer.limits.stores.server_clock import ServerClock
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import MemoryLedger
-from tests.smtp_server import SmtpTestServer
-from tests.test_guard import req
+from tests.guard.test_guard import req
 from tests.waiting import poll
 
 CODE = {"kind": "code", "subject": None, "body": None, "context": {"code": "42"}}

@@ -24,11 +24,11 @@ from celery.result import AsyncResult
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
+from devservers.smtp_server import SmtpTestServer
 from mailer.mail.message import message_id
 from mailer.records.schedule import RedisSchedule
 from mailer.settings import Settings
-from tests.broker_state import BROKER_DB, unacked_headers
-from tests.smtp_server import SmtpTestServer
+from tests.reliability.broker_state import BROKER_DB, unacked_headers
 from tests.waiting import poll
 from workers import tasks
 from workers.promoter import KILL_AFTER_PUBLISH, POLL

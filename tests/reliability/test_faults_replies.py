@@ -12,7 +12,7 @@ from celery import Celery
 from celery.result import AsyncResult
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import tasks
 

@@ -22,7 +22,7 @@ from mailer.mail.arguments import InvalidArguments
 from mailer.settings import Settings
 from workers.call import check_call
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 POLICY = Policy.parse("1/60s, 5/1h", name="recipient")
 
 #: Calls made with ``send_mail.delay`` in a process whose broker is the suite's Redis: each

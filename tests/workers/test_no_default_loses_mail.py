@@ -1,7 +1,7 @@
 """No default loses mail: with no configuration, ``send_mail.delay`` refuses rather than enqueue
 on an in-process broker nobody reads; the shared task's queue is consumed by any app's worker;
-parked mails belong to the queue whatever app parked them (``tests/test_own_app.py``: seen
-and sent by any app's worker, a worker on another broker refused).
+parked mails belong to the queue whatever app parked them (``tests/workers/celery/test_own_app.py``:
+seen and sent by any app's worker, a worker on another broker refused).
 
 Each case runs in a subprocess with a clean environment (no ``MAILGUARD_*`` of the suite's).
 """
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: The refusal's start, as the caller sees it.
 REFUSAL = "mailguard: MAILGUARD_BROKER_URL is memory://, a broker inside this process that no"

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.durations import human
 from mailer.factory import memory_guard
@@ -20,7 +21,6 @@ from mailer.guard.booking import reply_of
 from mailer.mail.transports import MemoryTransport
 from mailer.outcomes import Outcome
 from mailer.records.ledger import MemoryLedger
-from tests.smtp_server import SmtpTestServer
 from workers import app as worker_app
 from workers.cli import views
 

@@ -1,7 +1,7 @@
 """The ``anymail`` transport (any ESP Anymail ships, no Django project) against a stand-in for
-Postmark's API on 127.0.0.1 (:mod:`tests.postmark_server`: a provider's HTTP API is the one edge
-no real part reaches from here), through the guard and through a real worker that configures
-Django itself from ``ANYMAIL_*`` variables."""
+Postmark's API on 127.0.0.1 (:mod:`tests.mail.transports.postmark_server`: a provider's HTTP
+API is the one edge no real part reaches from here), through the guard and through a real
+worker that configures Django itself from ``ANYMAIL_*`` variables."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from mailer.mail.transports.anymail import AnymailTransport, shipped_esps
 from mailer.records.holds import SENDER
 from mailer.records.ledger import MemoryLedger
 from mailer.settings import Settings
-from tests import postmark_server as postmark
-from tests.postmark_server import PostmarkStub
+from tests.mail.transports import postmark_server as postmark
+from tests.mail.transports.postmark_server import PostmarkStub
 from tests.waiting import poll
 
 TOKEN = "server-token-for-tests"
@@ -194,7 +194,7 @@ def test_settings_that_cannot_work_are_refused_in_one_line(
 ) -> None:
     """No ESP, an ESP Anymail does not ship (the shipped ones listed), the debug switch that
     prints keys, and Anymail not installed: each a ``ValueError`` naming what to set or
-    install. (A missing token: ``tests/test_transport_refusals.py``, in a fresh worker.)"""
+    install. (A missing token: ``test_transport_refusals.py``, in a fresh worker.)"""
     with pytest.raises(ValueError, match=r"^MAILGUARD_ANYMAIL_ESP must be set"):
         Settings.from_env({"MAILGUARD_TRANSPORT": "anymail"})
     unknown = Settings.from_env({"MAILGUARD_TRANSPORT": "anymail", "MAILGUARD_ANYMAIL_ESP": "x"})

@@ -16,6 +16,7 @@ from django.core import mail
 from django.test.utils import override_settings
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer import Limiter, ManualClock, Policy
 from mailer.factory import build_transport, memory_guard
 from mailer.guard import Fail, Finish, GuardConfig, Later, MailRequest
@@ -23,10 +24,9 @@ from mailer.mail.transports.django_backend import DjangoTransport
 from mailer.records.holds import SENDER
 from mailer.records.ledger import MemoryLedger
 from mailer.settings import Settings
-from tests.smtp_server import SmtpTestServer
 
-if not settings.configured:  # tests/test_django.py may have configured it in this process
-    settings.configure(  # as tests/test_django.py configures it
+if not settings.configured:  # workers/django/test_django.py may have configured it here
+    settings.configure(  # as tests/workers/django/test_django.py configures it
         EMAIL_BACKEND="workers.django.EmailBackend",
         DEFAULT_FROM_EMAIL="Shop <orders@example.org>",
     )
@@ -181,7 +181,7 @@ def test_a_worker_sends_through_djangos_smtp_backend(
         "smtp://127.0.0.1:9",  # nothing listens: only Django's settings may be used
         MAILGUARD_POLICY="100/1s",
         MAILGUARD_TRANSPORT="django",
-        DJANGO_SETTINGS_MODULE="tests.transport_django_settings",
+        DJANGO_SETTINGS_MODULE="tests.mail.transports.transport_django_settings",
         TEST_EMAIL_PORT=str(smtp_server.port),
     )
     app = client_app(env)

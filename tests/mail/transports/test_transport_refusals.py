@@ -31,7 +31,7 @@ def _clean_env() -> dict[str, str]:
             {
                 "MAILGUARD_TRANSPORT": "django",
                 "MAILGUARD_DJANGO_BACKEND": "anymail.backends.nosuchesp.EmailBackend",
-                "DJANGO_SETTINGS_MODULE": "tests.transport_django_settings",
+                "DJANGO_SETTINGS_MODULE": "tests.mail.transports.transport_django_settings",
                 "TEST_EMAIL_PORT": "25",
             },
             "MAILGUARD_DJANGO_BACKEND: cannot import the Django backend "

@@ -14,6 +14,7 @@ from typing import Literal
 import pytest
 
 from devservers.redis_servers import free_port
+from devservers.smtp_server import SmtpTestServer, TestCertificate
 from mailer.errors import MailguardError, PermanentSendError, SendError, TransientSendError
 from mailer.mail.message import Mail, build_message
 from mailer.mail.transports import (
@@ -24,7 +25,6 @@ from mailer.mail.transports import (
     Transport,
 )
 from mailer.mail.transports.base import mask_addresses, recipient_hash
-from tests.smtp_server import SmtpTestServer, TestCertificate
 
 # Re-exported so pytest finds the fixtures here until tests/conftest.py imports them.
 

@@ -1,6 +1,7 @@
 """A Django project's settings for a worker with ``MAILGUARD_TRANSPORT=django``
-(``DJANGO_SETTINGS_MODULE=tests.transport_django_settings``, tests/test_transport_django.py):
-Django's own ``EMAIL_*`` settings name the SMTP server the worker sends through."""
+(``DJANGO_SETTINGS_MODULE=tests.mail.transports.transport_django_settings``,
+tests/mail/transports/test_transport_django.py): Django's own ``EMAIL_*`` settings name the SMTP
+server the worker sends through."""
 
 from __future__ import annotations
 

@@ -25,16 +25,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from devservers.smtp_server import SmtpTestServer
 from mailer.mail.message import message_id
-from tests.smtp_server import SmtpTestServer
 
 SENDER = "mailguard@example.org"
 #: Seconds a copy may arrive before its slot: the worker, Redis and the SMTP server share the
 #: machine's clock; this is the rounding of the recorded times (milliseconds).
 EARLY_SLACK = 0.05
 #: Seconds between a mail's admission and its arrival at the SMTP server (building the
-#: message, connecting, RCPT, DATA): the allowance of tests/test_drain_worker.py, used only
-#: when an outcome carries no ``admitted_at``.
+#: message, connecting, RCPT, DATA): the allowance of tests/reliability/test_drain_worker.py, used
+#: only when an outcome carries no ``admitted_at``.
 LATENCY = 0.5
 #: Seconds past the claim lease a mail may arrive after the clean worker started: the promise.
 RESTART_SLACK = 3.0

@@ -4,7 +4,7 @@ Settings are short so that each test takes seconds: a claim lease of :data:`CLAI
 broker visibility timeout of :data:`VISIBILITY` (a killed worker's unacknowledged messages come
 back that long after it took them, swept every 0.5 s), a promotion lease of 1 s, and a policy of
 one mail per :data:`SPACING` per recipient (:data:`PROMISE`; :data:`WINDOWED` adds a tier).
-Mails are enqueued by a producer process (:mod:`tests.crash.produce`) with the workers'
+Mails are enqueued by a producer process (:mod:`tests.reliability.crash.produce`) with the workers'
 settings, as ``send_mail.delay`` is in production. The doomed worker runs one pool process,
 so ``point:n`` counts one process's runs.
 """
@@ -24,9 +24,9 @@ from typing import Any
 from celery import Celery
 
 from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer.crashpoints import VARIABLE
-from tests.crash.checker import Mail, Promise, Report, check
-from tests.smtp_server import SmtpTestServer
+from tests.reliability.crash.checker import Mail, Promise, Report, check
 from tests.waiting import poll
 
 #: Seconds: the claim lease, the visibility timeout and one recipient's spacing.
@@ -122,7 +122,7 @@ class CrashRun:
         """Enqueue (recipient, mail id) pairs from a producer process; with ``crash_at`` it
         dies there. Each mail enqueued is kept, with when."""
         args = [f"{to}={mail_id}" for to, mail_id in specs]
-        process = self.command("tests.crash.produce", *args, crash_at=crash_at)
+        process = self.command("tests.reliability.crash.produce", *args, crash_at=crash_at)
         out, err = process.out, process.err
         to_of = {mail_id: to for to, mail_id in specs}
         for line in out.splitlines():
@@ -185,7 +185,7 @@ class CrashRun:
         return {mail_id: _final(result.result) for mail_id, result in results.items()}
 
     def check(self, *, accept_then_drop: bool = False) -> Report:
-        """The five promises (tests/crash/checker.py) over every mail enqueued."""
+        """The five promises (tests/reliability/crash/checker.py) over every mail enqueued."""
         report = check(
             self.mails,
             self.outcomes(),

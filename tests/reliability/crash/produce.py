@@ -1,4 +1,4 @@
-"""A producer process for the crash tests: ``python -m tests.crash.produce to=mail_id ...``.
+"""A producer process for the crash tests: ``python -m tests.reliability.crash.produce to=...``.
 
 Enqueues each mail with ``send_mail.apply_async`` (the caller's path: the enqueue checks and
 whatever ``delay()`` records) under the ``MAILGUARD_*`` variables it was started with, its task

@@ -8,8 +8,8 @@ import signal
 
 import pytest
 
-from tests.crash.harness import OUTBOX_GRACE, CrashRun
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
+from tests.reliability.crash.harness import OUTBOX_GRACE, CrashRun
 
 pytestmark = [pytest.mark.server, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
 

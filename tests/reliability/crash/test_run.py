@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.crash.checker import Report
-from tests.crash.harness import WINDOWED, CrashRun
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
+from tests.reliability.crash.checker import Report
+from tests.reliability.crash.harness import WINDOWED, CrashRun
 
 pytestmark = [pytest.mark.server, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
 

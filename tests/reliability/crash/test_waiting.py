@@ -8,10 +8,10 @@ import signal
 import pytest
 import redis
 
+from devservers.smtp_server import SmtpTestServer
 from mailer.records.schedule import RedisSchedule
-from tests.broker_state import BROKER_DB, unacked_headers
-from tests.crash.harness import NO_SWEEP, WINDOWED, CrashRun
-from tests.smtp_server import SmtpTestServer
+from tests.reliability.broker_state import BROKER_DB, unacked_headers
+from tests.reliability.crash.harness import NO_SWEEP, WINDOWED, CrashRun
 from tests.waiting import poll
 
 pytestmark = [pytest.mark.server, pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]

@@ -1,6 +1,6 @@
 """mailguard's app with a task that, once running in a pool process, makes the worker's event
-loop raise, then sleeps (``tests/test_failing_stop.py``): Celery stops the worker on an
-"Unrecoverable error" while that pool process is still running."""
+loop raise, then sleeps (``tests/workers/celery/test_failing_stop.py``): Celery stops the
+worker on an "Unrecoverable error" while that pool process is still running."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from celery import bootsteps
 from workers.app import app
 
 #: The task, published to the mail queue the worker consumes.
-SLEEP = "tests.boom_app.sleep"
+SLEEP = "tests.workers.celery.boom_app.sleep"
 
 # Made before the pool forks: the pool process writes, the main process's event loop reads.
 _READABLE, _WRITABLE = os.pipe()

@@ -1,4 +1,4 @@
-"""A project's own Celery app that runs mailguard's ``send_mail`` (``tests/test_own_app.py``).
+"""A project's own Celery app that runs mailguard's ``send_mail`` (``test_own_app.py`` here).
 
 What a project writes: its app, its broker and result backend, and ``workers.tasks`` among
 its includes. mailguard's settings (limiter, SMTP, secret) still come from ``MAILGUARD_*``.

@@ -9,7 +9,7 @@ from celery import Celery
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 
 Stack = tuple[Celery, CeleryWorker, SmtpTestServer]
 

@@ -17,14 +17,16 @@ from click.testing import CliRunner
 from django.conf import settings as django_settings
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer.settings import Settings
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import state
 from workers import unsubscribe as endpoint
 from workers.cli import main
 
-if not django_settings.configured:  # as tests/test_django.py configures it, whichever runs first
+if (
+    not django_settings.configured
+):  # as workers/django/test_django.py configures it, whichever first
     django_settings.configure(
         EMAIL_BACKEND="workers.django.EmailBackend",
         DEFAULT_FROM_EMAIL="Shop <orders@example.org>",
@@ -88,7 +90,7 @@ def test_a_click_and_a_complaint_stop_newsletters_and_nothing_else(
         codes = [d.message for d in smtp_server.delivered if d.message["Subject"] == "s"]
         assert sum(m["List-Unsubscribe"] is None for m in codes) == 1, "the code carries none"
 
-        # One click (the endpoint's own view; the WSGI server is tests/test_unsubscribe.py's).
+        # One click (the endpoint's own view; the WSGI server is tests/guard/test_unsubscribe.py's).
         answer = endpoint.Application(state.current()).answer(
             "POST", link, b"List-Unsubscribe=One-Click"
         )

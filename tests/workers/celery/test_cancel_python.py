@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer import Limiter, Policy
 from mailer.settings import Settings
 from mailer.steps import DEFERRED
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import tasks
 

@@ -15,9 +15,9 @@ from celery.result import AsyncResult
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
+from devservers.smtp_server import SmtpTestServer
 from mailer.factory import build_ledger
 from mailer.settings import Settings
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
 TASK = "mailguard.send_mail"

@@ -21,7 +21,7 @@ from kombu.exceptions import EncodeError
 
 from mailer.errors import InvalidAddress
 from mailer.mail.address import mailbox
-from tests.stacks import Stack, loose_stack
+from tests.workers.celery.stacks import Stack, loose_stack
 
 TASK = "mailguard.send_mail"
 FORBIDDEN = ("\r", "\n", "\0")

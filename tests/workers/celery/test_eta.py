@@ -13,11 +13,11 @@ import pytest
 import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer.records.schedule import RedisSchedule
 from mailer.settings import Settings
 from mailer.steps import DEFERRED
-from tests.smtp_server import SmtpTestServer
-from tests.test_cli import run
+from tests.workers.cli.test_cli import run
 from workers import tasks
 from workers.payload import Parked
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from tests.boom_app import SLEEP
 from tests.waiting import poll
+from tests.workers.celery.boom_app import SLEEP
 from workers.failing_stop import EXIT_RESTART, STOP_LIMIT
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
@@ -21,7 +21,7 @@ def test_a_worker_stopping_on_an_unrecoverable_error_ends_with_a_restartable_cod
     could have ended."""
     env = worker_env(redis_url, "console://")
     app = client_app(env)
-    worker = CeleryWorker(env, app_module="tests.boom_app").start()
+    worker = CeleryWorker(env, app_module="tests.workers.celery.boom_app").start()
     assert worker.process is not None
     try:
         app.send_task(SLEEP, args=[6 * STOP_LIMIT], queue="mail")

@@ -10,7 +10,7 @@ sent now, booked again or dropped by its kind's deadline, against the mails sent
 On the real Redis limiter (its Lua script, on an injected clock: the script takes the time
 as an argument) and the memory one (the pure algorithm it mirrors), through the guard with a
 ledger on the same clock; the ledger's memory of ``first_seen`` on Redis too. The same run in
-a real worker whose pool child is SIGKILLed mid-SMTP: tests/test_first_run_killed.py.
+a real worker whose pool child is SIGKILLed mid-SMTP: tests/workers/celery/test_first_run_killed.py.
 """
 
 from __future__ import annotations

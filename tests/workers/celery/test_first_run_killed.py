@@ -7,7 +7,7 @@ Meanwhile a second mail to the same recipient was booked a spacing after the fir
 and sent on it. The copy, seconds after the slot its first run was admitted at, is judged like
 any late run: booked again a spacing after the second mail, not sent on its old slot next to
 it. Spacing is checked where it is promised: ``admitted_at`` in the ``sent`` outcomes, on the
-limiter's clock. The same on an injected clock: tests/test_first_run_judged.py.
+limiter's clock. The same on an injected clock: tests/workers/celery/test_first_run_judged.py.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
 TASK = "mailguard.send_mail"

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mailer.mail.arguments import InvalidArguments
-from tests.stacks import Stack, loose_stack
+from tests.workers.celery.stacks import Stack, loose_stack
 from workers.tasks import check_call
 
 TASK = "mailguard.send_mail"

@@ -17,9 +17,9 @@ from celery.result import AsyncResult
 from click.testing import CliRunner
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer.records.policy import CHECK_EVERY, RedisPolicyStore
 from mailer.storage import client_from_url
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers.cli import main
 

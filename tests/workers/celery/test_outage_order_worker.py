@@ -5,7 +5,7 @@ it starts again once every slot has passed, and the four runs come back at once,
 order the broker restores them. They go in their booked order, the first at once, each next
 one a spacing after it: never closer than the policy's spacing less the tolerance, measured
 where it is promised (``admitted_at`` in the ``sent`` outcomes, on the limiter's clock). The
-same on an injected clock, every arrival order: tests/test_outage_order.py.
+same on an injected clock, every arrival order: tests/guard/test_outage_order.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 from celery.result import AsyncResult
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
 TASK = "mailguard.send_mail"

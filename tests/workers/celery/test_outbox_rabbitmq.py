@@ -15,9 +15,9 @@ import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.rabbitmq import RabbitServer
+from devservers.smtp_server import SmtpTestServer
 from mailer.mail.message import message_id
 from mailer.settings import Settings
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import tasks
 

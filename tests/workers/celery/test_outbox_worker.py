@@ -15,10 +15,10 @@ import pytest
 import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer.mail.message import message_id
 from mailer.records.outbox import RedisOutbox
 from mailer.settings import Settings
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import outbox, tasks
 from workers.outbox_watch import POLL, SETTLE

@@ -1,10 +1,10 @@
 """``send_mail`` on a project's own Celery app: a shared task that goes through that app.
 
-The worker is ``celery -A tests.project_app worker`` without ``-Q`` (the project's app, its own
-broker and result backend, its default queue ``celery``, ``workers.tasks`` included); the mail
-is enqueued with ``send_mail.delay`` while the project's app is the current one, and goes to
-``MAILGUARD_QUEUE`` (``mail``), which that worker consumes as well. mailguard's own broker
-(``MAILGUARD_BROKER_URL``) is another database that nothing must reach.
+The worker is ``celery -A tests.workers.celery.project_app worker`` without ``-Q`` (the
+project's app, its own broker and result backend, its default queue ``celery``, ``workers.tasks``
+included); the mail is enqueued with ``send_mail.delay`` while the project's app is the current
+one, and goes to ``MAILGUARD_QUEUE`` (``mail``), which that worker consumes as well. mailguard's
+own broker (``MAILGUARD_BROKER_URL``) is another database that nothing must reach.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import redis
 from celery import Celery
 
 from devservers.celery_worker import ROOT, CeleryWorker, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer.records.schedule import RedisSchedule, ScheduleStats
 from mailer.steps import Progress
-from tests.smtp_server import SmtpTestServer
-from tests.test_cli import run
 from tests.waiting import poll
+from tests.workers.cli.test_cli import run
 from workers import app as mailguard_app
 from workers.payload import Parked
 from workers.tasks import send_mail
@@ -47,7 +47,7 @@ def test_a_projects_own_app_runs_send_mail(redis_url: str, smtp_server: SmtpTest
         backend=env["PROJECT_RESULT_BACKEND"],
         set_as_current=False,
     )
-    worker = CeleryWorker(env, app_module="tests.project_app").start()
+    worker = CeleryWorker(env, app_module="tests.workers.celery.project_app").start()
     project.set_current()
     try:
         assert send_mail.app is project
@@ -86,7 +86,7 @@ def test_a_mail_parked_through_a_projects_own_app_is_published_when_due(
         backend=env["PROJECT_RESULT_BACKEND"],
         set_as_current=False,
     )
-    worker = CeleryWorker(env, app_module="tests.project_app").start()
+    worker = CeleryWorker(env, app_module="tests.workers.celery.project_app").start()
     broker = redis.Redis.from_url(env["PROJECT_BROKER_URL"])
     project.set_current()
     try:
@@ -121,7 +121,16 @@ def test_a_projects_worker_whose_queues_leave_out_the_mail_queue_refuses_to_star
         PROJECT_BROKER_URL=f"{base}/4",
         PROJECT_RESULT_BACKEND=f"{base}/5",
     ) | {"PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-m", "celery", "-A", "tests.project_app", "worker", "-Q", "celery"]
+    command = [
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "tests.workers.celery.project_app",
+        "worker",
+        "-Q",
+        "celery",
+    ]
     done = subprocess.run(
         [*command, "--pool", "solo", "--without-gossip", "--without-mingle"],
         env=env,
@@ -171,7 +180,7 @@ def test_a_mail_parked_by_a_projects_worker_is_seen_and_cancelled_from_the_cli(
         redis_url, smtp_server.url, MAILGUARD_POLICY="1/60s", MAILGUARD_PARK_AFTER="1s"
     )
     project = _project(env)
-    worker = CeleryWorker(env, app_module="tests.project_app").start()
+    worker = CeleryWorker(env, app_module="tests.workers.celery.project_app").start()
     schedule = RedisSchedule(redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"]), redis_url)
     project.set_current()
     try:
@@ -209,7 +218,7 @@ def test_mails_parked_under_a_broker_keyed_schedule_are_moved_in_and_sent(
     assert "schedule mail@0123456789ab: 1 parked, 0 watched, named after a broker URL" in (
         shown.stdout
     )
-    worker = CeleryWorker(env, app_module="tests.project_app").start()
+    worker = CeleryWorker(env, app_module="tests.workers.celery.project_app").start()
     try:
         poll(lambda: len(smtp_server.delivered) == 1, 20, "the old parked mail to be sent")
         assert "mail(s) moved into the queue's schedule" in worker.log()
@@ -231,7 +240,14 @@ def test_a_worker_beside_one_of_its_queue_on_another_broker_refuses_to_start(
     other: CeleryWorker | None = None
     try:
         base = {k: v for k, v in os.environ.items() if not k.startswith("MAILGUARD_")}
-        command = [sys.executable, "-m", "celery", "-A", "tests.project_app", "worker"]
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.workers.celery.project_app",
+            "worker",
+        ]
         done = subprocess.run(
             [*command, "--pool", "solo", "--without-gossip", "--without-mingle", "-n", "second@%h"],
             env=base | env | {"PYTHONPATH": str(ROOT)},

@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import tasks
 

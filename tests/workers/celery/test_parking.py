@@ -22,12 +22,12 @@ from celery.result import AsyncResult
 
 from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
+from devservers.smtp_server import SmtpTestServer
 from mailer.mail.message import message_id
 from mailer.outcomes import Outcome
 from mailer.records.schedule import RedisSchedule
 from mailer.settings import Settings
 from mailer.steps import Later, Progress
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import parking
 from workers.payload import Parked

@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers.cli import main
 

@@ -22,15 +22,15 @@ import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.rabbitmq import RabbitServer
+from devservers.smtp_server import SmtpTestServer
 from mailer.mail.kinds import Kinds
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from workers import tasks
 from workers.priority import kind_priority, message_priority, publish_priority
 
 TASK = "mailguard.send_mail"
 BULK = 3000
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -11,10 +11,10 @@ import pytest
 import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer.records.schedule import RedisSchedule
-from tests.smtp_server import SmtpTestServer
-from tests.test_cli import one_line_error, run
 from tests.waiting import poll
+from tests.workers.cli.test_cli import one_line_error, run
 
 TASK = "mailguard.send_mail"
 

@@ -20,8 +20,8 @@ from click.testing import CliRunner, Result
 
 from devservers.celery_worker import CeleryWorker, worker_env
 from devservers.redis_servers import RedisServer
+from devservers.smtp_server import SmtpTestServer
 from mailer import Limiter, Policy
-from tests.smtp_server import SmtpTestServer
 from workers.cli import main
 from workers.cli.views import SUMMARY_COLUMNS
 

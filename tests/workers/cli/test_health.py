@@ -11,9 +11,9 @@ import signal
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from tests.smtp_server import SmtpTestServer
-from tests.test_cli import run
+from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
+from tests.workers.cli.test_cli import run
 from workers.cli.health import judge
 from workers.liveness import GONE, WorkerRecord, broker_identity, conflict
 

@@ -1,6 +1,6 @@
-"""A Django project's Celery module (``celery -A tests.django_tz_project worker``): Django's
-settings load first (``TIME_ZONE`` UTC+14, tests/django_tz_settings.py), then mailguard's app,
-as a project's ``celery.py`` does. Prints the process's UTC offset once Django set it."""
+"""A Django project's Celery module (``celery -A tests.workers.django.django_tz_project worker``):
+Django's settings load first (``TIME_ZONE`` UTC+14, django_tz_settings.py here), then mailguard's
+app, as a project's ``celery.py`` does. Prints the process's UTC offset once Django set it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import django
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.django_tz_settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.workers.django.django_tz_settings")
 django.setup()
 print(f"django-tz-offset {time.strftime('%z')}", flush=True)
 

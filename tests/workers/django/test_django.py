@@ -18,9 +18,9 @@ import redis
 from django.conf import settings
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer.mail.arguments import check_arguments
 from mailer.records.schedule import RedisSchedule
-from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
 if not settings.configured:
@@ -33,7 +33,7 @@ if not settings.configured:
 from django.core import mail
 from django.core.mail import BadHeaderError, EmailMultiAlternatives
 
-from tests.test_django_corpus import normalised
+from tests.workers.django.test_django_corpus import normalised
 from workers.django import task_kwargs
 
 SLACK = 0.3  # seconds: admission-to-receipt jitter between two mails

@@ -5,7 +5,7 @@ suite's aiosmtpd server), and the server must receive the same envelope and the 
 The corpus is the kinds of message Django's own tests build (tests/mail/tests.py of Django
 5.2: ``MailTests`` and ``BaseEmailBackendTests``; each case names the test it follows). The
 cases are written here, not copied (Django's code is BSD-licensed, Copyright (c) Django Software
-Foundation and individual contributors; see tests/django_upstream/LICENSE). Only what differs
+Foundation and individual contributors; see django_upstream/LICENSE here). Only what differs
 between two sends of one message by Django itself is normalised: ``Message-ID``, ``Date`` and
 the multipart boundaries (Django makes them anew each time it builds the message, a nested
 message's too).
@@ -30,9 +30,9 @@ from django.conf import settings
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
-from tests.smtp_server import Delivered, SmtpTestServer
+from devservers.smtp_server import Delivered, SmtpTestServer
 
-if not settings.configured:  # as tests/test_django.py does: whichever is imported first
+if not settings.configured:  # as workers/django/test_django.py does: whichever is imported first
     settings.configure(
         EMAIL_BACKEND="workers.django.EmailBackend",
         DEFAULT_FROM_EMAIL="Shop <orders@example.org>",

@@ -1,5 +1,5 @@
 """A worker that loads a Django project writes its log times in UTC, whatever the project's
-``TIME_ZONE``: a real worker (``-A tests.django_tz_project``, Django settings with
+``TIME_ZONE``: a real worker (``-A tests.workers.django.django_tz_project``, Django settings with
 ``TIME_ZONE = "Pacific/Kiritimati"``, UTC+14), a real Redis and SMTP server."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from devservers.celery_worker import CeleryWorker, worker_env
-from tests.smtp_server import SmtpTestServer
+from devservers.smtp_server import SmtpTestServer
 
 _LINE_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),\d{3}: ", re.M)
 
@@ -21,7 +21,7 @@ def test_worker_log_times_are_utc_under_a_django_time_zone(
     later)."""
     before = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     worker = CeleryWorker(
-        worker_env(redis_url, smtp_server.url), app_module="tests.django_tz_project"
+        worker_env(redis_url, smtp_server.url), app_module="tests.workers.django.django_tz_project"
     )
     worker.start()
     worker.stop()

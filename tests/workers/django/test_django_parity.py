@@ -1,4 +1,4 @@
-"""Django's own ``BaseEmailBackendTests`` (tests/mail/tests.py, vendored in tests/django_upstream/)
+"""Django's own ``BaseEmailBackendTests`` (Django's tests/mail/tests.py, in django_upstream/)
 against ``workers.django.EmailBackend``: a real Django, a real Celery worker, Redis and the
 suite's SMTP server. The mailbox is what the SMTP server received, read once every task enqueued
 since the last flush has finished. Upstream's tests run with Django's default senders
@@ -19,9 +19,9 @@ from django.conf import settings
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
-from tests.smtp_server import Delivered, SmtpTestServer
+from devservers.smtp_server import Delivered, SmtpTestServer
 
-if not settings.configured:  # as tests/test_django.py does: whichever is imported first
+if not settings.configured:  # as workers/django/test_django.py does: whichever is imported first
     settings.configure(
         EMAIL_BACKEND="workers.django.EmailBackend",
         DEFAULT_FROM_EMAIL="Shop <orders@example.org>",
@@ -33,7 +33,10 @@ from django.core.mail import BadHeaderError, EmailMessage, EmailMultiAlternative
 from django.test import SimpleTestCase, override_settings
 from django.utils.translation import gettext_lazy
 
-from tests.django_upstream.mail_tests import BaseEmailBackendTests, message_from_bytes
+from tests.workers.django.django_upstream.mail_tests import (
+    BaseEmailBackendTests,
+    message_from_bytes,
+)
 from workers.django import EmailBackend
 
 TASK_TIMEOUT = 30.0  # seconds for one task to finish (a generous policy: none waits)
@@ -89,7 +92,7 @@ def _stack_on_class(
 class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ignore[misc]
     """Upstream's backend tests; only the mailbox and one order assertion are mailguard's."""
 
-    email_backend = "tests.test_django_parity.RecordingBackend"
+    email_backend = "tests.workers.django.test_django_parity.RecordingBackend"
     smtp: ClassVar[SmtpTestServer]
     app: ClassVar[celery.Celery]
     seen = 0  # delivered messages before the last flush
@@ -175,7 +178,7 @@ class MailguardBackendTests(BaseEmailBackendTests, SimpleTestCase):  # type: ign
 
     # Django 5.2's SMTPBackendTests (tests/mail/tests.py) that send a message, reimplemented for
     # mailguard's backend: upstream's versions read smtplib's socket or mock the connection.
-    # The cases (addresses, messages) are Django's: BSD licence, tests/django_upstream/LICENSE.
+    # The cases (addresses, messages) are Django's: BSD licence, django_upstream/LICENSE.
 
     def get_smtp_envelopes(self) -> list[dict[str, Any]]:
         """The envelopes the SMTP server received since the last flush, as upstream's reads."""

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.urls import include, path
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.smtp_server import SmtpTestServer
 from mailer import InvalidAddress, ManualClock
 from mailer.records.suppression import (
     FOREVER,
@@ -31,11 +32,10 @@ from mailer.records.suppression import (
     suppressions_from_url,
 )
 from mailer.settings import Settings
-from tests.smtp_server import SmtpTestServer
 from workers import state
 from workers.cli import main
 
-if not settings.configured:  # as tests/test_django.py configures it, whichever file runs first
+if not settings.configured:  # as workers/django/test_django.py configures it, whichever runs first
     settings.configure(
         EMAIL_BACKEND="workers.django.EmailBackend",
         DEFAULT_FROM_EMAIL="Shop <orders@example.org>",
