@@ -3,9 +3,9 @@
 **For tests only.** ``MAILGUARD_CRASH_AT=<point>`` (or ``<point>:<n>``, the n-th time this
 process reaches it; default the first) makes :func:`crash_point` SIGKILL the process there, so
 a test proves what happens when a process dies exactly at that step, with no sleep and hope
-(``tests/crash/``; the table is in ``docs/explanation/reliability.md``). A process that leads
-its own session (a worker started with ``setsid``, as the suite starts them) kills its whole
-process group, pool children included, as a machine or container crash would; any other
+(``tests/reliability/crash/``; the table is in ``docs/explanation/reliability.md``). A process
+that leads its own session (a worker started with ``setsid``, as the suite starts them) kills its
+whole process group, pool children included, as a machine or container crash would; any other
 process kills itself only.
 
 The variable is read once, at import: in production (unset) a call costs one attribute check.

@@ -5,8 +5,8 @@ through the closed channel: to put the messages this worker holds (countdown mai
 their slot) back on the queue, and to acknowledge a mail whose run ends after the loss. Both
 fail in ``_connparams`` with ``AttributeError`` (``'NoneType' object has no attribute
 'hostname'`` / ``'client'``); Celery does not expect it and the worker exits. Reproduced by
-``tests/test_chaos.py`` (broker restart). :class:`_Contained` turns that into a connection
-error, which kombu and Celery already handle.
+``tests/reliability/test_chaos.py`` (broker restart). :class:`_Contained` turns that into a
+connection error, which kombu and Celery already handle.
 
 Nothing needs restoring at that moment: the broker is unreachable, and every held message is
 still in the broker's ``unacked`` hash, from which kombu's own sweep puts it back once its

@@ -28,7 +28,7 @@ of at most 64 bookings. A decision of the memory store at 100 000 bookings takes
 twice its time at 10 (``make bench``; a scan of one pair of integers per group of 2 048
 bookings, the rest bounded), and a booking after the last one carries the summaries one step.
 Given a plain sorted list they run the linear search here, O(n): the reference
-(``tests/test_gcra_pages.py`` checks that both give the same answers, to the µs). The Redis
+(``tests/limits/test_gcra_pages.py`` checks that both give the same answers, to the µs). The Redis
 store keeps the same pages in its own form (docs/explanation/limiter.md, "Long gcra
 backlogs"). With nothing booked a tier is the one timestamp.
 
@@ -36,8 +36,8 @@ For one insertion point ``x`` with ``k`` emissions at or before it, the spans ho
 keep the tier iff ``tat_k - x <= c``, ``R_k + x <= c`` and ``tat_k + R_k <= c``, where ``c =
 (L-1)·T``, ``tat_k`` is the bucket's arrival time after the first ``k`` emissions (from the
 floor) and ``R_k = max over j > k of ((j-k)·T - e_j)`` (the spans ending after ``x``).
-``mailer/limits/stores/lua/scoped.lua`` mirrors these functions; ``tests/scoped_model.py`` counts
-spans instead.
+``mailer/limits/stores/lua/scoped.lua`` mirrors these functions;
+``tests/limits/scoped_model.py`` counts spans instead.
 """
 
 from __future__ import annotations

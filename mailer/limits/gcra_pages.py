@@ -18,7 +18,7 @@ that an append keeps them), and each run's thresholds. A booking after the last 
 the summaries one step (O(1) per view); one elsewhere, a release or a fold recompute its
 page's and its group's (O(PAGE + GROUP)), and the maps over the groups when it is not in the
 last one (O(n / (PAGE·GROUP))). :mod:`mailer.limits.gcra_log` keeps the linear search over a
-plain list as the reference; ``tests/test_gcra_pages.py`` checks both give the same answers.
+plain list as the reference; ``tests/limits/test_gcra_pages.py`` checks both give the same answers.
 """
 
 from __future__ import annotations

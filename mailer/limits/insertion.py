@@ -12,7 +12,7 @@ e_{j+L-1}`` span less than ``W`` together with ``x``. Such a group forbids exact
 ``[e_{j+L-1} - W + 1, e_j + W - 1]`` (when ``e_{j+L-1} - e_j < W``); both ends grow with ``j``,
 so one pass from the first group that can hold ``x`` finds the earliest allowed ``x``, and
 feasibility only returns at some ``e_j + W``. ``mailer/limits/stores/lua/scoped.lua`` mirrors both
-functions; ``tests/scoped_model.py`` counts windows instead.
+functions; ``tests/limits/scoped_model.py`` counts windows instead.
 
 Do not use it for a scope whose mails must keep their order (the recipient's): a later mail
 would overtake an earlier one's booking.

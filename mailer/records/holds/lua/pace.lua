@@ -1,7 +1,7 @@
 --[[
 mailguard holds, pace: the sender's learned rate after a hold, one atomic step per call. Mirrors
 mailer/records/holds/pace.py (take_slot, slow_pace, Pace.over, MemoryPaceStore); the contract
-tests/test_pace.py runs both. mailer/records/holds/pace_redis.py loads this file.
+tests/records/test_pace.py runs both. mailer/records/holds/pace_redis.py loads this file.
 
 KEYS[1]   the pace, "<namespace>:pace:sender": JSON {rate, since, next, step, cap, level}
           (rate mails/s at since, epoch s; next: the earliest slot not given; step: mails/s

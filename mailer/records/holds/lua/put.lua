@@ -2,7 +2,7 @@
 mailguard holds, put: set a hold, doubling the one remembered, in one atomic step, so that two
 workers throttled at once double it once each and never lose a write. Mirrors next_hold in
 mailer/records/holds/base.py and MemoryHoldStore.put in mailer/records/holds/memory.py; the
-contract tests/test_contract_holds.py runs both. mailer/records/holds/redis.py loads this file.
+contract tests/records/test_contract_holds.py runs both. mailer/records/holds/redis.py loads this file.
 
 KEYS[1]   the hold, "<namespace>:hold:sender" or "<namespace>:hold:{<keyed hash of the
           recipient's limit key>}": a string holding the hold as JSON

@@ -2,7 +2,7 @@
 mailguard holds, witness: count the distinct recipients whose mails failed with a temporary
 error within a window, in one atomic step, so that every worker adds to one count and exactly
 one of them sees it reach the threshold. Mirrors MemoryHoldStore.witness in
-mailer/records/holds/memory.py; the contract tests/test_contract_holds.py runs both.
+mailer/records/holds/memory.py; the contract tests/records/test_contract_holds.py runs both.
 mailer/records/holds/redis.py loads this file.
 
 KEYS[1]   the evidence, "<namespace>:hold:evidence": a sorted set of recipients' keyed hashes

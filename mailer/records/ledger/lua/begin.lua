@@ -1,7 +1,7 @@
 --[[
 mailguard ledger, begin: in one atomic step, the recorded outcome of a mail if it was sent, else
 a claim on it for the calling run. Mirrors MemoryLedger.begin in
-mailer/records/ledger/memory.py; the contract tests/test_contract_ledger.py checks both agree.
+mailer/records/ledger/memory.py; the contract tests/records/test_contract_ledger.py checks both agree.
 mailer/records/ledger/redis.py loads this file.
 
 KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": a string holding the owner (the run that

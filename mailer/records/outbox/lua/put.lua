@@ -1,7 +1,7 @@
 --[[
 mailguard outbox, put: record a mail's first message about to be published, with its payload.
 Mirrors MemoryOutbox.put in mailer/records/outbox/memory.py; the contract
-tests/test_contract_outbox.py runs both.
+tests/records/test_contract_outbox.py runs both.
 
 KEYS[1]   "<ns>:{outbox:<queue>}:at:<lane>": sorted set, member the mail id, score the time the
           entry was written (epoch ms, Redis's clock); one per lane (broker priority)

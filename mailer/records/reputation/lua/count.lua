@@ -2,7 +2,7 @@
 mailguard reputation, count: add to one sender's counters in the current bucket, drop
 the buckets that left the rolling window, judge the rates against the thresholds and pause or
 lift the sender, in one atomic step. Mirrors MemoryReputationStore.count and crossed() in
-mailer/records/reputation/ (memory.py, base.py); tests/test_contract_reputation.py runs both.
+mailer/records/reputation/ (memory.py, base.py); tests/records/test_contract_reputation.py runs both.
 mailer/records/reputation/redis.py loads this file.
 
 Every key carries the same {hash tag}, "{reputation}" (one Cluster slot for all senders):

@@ -1,7 +1,7 @@
 --[[
 mailguard schedule, park: put one mail in the schedule until its due time. Mirrors
 MemorySchedule.park in mailer/records/schedule/memory.py; the contract
-tests/test_contract_schedule.py runs both.
+tests/records/test_contract_schedule.py runs both.
 
 KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting
