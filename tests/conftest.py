@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-import inspect
-import re
 from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 
-from devservers.redis_servers import RedisServer
+from devservers.redis_servers import RedisClusterServers, RedisServer
 from mailer import REFERENCE_POLICY, Limiter, ManualClock, Policy
+from tests.server_marks import pytest_collection_modifyitems, pytest_runtest_protocol
 from tests.smtp_fixtures import smtp_server, test_certificate
 
-__all__ = ["smtp_server", "test_certificate"]  # fixtures shared by the whole suite
+__all__ = [  # fixtures and hooks shared by the whole suite
+    "pytest_collection_modifyitems",
+    "pytest_runtest_protocol",
+    "smtp_server",
+    "test_certificate",
+]
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +45,15 @@ def own_redis() -> Iterator[RedisServer]:
     server = RedisServer().start()
     yield server
     server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RedisClusterServers]:
+    """A three-node Redis Cluster (no replicas) for the test module: each recipient's key in a
+    slot of its own, spread over every node."""
+    servers = RedisClusterServers().start()
+    yield servers
+    servers.cleanup()
 
 
 LimiterFactory = Callable[..., Limiter]
@@ -77,57 +90,3 @@ def make_limiter(backend_url: str, clock: ManualClock) -> Iterator[LimiterFactor
     yield make
     for limiter in made:
         limiter.close()
-
-
-# --- markers: which tests need a server ----------------------------------------------------------
-
-#: Fixtures that start or hand out a real server. A test that uses one, directly or through
-#: another fixture, needs a server.
-SERVER_FIXTURES = frozenset({"redis_server", "redis_url", "own_redis", "smtp_server"})
-#: Parametrised fixtures whose listed params start a server (through ``getfixturevalue``).
-SERVER_PARAMS = {"backend_url": frozenset({"redis"})}
-#: Building one of the suite's servers: a test, or a fixture of its own module, whose code does
-#: this starts a server itself (a module-scoped stack, a cluster, a TLS SMTP server, ...).
-BUILDS_A_SERVER = re.compile(
-    r"\b(?:RedisServer|RedisClusterServers|RedisSentinel|RabbitServer|SmtpTestServer|CeleryWorker)\("
-)
-
-
-def _builds_a_server(function: object) -> bool:
-    try:
-        source = inspect.getsource(function)  # type: ignore[arg-type]
-    except (OSError, TypeError):
-        return False
-    return BUILDS_A_SERVER.search(source) is not None
-
-
-def needs_a_server(item: pytest.Item) -> bool:
-    """Whether ``item`` needs a real server: by its fixtures, its params, its code or its marks.
-
-    ``slow`` tests count too: each runs the whole stack (``mailguard demo`` starts a Celery
-    worker and an SMTP server), and the quick run is meant to take seconds.
-    """
-    if item.get_closest_marker("server") or item.get_closest_marker("slow"):
-        return True
-    names = set(getattr(item, "fixturenames", ()))
-    if names & SERVER_FIXTURES:
-        return True
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    if any(params.get(name) in values for name, values in SERVER_PARAMS.items()):
-        return True
-    module = getattr(item, "module", None)
-    own_fixtures = [getattr(module, name, None) for name in sorted(names)]
-    return any(
-        _builds_a_server(function)
-        for function in (getattr(item, "function", None), *own_fixtures)
-        if function is not None
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test that needs a server ``server`` and ``redis`` (see pyproject's markers):
-    ``pytest -m "not server"`` (or ``-m "not redis"``) runs the fast pure tests alone."""
-    for item in items:
-        if needs_a_server(item):
-            item.add_marker(pytest.mark.server)
-            item.add_marker(pytest.mark.redis)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
@@ -11,14 +9,6 @@ from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisSe
 from mailer import Limiter, Policy
 
 POLICY = Policy.parse("1/60s, 5/1h, 10/24h", name="recipient")
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServers]:
-    """A three-node Redis Cluster started by the test."""
-    servers = RedisClusterServers().start()
-    yield servers
-    servers.cleanup()
 
 
 def test_cluster_decides_for_keys_on_every_node(cluster: RedisClusterServers) -> None:

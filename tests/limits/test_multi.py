@@ -4,24 +4,14 @@ Cluster, plain and scoped limiters."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
 import pytest
 
-from devservers.redis_servers import RedisClusterServers
 from mailer import Contended, Decision, Limiter, ManualClock, Policy
 from mailer.limits.multi import MAX_ROUNDS, acquire_all, release_all
 
 START = 1_700_000_000.0
 KEYS = ["ada@example.com", "bob@example.com", "cy@example.com"]
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServers]:
-    """A three-node Redis Cluster: each recipient's key in a slot of its own."""
-    servers = RedisClusterServers().start()
-    yield servers
-    servers.cleanup()
 
 
 @pytest.fixture(

@@ -3,8 +3,6 @@ foreign data, expired when nothing is booked, kept across a Redis restart (AOF).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import redis
 
@@ -20,14 +18,6 @@ from mailer.settings import Settings
 
 START = 1_700_000_000.0
 WEEK = 7 * 86_400.0
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServers]:
-    """A three-node Redis Cluster started by the test module."""
-    servers = RedisClusterServers().start()
-    yield servers
-    servers.cleanup()
 
 
 @pytest.mark.parametrize(

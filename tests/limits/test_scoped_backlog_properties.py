@@ -9,9 +9,7 @@ in the middle of a backlog that cut a hint short, admissions now among booked sl
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -75,14 +73,6 @@ def backlog_traces(policies: list[str], bulk: tuple[int, int]) -> st.SearchStrat
         return text, ops
 
     return build()
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServers]:
-    """A three-node Redis Cluster started by the test module."""
-    servers = RedisClusterServers().start()
-    yield servers
-    servers.cleanup()
 
 
 def _limiters(url: str, policy: Policy, clock: ManualClock) -> list[Limiter]:

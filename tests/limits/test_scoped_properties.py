@@ -8,9 +8,7 @@ any tier of any scope in real time; never early (an admission's real time keeps 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -81,14 +79,6 @@ def test_memory_and_redis_match_the_model_and_are_never_over_nor_early(
         _replay(limiters, policy, clock, ops)
     finally:
         limiters[1].close()
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RedisClusterServers]:
-    """A three-node Redis Cluster started by the test module."""
-    servers = RedisClusterServers().start()
-    yield servers
-    servers.cleanup()
 
 
 @settings(

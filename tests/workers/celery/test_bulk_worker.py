@@ -16,10 +16,10 @@ import pytest
 from click.testing import CliRunner
 from django.conf import settings as django_settings
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import client_app
 from devservers.smtp_server import SmtpTestServer
-from mailer.settings import Settings
 from tests.waiting import poll
+from tests.workers.conftest import StackFactory
 from workers import state
 from workers import unsubscribe as endpoint
 from workers.cli import main
@@ -41,29 +41,25 @@ NEWS = "news@example.org"
 
 
 @pytest.fixture
-def stack(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[dict[str, str]]:
+def bulk_stack(stack: StackFactory) -> Iterator[dict[str, str]]:
     """A worker with a bulk ``newsletter`` kind (the two settings) and the reputation on
     (complaints 10 %, from 5 mails); this process's settings the same, the tracking receiver
     connected to Anymail's signal."""
-    env = worker_env(
-        redis_url,
-        smtp_server.url,
+    parts = stack(
         MAILGUARD_POLICY="100/1s",
         MAILGUARD_SENDER=f"News <{NEWS}>",
         MAILGUARD_KIND_NEWSLETTER_UNSUBSCRIBE="1",
         MAILGUARD_UNSUBSCRIBE_URL="https://example.org/unsubscribe",
         MAILGUARD_REPUTATION="complaint 10%",
         MAILGUARD_REPUTATION_MIN="5",
+        concurrency=1,
+        settings=True,
     )
-    old = state.use_settings(Settings.from_env(env))
-    worker = CeleryWorker(env, concurrency=1).start()
     django_tracking.connect()
     try:
-        yield env
+        yield parts.env
     finally:
         tracking.disconnect(dispatch_uid="mailguard.suppression")
-        worker.stop()
-        state.use_settings(old)
 
 
 def _send(app: Any, to: str, kind: str) -> Any:
@@ -74,9 +70,9 @@ def _send(app: Any, to: str, kind: str) -> Any:
 
 @pytest.mark.slow
 def test_a_click_and_a_complaint_stop_newsletters_and_nothing_else(
-    stack: dict[str, str], smtp_server: SmtpTestServer
+    bulk_stack: dict[str, str], smtp_server: SmtpTestServer
 ) -> None:
-    env = stack
+    env = bulk_stack
     app = client_app(env)
     try:
         news = [_send(app, f"r{n}@example.com", "newsletter").get(timeout=30) for n in range(5)]

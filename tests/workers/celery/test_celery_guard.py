@@ -7,39 +7,31 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterator
 
 import pytest
 from celery import Celery
 from celery.result import AsyncResult
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import CeleryWorker, worker_env
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
 from mailer.factory import build_ledger
 from mailer.settings import Settings
 from tests.waiting import poll
+from tests.workers.conftest import StackFactory
 
 TASK = "mailguard.send_mail"
 
 
 @pytest.fixture
-def stack(
-    redis_url: str, smtp_server: SmtpTestServer
-) -> Iterator[tuple[Celery, CeleryWorker, SmtpTestServer]]:
+def burst_stack(stack: StackFactory) -> tuple[Celery, CeleryWorker, SmtpTestServer]:
     """A worker (prefork, 2 processes) and a client app sharing one configuration."""
-    env = worker_env(
-        redis_url,
-        smtp_server.url,
+    parts = stack(
         MAILGUARD_KIND_BURST_MAX_WAIT="8s",
         MAILGUARD_KIND_BURST_SUBJECT="Burst {{ n }}",
         MAILGUARD_KIND_BURST_BODY="Mail number {{ n }}",
     )
-    worker = CeleryWorker(env).start()
-    app = client_app(env)
-    yield app, worker, smtp_server
-    worker.stop()
-    app.close()
+    return parts.app, parts.worker, parts.smtp
 
 
 def wait_all(results: list[AsyncResult], timeout: float) -> list[dict[str, object]]:
@@ -50,10 +42,10 @@ def wait_all(results: list[AsyncResult], timeout: float) -> list[dict[str, objec
 
 
 def test_burst_sends_defers_to_booked_slots_and_drops_the_excess(
-    stack: tuple[Celery, CeleryWorker, SmtpTestServer],
+    burst_stack: tuple[Celery, CeleryWorker, SmtpTestServer],
 ) -> None:
     """12 mails at once: 1 sent now, 4 at their booked times (±0.5 s), 7 dropped; one each."""
-    app, worker, smtp = stack
+    app, worker, smtp = burst_stack
     results = [
         app.send_task(TASK, args=["Ada@Example.com"], kwargs={"kind": "burst", "context": {"n": i}})
         for i in range(12)
@@ -81,9 +73,11 @@ def test_burst_sends_defers_to_booked_slots_and_drops_the_excess(
     assert "ada@example.com" not in worker.log().lower(), "no address in the worker's log"
 
 
-def test_recipients_do_not_interfere(stack: tuple[Celery, CeleryWorker, SmtpTestServer]) -> None:
+def test_recipients_do_not_interfere(
+    burst_stack: tuple[Celery, CeleryWorker, SmtpTestServer],
+) -> None:
     """Two mails each to three recipients: each recipient's first goes at once."""
-    app, _, smtp = stack
+    app, _, smtp = burst_stack
     results = [
         app.send_task(TASK, args=[f"user{n}@example.com"], kwargs={"subject": "s", "body": "b"})
         for n in range(3)
@@ -96,10 +90,10 @@ def test_recipients_do_not_interfere(stack: tuple[Celery, CeleryWorker, SmtpTest
 
 
 def test_transient_smtp_errors_are_retried_to_exactly_one_mail(
-    stack: tuple[Celery, CeleryWorker, SmtpTestServer],
+    burst_stack: tuple[Celery, CeleryWorker, SmtpTestServer],
 ) -> None:
     """451 twice then 250: the mail arrives exactly once; a 451 at RCPT is retried too."""
-    app, _, smtp = stack
+    app, _, smtp = burst_stack
     smtp.fail_data("451 4.3.0 try later", times=2)
     first = app.send_task(TASK, args=["a@example.com"], kwargs={"subject": "s", "body": "b"})
     outcome = first.get(timeout=20)
@@ -111,10 +105,10 @@ def test_transient_smtp_errors_are_retried_to_exactly_one_mail(
 
 
 def test_permanent_smtp_error_fails_once_and_releases_the_slot(
-    stack: tuple[Celery, CeleryWorker, SmtpTestServer],
+    burst_stack: tuple[Celery, CeleryWorker, SmtpTestServer],
 ) -> None:
     """550: FAILURE at once, no retry, and the recipient's slot is given back."""
-    app, _, smtp = stack
+    app, _, smtp = burst_stack
     smtp.refuse_data("550 5.7.1 no")
     failed = app.send_task(TASK, args=["c@example.com"], kwargs={"subject": "s", "body": "b"})
     with pytest.raises(Exception, match="smtp_permanent") as raised:
@@ -129,10 +123,10 @@ def test_permanent_smtp_error_fails_once_and_releases_the_slot(
 
 
 def test_invalid_input_is_dropped_never_retried(
-    stack: tuple[Celery, CeleryWorker, SmtpTestServer],
+    burst_stack: tuple[Celery, CeleryWorker, SmtpTestServer],
 ) -> None:
     """A bad address, a header injection, a missing template variable: DROPPED(invalid)."""
-    app, _, smtp = stack
+    app, _, smtp = burst_stack
     calls = [
         (["not-an-address"], {"subject": "s", "body": "b"}),
         (["a@example.com"], {"subject": "s\r\nBcc: x@example.com", "body": "b"}),
@@ -145,9 +139,9 @@ def test_invalid_input_is_dropped_never_retried(
     assert smtp.delivered == []
 
 
-def test_same_mail_id_sends_once(stack: tuple[Celery, CeleryWorker, SmtpTestServer]) -> None:
+def test_same_mail_id_sends_once(burst_stack: tuple[Celery, CeleryWorker, SmtpTestServer]) -> None:
     """Two calls with one mail id: one mail; the second returns the first's outcome."""
-    app, _, smtp = stack
+    app, _, smtp = burst_stack
     kwargs = {"subject": "s", "body": "b", "mail_id": "order-42-confirmation"}
     first = app.send_task(TASK, args=["d@example.com"], kwargs=kwargs).get(timeout=15)
     second = app.send_task(TASK, args=["d@example.com"], kwargs=kwargs).get(timeout=15)
@@ -164,13 +158,13 @@ def test_prefork_with_memory_limiter_refuses_to_start(own_redis: RedisServer) ->
 
 
 def test_a_copy_that_finds_its_mail_in_flight_leaves_the_stored_outcome_alone(
-    stack: tuple[Celery, CeleryWorker, SmtpTestServer],
+    burst_stack: tuple[Celery, CeleryWorker, SmtpTestServer],
 ) -> None:
     """A copy run while another run holds the mail's claim (a watchdog's or a redelivered copy
     beside the run that sends) waits, and stores no DEFERRED over the outcome the other run
     stored under the same task id: the state a caller reads stays that run's. (Celery itself
     keeps a SUCCESS from being overwritten, not a FAILURE: the mail here failed.)"""
-    app, worker, smtp = stack
+    app, worker, smtp = burst_stack
     settings = Settings.from_env(worker.env)
     ledger = build_ledger(settings)
     mail_id = "in-flight-copy-1"

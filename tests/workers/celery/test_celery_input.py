@@ -11,7 +11,6 @@ validated address only.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,17 +20,10 @@ from kombu.exceptions import EncodeError
 
 from mailer.errors import InvalidAddress
 from mailer.mail.address import mailbox
-from tests.workers.celery.stacks import Stack, loose_stack
+from tests.workers.celery.conftest import LooseStack
 
 TASK = "mailguard.send_mail"
 FORBIDDEN = ("\r", "\n", "\0")
-
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    """One redis-server, aiosmtpd and worker (prefork, 2) for the whole hypothesis run."""
-    with loose_stack() as parts:
-        yield parts
 
 
 def nasty(text: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
@@ -144,10 +136,10 @@ sent_ids: dict[str, dict[str, Any]] = {}  # mail ids already sent (hypothesis re
     ),
 )
 def test_any_input_is_dropped_sent_once_or_refused_at_enqueue(
-    stack: Stack, to: Any, kwargs: dict[str, Any], poison: Any
+    loose_stack: LooseStack, to: Any, kwargs: dict[str, Any], poison: Any
 ) -> None:
     """Every call is refused at enqueue, dropped as invalid, or sent once to a valid address."""
-    app, worker, smtp = stack
+    app, worker, smtp = loose_stack
     if poison is not None:  # one argument kombu's JSON cannot carry: a clear error at once
         with pytest.raises(EncodeError):
             app.send_task(TASK, args=[to], kwargs=kwargs | {"headers": poison})
@@ -195,10 +187,10 @@ BAD_CALLS: list[tuple[Any, dict[str, Any]]] = [
 ]
 
 
-def test_the_worker_survived_the_run(stack: Stack) -> None:
+def test_the_worker_survived_the_run(loose_stack: LooseStack) -> None:
     """Bad calls into the worker: each is dropped, then the same worker, with the same pool
     children, answers a ping and sends a valid mail; no task raised, no child was lost."""
-    app, worker, smtp = stack
+    app, worker, smtp = loose_stack
     assert worker.process is not None
     children = worker.children()
     with pytest.raises(EncodeError):  # refused at enqueue, never reaches the worker

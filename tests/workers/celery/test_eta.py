@@ -5,19 +5,17 @@ holds it), shown by ``mailguard outcome`` under its mail id, and cancelled from 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 import redis
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.smtp_server import SmtpTestServer
 from mailer.records.schedule import RedisSchedule
-from mailer.settings import Settings
 from mailer.steps import DEFERRED
 from tests.workers.cli.test_cli import run
+from tests.workers.conftest import StackFactory
 from workers import tasks
 from workers.payload import Parked
 
@@ -34,29 +32,19 @@ EARLY = 0.05
 
 
 @pytest.fixture
-def stack(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[tuple[Any, dict[str, str]]]:
+def code_tolerant_stack(stack: StackFactory) -> tuple[Any, dict[str, str]]:
     """A worker whose ``code`` kind tolerates 5 s; this process enqueues with the same
     settings, as a web process with the workers' ``MAILGUARD_*`` does."""
-    env = worker_env(
-        redis_url, smtp_server.url, MAILGUARD_POLICY="100/1s", MAILGUARD_KIND_CODE_MAX_WAIT="5s"
-    )
-    previous = tasks.use_settings(Settings.from_env(env))
-    app = client_app(env)
-    worker = CeleryWorker(env).start()
-    try:
-        yield app, env
-    finally:
-        worker.stop()
-        app.close()
-        tasks.use_settings(previous)
+    parts = stack(MAILGUARD_POLICY="100/1s", MAILGUARD_KIND_CODE_MAX_WAIT="5s", settings=True)
+    return parts.app, parts.env
 
 
 def test_a_code_mail_with_a_countdown_longer_than_its_tolerance_is_sent_at_its_eta(
-    stack: tuple[Any, dict[str, str]], smtp_server: SmtpTestServer
+    code_tolerant_stack: tuple[Any, dict[str, str]], smtp_server: SmtpTestServer
 ) -> None:
     """``countdown=8`` on a kind that tolerates 5 s: sent, never before +8 s, and within the
     tolerance counted from then (not dropped / expired)."""
-    app, _ = stack
+    app, _ = code_tolerant_stack
     send_mail = app.tasks[tasks.send_mail.name]
     asked = time.time()
     call = {"kind": "code", "context": {"code": "493112"}}
@@ -70,12 +58,12 @@ def test_a_code_mail_with_a_countdown_longer_than_its_tolerance_is_sent_at_its_e
 
 
 def test_an_eta_a_day_ahead_is_parked_found_by_mail_id_and_cancelled(
-    stack: tuple[Any, dict[str, str]], smtp_server: SmtpTestServer
+    code_tolerant_stack: tuple[Any, dict[str, str]], smtp_server: SmtpTestServer
 ) -> None:
     """``eta`` a day ahead: parked at enqueue (in the schedule with that due time, DEFERRED,
     nothing on the broker for a worker to hold); ``mailguard outcome`` finds it by its own
     mail id; ``workers.tasks.cancel`` by that mail id ends it dropped / cancelled."""
-    app, env = stack
+    app, env = code_tolerant_stack
     send_mail = app.tasks[tasks.send_mail.name]
     eta = datetime.now(timezone.utc) + timedelta(days=1)
     result = send_mail.apply_async(

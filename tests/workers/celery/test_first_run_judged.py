@@ -64,7 +64,7 @@ def limiter_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def stack(
+def dying_guard(
     limiter_url: str, clock: ManualClock
 ) -> Iterator[tuple[Guard, DyingTransport, ManualClock]]:
     policy = Policy.parse(POLICY, name="recipient")
@@ -107,11 +107,11 @@ def until_final(guard: Guard, clock: ManualClock, request: MailRequest, step: La
 
 
 def test_a_copy_within_the_tolerance_keeps_its_slot(
-    stack: tuple[Guard, DyingTransport, ManualClock],
+    dying_guard: tuple[Guard, DyingTransport, ManualClock],
 ) -> None:
     """Given a first run admitted at S that died in SMTP, when its copy runs 0.9 s after S (a
     short lease), then it is sent on S: admitted at S before, admitted_at now."""
-    guard, transport, clock = stack
+    guard, transport, clock = dying_guard
     guard.config = GuardConfig(late_tolerance=TOLERANCE, claim_lease=0.5)
     guard.kinds = guard.kinds  # the pipeline wired again with the new config
     slot = clock.now
@@ -125,13 +125,13 @@ def test_a_copy_within_the_tolerance_keeps_its_slot(
 
 
 def test_a_late_copy_is_booked_again_behind_the_mail_sent_meanwhile(
-    stack: tuple[Guard, DyingTransport, ManualClock],
+    dying_guard: tuple[Guard, DyingTransport, ManualClock],
 ) -> None:
     """Given m1's first run admitted at S and dead in SMTP, and m2 (enqueued 5 s later, booked
     at S + 60 s) sent on time, when m1's copy runs at S + 62 s (after the claim lease and
     more), then it is not sent on its old slot next to m2: it is booked again a spacing after
     m2, and sent there (admitted_at 60 s after m2's)."""
-    guard, transport, clock = stack
+    guard, transport, clock = dying_guard
     slot = clock.now
     dies_in_smtp(guard, transport, mail("m1"))
     clock.advance(5)
@@ -152,12 +152,12 @@ def test_a_late_copy_is_booked_again_behind_the_mail_sent_meanwhile(
 
 
 def test_a_late_copy_whose_next_slot_is_past_its_deadline_is_dropped_late(
-    stack: tuple[Guard, DyingTransport, ManualClock],
+    dying_guard: tuple[Guard, DyingTransport, ManualClock],
 ) -> None:
     """As above with a kind that may wait 100 s from its first run: the copy at S + 62 s
     would need S + 120.5 s, past S + 100 s: dropped ``late``, never sent, its slot given
     back (the recipient's next mail is not spaced from a mail that never left)."""
-    guard, transport, clock = stack
+    guard, transport, clock = dying_guard
     slot = clock.now
     dies_in_smtp(guard, transport, mail("m1", "short"))
     clock.advance(5)
@@ -173,12 +173,12 @@ def test_a_late_copy_whose_next_slot_is_past_its_deadline_is_dropped_late(
 
 
 def test_a_late_copy_with_room_goes_now_and_the_next_booking_keeps_its_spacing(
-    stack: tuple[Guard, DyingTransport, ManualClock],
+    dying_guard: tuple[Guard, DyingTransport, ManualClock],
 ) -> None:
     """Given m1 admitted at S and dead in SMTP, m2 booked at S + 60 s, when m1's copy runs at
     S + 31 s (the lease), then it is sent now (nothing was sent within the spacing), and m2,
     on time at its slot, is booked again a spacing after m1's real admission."""
-    guard, transport, clock = stack
+    guard, transport, clock = dying_guard
     slot = clock.now
     dies_in_smtp(guard, transport, mail("m1"))
     clock.advance(5)
@@ -194,11 +194,11 @@ def test_a_late_copy_with_room_goes_now_and_the_next_booking_keeps_its_spacing(
 
 
 def test_a_copy_counts_its_kinds_deadline_from_the_first_run(
-    stack: tuple[Guard, DyingTransport, ManualClock],
+    dying_guard: tuple[Guard, DyingTransport, ManualClock],
 ) -> None:
     """A ``code`` mail whose first run died in SMTP, its copy back 18.6 s later (past the
     kind's wait from the first run): dropped ``expired``, never sent, its slot given back."""
-    guard, transport, clock = stack
+    guard, transport, clock = dying_guard
     guard.config = GuardConfig(late_tolerance=TOLERANCE, claim_lease=10.0)
     guard.kinds = guard.kinds.with_kind(Kind("code", max_wait=8.0, subject="c", body="{code}"))
     transport.doomed.add("c")
@@ -255,12 +255,12 @@ def test_a_first_run_within_its_claim_is_not_a_copy(clock: ManualClock) -> None:
 
 
 def test_a_copy_meeting_a_hold_gives_its_first_runs_admission_back_and_waits(
-    stack: tuple[Guard, DyingTransport, ManualClock],
+    dying_guard: tuple[Guard, DyingTransport, ManualClock],
 ) -> None:
     """Given m1 admitted at S and dead in SMTP, and the sender held (a stated 120 s) before
     its copy runs at S + 31 s, then the copy is not sent on its old admission: it gives it
     back and is booked at the hold's end (``held``), and sent only then."""
-    guard, transport, clock = stack
+    guard, transport, clock = dying_guard
     slot = clock.now
     dies_in_smtp(guard, transport, mail("m1"))
     clock.set(slot + LEASE + 1)

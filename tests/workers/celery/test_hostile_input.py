@@ -9,7 +9,6 @@ it, and a message that bypasses ``delay`` (another producer: ``app.send_task``) 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,19 +17,12 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from mailer.mail.arguments import InvalidArguments
-from tests.workers.celery.stacks import Stack, loose_stack
+from tests.workers.celery.conftest import LooseStack
 from workers.tasks import check_call
 
 TASK = "mailguard.send_mail"
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def stack() -> Iterator[Stack]:
-    """One redis-server, aiosmtpd and prefork worker (2 processes) for the module."""
-    with loose_stack() as parts:
-        yield parts
 
 
 def deep(depth: int) -> dict[str, Any]:
@@ -49,10 +41,10 @@ def settle(app: Celery, task_id: str, timeout: float = 20) -> tuple[str, Any]:
 
 
 def test_a_deep_context_from_another_producer_is_dropped_and_the_worker_goes_on(
-    stack: Stack,
+    loose_stack: LooseStack,
 ) -> None:
     """A 500-deep context sent around delay() ends dropped/invalid; the next mail is sent."""
-    app, worker, smtp = stack
+    app, worker, smtp = loose_stack
     poison = app.send_task(TASK, args=["ada@example.com"], kwargs={"context": deep(500)})
     state, info = settle(app, poison.id)
     assert (state, info["status"], info["reason"]) == ("SUCCESS", "dropped", "invalid"), info
@@ -64,9 +56,9 @@ def test_a_deep_context_from_another_producer_is_dropped_and_the_worker_goes_on(
     assert [d.rcpt_tos for d in smtp.delivered[-1:]] == [("bob@example.com",)]
 
 
-def test_a_forged_progress_is_dropped_on_receipt(stack: Stack) -> None:
+def test_a_forged_progress_is_dropped_on_receipt(loose_stack: LooseStack) -> None:
     """A caller-made ``_progress`` (not sealed by mailguard) is dropped, never trusted."""
-    app, _, smtp = stack
+    app, _, smtp = loose_stack
     before = len(smtp.delivered)
     forged = app.send_task(
         TASK,
@@ -114,10 +106,10 @@ hostile = st.one_of(values, st.integers(0, 600).map(deep))
     via_delay=st.booleans(),
 )
 def test_any_value_anywhere_is_refused_dropped_or_sent(
-    stack: Stack, to: Any, field: str, value: Any, via_delay: bool
+    loose_stack: LooseStack, to: Any, field: str, value: Any, via_delay: bool
 ) -> None:
     """Refused at enqueue with InvalidArguments, or a SUCCESS outcome: never FAILURE or PENDING."""
-    app, worker, _ = stack
+    app, worker, _ = loose_stack
     kwargs = {"subject": "s", "body": "b", field: value}
     if via_delay:
         try:

@@ -34,7 +34,7 @@ TOLERANCE, SEND = 0.2, 0.1
 F = TypeVar("F", bound=Callable[..., None])
 
 
-def stack(test: F) -> F:
+def newsletter_run(test: F) -> F:
     """A test of the newsletter run: ``slow`` (the whole stack, once per policy for the module,
     half a minute or more each), with a timeout that covers the run."""
     return pytest.mark.slow(pytest.mark.timeout(300)(test))  # type: ignore[no-any-return]
@@ -80,7 +80,7 @@ def newsletter(request: pytest.FixtureRequest) -> Report:
     )
 
 
-@stack
+@newsletter_run
 def test_every_notice_is_booked_and_the_worker_logs_no_error(newsletter: Report) -> None:
     """Every notice has a result once the booking phase ends (none dropped or failed: a notice
     may wait long enough for the whole newsletter) and the worker logged no error. Every notice
@@ -101,7 +101,7 @@ def test_every_notice_is_booked_and_the_worker_logs_no_error(newsletter: Report)
     assert newsletter.worker_errors == []
 
 
-@stack
+@newsletter_run
 def test_the_smtp_server_never_sees_more_than_the_sender_tier(newsletter: Report) -> None:
     """By the SMTP server's clock: sliding 20/1s, never more than 20 in any 1 s window; gcra
     20/1s, never more than a burst of 20 and then 20 a second (every span [a, b] of acceptances
@@ -111,7 +111,7 @@ def test_the_smtp_server_never_sees_more_than_the_sender_tier(newsletter: Report
     assert not newsletter.over(), (newsletter.excess, newsletter)
 
 
-@stack
+@newsletter_run
 def test_no_mail_due_is_lost_or_received_twice_or_early(newsletter: Report) -> None:
     """Every notice whose slot came before the end of the window (less 2 s) was received or
     still waits (the schedule or the broker holds it); no mail was received twice; none before
@@ -122,7 +122,7 @@ def test_no_mail_due_is_lost_or_received_twice_or_early(newsletter: Report) -> N
     assert newsletter.early == 0, newsletter
 
 
-@stack
+@newsletter_run
 def test_code_mails_enqueued_during_the_burst_are_received_within_a_second(
     newsletter: Report,
 ) -> None:
@@ -133,7 +133,7 @@ def test_code_mails_enqueued_during_the_burst_are_received_within_a_second(
     assert newsletter.code_worst <= CODE_WITHIN, newsletter
 
 
-@stack
+@newsletter_run
 def test_redis_commands_per_limiter_call_do_not_grow_with_the_backlog(
     newsletter: Report,
 ) -> None:
@@ -163,7 +163,7 @@ def fold_bytes(backlog: int) -> int:
     return 4 * r * 13 + pages_per_group * 80 + groups * 88
 
 
-@stack
+@newsletter_run
 def test_redis_bytes_written_per_limiter_call_do_not_grow_with_the_backlog(
     newsletter: Report,
 ) -> None:

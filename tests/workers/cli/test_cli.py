@@ -366,7 +366,7 @@ def test_every_command_has_help(command: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[tuple[dict[str, str], SmtpTestServer]]:
+def cli_stack() -> Iterator[tuple[dict[str, str], SmtpTestServer]]:
     """A redis-server, an aiosmtpd server and a threads-pool worker for this module's tests."""
     redis_server = RedisServer().start()
     smtp = SmtpTestServer().start()
@@ -381,10 +381,10 @@ def stack() -> Iterator[tuple[dict[str, str], SmtpTestServer]]:
 
 
 def test_send_wait_prints_the_mail_id_then_the_sent_outcome(
-    stack: tuple[dict[str, str], SmtpTestServer],
+    cli_stack: tuple[dict[str, str], SmtpTestServer],
 ) -> None:
     """send --wait prints the id, then the outcome: sent, exit 0, one mail delivered."""
-    env, smtp = stack
+    env, smtp = cli_stack
     before = len(smtp.delivered)
     done = run(["send", "Dora@Example.com", "--subject", "Hi", "--body", "Hello", "--wait"], env)
     assert done.returncode == 0, done.stderr
@@ -402,14 +402,14 @@ def test_send_wait_prints_the_mail_id_then_the_sent_outcome(
 
 
 def test_send_wait_reports_a_dropped_mail_with_exit_1(
-    stack: tuple[dict[str, str], SmtpTestServer],
+    cli_stack: tuple[dict[str, str], SmtpTestServer],
 ) -> None:
     """A mail of a kind that may not wait, after others: dropped, tier named, exit 1.
 
     The recipient's budget is booked ahead first through the workers' own limiter (five
     bookings, the last about 20 s ahead), so the answer does not depend on how fast the CLI
     starts."""
-    env, _ = stack
+    env, _ = cli_stack
     first = run(
         ["send", "eve@example.com", "--kind", "now", "--subject", "a", "--body", "b", "--wait"], env
     )
@@ -451,20 +451,20 @@ def test_send_wait_reports_a_dropped_mail_with_exit_1(
 
 
 def test_outcome_of_an_unknown_mail_id_is_not_found(
-    stack: tuple[dict[str, str], SmtpTestServer],
+    cli_stack: tuple[dict[str, str], SmtpTestServer],
 ) -> None:
     """An id no worker has seen: one line saying so, exit 1."""
-    env, _ = stack
+    env, _ = cli_stack
     result = run(["outcome", "no-such-mail"], env)
     assert result.returncode == 1
     assert "no outcome for mail id 'no-such-mail'" in one_line_error(result.stderr)
 
 
 def test_send_to_an_unreachable_broker_is_one_line_and_exit_1(
-    stack: tuple[dict[str, str], SmtpTestServer],
+    cli_stack: tuple[dict[str, str], SmtpTestServer],
 ) -> None:
     """A broker that cannot be reached: one line naming it, exit 1, no traceback."""
-    env, _ = stack
+    env, _ = cli_stack
     bad = env | {"MAILGUARD_BROKER_URL": "redis://127.0.0.1:1/1"}
     result = run(["send", "ada@example.com", "--subject", "s", "--body", "b"], bad)
     assert result.returncode == 1

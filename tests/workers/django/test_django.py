@@ -7,7 +7,7 @@ import base64
 import email
 import email.policy
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from email.mime.multipart import MIMEMultipart
 from typing import Any
 
@@ -22,6 +22,7 @@ from devservers.smtp_server import SmtpTestServer
 from mailer.mail.arguments import check_arguments
 from mailer.records.schedule import RedisSchedule
 from tests.waiting import poll
+from tests.workers.conftest import StackFactory
 
 if not settings.configured:
     settings.configure(
@@ -40,23 +41,13 @@ SLACK = 0.3  # seconds: admission-to-receipt jitter between two mails
 
 
 @pytest.fixture
-def stack(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[SmtpTestServer]:
+def django_stack(stack: StackFactory) -> SmtpTestServer:
     """A worker on the test's Redis and SMTP server; its app made current, as a Django
     project's Celery app would be (send_mail is a shared task)."""
-    env = worker_env(redis_url, smtp_server.url, MAILGUARD_POLICY="1/1s, 10/1h")
-    previous = celery.current_app._get_current_object()  # put back after the test
-    app = client_app(env)
-    app.set_current()
-    worker = CeleryWorker(env).start()
-    try:
-        yield smtp_server
-    finally:
-        worker.stop()
-        app.close()
-        previous.set_current()
+    return stack(MAILGUARD_POLICY="1/1s, 10/1h", current=True).smtp
 
 
-def test_a_full_django_message_arrives_intact(stack: SmtpTestServer) -> None:
+def test_a_full_django_message_arrives_intact(django_stack: SmtpTestServer) -> None:
     """EmailMultiAlternatives with cc, bcc, reply_to, a header, HTML and two attachments."""
     message = EmailMultiAlternatives(
         subject="Invoice 2041",
@@ -71,8 +62,8 @@ def test_a_full_django_message_arrives_intact(stack: SmtpTestServer) -> None:
     message.attach("invoice.csv", "id,total\n2041,99.50\n", "text/csv")
     message.attach("logo.png", b"\x89PNG\r\n\x1a\n\x00binary", "image/png")
     assert message.send() == 1
-    poll(lambda: len(stack.delivered) == 1, 30, "the message")
-    delivered = stack.delivered[0]
+    poll(lambda: len(django_stack.delivered) == 1, 30, "the message")
+    delivered = django_stack.delivered[0]
     assert sorted(delivered.rcpt_tos) == ["ada@example.com", "audit@example.org", "cy@example.com"]
     got = delivered.message
     assert got["To"] == "ada@example.com" and got["Cc"] == "cy@example.com"
@@ -90,7 +81,7 @@ def test_a_full_django_message_arrives_intact(stack: SmtpTestServer) -> None:
 
 
 def test_a_burst_from_django_is_paced_and_a_message_waits_for_every_recipient(
-    stack: SmtpTestServer,
+    django_stack: SmtpTestServer,
 ) -> None:
     """Three messages to ada through django.core.mail.send_mail go a second apart (1/1s);
     a message to ada and bob at once waits for ada's slot and goes to both together."""
@@ -98,16 +89,18 @@ def test_a_burst_from_django_is_paced_and_a_message_waits_for_every_recipient(
         assert mail.send_mail(f"n{n}", "body", None, ["ada@example.com"]) == 1
     assert mail.send_mail("both", "body", None, ["ada@example.com", "bob@example.com"]) == 1
     assert mail.get_connection().send_messages([mail.EmailMessage("none", "b")]) == 0
-    poll(lambda: len(stack.delivered) == 4, 40, "the four messages")
-    to_ada = sorted(d.received_at for d in stack.delivered if "ada@example.com" in d.rcpt_tos)
+    poll(lambda: len(django_stack.delivered) == 4, 40, "the four messages")
+    to_ada = sorted(
+        d.received_at for d in django_stack.delivered if "ada@example.com" in d.rcpt_tos
+    )
     assert len(to_ada) == 4
     gaps = [b - a for a, b in itertools.pairwise(to_ada)]
     assert min(gaps) >= 1.0 - SLACK, gaps
-    both = next(d for d in stack.delivered if d.message["Subject"] == "both")
+    both = next(d for d in django_stack.delivered if d.message["Subject"] == "both")
     assert sorted(both.rcpt_tos) == ["ada@example.com", "bob@example.com"], "one transaction"
 
 
-def test_enqueue_errors_raise_unless_fail_silently(stack: SmtpTestServer) -> None:
+def test_enqueue_errors_raise_unless_fail_silently(django_stack: SmtpTestServer) -> None:
     """A bad address is refused at enqueue: Django's send raises; fail_silently returns 0."""
     bad = mail.EmailMessage("s", "b", to=["not an address"])
     with pytest.raises(ValueError, match=r"to\[0\]"):

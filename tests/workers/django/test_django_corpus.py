@@ -383,7 +383,7 @@ def normalised(content: bytes) -> bytes:
 
 
 @pytest.fixture(scope="module")
-def stack(redis_server: RedisServer) -> Iterator[tuple[SmtpTestServer, celery.Celery]]:
+def corpus_stack(redis_server: RedisServer) -> Iterator[tuple[SmtpTestServer, celery.Celery]]:
     """One SMTP server and one worker; the worker's app made current, as a Django project's
     Celery app would be. The policy leaves room for every message."""
     if redis_server.process is None or not redis_server.ping():
@@ -418,10 +418,10 @@ def _through_django(server: SmtpTestServer, message: EmailMessage) -> Delivered:
 
 
 def _through_mailguard(
-    stack: tuple[SmtpTestServer, celery.Celery], message: EmailMessage
+    corpus_stack: tuple[SmtpTestServer, celery.Celery], message: EmailMessage
 ) -> Delivered:
     """What the server receives for ``message`` through mailguard's backend and a worker."""
-    server, app = stack
+    server, app = corpus_stack
     before = len(server.delivered)
     connection = mail.get_connection("workers.django.EmailBackend")
     assert connection.send_messages([message]) == 1
@@ -441,12 +441,12 @@ def test_the_corpus_is_as_wide_as_promised() -> None:
 
 @pytest.mark.parametrize("case", sorted(CORPUS))
 def test_mailguard_sends_what_djangos_smtp_backend_sends(
-    stack: tuple[SmtpTestServer, celery.Celery], case: str
+    corpus_stack: tuple[SmtpTestServer, celery.Celery], case: str
 ) -> None:
     """The same MAIL FROM, the same RCPT TO in the same order, and the same bytes but for the
     Message-ID and Date Django makes anew each time it builds the message."""
-    expected = _through_django(stack[0], CORPUS[case]())
-    got = _through_mailguard(stack, CORPUS[case]())
+    expected = _through_django(corpus_stack[0], CORPUS[case]())
+    got = _through_mailguard(corpus_stack, CORPUS[case]())
     assert got.mail_from == expected.mail_from
     assert got.rcpt_tos == expected.rcpt_tos
     assert normalised(got.content) == normalised(expected.content)
@@ -454,13 +454,13 @@ def test_mailguard_sends_what_djangos_smtp_backend_sends(
 
 
 def test_a_deviation_character_in_a_domain_goes_in_idna_2008(
-    stack: tuple[SmtpTestServer, celery.Celery],
+    corpus_stack: tuple[SmtpTestServer, celery.Celery],
 ) -> None:
     """Deliberate difference: ``ß`` in a domain is sent as IDNA 2008 (``xn--fa-hia``, the
     domain registries use), where Django's SMTP backend encodes IDNA 2003 (``fass``, another
     domain). The message itself is Django's, byte for byte."""
-    expected = _through_django(stack[0], _message(to=["to@faß.example.com"]))
-    got = _through_mailguard(stack, _message(to=["to@faß.example.com"]))
+    expected = _through_django(corpus_stack[0], _message(to=["to@faß.example.com"]))
+    got = _through_mailguard(corpus_stack, _message(to=["to@faß.example.com"]))
     assert expected.rcpt_tos == ("to@fass.example.com",)
     assert got.rcpt_tos == ("to@xn--fa-hia.example.com",)
     assert normalised(got.content) == normalised(expected.content)
@@ -474,12 +474,12 @@ def test_a_deviation_character_in_a_domain_goes_in_idna_2008(
     ],
 )
 def test_a_domain_with_an_invisible_character_is_refused_at_enqueue(
-    stack: tuple[SmtpTestServer, celery.Celery], address: str
+    corpus_stack: tuple[SmtpTestServer, celery.Celery], address: str
 ) -> None:
     """Deliberate difference: a domain whose Unicode form holds a zero-width (non-)joiner, an
     invisible character, is refused when the message is sent (``ValueError`` naming the
     argument, nothing enqueued), where Django's SMTP backend sends to it."""
-    server, _ = stack
+    server, _ = corpus_stack
     before = len(server.delivered)
     message = _message(to=["to@example.com"], bcc=[address])
     with pytest.raises(ValueError, match=r"bcc\[0\].*unsafe characters"):

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from django.conf import settings
 from django.urls import include, path
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import client_app
 from devservers.smtp_server import SmtpTestServer
 from mailer import InvalidAddress, ManualClock
 from mailer.records.suppression import (
@@ -32,6 +32,7 @@ from mailer.records.suppression import (
     suppressions_from_url,
 )
 from mailer.settings import Settings
+from tests.workers.conftest import StackFactory
 from workers import state
 from workers.cli import main
 
@@ -88,18 +89,12 @@ def postmark(record: str, kind: str, email: str, *, ago: float = 60.0) -> dict[s
 
 
 @pytest.fixture
-def stack(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[dict[str, str]]:
+def tracking_stack(stack: StackFactory) -> Iterator[dict[str, str]]:
     """A worker on the test's Redis and SMTP server; this process's mailguard settings (which
     the webhook receiver reads) the same; Django with Anymail and the tracking app installed."""
-    env = worker_env(redis_url, smtp_server.url, MAILGUARD_POLICY="100/1s")
-    old = state.use_settings(Settings.from_env(env))
-    worker = CeleryWorker(env, concurrency=1).start()
-    try:
-        with _django_with_tracking():
-            yield env
-    finally:
-        worker.stop()
-        state.use_settings(old)
+    parts = stack(MAILGUARD_POLICY="100/1s", concurrency=1, settings=True)
+    with _django_with_tracking():
+        yield parts.env
 
 
 def _post(payload: dict[str, Any], auth: str = _auth()) -> int:
@@ -117,13 +112,13 @@ def _suppressed(env: dict[str, str], address: str) -> tuple[int, dict[str, Any] 
 
 @pytest.mark.slow
 def test_postmark_webhooks_suppress_and_the_next_mail_is_dropped(
-    stack: dict[str, str], smtp_server: SmtpTestServer
+    tracking_stack: dict[str, str], smtp_server: SmtpTestServer
 ) -> None:
     """A hard bounce and a spam complaint posted by Postmark suppress their addresses (never
     sent to before): a mail to each through the worker ends dropped/suppressed without reaching
     the server. A soft bounce, a transient bounce and a delivery suppress nothing; a post
     without the webhook secret is refused and suppresses nothing."""
-    env = stack
+    env = tracking_stack
     assert _post(postmark("Bounce", "HardBounce", "ada@example.com", ago=120)) == 200
     assert _post(postmark("SpamComplaint", "SpamComplaint", "cy@example.com")) == 200
     assert _post(postmark("Bounce", "SoftBounce", "bob@example.com")) == 200
@@ -162,11 +157,11 @@ def test_postmark_webhooks_suppress_and_the_next_mail_is_dropped(
 
 
 @pytest.mark.slow
-def test_a_later_bounce_does_not_shorten_a_complaint(stack: dict[str, str]) -> None:
+def test_a_later_bounce_does_not_shorten_a_complaint(tracking_stack: dict[str, str]) -> None:
     """A complaint then a hard bounce for the same address: still suppressed for ever."""
     assert _post(postmark("SpamComplaint", "SpamComplaint", "cy@example.com")) == 200
     assert _post(postmark("Bounce", "HardBounce", "cy@example.com", ago=1)) == 200
-    code, cy = _suppressed(stack, "cy@example.com")
+    code, cy = _suppressed(tracking_stack, "cy@example.com")
     assert code == 0 and cy is not None and (cy["source"], cy["forever"]) == ("complaint", True)
 
 

@@ -1,22 +1,25 @@
-"""A whole stack for input tests: one redis-server, aiosmtpd and a prefork worker (2)."""
+"""The module-scoped stack of the input tests (``test_celery_input``, ``test_hostile_input``):
+their hypothesis runs share one worker rather than start one per example."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import contextmanager
 
+import pytest
 from celery import Celery
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
 
-Stack = tuple[Celery, CeleryWorker, SmtpTestServer]
+#: The ``loose_stack`` fixture's parts: the client app, the worker and the SMTP server.
+LooseStack = tuple[Celery, CeleryWorker, SmtpTestServer]
 
 
-@contextmanager
-def loose_stack() -> Iterator[Stack]:
-    """The stack under a loose policy (``1000/1s``: these tests are about input, not limits)."""
+@pytest.fixture(scope="module")
+def loose_stack() -> Iterator[LooseStack]:
+    """One redis-server, aiosmtpd and prefork worker (2 processes) for the module, under a loose
+    policy (``1000/1s``: these tests are about input, not limits)."""
     redis_server = RedisServer().start()
     smtp = SmtpTestServer().start()
     env = worker_env(redis_server.url, smtp.url, MAILGUARD_POLICY="1000/1s")
