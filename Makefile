@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-demo wheel wheel-check test lint docs bench demo clean
+.PHONY: install install-demo wheel wheel-check test test-fast lint docs bench demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -36,6 +36,12 @@ PYTEST_JOBS ?= 3
 test: install
 	@sh .ci/install-redis
 	$(BIN)/python -m pytest -n $(PYTEST_JOBS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
+
+## test-fast: the tests that need no server (`pytest -m "not server"`): no redis-server, RabbitMQ,
+## SMTP server or Celery worker is started; a test that starts one without the `server` mark
+## fails (tests/server_marks.py), so this run passing proves it. Under a minute on 2 idle cores.
+test-fast: install
+	$(BIN)/python -m pytest -m "not server" -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 ## flake: the reliability tests (every crash point, the broker restarts, the drain's spacing,
 ## chaos) FLAKE_RUNS times in a row (default 20) while a busy loop per core keeps the CPU busy;

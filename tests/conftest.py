@@ -8,15 +8,13 @@ import pytest
 import redis
 
 from devservers.redis_servers import RedisClusterServers, RedisServer
+from devservers.smtp_server import SmtpTestServer, TestCertificate
 from mailer import REFERENCE_POLICY, Limiter, ManualClock, Policy
 from tests.server_marks import pytest_collection_modifyitems, pytest_runtest_protocol
-from tests.smtp_fixtures import smtp_server, test_certificate
 
-__all__ = [  # fixtures and hooks shared by the whole suite
+__all__ = [  # the hooks of tests/server_marks.py, installed for the whole suite
     "pytest_collection_modifyitems",
     "pytest_runtest_protocol",
-    "smtp_server",
-    "test_certificate",
 ]
 
 
@@ -54,6 +52,22 @@ def cluster() -> Iterator[RedisClusterServers]:
     servers = RedisClusterServers().start()
     yield servers
     servers.cleanup()
+
+
+@pytest.fixture
+def smtp_server() -> Iterator[SmtpTestServer]:
+    """A running aiosmtpd server on 127.0.0.1, stopped after the test if still running."""
+    server = SmtpTestServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def test_certificate(tmp_path_factory: pytest.TempPathFactory) -> TestCertificate:
+    """A self-signed certificate for 127.0.0.1, made once per session with ``openssl``."""
+    return TestCertificate.create(tmp_path_factory.mktemp("smtp-tls"))
 
 
 LimiterFactory = Callable[..., Limiter]
