@@ -39,7 +39,7 @@ test: install
 
 ## test-fast: the tests that need no server (`pytest -m "not server"`): no redis-server, RabbitMQ,
 ## SMTP server or Celery worker is started; a test that starts one without the `server` mark
-## fails (tests/server_marks.py), so this run passing proves it. Under a minute on 2 idle cores.
+## fails (tests/server_marks.py), so this run passing proves it.
 test-fast: install
 	$(BIN)/python -m pytest -m "not server" -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
