@@ -109,8 +109,13 @@ def _runs_a_server_program(args: object) -> str | None:
     words = [os.path.basename(os.fsdecode(a)) for a in argv if isinstance(a, (str, os.PathLike))]
     if words and words[0] in SERVER_PROGRAMS:
         return words[0]
-    if "-m" in words and words[words.index("-m") + 1 :][:1] == ["celery"] and "worker" in words:
+    module = words[words.index("-m") + 1 :][:1] if "-m" in words else []
+    if module == ["celery"] and "worker" in words:
         return "celery worker"
+    runs_the_cli = module == ["workers.cli"] or (words[:1] == ["mailguard"])
+    for command in ("worker", "demo"):  # a Celery worker (the demo's in-process one, its SMTP)
+        if runs_the_cli and command in words:
+            return f"mailguard {command}"
     return None
 
 

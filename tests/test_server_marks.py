@@ -48,8 +48,10 @@ def test_the_inprocess_worker_is_refused() -> None:
         ["redis-server", "--port", "0"],
         ["/usr/sbin/rabbitmq-server"],
         [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "--pool", "solo"],
+        ["mailguard", "worker"],
+        [sys.executable, "-m", "workers.cli", "demo"],
     ],
-    ids=["redis-server", "rabbitmq-server", "celery-worker"],
+    ids=["redis-server", "rabbitmq-server", "celery-worker", "mailguard-worker", "mailguard-demo"],
 )
 def test_server_programs_are_refused_as_subprocesses(command: list[str]) -> None:
     """Running a server program as a subprocess is refused before anything starts."""
