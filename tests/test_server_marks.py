@@ -49,9 +49,15 @@ def test_the_inprocess_worker_is_refused() -> None:
         ["/usr/sbin/rabbitmq-server"],
         [sys.executable, "-m", "celery", "-A", "workers.app", "worker", "--pool", "solo"],
         ["mailguard", "worker"],
-        [sys.executable, "-m", "workers.cli", "demo"],
+        [sys.executable, "-m", "workers.cli", "worker"],
     ],
-    ids=["redis-server", "rabbitmq-server", "celery-worker", "mailguard-worker", "mailguard-demo"],
+    ids=[
+        "redis-server",
+        "rabbitmq-server",
+        "celery-worker",
+        "mailguard-worker",
+        "python-m-cli-worker",
+    ],
 )
 def test_server_programs_are_refused_as_subprocesses(command: list[str]) -> None:
     """Running a server program as a subprocess is refused before anything starts."""
