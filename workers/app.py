@@ -24,7 +24,7 @@ from mailer.logs import JsonFormatter, in_utc
 from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import parking, priority, routing, state
-from workers.broker_transport import socket_options, transport_for
+from workers.broker_transport import redis_options, transport_for
 from workers.failing_stop import FailingStopStep
 from workers.liveness import Liveness, LivenessStep, broker_identity, register
 from workers.parking import schedule_for
@@ -57,8 +57,9 @@ CONNECTION_SETTINGS: dict[str, Any] = {
 
 def transport_options(config: Settings) -> dict[str, Any]:
     """The broker's transport options: the visibility timeout, if set the restore sweep, and
-    on Redis sockets that never block for minutes (:data:`SOCKET_OPTIONS`)."""
-    options: dict[str, Any] = socket_options(
+    on Redis sockets that never block for minutes and a short restore lock
+    (:func:`~workers.broker_transport.redis_options`)."""
+    options: dict[str, Any] = redis_options(
         config.broker_url,
         {"visibility_timeout": config.visibility_timeout},
     )
@@ -144,7 +145,7 @@ def _promote_on_every_app(sender: Any = None, instance: Any = None, **_: Any) ->
         for step in WORKER_STEPS:
             app.steps["worker"].add(step)
         broker = str(app.conf.broker_url)
-        app.conf.broker_transport_options = socket_options(
+        app.conf.broker_transport_options = redis_options(
             broker, dict(app.conf.broker_transport_options or {})
         )
 
