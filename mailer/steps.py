@@ -176,11 +176,18 @@ class Progress:
     #: remembered an earlier ``first_seen``): it may hold that run's admission. This run's
     #: own knowledge, never carried to the next run (not in :meth:`as_dict`).
     first_run_copy: bool = False
+    #: How many runs handed the mail on before this one, and the run that published this one
+    #: ("" for a first run): the ledger keeps the latest claiming run's, and a stale copy
+    #: (an earlier turn, or a sibling of the same number) ends at its claim
+    #: (:class:`~mailer.records.ledger.Turn`). ``turn`` -1: unknown (a progress written
+    #: without it), nothing checked.
+    turn: int = 0
+    parent: str = ""
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}
         fields.update({name: getattr(self, name) for name in _TIMES})
-        return fields | {"stale_owner": self.stale_owner}
+        return fields | {"stale_owner": self.stale_owner, "turn": self.turn, "parent": self.parent}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Progress:
@@ -190,8 +197,12 @@ class Progress:
         owner = data.get("stale_owner", "")
         if not isinstance(owner, str) or len(owner) > 64 or not set(owner) <= _OWNER_CHARS:
             owner = ""
+        parent = data.get("parent", "")
+        if not isinstance(parent, str) or len(parent) > 64 or not set(parent) <= _OWNER_CHARS:
+            parent = ""
         try:
             counters: dict[str, Any] = {name: max(int(data.get(name, 0)), 0) for name in _COUNTERS}
+            turn = max(int(data["turn"]), -1) if data.get("turn") is not None else -1
             times = {name: float(data.get(name, 0.0)) for name in _TIMES}
         except (TypeError, ValueError, OverflowError):
             return cls()
@@ -205,6 +216,8 @@ class Progress:
             due=times["due"],
             first_due=times["first_due"],
             first_seen=times["first_seen"],
+            turn=turn,
+            parent=parent,
         )
 
 

@@ -25,7 +25,7 @@ from mailer.crashpoints import crash_point
 from mailer.guard import MailRequest
 from mailer.guard.data import iso
 from mailer.mail.seal import seal, unseal
-from mailer.outcomes import IN_FLIGHT, Outcome
+from mailer.outcomes import IN_FLIGHT, SUPERSEDED, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
@@ -300,6 +300,8 @@ def send_mail(
     step = _process(request, progress, settings, watched=bool(_progress))
     crash_point("recorded")
     if isinstance(step, Finish):
+        if step.outcome.reason == SUPERSEDED:  # a stale copy: the mail's state is another run's
+            self.request.ignore_result = True
         return step.outcome.as_dict()
     if isinstance(step, Fail):
         raise MailFailed(step.outcome.as_dict())
@@ -314,6 +316,8 @@ def _process(
     schedule) removes that entry, so the watchdog never publishes it. (The run's start was
     told to the schedule at the hand-off to the pool: :mod:`workers.request`.)"""
     step = guard().process(request, progress)
+    if step.outcome.reason == SUPERSEDED:  # the entry is the run's that carries the mail on
+        return step
     if not isinstance(step, Later) and (watched or step.outcome.deferrals):
         parking.settled(settings, request.mail_id)
     return step
@@ -348,9 +352,10 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
     else:
         eta = datetime.fromtimestamp(state.limiter_now() + countdown, timezone.utc)
     # The payload beside the booking first, then the countdown: whatever dies after this
-    # (this worker, the broker, the message), the watchdog publishes the mail again.
+    # (this worker, the broker, the message), the watchdog publishes the mail again. Not for
+    # a copy that found another run sending the mail: the entry is that run's (its turn).
     args = task.request.args
-    watched = parking.watch(
+    watched = step.outcome.reason != IN_FLIGHT and parking.watch(
         settings, step, task_id=task_id, args=args, kwargs=again, due=eta.timestamp()
     )
     kind = again.get("kind", "default")  # one step above it: its burst cannot make it late
