@@ -346,3 +346,14 @@ def test_not_before_in_the_past_changes_nothing(
 def test_a_bad_not_before_is_refused(make_limiter: LimiterFactory, bad: object) -> None:
     with pytest.raises(ValueError, match="not_before must be epoch seconds"):
         make_limiter().acquire(ADA, not_before=bad)  # type: ignore[arg-type]
+
+
+def test_the_old_wait_names_still_read_but_warn(make_limiter: LimiterFactory) -> None:
+    """``retry_after`` / ``retry_after_ms`` read ``wait`` / ``wait_ms`` with a DeprecationWarning."""
+    limiter = make_limiter()
+    limiter.acquire(ADA)
+    refused = limiter.acquire(ADA)
+    with pytest.warns(DeprecationWarning, match="Decision.wait_ms"):
+        assert refused.retry_after_ms == refused.wait_ms == 60_000
+    with pytest.warns(DeprecationWarning, match="Decision.wait "):
+        assert refused.retry_after == refused.wait == 60.0
