@@ -349,7 +349,7 @@ def test_a_bad_not_before_is_refused(make_limiter: LimiterFactory, bad: object) 
 
 
 def test_the_old_wait_names_still_read_but_warn(make_limiter: LimiterFactory) -> None:
-    """``retry_after`` / ``retry_after_ms`` read ``wait`` / ``wait_ms`` with a DeprecationWarning."""
+    """``retry_after`` and ``retry_after_ms`` read ``wait`` and ``wait_ms``, with a warning."""
     limiter = make_limiter()
     limiter.acquire(ADA)
     refused = limiter.acquire(ADA)
