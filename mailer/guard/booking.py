@@ -343,7 +343,8 @@ def _booked(
     on the limiter's clock (the ``Later``'s ``due``). A run that came back for this very slot
     while the limiter says it is not due yet was started early by a worker whose clock is ahead
     (``local``, this worker's clock, already past the slot): it waits the limiter's remaining
-    ``wait`` on its own clock instead (a ``due`` would look past to it at once).
+    ``wait`` on its own clock instead (to it, the ``due`` has passed: it would run again at
+    once).
     """
     due: float | None = action.due
     new_booking = action.due != progress.due
