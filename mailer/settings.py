@@ -393,7 +393,7 @@ class Settings:
         return GuardConfig(
             sender=self.sender,
             fail_open=self.fail_mode == "fail_open",
-            max_countdown=self.max_countdown,
+            max_backoff=self.max_countdown,
             send_retries=self.send_retries,
             retry_backoff=self.retry_backoff,
             claim_lease=self.claim_lease,

@@ -7,11 +7,15 @@ mail answers the recorded outcome, in the state it was recorded with.
 
 - :func:`plan` (pure) turns a :class:`~mailer.limits.decision.Decision` into a :data:`Plan`.
 - :class:`~mailer.guard.Guard` answers each run with a :data:`Step`: :class:`Finish` (done,
-  sent or dropped), :class:`Fail` (failed for good) or :class:`Later` (run again in
-  ``countdown`` seconds, carrying :class:`Progress`).
+  sent or dropped), :class:`Fail` (failed for good) or :class:`Later` (run again after its
+  ``wait``, carrying :class:`Progress`).
 - ``workers/tasks.py`` carries a step out: return the outcome, raise ``MailFailed``, or store
-  the state :data:`DEFERRED` and retry with the countdown. :func:`celery_state` names the state
-  a reader sees for each status; the CLI, the demo and the simulator use the same words.
+  the state :data:`DEFERRED` and retry, capping the wait into Celery's countdown (the only
+  cap). :func:`celery_state` names the state a reader sees for each status; the CLI, the demo
+  and the simulator use the same words.
+
+Names (the glossary: docs/reference/limiter.md): ``wait`` is the remaining wait in seconds,
+``due`` the slot it ends at (epoch seconds, the limiter's clock).
 
 The Celery states are plain strings here (this module never imports Celery): the only place in
 ``mailer/`` and ``workers/`` where they are written.
@@ -94,17 +98,13 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Defer:
-    """Run again in ``countdown`` seconds; the slot at ``due`` (epoch seconds) is booked.
-
-    ``countdown`` is the whole wait, or ``max_countdown`` when the wait is longer: the task then
-    wakes early, finds its booking, and defers again (a hop). ``wait`` is the whole wait in
-    seconds, ``tier`` the tier that made it wait.
-    """
+    """Run again in ``wait`` seconds, at the booked slot ``due`` (epoch seconds); ``tier`` is
+    the tier that made it wait. The whole wait: a worker that holds a shorter countdown wakes
+    early, finds its booking, and defers again (a hop)."""
 
     status: ClassVar[Literal["deferred"]] = "deferred"
-    countdown: float
-    due: float
     wait: float
+    due: float
     tier: Tier | None
 
 
@@ -123,19 +123,16 @@ Plan = Send | Defer | Drop
 PlanStatus = Literal["sent", "deferred", "dropped"]
 
 
-def plan(decision: Decision, *, max_countdown: float) -> Plan:
-    """Allowed sends, booked defers (hopping past ``max_countdown`` seconds), refused drops.
+def plan(decision: Decision) -> Plan:
+    """Allowed sends, booked defers, refused drops.
 
-    The countdown has no jitter: the slot is booked, so it will be free at ``due``.
+    The wait has no jitter: the slot is booked, so it will be free at ``due``.
     """
     if decision.allowed:
         return Send(at=decision.at)
     if decision.booked:
-        wait = decision.retry_after
-        return Defer(
-            countdown=min(wait, max_countdown), due=decision.at, wait=wait, tier=decision.tier
-        )
-    return Drop(wait=decision.retry_after, tier=decision.tier)
+        return Defer(wait=decision.wait, due=decision.at, tier=decision.tier)
+    return Drop(wait=decision.wait, tier=decision.tier)
 
 
 _COUNTERS = ("attempts", "send_failures", "limiter_failures", "deferrals")
@@ -237,17 +234,19 @@ class Fail:
 
 @dataclass(frozen=True)
 class Later:
-    """Run this mail again in ``countdown`` seconds with ``progress``; ``outcome`` says why.
+    """Run this mail again in ``wait`` seconds (the whole wait) with ``progress``; ``outcome``
+    says why.
 
-    ``eta``, when set, is the same moment as epoch seconds on the limiter's clock (the Redis
-    server's time): publish at that time rather than ``countdown`` from the worker's own clock,
-    so a worker whose clock is off does not make the mails it defers late on the others.
+    ``due``, when set, is the same moment as epoch seconds on the limiter's clock (the Redis
+    server's time; a booked mail's slot): publish for that time rather than ``wait`` from the
+    worker's own clock, so a worker whose clock is off does not make the mails it defers late
+    on the others. ``workers/tasks.py`` caps the wait into Celery's countdown.
     """
 
-    countdown: float
+    wait: float
     outcome: Outcome
     progress: Progress
-    eta: float | None = None
+    due: float | None = None
 
 
 Step = Finish | Fail | Later

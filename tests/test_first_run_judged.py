@@ -73,7 +73,7 @@ def stack(
     assert limiter.judges_lateness
     transport = DyingTransport(set())
     kinds = Kinds.defaults().with_kind(Kind("short", subject="s", body="b", max_wait=100.0))
-    config = GuardConfig(late_tolerance=TOLERANCE, claim_lease=LEASE, max_countdown=3600)
+    config = GuardConfig(late_tolerance=TOLERANCE, claim_lease=LEASE)
     guard = memory_guard(
         limiter, MemoryLedger(clock), transport, kinds=kinds, config=config, clock=clock
     )
@@ -97,7 +97,7 @@ def dies_in_smtp(guard: Guard, transport: DyingTransport, request: MailRequest) 
 def until_final(guard: Guard, clock: ManualClock, request: MailRequest, step: Later) -> Outcome:
     """Follow a mail's countdowns until it finishes; its final outcome."""
     while isinstance(step, Later):
-        clock.advance(step.countdown)
+        clock.advance(step.wait)
         result = guard.process(request, step.progress)
         if not isinstance(result, Later):
             assert isinstance(result, Finish)

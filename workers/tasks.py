@@ -346,9 +346,11 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
         # 'deferred', ...}".
         task.request.ignore_result = True
         return step.outcome.as_dict()
-    countdown = min(step.countdown, settings.longest_countdown)  # longer waits are parked
-    if step.eta is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
-        eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
+    # The one cap of a countdown: a longer wait is parked (above) or hops (the run wakes early,
+    # finds its booking and defers again). Celery's names (countdown, eta) start here.
+    countdown = min(step.wait, settings.longest_countdown)
+    if step.due is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
+        eta = datetime.fromtimestamp(step.due - (step.wait - countdown), timezone.utc)
     else:
         eta = datetime.fromtimestamp(state.limiter_now() + countdown, timezone.utc)
     # The payload beside the booking first, then the countdown: whatever dies after this
