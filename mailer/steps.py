@@ -70,6 +70,7 @@ VOCABULARY: tuple[Word, ...] = (
     Word("bulk kind, recipient unsubscribed", "", "Finish", "dropped", why.UNSUBSCRIBED, SUCCESS),
     Word("message that keeps ending its worker", "", "on receipt", "dropped", why.POISON, SUCCESS),
     Word("another run holds the claim", "", "Later", "deferred", why.IN_FLIGHT, DEFERRED),
+    Word("stale copy (nothing stored)", "", "Finish", "deferred", why.SUPERSEDED, DEFERRED),
     Word("booked after a hold (slow down)", "Defer", "Later", "deferred", why.HELD, DEFERRED),
     Word("recipients found no common slot", "", "Later", "deferred", why.CONTENDED, DEFERRED),
     Word("bulk kind, sender paused", "", "Later", "deferred", why.REPUTATION, DEFERRED),
