@@ -22,7 +22,7 @@ from email.utils import formatdate, parseaddr, parsedate_to_datetime
 from types import MappingProxyType
 
 from mailer.errors import InvalidAddress, InvalidMessage
-from mailer.mail.address import mailbox
+from mailer.mail.address import Addresses, mailbox
 from mailer.mail.carried import carried_message, carried_message_id
 from mailer.mail.mime import POLICY, file_part, set_text, text_part
 
@@ -113,6 +113,12 @@ class Mail:
     ``carried`` is a whole message built elsewhere (:mod:`mailer.mail.carried`, Django's
     backend): it is sent as it is, to ``to``, ``cc`` and ``bcc`` from ``sender``'s address;
     ``subject``, ``body``, ``html``, ``headers``, ``reply_to`` and ``attachments`` are then empty.
+
+    ``addresses`` is the envelope as the worker checked it
+    (:class:`~mailer.mail.address.Addresses`): when given, ``to``, ``cc`` and ``bcc`` are its
+    mailboxes' shown forms, and nothing parses an address of this mail again
+    (:func:`mailer.mail.envelope.envelope_of`); None: they are parsed from ``to``, ``cc``,
+    ``bcc`` and ``sender`` when the envelope is made.
     """
 
     to: str | tuple[str, ...]
@@ -128,12 +134,17 @@ class Mail:
     attachments: tuple[Attachment, ...] = ()
     charset: str = "utf-8"
     carried: bytes | None = field(default=None, repr=False)
+    addresses: Addresses | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # A copy, so the caller's dict cannot change a frozen Mail afterwards.
         object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)))
         if isinstance(self.to, str):
             object.__setattr__(self, "to", (self.to,))
+        if self.addresses is not None:  # one source: the checked envelope
+            for name in ("to", "cc", "bcc"):
+                boxes = getattr(self.addresses, name)
+                object.__setattr__(self, name, tuple(box.shown for box in boxes))
 
 
 def message_id(mail_id: str, sender: str) -> str:
@@ -187,9 +198,10 @@ def build_message(
 
 
 def _carried(mail: Mail, now: float | None) -> EmailMessage:
-    """A carried message with its envelope; a ``Message-ID`` (from the mail id) and a ``Date``
-    added only when it has none (Django's messages have both)."""
-    message = carried_message(mail.carried or b"", mail.sender, (*mail.to, *mail.cc, *mail.bcc))
+    """A carried message, parsed; a ``Message-ID`` (from the mail id) and a ``Date`` added only
+    when it has none (Django's messages have both). Its envelope is the mail's, never its
+    headers (:func:`mailer.mail.envelope.envelope_of`)."""
+    message = carried_message(mail.carried or b"")
     if "Message-ID" not in message:
         message["Message-ID"] = message_id(mail.mail_id, mail.sender)
     if now is not None and "Date" not in message:
