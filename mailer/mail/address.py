@@ -230,6 +230,8 @@ class Addresses:
     to: tuple[Mailbox, ...] = ()
     cc: tuple[Mailbox, ...] = ()
     bcc: tuple[Mailbox, ...] = ()
+    #: The From header's address (the Message-ID's domain); "": read from the From text.
+    from_address: str = ""
 
     @property
     def mailboxes(self) -> tuple[Mailbox, ...]:
@@ -242,7 +244,9 @@ class Addresses:
         def kept(boxes: tuple[Mailbox, ...]) -> tuple[Mailbox, ...]:
             return tuple(box for box in boxes if box.recipient.limit_key not in keys)
 
-        return Addresses(self.sender, kept(self.to), kept(self.cc), kept(self.bcc))
+        return Addresses(
+            self.sender, kept(self.to), kept(self.cc), kept(self.bcc), self.from_address
+        )
 
 
 @functools.lru_cache(maxsize=64)  # a few senders, asked for every mail

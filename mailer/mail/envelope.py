@@ -141,7 +141,7 @@ def envelope_addresses(
             sender = mailbox(given[0]).address
         except InvalidAddress as exc:
             raise InvalidMessage(f"header 'Sender': {exc}") from None
-    return Addresses(sender, to, cc, bcc)
+    return Addresses(sender, to, cc, bcc, from_address=from_address)
 
 
 _CHARSET = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,39}")

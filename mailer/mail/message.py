@@ -182,7 +182,7 @@ def build_message(
     message["Subject"] = mail.subject
     given = {name.lower() for name in mail.headers}
     if "message-id" not in given:
-        message["Message-ID"] = message_id(mail.mail_id, mail.sender)
+        message["Message-ID"] = message_id(mail.mail_id, _from_address(mail))
     if now is not None and "date" not in given:
         message["Date"] = formatdate(now, usegmt=True)
     for name, given_value in mail.headers.items():
@@ -203,7 +203,7 @@ def _carried(mail: Mail, now: float | None) -> EmailMessage:
     headers (:func:`mailer.mail.envelope.envelope_of`)."""
     message = carried_message(mail.carried or b"")
     if "Message-ID" not in message:
-        message["Message-ID"] = message_id(mail.mail_id, mail.sender)
+        message["Message-ID"] = message_id(mail.mail_id, _from_address(mail))
     if now is not None and "Date" not in message:
         message["Date"] = formatdate(now, usegmt=True)
     return message
@@ -213,11 +213,17 @@ def mail_message_id(mail: Mail) -> str:
     """The Message-ID ``mail`` is sent with: a carried message's own, the caller's header,
     else :func:`message_id`."""
     if mail.carried is not None:
-        return carried_message_id(mail.carried) or message_id(mail.mail_id, mail.sender)
+        return carried_message_id(mail.carried) or message_id(mail.mail_id, _from_address(mail))
     for name, value in mail.headers.items():
         if name.lower() == "message-id":
             return value.strip()
-    return message_id(mail.mail_id, mail.sender)
+    return message_id(mail.mail_id, _from_address(mail))
+
+
+def _from_address(mail: Mail) -> str:
+    """The From address the worker checked (no parse), else the From text as given."""
+    checked = mail.addresses.from_address if mail.addresses is not None else ""
+    return checked or mail.sender
 
 
 def _add_body(message: EmailMessage, mail: Mail) -> None:
@@ -271,7 +277,7 @@ def check_mail(mail: Mail, limits: MessageLimits = DEFAULT_LIMITS) -> tuple[str,
         raise InvalidMessage(f"headers: more than {limits.max_headers} extra headers")
     for name, value in mail.headers.items():
         check_extra_header(name, value, limits.max_header_chars)
-    message_id(mail.mail_id, mail.sender)
+    message_id(mail.mail_id, _from_address(mail))
     return to
 
 
@@ -292,7 +298,7 @@ def _check_carried(mail: Mail, limits: MessageLimits) -> None:
         raise InvalidMessage("mime: a carried message takes no subject, body, html, headers")
     if mail.attachments:
         raise InvalidMessage("mime: a carried message takes no attachments: attach them to it")
-    message_id(mail.mail_id, mail.sender)
+    message_id(mail.mail_id, _from_address(mail))
 
 
 def _add_addresses(message: EmailMessage, mail: Mail, to: tuple[str, ...]) -> None:
@@ -386,8 +392,10 @@ def _check_body(name: str, value: object, max_bytes: int) -> None:
 
 @functools.lru_cache(maxsize=64)  # a few senders, asked for every mail
 def _sender_domain(sender: str) -> str:
-    """The lower-case ASCII domain of the sender's address, or the fallback domain."""
-    _, address = parseaddr(sender)
+    """The lower-case ASCII domain of the sender's address (an address alone is not parsed), or
+    the fallback domain."""
+    bare = sender.strip()
+    address = bare if not any(c in bare for c in "<( ") else parseaddr(sender)[1]
     if "@" not in address:
         return FALLBACK_DOMAIN
     domain = address.rpartition("@")[2].strip().lower()

@@ -52,7 +52,7 @@ class SuppressionGate:
             if raws is not None:
                 found = {mail.limit_key: self.suppressions.from_raw(raws[0])}
             else:
-                found = {k: self.suppressions.suppressed(k) for k in keys}
+                found = {k: self.suppressions.suppressed_key(k) for k in keys}
         except BackendUnavailable as exc:
             self.metrics.backend_down("ledger")
             return backend_down(self.config, mail.base, progress, exc, why.LEDGER_UNAVAILABLE)
