@@ -1,14 +1,17 @@
 """A mail's envelope (sender, recipients, message), made once in the worker, and the worker's
 reading of ``send_mail``'s arguments it is made from.
 
-How an address travels from ``send_mail.delay`` to ``RCPT TO``:
+How an address travels from ``send_mail.delay`` to ``RCPT TO`` (``tests/test_envelope.py``
+counts the parses over real SMTP sends):
 
 1. ``delay()`` checks every address (:func:`mailer.mail.arguments.check_arguments`):
    :func:`mailer.mail.address.mailbox` parses it once (``"Name <address>"`` or an address) and
    the call is refused when one is invalid. The call goes on the queue as the caller wrote it.
-2. The worker's receipt check, in the worker's main process
-   (:class:`workers.request.GuardedRequest`), bounds the arguments again before the pool,
-   addresses included.
+2. A Celery worker's receipt check, in its main process
+   (:class:`workers.request.GuardedRequest`), bounds the arguments again before the pool with
+   the same check, addresses included (so a producer other than ``delay()`` cannot hand the
+   pool a bad call): with a Celery worker an address is parsed three times, twice without one
+   (the guard run in process, :func:`mailer.factory.memory_guard`).
 3. In the pool, the guard's validation (:mod:`mailer.guard.validate`) parses each address once
    more with :func:`~mailer.mail.address.mailbox` (:func:`recipients`, :func:`sender_of_call`):
    the shown form (display name kept, domain in Punycode) and the
