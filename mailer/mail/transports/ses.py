@@ -3,11 +3,11 @@
 The message goes as built, byte for byte (headers, attachments, the Message-ID derived from the
 mail id), to the envelope's recipients (the ``Bcc`` header itself is left out, as SMTP leaves it
 out), with the envelope's sender as ``FromEmailAddress`` (a ``Sender`` header's address, else
-From's: the identity SES checks). Credentials come from boto3's usual chain (environment, profile, instance
-role); the region must be given (``MAILGUARD_SES_REGION``). SES's answers become the guard's
-reactions (:mod:`mailer.mail.transports.provider`: throttling holds the sender, a rejection
-fails the mail). botocore's own retries are off: a throttling answer must reach the guard,
-which holds every worker, rather than be retried at once; network errors are retried here
+From's: the identity SES checks). Credentials come from boto3's usual chain (environment, profile,
+instance role); the region must be given (``MAILGUARD_SES_REGION``). SES's answers become the
+guard's reactions (:mod:`mailer.mail.transports.provider`: throttling holds the sender, a rejection
+fails the mail). botocore's own retries are off: a throttling answer must reach the guard, which
+holds every worker, rather than be retried at once; network errors are retried here
 (:mod:`mailer.mail.transports.retrying`).
 
 Needs boto3: ``pip install 'celery-mailguard[ses]'``. Not for SES's v1 ``SendRawEmail``.
