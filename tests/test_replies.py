@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from mailer.mail.replies import MAX_STATED_HOLD, Action, reaction_to_reply, stated_hold
+from mailer.mail.replies import (
+    MAX_STATED_HOLD,
+    Action,
+    reaction_to_reply,
+    stated_hold,
+    temporary_reply,
+)
+from mailer.mail.replies import temporary as replies_temporary
 
 GREYLIST = Action.GREYLIST
 HOLD_SENDER = Action.HOLD_SENDER
@@ -183,3 +190,27 @@ def test_a_waiting_reaction_is_not_retried_at_once_and_a_plain_retry_is() -> Non
     assert reaction_to_reply(450, "4.2.1 receiving mail at a rate").hold_action
     assert not reaction_to_reply(421, "4.4.2 connection dropped").hold_action
     assert not reaction_to_reply(451, "Local error in processing").hold_action
+
+
+@pytest.mark.parametrize(
+    ("reply", "temporary"),
+    [
+        ("421 4.7.0 try again later", True),
+        ("450 4.2.2 mailbox full", True),
+        ("4.4.7 message expired", True),
+        ("  451 local error", True),
+        ("550 5.1.1 user unknown", False),
+        ("5.1.1 user unknown", False),
+        ("mailbox full", False),
+        ("", False),
+    ],
+)
+def test_a_reply_text_is_temporary_by_its_code_or_enhanced_status(
+    reply: str, temporary: bool
+) -> None:
+    """The one reader of temporary replies: a 4xx code, or an enhanced status ``4.x.x`` alone
+    (as an ESP's bounce report quotes it); the same answer as for the code itself."""
+    assert temporary_reply(reply) is temporary
+    code = reply.split(maxsplit=1)[0] if reply.strip()[:3].isdigit() else None
+    if code is not None:
+        assert replies_temporary(int(code)) is temporary

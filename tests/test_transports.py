@@ -17,6 +17,7 @@ from devservers.redis_servers import free_port
 from mailer.errors import MailguardError, PermanentSendError, SendError, TransientSendError
 from mailer.mail.envelope import Envelope, envelope_of
 from mailer.mail.message import Mail
+from mailer.mail.replies import Action, Reaction
 from mailer.mail.transports import (
     ConsoleTransport,
     MemoryTransport,
@@ -25,6 +26,7 @@ from mailer.mail.transports import (
     Transport,
 )
 from mailer.mail.transports.base import mask_addresses, recipient_hash
+from mailer.mail.transports.retrying import worth_retrying
 from tests.smtp_server import SmtpTestServer, TestCertificate
 
 # Re-exported so pytest finds the fixtures here until tests/conftest.py imports them.
@@ -582,3 +584,27 @@ def test_recipient_hash_ignores_case_and_whitespace() -> None:
     """The log hash of an address does not depend on its case or surrounding spaces."""
     assert recipient_hash(" Ada@Example.com ") == recipient_hash("ada@example.com")
     assert len(recipient_hash("ada@example.com")) == 12
+
+
+# --- what is worth another try at once ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "at_once", "with_holds_retried"),
+    [
+        (TransientSendError("connection dropped"), True, True),
+        (TransientSendError("x", code=451, reply="4.3.0 try later"), True, True),
+        (TransientSendError("x", code=454, reply="Throttling failure: rate exceeded"), False, True),
+        (TransientSendError("x", code=450, reply="4.2.0 greylisted"), False, True),
+        (TransientSendError("x", reaction=Reaction(Action.HOLD_SENDER)), False, True),
+        (PermanentSendError("x", code=550, reply="5.1.1 user unknown"), False, False),
+    ],
+)
+def test_one_rule_says_what_is_worth_retrying_at_once(
+    error: SendError, at_once: bool, with_holds_retried: bool
+) -> None:
+    """Every transport retries at once a transient error that asks for no delay (``RETRY``);
+    a hold or a greylisting delay is the guard's, unless the SMTP transport retries holds
+    itself (``retry_holds``); a permanent error never."""
+    assert worth_retrying(error) is at_once
+    assert worth_retrying(error, retry_holds=True) is with_holds_retried
