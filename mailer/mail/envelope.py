@@ -19,8 +19,9 @@ counts the parses over real SMTP sends):
    :class:`~mailer.mail.address.Addresses` (:func:`envelope_addresses`), kept in its
    :class:`~mailer.mail.message.Mail`; the limiter and the gates count their limit keys.
 4. Suppression and unsubscribe take recipients out of the mail (:func:`without_recipients`), by
-   limit key, in that structure; the message is built afterwards, its To and Cc written from the
-   shown forms (:func:`~mailer.mail.message.build_message`).
+   limit key, in that structure; the message is built afterwards (again, when it was built to
+   be checked), its To and Cc written from the shown forms
+   (:func:`~mailer.mail.message.build_message`).
 5. :class:`~mailer.guard.sending.Sending` makes the :class:`Envelope` (:func:`envelope_of`): the
    built message with the checked sender and recipients beside it. A transport sends the
    envelope: SMTP gives ``MAIL FROM`` and ``RCPT TO`` the checked addresses as they are (not even
