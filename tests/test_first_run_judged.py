@@ -16,7 +16,6 @@ a real worker whose pool child is SIGKILLed mid-SMTP: tests/test_first_run_kille
 from __future__ import annotations
 
 from collections.abc import Iterator
-from email.message import EmailMessage
 
 import pytest
 import redis
@@ -25,6 +24,7 @@ from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
 from mailer.guard import Finish, GuardConfig, Later, MailRequest, Progress
 from mailer.guard.engine import Guard
+from mailer.mail.envelope import Envelope
 from mailer.mail.kinds import Kind
 from mailer.mail.transports import MemoryTransport
 from mailer.mail.transports.base import SendReceipt
@@ -48,12 +48,12 @@ class DyingTransport(MemoryTransport):
         super().__init__()
         self.doomed = doomed
 
-    def send(self, message: EmailMessage) -> SendReceipt:
-        subject = str(message["Subject"])
+    def send(self, envelope: Envelope) -> SendReceipt:
+        subject = str(envelope.message["Subject"])
         if subject in self.doomed:
             self.doomed.discard(subject)
             raise Killed(subject)
-        return super().send(message)
+        return super().send(envelope)
 
 
 @pytest.fixture(params=["memory", "redis"])
