@@ -189,9 +189,10 @@ class Progress:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Progress:
-        """The inverse of :meth:`as_dict`; anything malformed starts from zero."""
+        """The inverse of :meth:`as_dict`; anything malformed starts from zero (its turn
+        unknown: nothing is checked, so no copy of it is taken for stale)."""
         if not isinstance(data, Mapping):
-            return cls()
+            return cls(turn=-1)
         owner = data.get("stale_owner", "")
         if not isinstance(owner, str) or len(owner) > 64 or not set(owner) <= _OWNER_CHARS:
             owner = ""
@@ -203,7 +204,7 @@ class Progress:
             turn = max(int(data["turn"]), -1) if data.get("turn") is not None else -1
             times = {name: float(data.get(name, 0.0)) for name in _TIMES}
         except (TypeError, ValueError, OverflowError):
-            return cls()
+            return cls(turn=-1)
         times = {name: t if 0 <= t < _LATEST_TIME else 0.0 for name, t in times.items()}  # NaN
         if "first_seen" not in data:  # written before first_seen: the deadline keeps its start
             times["first_seen"] = times["requested_at"]

@@ -120,7 +120,9 @@ def test_unseal_answers_none_for_junk(junk: object) -> None:
 
 
 def test_progress_from_junk_starts_from_zero() -> None:
-    """Malformed counters (wrong types, huge floats, negatives) give zero progress or clamp."""
-    assert Progress.from_dict({"attempts": "x"}) == Progress()
-    assert Progress.from_dict({"attempts": float("inf")}) == Progress()
-    assert Progress.from_dict({"attempts": -5}) == Progress()
+    """Malformed counters (wrong types, huge floats, negatives) give zero progress or clamp;
+    a progress without a turn has an unknown one (-1: nothing checked)."""
+    zero = Progress(turn=-1)
+    assert Progress.from_dict({"attempts": "x"}) == zero
+    assert Progress.from_dict({"attempts": float("inf")}) == zero
+    assert Progress.from_dict({"attempts": -5}) == zero
