@@ -1,10 +1,10 @@
 """What one worker process holds at run time: its guard, and the limiter's clock read through it.
 
 The guard is built from the settings in force (:func:`workers.process_settings.current`) on
-first use, and again once ``use_settings`` put others in force. It follows the live policy
-(:mod:`mailer.records.policy`): :func:`guard` reads its version at most once a second and, for a
-new one, hands out a guard built for it (a run in progress finishes under the guard it started
-with).
+first use, and again after ``use_settings`` put others in force (which drops it). It follows
+the live policy (:mod:`mailer.records.policy`): :func:`guard` reads its version at most once a
+second and, for a new one, hands out a guard built for it (a run in progress finishes under the
+guard it started with).
 
 ``workers.app``, ``workers.tasks``, ``workers.promoter`` and ``workers.request`` read the guard
 here and nowhere else.
@@ -39,10 +39,20 @@ def guard() -> Guard:
     before the fork would share its connections with every pool process)."""
     global _guard, _guard_pid
     with _lock:
-        in_force = process_settings.current()
-        if _guard is None or _guard_pid != os.getpid() or _guard.settings is not in_force:
+        if _guard is None or _guard_pid != os.getpid():
+            in_force = process_settings.current()
             _guard, _guard_pid = _Following(build_guard(in_force), in_force), os.getpid()
         return _guard.current()
+
+
+def _drop_guard() -> None:
+    """Forget the guard: other settings were put in force (the next run builds one from them)."""
+    global _guard  # noqa: PLW0603 - the process's one guard, as guard() keeps it
+    with _lock:
+        _guard = None
+
+
+process_settings.when_replaced(_drop_guard)
 
 
 class _Following:
@@ -51,8 +61,6 @@ class _Following:
 
     def __init__(self, base: Guard, env: Settings) -> None:
         self.guard = base
-        #: The settings ``base`` was built from.
-        self.settings = env
         self.watch: PolicyWatch[Guard] | None = None
         if not env.effective_ledger_url.startswith("memory:"):
 
