@@ -20,7 +20,7 @@ from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from mailer.settings import Settings
 from tests.smtp_server import SmtpTestServer
 from tests.waiting import poll
-from workers import state
+from workers import process_settings
 from workers import unsubscribe as endpoint
 from workers.cli import main
 
@@ -53,7 +53,7 @@ def stack(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[dict[str, str
         MAILGUARD_REPUTATION="complaint 10%",
         MAILGUARD_REPUTATION_MIN="5",
     )
-    old = state.use_settings(Settings.from_env(env))
+    old = process_settings.use_settings(Settings.from_env(env))
     worker = CeleryWorker(env, concurrency=1).start()
     django_tracking.connect()
     try:
@@ -61,7 +61,7 @@ def stack(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[dict[str, str
     finally:
         tracking.disconnect(dispatch_uid="mailguard.suppression")
         worker.stop()
-        state.use_settings(old)
+        process_settings.use_settings(old)
 
 
 def _send(app: Any, to: str, kind: str) -> Any:
@@ -89,7 +89,7 @@ def test_a_click_and_a_complaint_stop_newsletters_and_nothing_else(
         assert sum(m["List-Unsubscribe"] is None for m in codes) == 1, "the code carries none"
 
         # One click (the endpoint's own view; the WSGI server is tests/test_unsubscribe.py's).
-        answer = endpoint.Application(state.current()).answer(
+        answer = endpoint.Application(process_settings.current()).answer(
             "POST", link, b"List-Unsubscribe=One-Click"
         )
         assert answer.status.startswith("200")

@@ -32,7 +32,7 @@ from mailer.records.suppression import (
 )
 from mailer.settings import Settings
 from tests.smtp_server import SmtpTestServer
-from workers import state
+from workers import process_settings
 from workers.cli import main
 
 if not settings.configured:  # as tests/test_django.py configures it, whichever file runs first
@@ -92,14 +92,14 @@ def stack(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[dict[str, str
     """A worker on the test's Redis and SMTP server; this process's mailguard settings (which
     the webhook receiver reads) the same; Django with Anymail and the tracking app installed."""
     env = worker_env(redis_url, smtp_server.url, MAILGUARD_POLICY="100/1s")
-    old = state.use_settings(Settings.from_env(env))
+    old = process_settings.use_settings(Settings.from_env(env))
     worker = CeleryWorker(env, concurrency=1).start()
     try:
         with _django_with_tracking():
             yield env
     finally:
         worker.stop()
-        state.use_settings(old)
+        process_settings.use_settings(old)
 
 
 def _post(payload: dict[str, Any], auth: str = _auth()) -> int:
@@ -191,22 +191,22 @@ def test_the_ledger_down_answers_500_so_the_esp_sends_again() -> None:
     """A ledger's Redis that cannot be reached: the webhook answers 500 (the ESP retries)
     rather than dropping the event."""
     env = {"MAILGUARD_LIMITER_URL": "redis://127.0.0.1:1/0", "MAILGUARD_SECRET": "s"}
-    old = state.use_settings(Settings.from_env(env))
+    old = process_settings.use_settings(Settings.from_env(env))
     try:
         with _django_with_tracking():
             assert _post(postmark("Bounce", "HardBounce", "ada@example.com")) == 500
     finally:
-        state.use_settings(old)
+        process_settings.use_settings(old)
 
 
 def test_a_memory_ledger_stops_django_at_start_in_one_line() -> None:
-    old = state.use_settings(Settings())
+    old = process_settings.use_settings(Settings())
     try:
         refused = pytest.raises(ImproperlyConfigured, match=r"memory://: a suppression recorded")
         with refused, _django_with_tracking():
             pass
     finally:
-        state.use_settings(old)
+        process_settings.use_settings(old)
 
 
 class _Event:

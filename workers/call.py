@@ -18,7 +18,7 @@ from mailer.errors import InvalidMessage, MailguardError
 from mailer.mail.arguments import InvalidArguments, check_arguments
 from mailer.mail.kinds import Kinds, check_templates
 from mailer.mail.seal import unseal
-from workers import state
+from workers import process_settings
 
 #: Keyword arguments only mailguard itself passes: ``_progress`` (sealed: see
 #: :mod:`mailer.mail.seal`) and ``_requested_at``, the epoch seconds of ``send_mail.delay`` (a
@@ -70,10 +70,10 @@ def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
     mailguard sealed for this mail id, and nothing a worker could not decode. Raises
     ``ValueError`` with the environment's problem when its settings are unusable.
     """
-    refusal = state.refusal()
+    refusal = process_settings.refusal()
     if refusal:
         raise ValueError(refusal)
-    settings = state.current()
+    settings = process_settings.current()
     call = check_arguments(
         args, kwargs, max_message_bytes=settings.max_message_bytes, private=PRIVATE
     )

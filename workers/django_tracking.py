@@ -39,7 +39,7 @@ from mailer.guard.data import iso
 from mailer.mail.replies import temporary_reply
 from mailer.records.suppression.events import SUPPRESSING, record_event
 from mailer.suppression import reputation_for, suppressions_for
-from workers import state
+from workers import process_settings
 
 log = logging.getLogger("mailguard")
 
@@ -71,7 +71,7 @@ def on_tracking(sender: Any, event: Any, esp_name: str, **kwargs: Any) -> None:
     name = event_name(event)
     if name not in SUPPRESSING:
         return
-    settings = state.current()
+    settings = process_settings.current()
     suppressions = suppressions_for(settings)
     if not event.recipient:
         log.warning("%s %s event without a recipient: nothing suppressed", esp_name, name)
@@ -116,11 +116,11 @@ def connect() -> None:
         raise ImproperlyConfigured(
             "workers.django_tracking needs django-anymail: pip install 'celery-mailguard[anymail]'"
         ) from None
-    problem = state.refusal()
+    problem = process_settings.refusal()
     if problem is not None:
         raise ImproperlyConfigured(problem)
     try:
-        suppressions_for(state.current())
+        suppressions_for(process_settings.current())
     except ValueError as exc:
         raise ImproperlyConfigured(f"mailguard: {exc}") from None
     tracking.connect(on_tracking, dispatch_uid="mailguard.suppression")

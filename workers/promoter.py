@@ -48,7 +48,7 @@ from mailer.errors import BackendUnavailable
 from mailer.metrics import default_metrics
 from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
 from mailer.settings import Settings
-from workers import outbox, parking, priority, routing, state
+from workers import outbox, parking, priority, process_settings, routing, state
 from workers.outbox_watch import OutboxWatch
 from workers.payload import Parked
 
@@ -273,7 +273,7 @@ class PromoterStep(bootsteps.StartStopStep):
 
     def start(self, worker: Any) -> None:
         """Start the promoter; with parking off too: it is the watchdog of countdowns."""
-        settings = state.current()
+        settings = process_settings.current()
         try:
             schedule = parking.schedule_for(settings)
         except ValueError as exc:

@@ -46,7 +46,7 @@ from mailer.errors import BackendUnavailable
 from mailer.mail.arguments import InvalidArguments
 from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
-from workers import outbox, parking, state
+from workers import outbox, parking, process_settings, state
 from workers.call import check_call
 from workers.tasks import Deferred
 
@@ -76,7 +76,7 @@ class GuardedRequest(Request):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         try:
-            outbox.received(state.current(), self.id, self.kwargs, self.delivery_info)
+            outbox.received(process_settings.current(), self.id, self.kwargs, self.delivery_info)
         except Exception:  # the consumer must live: the entry stays, its copy ends a repeat
             log.exception("mail %s: outbox entry not cleared on receipt", self.id)
 
@@ -129,13 +129,13 @@ class GuardedRequest(Request):
             return _outcome(self.id, {}, why.INVALID, str(exc))
         mail_id = call.get("mail_id") or self.id
         if call.get("_progress"):
-            parking.running(state.current(), str(mail_id))
+            parking.running(process_settings.current(), str(mail_id))
         if not self.delivery_info.get("redelivered"):
             return None
         ledger = state.guard().ledger
         try:
             count = ledger.handoff(mail_id)
-            if count <= state.current().poison_after:
+            if count <= process_settings.current().poison_after:
                 return None
             poison = _outcome(
                 mail_id,

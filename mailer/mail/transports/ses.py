@@ -51,7 +51,7 @@ class SesTransport:
         sleep: Callable[[float], None] = time.sleep,
         client: Any = None,
     ) -> None:
-        if not region:
+        if not region:  # built by hand, without settings (which check MAILGUARD_SES_REGION)
             raise ValueError("SES needs a region (eu-west-1)")
         self.region = region
         self.endpoint_url = endpoint_url
