@@ -210,11 +210,12 @@ def test_limiter_down_defers_with_backoff_or_sends_unguarded(own_redis: RedisSer
 
 
 def test_progress_round_trips_and_ignores_junk() -> None:
-    """Progress survives the task's kwargs (JSON) and a malformed value starts from zero."""
-    progress = Progress(attempts=3, send_failures=1, limiter_failures=2, deferrals=4)
+    """Progress survives the task's kwargs (JSON) and a malformed value starts from zero, its
+    turn unknown (-1)."""
+    progress = Progress(attempts=3, send_failures=1, limiter_failures=2, deferrals=4, turn=2)
     assert Progress.from_dict(progress.as_dict()) == progress
-    assert Progress.from_dict(None) == Progress()
-    assert Progress.from_dict("junk") == Progress()  # type: ignore[arg-type]
+    assert Progress.from_dict(None) == Progress(turn=-1)
+    assert Progress.from_dict("junk") == Progress(turn=-1)  # type: ignore[arg-type]
 
 
 def test_a_ledger_outage_is_named_the_ledger_even_under_fail_open(
