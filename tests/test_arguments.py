@@ -126,3 +126,14 @@ def test_progress_from_junk_starts_from_zero() -> None:
     assert Progress.from_dict({"attempts": "x"}) == zero
     assert Progress.from_dict({"attempts": float("inf")}) == zero
     assert Progress.from_dict({"attempts": -5}) == zero
+
+
+def test_the_receipt_check_bounds_addresses_without_parsing_them() -> None:
+    """``addresses=False`` (a worker's receipt check, before the guard parses them): a bad
+    address passes, a malformed shape does not."""
+    call = {"subject": "s", "body": "b", "cc": ["not an address"]}
+    assert check_arguments(["nobody"], call, addresses=False)["to"] == "nobody"
+    with pytest.raises(InvalidArguments, match="to"):
+        check_arguments(["nobody"], call)
+    with pytest.raises(InvalidArguments, match=r"cc\[0\] must be one line"):
+        check_arguments(["nobody"], {"cc": ["a\nb"]}, addresses=False)

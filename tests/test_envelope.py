@@ -87,8 +87,9 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> Iterator[Parses]:
 def test_each_address_is_parsed_twice_from_delay_to_rcpt(
     parses: Parses, smtp_server: SmtpTestServer, clock: ManualClock
 ) -> None:
-    """to, cc, bcc and from_email: parsed once by ``delay()``'s check and once by the worker;
-    neither the transport nor smtplib reads an address again (MAIL FROM and RCPT TO carry the
+    """to, cc, bcc and from_email: parsed once by ``delay()``'s check and once by the worker's
+    guard; the worker's receipt check bounds them without parsing; neither the transport nor
+    smtplib reads an address again (MAIL FROM and RCPT TO carry the
     checked ones: an ASCII local part with the domain in Punycode, else the Unicode form)."""
     call = {
         "to": ["Ada Lovelace <ada@bücher.ch>", "jörg@bücher.ch"],
@@ -99,6 +100,8 @@ def test_each_address_is_parsed_twice_from_delay_to_rcpt(
         "body": "Shipped.\n",
     }
     checked = check_arguments([], call)  # what send_mail.delay() runs
+    received = check_arguments([], checked, addresses=False)  # a worker's receipt check
+    assert received == checked
     guard = _guard(SmtpTransport.from_url(smtp_server.url, sleep=lambda _: None), clock)
     step = guard.process(MailRequest(mail_id="m-1", **checked))
     assert isinstance(step, Finish) and step.outcome.status == "sent", step

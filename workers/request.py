@@ -10,7 +10,9 @@ the pool:
 
 1. :func:`workers.call.check_call` bounds the raw arguments: a bad message ends at once as
    ``dropped`` / ``invalid`` (state SUCCESS, like every dropped mail), acknowledged, never seen
-   by a pool process.
+   by a pool process. Addresses are bounded, not parsed: the guard parses each once in the
+   pool and records a bad one ``dropped`` / ``invalid`` (two parses per mail in all, the
+   other at ``send_mail.delay``).
 2. A *redelivered* copy is counted in the ledger (:meth:`mailer.records.ledger.Ledger.handoff`; a
    first delivery costs nothing): once ``MAILGUARD_POISON_AFTER`` copies were handed over without
    any run of the mail ending, the message is quarantined: outcome ``dropped`` / ``poison``
@@ -124,7 +126,7 @@ class GuardedRequest(Request):
     def _receipt_outcome(self) -> Outcome | None:
         """The outcome that ends this request on receipt, or None to hand it to the pool."""
         try:
-            call = check_call(self.args, self.kwargs)
+            call = check_call(self.args, self.kwargs, addresses=False)  # parsed in the pool
         except InvalidArguments as exc:
             return _outcome(self.id, {}, why.INVALID, str(exc))
         mail_id = call.get("mail_id") or self.id

@@ -9,9 +9,9 @@ counts the parses over real SMTP sends):
    the call is refused when one is invalid. The call goes on the queue as the caller wrote it.
 2. A Celery worker's receipt check, in its main process
    (:class:`workers.request.GuardedRequest`), bounds the arguments again before the pool with
-   the same check, addresses included (so a producer other than ``delay()`` cannot hand the
-   pool a bad call): with a Celery worker an address is parsed three times, twice without one
-   (the guard run in process, :func:`mailer.factory.memory_guard`).
+   the same check, addresses bounded (text, one line, how many) but not parsed: the guard
+   parses them next, and a producer other than ``delay()`` that queued a bad address gets it
+   recorded ``dropped`` / ``invalid`` by the guard.
 3. In the pool, the guard's validation (:mod:`mailer.guard.validate`) parses each address once
    more with :func:`~mailer.mail.address.mailbox` (:func:`recipients`, :func:`sender_of_call`):
    the shown form (display name kept, domain in Punycode) and the
