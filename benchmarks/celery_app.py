@@ -30,6 +30,7 @@ import workers.tasks
 from mailer.factory import build_transport
 from mailer.guard import Guard
 from mailer.limits.limiter import Limiter
+from mailer.mail.envelope import envelope_of
 from mailer.mail.message import Mail, build_message
 from mailer.mail.transports import ConsoleTransport, MemoryTransport, SmtpTransport
 from mailer.mail.transports.base import Transport
@@ -127,7 +128,7 @@ def unguarded(self: Task, to: str, subject: str, body: str) -> dict[str, Any]:
     now = time.time()
     mail = Mail(to=to, subject=subject, body=body, mail_id=mail_id, sender=settings.sender)
     message = _build_message(mail, now=now)
-    receipt = transport().send(message)
+    receipt = transport().send(envelope_of(mail, message))
     result = Outcome(
         status="sent",
         mail_id=mail_id,

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
         at = dt.datetime.fromtimestamp(d.at, tz=dt.timezone.utc).strftime("%a %H:%M")
         shown_at = at if not d.refused else f"({at})"
         print(
-            f"{i:>4}  {verdict:8}  {shown_at:11}  {d.retry_after:>8.0f}s  {d.tier or '-'!s:12}"
+            f"{i:>4}  {verdict:8}  {shown_at:11}  {d.wait:>8.0f}s  {d.tier or '-'!s:12}"
             f"  {d.remaining}"
         )
 

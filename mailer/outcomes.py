@@ -28,6 +28,9 @@ REPUTATION = "reputation"
 #: Booked after a hold (the server asked us to slow down): ``hold`` names it.
 HELD = "held"
 IN_FLIGHT = "in_flight"
+#: A stale copy of a run whose mail another run already carried on (a watchdog's copy of a
+#: countdown that ran late, a redelivered copy): it ended without a trace (nothing stored).
+SUPERSEDED = "superseded"
 SMTP_TRANSIENT = "smtp_transient"
 SMTP_PERMANENT = "smtp_permanent"
 RETRIES_EXHAUSTED = "retries_exhausted"

@@ -62,181 +62,40 @@ lower makes redeliveries happen; the ledger still keeps them from sending twice.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from difflib import get_close_matches
-from typing import Literal
+from dataclasses import dataclass
 
-from mailer import defaults
-from mailer.errors import InvalidAddress
+from mailer import defaults, settings_checks
 from mailer.guard import GuardConfig
-from mailer.limits.checks import MAX_BOOKINGS
-from mailer.limits.policy import REFERENCE_POLICY, Policy
-from mailer.mail.address import check_sender
 from mailer.mail.kinds import Kinds
 from mailer.mail.transports import registry as transports
-from mailer.records.holds.pace import PACE_START, PACE_STEP
-from mailer.records.reputation.base import Thresholds
-from mailer.settings_env import ALL_INTERFACES, PREFIX, TEST_ONLY, read_values
+from mailer.settings_checks import RABBITMQ_CONSUMER_TIMEOUT
+from mailer.settings_env import ALL_INTERFACES, KNOWN, read_values, unknown_names, unknown_setting
+from mailer.settings_values import FailMode, LogFormat, Values
 
-#: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
-#: channel. Countdown tasks are held by the worker until they run, so they must stay below it.
-RABBITMQ_CONSUMER_TIMEOUT = 1800.0
-_UNSUBSCRIBE_URL = re.compile(
-    r"^(https://[^\s/?#]+|http://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?)(/[^\s?#]*)?$"
-)
-FailMode = Literal["fail_closed", "fail_open"]
-LogFormat = Literal["text", "json"]
-
-#: The variables :meth:`Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).
-KNOWN = frozenset(
-    PREFIX + name
-    for name in (
-        "BROKER_URL",
-        "RESULT_BACKEND",
-        "LIMITER_URL",
-        "LEDGER_URL",
-        "SMTP_URL",
-        "POLICY",
-        "SECRET",
-        "SENDER",
-        "FAIL_MODE",
-        "QUEUE",
-        "MAX_COUNTDOWN",
-        "SEND_RETRIES",
-        "RETRY_BACKOFF",
-        "CLAIM_LEASE",
-        "SMTP_ATTEMPTS",
-        "VISIBILITY_TIMEOUT",
-        "RESTORE_INTERVAL",
-        "METRICS_PORT",
-        "LOG_FORMAT",
-        "TIMEZONE",
-        "MAX_MESSAGE_BYTES",
-        "POISON_AFTER",
-        "SUPPRESS_FOR",
-        "LATE_TOLERANCE",
-        "PARK_AFTER",
-        "PROMOTE_LEASE",
-        "WATCH_GRACE",
-        "OUTBOX_GRACE",
-        "THROTTLE_HOLD",
-        "THROTTLE_HOLD_MAX",
-        "GREYLIST_DELAY",
-        "HOLD_EVIDENCE",
-        "TRANSPORT",
-        "DJANGO_BACKEND",
-        "SES_REGION",
-        "SES_ENDPOINT_URL",
-        "SES_CONFIGURATION_SET",
-        "ANYMAIL_ESP",
-        "MAX_BOOKINGS",
-        "PACE_START",
-        "PACE_STEP",
-        "UNSUBSCRIBE_URL",
-        "REPUTATION",
-        "REPUTATION_WINDOW",
-        "REPUTATION_MIN",
-    )
-)
+__all__ = [
+    "ALL_INTERFACES",
+    "KNOWN",
+    "RABBITMQ_CONSUMER_TIMEOUT",
+    "FailMode",
+    "LogFormat",
+    "Settings",
+    "unknown_setting",
+]
 
 
 @dataclass(frozen=True)
-class Settings:
-    """Everything a mailguard worker is configured with. Durations in seconds."""
+class Settings(Values):
+    """Everything a mailguard worker is configured with (the values: :class:`Values`).
+    Durations in seconds.
 
-    broker_url: str = "memory://"
-    result_backend: str = "cache+memory://"
-    limiter_url: str = "memory://"
-    ledger_url: str | None = None
-    smtp_url: str = "console://"
-    policy: Policy = field(default_factory=lambda: Policy.parse(REFERENCE_POLICY, name="recipient"))
-    secret: str | None = None
-    sender: str = defaults.SENDER
-    fail_mode: FailMode = "fail_closed"
-    queue: str = defaults.QUEUE
-    max_countdown: float = defaults.MAX_COUNTDOWN
-    send_retries: int = defaults.SEND_RETRIES
-    retry_backoff: float = defaults.RETRY_BACKOFF
-    claim_lease: float = defaults.CLAIM_LEASE
-    smtp_attempts: int = defaults.SMTP_ATTEMPTS
-    visibility_timeout_override: float | None = None
-    restore_interval: float | None = None
-    metrics_port: int | None = None
-    metrics_host: str = ALL_INTERFACES
-    log_format: LogFormat = "text"
-    timezone: str = "UTC"
-    max_message_bytes: int = defaults.MAX_MESSAGE_BYTES
-    poison_after: int = defaults.POISON_AFTER
-    suppress_for: float = defaults.SUPPRESS_FOR
-    late_tolerance: float = defaults.LATE_TOLERANCE
-    park_after: float | None = defaults.PARK_AFTER
-    promote_lease: float = defaults.PROMOTE_LEASE
-    watch_grace: float = defaults.WATCH_GRACE
-    outbox_grace: float | None = defaults.OUTBOX_GRACE
-    throttle_hold: float | None = defaults.THROTTLE_HOLD
-    throttle_hold_max: float = defaults.THROTTLE_HOLD_MAX
-    greylist_delay: float = defaults.GREYLIST_DELAY
-    hold_evidence: tuple[int, float] | None = defaults.HOLD_EVIDENCE
-    max_bookings: int = MAX_BOOKINGS
-    pace_start: float | None = PACE_START
-    pace_step: float = PACE_STEP
-    kinds: Kinds = field(default_factory=Kinds.defaults)
-    transport: str = transports.DEFAULT
-    django_backend: str | None = None
-    ses_region: str | None = None
-    ses_endpoint_url: str | None = None
-    ses_configuration_set: str | None = None
-    anymail_esp: str | None = None
-    unsubscribe_url: str | None = None
-    reputation: Thresholds | None = None
-    reputation_window: float = defaults.REPUTATION_WINDOW
-    reputation_min: int = defaults.REPUTATION_MIN
+    Built, each value is checked (:func:`mailer.settings_checks.check`: ``ValueError`` in one
+    line naming the variable); :meth:`from_env` parses the variables with
+    :mod:`mailer.settings_env`.
+    """
 
     def __post_init__(self) -> None:
-        for variable, bad, accepted in self._bounds():
-            if bad:
-                raise ValueError(f"{PREFIX}{variable} must be {accepted}")
-        try:
-            check_sender(self.sender)
-        except InvalidAddress as exc:
-            raise ValueError(
-                f"{PREFIX}SENDER must be an address (noreply@example.com) or "
-                f'"Name <noreply@example.com>": {exc}'
-            ) from None
-        self._check_holds()
-        self._check_watch()
-        self._check_transport()
-        self._check_bulk()
-
-    def _check_bulk(self) -> None:
-        url = self.unsubscribe_url
-        if url is not None and not _UNSUBSCRIBE_URL.match(url):
-            raise ValueError(
-                f"{PREFIX}UNSUBSCRIBE_URL must be https://host/path (http:// only on localhost), "
-                f"got {url!r:.60}"
-            )
-        if not 60 <= self.reputation_window <= 30 * 86_400:
-            raise ValueError(
-                f"{PREFIX}REPUTATION_WINDOW must be 1m-30d, got {_s(self.reputation_window)}"
-            )
-        if self.reputation_min < 1:
-            raise ValueError(f"{PREFIX}REPUTATION_MIN must be >= 1, got {self.reputation_min}")
-
-    def _check_transport(self) -> None:
-        if self.transport not in transports.names():
-            known = ", ".join(transports.names())
-            raise ValueError(
-                f"{PREFIX}TRANSPORT must be one of {known}, got {self.transport!r:.40}"
-            )
-        if self.transport == "ses" and not self.ses_region:
-            raise ValueError(f"{PREFIX}SES_REGION must be set with {PREFIX}TRANSPORT=ses")
-        if self.transport == "anymail" and not self.anymail_esp:
-            raise ValueError(
-                f"{PREFIX}ANYMAIL_ESP must be set with {PREFIX}TRANSPORT=anymail (postmark, "
-                "mailgun, sendgrid... : an ESP Anymail ships)"
-            )
+        settings_checks.check(self)
 
     def transport_options(self) -> transports.TransportOptions:
         """What the transport is built from (:mod:`mailer.mail.transports.registry`)."""
@@ -251,101 +110,6 @@ class Settings:
             ses_configuration_set=self.ses_configuration_set,
             anymail_esp=self.anymail_esp,
         )
-        self._check_pace()
-
-    def _check_pace(self) -> None:
-        start = self.pace_start
-        if start is not None and not 0.01 <= start <= 10_000:
-            raise ValueError(f"{PREFIX}PACE_START must be 0.01-10000 mails/s or off, got {start:g}")
-        if not 0 <= self.pace_step <= 10_000:
-            raise ValueError(f"{PREFIX}PACE_STEP must be 0-10000 mails/s, got {self.pace_step:g}")
-
-    def _check_watch(self) -> None:
-        if not 0.1 <= self.watch_grace <= 600:
-            raise ValueError(f"{PREFIX}WATCH_GRACE must be 100ms-10m, got {self.watch_grace:g} s")
-        grace = self.outbox_grace
-        if grace is not None and not 1 <= grace <= 600:
-            raise ValueError(f"{PREFIX}OUTBOX_GRACE must be 1s-10m or off, got {grace:g} s")
-
-    def _bounds(self) -> tuple[tuple[str, bool, str], ...]:
-        """Each value's check: its variable (without the prefix), whether the value is out of
-        bounds, and the accepted form with the value given."""
-        restore = self.restore_interval
-        return (
-            (
-                "FAIL_MODE",
-                self.fail_mode not in ("fail_closed", "fail_open"),
-                f"fail_closed or fail_open, got {self.fail_mode!r:.40}",
-            ),
-            ("MAX_COUNTDOWN", self.max_countdown < 1, f">= 1 s, got {_s(self.max_countdown)}"),
-            ("RETRY_BACKOFF", self.retry_backoff <= 0, f"> 0 s, got {_s(self.retry_backoff)}"),
-            ("CLAIM_LEASE", self.claim_lease < 1, f">= 1 s, got {_s(self.claim_lease)}"),
-            ("RESTORE_INTERVAL", restore is not None and restore <= 0, f"> 0 s, got {_s(restore)}"),
-            ("SEND_RETRIES", self.send_retries < 0, f">= 0, got {self.send_retries}"),
-            ("SMTP_ATTEMPTS", self.smtp_attempts < 1, f">= 1, got {self.smtp_attempts}"),
-            (
-                "METRICS_PORT",
-                self.metrics_port is not None and not 0 < self.metrics_port < 65536,
-                f"1-65535, got {self.metrics_port}",
-            ),
-            (
-                "LATE_TOLERANCE",
-                not 0 <= self.late_tolerance <= 3600,
-                f"0-1h, got {_s(self.late_tolerance)}",
-            ),
-            ("SUPPRESS_FOR", self.suppress_for <= 0, f"> 0 s, got {_s(self.suppress_for)}"),
-            ("POISON_AFTER", self.poison_after < 1, f">= 1, got {self.poison_after}"),
-            (
-                "MAX_MESSAGE_BYTES",
-                self.max_message_bytes < 1024,
-                f">= 1024, got {self.max_message_bytes}",
-            ),
-            (
-                "LOG_FORMAT",
-                self.log_format not in ("text", "json"),
-                f"text or json, got {self.log_format!r:.40}",
-            ),
-            (
-                "PARK_AFTER",
-                self.park_after is not None and self.park_after <= 0,
-                f"> 0 s or off, got {_s(self.park_after)}",
-            ),
-            ("PROMOTE_LEASE", self.promote_lease < 1, f">= 1 s, got {_s(self.promote_lease)}"),
-            ("MAX_BOOKINGS", self.max_bookings < 1000, f">= 1000, got {self.max_bookings}"),
-        )
-
-    def _check_holds(self) -> None:
-        if self.throttle_hold is not None and not 0 < self.throttle_hold <= 86_400:
-            raise ValueError(
-                f"{PREFIX}THROTTLE_HOLD must be > 0 s and at most 1d, or off, got "
-                f"{self.throttle_hold:g} s"
-            )
-        hold = self.throttle_hold or 0.0
-        if not hold <= self.throttle_hold_max <= 86_400 or self.throttle_hold_max <= 0:
-            raise ValueError(
-                f"{PREFIX}THROTTLE_HOLD_MAX must be > 0 s, at least {PREFIX}THROTTLE_HOLD "
-                f"({hold:g} s) and at most 1d, got {self.throttle_hold_max:g} s"
-            )
-        if not 0 < self.greylist_delay <= 86_400:
-            raise ValueError(
-                f"{PREFIX}GREYLIST_DELAY must be > 0 s and at most 1d, got "
-                f"{self.greylist_delay:g} s"
-            )
-        if self.hold_evidence is not None:
-            count, window = self.hold_evidence
-            if not (2 <= count <= 1000 and 0 < window <= 3600):
-                raise ValueError(
-                    f"{PREFIX}HOLD_EVIDENCE must be count/window with a count of 2-1000 and a "
-                    f"window > 0 s and at most 1h, or off, got {count}/{window:g}s"
-                )
-
-    @property
-    def longest_countdown(self) -> float:
-        """The longest countdown a worker holds, in seconds: longer waits are parked
-        (``park_after``) or hop (``max_countdown``), whichever bound is shorter."""
-        if self.park_after is None:
-            return self.max_countdown
-        return min(self.max_countdown, self.park_after)
 
     @property
     def visibility_timeout(self) -> float:
@@ -360,40 +124,14 @@ class Settings:
         Checked when a worker starts and by the commands that touch shared storage; not at
         parse time, since tests and tools build such settings on purpose.
         """
-        found = []
-        shared = self.limiter_url.split(":", 1)[0].startswith(("redis", "rediss", "unix"))
-        if shared and not self.secret:
-            found.append(
-                f"{PREFIX}SECRET is not set but {PREFIX}LIMITER_URL is shared storage: workers "
-                "without the same secret keep separate budgets and the key hash protects "
-                f"nothing; set {PREFIX}SECRET (e.g. openssl rand -hex 32), the same everywhere"
-            )
-        bulk = sorted(name.upper() for name, kind in self.kinds.items() if kind.unsubscribe)
-        needs = [("UNSUBSCRIBE_URL", self.unsubscribe_url), ("SECRET", self.secret)]
-        for variable in [name for name, value in needs if bulk and not value][:1]:
-            found.append(
-                f"{PREFIX}KIND_{bulk[0]}_UNSUBSCRIBE=1 makes a bulk kind, whose one-click "
-                f"unsubscribe link needs {PREFIX}{variable} (https://example.org/unsubscribe; "
-                "a secret to sign it)"
-            )
-        amqp = self.broker_url.split(":", 1)[0] in ("amqp", "amqps", "pyamqp")
-        if amqp and self.longest_countdown >= RABBITMQ_CONSUMER_TIMEOUT:
-            bound = (
-                "MAX_COUNTDOWN" if self.longest_countdown == self.max_countdown else "PARK_AFTER"
-            )
-            found.append(
-                f"{PREFIX}{bound} ({self.longest_countdown:g} s) reaches RabbitMQ's default "
-                f"consumer_timeout ({RABBITMQ_CONSUMER_TIMEOUT:g} s), which would close the "
-                "channel of a waiting mail; use at most 20m"
-            )
-        return found
+        return settings_checks.problems(self)
 
     def guard_config(self) -> GuardConfig:
         """The guard's knobs from these settings."""
         return GuardConfig(
             sender=self.sender,
             fail_open=self.fail_mode == "fail_open",
-            max_countdown=self.max_countdown,
+            max_backoff=self.max_countdown,
             send_retries=self.send_retries,
             retry_backoff=self.retry_backoff,
             claim_lease=self.claim_lease,
@@ -419,32 +157,9 @@ class Settings:
         default; a near miss gets the closest names: :func:`unknown_setting`).
         """
         env = os.environ if environ is None else environ
-        unknown = sorted(
-            name
-            for name in env
-            if name.startswith(PREFIX)
-            and name not in KNOWN | TEST_ONLY
-            and not name.startswith(PREFIX + "KIND_")
-        )
+        unknown = unknown_names(env)
         if unknown:
             raise ValueError(unknown_setting(unknown[0]))
         values = read_values(env)
         values["kinds"] = Kinds.from_env(env)
         return cls(**values)  # type: ignore[arg-type]
-
-
-def _s(seconds: float | None) -> str:
-    """A number of seconds as shown in a refusal."""
-    return "off" if seconds is None else f"{seconds:g} s"
-
-
-def unknown_setting(name: str) -> str:
-    """The one line refusing an unknown ``MAILGUARD_`` ``name``: the closest known names when
-    some are near (``MAILGUARD_POLCY``: did you mean ``MAILGUARD_POLICY``?), else every name."""
-    suffixes = sorted(known[len(PREFIX) :] for known in KNOWN)
-    close = get_close_matches(name[len(PREFIX) :].upper(), suffixes, n=2, cutoff=0.6)
-    if close:
-        return f"unknown setting {name}; did you mean {' or '.join(PREFIX + c for c in close)}?"
-    return (
-        f"unknown setting {name}; known: {', '.join(sorted(KNOWN))} and {PREFIX}KIND_<NAME>_<FIELD>"
-    )

@@ -1,13 +1,16 @@
-"""Reading ``MAILGUARD_*`` variables: each variable's parser, in one table (:data:`READERS`).
+"""Reading ``MAILGUARD_*`` variables: each variable's parser, in one table (:data:`READERS`),
+which is also the one list of the variables there are (:data:`KNOWN`).
 
 :func:`read_values` is what :meth:`mailer.settings.Settings.from_env` parses the environment
-with; every error names its variable.
+with; every error names its variable. A ``MAILGUARD_`` name that is none of them is refused
+(:func:`unknown_setting`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from difflib import get_close_matches
 
 from mailer.durations import parse_duration, parse_size
 from mailer.limits.policy import Policy
@@ -167,3 +170,30 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("REPUTATION_WINDOW", "reputation_window", parse_duration),
     ("REPUTATION_MIN", "reputation_min", _integer),
 )
+
+#: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).
+KNOWN = frozenset(PREFIX + name for name, _, _ in READERS)
+
+
+def unknown_names(env: Mapping[str, str]) -> list[str]:
+    """The ``MAILGUARD_`` names in ``env`` that no setting reads, sorted (a typo must not
+    silently fall back to a default)."""
+    return sorted(
+        name
+        for name in env
+        if name.startswith(PREFIX)
+        and name not in KNOWN | TEST_ONLY
+        and not name.startswith(PREFIX + "KIND_")
+    )
+
+
+def unknown_setting(name: str) -> str:
+    """The one line refusing an unknown ``MAILGUARD_`` ``name``: the closest known names when
+    some are near (``MAILGUARD_POLCY``: did you mean ``MAILGUARD_POLICY``?), else every name."""
+    suffixes = sorted(known[len(PREFIX) :] for known in KNOWN)
+    close = get_close_matches(name[len(PREFIX) :].upper(), suffixes, n=2, cutoff=0.6)
+    if close:
+        return f"unknown setting {name}; did you mean {' or '.join(PREFIX + c for c in close)}?"
+    return (
+        f"unknown setting {name}; known: {', '.join(sorted(KNOWN))} and {PREFIX}KIND_<NAME>_<FIELD>"
+    )

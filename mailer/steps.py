@@ -7,11 +7,15 @@ mail answers the recorded outcome, in the state it was recorded with.
 
 - :func:`plan` (pure) turns a :class:`~mailer.limits.decision.Decision` into a :data:`Plan`.
 - :class:`~mailer.guard.Guard` answers each run with a :data:`Step`: :class:`Finish` (done,
-  sent or dropped), :class:`Fail` (failed for good) or :class:`Later` (run again in
-  ``countdown`` seconds, carrying :class:`Progress`).
+  sent or dropped), :class:`Fail` (failed for good) or :class:`Later` (run again after its
+  ``wait``, carrying :class:`Progress`).
 - ``workers/tasks.py`` carries a step out: return the outcome, raise ``MailFailed``, or store
-  the state :data:`DEFERRED` and retry with the countdown. :func:`celery_state` names the state
-  a reader sees for each status; the CLI, the demo and the simulator use the same words.
+  the state :data:`DEFERRED` and retry, capping the wait into Celery's countdown (the only
+  cap). :func:`celery_state` names the state a reader sees for each status; the CLI, the demo
+  and the simulator use the same words.
+
+Names (the glossary: docs/reference/limiter.md): ``wait`` is the remaining wait in seconds,
+``due`` the slot it ends at (epoch seconds, the limiter's clock).
 
 The Celery states are plain strings here (this module never imports Celery): the only place in
 ``mailer/`` and ``workers/`` where they are written.
@@ -66,6 +70,7 @@ VOCABULARY: tuple[Word, ...] = (
     Word("bulk kind, recipient unsubscribed", "", "Finish", "dropped", why.UNSUBSCRIBED, SUCCESS),
     Word("message that keeps ending its worker", "", "on receipt", "dropped", why.POISON, SUCCESS),
     Word("another run holds the claim", "", "Later", "deferred", why.IN_FLIGHT, DEFERRED),
+    Word("stale copy (nothing stored)", "", "Finish", "deferred", why.SUPERSEDED, DEFERRED),
     Word("booked after a hold (slow down)", "Defer", "Later", "deferred", why.HELD, DEFERRED),
     Word("recipients found no common slot", "", "Later", "deferred", why.CONTENDED, DEFERRED),
     Word("bulk kind, sender paused", "", "Later", "deferred", why.REPUTATION, DEFERRED),
@@ -94,17 +99,13 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Defer:
-    """Run again in ``countdown`` seconds; the slot at ``due`` (epoch seconds) is booked.
-
-    ``countdown`` is the whole wait, or ``max_countdown`` when the wait is longer: the task then
-    wakes early, finds its booking, and defers again (a hop). ``wait`` is the whole wait in
-    seconds, ``tier`` the tier that made it wait.
-    """
+    """Run again in ``wait`` seconds, at the booked slot ``due`` (epoch seconds); ``tier`` is
+    the tier that made it wait. The whole wait: a worker that holds a shorter countdown wakes
+    early, finds its booking, and defers again (a hop)."""
 
     status: ClassVar[Literal["deferred"]] = "deferred"
-    countdown: float
-    due: float
     wait: float
+    due: float
     tier: Tier | None
 
 
@@ -123,19 +124,16 @@ Plan = Send | Defer | Drop
 PlanStatus = Literal["sent", "deferred", "dropped"]
 
 
-def plan(decision: Decision, *, max_countdown: float) -> Plan:
-    """Allowed sends, booked defers (hopping past ``max_countdown`` seconds), refused drops.
+def plan(decision: Decision) -> Plan:
+    """Allowed sends, booked defers, refused drops.
 
-    The countdown has no jitter: the slot is booked, so it will be free at ``due``.
+    The wait has no jitter: the slot is booked, so it will be free at ``due``.
     """
     if decision.allowed:
         return Send(at=decision.at)
     if decision.booked:
-        wait = decision.retry_after
-        return Defer(
-            countdown=min(wait, max_countdown), due=decision.at, wait=wait, tier=decision.tier
-        )
-    return Drop(wait=decision.retry_after, tier=decision.tier)
+        return Defer(wait=decision.wait, due=decision.at, tier=decision.tier)
+    return Drop(wait=decision.wait, tier=decision.tier)
 
 
 _COUNTERS = ("attempts", "send_failures", "limiter_failures", "deferrals")
@@ -176,25 +174,37 @@ class Progress:
     #: remembered an earlier ``first_seen``): it may hold that run's admission. This run's
     #: own knowledge, never carried to the next run (not in :meth:`as_dict`).
     first_run_copy: bool = False
+    #: How many runs handed the mail on before this one, and the run that published this one
+    #: ("" for a first run): the ledger keeps the latest claiming run's, and a stale copy
+    #: (an earlier turn, or a sibling of the same number) ends at its claim
+    #: (:class:`~mailer.records.ledger.Turn`). ``turn`` -1: unknown (a progress written
+    #: without it), nothing checked.
+    turn: int = 0
+    parent: str = ""
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}
         fields.update({name: getattr(self, name) for name in _TIMES})
-        return fields | {"stale_owner": self.stale_owner}
+        return fields | {"stale_owner": self.stale_owner, "turn": self.turn, "parent": self.parent}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | None) -> Progress:
-        """The inverse of :meth:`as_dict`; anything malformed starts from zero."""
+        """The inverse of :meth:`as_dict`; anything malformed starts from zero (its turn
+        unknown: nothing is checked, so no copy of it is taken for stale)."""
         if not isinstance(data, Mapping):
-            return cls()
+            return cls(turn=-1)
         owner = data.get("stale_owner", "")
         if not isinstance(owner, str) or len(owner) > 64 or not set(owner) <= _OWNER_CHARS:
             owner = ""
+        parent = data.get("parent", "")
+        if not isinstance(parent, str) or len(parent) > 64 or not set(parent) <= _OWNER_CHARS:
+            parent = ""
         try:
             counters: dict[str, Any] = {name: max(int(data.get(name, 0)), 0) for name in _COUNTERS}
+            turn = max(int(data["turn"]), -1) if data.get("turn") is not None else -1
             times = {name: float(data.get(name, 0.0)) for name in _TIMES}
         except (TypeError, ValueError, OverflowError):
-            return cls()
+            return cls(turn=-1)
         times = {name: t if 0 <= t < _LATEST_TIME else 0.0 for name, t in times.items()}  # NaN
         if "first_seen" not in data:  # written before first_seen: the deadline keeps its start
             times["first_seen"] = times["requested_at"]
@@ -205,6 +215,8 @@ class Progress:
             due=times["due"],
             first_due=times["first_due"],
             first_seen=times["first_seen"],
+            turn=turn,
+            parent=parent,
         )
 
 
@@ -224,17 +236,19 @@ class Fail:
 
 @dataclass(frozen=True)
 class Later:
-    """Run this mail again in ``countdown`` seconds with ``progress``; ``outcome`` says why.
+    """Run this mail again in ``wait`` seconds (the whole wait) with ``progress``; ``outcome``
+    says why.
 
-    ``eta``, when set, is the same moment as epoch seconds on the limiter's clock (the Redis
-    server's time): publish at that time rather than ``countdown`` from the worker's own clock,
-    so a worker whose clock is off does not make the mails it defers late on the others.
+    ``due``, when set, is the same moment as epoch seconds on the limiter's clock (the Redis
+    server's time; a booked mail's slot): publish for that time rather than ``wait`` from the
+    worker's own clock, so a worker whose clock is off does not make the mails it defers late
+    on the others. ``workers/tasks.py`` caps the wait into Celery's countdown.
     """
 
-    countdown: float
+    wait: float
     outcome: Outcome
     progress: Progress
-    eta: float | None = None
+    due: float | None = None
 
 
 Step = Finish | Fail | Later

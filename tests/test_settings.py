@@ -86,6 +86,8 @@ def test_variables_are_read() -> None:
         ({"MAILGUARD_SEND_RETRIES": "many"}, "MAILGUARD_SEND_RETRIES"),
         ({"MAILGUARD_FAIL_MODE": "maybe"}, "MAILGUARD_FAIL_MODE must be fail_closed or fail_open"),
         ({"MAILGUARD_LIMITTER_URL": "redis://"}, "unknown setting MAILGUARD_LIMITTER_URL"),
+        ({"MAILGUARD_PACE_START": "0.001"}, "MAILGUARD_PACE_START must be 0.01-10000"),
+        ({"MAILGUARD_PACE_STEP": "-1"}, "MAILGUARD_PACE_STEP must be 0-10000"),
     ],
 )
 def test_bad_values_name_the_variable(env: dict[str, str], message: str) -> None:

@@ -23,8 +23,8 @@ from mailer.factory import build_guard, build_holds, build_reputation
 from mailer.logs import JsonFormatter, in_utc
 from mailer.settings import Settings
 from mailer.storage import is_memory
-from workers import parking, priority, routing, state
-from workers.broker_transport import socket_options, transport_for
+from workers import parking, priority, process_settings, routing, state
+from workers.broker_transport import redis_options, transport_for
 from workers.failing_stop import FailingStopStep
 from workers.liveness import Liveness, LivenessStep, broker_identity, register
 from workers.parking import schedule_for
@@ -33,11 +33,12 @@ from workers.promoter import PromoterStep
 #: The bootsteps mailguard adds to every worker that runs ``send_mail``.
 WORKER_STEPS = (PromoterStep, LivenessStep, FailingStopStep)
 
-#: The environment's settings (:data:`workers.state.env_settings`): the app is built from them.
-settings: Settings = state.env_settings
+#: The environment's settings (:data:`workers.process_settings.env_settings`): the app is built
+#: from them.
+settings: Settings = process_settings.env_settings
 log = logging.getLogger("mailguard.worker")
-#: Why they are unusable (one line naming the variable), or None (:mod:`workers.state`).
-settings_error: str | None = state.settings_error
+#: Why they are unusable (one line naming the variable), or None (:mod:`workers.process_settings`).
+settings_error: str | None = process_settings.settings_error
 
 #: Celery's broker connection settings: a connect gives up after 5 s (and is tried again), the
 #: consumer retries for ever (a worker outlives a broker outage; ``mailguard health`` says when
@@ -57,8 +58,9 @@ CONNECTION_SETTINGS: dict[str, Any] = {
 
 def transport_options(config: Settings) -> dict[str, Any]:
     """The broker's transport options: the visibility timeout, if set the restore sweep, and
-    on Redis sockets that never block for minutes (:data:`SOCKET_OPTIONS`)."""
-    options: dict[str, Any] = socket_options(
+    on Redis sockets that never block for minutes and a short restore lock
+    (:func:`~workers.broker_transport.redis_options`)."""
+    options: dict[str, Any] = redis_options(
         config.broker_url,
         {"visibility_timeout": config.visibility_timeout},
     )
@@ -144,7 +146,7 @@ def _promote_on_every_app(sender: Any = None, instance: Any = None, **_: Any) ->
         for step in WORKER_STEPS:
             app.steps["worker"].add(step)
         broker = str(app.conf.broker_url)
-        app.conf.broker_transport_options = socket_options(
+        app.conf.broker_transport_options = redis_options(
             broker, dict(app.conf.broker_transport_options or {})
         )
 
@@ -155,7 +157,7 @@ def _consume_the_mail_queue(sender: Any = None, **_: Any) -> None:
     publishes itself: added without ``-Q``, refused (one line) by a ``-Q`` that leaves it out
     (:func:`workers.routing.consume_mail_queue`)."""
     if sender is not None:
-        routing.consume_mail_queue(sender, state.SEND_MAIL, state.current().queue)
+        routing.consume_mail_queue(sender, state.SEND_MAIL, process_settings.current().queue)
 
 
 @signals.worker_init.connect
@@ -202,7 +204,7 @@ def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
     start beside a running worker of the queue that consumes from another broker (one line
     naming ``MAILGUARD_QUEUE``); else write this worker's liveness record and move the entries
     of schedules keyed by a broker URL into the queue's one. The ledger down: only logged."""
-    config = state.current()
+    config = process_settings.current()
     liveness = Liveness.from_url(config.effective_ledger_url, queue=config.queue)
     if sender is None or liveness is None:
         return

@@ -21,7 +21,9 @@ Sentinel) to get the same. Other brokers (RabbitMQ) use their transport unchange
 
 :data:`SOCKET_OPTIONS` are the transport options that keep a Redis broker's connections from
 blocking for minutes (kombu's defaults wait for ever on a reply that never comes):
-:func:`socket_options` adds them to an app's ``broker_transport_options`` where it sets none.
+:data:`RESTORE_OPTIONS` keep a worker killed inside kombu's restore sweep from stopping the
+other workers' sweeps for minutes. :func:`redis_options` adds both to an app's
+``broker_transport_options`` where it sets none.
 """
 
 from __future__ import annotations
@@ -62,6 +64,13 @@ SOCKET_OPTIONS: dict[str, Any] = {
     "health_check_interval": 10,
     "retry_on_timeout": False,
 }
+
+#: kombu's restore sweep (put back a message unacknowledged past the visibility timeout) runs
+#: under a lock in the broker's Redis that expires after ``unacked_mutex_expire`` seconds.
+#: kombu's 300 s means a worker killed inside the sweep stops every other worker's sweep for
+#: five minutes; 30 s is plenty (a sweep restores at most 10 messages, one transaction each,
+#: and a transaction restores a message once even when two sweeps overlap).
+RESTORE_OPTIONS: dict[str, Any] = {"unacked_mutex_expire": 30}
 
 
 class QoS(redis.QoS):
@@ -149,12 +158,13 @@ class SentinelTransport(redis.SentinelTransport):
     Channel = SentinelChannel
 
 
-def socket_options(broker_url: str, options: dict[str, Any]) -> dict[str, Any]:
-    """``options`` (an app's ``broker_transport_options``) with :data:`SOCKET_OPTIONS` where it
-    sets none, for a Redis or Sentinel broker; unchanged for another broker."""
+def redis_options(broker_url: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` (an app's ``broker_transport_options``) with :data:`SOCKET_OPTIONS` and
+    :data:`RESTORE_OPTIONS` where it sets none, for a Redis or Sentinel broker; unchanged for
+    another broker."""
     if _scheme(broker_url) not in (*REDIS_SCHEMES, *SENTINEL_SCHEMES):
         return options
-    return {**SOCKET_OPTIONS, **options}
+    return {**SOCKET_OPTIONS, **RESTORE_OPTIONS, **options}
 
 
 def _scheme(broker_url: str) -> str:

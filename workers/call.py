@@ -18,7 +18,7 @@ from mailer.errors import InvalidMessage, MailguardError
 from mailer.mail.arguments import InvalidArguments, check_arguments
 from mailer.mail.kinds import Kinds, check_templates
 from mailer.mail.seal import unseal
-from workers import state
+from workers import process_settings
 
 #: Keyword arguments only mailguard itself passes: ``_progress`` (sealed: see
 #: :mod:`mailer.mail.seal`) and ``_requested_at``, the epoch seconds of ``send_mail.delay`` (a
@@ -61,7 +61,7 @@ def check_consumed(broker_url: Any, setting: str = "MAILGUARD_BROKER_URL") -> No
     )
 
 
-def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
+def check_call(args: Any, kwargs: Any, *, addresses: bool = True) -> dict[str, Any]:
     """``send_mail``'s call as keywords, or ``InvalidArguments`` (one line) saying what is wrong.
 
     Run at enqueue (:meth:`workers.tasks.GuardedTask.apply_async`) and again on receipt, before
@@ -69,13 +69,19 @@ def check_call(args: Any, kwargs: Any) -> dict[str, Any]:
     a known kind whose templates find their variables in ``context``, a ``_progress`` that
     mailguard sealed for this mail id, and nothing a worker could not decode. Raises
     ``ValueError`` with the environment's problem when its settings are unusable.
+    ``addresses`` False: addresses bounded, not parsed (on receipt: the guard parses them in
+    the pool, and records a bad one ``dropped`` / ``invalid``).
     """
-    refusal = state.refusal()
+    refusal = process_settings.refusal()
     if refusal:
         raise ValueError(refusal)
-    settings = state.current()
+    settings = process_settings.current()
     call = check_arguments(
-        args, kwargs, max_message_bytes=settings.max_message_bytes, private=PRIVATE
+        args,
+        kwargs,
+        max_message_bytes=settings.max_message_bytes,
+        private=PRIVATE,
+        addresses=addresses,
     )
     if "_progress" in call:
         mail_id = call.get("mail_id")

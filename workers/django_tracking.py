@@ -28,7 +28,6 @@ or complaint also counts against the sender of the mail it is about, found by th
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,17 +36,16 @@ from django.core.exceptions import ImproperlyConfigured
 
 from mailer.errors import InvalidAddress
 from mailer.guard.data import iso
+from mailer.mail.replies import temporary_reply
 from mailer.records.suppression.events import SUPPRESSING, record_event
 from mailer.suppression import reputation_for, suppressions_for
-from workers import state
+from workers import process_settings
 
 log = logging.getLogger("mailguard")
 
 #: Words by which an ESP marks a bounce as soft (Postmark ``SoftBounce``, Mandrill and Brevo
 #: ``soft_bounce``, MailerSend ``activity.soft_bounced``, SES ``Transient``).
 _SOFT = ("soft", "transient")
-#: A temporary reply: ``421 ...``, ``450 4.2.2 ...``, ``4.4.7 ...``.
-_TEMPORARY = re.compile(r"\s*4(\d\d\b|\.\d)")
 #: The ESP's own fields that may name the kind of bounce.
 _LABELS = ("Type", "type", "event", "bounceType")
 
@@ -63,7 +61,7 @@ def event_name(event: Any) -> str:
     labels = [esp.get(field) for field in _LABELS] + [event.description]
     if any(isinstance(label, str) and any(w in label.lower() for w in _SOFT) for label in labels):
         return "soft_bounced"
-    return "soft_bounced" if _TEMPORARY.match(event.mta_response or "") else name
+    return "soft_bounced" if temporary_reply(event.mta_response or "") else name
 
 
 def on_tracking(sender: Any, event: Any, esp_name: str, **kwargs: Any) -> None:
@@ -73,7 +71,7 @@ def on_tracking(sender: Any, event: Any, esp_name: str, **kwargs: Any) -> None:
     name = event_name(event)
     if name not in SUPPRESSING:
         return
-    settings = state.current()
+    settings = process_settings.current()
     suppressions = suppressions_for(settings)
     if not event.recipient:
         log.warning("%s %s event without a recipient: nothing suppressed", esp_name, name)
@@ -118,11 +116,11 @@ def connect() -> None:
         raise ImproperlyConfigured(
             "workers.django_tracking needs django-anymail: pip install 'celery-mailguard[anymail]'"
         ) from None
-    problem = state.refusal()
+    problem = process_settings.refusal()
     if problem is not None:
         raise ImproperlyConfigured(problem)
     try:
-        suppressions_for(state.current())
+        suppressions_for(process_settings.current())
     except ValueError as exc:
         raise ImproperlyConfigured(f"mailguard: {exc}") from None
     tracking.connect(on_tracking, dispatch_uid="mailguard.suppression")

@@ -49,6 +49,8 @@ PROGRESS_FIELDS = (
     "due",
     "first_due",
     "first_seen",
+    "turn",
+    "parent",
 )
 _SEPARATORS = (",", ":")
 

@@ -48,7 +48,7 @@ from mailer.errors import BackendUnavailable
 from mailer.metrics import default_metrics
 from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
 from mailer.settings import Settings
-from workers import outbox, parking, priority, routing, state
+from workers import outbox, parking, priority, process_settings, routing, state
 from workers.outbox_watch import OutboxWatch
 from workers.payload import Parked
 
@@ -231,14 +231,14 @@ class Promoter:
     def message(self, entry: Parked, kwargs: dict[str, Any]) -> Any:
         """The task message of ``entry`` with ``kwargs``: with its ``eta`` when its due time
         (the limiter's clock) is ahead. ``ValueError`` for one Celery cannot make."""
-        countdown = entry.due - state.limiter_now()  # ``due`` is on the limiter's clock
+        wait = entry.due - state.limiter_now()  # ``due`` is on the limiter's clock
         return self._amqp.create_task_message(
             entry.task_id,
             self.task_name,
             entry.args,
             kwargs,
             None,
-            eta=datetime.fromtimestamp(entry.due, timezone.utc) if countdown > 0.001 else None,
+            eta=datetime.fromtimestamp(entry.due, timezone.utc) if wait > 0.001 else None,
             reply_to=self._reply_to,
             create_sent_event=self._sent_event,
             argsrepr="(<redacted>)",
@@ -273,7 +273,7 @@ class PromoterStep(bootsteps.StartStopStep):
 
     def start(self, worker: Any) -> None:
         """Start the promoter; with parking off too: it is the watchdog of countdowns."""
-        settings = state.current()
+        settings = process_settings.current()
         try:
             schedule = parking.schedule_for(settings)
         except ValueError as exc:

@@ -10,7 +10,9 @@ the pool:
 
 1. :func:`workers.call.check_call` bounds the raw arguments: a bad message ends at once as
    ``dropped`` / ``invalid`` (state SUCCESS, like every dropped mail), acknowledged, never seen
-   by a pool process.
+   by a pool process. Addresses are bounded, not parsed: the guard parses each once in the
+   pool and records a bad one ``dropped`` / ``invalid`` (two parses per mail in all, the
+   other at ``send_mail.delay``).
 2. A *redelivered* copy is counted in the ledger (:meth:`mailer.records.ledger.Ledger.handoff`; a
    first delivery costs nothing): once ``MAILGUARD_POISON_AFTER`` copies were handed over without
    any run of the mail ending, the message is quarantined: outcome ``dropped`` / ``poison``
@@ -46,7 +48,7 @@ from mailer.errors import BackendUnavailable
 from mailer.mail.arguments import InvalidArguments
 from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
-from workers import outbox, parking, state
+from workers import outbox, parking, process_settings, state
 from workers.call import check_call
 from workers.tasks import Deferred
 
@@ -76,7 +78,7 @@ class GuardedRequest(Request):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         try:
-            outbox.received(state.current(), self.id, self.kwargs, self.delivery_info)
+            outbox.received(process_settings.current(), self.id, self.kwargs, self.delivery_info)
         except Exception:  # the consumer must live: the entry stays, its copy ends a repeat
             log.exception("mail %s: outbox entry not cleared on receipt", self.id)
 
@@ -124,18 +126,18 @@ class GuardedRequest(Request):
     def _receipt_outcome(self) -> Outcome | None:
         """The outcome that ends this request on receipt, or None to hand it to the pool."""
         try:
-            call = check_call(self.args, self.kwargs)
+            call = check_call(self.args, self.kwargs, addresses=False)  # parsed in the pool
         except InvalidArguments as exc:
             return _outcome(self.id, {}, why.INVALID, str(exc))
         mail_id = call.get("mail_id") or self.id
         if call.get("_progress"):
-            parking.running(state.current(), str(mail_id))
+            parking.running(process_settings.current(), str(mail_id))
         if not self.delivery_info.get("redelivered"):
             return None
         ledger = state.guard().ledger
         try:
             count = ledger.handoff(mail_id)
-            if count <= state.current().poison_after:
+            if count <= process_settings.current().poison_after:
                 return None
             poison = _outcome(
                 mail_id,

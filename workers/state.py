@@ -1,12 +1,13 @@
-"""What one worker process holds: the environment's settings, the settings in force, its guard.
+"""What one worker process holds at run time: its guard, and the limiter's clock read through it.
 
-The guard follows the live policy (:mod:`mailer.records.policy`): :func:`guard` reads its
-version at most once a second and, for a new one, hands out a guard built for it (a run in
-progress finishes under the guard it started with).
+The guard is built from the settings in force (:func:`workers.process_settings.current`) on
+first use, and again after ``use_settings`` put others in force (which drops it). It follows
+the live policy (:mod:`mailer.records.policy`): :func:`guard` reads its version at most once a
+second and, for a new one, hands out a guard built for it (a run in progress finishes under the
+guard it started with).
 
-``workers.app``, ``workers.tasks``, ``workers.promoter`` and ``workers.request`` read the process
-state here and nowhere else. Read the settings in force with :func:`current` (``use_settings``
-replaces them), never by copying :data:`settings` into another module at import.
+``workers.app``, ``workers.tasks``, ``workers.promoter`` and ``workers.request`` read the guard
+here and nowhere else.
 
 Celery-free: it only builds the guard, from :mod:`mailer.factory`.
 """
@@ -23,38 +24,14 @@ from mailer.factory import build_guard, build_policies, rebuild_guard
 from mailer.guard import Guard
 from mailer.records.policy import LivePolicy, PolicyWatch
 from mailer.settings import Settings
+from workers import process_settings
 
 #: The name ``send_mail`` is registered and published under (the promoter publishes by it).
 SEND_MAIL = "mailguard.send_mail"
 
-try:
-    env_settings = Settings.from_env()
-    #: Why the environment's settings are unusable (one line naming the variable), or None.
-    #: A worker refuses to start with it and ``send_mail.delay`` raises it; importing never
-    #: raises (the process then runs on embedded defaults).
-    settings_error: str | None = None
-except ValueError as _exc:
-    env_settings, settings_error = Settings(), str(_exc)
-
-#: The settings this process's guard is built from: the environment's, or :func:`use_settings`'s.
-settings: Settings = env_settings
-
 _guard: _Following | None = None
 _guard_pid = 0
 _lock = threading.Lock()
-
-
-def current() -> Settings:
-    """The settings in force in this process (read at each call: ``use_settings`` changes them)."""
-    return settings
-
-
-def refusal() -> str | None:
-    """Why ``send_mail`` must refuse every call: the environment's settings are unusable and no
-    :func:`use_settings` replaced them (one line naming the variable); else None."""
-    if settings_error and settings is env_settings:
-        return f"mailguard: {settings_error}"
-    return None
 
 
 def guard() -> Guard:
@@ -63,8 +40,19 @@ def guard() -> Guard:
     global _guard, _guard_pid
     with _lock:
         if _guard is None or _guard_pid != os.getpid():
-            _guard, _guard_pid = _Following(build_guard(settings), settings), os.getpid()
+            in_force = process_settings.current()
+            _guard, _guard_pid = _Following(build_guard(in_force), in_force), os.getpid()
         return _guard.current()
+
+
+def _drop_guard() -> None:
+    """Forget the guard: other settings were put in force (the next run builds one from them)."""
+    global _guard  # noqa: PLW0603 - the process's one guard, as guard() keeps it
+    with _lock:
+        _guard = None
+
+
+process_settings.when_replaced(_drop_guard)
 
 
 class _Following:
@@ -106,19 +94,3 @@ def clock_offset() -> float:
     except BackendUnavailable as exc:
         logging.getLogger("mailguard").warning("clock offset unknown (%s): none applied", exc)
         return 0.0
-
-
-def use_settings(new: Settings) -> Settings:
-    """Build this process's guard from ``new`` from now on; return the settings it replaces.
-
-    For a process that runs its own in-process worker on settings of its own rather than the
-    environment's (``mailguard demo``). Only the guard changes: the cached guard is dropped and
-    the next run builds one from ``new``. ``workers.app.settings`` stays what the environment
-    says, and the Celery app keeps its configuration: a caller that also needs another broker or
-    result backend configures ``workers.app.app.conf`` itself before starting its worker (see
-    :func:`workers.demo.configure`). Call it before the worker starts, not while mails run.
-    """
-    global settings, _guard
-    with _lock:
-        old, settings, _guard = settings, new, None
-    return old

@@ -3,8 +3,9 @@
 >>> send_mail.delay("ada@example.com", subject="Your code", body="493 112")   # doctest: +SKIP
 >>> send_mail.delay("ada@example.com", kind="code", context={"code": "493112"})  # doctest: +SKIP
 
-The process's settings and guard live in :mod:`workers.state`; ``workers.tasks.settings``,
-``guard`` and ``use_settings`` are that module's, re-exported. The call checks are
+The process's settings live in :mod:`workers.process_settings`, its guard in
+:mod:`workers.state`; ``workers.tasks.settings``, ``guard`` and ``use_settings`` are theirs,
+re-exported. The call checks are
 :mod:`workers.call`'s.
 """
 
@@ -25,14 +26,15 @@ from mailer.crashpoints import crash_point
 from mailer.guard import MailRequest
 from mailer.guard.data import iso
 from mailer.mail.seal import seal, unseal
-from mailer.outcomes import IN_FLIGHT, Outcome
+from mailer.outcomes import IN_FLIGHT, SUPERSEDED, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
-from workers import outbox, parking, priority, routing, state
+from workers import outbox, parking, priority, process_settings, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
-from workers.state import guard, use_settings
+from workers.process_settings import use_settings
+from workers.state import guard
 
 __all__ = [
     "PRIVATE",
@@ -51,9 +53,10 @@ log = logging.getLogger("mailguard")
 
 
 def __getattr__(name: str) -> Settings:
-    """``workers.tasks.settings``: the settings in force (:func:`workers.state.current`)."""
+    """``workers.tasks.settings``: the settings in force
+    (:func:`workers.process_settings.current`)."""
     if name == "settings":
-        return state.current()
+        return process_settings.current()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -88,10 +91,14 @@ class GuardedTask(Task[Any, Any]):
         if "_requested_at" not in call:
             kwargs = {**(kwargs or {}), "_requested_at": round(time.time(), 3)}
         if "queue" not in options:  # MAILGUARD_QUEUE, unless the app's task_routes route it
-            options.update(routing.queue_option(self.app, self.name, state.current().queue))
+            options.update(
+                routing.queue_option(self.app, self.name, process_settings.current().queue)
+            )
         if "priority" not in options:
             options["priority"] = priority.publish_priority(
-                self.app.conf.broker_url, state.current().kinds, call.get("kind", "default")
+                self.app.conf.broker_url,
+                process_settings.current().kinds,
+                call.get("kind", "default"),
             )
         options.setdefault("argsrepr", "(<redacted>)")
         options.setdefault("kwargsrepr", "{<redacted>}")
@@ -115,7 +122,7 @@ class GuardedTask(Task[Any, Any]):
                 del options["countdown"]
                 options["eta"] = datetime.fromtimestamp(not_before, timezone.utc)
             recorded = outbox.record(
-                state.current(),
+                process_settings.current(),
                 task_id=task_id,
                 args=args,
                 kwargs=dict(kwargs or {}),
@@ -131,7 +138,7 @@ class GuardedTask(Task[Any, Any]):
     def _to_mail_queue(self, options: dict[str, Any]) -> bool:
         """Whether this call goes to ``MAILGUARD_QUEUE``, the queue whose schedule and outbox
         this process's settings name (not when the project's ``task_routes`` route it)."""
-        settings = state.current()
+        settings = process_settings.current()
         queue = options.get("queue") or routing.mail_queue(self.app, settings.queue)
         if queue != settings.queue:
             return False
@@ -143,7 +150,7 @@ class GuardedTask(Task[Any, Any]):
         its result answered, state DEFERRED; None to publish it as Celery does (a short wait,
         no wait, parking unavailable, or ``send_mail``'s queue routed elsewhere)."""
         not_before = _not_before(self.app, options)
-        settings = state.current()
+        settings = process_settings.current()
         if not_before is None or not self._to_mail_queue(options):
             return None  # no eta, or the project's task_routes route send_mail elsewhere
         task_id = str(options.get("task_id") or uuid())
@@ -222,7 +229,7 @@ def _count_queue_wait(eta: Any, requested_at: float, kind: Any) -> None:
     except (TypeError, ValueError):
         return
     if ready:
-        level = priority.kind_priority(state.current().kinds, kind)
+        level = priority.kind_priority(process_settings.current().kinds, kind)
         guard().metrics.queue_wait(level, time.time() - ready)
 
 
@@ -273,7 +280,7 @@ def send_mail(
     outcome as ``info`` (a parked run returns that ``deferred`` outcome, not stored: the state
     stays DEFERRED).
     """
-    settings = state.current()
+    settings = process_settings.current()
     mail_id = mail_id or str(self.request.id)
     request = MailRequest(
         to=to,
@@ -300,6 +307,8 @@ def send_mail(
     step = _process(request, progress, settings, watched=bool(_progress))
     crash_point("recorded")
     if isinstance(step, Finish):
+        if step.outcome.reason == SUPERSEDED:  # a stale copy: the mail's state is another run's
+            self.request.ignore_result = True
         return step.outcome.as_dict()
     if isinstance(step, Fail):
         raise MailFailed(step.outcome.as_dict())
@@ -314,6 +323,8 @@ def _process(
     schedule) removes that entry, so the watchdog never publishes it. (The run's start was
     told to the schedule at the hand-off to the pool: :mod:`workers.request`.)"""
     step = guard().process(request, progress)
+    if step.outcome.reason == SUPERSEDED:  # the entry is the run's that carries the mail on
+        return step
     if not isinstance(step, Later) and (watched or step.outcome.deferrals):
         parking.settled(settings, request.mail_id)
     return step
@@ -342,20 +353,23 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
         # 'deferred', ...}".
         task.request.ignore_result = True
         return step.outcome.as_dict()
-    countdown = min(step.countdown, settings.longest_countdown)  # longer waits are parked
-    if step.eta is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
-        eta = datetime.fromtimestamp(step.eta - step.countdown + countdown, timezone.utc)
+    # The one cap of a countdown: a longer wait is parked (above) or hops (the run wakes early,
+    # finds its booking and defers again). Celery's names (countdown, eta) start here.
+    countdown = min(step.wait, settings.longest_countdown)
+    if step.due is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
+        eta = datetime.fromtimestamp(step.due - (step.wait - countdown), timezone.utc)
     else:
         eta = datetime.fromtimestamp(state.limiter_now() + countdown, timezone.utc)
     # The payload beside the booking first, then the countdown: whatever dies after this
-    # (this worker, the broker, the message), the watchdog publishes the mail again.
+    # (this worker, the broker, the message), the watchdog publishes the mail again. Not for
+    # a copy that found another run sending the mail: the entry is that run's (its turn).
     args = task.request.args
-    watched = parking.watch(
+    watched = step.outcome.reason != IN_FLIGHT and parking.watch(
         settings, step, task_id=task_id, args=args, kwargs=again, due=eta.timestamp()
     )
     kind = again.get("kind", "default")  # one step above it: its burst cannot make it late
     next_priority = priority.publish_priority(
-        task.app.conf.broker_url, state.current().kinds, kind, booked=True
+        task.app.conf.broker_url, process_settings.current().kinds, kind, booked=True
     )
     try:
         task.retry(eta=eta, kwargs=again, throw=False, priority=next_priority)
@@ -386,7 +400,7 @@ def _unpublished(
     mail_id = str(again["mail_id"])
     task_id = str(task.request.id)
     args = task.request.args
-    settings = state.current()
+    settings = process_settings.current()
     if parking.park(settings, step, task_id=task_id, args=args, kwargs=again, always=True):
         log.warning("mail %s: its next run could not be published (%s); parked", mail_id, exc)
         task.request.ignore_result = True
@@ -417,7 +431,7 @@ def cancel(mail_id_or_task_id: str, *, app: Any = None) -> Outcome:
     shared ``redis://`` ledger, or an in-process worker's own (memory) ones; from a process
     that shares neither, nothing is found.
     """
-    settings = state.current()
+    settings = process_settings.current()
     stores = guard()
     schedule = parking.schedule_for(settings)
     app = app if app is not None else send_mail.app

@@ -216,7 +216,7 @@ class Booking:
     ) -> Admitted | Step:
         """What ``decision`` means for ``mail``: send now, wait for the booking, or drop
         (``rate_limited``; ``late`` for a late run re-booked; with its hold when ``after``)."""
-        action = plan(decision, max_countdown=self.config.max_countdown)
+        action = plan(decision)
         if isinstance(action, Send):  # admitted now: the limiter's now is at or after the slot
             return Admitted(due=action.at, admitted_at=max(self.stamp(), action.at))
         tier = _tier_name(decision, action.tier)
@@ -224,7 +224,7 @@ class Booking:
             tier = after.tier()
         if isinstance(action, Drop):
             return _dropped(mail, base, decision, action, tier, late=late, after=after)
-        local = self._clock()  # how this worker's Celery will read an eta (see _booked)
+        local = self._clock()  # how this worker's Celery will read a due time (see _booked)
         if after is None:
             return _booked(base, action, tier, progress, local)
         detail = after.held_until()
@@ -340,16 +340,16 @@ def _booked(
     """A booked mail: run again at its slot (or hop towards it; a hop is not a new deferral).
 
     ``fields`` change the outcome (a held mail: its reason, hold and reply). The run is timed
-    on the limiter's clock (``eta``: the decision's now, ``due - wait``, plus the countdown).
-    A run that came back for this very slot while the limiter says it is not due yet was
-    started early by a worker whose clock is ahead (``local``, this worker's clock, already
-    past the slot): it waits the limiter's remaining ``countdown`` on its own clock instead
-    (an ``eta`` would look due to it again at once).
+    on the limiter's clock (the ``Later``'s ``due``). A run that came back for this very slot
+    while the limiter says it is not due yet was started early by a worker whose clock is ahead
+    (``local``, this worker's clock, already past the slot): it waits the limiter's remaining
+    ``wait`` on its own clock instead (to it, the ``due`` has passed: it would run again at
+    once).
     """
-    eta: float | None = action.due - action.wait + action.countdown
+    due: float | None = action.due
     new_booking = action.due != progress.due
     if not new_booking and local >= action.due:
-        eta = None
+        due = None
         log.warning(
             "mail %s ran %s before its slot by the limiter's clock: this worker's clock is "
             "ahead of the limiter's",
@@ -384,7 +384,7 @@ def _booked(
             tier or "the mails booked before it",
             extra=log_fields(waiting),
         )
-    return Later(action.countdown, waiting, progress, eta)
+    return Later(action.wait, waiting, progress, due)
 
 
 def _tier_name(decision: Decision, tier: object) -> str | None:

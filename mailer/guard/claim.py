@@ -25,7 +25,7 @@ from mailer.guard.data import GuardConfig, Prepared, log_fields
 from mailer.guard.outage import backend_down
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
-from mailer.records.ledger import Claimed, Ledger
+from mailer.records.ledger import Claimed, Ledger, Superseded, Turn
 from mailer.steps import Fail, Finish, Later, Progress, Step
 
 log = logging.getLogger("mailguard")
@@ -64,6 +64,7 @@ class Claim:
                 self.config.claim_lease,
                 takeover=stale,
                 first_seen=seen or None,
+                turn=None if stale or progress.turn < 0 else Turn(progress.turn, progress.parent),
             )
         except BackendUnavailable as exc:
             # The claim may have been written after the client gave up: the next run may take it.
@@ -80,6 +81,8 @@ class Claim:
             if begun.reason == why.CANCELLED:
                 self._release(mail)  # cancelled while it waited as a countdown: its slot back
             return Fail(begun) if begun.status == "failed" else Finish(begun)
+        if isinstance(begun, Superseded):
+            return superseded(mail, progress.turn)
         if isinstance(begun, Claimed):
             first = begun.first_seen
             copy = first != seen  # an earlier first run of this mail claimed it
@@ -94,3 +97,17 @@ class Claim:
             extra=log_fields(waiting),
         )
         return Later(wait, waiting, progress)
+
+
+def superseded(mail: Prepared, turn: int) -> Finish:
+    """The end of a stale copy of ``turn``: another run of the mail carries it on (it holds
+    another turn, or took the claim over). Nothing is sent, recorded or stored, and no next run
+    is published; the worker ends it without a trace (:data:`~mailer.outcomes.SUPERSEDED`)."""
+    outcome = mail.base.but(status="deferred", reason=why.SUPERSEDED)
+    log.info(
+        "mail %s: a stale copy (turn %d) ended; another run carries the mail on",
+        mail.mail_id,
+        turn,
+        extra=log_fields(outcome),
+    )
+    return Finish(outcome)

@@ -50,7 +50,9 @@ class GuardConfig:
 
     sender: str = defaults.SENDER
     fail_open: bool = False
-    max_countdown: float = defaults.MAX_COUNTDOWN
+    #: The longest backoff after failed runs (``MAILGUARD_MAX_COUNTDOWN``); the guard caps no
+    #: countdown (``workers/tasks.py`` does).
+    max_backoff: float = defaults.MAX_COUNTDOWN
     send_retries: int = defaults.SEND_RETRIES
     retry_backoff: float = defaults.RETRY_BACKOFF
     claim_lease: float = defaults.CLAIM_LEASE

@@ -2,7 +2,7 @@
 
 Used when the limiter or the ledger is down, or when several recipients found no common slot
 (contended). Durations in seconds, from :class:`~mailer.guard.data.GuardConfig`
-(``retry_backoff`` doubling up to ``max_countdown``).
+(``retry_backoff`` doubling up to ``max_backoff``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ _WHAT = {
 
 def backoff(config: GuardConfig, failures: int) -> float:
     """The wait in seconds after ``failures`` failed runs in a row (doubling, capped)."""
-    return defaults.backoff(failures, first=config.retry_backoff, cap=config.max_countdown)
+    return defaults.backoff(failures, first=config.retry_backoff, cap=config.max_backoff)
 
 
 def backend_down(
@@ -44,13 +44,13 @@ def backend_down(
     key that mailguard did not write: deferred whatever the fail mode) or ``contended``.
     """
     progress = replace(progress, limiter_failures=progress.limiter_failures + 1)
-    countdown = backoff(config, progress.limiter_failures)
-    waiting = base.but(status="deferred", reason=reason, wait=countdown, detail=str(exc))
+    wait = backoff(config, progress.limiter_failures)
+    waiting = base.but(status="deferred", reason=reason, wait=wait, detail=str(exc))
     log.warning(
         "mail %s deferred %s: %s",
         base.mail_id,
-        human(countdown),
+        human(wait),
         _WHAT.get(reason, "limiter unavailable (fail_closed)"),
         extra=log_fields(waiting),
     )
-    return Later(countdown, waiting, progress)
+    return Later(wait, waiting, progress)

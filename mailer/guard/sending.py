@@ -1,5 +1,9 @@
 """Sending an admitted mail through the transport, under the run's claim.
 
+The mail's :class:`~mailer.mail.envelope.Envelope` is made here, once: its message (built now
+unless it was built to be checked) with the addresses the validation checked beside it; the
+transport sends the envelope.
+
 :meth:`Sending.send` answers ``Finish`` (``sent``), or :class:`~mailer.guard.data.Refused`
 when the transport refused the mail: the gates' ``on_send_error`` hooks see it first (a hard
 bounce suppresses, a throttling reply holds); :meth:`Sending.after_refusal` is the answer when no
@@ -21,6 +25,7 @@ from mailer.guard.booking import Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, failure, log_fields
 from mailer.guard.outage import backoff
 from mailer.guard.validate import message_of
+from mailer.mail.envelope import envelope_of
 from mailer.mail.replies import described
 from mailer.mail.transports.base import Transport
 from mailer.metrics import UNGUARDED
@@ -44,13 +49,13 @@ class Sending:
         """``sent``, ``dropped`` / ``invalid`` (a message that fails to build), or the refusal."""
         base = mail.base if admitted.due is None else mail.base.but(due=admitted.due)
         try:
-            message = message_of(mail)
+            envelope = envelope_of(mail.draft, message_of(mail))
         except InvalidMessage as exc:  # not expected: check_mail passed (needs_build_to_check)
             self.booking.release(mail)
             return Finish(base.but(reason=why.INVALID, detail=str(exc)))
         crash_point("admitted")
         try:
-            receipt = self.transport.send(message)
+            receipt = self.transport.send(envelope)
         except (PermanentSendError, TransientSendError) as exc:
             tried = replace(progress, attempts=progress.attempts + exc.attempts)
             return Refused(exc, base, tried)

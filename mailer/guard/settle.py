@@ -29,6 +29,10 @@ from mailer.steps import Fail, Later, Step
 
 log = logging.getLogger("mailguard")
 
+#: Characters of a run's owner id a next run carries as its parent (32 bits: two runs of one
+#: mail never share them by chance).
+PARENT = 8
+
 
 class Settle:
     """Records, unclaims and releases for a run. ``release`` gives a mail's slot back."""
@@ -72,7 +76,8 @@ class Settle:
                 extra={"mail_id": mail.mail_id},
             )
             return replace(step, progress=replace(step.progress, stale_owner=owner))
-        return step
+        turn = max(step.progress.turn, 0) + 1  # the next run's (Progress.turn)
+        return replace(step, progress=replace(step.progress, turn=turn, parent=owner[:PARENT]))
 
     def record(self, outcome: Outcome, sent: Prepared | None = None) -> None:
         """Record a final outcome, tried again while the claim holds (``patience`` s); a

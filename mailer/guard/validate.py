@@ -19,7 +19,15 @@ from mailer.errors import InvalidAddress, InvalidMessage
 from mailer.guard.data import GuardConfig, MailRequest, Prepared, log_fields, mapping
 from mailer.limits.checks import check_tenant
 from mailer.mail.address import Recipient
-from mailer.mail.envelope import attachments, carried, charset, recipients, reply_to, sender
+from mailer.mail.envelope import (
+    attachments,
+    carried,
+    charset,
+    envelope_addresses,
+    recipients,
+    reply_to,
+    sender_of_call,
+)
 from mailer.mail.kinds import Kind, Kinds, render
 from mailer.mail.message import (
     Mail,
@@ -105,25 +113,26 @@ class Validator:
         kind = self.kinds[request.kind if isinstance(request.kind, str) else "?"]
         context = mapping(request.context, "context")
         headers = mapping(request.headers, "headers")
+        shown_from, from_address = sender_of_call(request.from_email, self.config.sender, rules)
         whole = carried(request.mime)
         if whole is None:
             subject, body, html = render(kind, request.subject, request.body, request.html, context)
         else:  # a carried message is sent as it is; anything beside it is refused
             subject, body, html = request.subject or "", request.body or "", request.html
         mail = Mail(
-            to=tuple(shown for shown, _ in to),
+            to=(),
             subject=subject,
             body=body,
             html=html,
             mail_id=request.mail_id,
-            sender=sender(request.from_email, self.config.sender, rules),
+            sender=shown_from,
             headers=headers,
-            cc=tuple(shown for shown, _ in cc),
-            bcc=tuple(shown for shown, _ in bcc),
             reply_to=tuple(reply_to(request.reply_to, rules)),
             attachments=attachments(request.attachments),
             charset=charset(request.charset),
             carried=whole,
+            # to, cc and bcc: the checked addresses' shown forms
+            addresses=envelope_addresses(tuple(to), tuple(cc), tuple(bcc), from_address, headers),
         )
         if needs_build_to_check(mail):
             return everyone[0], tuple(keys[1:]), kind, mail, build_message(mail, now=now)

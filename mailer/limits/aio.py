@@ -23,7 +23,7 @@ import redis.exceptions
 
 from mailer.clock import Clock, to_us
 from mailer.errors import BackendUnavailable, mask_url
-from mailer.limits.checks import check_share, check_tenant, max_wait_ms, not_before_ms
+from mailer.limits.checks import check_max_wait, check_share, check_tenant, not_before_ms
 from mailer.limits.decision import Decision
 from mailer.limits.keys import KeyHasher, check_key, mail_tag
 from mailer.limits.limiter import Limiter, require_secret
@@ -157,12 +157,18 @@ class AsyncLimiter:
             )
         check_key(recipient)
         check_tenant(tenant)
-        tag, wait_ms, share = mail_tag(mail_id), max_wait_ms(max_wait), check_share(share)
+        tag, max_wait_ms, share = mail_tag(mail_id), check_max_wait(max_wait), check_share(share)
         nb = 0 if not_before is None else not_before_ms(not_before)
         if self._single:
-            return await self._sliding(recipient, "a", tag, wait_ms, nb)
+            return await self._sliding(recipient, "a", tag, max_wait_ms, nb)
         planned = self._scoped.plan(
-            "a", recipient, tenant=tenant, tag=tag, wait_ms=wait_ms, share=share, not_before=nb
+            "a",
+            recipient,
+            tenant=tenant,
+            tag=tag,
+            max_wait_ms=max_wait_ms,
+            share=share,
+            not_before=nb,
         )
         return self._scoped.decision(
             await self._redis.call(planned.keys, planned.argv()), planned.present
@@ -224,8 +230,8 @@ class AsyncLimiter:
         return "" if self._clock is None else to_us(self._clock())
 
     async def _sliding(
-        self, recipient: str, mode: str, tag: int, wait_ms: int, nb: int = 0
+        self, recipient: str, mode: str, tag: int, max_wait_ms: int, nb: int = 0
     ) -> Decision:
-        args = [mode, self._now(), tag, wait_ms, *([nb] if nb else [])]
+        args = [mode, self._now(), tag, max_wait_ms, *([nb] if nb else [])]
         raw = await self._redis.call([self._hasher.storage_key(recipient)], args)
         return sliding_decision(raw, self.policy.tiers)

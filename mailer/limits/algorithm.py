@@ -92,7 +92,14 @@ class Decider:
         self.max_bookings = max_bookings
 
     def acquire(
-        self, states: States, now_us: int, *, tag: int, wait_ms: int, share: float, not_before: int
+        self,
+        states: States,
+        now_us: int,
+        *,
+        tag: int,
+        max_wait_ms: int,
+        share: float,
+        not_before: int,
     ) -> Decision:
         """Admit, book or refuse one mail over ``states`` (every state present), recording it.
 
@@ -107,7 +114,7 @@ class Decider:
             states,
             now_us,
             tag=tag,
-            wait_ms=wait_ms,
+            max_wait_ms=max_wait_ms,
             share=share,
             record=True,
             not_before=not_before,
@@ -119,13 +126,13 @@ class Decider:
         now_us: int,
         *,
         tag: int,
-        wait_ms: int,
+        max_wait_ms: int,
         share: float,
         record: bool,
         not_before: int = 0,
     ) -> Decision:
         """The earliest time every tier of every scope admits, at or after ``not_before`` (ms);
-        recorded when ``record`` and it is now or within ``wait_ms``."""
+        recorded when ``record`` and it is now or within ``max_wait_ms``."""
         now = now_us // 1000
         t, hi = now, -(-now_us // 1000)
         for scope, state in states:  # entries up to now rounded up do not delay a mail now
@@ -144,7 +151,7 @@ class Decider:
                     if fit > t:
                         t, moved, bind = fit, True, (scope, tier)
         allowed = t == now
-        booked = not allowed and record and t - now <= wait_ms
+        booked = not allowed and record and t - now <= max_wait_ms
         full = self.full_scope(states) if record and (allowed or booked) else None
         if full is not None:  # refused: that scope's key keeps max_bookings entries already
             refused = self.answer(

@@ -1,6 +1,6 @@
 """The limiter's argument checks: each refuses a bad value with a ``ValueError`` saying why.
 
-Times cross into the limiter as whole milliseconds: :func:`max_wait_ms` and :func:`not_before_ms`
+Times cross into the limiter as whole milliseconds: :func:`check_max_wait` and :func:`not_before_ms`
 convert the seconds callers give, rounding so that no admission is ever early.
 """
 
@@ -16,7 +16,7 @@ MAX_BOOKINGS = 1_000_000
 MAX_TENANT_LENGTH = 64
 
 
-def max_wait_ms(max_wait: float) -> int:
+def check_max_wait(max_wait: float) -> int:
     """``max_wait`` (seconds, 0 to :data:`MAX_WAIT`) as whole ms, rounded down."""
     if not 0 <= max_wait <= MAX_WAIT:  # also refuses NaN
         raise ValueError(f"max_wait must be between 0 and {MAX_WAIT:.0f} seconds, got {max_wait}")

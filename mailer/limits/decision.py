@@ -1,17 +1,26 @@
-"""What the limiter answers: a :class:`Decision`, plain data that a planner turns into action."""
+"""What the limiter answers: a :class:`Decision`, plain data that a planner turns into action.
+
+The remaining wait keeps one name from the Lua reply to the Celery call: ``wait_ms`` (ms) and
+``wait`` (seconds); ``at``/``due`` are moments (epoch seconds), ``max_wait``/``max_wait_ms`` the
+longest wait a caller accepts; Celery's ``countdown``/``eta`` appear only where ``workers/``
+publishes a task (``workers/tasks.py`` caps the countdown). Glossary: docs/reference/limiter.md.
+"""
 
 from __future__ import annotations
 
+import warnings
 from typing import NamedTuple
 
 from mailer.limits.policy import Tier
+
+_RENAMED = "Decision.{} is deprecated: read Decision.{} (the same value)"
 
 
 class Decision(NamedTuple):
     """The limiter's answer for one key at one moment.
 
-    Times are kept as whole milliseconds (``at_ms``, ``retry_after_ms``) so that they are exact;
-    ``at`` and ``retry_after`` give the same values in seconds.
+    Times are kept as whole milliseconds (``at_ms``, ``wait_ms``) so that they are exact;
+    ``at`` and ``wait`` give the same values in seconds.
 
     - ``allowed``: the mail may go now (an admission was recorded, unless this came from
       ``peek``).
@@ -19,8 +28,8 @@ class Decision(NamedTuple):
       ``max_wait > 0``). Send at ``at``; acquiring again with the same mail id then allows it.
     - neither: refused; nothing was consumed. ``at`` is the earliest time a fresh attempt can
       be admitted if nothing else is admitted meanwhile.
-    - ``retry_after_ms``: ``at_ms - now`` (0 when allowed), exact: an attempt at
-      ``now + retry_after`` is admitted, one a millisecond earlier is not.
+    - ``wait_ms``: the remaining wait, ``at_ms - now`` (0 when allowed), exact: an attempt at
+      ``now + wait`` is admitted, one a millisecond earlier is not.
     - ``tier``: the tier that binds (the one with the longest wait); ``None`` when allowed, when
       an existing slot of the same mail id was returned, or when only the order of already
       booked mails binds.
@@ -33,7 +42,7 @@ class Decision(NamedTuple):
     allowed: bool
     booked: bool
     at_ms: int
-    retry_after_ms: int
+    wait_ms: int
     tier: Tier | None
     remaining: tuple[int, ...]
     #: The scope of ``tier`` (``recipient``, ``domain``, ``sender``, ``tenant``); None with it.
@@ -45,9 +54,21 @@ class Decision(NamedTuple):
         return self.at_ms / 1000
 
     @property
-    def retry_after(self) -> float:
+    def wait(self) -> float:
         """Seconds to wait before the mail may go (0.0 when allowed), rounded up to the ms."""
-        return self.retry_after_ms / 1000
+        return self.wait_ms / 1000
+
+    @property
+    def retry_after_ms(self) -> int:
+        """Deprecated alias of :attr:`wait_ms` (reading only); emits ``DeprecationWarning``."""
+        warnings.warn(_RENAMED.format("retry_after_ms", "wait_ms"), DeprecationWarning, 2)
+        return self.wait_ms
+
+    @property
+    def retry_after(self) -> float:
+        """Deprecated alias of :attr:`wait` (reading only); emits ``DeprecationWarning``."""
+        warnings.warn(_RENAMED.format("retry_after", "wait"), DeprecationWarning, 2)
+        return self.wait
 
     @property
     def refused(self) -> bool:

@@ -6,13 +6,13 @@ and if not, when?
 >>> limiter = Limiter.from_url("memory://", Policy.parse("1/60s, 5/1h, 10/24h"), clock=clock)
 >>> limiter.acquire("ada@example.com").allowed
 True
->>> limiter.acquire("ada@example.com").retry_after
+>>> limiter.acquire("ada@example.com").wait
 60.0
 >>> scoped = Limiter.from_url("memory://", Policy.parse("recipient: 1/1s; sender: 2/1s gcra"),
 ...                           clock=clock)
 >>> scoped.acquire("ada@example.com").allowed, scoped.acquire("bob@example.com").allowed
 (True, True)
->>> d = scoped.acquire("cy@example.com"); d.allowed, d.retry_after, d.scope, str(d.tier)
+>>> d = scoped.acquire("cy@example.com"); d.allowed, d.wait, d.scope, str(d.tier)
 (False, 0.5, 'sender', '2/1s gcra')
 
 One class for every policy: the store its URL and policy choose (:func:`mailer.limits.stores.
@@ -30,9 +30,9 @@ from mailer.errors import mask_url
 from mailer.limits.checks import (
     MAX_BOOKINGS,
     MAX_WAIT,
+    check_max_wait,
     check_share,
     check_tenant,
-    max_wait_ms,
     not_before_ms,
 )
 from mailer.limits.decision import Decision
@@ -165,7 +165,7 @@ class Limiter:
         if type(recipient) is not str or not 0 < len(recipient) <= MAX_KEY_LENGTH:
             check_key(recipient)
         tag = 0 if mail_id is None else mail_tag(mail_id)
-        wait_ms = 0 if max_wait == 0.0 else max_wait_ms(max_wait)
+        wait_ms = 0 if max_wait == 0.0 else check_max_wait(max_wait)
         if tenant is not None:
             check_tenant(tenant)
         if share != 1.0 or type(share) is not float:
@@ -196,7 +196,7 @@ class Limiter:
         return self.store.acquire(  # type: ignore[call-arg]
             recipient,
             0 if mail_id is None else mail_tag(mail_id),
-            max_wait_ms(max_wait),
+            check_max_wait(max_wait),
             None,
             not_before_ms=nb,
             late_ms=int(late_after * 1000),
@@ -220,7 +220,7 @@ class Limiter:
         ids: Sequence[str | None] = mail_ids if mail_ids is not None else [None] * len(recipients)
         checked = [check_key(r) for r in recipients]
         tags = [mail_tag(m) for m in ids]
-        return self.store.acquire_many(checked, tags, max_wait_ms(max_wait))
+        return self.store.acquire_many(checked, tags, check_max_wait(max_wait))
 
     def peek(
         self,

@@ -23,7 +23,7 @@ per round (usually one round).
 >>> limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=ManualClock(1000.0))
 >>> _ = limiter.acquire("bob@example.com")
 >>> d = acquire_all(limiter, ["ada@example.com", "bob@example.com"], mail_id="m1", max_wait=90)
->>> d.booked, d.retry_after
+>>> d.booked, d.wait
 (True, 60.0)
 """
 
@@ -67,7 +67,7 @@ def acquire_all(
 
     ``keys`` must be distinct (deduplicate limit keys first). The answer is allowed when every
     key admits the mail now, booked at the common slot otherwise, or the refusing key's
-    refusal (its ``tier`` and ``retry_after``); ``remaining`` is that of the last key asked.
+    refusal (its ``tier`` and ``wait``); ``remaining`` is that of the last key asked.
     """
     if not keys:
         raise ValueError("acquire_all needs at least one key")

@@ -95,7 +95,7 @@ def _limit_key(address: str, max_wait: float, rules: AddressRules) -> str | None
 
 
 def _answer(decision: Decision, max_wait: float) -> tuple[int, dict[str, str]]:
-    if decision.allowed or decision.retry_after_ms <= int(max_wait * 1000):  # as acquire books
+    if decision.allowed or decision.wait_ms <= int(max_wait * 1000):  # as acquire books
         return OK, {}
-    seconds = -(-decision.retry_after_ms // 1000)  # whole seconds, rounded up
+    seconds = -(-decision.wait_ms // 1000)  # whole seconds, rounded up
     return TOO_MANY_REQUESTS, {"Retry-After": str(max(1, seconds))}

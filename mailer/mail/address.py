@@ -17,11 +17,13 @@ qualifies (Django's SMTP backend passes it on; mailguard refuses it at enqueue).
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from email.utils import formataddr, getaddresses, parseaddr
 from types import MappingProxyType
+from typing import NamedTuple
 
 from email_validator import EmailNotValidError, validate_email
 from email_validator.syntax import validate_email_local_part
@@ -162,7 +164,21 @@ def _validate(text: str, rules: AddressRules) -> tuple[str, str, str, bool]:
     return valid.local_part, domain, address, valid.ascii_email is None
 
 
-def mailbox(text: str, rules: AddressRules = DEFAULT_RULES) -> tuple[str, Recipient]:
+class Mailbox(NamedTuple):
+    """An address as a header shows it (``shown``: ``"Ada <ada@xn--4ca9at.com>"`` or the
+    address alone) and the checked :class:`Recipient` it names (what the envelope and the
+    limiter use). Made by :func:`mailbox`, the one parse of an address text."""
+
+    shown: str
+    recipient: Recipient
+
+    @property
+    def address(self) -> str:
+        """The address to send to (``Recipient.address``)."""
+        return self.recipient.address
+
+
+def mailbox(text: str, rules: AddressRules = DEFAULT_RULES) -> Mailbox:
     """An address or ``"Name <address>"``: ``(the form headers show, the recipient)``.
 
     The form keeps the display name and puts the normalised address in it (its domain in
@@ -174,7 +190,7 @@ def mailbox(text: str, rules: AddressRules = DEFAULT_RULES) -> tuple[str, Recipi
         raise InvalidAddress(f"address must be a str, got {type(text).__name__}")
     name, address = split_display_name(text)
     recipient = normalise_address(address, rules)
-    return shown(name, recipient.address), recipient
+    return Mailbox(shown(name, recipient.address), recipient)
 
 
 def split_display_name(text: str) -> tuple[str, str]:
@@ -203,6 +219,41 @@ def shown(name: str, address: str) -> str:
         return formataddr((name, address))
     quoted = name.replace("\\", "\\\\").replace('"', '\\"')
     return f'"{quoted}" <{address}>'
+
+
+@dataclass(frozen=True, slots=True)
+class Addresses:
+    """A mail's envelope as the worker checked it, once: ``sender`` (the address ``MAIL FROM``
+    gives) and the :class:`Mailbox` of each ``to``, ``cc`` and ``bcc`` address, in order."""
+
+    sender: str
+    to: tuple[Mailbox, ...] = ()
+    cc: tuple[Mailbox, ...] = ()
+    bcc: tuple[Mailbox, ...] = ()
+    #: The From header's address (the Message-ID's domain); "": read from the From text.
+    from_address: str = ""
+
+    @property
+    def mailboxes(self) -> tuple[Mailbox, ...]:
+        """Every recipient's mailbox: to, then cc, then bcc."""
+        return (*self.to, *self.cc, *self.bcc)
+
+    def without(self, keys: Set[str]) -> Addresses:
+        """These addresses without the recipients whose limit key is in ``keys``."""
+
+        def kept(boxes: tuple[Mailbox, ...]) -> tuple[Mailbox, ...]:
+            return tuple(box for box in boxes if box.recipient.limit_key not in keys)
+
+        return Addresses(
+            self.sender, kept(self.to), kept(self.cc), kept(self.bcc), self.from_address
+        )
+
+
+@functools.lru_cache(maxsize=64)  # a few senders, asked for every mail
+def sender_address(text: str) -> str:
+    """The address of a sender text already checked (:func:`check_sender`: the configured
+    ``MAILGUARD_SENDER``, an address or ``"Name <address>"``): parsed once per process."""
+    return parseaddr(text.strip())[1]
 
 
 def check_sender(text: str) -> None:

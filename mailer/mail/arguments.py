@@ -111,26 +111,30 @@ def check_arguments(
     *,
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     private: Sequence[str] = (),
+    addresses: bool = True,
 ) -> dict[str, Any]:
     """The call as keyword arguments, or ``InvalidArguments`` naming the first bad one.
 
     ``private`` names keyword arguments that only mailguard itself may pass (they are returned
-    but not checked here: their owner checks them).
+    but not checked here: their owner checks them). ``addresses`` False bounds the addresses
+    (text, one line, how many) without parsing them: for a check that the guard's own
+    validation follows (the worker's receipt check), so an address is parsed twice per mail,
+    at ``delay()`` and in the guard.
     """
     call = _as_keywords(args, kwargs, private)
-    _to(call)
+    _to(call, addresses)
     envelope = sum(
         len(value) if isinstance(value, list) else 1
         for value in (call.get("to"), call.get("cc"), call.get("bcc"))
         if value is not None
     )
     for name in ("cc", "bcc", "reply_to"):
-        _addresses(call, name)
+        _addresses(call, name, parse=addresses)
     if envelope > MAX_RECIPIENTS:
         raise InvalidArguments(
             f"send_mail: {envelope} recipients in to, cc and bcc; at most {MAX_RECIPIENTS}"
         )
-    _from_email(call)
+    _from_email(call, addresses)
     _mime(call)
     _attachments(call.get("attachments"))
     _charset(call.get("charset"))
@@ -206,22 +210,23 @@ def _text(
         raise InvalidArguments(f"send_mail: {name} must be one line (no CR, LF or NUL)")
 
 
-def _to(call: Mapping[str, Any]) -> None:
+def _to(call: Mapping[str, Any], parse: bool) -> None:
     """``to``: an address, or a list of them; empty only with cc or bcc (a Bcc newsletter,
     its To header then ``undisclosed-recipients:;``)."""
     to = call.get("to")
     if to == [] and (call.get("cc") or call.get("bcc")):
         return
     if isinstance(to, list):
-        _addresses(call, "to", required=True)
+        _addresses(call, "to", parse=parse, required=True)
     else:
         _text(call, "to", required=True, max_chars=_LINE_CHARS, one_line=True)
-        _address(str(to), "to", "to")  # _text made sure it is a str
+        if parse:
+            _address(str(to), "to", "to")  # _text made sure it is a str
 
 
-def _addresses(call: Mapping[str, Any], name: str, *, required: bool = False) -> None:
+def _addresses(call: Mapping[str, Any], name: str, *, parse: bool, required: bool = False) -> None:
     """An address or a list of them, each a valid address (checked here: the earliest point
-    that can know)."""
+    that can know; ``parse`` False: bounded, not parsed)."""
     value = call.get(name)
     if value is None and not required:
         return
@@ -235,7 +240,8 @@ def _addresses(call: Mapping[str, Any], name: str, *, required: bool = False) ->
             raise InvalidArguments(f"send_mail: {name}[{n}] must be text, got {_show(item)}")
         if any(c in item for c in "\r\n\0"):
             raise InvalidArguments(f"send_mail: {name}[{n}] must be one line (no CR, LF or NUL)")
-        _address(item, name if isinstance(value, str) else f"{name}[{n}]", name)
+        if parse:
+            _address(item, name if isinstance(value, str) else f"{name}[{n}]", name)
 
 
 def _address(item: str, where: str, name: str) -> None:
@@ -357,11 +363,11 @@ def _mime(call: Mapping[str, Any]) -> None:
         raise InvalidArguments(f"send_mail: {exc}") from None
 
 
-def _from_email(call: Mapping[str, Any]) -> None:
+def _from_email(call: Mapping[str, Any], parse: bool) -> None:
     """``from_email``: one line, ``"Name <address>"`` or an address, the address valid."""
     _text(call, "from_email", max_chars=_LINE_CHARS, one_line=True)
     value = call.get("from_email")
-    if value is None:
+    if value is None or not parse:
         return
     try:
         mailbox(value)

@@ -21,7 +21,6 @@ from email.errors import (
 )
 from email.message import EmailMessage
 from email.parser import BytesHeaderParser, BytesParser
-from email.utils import getaddresses
 
 from mailer.errors import InvalidMessage
 from mailer.mail.mime import CARRIED_POLICY
@@ -29,14 +28,6 @@ from mailer.mail.mime import CARRIED_POLICY
 _MALFORMED = (HeaderDefect, FirstHeaderLineIsContinuationDefect, MissingHeaderBodySeparatorDefect)
 #: Headers a carried message must not have: they would name recipients no one counts.
 FORBIDDEN_HEADERS = ("Bcc", "Resent-To", "Resent-Cc", "Resent-Bcc")
-
-
-class CarriedMessage(EmailMessage):
-    """A carried message, parsed; sent to ``envelope_recipients`` from ``envelope_sender``
-    (addresses), whatever its ``To``, ``Cc`` and ``From`` headers show."""
-
-    envelope_sender: str = ""
-    envelope_recipients: tuple[str, ...] = ()
 
 
 def carried_bytes(value: object) -> bytes:
@@ -66,15 +57,9 @@ def carried_message_id(data: bytes) -> str | None:
     return None if value is None else str(value).strip()
 
 
-def carried_message(data: bytes, sender: str, recipients: tuple[str, ...]) -> CarriedMessage:
-    """``data`` (from :func:`carried_bytes`) parsed, with its envelope: ``sender`` and
-    ``recipients`` as their headers show them (``"Name <address>"`` or an address)."""
-    parsed = BytesParser(_class=CarriedMessage, policy=CARRIED_POLICY).parsebytes(data)
-    assert isinstance(parsed, CarriedMessage)  # the parser's class
-    parsed.envelope_sender = _bare([sender])[0] if sender else ""
-    parsed.envelope_recipients = tuple(_bare(list(recipients)))
+def carried_message(data: bytes) -> EmailMessage:
+    """``data`` (from :func:`carried_bytes`) parsed, to be sent as it is. Its envelope is given
+    beside it (:class:`mailer.mail.envelope.Envelope`), never read from its headers."""
+    parsed = BytesParser(_class=EmailMessage, policy=CARRIED_POLICY).parsebytes(data)
+    assert isinstance(parsed, EmailMessage)  # the parser's class
     return parsed
-
-
-def _bare(shown: list[str]) -> list[str]:
-    return [address for _, address in getaddresses(shown) if address]

@@ -22,7 +22,7 @@ from email.utils import formatdate, parseaddr, parsedate_to_datetime
 from types import MappingProxyType
 
 from mailer.errors import InvalidAddress, InvalidMessage
-from mailer.mail.address import mailbox
+from mailer.mail.address import Addresses, mailbox
 from mailer.mail.carried import carried_message, carried_message_id
 from mailer.mail.mime import POLICY, file_part, set_text, text_part
 
@@ -113,6 +113,12 @@ class Mail:
     ``carried`` is a whole message built elsewhere (:mod:`mailer.mail.carried`, Django's
     backend): it is sent as it is, to ``to``, ``cc`` and ``bcc`` from ``sender``'s address;
     ``subject``, ``body``, ``html``, ``headers``, ``reply_to`` and ``attachments`` are then empty.
+
+    ``addresses`` is the envelope as the worker checked it
+    (:class:`~mailer.mail.address.Addresses`): when given, ``to``, ``cc`` and ``bcc`` are its
+    mailboxes' shown forms, and nothing parses an address of this mail again
+    (:func:`mailer.mail.envelope.envelope_of`); None: they are parsed from ``to``, ``cc``,
+    ``bcc`` and ``sender`` when the envelope is made.
     """
 
     to: str | tuple[str, ...]
@@ -128,12 +134,17 @@ class Mail:
     attachments: tuple[Attachment, ...] = ()
     charset: str = "utf-8"
     carried: bytes | None = field(default=None, repr=False)
+    addresses: Addresses | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # A copy, so the caller's dict cannot change a frozen Mail afterwards.
         object.__setattr__(self, "headers", MappingProxyType(dict(self.headers)))
         if isinstance(self.to, str):
             object.__setattr__(self, "to", (self.to,))
+        if self.addresses is not None:  # one source: the checked envelope
+            for name in ("to", "cc", "bcc"):
+                boxes = getattr(self.addresses, name)
+                object.__setattr__(self, name, tuple(box.shown for box in boxes))
 
 
 def message_id(mail_id: str, sender: str) -> str:
@@ -171,7 +182,7 @@ def build_message(
     message["Subject"] = mail.subject
     given = {name.lower() for name in mail.headers}
     if "message-id" not in given:
-        message["Message-ID"] = message_id(mail.mail_id, mail.sender)
+        message["Message-ID"] = message_id(mail.mail_id, _from_address(mail))
     if now is not None and "date" not in given:
         message["Date"] = formatdate(now, usegmt=True)
     for name, given_value in mail.headers.items():
@@ -187,11 +198,12 @@ def build_message(
 
 
 def _carried(mail: Mail, now: float | None) -> EmailMessage:
-    """A carried message with its envelope; a ``Message-ID`` (from the mail id) and a ``Date``
-    added only when it has none (Django's messages have both)."""
-    message = carried_message(mail.carried or b"", mail.sender, (*mail.to, *mail.cc, *mail.bcc))
+    """A carried message, parsed; a ``Message-ID`` (from the mail id) and a ``Date`` added only
+    when it has none (Django's messages have both). Its envelope is the mail's, never its
+    headers (:func:`mailer.mail.envelope.envelope_of`)."""
+    message = carried_message(mail.carried or b"")
     if "Message-ID" not in message:
-        message["Message-ID"] = message_id(mail.mail_id, mail.sender)
+        message["Message-ID"] = message_id(mail.mail_id, _from_address(mail))
     if now is not None and "Date" not in message:
         message["Date"] = formatdate(now, usegmt=True)
     return message
@@ -201,11 +213,17 @@ def mail_message_id(mail: Mail) -> str:
     """The Message-ID ``mail`` is sent with: a carried message's own, the caller's header,
     else :func:`message_id`."""
     if mail.carried is not None:
-        return carried_message_id(mail.carried) or message_id(mail.mail_id, mail.sender)
+        return carried_message_id(mail.carried) or message_id(mail.mail_id, _from_address(mail))
     for name, value in mail.headers.items():
         if name.lower() == "message-id":
             return value.strip()
-    return message_id(mail.mail_id, mail.sender)
+    return message_id(mail.mail_id, _from_address(mail))
+
+
+def _from_address(mail: Mail) -> str:
+    """The From address the worker checked (no parse), else the From text as given."""
+    checked = mail.addresses.from_address if mail.addresses is not None else ""
+    return checked or mail.sender
 
 
 def _add_body(message: EmailMessage, mail: Mail) -> None:
@@ -259,7 +277,7 @@ def check_mail(mail: Mail, limits: MessageLimits = DEFAULT_LIMITS) -> tuple[str,
         raise InvalidMessage(f"headers: more than {limits.max_headers} extra headers")
     for name, value in mail.headers.items():
         check_extra_header(name, value, limits.max_header_chars)
-    message_id(mail.mail_id, mail.sender)
+    message_id(mail.mail_id, _from_address(mail))
     return to
 
 
@@ -280,7 +298,7 @@ def _check_carried(mail: Mail, limits: MessageLimits) -> None:
         raise InvalidMessage("mime: a carried message takes no subject, body, html, headers")
     if mail.attachments:
         raise InvalidMessage("mime: a carried message takes no attachments: attach them to it")
-    message_id(mail.mail_id, mail.sender)
+    message_id(mail.mail_id, _from_address(mail))
 
 
 def _add_addresses(message: EmailMessage, mail: Mail, to: tuple[str, ...]) -> None:
@@ -374,8 +392,10 @@ def _check_body(name: str, value: object, max_bytes: int) -> None:
 
 @functools.lru_cache(maxsize=64)  # a few senders, asked for every mail
 def _sender_domain(sender: str) -> str:
-    """The lower-case ASCII domain of the sender's address, or the fallback domain."""
-    _, address = parseaddr(sender)
+    """The lower-case ASCII domain of the sender's address (an address alone is not parsed), or
+    the fallback domain."""
+    bare = sender.strip()
+    address = bare if not any(c in bare for c in "<( ") else parseaddr(sender)[1]
     if "@" not in address:
         return FALLBACK_DOMAIN
     domain = address.rpartition("@")[2].strip().lower()

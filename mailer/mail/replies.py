@@ -1,7 +1,7 @@
 """What a mail server's reply asks of the sender: a small pure classifier.
 
-:func:`classify` reads an SMTP reply (code and text, including the enhanced status code such as
-``4.7.0``) and answers a :class:`Reaction`. A 4xx is read in this order:
+:func:`reaction_to_reply` reads an SMTP reply (code and text, including the enhanced status
+code such as ``4.7.0``) and answers a :class:`Reaction`. A 4xx is read in this order:
 
 - ``GREYLIST``: greylisting: retry this mail alone after a delay, hold nobody. A 4xx that says
   greylist / graylist / Postgrey; a ``450`` / ``451`` with ``4.2.0`` or ``4.7.1`` that says try
@@ -88,16 +88,32 @@ _STATED = re.compile(
     r"(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h)\b",
     re.IGNORECASE,
 )
+# A reply's start: its code (``421``), or an enhanced status alone (``4.4.7``).
+_REPLY_START = re.compile(r"\s*(?:(\d\d\d)\b|([245])\.\d)")
 _UNIT_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
 _SENDER_STATUS = {("1", "7"), ("1", "8")}  # x.1.7 / x.1.8: the sender's address, not the mailbox
 
 
-def classify(code: int, reply: str) -> Reaction:
+def temporary(code: int) -> bool:
+    """True for a temporary SMTP reply code (4xx: the same mail may go later)."""
+    return 400 <= code < 500
+
+
+def temporary_reply(reply: str) -> bool:
+    """True when the text of a reply (``421 ...``, ``450 4.2.2 ...``, or an enhanced status
+    alone, ``4.4.7 ...``, as an ESP's bounce report quotes it) is temporary."""
+    match = _REPLY_START.match(reply or "")
+    if match is None:
+        return False
+    return temporary(int(match[1])) if match[1] else match[2] == "4"
+
+
+def reaction_to_reply(code: int, reply: str) -> Reaction:
     """The reaction to the SMTP reply ``code`` ``reply`` (see the module's list)."""
     text = reply or ""
     enhanced = _ENHANCED.search(text)
     status = enhanced.groups() if enhanced else ("", "", "")
-    if 400 <= code < 500:
+    if temporary(code):
         action = _transient(code, status, text)
         return Reaction(action, None if action is Action.RETRY else stated_hold(text))
     if 500 <= code < 600:
@@ -122,13 +138,14 @@ class _Refusal(Protocol):
 
 def reaction_of(error: _Refusal) -> Reaction:
     """The reaction a transport's error (a :class:`~mailer.errors.SendError`) asks for: the
-    one it states (an API transport that knows its provider's answer), else :func:`classify`
-    of its SMTP reply; ``RETRY`` when it has neither (no reply came: a network error)."""
+    one it states (an API transport that knows its provider's answer), else
+    :func:`reaction_to_reply` of its SMTP reply; ``RETRY`` when it has neither (no reply came:
+    a network error)."""
     if error.reaction is not None:
         return error.reaction
     if error.code is None:
         return Reaction(Action.RETRY)
-    return classify(error.code, error.reply or "")
+    return reaction_to_reply(error.code, error.reply or "")
 
 
 def described(error: _Refusal, kind: str) -> str:

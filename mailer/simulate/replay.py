@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import secrets
 from collections.abc import Sequence
 
@@ -56,7 +55,7 @@ def simulate(
         decision = limiter.acquire(
             known[0], tenant=attempt.tenant, max_wait=max_wait, share=kinds[attempt.kind].share
         )
-        action = plan(decision, max_countdown=math.inf)
+        action = plan(decision)
         if isinstance(action, Send):
             results[i] = Result(attempt, action.status, 0.0, None, known[1])
             continue

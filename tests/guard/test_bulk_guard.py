@@ -57,7 +57,7 @@ def test_a_paused_sender_defers_its_newsletter_and_sends_its_codes() -> None:
     guard.reputation.count_event("complained", sent[0].outcome.message_id)
     paused = _run(guard, "newsletter")
     assert isinstance(paused, Later) and paused.outcome.reason == "reputation"
-    assert paused.countdown == 300.0 and paused.outcome.status == "deferred"
+    assert paused.wait == 300.0 and paused.outcome.status == "deferred"
     assert "complaint rate 20% >= 10%" in str(paused.outcome.detail)
     for _ in range(5):  # 1 complaint in 10 mails: still 10 %
         assert _run(guard, "code").outcome.status == "sent"

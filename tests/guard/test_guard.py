@@ -38,14 +38,14 @@ def req(mail_id: str, to: object = ADA, **fields: object) -> MailRequest:
 
 
 def test_plan_maps_decisions_to_steps(clock: ManualClock) -> None:
-    """Allowed sends, booked defers (hopping past max_countdown), refused drops."""
+    """Allowed sends, booked defers (the whole wait to the slot), refused drops."""
     limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=clock)
-    assert isinstance(plan(limiter.acquire("k", mail_id="a"), max_countdown=30), Send)
-    booked = plan(limiter.acquire("k", mail_id="b", max_wait=3600), max_countdown=30)
-    assert booked == Defer(countdown=30, due=clock.now + 60, wait=60, tier=limiter.policy.tiers[0])
-    short = plan(limiter.acquire("j", mail_id="c", max_wait=3600), max_countdown=30)
+    assert isinstance(plan(limiter.acquire("k", mail_id="a")), Send)
+    booked = plan(limiter.acquire("k", mail_id="b", max_wait=3600))
+    assert booked == Defer(wait=60, due=clock.now + 60, tier=limiter.policy.tiers[0])
+    short = plan(limiter.acquire("j", mail_id="c", max_wait=3600))
     assert isinstance(short, Send)
-    dropped = plan(limiter.acquire("k", mail_id="d", max_wait=10), max_countdown=30)
+    dropped = plan(limiter.acquire("k", mail_id="d", max_wait=10))
     assert dropped == Drop(wait=120, tier=limiter.policy.tiers[0])
 
 
@@ -68,10 +68,10 @@ def test_second_mail_is_deferred_to_its_booked_slot_then_sent(clock: ManualClock
     clock.advance(10)
     step = guard.process(req("m2"))
     assert isinstance(step, Later)
-    assert step.countdown == 50 and step.outcome.status == "deferred"
+    assert step.wait == 50 and step.outcome.status == "deferred"
     assert step.outcome.reason == "booked" and step.outcome.tier == "1/1m"
     assert step.progress.deferrals == 1
-    clock.advance(step.countdown)
+    clock.advance(step.wait)
     again = guard.process(req("m2"), step.progress)
     assert isinstance(again, Finish) and again.outcome.status == "sent"
     assert again.outcome.deferrals == 1 and again.outcome.due == clock.now
@@ -79,14 +79,15 @@ def test_second_mail_is_deferred_to_its_booked_slot_then_sent(clock: ManualClock
 
 
 def test_long_waits_hop(clock: ManualClock) -> None:
-    """A wait longer than max_countdown is cut into hops that keep the same booking."""
-    guard, _ = make_guard(clock, max_countdown=20)
+    """A run woken before its slot (a worker caps its countdown at 20 s) hops: it keeps the
+    same booking and waits the rest."""
+    guard, _ = make_guard(clock)
     guard.process(req("m1"))
     first = guard.process(req("m2"))
-    assert isinstance(first, Later) and first.countdown == 20 and first.outcome.wait == 60
+    assert isinstance(first, Later) and first.wait == 60 and first.outcome.wait == 60
     clock.advance(20)
     second = guard.process(req("m2"), first.progress)
-    assert isinstance(second, Later) and second.countdown == 20 and second.outcome.wait == 40
+    assert isinstance(second, Later) and second.wait == 40 and second.outcome.wait == 40
     assert second.outcome.due == first.outcome.due
 
 
@@ -157,7 +158,7 @@ def test_transient_errors_retry_then_fail_and_release(clock: ManualClock) -> Non
     for _ in range(2):
         step = guard.process(req("flaky"), progress)
         assert isinstance(step, Later) and step.outcome.reason == "smtp_transient"
-        countdowns.append(step.countdown)
+        countdowns.append(step.wait)
         progress = step.progress
     assert countdowns == [10, 20]
     final = guard.process(req("flaky"), progress)
@@ -202,18 +203,19 @@ def test_limiter_down_defers_with_backoff_or_sends_unguarded(own_redis: RedisSer
         else:
             assert isinstance(step, Later) and step.outcome.reason == "limiter_unavailable"
             again = guard.process(req("down-False"), step.progress)
-            assert isinstance(again, Later) and (step.countdown, again.countdown) == (5, 10)
+            assert isinstance(again, Later) and (step.wait, again.wait) == (5, 10)
             assert transport.sent == []
         own_redis.start()
         limiter.close()
 
 
 def test_progress_round_trips_and_ignores_junk() -> None:
-    """Progress survives the task's kwargs (JSON) and a malformed value starts from zero."""
-    progress = Progress(attempts=3, send_failures=1, limiter_failures=2, deferrals=4)
+    """Progress survives the task's kwargs (JSON) and a malformed value starts from zero, its
+    turn unknown (-1)."""
+    progress = Progress(attempts=3, send_failures=1, limiter_failures=2, deferrals=4, turn=2)
     assert Progress.from_dict(progress.as_dict()) == progress
-    assert Progress.from_dict(None) == Progress()
-    assert Progress.from_dict("junk") == Progress()  # type: ignore[arg-type]
+    assert Progress.from_dict(None) == Progress(turn=-1)
+    assert Progress.from_dict("junk") == Progress(turn=-1)  # type: ignore[arg-type]
 
 
 def test_a_ledger_outage_is_named_the_ledger_even_under_fail_open(
@@ -231,7 +233,7 @@ def test_a_ledger_outage_is_named_the_ledger_even_under_fail_open(
         assert isinstance(first, Later)
         second = guard.process(req("m1"), first.progress)
     assert isinstance(second, Later) and transport.sent == []
-    assert (first.outcome.reason, first.countdown, second.countdown) == (
+    assert (first.outcome.reason, first.wait, second.wait) == (
         "ledger_unavailable",
         5,
         10,

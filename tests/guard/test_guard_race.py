@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
-from mailer.guard import Finish, MailRequest, Step
+from mailer.guard import Finish, Later, MailRequest, Step
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import Begun, MemoryLedger
 
@@ -24,11 +24,14 @@ class InterleavingLedger(MemoryLedger):
         *,
         takeover: str | None = None,
         first_seen: float | None = None,
+        turn: int | None = None,
     ) -> Begun:
         hook, self.before_claim = self.before_claim, None
         if hook is not None:
             hook()
-        return super().begin(mail_id, owner, lease, takeover=takeover, first_seen=first_seen)
+        return super().begin(
+            mail_id, owner, lease, takeover=takeover, first_seen=first_seen, turn=turn
+        )
 
 
 def test_a_copy_that_finished_between_check_and_claim_is_not_sent_again(
@@ -46,3 +49,38 @@ def test_a_copy_that_finished_between_check_and_claim_is_not_sent_again(
     assert isinstance(other[0], Finish) and other[0].outcome.status == "sent"
     assert len(transport.sent) == 1
     assert isinstance(step, Finish) and step.outcome == other[0].outcome
+
+
+def test_copies_of_a_deferred_run_collapse_into_one(clock: ManualClock) -> None:
+    """A deferred mail's next run and a copy of it (the watchdog's, when the run started
+    late) both run and each hands the mail on (here hops towards its slot): two sibling
+    chains. The first of them to claim its next run carries the mail on; the other is stale
+    and ends without a trace, so siblings never keep hopping side by side. The chain that goes
+    on sends once, at its slot."""
+    limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=clock)
+    ledger = MemoryLedger(clock)
+    transport = MemoryTransport()
+    guard = memory_guard(limiter, ledger, transport, kinds=Kinds.defaults(), clock=clock)
+    first = guard.process(MailRequest(to="ada@example.com", mail_id="m1", subject="s", body="b"))
+    assert isinstance(first, Finish) and first.outcome.status == "sent"
+    request = MailRequest(to="ada@example.com", mail_id="m2", subject="s", body="b")
+    booked = guard.process(request)
+    assert isinstance(booked, Later) and booked.progress.turn == 1
+    clock.advance(20.0)
+    hop = guard.process(request, booked.progress)  # the countdown, early: a hop
+    twin = guard.process(request, booked.progress)  # the watchdog's copy of the same message
+    assert isinstance(hop, Later) and isinstance(twin, Later)
+    assert hop.progress.turn == twin.progress.turn == 2
+    assert hop.progress.parent != twin.progress.parent
+    clock.advance(20.0)
+    going = guard.process(request, hop.progress)
+    stale = guard.process(request, twin.progress)
+    assert isinstance(going, Later) and going.progress.turn == 3
+    assert isinstance(stale, Finish)
+    assert (stale.outcome.status, stale.outcome.reason) == ("deferred", "superseded")
+    clock.advance(20.0)
+    done = guard.process(request, going.progress)
+    assert isinstance(done, Finish) and done.outcome.status == "sent"
+    assert len(transport.sent) == 2
+    late = guard.process(request, twin.progress)
+    assert isinstance(late, Finish) and late.outcome == done.outcome, "a repeat"

@@ -49,7 +49,7 @@ def test_late_runs_never_over_admit_never_go_early_and_keep_the_others_slots(
         MemoryLedger(clock),
         transport,
         kinds=Kinds.defaults(),
-        config=GuardConfig(late_tolerance=TOLERANCE, max_countdown=600),
+        config=GuardConfig(late_tolerance=TOLERANCE),
         clock=clock,
     )
     waiting: dict[str, tuple[Later, float]] = {}  # mail id -> its step, when it may run
@@ -59,7 +59,7 @@ def test_late_runs_never_over_admit_never_go_early_and_keep_the_others_slots(
     def run(mail_id: str, step: Later | None) -> None:
         result = guard.process(req(mail_id), step.progress if step else None)
         if isinstance(result, Later):
-            waiting[mail_id] = (result, clock.now + result.countdown)
+            waiting[mail_id] = (result, clock.now + result.wait)
             return
         waiting.pop(mail_id, None)
         assert isinstance(result, Finish)

@@ -40,7 +40,7 @@ def make_guard(url: str, clock: ManualClock) -> Guard:
     secret = None if url == "memory://" else "s"
     limiter = Limiter.from_url(url, policy, clock=clock, secret=secret, namespace="order")
     assert limiter.judges_lateness
-    config = GuardConfig(late_tolerance=TOLERANCE, max_countdown=3600)
+    config = GuardConfig(late_tolerance=TOLERANCE)
     return memory_guard(
         limiter, MemoryLedger(clock), MemoryTransport(), kinds=Kinds.defaults(), config=config,
         clock=clock,
@@ -77,7 +77,7 @@ def after_outage(
         result = guard.process(mail(n), step.progress)
         steps[n] = result
         if isinstance(result, Later):
-            heapq.heappush(queue, (clock.now + result.countdown, n))
+            heapq.heappush(queue, (clock.now + result.wait, n))
             continue
         assert isinstance(result, Finish) and result.outcome.status == "sent", result
         assert result.outcome.admitted_at is not None
@@ -147,7 +147,7 @@ def _late_trace(limiter: Limiter, clock: ManualClock, seed: int) -> list[tuple[o
         d = limiter.acquire(
             to, mail_id=mail_id, max_wait=rng.choice([0.0, 5.0, 30.0]), late_after=late
         )
-        answers.append((d.allowed, d.booked, d.at_ms, d.retry_after_ms, str(d.tier), d.remaining))
+        answers.append((d.allowed, d.booked, d.at_ms, d.wait_ms, str(d.tier), d.remaining))
     return answers
 
 

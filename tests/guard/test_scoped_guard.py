@@ -80,7 +80,7 @@ def test_a_late_run_gives_its_slot_back_in_every_scope(clock: ManualClock) -> No
     assert step.outcome.sent_at == clock.now
     assert limiter.peek("b@example.com").remaining == (4, 0)  # one entry for b; sender full
     # Only the re-booked entry counts now: the next mail waits 1 s from now, not from the slot.
-    assert limiter.peek("c@example.com").retry_after == 1.0
+    assert limiter.peek("c@example.com").wait == 1.0
 
 
 def test_an_expired_mail_releases_every_scope(clock: ManualClock) -> None:

@@ -5,6 +5,7 @@ waiting)."""
 from __future__ import annotations
 
 import logging
+import math
 import time
 from itertools import pairwise
 
@@ -25,14 +26,15 @@ from mailer.settings import Settings
 from tests.guard.test_guard import make_guard, req
 from tests.waiting import poll
 from workers import tasks
-from workers.state import use_settings
+from workers.process_settings import use_settings
 
 
-def run_until_sent(guard, clock, mail_id: str, progress: Progress):  # type: ignore[no-untyped-def]
-    """Run a mail, following its countdowns, until it finishes; return the final step."""
+def run_until_sent(guard, clock, mail_id: str, progress: Progress, longest: float = math.inf):  # type: ignore[no-untyped-def]
+    """Run a mail, following its waits (each countdown capped at ``longest`` seconds, as a
+    worker caps it), until it finishes; return the final step."""
     step = guard.process(req(mail_id), progress)
     while isinstance(step, Later):
-        clock.advance(step.countdown)
+        clock.advance(min(step.wait, longest))
         step = guard.process(req(mail_id), step.progress)
     return step
 
@@ -83,7 +85,7 @@ def test_an_on_time_run_does_not_rebook(clock: ManualClock) -> None:
     guard.process(req("m1"))
     step = guard.process(req("m2"))
     assert isinstance(step, Later)
-    clock.advance(step.countdown + 0.5)
+    clock.advance(step.wait + 0.5)
     final = guard.process(req("m2"), step.progress)
     assert isinstance(final, Finish) and final.outcome.due == step.outcome.due
 
@@ -147,12 +149,12 @@ def test_hops_towards_one_slot_are_one_deferral(
 ) -> None:
     """A booking 10 minutes ahead with a 1-minute max countdown hops 10 times: ``deferrals`` 1,
     and the worker log has one ``deferred`` line for it (mail id, tier; no address)."""
-    guard, _ = make_guard(clock, max_countdown=60.0)
+    guard, _ = make_guard(clock)
     for n in range(5):
         guard.process(req(f"h{n}"))
         clock.advance(61)
     with caplog.at_level(logging.INFO, logger="mailguard"):
-        final = run_until_sent(guard, clock, "h5", Progress())
+        final = run_until_sent(guard, clock, "h5", Progress(), longest=60.0)
     assert isinstance(final, Finish) and final.outcome.status == "sent"
     assert final.outcome.deferrals == 1
     deferred = [r for r in caplog.records if "deferred" in r.getMessage()]
@@ -165,7 +167,7 @@ def test_hops_towards_one_slot_are_one_deferral(
 
 def test_a_booking_is_timed_on_the_limiters_clock_not_the_workers(clock: ManualClock) -> None:
     """A worker whose clock runs 30 s ahead of the limiter's books a mail 60 s ahead: the run
-    is published for the slot on the limiter's clock (``eta``), not 60 s from its own clock
+    is published for the slot on the limiter's clock (``due``), not 60 s from its own clock
     (which the other workers would run 30 s late). When that worker runs the mail early by the
     limiter's clock, it waits the remaining time on its own clock rather than looping."""
     limiter_clock = clock
@@ -174,12 +176,12 @@ def test_a_booking_is_timed_on_the_limiters_clock_not_the_workers(clock: ManualC
     guard = memory_guard(limiter, MemoryLedger(ahead), MemoryTransport(), clock=ahead)
     assert isinstance(guard.process(req("s1")), Finish)
     step = guard.process(req("s2"))
-    assert isinstance(step, Later) and step.eta is not None
-    assert step.eta == limiter_clock.now + 60 == step.outcome.due
+    assert isinstance(step, Later) and step.due is not None
+    assert step.due == limiter_clock.now + 60 == step.outcome.due
     ahead.advance(60)  # this worker thinks the slot has come; by the limiter, 30 s are left
     limiter_clock.advance(30)
     early = guard.process(req("s2"), step.progress)
-    assert isinstance(early, Later) and early.eta is None and early.countdown == 30
+    assert isinstance(early, Later) and early.due is None and early.wait == 30
     assert early.progress.deferrals == 1, "the same booking, not a new deferral"
 
 

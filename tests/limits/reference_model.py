@@ -30,7 +30,7 @@ class ModelAnswer:
     allowed: bool
     booked: bool
     at_ms: int
-    retry_after_ms: int
+    wait_ms: int
     tier_index: int  # 1-based, 0 for none
     remaining: tuple[int, ...]
 

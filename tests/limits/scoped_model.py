@@ -38,7 +38,7 @@ class Answer:
     allowed: bool
     booked: bool
     at_ms: int
-    retry_after_ms: int
+    wait_ms: int
 
 
 @dataclass

@@ -36,15 +36,15 @@ def test_async_and_blocking_limiters_share_one_budget(backend_url: str, clock: M
         try:
             first = await aio.acquire(ADA, mail_id="m1")
             assert first.allowed
-            assert blocking.peek(ADA).retry_after == 60.0
+            assert blocking.peek(ADA).wait == 60.0
             booked = await aio.acquire(ADA, mail_id="m2", max_wait=120)
             assert booked.booked and booked.at == clock.now + 60
-            assert (await aio.peek(ADA)).retry_after == 120.0
+            assert (await aio.peek(ADA)).wait == 120.0
             assert await aio.release(ADA, "m2")
             assert not await aio.release(ADA, "m2")
             clock.advance(60)
             assert blocking.acquire("bob@example.com").allowed
-            assert (await aio.peek("bob@example.com")).retry_after == 60.0
+            assert (await aio.peek("bob@example.com")).wait == 60.0
             await aio.reset(ADA)
             assert (await aio.peek(ADA)).allowed
         finally:

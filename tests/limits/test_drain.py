@@ -113,7 +113,7 @@ def _trace(limiter: Limiter, clock: ManualClock, seed: int) -> list[tuple[object
             answers.append(("release", limiter.release(to, mail_id)))
             continue
         d = limiter.acquire(to, mail_id=mail_id, max_wait=rng.choice([0.0, 5.0]), late_after=0.5)
-        answers.append((d.allowed, d.booked, d.at, d.retry_after, d.remaining))
+        answers.append((d.allowed, d.booked, d.at, d.wait, d.remaining))
     return answers
 
 

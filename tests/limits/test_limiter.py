@@ -15,7 +15,7 @@ def test_first_mail_is_allowed_and_reports_room_left(make_limiter: LimiterFactor
     """Given an empty log, when a mail is acquired, then it is allowed with each tier's room."""
     decision = make_limiter().acquire(ADA)
     assert decision.allowed and not decision.booked and not decision.refused
-    assert decision.retry_after == 0.0
+    assert decision.wait == 0.0
     assert decision.tier is None
     assert decision.remaining == (0, 4, 9)
 
@@ -29,7 +29,7 @@ def test_second_mail_within_a_minute_waits_exactly_the_minute(
     clock.advance(15.25)
     decision = limiter.acquire(ADA)
     assert decision.refused
-    assert decision.retry_after_ms == 44_750
+    assert decision.wait_ms == 44_750
     assert decision.tier == Tier(1, 60_000)
     assert decision.at == pytest.approx(1_700_000_060.0)
 
@@ -48,11 +48,11 @@ def test_refusal_consumes_nothing(make_limiter: LimiterFactory, clock: ManualClo
 def test_retry_after_is_exact_to_the_millisecond(
     make_limiter: LimiterFactory, clock: ManualClock
 ) -> None:
-    """An attempt 1 ms before now + retry_after is refused; one at now + retry_after is allowed."""
+    """An attempt 1 ms before now + wait is refused; one at now + wait is allowed."""
     limiter = make_limiter()
     limiter.acquire(ADA)
     clock.advance(0.3337)
-    wait = limiter.acquire(ADA).retry_after_ms
+    wait = limiter.acquire(ADA).wait_ms
     start = clock.now
     clock.set(start + (wait - 1) / 1000)
     assert limiter.acquire(ADA).refused
@@ -72,7 +72,7 @@ def test_binding_tier_is_the_one_with_the_longest_wait(
     decision = limiter.acquire(ADA)
     assert decision.refused
     assert decision.tier == Tier(5, 3_600_000)
-    assert decision.retry_after_ms == 3_600_000 - 306_600  # the first send leaves the hour
+    assert decision.wait_ms == 3_600_000 - 306_600  # the first send leaves the hour
 
 
 def test_day_tier_binds_after_ten_mails(make_limiter: LimiterFactory, clock: ManualClock) -> None:
@@ -83,7 +83,7 @@ def test_day_tier_binds_after_ten_mails(make_limiter: LimiterFactory, clock: Man
         clock.advance(3_600)
     decision = limiter.acquire(ADA)
     assert decision.tier == Tier(10, 86_400_000)
-    assert decision.retry_after == DAY - 10 * 3_600
+    assert decision.wait == DAY - 10 * 3_600
 
 
 def test_keys_do_not_interfere(make_limiter: LimiterFactory) -> None:
@@ -122,7 +122,7 @@ def test_reservations_give_ten_distinct_ordered_slots(make_limiter: LimiterFacto
         3_780_000,
         3_840_000,
     ]
-    assert [d.retry_after_ms for d in decisions] == offsets
+    assert [d.wait_ms for d in decisions] == offsets
 
 
 def test_reservation_beyond_max_wait_is_refused_and_consumes_nothing(
@@ -133,7 +133,7 @@ def test_reservation_beyond_max_wait_is_refused_and_consumes_nothing(
     limiter.acquire(ADA, mail_id="a", max_wait=300)
     limiter.acquire(ADA, mail_id="b", max_wait=300)  # booked at +60 s
     refused = limiter.acquire(ADA, mail_id="c", max_wait=100)  # would be +120 s
-    assert refused.refused and refused.retry_after_ms == 120_000
+    assert refused.refused and refused.wait_ms == 120_000
     assert limiter.acquire(ADA, mail_id="d", max_wait=120).at_ms == refused.at_ms
 
 
@@ -169,7 +169,7 @@ def test_early_wakeup_of_a_booking_is_told_to_wait_again(
     booked = limiter.acquire(ADA, mail_id="b", max_wait=DAY)
     clock.advance(20)
     early = limiter.acquire(ADA, mail_id="b", max_wait=DAY)
-    assert early.booked and early.at_ms == booked.at_ms and early.retry_after_ms == 40_000
+    assert early.booked and early.at_ms == booked.at_ms and early.wait_ms == 40_000
 
 
 def test_release_gives_the_slot_back(make_limiter: LimiterFactory) -> None:
@@ -201,8 +201,8 @@ def test_peek_answers_without_consuming(make_limiter: LimiterFactory, clock: Man
     limiter.acquire(ADA)
     clock.advance(18)
     seen = limiter.peek(ADA)
-    assert not seen.allowed and seen.retry_after_ms == 42_000 and seen.tier == Tier(1, 60_000)
-    assert limiter.acquire(ADA).retry_after_ms == 42_000
+    assert not seen.allowed and seen.wait_ms == 42_000 and seen.tier == Tier(1, 60_000)
+    assert limiter.acquire(ADA).wait_ms == 42_000
 
 
 def test_reset_forgets_a_key(make_limiter: LimiterFactory) -> None:
@@ -228,7 +228,7 @@ def test_acquire_many_matches_single_calls(make_limiter: LimiterFactory) -> None
     limiter = make_limiter()
     keys = ["a@x.org", "b@x.org", "a@x.org", "c@x.org", "a@x.org"]
     decisions = limiter.acquire_many(keys, mail_ids=[f"m{i}" for i in range(5)], max_wait=DAY)
-    assert [(d.allowed, d.booked, d.retry_after_ms) for d in decisions] == [
+    assert [(d.allowed, d.booked, d.wait_ms) for d in decisions] == [
         (True, False, 0),
         (True, False, 0),
         (False, True, 60_000),
@@ -279,7 +279,7 @@ def test_new_mail_never_jumps_ahead_of_a_booking(make_limiter: LimiterFactory) -
         limiter.acquire(ADA, mail_id=mail_id, max_wait=DAY)
     assert limiter.release(ADA, "b1") and limiter.release(ADA, "b2")
     decision = limiter.acquire(ADA, mail_id="c", max_wait=DAY)
-    assert decision.booked and decision.retry_after_ms == 20_000  # b3's time, not 10 s
+    assert decision.booked and decision.wait_ms == 20_000  # b3's time, not 10 s
     assert decision.tier == Tier(2, 10_000)  # the full tier, though the order binds longer
 
 
@@ -292,7 +292,7 @@ def test_never_early_by_a_fraction_of_a_millisecond(
     assert limiter.acquire("ada@example.com").allowed
     clock.advance(0.1992)  # 199.2 ms later: whole ms 0 and 200 would have said 200 ms apart
     early = limiter.acquire("ada@example.com")
-    assert early.refused and early.retry_after_ms == 1
+    assert early.refused and early.wait_ms == 1
     clock.set(early.at)  # 200.1 ms after the first, at the time the refusal named
     assert limiter.acquire("ada@example.com").allowed
 
@@ -320,7 +320,7 @@ def test_not_before_books_the_first_admissible_slot_after_a_hold(
     assert held.booked and held.at_ms == round(start * 1000) + 30_001, "rounded up: never early"
     assert held.tier is None
     later = limiter.acquire(ADA, mail_id="m2", max_wait=DAY, not_before=start + 31)
-    assert later.booked and later.retry_after == 90.001 and str(later.tier) == "1/1m"
+    assert later.booked and later.wait == 90.001 and str(later.tier) == "1/1m"
     again = limiter.acquire(ADA, mail_id="m1", max_wait=DAY, not_before=start + 500)
     assert again.at_ms == held.at_ms, "the same mail id gets its slot back"
 
@@ -331,7 +331,7 @@ def test_not_before_past_max_wait_is_refused_and_consumes_nothing(
     """A hold that ends beyond what the mail tolerates refuses it, saying when it could go."""
     limiter = make_limiter()
     refused = limiter.acquire(ADA, mail_id="m1", max_wait=10, not_before=clock() + 60)
-    assert refused.refused and refused.retry_after == 60.0
+    assert refused.refused and refused.wait == 60.0
     assert limiter.acquire(ADA).allowed, "nothing was consumed"
 
 
@@ -346,3 +346,14 @@ def test_not_before_in_the_past_changes_nothing(
 def test_a_bad_not_before_is_refused(make_limiter: LimiterFactory, bad: object) -> None:
     with pytest.raises(ValueError, match="not_before must be epoch seconds"):
         make_limiter().acquire(ADA, not_before=bad)  # type: ignore[arg-type]
+
+
+def test_the_old_wait_names_still_read_but_warn(make_limiter: LimiterFactory) -> None:
+    """``retry_after`` and ``retry_after_ms`` read ``wait`` and ``wait_ms``, with a warning."""
+    limiter = make_limiter()
+    limiter.acquire(ADA)
+    refused = limiter.acquire(ADA)
+    with pytest.warns(DeprecationWarning, match="Decision.wait_ms"):
+        assert refused.retry_after_ms == refused.wait_ms == 60_000
+    with pytest.warns(DeprecationWarning, match="Decision.wait "):
+        assert refused.retry_after == refused.wait == 60.0

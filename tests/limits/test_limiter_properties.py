@@ -1,7 +1,7 @@
 """Property tests: random traces through both backends and a brute-force model, with a clock.
 
 Proves, on every generated trace: never over any tier in any window; never refused when every
-tier has room (the earliest admissible time is the model's brute-force minimum); retry_after
+tier has room (the earliest admissible time is the model's brute-force minimum); the wait
 exact; all-or-nothing; idempotent mail ids; reservations in order; memory and Redis identical.
 """
 
@@ -25,7 +25,7 @@ KEYS = ["k0", "k1"]
 def _as_model(limiter: Limiter, d: Decision) -> ModelAnswer:
     tiers = limiter.policy.tiers
     index = tiers.index(d.tier) + 1 if d.tier is not None else 0
-    return ModelAnswer(d.allowed, d.booked, d.at_ms, d.retry_after_ms, index, d.remaining)
+    return ModelAnswer(d.allowed, d.booked, d.at_ms, d.wait_ms, index, d.remaining)
 
 
 @st.composite
@@ -125,7 +125,7 @@ def test_backends_match_brute_force_model(  # noqa: PLR0912 - one branch per ope
     probe=st.integers(1, 10_000_000),
 )
 def test_retry_after_is_exact(policy_text: str, gaps: list[int], probe: int) -> None:
-    """After any history, a refused attempt is admitted at now + retry_after and not 1 ms sooner."""
+    """After any history, a refused attempt is admitted at now + wait and not 1 ms sooner."""
     clock = ManualClock(1_700_000_000.0)
     limiter = Limiter.from_url("memory://", Policy.parse(policy_text), clock=clock)
     for gap in gaps:
@@ -134,10 +134,10 @@ def test_retry_after_is_exact(policy_text: str, gaps: list[int], probe: int) -> 
     clock.advance(probe / 1_000_000)  # sub-millisecond offsets too
     decision = limiter.peek("k")
     if decision.allowed:
-        assert decision.retry_after_ms == 0
+        assert decision.wait_ms == 0
         return
     start = clock.now
-    clock.set(start + (decision.retry_after_ms - 1) / 1000)
+    clock.set(start + (decision.wait_ms - 1) / 1000)
     assert not limiter.peek("k").allowed
-    clock.set(start + decision.retry_after_ms / 1000)
+    clock.set(start + decision.wait_ms / 1000)
     assert limiter.acquire("k").allowed

@@ -37,18 +37,18 @@ def test_every_policy_is_served_by_one_api(text: str, backend_url: str, clock: M
         first = limiter.acquire(ADA, tenant="acme", mail_id="m1", share=1.0)
         assert first.allowed and first.scope is None
         booked = limiter.acquire(ADA, tenant="acme", mail_id="m2", max_wait=120, share=0.7)
-        assert booked.booked and booked.retry_after == 60.0
+        assert booked.booked and booked.wait == 60.0
         assert (booked.scope, booked.tier) == ("recipient", Tier(1, 60_000))
         again = limiter.acquire(ADA, tenant="acme", mail_id="m2", max_wait=120)
         assert again.booked and again.at_ms == booked.at_ms, "the same mail gets its slot back"
         held = limiter.acquire(BOB, mail_id="m3", max_wait=600, not_before=clock.now + 5)
-        assert held.booked and held.retry_after == 5.0
-        assert limiter.peek(ADA, tenant="acme").retry_after == 120.0
+        assert held.booked and held.wait == 5.0
+        assert limiter.peek(ADA, tenant="acme").wait == 120.0
         assert [room for _, room in limiter.room("recipient", ADA)] == [0, 3]
         assert limiter.storage_key("recipient", ADA) != limiter.storage_key("recipient", BOB)
         assert limiter.release(ADA, "m2", tenant="acme")
         assert not limiter.release(ADA, "m2", tenant="acme")
-        assert limiter.peek(ADA, tenant="acme").retry_after == 60.0
+        assert limiter.peek(ADA, tenant="acme").wait == 60.0
         limiter.reset(ADA)
         assert limiter.peek(ADA, tenant="acme").allowed
         with pytest.raises(ValueError, match="has no scope 'domain'"):
@@ -129,7 +129,7 @@ def test_async_limiter_and_prechecks_serve_every_policy(
             )
         try:
             assert (await aio.acquire(ADA, tenant="acme", mail_id="m1")).allowed
-            assert blocking.peek(ADA, tenant="acme").retry_after == 60.0
+            assert blocking.peek(ADA, tenant="acme").wait == 60.0
             assert await aprecheck(aio, ADA, tenant="acme") == (429, {"Retry-After": "60"})
             assert precheck(blocking, ADA, tenant="acme") == (429, {"Retry-After": "60"})
             booked = await aio.acquire(ADA, tenant="acme", mail_id="m2", max_wait=120)

@@ -45,7 +45,7 @@ def test_a_message_waits_for_the_recipient_without_room(
     assert lim.acquire("bob@example.com", mail_id="earlier").allowed
     clock.advance(20)
     d = acquire_all(lim, KEYS, mail_id="msg", max_wait=120)
-    assert d.booked and d.retry_after == 40.0 and str(d.tier) == "1/1m"
+    assert d.booked and d.wait == 40.0 and str(d.tier) == "1/1m"
     for key in KEYS:  # the same slot in every log, once
         assert lim.acquire(key, mail_id="msg").at_ms == d.at_ms
     again = acquire_all(lim, KEYS, mail_id="msg", max_wait=120)
@@ -61,7 +61,7 @@ def test_a_refusal_leaves_nothing_held_anywhere(
     lim, _ = limiter
     assert lim.acquire("cy@example.com", mail_id="c1").allowed
     refused = acquire_all(lim, KEYS, mail_id="msg", max_wait=10)
-    assert refused.refused and refused.retry_after == 60.0
+    assert refused.refused and refused.wait == 60.0
     assert lim.acquire("ada@example.com").allowed and lim.acquire("bob@example.com").allowed
 
 

@@ -59,7 +59,7 @@ def test_retry_after_is_exact_whole_seconds_rounded_up(
     assert precheck(limiter, ADA) == (429, {"Retry-After": "2"})
     clock.advance(0.002)  # 0.999 s left
     assert precheck(limiter, ADA) == (429, {"Retry-After": "1"})
-    assert limiter.peek(key(ADA)).retry_after_ms == 999
+    assert limiter.peek(key(ADA)).wait_ms == 999
     clock.advance(0.999)
     assert precheck(limiter, ADA) == (200, {})
 
@@ -77,7 +77,7 @@ def test_retry_after_follows_the_binding_tier(
     assert (status, headers) == (429, {"Retry-After": str(3600 - 300)})
     decision = limiter.peek(key(ADA))
     assert decision.tier == limiter.policy.tiers[1]
-    assert headers["Retry-After"] == str(math.ceil(decision.retry_after_ms / 1000))
+    assert headers["Retry-After"] == str(math.ceil(decision.wait_ms / 1000))
 
 
 def test_fractional_window_rounds_up(make_limiter: LimiterFactory) -> None:

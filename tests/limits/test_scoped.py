@@ -51,10 +51,10 @@ def test_a_bulk_kind_with_half_share_leaves_room_for_a_code_mail(
         bulk = [limiter.acquire(f"b{i}@example.com", max_wait=60, share=0.5) for i in range(40)]
         assert [d.allowed for d in bulk[:3]] == [True, True, False]
         assert all(d.booked for d in bulk[2:])
-        assert bulk[-1].retry_after > 15, "the bulk mails are booked far ahead"
+        assert bulk[-1].wait > 15, "the bulk mails are booked far ahead"
         codes = [limiter.acquire(f"c{i}@example.com", max_wait=60) for i in range(3)]
         assert [d.allowed for d in codes] == [True, True, False]
-        assert codes[2].retry_after <= 1.002, "the third code mail waits for the next window only"
+        assert codes[2].wait <= 1.002, "the third code mail waits for the next window only"
         clock.advance(1.001)
         late = limiter.acquire("d@example.com", max_wait=60)
         assert late.allowed, "each window keeps room for the larger share"
@@ -259,7 +259,7 @@ def test_not_before_books_every_scope_after_a_hold(
         assert (slots[0].scope, slots[0].tier) == (None, None), "only the hold binds"
         assert (slots[2].scope, str(slots[2].tier)) == ("sender", "2/1s")
         late = limiter.acquire("r9@example.com", max_wait=5, not_before=START + 30)
-        assert late.refused and late.retry_after == 30.0
+        assert late.refused and late.wait == 30.0
     finally:
         limiter.close()
 

@@ -49,8 +49,8 @@ def test_a_full_sender_scope_refuses_the_next_booking_naming_the_scope(
         refused = answers[kept]
         assert refused.refused and backlog_full(refused), refused
         assert refused.scope == "sender" and refused.tier is None
-        assert refused.retry_after_ms == refused.at_ms - round(START * 1000) > 0
-        assert limiter.peek("r99@example.com").retry_after > 0  # peeking is never refused
+        assert refused.wait_ms == refused.at_ms - round(START * 1000) > 0
+        assert limiter.peek("r99@example.com").wait > 0  # peeking is never refused
         assert limiter.release("r5@example.com", "m5")
         again = limiter.acquire(f"r{kept}@example.com", mail_id=f"m{kept}", max_wait=WEEK)
         assert again.booked and not backlog_full(again)

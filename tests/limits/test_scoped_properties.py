@@ -138,7 +138,7 @@ def _replay(
                 got = limiter.release(recipient, given, tenant=held_in)
                 assert got == expected_release, (op, limiter.url)
             continue
-        _, _, ident, wait_ms, given_tenant, share = op
+        _, _, ident, max_wait_ms, given_tenant, share = op
         tenant = None if given_tenant is None else str(given_tenant)
         mail_id = None if ident is None else f"m{ident}"
         subjects = {
@@ -148,7 +148,7 @@ def _replay(
             "tenant": tenant or "",
         }
         expected = (
-            model.acquire(now_us, subjects, mail_id, int(wait_ms), float(share))  # type: ignore[call-overload, arg-type]
+            model.acquire(now_us, subjects, mail_id, int(max_wait_ms), float(share))  # type: ignore[call-overload, arg-type]
             if with_model
             else None
         )
@@ -158,10 +158,10 @@ def _replay(
                 recipient,
                 tenant=tenant,
                 mail_id=mail_id,
-                max_wait=int(wait_ms) / 1000,  # type: ignore[call-overload]
+                max_wait=int(max_wait_ms) / 1000,  # type: ignore[call-overload]
                 share=float(share),  # type: ignore[arg-type]
             )
-            answer = Answer(d.allowed, d.booked, d.at_ms, d.retry_after_ms)
+            answer = Answer(d.allowed, d.booked, d.at_ms, d.wait_ms)
             if expected is None:  # the first limiter (memory) is the reference
                 expected = answer
                 if d.allowed or d.booked:

@@ -120,7 +120,20 @@ def test_unseal_answers_none_for_junk(junk: object) -> None:
 
 
 def test_progress_from_junk_starts_from_zero() -> None:
-    """Malformed counters (wrong types, huge floats, negatives) give zero progress or clamp."""
-    assert Progress.from_dict({"attempts": "x"}) == Progress()
-    assert Progress.from_dict({"attempts": float("inf")}) == Progress()
-    assert Progress.from_dict({"attempts": -5}) == Progress()
+    """Malformed counters (wrong types, huge floats, negatives) give zero progress or clamp;
+    a progress without a turn has an unknown one (-1: nothing checked)."""
+    zero = Progress(turn=-1)
+    assert Progress.from_dict({"attempts": "x"}) == zero
+    assert Progress.from_dict({"attempts": float("inf")}) == zero
+    assert Progress.from_dict({"attempts": -5}) == zero
+
+
+def test_the_receipt_check_bounds_addresses_without_parsing_them() -> None:
+    """``addresses=False`` (a worker's receipt check, before the guard parses them): a bad
+    address passes, a malformed shape does not."""
+    call = {"subject": "s", "body": "b", "cc": ["not an address"]}
+    assert check_arguments(["nobody"], call, addresses=False)["to"] == "nobody"
+    with pytest.raises(InvalidArguments, match="to"):
+        check_arguments(["nobody"], call)
+    with pytest.raises(InvalidArguments, match=r"cc\[0\] must be one line"):
+        check_arguments(["nobody"], {"cc": ["a\nb"]}, addresses=False)

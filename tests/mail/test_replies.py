@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from mailer.mail.replies import MAX_STATED_HOLD, Action, classify, stated_hold
+from mailer.mail.replies import (
+    MAX_STATED_HOLD,
+    Action,
+    reaction_to_reply,
+    stated_hold,
+    temporary_reply,
+)
+from mailer.mail.replies import temporary as replies_temporary
 
 GREYLIST = Action.GREYLIST
 HOLD_SENDER = Action.HOLD_SENDER
@@ -139,7 +146,7 @@ REPLIES = [
 @pytest.mark.parametrize(("code", "reply", "action"), REPLIES)
 def test_real_replies_get_the_expected_action(code: int, reply: str, action: Action) -> None:
     """Each real reply is classified as the table in mailer/replies.py says."""
-    assert classify(code, reply).action is action
+    assert reaction_to_reply(code, reply).action is action
 
 
 def test_the_table_covers_every_provider_and_action() -> None:
@@ -169,17 +176,41 @@ def test_a_stated_delay_is_believed_only_when_sane(reply: str, seconds: float | 
 
 def test_a_hold_reaction_carries_the_stated_delay_and_a_retry_none() -> None:
     """Holds and greylisting carry the reply's delay; plain retries never do."""
-    assert classify(421, "4.7.0 Try again in 2 minutes").hold == 120.0
-    assert classify(450, "4.2.0 Greylisted for 300 seconds").hold == 300.0
-    assert classify(451, "4.7.1 try again later").hold is None
-    assert classify(421, "4.4.2 Connection timed out after 30 seconds").hold is None
+    assert reaction_to_reply(421, "4.7.0 Try again in 2 minutes").hold == 120.0
+    assert reaction_to_reply(450, "4.2.0 Greylisted for 300 seconds").hold == 300.0
+    assert reaction_to_reply(451, "4.7.1 try again later").hold is None
+    assert reaction_to_reply(421, "4.4.2 Connection timed out after 30 seconds").hold is None
 
 
 def test_a_waiting_reaction_is_not_retried_at_once_and_a_plain_retry_is() -> None:
     """Greylisting and holds ask to wait (the transport leaves them to the guard); a network
     condition or an unknown reply may be tried again at once."""
-    assert classify(451, "4.7.1 try again later").hold_action
-    assert classify(454, "Throttling failure: Maximum sending rate exceeded.").hold_action
-    assert classify(450, "4.2.1 receiving mail at a rate").hold_action
-    assert not classify(421, "4.4.2 connection dropped").hold_action
-    assert not classify(451, "Local error in processing").hold_action
+    assert reaction_to_reply(451, "4.7.1 try again later").hold_action
+    assert reaction_to_reply(454, "Throttling failure: Maximum sending rate exceeded.").hold_action
+    assert reaction_to_reply(450, "4.2.1 receiving mail at a rate").hold_action
+    assert not reaction_to_reply(421, "4.4.2 connection dropped").hold_action
+    assert not reaction_to_reply(451, "Local error in processing").hold_action
+
+
+@pytest.mark.parametrize(
+    ("reply", "temporary"),
+    [
+        ("421 4.7.0 try again later", True),
+        ("450 4.2.2 mailbox full", True),
+        ("4.4.7 message expired", True),
+        ("  451 local error", True),
+        ("550 5.1.1 user unknown", False),
+        ("5.1.1 user unknown", False),
+        ("mailbox full", False),
+        ("", False),
+    ],
+)
+def test_a_reply_text_is_temporary_by_its_code_or_enhanced_status(
+    reply: str, temporary: bool
+) -> None:
+    """The one reader of temporary replies: a 4xx code, or an enhanced status ``4.x.x`` alone
+    (as an ESP's bounce report quotes it); the same answer as for the code itself."""
+    assert temporary_reply(reply) is temporary
+    code = reply.split(maxsplit=1)[0] if reply.strip()[:3].isdigit() else None
+    if code is not None:
+        assert replies_temporary(int(code)) is temporary

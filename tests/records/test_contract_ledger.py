@@ -15,7 +15,15 @@ import pytest
 
 from mailer import ManualClock
 from mailer.outcomes import Outcome
-from mailer.records.ledger import SENT_TTL, Ledger, MemoryLedger, RedisLedger, ledger_from_url
+from mailer.records.ledger import (
+    SENT_TTL,
+    Ledger,
+    MemoryLedger,
+    RedisLedger,
+    Superseded,
+    Turn,
+    ledger_from_url,
+)
 from mailer.storage import client_from_url
 
 #: A lease short enough to wait out on a real Redis, in seconds; waits add a margin to it.
@@ -134,6 +142,50 @@ def test_a_late_unclaim_leaves_the_new_owners_claim(bench: LedgerBench) -> None:
     assert ledger.begin("m", "w2", LONG) is True
     ledger.unclaim("m", "w1")
     assert ledger.begin("m", "w3", LONG) is False, "w2 still holds the claim"
+
+
+def test_copies_of_an_earlier_turn_or_a_sibling_chain_are_superseded(bench: LedgerBench) -> None:
+    """The ledger keeps the turn of the latest run that claimed: a run of an earlier turn, or
+    of the same number from another parent (two copies of one run each handed the mail on),
+    ends at begin and takes nothing; a later turn claims and is kept."""
+    ledger = bench.ledger
+    assert ledger.begin("m", "w1", LONG, turn=Turn(0)) is True
+    ledger.unclaim("m", "w1")  # w1 handed the mail on: its next run carries Turn(1, "w1")
+    assert ledger.begin("m", "twin", LONG, turn=Turn(0)) is True  # a copy of w1's message
+    ledger.unclaim("m", "twin")  # ...which handed it on too: Turn(1, "twin")
+    assert ledger.begin("m", "a", LONG, turn=Turn(1, "w1")) is True  # first of turn 1: kept
+    ledger.unclaim("m", "a")
+    assert ledger.begin("m", "b", LONG, turn=Turn(1, "twin")) == Superseded(1)  # its sibling
+    assert ledger.begin("m", "c", LONG, turn=Turn(0)) == Superseded(1)  # an earlier turn
+    assert ledger.begin("m", "d", LONG, turn=Turn(1, "w1")) is True, "a copy of turn 1's run"
+    assert ledger.begin("m", "e", LONG, turn=None) is False, "unknown turn: the claim only"
+    assert ledger.begin("m", "d", LONG, turn=Turn(2, "d")) is True  # d's own next run
+    ledger.unclaim("m", "d")
+    assert ledger.begin("m", "f", LONG, turn=Turn(1, "w1")) == Superseded(2)
+
+
+def test_a_run_that_died_after_handing_on_leaves_the_mail_to_its_copy(
+    bench: LedgerBench,
+) -> None:
+    """A run killed after it gave the claim back but before its next run was published (or
+    ran) left the turn as it was: a copy of its message (a redelivery, the watchdog's) claims
+    the mail after it. A stale begin takes no claim."""
+    ledger = bench.ledger
+    assert ledger.begin("m", "w1", SHORT, turn=Turn(3, "p")) is True
+    ledger.unclaim("m", "w1")  # then died before publishing its next run
+    assert ledger.begin("m", "copy", LONG, turn=Turn(3, "p")) is True
+    ledger.unclaim("m", "copy")
+    assert ledger.begin("m", "stale", LONG, turn=Turn(2, "q")) == Superseded(3)
+    assert ledger.begin("m", "next", LONG, turn=Turn(4, "copy")) is True
+
+
+def test_a_recorded_outcome_answers_every_copy_whatever_its_turn(bench: LedgerBench) -> None:
+    """The outcome comes before the turn, and recording forgets the turn."""
+    ledger = bench.ledger
+    assert ledger.begin("m", "w1", LONG, turn=Turn(1, "p")) is True
+    ledger.record(sent("m"))
+    assert isinstance(ledger.begin("m", "stale", LONG, turn=Turn(0)), Outcome)
+    assert isinstance(ledger.begin("m", "sibling", LONG, turn=Turn(1, "q")), Outcome)
 
 
 def test_a_recorded_outcome_answers_every_later_begin(bench: LedgerBench) -> None:

@@ -257,21 +257,19 @@ def test_a_guessed_hold_past_a_code_deadline_books_it_at_its_latest_slot(
 
 def test_the_transport_leaves_hold_replies_to_the_guard(smtp_server: SmtpTestServer) -> None:
     """retry_holds=False (holds on): a 454 is raised after one try, a 451 4.3.0 still retried."""
-    from email.message import EmailMessage  # noqa: PLC0415
-
     from mailer.errors import TransientSendError  # noqa: PLC0415
+    from mailer.mail.envelope import envelope_of  # noqa: PLC0415
+    from mailer.mail.message import Mail  # noqa: PLC0415
     from mailer.mail.transports import SmtpTransport  # noqa: PLC0415
 
-    message = EmailMessage()
-    message["From"], message["To"], message["Message-ID"] = "a@example.org", "b@example.com", "<m>"
-    message.set_content("x")
+    envelope = envelope_of(Mail("b@example.com", "s", "x", mail_id="m", sender="a@example.org"))
     transport = SmtpTransport.from_url(smtp_server.url, retry_holds=False, sleep=lambda _: None)
     smtp_server.fail_rcpt(" ".join(map(str, THROTTLED)), times=1)
     with pytest.raises(TransientSendError) as raised:
-        transport.send(message)
+        transport.send(envelope)
     assert (raised.value.code, raised.value.attempts) == (454, 1)
     smtp_server.fail_rcpt("451 4.3.0 try later", times=1)
-    assert transport.send(message).attempts == 2
+    assert transport.send(envelope).attempts == 2
 
 
 @pytest.mark.redis

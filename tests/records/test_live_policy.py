@@ -192,7 +192,7 @@ def test_a_booking_made_under_one_policy_stays_valid_under_the_next(
     )
     assert old.acquire("ada@example.com", mail_id="m1", max_wait=7200).allowed
     booked = old.acquire("ada@example.com", mail_id="m2", max_wait=7200)
-    assert booked.booked and booked.retry_after == 3600
+    assert booked.booked and booked.wait == 3600
     new = Limiter.from_url(
         redis_url, Policy.parse(after, name="recipient"), secret="s", clock=clock
     )

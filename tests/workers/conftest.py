@@ -18,7 +18,7 @@ import pytest
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.smtp_server import SmtpTestServer
 from mailer.settings import Settings
-from workers import state
+from workers import process_settings
 
 
 @dataclass(frozen=True)
@@ -58,8 +58,8 @@ def stack(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[StackFactory]
         ) -> Stack:
             env = worker_env(redis_url, smtp_server.url, **overrides)
             if settings:
-                old = state.use_settings(Settings.from_env(env))
-                cleanup.callback(state.use_settings, old)
+                old = process_settings.use_settings(Settings.from_env(env))
+                cleanup.callback(process_settings.use_settings, old)
             app = client_app(env)
             cleanup.callback(app.close)
             if current:

@@ -248,7 +248,7 @@ def test_from_url_on_redis_needs_the_workers_secret(redis_url: str) -> None:
     async def peek() -> float:
         web = AsyncLimiter.from_url(redis_url, POLICY, secret="same-everywhere")
         try:
-            return (await web.peek("ada@example.com")).retry_after
+            return (await web.peek("ada@example.com")).wait
         finally:
             await web.close()
 

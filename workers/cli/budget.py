@@ -23,7 +23,7 @@ def budget_report(limiter: Limiter, settings: Settings, key: str) -> dict[str, A
     Raises :class:`~mailer.errors.BackendUnavailable` when the limiter cannot be read.
     """
     decision = limiter.peek(key)
-    now_ms = decision.at_ms - decision.retry_after_ms
+    now_ms = decision.at_ms - decision.wait_ms
     booked = bookings(settings, key, now_ms)
     tiers: list[dict[str, Any]] = [
         {"tier": str(tier), "used": tier.limit - room, "limit": tier.limit}
@@ -34,7 +34,7 @@ def budget_report(limiter: Limiter, settings: Settings, key: str) -> dict[str, A
         "policy": str(settings.policy),
         "allowed_now": decision.allowed,
         "next_at": decision.at,
-        "wait": decision.retry_after,
+        "wait": decision.wait,
         "binding_tier": str(decision.tier) if decision.tier else None,
         "booked": booked,
         "tiers": tiers,
@@ -81,7 +81,7 @@ def scoped_report(
             "recipient": limiter.storage_key("recipient", key),
             "allowed_now": decision.allowed,
             "next_at": decision.at,
-            "wait": decision.retry_after,
+            "wait": decision.wait,
             "binding_tier": _scoped_tier(decision.scope, decision.tier),
         }
         if "recipient" in present:

@@ -24,7 +24,7 @@ from kombu.exceptions import ChannelError
 from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable
 from mailer.storage import is_memory
-from workers.broker_transport import socket_options
+from workers.broker_transport import redis_options
 from workers.cli import views
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
@@ -77,7 +77,7 @@ def queued(broker_url: str, queue: str) -> int | None:
     """Messages waiting in ``queue`` on ``broker_url`` (None for a memory broker: unknown)."""
     if is_memory(broker_url):
         return None
-    options = socket_options(broker_url, {})
+    options = redis_options(broker_url, {})
     with Connection(broker_url, connect_timeout=5.0, transport_options=options) as conn:
         channel: Any = conn.default_channel  # kombu's stubs leave queue_declare out
         missing: tuple[type[BaseException], ...] = (ChannelError, *conn.channel_errors)

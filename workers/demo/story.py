@@ -5,8 +5,8 @@ the app built from the environment when :mod:`workers.app` is imported. The demo
 a second app with a second copy of the task: :func:`configure` points that same app at the
 demo's broker, result backend and queue (the values :func:`workers.app.create_app` derives from
 the demo's :class:`~mailer.settings.Settings`, so the safe defaults have one source), and calls
-:func:`workers.state.use_settings` so the guard is built from the demo's settings (policy,
-kinds, limiter, SMTP URL). ``workers.app.settings`` keeps the environment's values: the
+:func:`workers.process_settings.use_settings` so the guard is built from the demo's settings
+(policy, kinds, limiter, SMTP URL). ``workers.app.settings`` keeps the environment's values: the
 worker-start hooks read it (the prefork check, which a threads pool does not trip, the opt-in
 metrics port and the log format), so those follow the environment as for any worker. The demo
 command runs in a process of its own, so nothing else uses the app meanwhile; call
@@ -26,7 +26,7 @@ from mailer.limits.policy import Policy, Tier
 from mailer.mail.kinds import Kinds
 from mailer.settings import Settings
 from workers.app import create_app
-from workers.state import use_settings
+from workers.process_settings import use_settings
 
 #: The demo's policy per recipient, before ``--speed``.
 POLICY = "1/1s, 5/10s, 10/30s"

@@ -19,7 +19,6 @@ from mailer.errors import BackendUnavailable, PermanentSendError
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, iso, log_fields
 from mailer.guard.gates import Reads
 from mailer.guard.outage import backend_down
-from mailer.guard.validate import message_of
 from mailer.mail.envelope import without_recipients
 from mailer.mail.replies import Action, reaction_of
 from mailer.metrics import Metrics
@@ -53,7 +52,7 @@ class SuppressionGate:
             if raws is not None:
                 found = {mail.limit_key: self.suppressions.from_raw(raws[0])}
             else:
-                found = {k: self.suppressions.suppressed(k) for k in keys}
+                found = {k: self.suppressions.suppressed_key(k) for k in keys}
         except BackendUnavailable as exc:
             self.metrics.backend_down("ledger")
             return backend_down(self.config, mail.base, progress, exc, why.LEDGER_UNAVAILABLE)
@@ -63,7 +62,7 @@ class SuppressionGate:
         kept = [k for k in keys if k not in gone]
         if not kept:
             return _dropped(mail, gone[mail.limit_key])
-        message = without_recipients(message_of(mail), set(gone), self.config.rules)
+        draft = without_recipients(mail.draft, set(gone), self.config.rules)
         log.info(
             "mail %s: %d suppressed recipients left out of %d",
             mail.mail_id,
@@ -71,7 +70,8 @@ class SuppressionGate:
             len(keys),
             extra=log_fields(mail.base),
         )
-        return replace(mail, limit_key=kept[0], more_keys=tuple(kept[1:]), message=message)
+        more = tuple(kept[1:])
+        return replace(mail, limit_key=kept[0], more_keys=more, draft=draft, message=None)
 
     def on_send_error(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:
         """A hard bounce suppresses the recipient; the mail's answer is left to the rest."""

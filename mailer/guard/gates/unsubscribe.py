@@ -21,7 +21,6 @@ from mailer.errors import BackendUnavailable
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, log_fields
 from mailer.guard.gates import Reads
 from mailer.guard.outage import backend_down
-from mailer.guard.validate import message_of
 from mailer.mail.envelope import without_recipients
 from mailer.metrics import Metrics
 from mailer.steps import Finish, Progress, Step
@@ -74,8 +73,9 @@ class UnsubscribeGate:
             )
             return Finish(dropped)
         if gone:  # several recipients: the others still get it
-            message = without_recipients(message_of(mail), set(gone), self.config.rules)
-            mail = replace(mail, limit_key=kept[0], more_keys=tuple(kept[1:]), message=message)
+            draft = without_recipients(mail.draft, set(gone), self.config.rules)
+            more = tuple(kept[1:])
+            mail = replace(mail, limit_key=kept[0], more_keys=more, draft=draft, message=None)
         return with_headers(mail, self.unsubscribe.headers(mail.limit_key, sender, mail.kind.name))
 
     def on_send_error(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:

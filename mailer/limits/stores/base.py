@@ -36,16 +36,16 @@ class Store(Protocol):
         self,
         recipient: str,
         tag: int,
-        wait_ms: int,
+        max_wait_ms: int,
         tenant: str | None = None,
         *,
         share: float = 1.0,
         not_before_ms: int = 0,
     ) -> Decision:
-        """Admit now, book within ``wait_ms``, or refuse (see :meth:`mailer.Limiter.acquire`)."""
+        """Admit now, book within ``max_wait_ms``, or refuse (:meth:`mailer.Limiter.acquire`)."""
 
     def acquire_many(
-        self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
+        self, recipients: Sequence[str], tags: Sequence[int], max_wait_ms: int
     ) -> list[Decision]:
         """:meth:`acquire` for each recipient (no tenant, full share), answers in order."""
 

@@ -104,7 +104,7 @@ class SlidingMemoryStore:
         self,
         recipient: str,
         tag: int,
-        wait_ms: int,
+        max_wait_ms: int,
         tenant: str | None = None,  # no tenant scope in this shape
         *,
         share: float = 1.0,  # the recipient's own budget: no share
@@ -126,7 +126,7 @@ class SlidingMemoryStore:
             elif log.ts and log.ts[0] <= now - spec.max_window_ms:
                 sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
             raw = sliding_log.acquire(
-                log.ts, log.tags, now, spec, tag, wait_ms, hi, not_before_ms, late_ms
+                log.ts, log.tags, now, spec, tag, max_wait_ms, hi, not_before_ms, late_ms
             )
             if raw[0] or raw[1]:
                 log.expires_ms = log.ts[-1] + spec.max_window_ms
@@ -151,10 +151,10 @@ class SlidingMemoryStore:
         )
 
     def acquire_many(
-        self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
+        self, recipients: Sequence[str], tags: Sequence[int], max_wait_ms: int
     ) -> list[Decision]:
         return [
-            self.acquire(r, tag, wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
+            self.acquire(r, tag, max_wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
         ]
 
     def peek(
@@ -205,6 +205,7 @@ class SlidingMemoryStore:
         self.reset(None)
 
     def _decision(self, raw: RawDecision) -> Decision:
+        """(allowed, booked, at_ms, wait_ms, tier index, *remaining) as a decision."""
         index = raw[4]
         tier = self._tiers[index - 1] if index else None
         scope = "recipient" if index else None

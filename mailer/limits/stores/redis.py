@@ -107,7 +107,7 @@ class SlidingRedisStore:
         self,
         recipient: str,
         tag: int,
-        wait_ms: int,
+        max_wait_ms: int,
         tenant: str | None = None,  # no tenant scope in this shape
         *,
         share: float = 1.0,  # the recipient's own budget: no share
@@ -117,22 +117,22 @@ class SlidingRedisStore:
         now = "" if self._clock is None else to_us(self._clock())
         key = self._hasher.storage_key(recipient)
         if late_ms >= 0:
-            args: tuple[object, ...] = ("a", now, tag, wait_ms, not_before_ms, late_ms)
+            args: tuple[object, ...] = ("a", now, tag, max_wait_ms, not_before_ms, late_ms)
         elif not_before_ms:
-            args = ("a", now, tag, wait_ms, not_before_ms)
+            args = ("a", now, tag, max_wait_ms, not_before_ms)
         else:  # the usual call (the script's quick path): no tuple built
             try:  # EVALSHA through execute_command (evalsha's two layers skipped); on the
                 # server's clock, the short form (tag, max_wait) of the script's arguments
                 if now == "":
                     raw = self._client.execute_command(
-                        "EVALSHA", self.script_sha, 1, key, tag, wait_ms
+                        "EVALSHA", self.script_sha, 1, key, tag, max_wait_ms
                     )
                 else:
                     raw = self._client.execute_command(
-                        "EVALSHA", self.script_sha, 1, key, "a", now, tag, wait_ms
+                        "EVALSHA", self.script_sha, 1, key, "a", now, tag, max_wait_ms
                     )
             except redis.exceptions.NoScriptError:  # did not run: run_script loads it, runs it
-                raw = self._evalsha([key], ["a", now, tag, wait_ms])
+                raw = self._evalsha([key], ["a", now, tag, max_wait_ms])
             except REDIS_DOWN as exc:
                 raise BackendUnavailable(self.url, exc) from exc
             fields = self._reply.unpack(raw)
@@ -143,17 +143,18 @@ class SlidingRedisStore:
         return self._decision(self._evalsha([key], list(args)))
 
     def acquire_many(
-        self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
+        self, recipients: Sequence[str], tags: Sequence[int], max_wait_ms: int
     ) -> list[Decision]:
         """All keys in one script call (one round trip); key by key on Redis Cluster."""
         if not recipients:
             return []
         if not self._pipelined:
             return [
-                self.acquire(r, tag, wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
+                self.acquire(r, tag, max_wait_ms, None)
+                for r, tag in zip(recipients, tags, strict=True)
             ]
         keys = [self._hasher.storage_key(r) for r in recipients]
-        args = ["m", "" if self._clock is None else to_us(self._clock()), wait_ms, *tags]
+        args = ["m", "" if self._clock is None else to_us(self._clock()), max_wait_ms, *tags]
         return [self._decision(answer) for answer in self._evalsha(keys, args)]
 
     def peek(
@@ -204,8 +205,8 @@ def reply_format(tiers: int) -> struct.Struct:
 
 
 def sliding_decision(raw: bytes, tiers: Sequence[Tier]) -> Decision:
-    """The decision a sliding-log reply says (allowed, booked, at, wait, tier, then the room
-    per tier: :func:`reply_format`), ``tiers`` the policy's recipient tiers."""
+    """The decision a sliding-log reply says (allowed, booked, ``at_ms``, ``wait_ms``, tier,
+    then the room per tier: :func:`reply_format`), ``tiers`` the policy's recipient tiers."""
     fields = reply_format(len(tiers)).unpack(raw)
     index = fields[4]
     tier = tiers[index - 1] if index else None

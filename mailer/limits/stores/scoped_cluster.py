@@ -93,7 +93,7 @@ class ClusterDecider:
         asked: Asked,
         *,
         tag: int = 0,
-        wait_ms: int = 0,
+        max_wait_ms: int = 0,
         not_before: int = 0,
         tiers: Sequence[tuple[str, tuple[Tier, ...]]] = (),
     ) -> Decision | int:
@@ -106,7 +106,9 @@ class ClusterDecider:
         if mode == "p":
             replies, bind = self.peek(asked)
         else:
-            replies, bind = self.acquire(asked, tag=tag, wait_ms=wait_ms, not_before=not_before)
+            replies, bind = self.acquire(
+                asked, tag=tag, max_wait_ms=max_wait_ms, not_before=not_before
+            )
         last = replies[-1]
         remaining = tuple(value for raw in replies for value in raw[6:])
         now = asked.now_ms
@@ -116,17 +118,17 @@ class ClusterDecider:
         if not last[0] and not last[1]:  # refused (peek: not now): the last scope says when
             allowed = booked = False
             at = int(last[2])
-            wait = at - now
+            wait_ms = at - now
         else:
             allowed = all(raw[0] == 1 for raw in replies)
             booked = not allowed
             at = max(int(raw[2]) for raw in replies)
-            wait = 0 if allowed else at - now
+            wait_ms = 0 if allowed else at - now
         if bind is not None and not allowed:
             name, scope_tiers = tiers[bind[0]]
             tier = scope_tiers[bind[1] - 1] if bind[1] else None  # none: the scope's key is full
-            return Decision(allowed, booked, at, wait, tier, remaining, name)
-        return Decision(allowed, booked, at, wait, None, remaining, None)
+            return Decision(allowed, booked, at, wait_ms, tier, remaining, name)
+        return Decision(allowed, booked, at, wait_ms, None, remaining, None)
 
     def _call(self, key: str, args: list[Any], months: str) -> Any:
         """One script call; with calendar-month tiers, their window starts as ``ARGV[10]``."""
@@ -138,7 +140,7 @@ class ClusterDecider:
         return [mode, asked.clock, *more[:2], asked.share, asked.offset, digit, *more[2:]]
 
     def acquire(
-        self, asked: Asked, *, tag: int, wait_ms: int, not_before: int
+        self, asked: Asked, *, tag: int, max_wait_ms: int, not_before: int
     ) -> tuple[list[Any], Bind]:
         """Reserve the mail in every scope at one slot; return the replies and the binding
         ``(scope position, tier index)`` (None: no tier binds).
@@ -158,9 +160,9 @@ class ClusterDecider:
         t = max(not_before, now)
         for _ in range(MAX_ROUNDS):
             replies, bind, t = self._converge(asked, t)
-            if t > now and t - now > wait_ms:
+            if t > now and t - now > max_wait_ms:
                 return replies, bind  # refused: nothing was written
-            booked, reserved, later = self._reserve(asked, t, tag=tag, wait_ms=wait_ms)
+            booked, reserved, later = self._reserve(asked, t, tag=tag, max_wait_ms=max_wait_ms)
             if len(booked) == len(asked.scopes):
                 return booked, bind
             self._give_back(asked, reserved, tag)
@@ -177,7 +179,7 @@ class ClusterDecider:
         return int(self._call(first, self._args(asked, "q", digit, tag, 0), asked.months))
 
     def _reserve(
-        self, asked: Asked, t: int, *, tag: int, wait_ms: int
+        self, asked: Asked, t: int, *, tag: int, max_wait_ms: int
     ) -> tuple[list[Any], list[tuple[str, str, int]], int | list[Any]]:
         """Book ``t`` scope by scope; stop at the first scope that answers otherwise. Returns
         the replies of the scopes that booked ``t``, every reservation made (key, digit, the
@@ -186,7 +188,7 @@ class ClusterDecider:
         reserved: list[tuple[str, str, int]] = []
         booked: list[Any] = []
         for key, digit in asked.scopes:
-            raw = self._call(key, self._args(asked, "b", digit, tag, wait_ms, t), asked.months)
+            raw = self._call(key, self._args(asked, "b", digit, tag, max_wait_ms, t), asked.months)
             if not raw[0] and not raw[1] and raw[4] and not raw[5]:
                 return booked, reserved, list(raw)
             if not raw[0] and not raw[1]:  # taken meanwhile: give back, decide again

@@ -66,7 +66,7 @@ class ScopedMemoryStore:
         self,
         recipient: str,
         tag: int,
-        wait_ms: int,
+        max_wait_ms: int,
         tenant: str | None = None,
         *,
         share: float = 1.0,
@@ -77,7 +77,12 @@ class ScopedMemoryStore:
             now_us = round(self._clock() * 1_000_000)
             states = self._load(keys, now_us)
             decision = self._decider.acquire(
-                states, now_us, tag=tag, wait_ms=wait_ms, share=share, not_before=not_before_ms
+                states,
+                now_us,
+                tag=tag,
+                max_wait_ms=max_wait_ms,
+                share=share,
+                not_before=not_before_ms,
             )
             if decision.refused:  # a refusal leaves nothing behind, not even an empty state
                 for (_, key), (_, state) in zip(keys, states, strict=True):
@@ -86,10 +91,10 @@ class ScopedMemoryStore:
             return decision
 
     def acquire_many(
-        self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
+        self, recipients: Sequence[str], tags: Sequence[int], max_wait_ms: int
     ) -> list[Decision]:
         return [
-            self.acquire(r, tag, wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
+            self.acquire(r, tag, max_wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
         ]
 
     def peek(
@@ -99,7 +104,9 @@ class ScopedMemoryStore:
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
             states = self._load(keys, now_us, create=False)
-            return self._decider.decide(states, now_us, tag=0, wait_ms=0, share=share, record=False)
+            return self._decider.decide(
+                states, now_us, tag=0, max_wait_ms=0, share=share, record=False
+            )
 
     def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
         keys = self._keys(recipient, None, tenant)

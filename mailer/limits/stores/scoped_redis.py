@@ -77,7 +77,7 @@ class ScopedRedisStore:
         self,
         recipient: str,
         tag: int,
-        wait_ms: int,
+        max_wait_ms: int,
         tenant: str | None = None,
         *,
         share: float = 1.0,
@@ -88,7 +88,7 @@ class ScopedRedisStore:
             recipient,
             tenant=tenant,
             tag=tag,
-            wait_ms=wait_ms,
+            max_wait_ms=max_wait_ms,
             share=share,
             not_before=not_before_ms,
         )
@@ -96,10 +96,10 @@ class ScopedRedisStore:
         return answer
 
     def acquire_many(
-        self, recipients: Sequence[str], tags: Sequence[int], wait_ms: int
+        self, recipients: Sequence[str], tags: Sequence[int], max_wait_ms: int
     ) -> list[Decision]:
         return [
-            self.acquire(r, tag, wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
+            self.acquire(r, tag, max_wait_ms, None) for r, tag in zip(recipients, tags, strict=True)
         ]
 
     def peek(
@@ -151,7 +151,7 @@ class ScopedRedisStore:
     def _on_cluster(self, planned: Planned, cluster: ClusterDecider) -> Decision | int:
         """:meth:`_run` on Redis Cluster: scope by scope, on one clock read from the cluster
         (or the given one)."""
-        mode, given, tag, wait_ms, share, offset = planned.args[:6]
+        mode, given, tag, max_wait_ms, share, offset = planned.args[:6]
         clock = str(given) if given != "" else f"t{self._cluster_now_us()}"
         scopes = [(k, s.digit) for k, s in zip(planned.keys, planned.present, strict=True)]
         asked = Asked(scopes, clock, share, offset, planned.months)
@@ -159,7 +159,7 @@ class ScopedRedisStore:
             mode,
             asked,
             tag=tag,
-            wait_ms=wait_ms,
+            max_wait_ms=max_wait_ms,
             not_before=planned.not_before,
             tiers=[(s.name, s.tiers) for s in planned.present],
         )

@@ -128,7 +128,7 @@ class ScopedScript:
         tenant: str | None = None,
         domain: str | None = None,
         tag: int = 0,
-        wait_ms: int = 0,
+        max_wait_ms: int = 0,
         share: float = 1.0,
         not_before: int = 0,
     ) -> Planned:
@@ -148,7 +148,7 @@ class ScopedScript:
             offset = offset_ms(self._tz, seconds if seconds is not None else system_clock())
         given = "" if seconds is None else round(seconds * 1_000_000)
         shared = "1" if share == 1.0 else repr(share)
-        args = [mode, given, tag, wait_ms, shared, offset, digits]
+        args = [mode, given, tag, max_wait_ms, shared, offset, digits]
         months = ""
         if self._month_tiers:
             now_ms = round((seconds if seconds is not None else system_clock()) * 1000)
@@ -157,8 +157,9 @@ class ScopedScript:
 
     @staticmethod
     def decision(raw: list[Any], present: list[Scope]) -> Decision:
-        """The decision an ``a`` or ``p`` reply says (scope and tier: 1-based, 0 for none; a
-        scope without a tier: that shared scope's key is full, see ``MAX_BOOKINGS``)."""
+        """The decision an ``a`` or ``p`` reply ``{allowed, booked, at_ms, wait_ms, scope, tier,
+        remaining...}`` says (scope and tier: 1-based, 0 for none; a scope without a tier: that
+        shared scope's key is full, see ``MAX_BOOKINGS``)."""
         if raw[4]:
             scope = present[raw[4] - 1]
             tier = scope.tiers[raw[5] - 1] if raw[5] else None

@@ -1,8 +1,16 @@
-"""Transports hand a built message to a mail server: SMTP, or memory and console for tests."""
+"""Transports hand an envelope's message to a mail server: SMTP, or memory and console for tests."""
 
+from mailer.mail.envelope import Envelope
 from mailer.mail.transports.base import SendReceipt, Transport
 from mailer.mail.transports.console import ConsoleTransport
 from mailer.mail.transports.memory import MemoryTransport
 from mailer.mail.transports.smtp import SmtpTransport
 
-__all__ = ["ConsoleTransport", "MemoryTransport", "SendReceipt", "SmtpTransport", "Transport"]
+__all__ = [
+    "ConsoleTransport",
+    "Envelope",
+    "MemoryTransport",
+    "SendReceipt",
+    "SmtpTransport",
+    "Transport",
+]

@@ -1,4 +1,9 @@
-"""What every transport offers: ``send(message) -> SendReceipt``, or a ``SendError``."""
+"""What every transport offers: ``send(envelope) -> SendReceipt``, or a ``SendError``.
+
+A transport gets an :class:`~mailer.mail.envelope.Envelope`: the message, and beside it the
+checked sender and recipients it goes to. It never reads an address out of the message's
+headers (a carried message's headers may show others: a mailing list's address).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,9 @@ import re
 from dataclasses import dataclass
 from email.message import EmailMessage
 from email.policy import EmailPolicy
-from email.utils import getaddresses
 from typing import Protocol, runtime_checkable
 
-#: Headers whose addresses a transport sends to (and masks in replies and logs).
-RECIPIENT_HEADERS = ("To", "Cc", "Bcc")
+from mailer.mail.envelope import Envelope
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +39,7 @@ class SendReceipt:
 
 @runtime_checkable
 class Transport(Protocol):
-    """Hands one message to a mail server.
+    """Hands one envelope's message to a mail server, to the envelope's recipients.
 
     ``send`` returns a :class:`SendReceipt` or raises
     :class:`~mailer.errors.TransientSendError` (may work later) or
@@ -44,19 +47,9 @@ class Transport(Protocol):
     failures themselves, so a caller does not add its own short retry loop.
     """
 
-    def send(self, message: EmailMessage) -> SendReceipt:
-        """Send ``message`` to the addresses in its To, Cc and Bcc headers."""
+    def send(self, envelope: Envelope) -> SendReceipt:
+        """Send ``envelope.message`` from ``envelope.sender`` to ``envelope.recipients``."""
         ...
-
-
-def recipients_of(message: EmailMessage) -> list[str]:
-    """The addresses in the message's To, Cc and Bcc headers; a carried message's envelope
-    (:mod:`mailer.mail.carried`: its headers may show others)."""
-    envelope = getattr(message, "envelope_recipients", None)
-    if envelope is not None:
-        return list(envelope)
-    values = [str(v) for name in RECIPIENT_HEADERS for v in message.get_all(name, [])]
-    return [address for _, address in getaddresses(values) if address]
 
 
 def wire_bytes(message: EmailMessage, *, utf8: bool = False) -> bytes:
@@ -71,22 +64,6 @@ def wire_bytes(message: EmailMessage, *, utf8: bool = False) -> bytes:
     if utf8 and isinstance(policy, EmailPolicy):  # SMTPUTF8 needs a policy that has utf8
         policy = policy.clone(utf8=True)
     return sent.as_bytes(policy=policy)
-
-
-def envelope_sender(message: EmailMessage) -> str:
-    """The envelope sender (``MAIL FROM``): a carried message's own, else the address of the
-    ``Sender`` header or, without one, of ``From``, as ``smtplib``'s ``send_message`` takes it."""
-    carried = getattr(message, "envelope_sender", None)
-    if carried:
-        return str(carried)
-    found = getaddresses([str(message.get("Sender") or message.get("From") or "")])
-    return found[0][1] if found else ""
-
-
-def sender_of(message: EmailMessage) -> str:
-    """The address of the message's ``From`` header ('' without one)."""
-    found = getaddresses([str(message.get("From", ""))])
-    return found[0][1] if found else ""
 
 
 def recipient_hash(address: str) -> str:

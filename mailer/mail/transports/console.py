@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import sys
 import threading
-from email.message import EmailMessage
 from typing import TextIO
 
-from mailer.mail.transports.base import SendReceipt, recipient_hash, recipients_of
+from mailer.mail.envelope import Envelope
+from mailer.mail.transports.base import SendReceipt, recipient_hash
 
 
 class ConsoleTransport:
@@ -23,11 +23,11 @@ class ConsoleTransport:
         self._max_subject = max_subject
         self._lock = threading.Lock()
 
-    def send(self, message: EmailMessage) -> SendReceipt:
+    def send(self, envelope: Envelope) -> SendReceipt:
         """Print the summary line and return a 250 receipt."""
-        message_id = message["Message-ID"]
-        to = ",".join(recipient_hash(a) for a in recipients_of(message)) or "-"
-        subject = str(message.get("Subject", ""))
+        message_id = envelope.message_id
+        to = ",".join(recipient_hash(a) for a in envelope.recipients) or "-"
+        subject = str(envelope.message.get("Subject", ""))
         if len(subject) > self._max_subject:
             subject = subject[: self._max_subject - 1] + "…"
         line = f"mailguard console: message-id={message_id} to={to} subject={subject!r}\n"

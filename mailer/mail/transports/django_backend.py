@@ -3,11 +3,12 @@ backend with Django's ``EMAIL_*`` settings, Anymail's backends (Postmark, Mailgu
 django-ses.
 
 The message is built once, by mailguard, as for SMTP; the backend gets a Django
-``EmailMessage`` that carries it two ways: ``message()`` answers the built message itself
-(Django's SMTP backend, django-ses and Anymail's SES backend send those exact bytes: headers,
-attachments, the derived Message-ID), and its fields (from, to, cc, bcc, reply_to, subject, the
-text and HTML bodies, attachments, the other headers as ``extra_headers``) are read back from
-it for the backends that post fields to an HTTP API. The backend's errors become the guard's
+``EmailMessage`` that carries the envelope two ways: ``message()`` answers the built message
+itself (Django's SMTP backend, django-ses and Anymail's SES backend send those exact bytes:
+headers, attachments, the derived Message-ID), and its fields are filled for the backends that
+post fields to an HTTP API: from, to, cc and bcc from the envelope (never read from headers),
+reply_to, subject, the text and HTML bodies, attachments and the other headers (as
+``extra_headers``) from the message. The backend's errors become the guard's
 reactions (:mod:`mailer.mail.transports.provider`; an SMTP backend's replies are classified as
 the SMTP transport classifies them).
 
@@ -25,16 +26,16 @@ import smtplib
 import time
 from collections.abc import Callable
 from email.message import EmailMessage
-from email.utils import formataddr, getaddresses
 from typing import Any
 
 from mailer.errors import PermanentSendError, SendError
+from mailer.mail.envelope import Envelope
 from mailer.mail.transports import provider
 from mailer.mail.transports.anymail_errors import anymail_error
-from mailer.mail.transports.base import SendReceipt, mask_addresses, recipients_of
+from mailer.mail.transports.base import SendReceipt, mask_addresses
 from mailer.mail.transports.retrying import send_with_retries
-from mailer.mail.transports.ses import classify_client_error
-from mailer.mail.transports.smtp import classify_smtp_error
+from mailer.mail.transports.ses import ses_send_error
+from mailer.mail.transports.smtp import smtp_send_error
 
 #: The backend that would enqueue again rather than send.
 QUEUEING_BACKEND = "workers.django.EmailBackend"
@@ -86,20 +87,20 @@ class DjangoTransport:
         """Keyword arguments each backend instance is opened with, besides ``fail_silently``."""
         return {}
 
-    def send(self, message: EmailMessage) -> SendReceipt:
-        """Send ``message`` through the backend; see the class and the module."""
-        recipients = recipients_of(message)
+    def send(self, envelope: Envelope) -> SendReceipt:
+        """Send the envelope through the backend; see the class and the module."""
+        recipients = list(envelope.recipients)
         if not recipients:
-            raise PermanentSendError("the message has no To, Cc or Bcc address", attempts=0)
-        message_id = message["Message-ID"]
+            raise PermanentSendError("the envelope has no recipient", attempts=0)
+        message_id = envelope.message_id
 
         def attempt() -> SendReceipt:
-            wrapped = django_message(message)
+            wrapped = django_message(envelope)
             try:
                 connection = self._backend_class(fail_silently=False, **self._options())
                 sent = connection.send_messages([wrapped])
-            except Exception as exc:  # every backend raises its own: classified below
-                error = self._classify(exc, recipients)
+            except Exception as exc:  # every backend raises its own: turned into ours below
+                error = self._send_error(exc, recipients)
                 error.provider = self.provider
                 raise error from None
             if not sent:
@@ -128,20 +129,20 @@ class DjangoTransport:
             message_id, None, reply, provider=self.provider, provider_message_id=esp_id
         )
 
-    def _classify(self, exc: Exception, recipients: list[str]) -> SendError:
+    def _send_error(self, exc: Exception, recipients: list[str]) -> SendError:
         """The backend's error as a ``SendError`` stating its reaction: SES's answer (from
         django-ses, or under Anymail's SES backend's error), Anymail's errors (before the SMTP
         and socket errors: Anymail's HTTP errors are ``OSError`` too), an SMTP backend's."""
         for error in (exc, exc.__cause__):
             if type(error).__name__ == "ClientError" and hasattr(error, "response"):  # botocore
-                return classify_client_error(error, recipients, self.paused_hold)
+                return ses_send_error(error, recipients, self.paused_hold)
         esp = getattr(self._backend_class, "esp_name", None)  # Anymail's name: Postmark
         named = esp if isinstance(esp, str) else self.provider or self.backend
         anymail = anymail_error(exc, recipients, named)
         if anymail is not None:
             return anymail
         if isinstance(exc, (smtplib.SMTPException, OSError)):
-            return classify_smtp_error(exc, recipients, "sending through Django's backend")
+            return smtp_send_error(exc, recipients, "sending through Django's backend")
         text = mask_addresses(f"{type(exc).__name__}: {exc}", recipients)
         if isinstance(exc, (ValueError, TypeError)):  # BadHeaderError, an unsupported feature
             return provider.rejected(text)
@@ -171,25 +172,28 @@ def _provider_of(backend_class: Any, path: str) -> str | None:
     return path
 
 
-def django_message(message: EmailMessage) -> Any:
-    """A Django ``EmailMultiAlternatives`` carrying the built ``message``: its ``message()``
-    answers a fresh copy of it (without ``Bcc``), its fields are read back from it."""
+def django_message(envelope: Envelope) -> Any:
+    """A Django ``EmailMultiAlternatives`` carrying the envelope: its ``message()`` answers a
+    fresh copy of the built message (without ``Bcc``); from, to, cc and bcc are the envelope's
+    (``from_email`` the From as the call gave it: Django's SMTP backend takes MAIL FROM from
+    it), the other fields are read from the message."""
     from django.core.mail import EmailMultiAlternatives  # noqa: PLC0415 - Django on use
+
+    message = envelope.message
 
     class _Built(EmailMultiAlternatives):  # type: ignore[misc] # Django ships no type hints
         def message(self, *, policy: Any = None) -> EmailMessage:
             return _copy(message)
 
     text, html = _bodies(message)
-    to, cc, bcc = _recipients(message)
     built = _Built(
         subject=str(message.get("Subject", "")),
         body=text,
-        from_email=_sender(message),
-        to=to,
-        cc=cc,
-        bcc=bcc,
-        reply_to=_addresses(message, "Reply-To"),
+        from_email=envelope.from_email,
+        to=[box.shown for box in envelope.to],
+        cc=[box.shown for box in envelope.cc],
+        bcc=[box.shown for box in envelope.bcc],
+        reply_to=[str(value) for value in message.get_all("Reply-To", [])],
         headers={k: str(v) for k, v in message.items() if k.lower() not in _FIELDS},
     )
     if html is not None:
@@ -229,36 +233,6 @@ def _bodies(message: EmailMessage) -> tuple[str, str | None]:
     text = str(text_part.get_content()) if isinstance(text_part, EmailMessage) else ""
     html = str(html_part.get_content()) if isinstance(html_part, EmailMessage) else None
     return text, html
-
-
-def _sender(message: EmailMessage) -> str:
-    """The From header; a carried message's envelope sender when From shows another address
-    (Django's SMTP backend takes MAIL FROM from ``from_email``, the From shown from the
-    message)."""
-    shown = str(message["From"])
-    envelope = getattr(message, "envelope_sender", "")
-    if envelope and getaddresses([shown])[0][1].lower() != envelope.lower():
-        return str(envelope)
-    return shown
-
-
-def _recipients(message: EmailMessage) -> tuple[list[str], list[str], list[str]]:
-    """to, cc and bcc from the headers; for a carried message (:mod:`mailer.mail.carried`) its
-    envelope: those of To and Cc it holds, the rest as bcc (a list's address shown in To is
-    not a recipient)."""
-    to, cc = _addresses(message, "To"), _addresses(message, "Cc")
-    envelope = getattr(message, "envelope_recipients", None)
-    if envelope is None:
-        return to, cc, _addresses(message, "Bcc")
-    to = [shown for shown in to if getaddresses([shown])[0][1] in envelope]
-    cc = [shown for shown in cc if getaddresses([shown])[0][1] in envelope]
-    shown_in = {getaddresses([shown])[0][1] for shown in (*to, *cc)}
-    return to, cc, [address for address in envelope if address not in shown_in]
-
-
-def _addresses(message: EmailMessage, header: str) -> list[str]:
-    values = [str(v) for v in message.get_all(header, [])]
-    return [formataddr(pair) for pair in getaddresses(values) if pair[1]]
 
 
 def _import_backend(path: str) -> Any:

@@ -1,4 +1,4 @@
-"""An in-memory transport for tests: it keeps every message it was given."""
+"""An in-memory transport for tests: it keeps every envelope it was given."""
 
 from __future__ import annotations
 
@@ -6,23 +6,24 @@ import threading
 from email.message import EmailMessage
 
 from mailer.errors import PermanentSendError, TransientSendError
+from mailer.mail.envelope import Envelope
 from mailer.mail.transports.base import SendReceipt
 
 
 class MemoryTransport:
-    """Stores sent messages in a list, thread-safely; can be told to fail the next sends.
+    """Stores sent envelopes in a list, thread-safely; can be told to fail the next sends.
 
     For tests and demos only: nothing leaves the process, and the list grows without bound.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sent: list[EmailMessage] = []
+        self._sent: list[Envelope] = []
         self._failures: list[tuple[bool, int, str]] = []
         self.attempts = 0
 
-    def send(self, message: EmailMessage) -> SendReceipt:
-        """Store ``message`` and return a 250 receipt, or raise the next planned failure."""
+    def send(self, envelope: Envelope) -> SendReceipt:
+        """Store ``envelope`` and return a 250 receipt, or raise the next planned failure."""
         with self._lock:
             self.attempts += 1
             if self._failures:
@@ -34,8 +35,8 @@ class MemoryTransport:
                 raise TransientSendError(
                     "memory transport deferred the message", code=code, reply=reply
                 )
-            self._sent.append(message)
-        return SendReceipt(message_id=message["Message-ID"], code=250, reply="OK: kept in memory")
+            self._sent.append(envelope)
+        return SendReceipt(message_id=envelope.message_id, code=250, reply="OK: kept in memory")
 
     def fail_next(
         self, count: int = 1, *, permanent: bool = False, code: int | None = None, reply: str = ""
@@ -50,7 +51,13 @@ class MemoryTransport:
 
     @property
     def sent(self) -> list[EmailMessage]:
-        """A copy of the list of messages sent so far, oldest first."""
+        """The messages sent so far, oldest first (a new list)."""
+        with self._lock:
+            return [envelope.message for envelope in self._sent]
+
+    @property
+    def envelopes(self) -> list[Envelope]:
+        """The envelopes sent so far (message, sender, recipients), oldest first (a new list)."""
         with self._lock:
             return list(self._sent)
 

@@ -5,7 +5,10 @@ default; ``MAILGUARD_SMTP_URL``'s scheme picks ``console://`` or ``memory://`` t
 
 A builder takes :class:`TransportOptions` and answers a
 :class:`~mailer.mail.transports.base.Transport`, or raises ``ValueError`` in one line (a
-backend that does not import, SES without a region): the worker refuses to start with it.
+backend that does not import): the worker refuses to start with it. What a variable alone
+decides (SES's region, Anymail's ESP) is checked earlier, with the settings
+(:mod:`mailer.settings_checks`).
+
 Optional packages (Django, Anymail, boto3) are imported by the builder that needs them, never here.
 """
 
@@ -74,11 +77,9 @@ def _django(options: TransportOptions) -> Transport:
 def _ses(options: TransportOptions) -> Transport:
     from mailer.mail.transports.ses import SesTransport  # noqa: PLC0415
 
-    if not options.ses_region:
-        raise ValueError("MAILGUARD_SES_REGION must be set with MAILGUARD_TRANSPORT=ses")
-    try:
+    try:  # MAILGUARD_SES_REGION is checked with the settings; options made by hand: below
         return SesTransport(
-            options.ses_region,
+            options.ses_region or "",
             endpoint_url=options.ses_endpoint_url,
             configuration_set=options.ses_configuration_set,
             max_attempts=options.attempts,

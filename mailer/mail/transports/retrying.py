@@ -1,7 +1,8 @@
-"""Short retries within one send for the API transports (SES, a Django backend), as the SMTP
-transport does: only what may work on a second try at once (``RETRY``: a network error, a
-provider's 5xx, an unknown answer), never a hold (throttling is the guard's to answer) and never
-a permanent refusal."""
+"""Short retries within one send: what is worth another try at once (:func:`worth_retrying`,
+the rule every transport follows), and the loop of the API transports (SES, a Django backend):
+only what may work on a second try at once (``RETRY``: a network error, a provider's 5xx, an
+unknown answer), never a hold (throttling is the guard's to answer) and never a permanent
+refusal."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def send_with_retries(
     retrying = Retrying(
         stop=stop_after_attempt(max_attempts),
         wait=wait_random_exponential(multiplier=0.5, max=wait_max),
-        retry=retry_if_exception(_worth_retrying),
+        retry=retry_if_exception(worth_retrying),
         sleep=sleep,
         reraise=True,
         before_sleep=lambda state: log.warning(
@@ -59,5 +60,11 @@ def send_with_retries(
     return retrying(once)
 
 
-def _worth_retrying(exc: BaseException) -> bool:
-    return isinstance(exc, TransientSendError) and reaction_of(exc).action is Action.RETRY
+def worth_retrying(exc: BaseException, *, retry_holds: bool = False) -> bool:
+    """True when ``exc`` is worth another try at once: a transient error whose reaction is
+    ``RETRY`` (no reply, or one that asks for no delay); with ``retry_holds`` (no guard holds
+    the sender: the SMTP transport without holds) every transient error. Never a permanent
+    one."""
+    if not isinstance(exc, TransientSendError):
+        return False
+    return retry_holds or reaction_of(exc).action is Action.RETRY

@@ -1,12 +1,13 @@
 """Amazon SES through its v2 API (``SendEmail`` with raw MIME), with boto3.
 
 The message goes as built, byte for byte (headers, attachments, the Message-ID derived from the
-mail id), to every To, Cc and Bcc address (the ``Bcc`` header itself is left out, as SMTP
-leaves it out). Credentials come from boto3's usual chain (environment, profile, instance
-role); the region must be given (``MAILGUARD_SES_REGION``). SES's answers become the guard's
-reactions (:mod:`mailer.mail.transports.provider`: throttling holds the sender, a rejection
-fails the mail). botocore's own retries are off: a throttling answer must reach the guard,
-which holds every worker, rather than be retried at once; network errors are retried here
+mail id), to the envelope's recipients (the ``Bcc`` header itself is left out, as SMTP leaves it
+out), with the envelope's sender as ``FromEmailAddress`` (a ``Sender`` header's address, else
+From's: the identity SES checks). Credentials come from boto3's usual chain (environment, profile,
+instance role); the region must be given (``MAILGUARD_SES_REGION``). SES's answers become the
+guard's reactions (:mod:`mailer.mail.transports.provider`: throttling holds the sender, a rejection
+fails the mail). botocore's own retries are off: a throttling answer must reach the guard, which
+holds every worker, rather than be retried at once; network errors are retried here
 (:mod:`mailer.mail.transports.retrying`).
 
 Needs boto3: ``pip install 'celery-mailguard[ses]'``. Not for SES's v1 ``SendRawEmail``.
@@ -16,12 +17,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from email.message import EmailMessage
 from typing import Any
 
 from mailer.errors import PermanentSendError, SendError
+from mailer.mail.envelope import Envelope
 from mailer.mail.transports import provider
-from mailer.mail.transports.base import SendReceipt, recipients_of, sender_of, wire_bytes
+from mailer.mail.transports.base import SendReceipt, wire_bytes
 from mailer.mail.transports.retrying import send_with_retries
 
 #: The provider's name in outcomes and errors.
@@ -50,7 +51,7 @@ class SesTransport:
         sleep: Callable[[float], None] = time.sleep,
         client: Any = None,
     ) -> None:
-        if not region:
+        if not region:  # built by hand, without settings (which check MAILGUARD_SES_REGION)
             raise ValueError("SES needs a region (eu-west-1)")
         self.region = region
         self.endpoint_url = endpoint_url
@@ -64,20 +65,21 @@ class SesTransport:
         where = self.endpoint_url or self.region
         return f"SesTransport({where})"
 
-    def send(self, message: EmailMessage) -> SendReceipt:
-        """Send ``message`` through SES; see the class. Raises a ``SendError`` that states its
-        reaction; neither its text nor a log line contains a recipient address."""
-        recipients = recipients_of(message)
+    def send(self, envelope: Envelope) -> SendReceipt:
+        """Send the envelope's message through SES, from its sender to its recipients; see the
+        class. Raises a ``SendError`` that states its reaction; neither its text nor a log line
+        contains a recipient address."""
+        recipients = list(envelope.recipients)
         if not recipients:
-            raise PermanentSendError("the message has no To, Cc or Bcc address", attempts=0)
+            raise PermanentSendError("the envelope has no recipient", attempts=0)
         request: dict[str, Any] = {
-            "FromEmailAddress": sender_of(message),
+            "FromEmailAddress": envelope.sender,
             "Destination": {"ToAddresses": recipients},
-            "Content": {"Raw": {"Data": wire_bytes(message)}},
+            "Content": {"Raw": {"Data": wire_bytes(envelope.message)}},
         }
         if self.configuration_set:
             request["ConfigurationSetName"] = self.configuration_set
-        message_id = message["Message-ID"]
+        message_id = envelope.message_id
 
         def attempt() -> SendReceipt:
             answer = self._call(request, recipients)
@@ -101,7 +103,7 @@ class SesTransport:
         try:
             answer: dict[str, Any] = self._client.send_email(**request)
         except ClientError as exc:
-            error = classify_client_error(exc, recipients, self.paused_hold)
+            error = ses_send_error(exc, recipients, self.paused_hold)
         except BotoCoreError as exc:  # no connection, a timeout, no credentials
             error = provider.network(f"SES: {type(exc).__name__}: {exc}")
         else:
@@ -110,7 +112,7 @@ class SesTransport:
         raise error
 
 
-def classify_client_error(exc: Any, recipients: list[str], paused_hold: float) -> SendError:
+def ses_send_error(exc: Any, recipients: list[str], paused_hold: float) -> SendError:
     """A botocore ``ClientError`` (SES's answer) as a ``SendError`` with its reaction (also
     used for django-ses and Anymail's SES backend, which raise the same errors)."""
     error = exc.response.get("Error", {}) if isinstance(exc.response, dict) else {}

@@ -18,8 +18,7 @@ import logging
 import smtplib
 import ssl
 import time
-from collections.abc import Callable
-from email.message import EmailMessage
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 
@@ -35,14 +34,10 @@ from tenacity import (
 from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
-from mailer.mail.replies import classify
-from mailer.mail.transports.base import (
-    SendReceipt,
-    envelope_sender,
-    mask_addresses,
-    recipients_of,
-    wire_bytes,
-)
+from mailer.mail.envelope import Envelope
+from mailer.mail.replies import temporary
+from mailer.mail.transports.base import SendReceipt, mask_addresses, wire_bytes
+from mailer.mail.transports.retrying import worth_retrying
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -61,9 +56,26 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 
 class _SMTP(smtplib.SMTP):
-    """``smtplib.SMTP`` that keeps the reply to DATA, which ``sendmail`` throws away."""
+    """``smtplib.SMTP`` that keeps the reply to DATA, which ``sendmail`` throws away, and
+    writes ``MAIL FROM`` and ``RCPT TO`` with the envelope's checked addresses as they are
+    (``smtplib``'s own would parse each one again: ``quoteaddr``)."""
 
     data_reply: tuple[int, bytes] | None = None
+
+    def mail(self, sender: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
+        if any(option.lower() == "smtputf8" for option in options) and self.does_esmtp:
+            if not self.has_extn("smtputf8"):
+                raise smtplib.SMTPNotSupportedError("SMTPUTF8 not supported by server")
+            self.command_encoding = "utf-8"
+        self.putcmd("mail", f"FROM:<{sender}>{self._options(options)}")
+        return self.getreply()
+
+    def rcpt(self, recip: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
+        self.putcmd("rcpt", f"TO:<{recip}>{self._options(options)}")
+        return self.getreply()
+
+    def _options(self, options: Sequence[str]) -> str:
+        return " " + " ".join(options) if options and self.does_esmtp else ""
 
     def data(self, msg: ReadableBuffer | str) -> tuple[int, bytes]:
         crash_point("smtp-data")
@@ -188,25 +200,24 @@ class SmtpTransport:
         user = f"{self.username}:***@" if self.username else ""
         return f"SmtpTransport({self.security} {user}{self.host}:{self.port})"
 
-    def send(self, message: EmailMessage) -> SendReceipt:
-        """Send ``message`` to its To/Cc/Bcc addresses; see the class for what is retried.
+    def send(self, envelope: Envelope) -> SendReceipt:
+        """Send the envelope's message to its recipients; see the class for what is retried.
 
         Returns the receipt of the DATA reply. Raises
         :class:`~mailer.errors.TransientSendError` when retries ran out and
         :class:`~mailer.errors.PermanentSendError` on a 5xx reply or a misconfiguration.
         Neither message contains a recipient address or the password.
         """
-        recipients = recipients_of(message)
-        message_id = message["Message-ID"]
-        if not recipients:
-            raise PermanentSendError("the message has no To, Cc or Bcc address", attempts=0)
+        message_id = envelope.message_id
+        if not envelope.recipients:
+            raise PermanentSendError("the envelope has no recipient", attempts=0)
         attempts = 0
 
         def attempt() -> tuple[int, str]:
             nonlocal attempts
             attempts += 1
             try:
-                return self._attempt(message, recipients)
+                return self._attempt(envelope)
             except SendError as exc:
                 exc.attempts = attempts
                 raise
@@ -214,7 +225,7 @@ class SmtpTransport:
         retrying = Retrying(
             stop=stop_after_attempt(self.max_attempts) | stop_after_delay(self.max_delay),
             wait=self._wait,
-            retry=retry_if_exception(self._worth_retrying),
+            retry=retry_if_exception(lambda exc: worth_retrying(exc, retry_holds=self.retry_holds)),
             sleep=self._sleep,
             reraise=True,
             before_sleep=lambda state: _log_retry(state, message_id),
@@ -226,35 +237,29 @@ class SmtpTransport:
             raise
         return SendReceipt(message_id=message_id, code=code, reply=reply, attempts=attempts)
 
-    def _worth_retrying(self, exc: BaseException) -> bool:
-        """A transient error, unless it asks for a hold and holds are the guard's job."""
-        if not isinstance(exc, TransientSendError):
-            return False
-        if self.retry_holds or exc.code is None:
-            return True
-        return not classify(exc.code, exc.reply or "").hold_action
-
-    def _attempt(self, message: EmailMessage, recipients: list[str]) -> tuple[int, str]:
-        """One try on a fresh connection: the DATA reply, or a classified ``SendError``."""
+    def _attempt(self, envelope: Envelope) -> tuple[int, str]:
+        """One try on a fresh connection: the DATA reply, or the ``SendError`` it raised."""
+        recipients = list(envelope.recipients)
         try:
             client = self._connect()
         except (smtplib.SMTPException, OSError) as exc:
-            raise _classify(exc, recipients, f"connecting to {self.host}:{self.port}") from None
+            doing = f"connecting to {self.host}:{self.port}"
+            raise smtp_send_error(exc, recipients, doing) from None
         try:
             if self.security == "starttls":
                 client.starttls(context=self._context())
             if self.username is not None:
                 client.login(self.username, self._password or "")
-            refused = _send(client, message, recipients)
+            refused = _send(client, envelope)
             code, text = client.data_reply or (250, b"")
         except (smtplib.SMTPException, OSError) as exc:
-            raise _classify(exc, recipients, "sending") from None
+            raise smtp_send_error(exc, recipients, "sending") from None
         finally:
             _close(client)
         if refused:
             # Some recipients were refused but others accepted: the mail is out, no retry.
             log.warning(
-                "SMTP send of %s: %d recipient(s) refused", message["Message-ID"], len(refused)
+                "SMTP send of %s: %d recipient(s) refused", envelope.message_id, len(refused)
             )
         return code, mask_addresses(_text(text), recipients)
 
@@ -277,19 +282,21 @@ class SmtpTransport:
         return self._ssl_context
 
 
-def _classify(exc: BaseException, recipients: list[str], doing: str) -> SendError:
-    """Turn an ``smtplib`` or socket error into a transient or permanent ``SendError``."""
+def smtp_send_error(exc: BaseException, recipients: list[str], doing: str) -> SendError:
+    """An ``smtplib`` or socket error as a transient or permanent ``SendError`` (``doing``
+    names the step in its text; ``recipients`` are masked in it). Also for transports that reach
+    SMTP through another library (Django's SMTP backend)."""
     code: int | None = None
     text = ""
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         replies = list(exc.recipients.values())
         code, raw = max(replies, key=lambda r: r[0]) if replies else (550, b"")
         text = _text(raw)
-        transient = 400 <= code < 500
+        transient = temporary(code)
         reason = f"{doing}: the server {'deferred' if transient else 'refused'} the recipient"
     elif isinstance(exc, smtplib.SMTPResponseException):
         code, text = exc.smtp_code, _text(exc.smtp_error)
-        transient = 400 <= code < 500
+        transient = temporary(code)
         verb = "deferred" if transient else "refused"
         reason = f"{doing}: the server {verb} ({type(exc).__name__})"
     else:
@@ -304,11 +311,6 @@ def _classify(exc: BaseException, recipients: list[str], doing: str) -> SendErro
     text = mask_addresses(text, recipients)
     error = TransientSendError if transient else PermanentSendError
     return error(reason, code=code, reply=text)
-
-
-#: The classifier of ``smtplib`` and socket errors, for transports that reach SMTP through
-#: another library (Django's SMTP backend).
-classify_smtp_error = _classify
 
 
 def _text(raw: bytes | str) -> str:
@@ -360,14 +362,14 @@ def _url_options(query: str, security: Security, shown: str) -> tuple[Security, 
     return security, timeout
 
 
-def _send(client: _SMTP, message: EmailMessage, recipients: list[str]) -> dict[str, object]:
-    """``smtplib``'s ``send_message``, to ``recipients`` (:func:`recipients_of`: a carried
-    message's envelope), without rewriting a body line that starts ``From `` (Django's SMTP
-    backend sends ``as_bytes()`` with ``sendmail``, which does not): SMTPUTF8 when an envelope
-    address needs it."""
-    sender = envelope_sender(message)
-    international = not all(address.isascii() for address in (sender, *recipients))
+def _send(client: _SMTP, envelope: Envelope) -> dict[str, object]:
+    """``sendmail`` from the envelope's sender to its recipients, with SMTPUTF8 when an
+    envelope address needs it; the message without its ``Bcc`` header and without rewriting a
+    body line that starts ``From `` (as Django's SMTP backend sends ``as_bytes()``)."""
+    international = envelope.smtputf8
     options = ("SMTPUTF8", "BODY=8BITMIME") if international else ()
-    data = wire_bytes(message, utf8=international)
-    refused = client.sendmail(sender, recipients, data, mail_options=options)
+    data = wire_bytes(envelope.message, utf8=international)
+    refused = client.sendmail(
+        envelope.sender, list(envelope.recipients), data, mail_options=options
+    )
     return dict(refused)

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from mailer.clock import Clock
-from mailer.records.ledger.base import SENT_TTL, Begun, Claimed, Ledger
+from mailer.records.ledger.base import SENT_TTL, Begun, Claimed, Ledger, Superseded, Turn
 from mailer.records.ledger.memory import MemoryLedger
 from mailer.records.ledger.redis import RedisLedger
 from mailer.storage import client_from_url, is_memory
@@ -49,5 +49,7 @@ __all__ = [
     "Ledger",
     "MemoryLedger",
     "RedisLedger",
+    "Superseded",
+    "Turn",
     "ledger_from_url",
 ]

@@ -21,6 +21,11 @@ MAX_DEAD_LETTERS = 10_000
 #: timeout; every later run carries ``first_seen`` in its own progress).
 FIRST_SEEN_TTL = 86_400
 
+#: How long a mail's turn is kept, in seconds (a day). A turn forgotten earlier (a mail
+#: waiting longer) checks nothing: every copy may then run, and the claim still keeps a copy
+#: from sending twice.
+TURN_TTL = 86_400
+
 
 @dataclass(frozen=True)
 class Claimed:
@@ -32,9 +37,28 @@ class Claimed:
     first_seen: float
 
 
+@dataclass(frozen=True)
+class Turn:
+    """A run's place in its mail's chain of runs: ``number`` runs handed it on before this one
+    (0 for a first run), ``parent`` names the run that published this one ("" for a first
+    run). A copy of a message (a redelivery, the watchdog's) carries the same turn."""
+
+    number: int
+    parent: str = ""
+
+
+@dataclass(frozen=True)
+class Superseded:
+    """:meth:`Ledger.begin` of a stale copy: a run of a later turn (``number``), or another
+    child of the same run, began first: that chain carries the mail on. The stale copy must
+    end without a trace: no send, no state, no next run."""
+
+    number: int
+
+
 #: What :meth:`Ledger.begin` answers: the recorded outcome, True or :class:`Claimed` (claimed),
-#: or False (held).
-Begun = Outcome | bool | Claimed
+#: False (held), or :class:`Superseded` (a stale copy).
+Begun = Outcome | bool | Claimed | Superseded
 
 
 class Ledger(Protocol):
@@ -48,9 +72,17 @@ class Ledger(Protocol):
         *,
         takeover: str | None = None,
         first_seen: float | None = None,
+        turn: Turn | None = None,
     ) -> Begun:
         """The recorded outcome of ``mail_id`` if it finished; else claim it for ``lease``
         seconds under ``owner`` and answer True; False if another owner holds the claim.
+
+        ``turn`` (None: unknown, nothing checked): the ledger keeps the turn of the latest run
+        that claimed the mail (for :data:`TURN_TTL`). A run of an earlier turn, or of the same
+        number with another parent (a sibling chain: two copies of one run both handed the
+        mail on), is a stale copy: :class:`Superseded`, nothing changes. A copy of the very
+        message that claimed (same number, same parent) claims as usual: the run it copies may
+        have died. Checked after the outcome (a finished mail answers it to every copy).
 
         ``first_seen`` (epoch seconds; a first run's, whose message carries none): with the
         claim taken, the ledger remembers it for the mail unless it remembers one already
@@ -68,7 +100,7 @@ class Ledger(Protocol):
 
     def record(self, outcome: Outcome) -> None:
         """Remember ``outcome`` (sent, dropped or failed) as the final one of its mail id and
-        drop the claim: every later ``begin`` answers it."""
+        drop the claim and the turn: every later ``begin`` answers it."""
         ...
 
     def handoff(self, mail_id: str) -> int:

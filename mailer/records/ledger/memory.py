@@ -11,8 +11,11 @@ from mailer.records.ledger.base import (
     MAX_DEAD_LETTERS,
     RUNS_TTL,
     SENT_TTL,
+    TURN_TTL,
     Begun,
     Claimed,
+    Superseded,
+    Turn,
 )
 
 
@@ -26,6 +29,7 @@ class MemoryLedger:
         self._done: dict[str, tuple[Outcome, float]] = {}
         self._runs: dict[str, tuple[int, float]] = {}
         self._seen: dict[str, tuple[float, float]] = {}  # first_seen, expiry
+        self._turns: dict[str, tuple[Turn, float]] = {}  # the latest claiming run's, expiry
         self._dead: list[Outcome] = []
 
     def begin(
@@ -36,16 +40,23 @@ class MemoryLedger:
         *,
         takeover: str | None = None,
         first_seen: float | None = None,
+        turn: Turn | None = None,
     ) -> Begun:
         now = self._clock()
         with self._lock:
             done = self._done.get(mail_id)
             if done is not None and done[1] > now:
                 return done[0]
+            kept = self._turns.get(mail_id)
+            last = kept[0] if kept is not None and kept[1] > now else None
+            if turn is not None and last is not None and _stale(turn, last):
+                return Superseded(last.number)
             held = self._claims.get(mail_id)
             if held is not None and held[1] > now and held[0] not in (owner, takeover):
                 return False
             self._claims[mail_id] = (owner, now + lease)
+            if turn is not None and (last is None or turn.number > last.number):
+                self._turns[mail_id] = (turn, now + TURN_TTL)
             if first_seen is None:
                 return True
             seen = self._seen.get(mail_id)
@@ -67,11 +78,14 @@ class MemoryLedger:
             self._claims.pop(outcome.mail_id, None)
             self._runs.pop(outcome.mail_id, None)
             self._seen.pop(outcome.mail_id, None)
+            self._turns.pop(outcome.mail_id, None)
             if len(self._done) > 1024:  # forget expired outcomes now and then
                 for key in [k for k, (_, exp) in self._done.items() if exp <= now]:
                     del self._done[key]
                 for key in [k for k, (_, exp) in self._seen.items() if exp <= now]:
                     del self._seen[key]
+                for key in [k for k, (_, exp) in self._turns.items() if exp <= now]:
+                    del self._turns[key]
 
     def handoff(self, mail_id: str) -> int:
         now = self._clock()
@@ -99,3 +113,8 @@ class MemoryLedger:
         with self._lock:
             done = self._done.get(mail_id)
         return done[0] if done is not None and done[1] > self._clock() else None
+
+
+def _stale(turn: Turn, last: Turn) -> bool:
+    """Whether a run of ``turn`` is a stale copy, the latest claiming run's being ``last``."""
+    return turn.number < last.number or (turn.number == last.number and turn.parent != last.parent)

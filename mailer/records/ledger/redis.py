@@ -11,6 +11,9 @@ Keys, both with the mail id as ``{hash tag}`` so that one mail's keys share a Cl
 - ``<ns>:seen:{<mail id>}``: when the guard first saw the mail (epoch seconds, as text),
   written by the first run's ``begin`` for its copies (``begin.lua``), deleted with the
   recorded outcome, expiring after :data:`~mailer.records.ledger.base.FIRST_SEEN_TTL`
+- ``<ns>:turn:{<mail id>}``: the turn of the latest run that claimed the mail
+  (``<number>:<parent>``, ``begin.lua``), so that a stale copy ends at its ``begin``; deleted
+  with the recorded outcome, expiring after :data:`~mailer.records.ledger.base.TURN_TTL`
 
 And one key for all mails: ``<ns>:dead-letters``, a sorted set of quarantined outcomes (JSON)
 by time, the newest :data:`~mailer.records.ledger.base.MAX_DEAD_LETTERS`.
@@ -30,8 +33,11 @@ from mailer.records.ledger.base import (
     MAX_DEAD_LETTERS,
     RUNS_TTL,
     SENT_TTL,
+    TURN_TTL,
     Begun,
     Claimed,
+    Superseded,
+    Turn,
 )
 from mailer.storage import RedisStore, lua_source
 
@@ -65,11 +71,12 @@ class RedisLedger:
         return self._redis.client
 
     def _keys(self, mail_id: str) -> list[str]:
-        """The claim, the sent marker, the hand-off count and the first run's ``first_seen``
-        of ``mail_id`` (one slot)."""
+        """The claim, the sent marker, the hand-off count, the first run's ``first_seen`` and
+        the turn of ``mail_id`` (one slot)."""
         tag = f"{{{mail_id}}}"
         ns = self._ns
-        return [f"{ns}:claim:{tag}", f"{ns}:sent:{tag}", f"{ns}:runs:{tag}", f"{ns}:seen:{tag}"]
+        names = ("claim", "sent", "runs", "seen", "turn")
+        return [f"{ns}:{name}:{tag}" for name in names]
 
     def begin(
         self,
@@ -79,19 +86,24 @@ class RedisLedger:
         *,
         takeover: str | None = None,
         first_seen: float | None = None,
+        turn: Turn | None = None,
     ) -> Begun:
-        claim, sent, _, seen = self._keys(mail_id)
+        claim, sent, _, seen, kept = self._keys(mail_id)
         remember = "" if first_seen is None else repr(float(first_seen))
+        number, parent = ("", "") if turn is None else (str(int(turn.number)), turn.parent)
         args = [owner, int(lease * 1000), takeover or "", remember, FIRST_SEEN_TTL]
-        answer = self._begin([claim, sent, seen], args)
+        args += [number, parent, TURN_TTL]
+        answer = self._begin([claim, sent, seen, kept], args)
         if isinstance(answer, bytes | str):
             return Outcome.from_dict(json.loads(answer))
         if isinstance(answer, list):
+            if int(answer[0]) == -1:
+                return Superseded(int(answer[1]))
             return Claimed(float(answer[1]))
         return bool(answer)
 
     def unclaim(self, mail_id: str, owner: str) -> None:
-        claim, _, runs, _ = self._keys(mail_id)
+        claim, _, runs, _, _ = self._keys(mail_id)
         self._unclaim([claim, runs], [owner])
 
     def record(self, outcome: Outcome) -> None:

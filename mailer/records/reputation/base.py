@@ -127,14 +127,14 @@ class Counted:
     transition: Literal["", "paused", "lifted"] = ""
 
 
-def crossed(sent: int, bounced: int, complained: int, limits: Limits) -> tuple[str, float, float]:
+def crossed(standing: Standing, limits: Limits) -> tuple[str, float, float]:
     """The rate that crossed its threshold (``rate >= threshold``, with at least ``minimum``
     mails sent) as ``(rate, value, threshold)``; ``("", 0, 0)`` when none did. Complaints
     first. The one rule both stores apply (the Lua script mirrors it)."""
-    if sent < max(limits.minimum, 1):
+    if standing.sent < max(limits.minimum, 1):
         return "", 0.0, 0.0
     for name, threshold in limits.thresholds.items():
-        value = (complained if name == "complaint" else bounced) / sent
+        value = standing.rate(name)
         if value >= threshold:
             return name, value, threshold
     return "", 0.0, 0.0
@@ -155,7 +155,20 @@ class Limits:
         return self.window / BUCKETS
 
     def bucket_of(self, now: float) -> int:
+        """The bucket epoch seconds ``now`` fall in."""
         return math.floor(now / self.bucket)
+
+    @property
+    def keep_ms(self) -> int:
+        """Milliseconds a sender's counters, a lift's record and a bucket's marks outlive their
+        last write: one window and one bucket (``keep`` in ``lua/count.lua``)."""
+        return math.ceil((BUCKETS + 1) * self.bucket * 1000)
+
+
+def oldest_bucket(newest: int) -> int:
+    """The oldest bucket of the window whose newest bucket is ``newest`` (:data:`BUCKETS` in
+    all): older ones have left the window."""
+    return newest - BUCKETS + 1
 
 
 class ReputationStore(Protocol):

@@ -4,17 +4,10 @@ process). Mirrors ``lua/count.lua`` (the contract tests run both)."""
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mailer.records.reputation.base import (
-    BUCKETS,
-    Counted,
-    Limits,
-    Pause,
-    Standing,
-    crossed,
-)
+from mailer.records.reputation.base import Counted, Limits, Pause, Standing, crossed, oldest_bucket
 
 
 @dataclass
@@ -51,20 +44,21 @@ class MemoryReputationStore:
             entry = self._senders.setdefault(sid, _Sender(sender, bucket))
             bucket = max(bucket, entry.current)
             entry.current = bucket
-            for old in [b for b in entry.buckets if b <= bucket - BUCKETS]:
+            for old in [b for b in entry.buckets if b < oldest_bucket(bucket)]:
                 del entry.buckets[old]
             counts = entry.buckets.setdefault(bucket, {})
             for event in events:
                 counts[event] = counts.get(event, 0) + 1
             if mark is not None:
                 self._marks.setdefault(bucket, {})[mark[0]] = (sender, mark[1])
-                for old in [b for b in self._marks if b <= bucket - BUCKETS]:
+                for old in [b for b in self._marks if b < oldest_bucket(bucket)]:
                     del self._marks[old]
             return self._judge(entry, now, limits)
 
     def _judge(self, entry: _Sender, now: float, limits: Limits) -> Counted:
         totals = entry.totals()
-        rate, value, threshold = crossed(totals["s"], totals["b"], totals["c"], limits)
+        counts = Standing(entry.name, totals["s"], totals["b"], totals["c"])
+        rate, value, threshold = crossed(counts, limits)
         paused = entry.pause is not None and entry.pause.paused
         transition: Any = ""
         if rate and not paused:
@@ -73,15 +67,14 @@ class MemoryReputationStore:
         elif not rate and paused:
             entry.pause = Pause(False, entry.name, lifted_at=now, lifted_by="auto")
             transition = "lifted"
-        standing = Standing(entry.name, totals["s"], totals["b"], totals["c"], entry.pause)
-        return Counted(standing, transition)
+        return Counted(replace(counts, pause=entry.pause), transition)
 
     def attribute(self, mark: str, now: float, limits: Limits) -> tuple[str, str] | None:
-        oldest = limits.bucket_of(now) - BUCKETS
+        oldest = oldest_bucket(limits.bucket_of(now))
         with self._lock:
             for bucket in sorted(self._marks, reverse=True):
                 found = self._marks[bucket].get(mark)
-                if bucket > oldest and found is not None:
+                if bucket >= oldest and found is not None:
                     return found
         return None
 

@@ -16,7 +16,14 @@ from typing import Any
 
 import redis.exceptions
 
-from mailer.records.reputation.base import BUCKETS, Counted, Limits, Pause, Standing
+from mailer.records.reputation.base import (
+    BUCKETS,
+    Counted,
+    Limits,
+    Pause,
+    Standing,
+    oldest_bucket,
+)
 from mailer.storage import RedisStore, lua_source
 
 COUNT_SCRIPT = lua_source("mailer.records.reputation", "count")
@@ -123,7 +130,7 @@ class RedisReputationStore:
     def attribute(self, mark: str, now: float, limits: Limits) -> tuple[str, str] | None:
         newest = limits.bucket_of(now)
         pipe = self._redis.client.pipeline(transaction=False)
-        for bucket in range(newest, newest - BUCKETS - 1, -1):
+        for bucket in range(newest, oldest_bucket(newest) - 1, -1):
             pipe.hget(self._marks(bucket), mark)
         for found in self._redis.call(pipe.execute):
             if found is not None:
@@ -134,8 +141,8 @@ class RedisReputationStore:
     def resume(self, sid: str, sender: str, by: str, now: float, limits: Limits) -> Standing:
         self.count(sid, sender, "", now=now, limits=limits)
         record = Pause(False, sender, lifted_at=now, lifted_by=by)
-        keep = int((BUCKETS + 1) * limits.bucket * 1000)
-        sent, bounced, complained = self._resume(self._keys(sid), [record.to_json(), keep])
+        keys, args = self._keys(sid), [record.to_json(), limits.keep_ms]
+        sent, bounced, complained = self._resume(keys, args)
         forgiven = {"bounced": int(bounced), "complained": int(complained)}
         return Standing(sender, int(sent), 0, 0, Pause(**{**vars(record), "forgiven": forgiven}))
 

@@ -109,7 +109,12 @@ class Suppressions:
 
     def suppressed(self, address: str) -> Suppression | None:
         """The suppression of ``address`` if one is in force now, else None."""
-        entry = self._store.get(self._key(address))
+        return self.suppressed_key(normalise_address(address, self._rules).limit_key)
+
+    def suppressed_key(self, limit_key: str) -> Suppression | None:
+        """:meth:`suppressed` for an address normalised already (``Recipient.limit_key``, what
+        the guard holds): it is not parsed again."""
+        entry = self._store.get(self._hasher.storage_key(limit_key))
         return entry if entry is not None and entry.until > self._clock() else None
 
     def plain_read(self, limit_key: str) -> tuple[Any, str] | None:

@@ -164,7 +164,7 @@ def test_a_server_error_is_retried_then_deferred(stub: PostmarkStub, clock: Manu
     assert first.outcome.provider == "postmark" and first.outcome.smtp_code is None
     assert first.outcome.smtp_reply is not None and "HTTP 500" in first.outcome.smtp_reply
     del stub.answers[ADA]
-    clock.advance(first.countdown)
+    clock.advance(first.wait)
     last = guard.process(request("pm-7"), first.progress)
     assert isinstance(last, Finish) and last.outcome.status == "sent", last
     assert last.outcome.provider_message_id == stub.sent[0]

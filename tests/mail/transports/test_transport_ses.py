@@ -213,7 +213,7 @@ def test_an_unknown_answer_is_retried_then_fails_with_the_providers_message(
         guard = guard_on(stub.url, clock, throttle_hold=None, send_retries=1)
         first = guard.process(request("ses-5"))
         assert isinstance(first, Later) and first.outcome.reason == "smtp_transient", first
-        clock.advance(first.countdown)
+        clock.advance(first.wait)
         last = guard.process(request("ses-5"), first.progress)
         assert stub.requests == 6  # 3 tries in each of the two runs
     assert isinstance(last, Fail), last

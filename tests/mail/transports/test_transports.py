@@ -8,7 +8,7 @@ import pickle
 import socket
 import threading
 from collections.abc import Iterator
-from email.message import EmailMessage
+from dataclasses import replace
 from typing import Literal
 
 import pytest
@@ -16,7 +16,9 @@ import pytest
 from devservers.redis_servers import free_port
 from devservers.smtp_server import SmtpTestServer, TestCertificate
 from mailer.errors import MailguardError, PermanentSendError, SendError, TransientSendError
-from mailer.mail.message import Mail, build_message
+from mailer.mail.envelope import Envelope, envelope_of
+from mailer.mail.message import Mail
+from mailer.mail.replies import Action, Reaction
 from mailer.mail.transports import (
     ConsoleTransport,
     MemoryTransport,
@@ -25,6 +27,7 @@ from mailer.mail.transports import (
     Transport,
 )
 from mailer.mail.transports.base import mask_addresses, recipient_hash
+from mailer.mail.transports.retrying import worth_retrying
 
 # Re-exported so pytest finds the fixtures here until tests/conftest.py imports them.
 
@@ -48,8 +51,8 @@ def sleeps() -> Sleeps:
     return Sleeps()
 
 
-def _message(to: str = RECIPIENT, mail_id: str = MAIL_ID, html: str | None = None) -> EmailMessage:
-    return build_message(
+def _envelope(to: str = RECIPIENT, mail_id: str = MAIL_ID, html: str | None = None) -> Envelope:
+    return envelope_of(
         Mail(
             to=to,
             subject="Your code",
@@ -70,7 +73,7 @@ def _transport(url: str, sleeps: Sleeps, **options: object) -> SmtpTransport:
 
 def test_smtp_250_delivers_exactly_one_mail(smtp_server: SmtpTestServer, sleeps: Sleeps) -> None:
     """A 250 reply gives a receipt after one attempt and the server holds exactly one mail."""
-    receipt = _transport(smtp_server.url, sleeps).send(_message())
+    receipt = _transport(smtp_server.url, sleeps).send(_envelope())
     assert receipt.code == 250
     assert receipt.attempts == 1
     assert "accepted" in receipt.reply
@@ -83,7 +86,7 @@ def test_smtp_250_delivers_exactly_one_mail(smtp_server: SmtpTestServer, sleeps:
 
 def test_smtp_message_id_arrives_intact(smtp_server: SmtpTestServer, sleeps: Sleeps) -> None:
     """The Message-ID derived from the mail id is the one the server receives."""
-    receipt = _transport(smtp_server.url, sleeps).send(_message())
+    receipt = _transport(smtp_server.url, sleeps).send(_envelope())
     expected = f"<{MAIL_ID}@sender.example>"
     assert receipt.message_id == expected
     assert smtp_server.delivered[0].message["Message-ID"] == expected
@@ -93,7 +96,7 @@ def test_smtp_html_mail_arrives_as_multipart_alternative(
     smtp_server: SmtpTestServer, sleeps: Sleeps
 ) -> None:
     """A mail with HTML reaches the server as multipart/alternative with both parts."""
-    _transport(smtp_server.url, sleeps).send(_message(html="<p>Your code is 482913</p>"))
+    _transport(smtp_server.url, sleeps).send(_envelope(html="<p>Your code is 482913</p>"))
     received = smtp_server.delivered[0].message
     assert received.get_content_type() == "multipart/alternative"
     html = received.get_body(preferencelist=("html",))
@@ -106,7 +109,7 @@ def test_smtp_451_twice_then_250_delivers_once_after_three_attempts(
 ) -> None:
     """Two 451 replies to DATA are retried; the third try delivers exactly one mail."""
     smtp_server.fail_data("451 4.3.0 try later", times=2)
-    receipt = _transport(smtp_server.url, sleeps).send(_message())
+    receipt = _transport(smtp_server.url, sleeps).send(_envelope())
     assert receipt.attempts == 3
     assert len(smtp_server.delivered) == 1
     assert smtp_server.handler.data_commands == 3
@@ -119,7 +122,7 @@ def test_smtp_waits_are_random_exponential_and_capped(
     """Each wait lies between 0 and min(wait_max, wait_multiplier * 2**n) seconds."""
     smtp_server.fail_data(times=4)
     transport = _transport(smtp_server.url, sleeps, wait_multiplier=0.5, wait_max=1.5)
-    transport.send(_message())
+    transport.send(_envelope())
     assert len(sleeps.waits) == 4
     for n, wait in enumerate(sleeps.waits, start=1):
         assert 0 <= wait <= min(1.5, 0.5 * 2**n)
@@ -130,7 +133,7 @@ def test_smtp_451_at_rcpt_is_retried_then_delivered(
 ) -> None:
     """A 4xx refusal of the recipient (SMTPRecipientsRefused) is retried, then delivered once."""
     smtp_server.fail_rcpt("451 4.2.1 mailbox busy", times=1)
-    receipt = _transport(smtp_server.url, sleeps).send(_message())
+    receipt = _transport(smtp_server.url, sleeps).send(_envelope())
     assert receipt.attempts == 2
     assert smtp_server.handler.rcpt_commands == 2
     assert len(smtp_server.delivered) == 1
@@ -142,7 +145,7 @@ def test_smtp_550_at_data_fails_permanently_after_one_attempt(
     """A 5xx reply to DATA raises PermanentSendError at once; nothing is delivered."""
     smtp_server.refuse_data("550 5.7.1 no")
     with pytest.raises(PermanentSendError) as info:
-        _transport(smtp_server.url, sleeps).send(_message())
+        _transport(smtp_server.url, sleeps).send(_envelope())
     assert info.value.code == 550
     assert info.value.reply == "5.7.1 no"
     assert info.value.attempts == 1
@@ -157,7 +160,7 @@ def test_smtp_550_at_rcpt_fails_permanently_without_echoing_the_address(
     """A 5xx refusal of the recipient is permanent; the address in the reply is masked."""
     smtp_server.fail_rcpt(f"550 5.1.1 <{RECIPIENT.upper()}>: no such user", times=5)
     with pytest.raises(PermanentSendError) as info:
-        _transport(smtp_server.url, sleeps).send(_message())
+        _transport(smtp_server.url, sleeps).send(_envelope())
     assert info.value.code == 550
     assert info.value.attempts == 1
     assert "lovelace" not in str(info.value).lower()
@@ -171,7 +174,7 @@ def test_smtp_retries_run_out_with_transient_error(
     """Persistent 451 replies stop after ``max_attempts`` with TransientSendError and the code."""
     smtp_server.fail_data("451 4.3.0 try later", times=10)
     with pytest.raises(TransientSendError) as info:
-        _transport(smtp_server.url, sleeps, max_attempts=3).send(_message())
+        _transport(smtp_server.url, sleeps, max_attempts=3).send(_envelope())
     assert info.value.code == 451
     assert info.value.attempts == 3
     assert "after 3 attempts" in str(info.value)
@@ -183,7 +186,7 @@ def test_smtp_server_down_is_transient(sleeps: Sleeps) -> None:
     """A refused connection is retried and ends in TransientSendError without an SMTP code."""
     port = free_port()
     with pytest.raises(TransientSendError) as info:
-        _transport(f"smtp://127.0.0.1:{port}", sleeps, max_attempts=3).send(_message())
+        _transport(f"smtp://127.0.0.1:{port}", sleeps, max_attempts=3).send(_envelope())
     assert info.value.code is None
     assert info.value.attempts == 3
     assert "Connection" in str(info.value)
@@ -195,10 +198,10 @@ def test_smtp_server_stopped_mid_test_is_transient(
 ) -> None:
     """After the server stops, sends fail transiently; before, they worked."""
     transport = _transport(smtp_server.url, sleeps, max_attempts=2)
-    transport.send(_message())
+    transport.send(_envelope())
     smtp_server.stop()
     with pytest.raises(TransientSendError):
-        transport.send(_message())
+        transport.send(_envelope())
     assert len(smtp_server.delivered) == 1
 
 
@@ -236,7 +239,7 @@ def test_smtp_timeout_is_transient(hanging_server: int, sleeps: Sleeps) -> None:
     """A server that never greets times out; the timeout is retried and ends transient."""
     url = f"smtp://127.0.0.1:{hanging_server}?timeout=0.2"
     with pytest.raises(TransientSendError) as info:
-        _transport(url, sleeps, max_attempts=2).send(_message())
+        _transport(url, sleeps, max_attempts=2).send(_envelope())
     assert info.value.attempts == 2
     assert "timed out" in str(info.value)
 
@@ -257,7 +260,7 @@ def test_smtp_dropped_connection_is_transient(sleeps: Sleeps) -> None:
     thread.start()
     try:
         with pytest.raises(TransientSendError) as info:
-            _transport(f"smtp://127.0.0.1:{port}", sleeps, max_attempts=2).send(_message())
+            _transport(f"smtp://127.0.0.1:{port}", sleeps, max_attempts=2).send(_envelope())
     finally:
         thread.join(timeout=5)
         listener.close()
@@ -269,7 +272,7 @@ def test_smtp_login_uses_url_decoded_credentials(sleeps: Sleeps) -> None:
     """User and password from the URL are percent-decoded before AUTH, and the mail goes out."""
     with SmtpTestServer(credentials=("ada@corp", "p@ss:w/rd")) as server:
         url = f"smtp://ada%40corp:p%40ss%3Aw%2Frd@127.0.0.1:{server.port}"
-        receipt = _transport(url, sleeps).send(_message())
+        receipt = _transport(url, sleeps).send(_envelope())
         assert receipt.code == 250
         assert server.handler.logins == [(b"ada@corp", b"p@ss:w/rd")]
         assert len(server.delivered) == 1
@@ -280,7 +283,7 @@ def test_smtp_bad_password_is_permanent_and_never_shown(sleeps: Sleeps) -> None:
     with SmtpTestServer(credentials=("ada", "right")) as server:
         transport = _transport(f"smtp://ada:wrong-secret@127.0.0.1:{server.port}", sleeps)
         with pytest.raises(PermanentSendError) as info:
-            transport.send(_message())
+            transport.send(_envelope())
         assert info.value.code == 535
         assert info.value.attempts == 1
         assert "wrong-secret" not in str(info.value)
@@ -293,7 +296,7 @@ def test_smtp_starttls_without_server_support_is_permanent(
 ) -> None:
     """Asking for STARTTLS from a server that does not offer it fails at once, never in clear."""
     with pytest.raises(PermanentSendError, match="STARTTLS") as info:
-        _transport(smtp_server.url + "?starttls=1", sleeps).send(_message())
+        _transport(smtp_server.url + "?starttls=1", sleeps).send(_envelope())
     assert info.value.attempts == 1
     assert smtp_server.delivered == []
 
@@ -312,7 +315,7 @@ def test_smtp_tls_modes_deliver_and_log_in(
             sleep=sleeps,
             ssl_context=test_certificate.client_context(),
         )
-        receipt = transport.send(_message())
+        receipt = transport.send(_envelope())
         assert receipt.code == 250
         assert server.handler.logins == [(b"ada", b"s3cret")]
         assert len(server.delivered) == 1
@@ -329,7 +332,7 @@ def test_smtp_untrusted_certificate_is_permanent(
     with SmtpTestServer(tls=tls, cert=test_certificate) as server:
         transport = SmtpTransport.from_url(f"{scheme}://127.0.0.1:{server.port}", sleep=sleeps)
         with pytest.raises(PermanentSendError, match="CERTIFICATE_VERIFY_FAILED") as info:
-            transport.send(_message())
+            transport.send(_envelope())
         assert info.value.attempts == 1
         assert server.delivered == []
 
@@ -338,7 +341,7 @@ def test_smtp_international_recipient_uses_smtputf8(
     smtp_server: SmtpTestServer, sleeps: Sleeps
 ) -> None:
     """A non-ASCII local part is delivered with SMTPUTF8 and arrives unchanged."""
-    _transport(smtp_server.url, sleeps).send(_message(to="jörg@bücher.ch"))
+    _transport(smtp_server.url, sleeps).send(_envelope(to="jörg@bücher.ch"))
     assert smtp_server.delivered[0].rcpt_tos == ("jörg@bücher.ch",)
 
 
@@ -352,7 +355,7 @@ def test_smtp_logs_never_contain_the_recipient(
         caplog.at_level(logging.WARNING, logger="mailer.mail.transports.smtp"),
         pytest.raises(PermanentSendError),
     ):
-        _transport(smtp_server.url, sleeps).send(_message())
+        _transport(smtp_server.url, sleeps).send(_envelope())
     ours = [r.getMessage() for r in caplog.records if r.name == "mailer.mail.transports.smtp"]
     assert len(ours) == 2
     assert all(MAIL_ID in line for line in ours)
@@ -360,11 +363,12 @@ def test_smtp_logs_never_contain_the_recipient(
 
 
 def test_smtp_message_without_recipient_is_refused_without_connecting(sleeps: Sleeps) -> None:
-    """A message with no To, Cc or Bcc fails permanently before any connection is made."""
-    message = _message()
-    del message["To"]
-    with pytest.raises(PermanentSendError, match="no To"):
-        _transport(f"smtp://127.0.0.1:{free_port()}", sleeps).send(message)
+    """An envelope with no recipient fails permanently before any connection is made, whatever
+    the message's To header shows."""
+    envelope = replace(_envelope(), to=())
+    assert envelope.message["To"] == RECIPIENT
+    with pytest.raises(PermanentSendError, match="no recipient"):
+        _transport(f"smtp://127.0.0.1:{free_port()}", sleeps).send(envelope)
 
 
 # --- URLs ----------------------------------------------------------------------------------
@@ -451,11 +455,11 @@ def test_one_except_clause_catches_every_smtp_refusal_with_its_reply(
     transport = _transport(smtp_server.url, sleeps, max_attempts=2)
     caught: list[SendError] = []
     try:
-        transport.send(_message())
+        transport.send(_envelope())
     except SendError as exc:  # what the guard catches
         caught.append(exc)
     try:
-        transport.send(_message())
+        transport.send(_envelope())
     except MailguardError as exc:  # what a caller of the whole library may catch
         assert isinstance(exc, SendError)
         caught.append(exc)
@@ -477,10 +481,10 @@ def test_mask_addresses_is_case_insensitive() -> None:
 # --- memory and console ------------------------------------------------------------------------
 
 
-def _send_through_the_protocol(transport: object, message: EmailMessage) -> SendReceipt:
+def _send_through_the_protocol(transport: object, envelope: Envelope) -> SendReceipt:
     """What the guard does with a transport: it knows only the ``Transport`` protocol."""
     assert isinstance(transport, Transport)
-    return transport.send(message)
+    return transport.send(envelope)
 
 
 @pytest.mark.parametrize(
@@ -491,7 +495,7 @@ def test_each_transport_delivers_a_message_through_the_protocol(
 ) -> None:
     """Memory, console and SMTP (to the real test server), used only as a ``Transport``, each
     hand the message over once and return a 250 receipt carrying its Message-ID."""
-    message = _message(mail_id=f"proto-{name}")
+    message = _envelope(mail_id=f"proto-{name}")
     expected_id = f"<proto-{name}@sender.example>"
     if name == "memory":
         memory = MemoryTransport()
@@ -517,8 +521,8 @@ def test_each_transport_delivers_a_message_through_the_protocol(
 def test_memory_transport_keeps_sent_messages() -> None:
     """Sent messages are kept in order and returned as a copy."""
     transport = MemoryTransport()
-    receipt = transport.send(_message(mail_id="m1"))
-    transport.send(_message(mail_id="m2"))
+    receipt = transport.send(_envelope(mail_id="m1"))
+    transport.send(_envelope(mail_id="m2"))
     assert receipt.code == 250
     assert [m["Message-ID"] for m in transport.sent] == [
         "<m1@sender.example>",
@@ -534,12 +538,12 @@ def test_memory_transport_fails_the_next_n_sends() -> None:
     transport.fail_next(2)
     transport.fail_next(1, permanent=True)
     with pytest.raises(TransientSendError):
-        transport.send(_message())
+        transport.send(_envelope())
     with pytest.raises(TransientSendError) as transient:
-        transport.send(_message())
+        transport.send(_envelope())
     with pytest.raises(PermanentSendError) as permanent:
-        transport.send(_message())
-    transport.send(_message())
+        transport.send(_envelope())
+    transport.send(_envelope())
     assert (transient.value.code, permanent.value.code) == (451, 550)
     assert transport.attempts == 4
     assert len(transport.sent) == 1
@@ -548,7 +552,7 @@ def test_memory_transport_fails_the_next_n_sends() -> None:
 def test_memory_transport_is_thread_safe() -> None:
     """Sends from many threads are all kept, none lost."""
     transport = MemoryTransport()
-    message = _message()
+    message = _envelope()
 
     def send_many() -> None:
         for _ in range(100):
@@ -566,7 +570,7 @@ def test_memory_transport_is_thread_safe() -> None:
 def test_console_transport_prints_a_summary_without_the_address() -> None:
     """The console line has the Message-ID, subject and recipient hash, not the address."""
     stream = io.StringIO()
-    receipt = ConsoleTransport(stream).send(_message())
+    receipt = ConsoleTransport(stream).send(_envelope())
     line = stream.getvalue()
     assert receipt.code == 250
     assert f"<{MAIL_ID}@sender.example>" in line
@@ -580,3 +584,27 @@ def test_recipient_hash_ignores_case_and_whitespace() -> None:
     """The log hash of an address does not depend on its case or surrounding spaces."""
     assert recipient_hash(" Ada@Example.com ") == recipient_hash("ada@example.com")
     assert len(recipient_hash("ada@example.com")) == 12
+
+
+# --- what is worth another try at once ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "at_once", "with_holds_retried"),
+    [
+        (TransientSendError("connection dropped"), True, True),
+        (TransientSendError("x", code=451, reply="4.3.0 try later"), True, True),
+        (TransientSendError("x", code=454, reply="Throttling failure: rate exceeded"), False, True),
+        (TransientSendError("x", code=450, reply="4.2.0 greylisted"), False, True),
+        (TransientSendError("x", reaction=Reaction(Action.HOLD_SENDER)), False, True),
+        (PermanentSendError("x", code=550, reply="5.1.1 user unknown"), False, False),
+    ],
+)
+def test_one_rule_says_what_is_worth_retrying_at_once(
+    error: SendError, at_once: bool, with_holds_retried: bool
+) -> None:
+    """Every transport retries at once a transient error that asks for no delay (``RETRY``);
+    a hold or a greylisting delay is the guard's, unless the SMTP transport retries holds
+    itself (``retry_holds``); a permanent error never."""
+    assert worth_retrying(error) is at_once
+    assert worth_retrying(error, retry_holds=True) is with_holds_retried

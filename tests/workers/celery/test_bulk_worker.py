@@ -20,7 +20,7 @@ from devservers.celery_worker import client_app
 from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from tests.workers.conftest import StackFactory
-from workers import state
+from workers import process_settings
 from workers import unsubscribe as endpoint
 from workers.cli import main
 
@@ -87,7 +87,7 @@ def test_a_click_and_a_complaint_stop_newsletters_and_nothing_else(
         assert sum(m["List-Unsubscribe"] is None for m in codes) == 1, "the code carries none"
 
         # One click (the endpoint's own view; the WSGI server is tests/guard/test_unsubscribe.py's).
-        answer = endpoint.Application(state.current()).answer(
+        answer = endpoint.Application(process_settings.current()).answer(
             "POST", link, b"List-Unsubscribe=One-Click"
         )
         assert answer.status.startswith("200")

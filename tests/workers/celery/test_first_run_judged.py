@@ -16,7 +16,6 @@ a real worker whose pool child is SIGKILLed mid-SMTP: tests/workers/celery/test_
 from __future__ import annotations
 
 from collections.abc import Iterator
-from email.message import EmailMessage
 
 import pytest
 import redis
@@ -25,6 +24,7 @@ from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
 from mailer.guard import Finish, GuardConfig, Later, MailRequest, Progress
 from mailer.guard.engine import Guard
+from mailer.mail.envelope import Envelope
 from mailer.mail.kinds import Kind
 from mailer.mail.transports import MemoryTransport
 from mailer.mail.transports.base import SendReceipt
@@ -48,12 +48,12 @@ class DyingTransport(MemoryTransport):
         super().__init__()
         self.doomed = doomed
 
-    def send(self, message: EmailMessage) -> SendReceipt:
-        subject = str(message["Subject"])
+    def send(self, envelope: Envelope) -> SendReceipt:
+        subject = str(envelope.message["Subject"])
         if subject in self.doomed:
             self.doomed.discard(subject)
             raise Killed(subject)
-        return super().send(message)
+        return super().send(envelope)
 
 
 @pytest.fixture(params=["memory", "redis"])
@@ -73,7 +73,7 @@ def dying_guard(
     assert limiter.judges_lateness
     transport = DyingTransport(set())
     kinds = Kinds.defaults().with_kind(Kind("short", subject="s", body="b", max_wait=100.0))
-    config = GuardConfig(late_tolerance=TOLERANCE, claim_lease=LEASE, max_countdown=3600)
+    config = GuardConfig(late_tolerance=TOLERANCE, claim_lease=LEASE)
     guard = memory_guard(
         limiter, MemoryLedger(clock), transport, kinds=kinds, config=config, clock=clock
     )
@@ -97,7 +97,7 @@ def dies_in_smtp(guard: Guard, transport: DyingTransport, request: MailRequest) 
 def until_final(guard: Guard, clock: ManualClock, request: MailRequest, step: Later) -> Outcome:
     """Follow a mail's countdowns until it finishes; its final outcome."""
     while isinstance(step, Later):
-        clock.advance(step.countdown)
+        clock.advance(step.wait)
         result = guard.process(request, step.progress)
         if not isinstance(result, Later):
             assert isinstance(result, Finish)

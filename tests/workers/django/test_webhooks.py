@@ -33,7 +33,7 @@ from mailer.records.suppression import (
 )
 from mailer.settings import Settings
 from tests.workers.conftest import StackFactory
-from workers import state
+from workers import process_settings
 from workers.cli import main
 
 if not settings.configured:  # as workers/django/test_django.py configures it, whichever runs first
@@ -186,22 +186,22 @@ def test_the_ledger_down_answers_500_so_the_esp_sends_again() -> None:
     """A ledger's Redis that cannot be reached: the webhook answers 500 (the ESP retries)
     rather than dropping the event."""
     env = {"MAILGUARD_LIMITER_URL": "redis://127.0.0.1:1/0", "MAILGUARD_SECRET": "s"}
-    old = state.use_settings(Settings.from_env(env))
+    old = process_settings.use_settings(Settings.from_env(env))
     try:
         with _django_with_tracking():
             assert _post(postmark("Bounce", "HardBounce", "ada@example.com")) == 500
     finally:
-        state.use_settings(old)
+        process_settings.use_settings(old)
 
 
 def test_a_memory_ledger_stops_django_at_start_in_one_line() -> None:
-    old = state.use_settings(Settings())
+    old = process_settings.use_settings(Settings())
     try:
         refused = pytest.raises(ImproperlyConfigured, match=r"memory://: a suppression recorded")
         with refused, _django_with_tracking():
             pass
     finally:
-        state.use_settings(old)
+        process_settings.use_settings(old)
 
 
 class _Event:

@@ -59,9 +59,9 @@ local ntiers = #limits
 local max_window = windows[ntiers]
 local REPLY = '>BBI8I8B' .. string.rep('I4', ntiers)
 
-local mode, clock, tag_arg, wait_arg = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local mode, clock, tag_arg, max_wait_arg = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 if #ARGV == 2 then -- the usual call's short form: tag, max_wait (acquire on the server's TIME)
-  mode, clock, tag_arg, wait_arg = 'a', '', ARGV[1], ARGV[2]
+  mode, clock, tag_arg, max_wait_arg = 'a', '', ARGV[1], ARGV[2]
 end
 local BOOKED = 140737488355328 -- 2^47: the flag of a booking not yet admitted
 local now, hi, ttl_slack = 0, 0, 0
@@ -126,7 +126,7 @@ if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
     if t == now then
       allowed, tier = 1, 0
       if mode == 'a' then entry = hi end
-    elseif mode == 'a' and t - now <= tonumber(wait_arg) then
+    elseif mode == 'a' and t - now <= tonumber(max_wait_arg) then
       booked, seen, entry = 1, t, t
       if tag ~= 0 then own = own + BOOKED end
     end
@@ -437,5 +437,5 @@ if mode == 'm' then
   for i = 1, #KEYS do replies[i] = decide(KEYS[i], 'a', tonumber(ARGV[3 + i]), max_wait, 0, -1) end
   return replies
 end
-return decide(KEYS[1], mode, tonumber(tag_arg), tonumber(wait_arg), tonumber(ARGV[5] or '0'),
+return decide(KEYS[1], mode, tonumber(tag_arg), tonumber(max_wait_arg), tonumber(ARGV[5] or '0'),
   tonumber(ARGV[6] or '-1'))
