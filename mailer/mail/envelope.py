@@ -1,7 +1,7 @@
 """A mail's envelope (sender, recipients, message), made once in the worker, and the worker's
 reading of ``send_mail``'s arguments it is made from.
 
-How an address travels from ``send_mail.delay`` to ``RCPT TO`` (``tests/test_envelope.py``
+How an address travels from ``send_mail.delay`` to ``RCPT TO`` (``tests/mail/test_envelope.py``
 counts the parses over real SMTP sends):
 
 1. ``delay()`` checks every address (:func:`mailer.mail.arguments.check_arguments`):
