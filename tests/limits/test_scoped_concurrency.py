@@ -62,14 +62,12 @@ def test_threads_and_processes_never_exceed_the_sender_quota(redis_server: Redis
     _never_over(redis_server.url)
 
 
-def test_on_a_redis_cluster_the_sender_quota_is_never_exceeded_either() -> None:
+def test_on_a_redis_cluster_the_sender_quota_is_never_exceeded_either(
+    cluster: RedisClusterServers,
+) -> None:
     """The same on a 3-node Redis Cluster, where each recipient's slot and the sender's differ
     and the decision runs scope by scope with rollbacks (mailer.limits.stores.scoped_cluster)."""
-    cluster = RedisClusterServers().start()
-    try:
-        _never_over(cluster.url)
-    finally:
-        cluster.cleanup()
+    _never_over(cluster.url)
 
 
 def _never_over(url: str) -> None:

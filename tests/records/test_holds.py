@@ -11,7 +11,7 @@ import pytest
 import redis
 from prometheus_client import CollectorRegistry
 
-from devservers.redis_servers import RedisServer
+from devservers.redis_servers import RedisClusterServers, RedisServer
 from devservers.smtp_server import SmtpTestServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
@@ -274,21 +274,15 @@ def test_the_transport_leaves_hold_replies_to_the_guard(smtp_server: SmtpTestSer
 
 @pytest.mark.redis
 @pytest.mark.slow
-def test_holds_on_a_redis_cluster() -> None:
+def test_holds_on_a_redis_cluster(cluster: RedisClusterServers) -> None:
     """On Cluster the two holds live in different slots: set, doubled and read in one pipeline."""
-    from devservers.redis_servers import RedisClusterServers  # noqa: PLC0415
-
-    cluster = RedisClusterServers().start()
-    try:
-        holds = Holds.from_url(cluster.url, secret="s")
-        holds.hold_sender(30, "454")
-        assert holds.hold_sender(30, "454").level == 1
-        held = holds.hold_recipient("ada@example.com", 30, "450 4.2.1")
-        sender, recipient = holds.active("ada@example.com")
-        assert sender is not None and sender.level == 1 and recipient == held
-        assert holds.active("bob@example.com")[1] is None
-    finally:
-        cluster.cleanup()
+    holds = Holds.from_url(cluster.url, secret="s")
+    holds.hold_sender(30, "454")
+    assert holds.hold_sender(30, "454").level == 1
+    held = holds.hold_recipient("ada@example.com", 30, "450 4.2.1")
+    sender, recipient = holds.active("ada@example.com")
+    assert sender is not None and sender.level == 1 and recipient == held
+    assert holds.active("bob@example.com")[1] is None
 
 
 @pytest.mark.redis

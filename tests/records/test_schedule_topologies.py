@@ -36,16 +36,12 @@ def _walk(schedule: Schedule) -> None:
     assert schedule.stats().watched == 0
 
 
-def test_the_schedule_works_on_a_cluster() -> None:
+def test_the_schedule_works_on_a_cluster(cluster: RedisClusterServers) -> None:
     """On a three-node Cluster every script runs: the keys share the ``{schedule:mail}`` slot."""
-    cluster = RedisClusterServers().start()
-    try:
-        schedule = schedule_from_url(cluster.url)
-        assert isinstance(schedule, RedisSchedule)
-        _walk(schedule)
-        schedule.client.close()
-    finally:
-        cluster.cleanup()
+    schedule = schedule_from_url(cluster.url)
+    assert isinstance(schedule, RedisSchedule)
+    _walk(schedule)
+    schedule.client.close()
 
 
 def test_the_schedule_works_behind_sentinel() -> None:

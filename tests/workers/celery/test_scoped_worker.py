@@ -167,11 +167,10 @@ def test_a_code_mail_goes_at_once_behind_a_bulk_burst_with_share_one_half(
 
 
 def test_a_sender_scope_on_a_redis_cluster_paces_a_real_worker(
-    redis_url: str, smtp_server: SmtpTestServer
+    redis_url: str, smtp_server: SmtpTestServer, cluster: RedisClusterServers
 ) -> None:
     """The limiter and ledger on a 3-node Redis Cluster (the broker on plain Redis): the
     scoped decision runs scope by scope and still paces 8 mails to 8 recipients, 4 per 2 s."""
-    cluster = RedisClusterServers().start()
     env = worker_env(
         redis_url,
         smtp_server.url,
@@ -193,7 +192,6 @@ def test_a_sender_scope_on_a_redis_cluster_paces_a_real_worker(
     finally:
         worker.stop()
         app.close()
-        cluster.cleanup()
     assert {r.get(timeout=1)["status"] for r in results} == {"sent"}
     times = sorted(d.received_at for d in smtp_server.delivered)
     assert len(times) == 8
