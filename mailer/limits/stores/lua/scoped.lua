@@ -3,7 +3,7 @@ mailguard scoped limiter: one atomic decision over every scope (recipient, domai
 tenant) and every tier kind (sliding, fixed, gcra). Mirrors mailer/limits/algorithm.py step for
 step, but for gcra bookings: kept in pages with summaries here and searched by skipping the pages
 where nothing fits (docs/explanation/limiter.md, "Long gcra backlogs"; the memory store searches
-them in one list); tests/test_scoped_properties.py checks that both give identical answers. Run by
+them in one list); tests/limits/test_scoped_properties.py checks that both give identical answers. Run by
 mailer/limits/stores/scoped_redis.py (on Redis Cluster: once per scope,
 mailer/limits/stores/scoped_cluster.py).
 

@@ -3,7 +3,7 @@
 -- and last emission (µs), count, then per view (b, g, theta), "p<id>" a page (I7 µs, I6 tag per
 -- emission). A page's summary for a view (T, c): it maps the arrival time tau entering it to
 -- max(tau + m·T, b) and the bound R after it to max(R + m·T, g) before it, and none of its gaps
--- admits a ms when tau >= theta (mailer/gcra_log.py's conditions, tests/test_scoped_gcra_pages.py).
+-- admits a ms when tau >= theta (mailer/gcra_log.py's conditions, tests/limits/test_scoped_gcra_pages.py).
 local NONE = -math.huge
 
 -- the interval and c = (l - 1)·T of g's view with limit l
