@@ -64,7 +64,7 @@ class Claim:
                 self.config.claim_lease,
                 takeover=stale,
                 first_seen=seen or None,
-                turn=None if stale or progress.turn < 0 else Turn(progress.turn, progress.parent),
+                turn=_turn(progress, stale),
             )
         except BackendUnavailable as exc:
             # The claim may have been written after the client gave up: the next run may take it.
@@ -97,6 +97,16 @@ class Claim:
             extra=log_fields(waiting),
         )
         return Later(wait, waiting, progress)
+
+
+def _turn(progress: Progress, stale: str | None) -> Turn | None:
+    """The turn the ledger checks: none for a first run (turn 0: a copy of it that comes after
+    the mail moved on hands it on as a sibling, which the next turn's check ends, so a first
+    run costs the ledger nothing more), for a progress without one (-1), or for a run whose
+    predecessor lost contact with the ledger (``stale``: its turn may or may not be kept)."""
+    if stale or progress.turn <= 0:
+        return None
+    return Turn(progress.turn, progress.parent)
 
 
 def superseded(mail: Prepared, turn: int) -> Finish:
