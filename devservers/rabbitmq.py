@@ -22,6 +22,8 @@ from devservers.redis_servers import free_port
 
 #: The server script itself (``/usr/sbin/rabbitmq-server`` switches to the rabbitmq user).
 SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")
+#: Its control tool, run as the current user against this node.
+CTL = SERVER.with_name("rabbitmqctl")
 
 
 class RabbitServer:
@@ -94,6 +96,21 @@ class RabbitServer:
             sock.sendall(b"AMQP\x00\x00\x09\x01")
             return len(sock.recv(8)) > 0
         return False
+
+    def ctl(self, *args: str, timeout: float = 60.0) -> str:
+        """Run ``rabbitmqctl <args>`` against this node; its output (raises when it fails)."""
+        env = self._env()
+        done = subprocess.run(
+            [str(CTL), "-n", env["RABBITMQ_NODENAME"], *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"rabbitmqctl {' '.join(args)} failed: {done.stderr or done.stdout}")
+        return done.stdout
 
     def stop(self) -> None:
         """Kill the node at once (SIGKILL to its process group), as an outage would."""

@@ -49,6 +49,7 @@ from mailer.metrics import default_metrics
 from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
 from mailer.settings import Settings
 from workers import outbox, parking, priority, process_settings, routing, state
+from workers.confirmed import ConfirmedPublisher, confirms_needed
 from workers.outbox_watch import OutboxWatch
 from workers.payload import Parked
 
@@ -95,6 +96,8 @@ class Promoter:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mailguard-promoter", daemon=True)
         self._down_since = 0.0
+        #: On an AMQP broker, the batches' publisher confirms (:mod:`workers.confirmed`).
+        self._confirmed = ConfirmedPublisher(app) if confirms_needed(self._broker_url) else None
         #: The watchdog's outbox part (:mod:`workers.outbox_watch`), set by :class:`PromoterStep`.
         self.outbox_watch: OutboxWatch | None = None
 
@@ -107,6 +110,8 @@ class Promoter:
             self._thread.join(timeout)
         if self.outbox_watch is not None:
             self.outbox_watch.close()
+        if self._confirmed is not None:
+            self._confirmed.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -194,8 +199,13 @@ class Promoter:
     @contextlib.contextmanager
     def producing(self) -> Iterator[Any]:
         """One producer for a batch of :meth:`send` calls, in one publish batch where kombu
-        offers it (the messages leave when the block ends)."""
+        offers it (the messages leave when the block ends). On an AMQP broker, the block ends
+        once the broker acknowledged every message of it (:mod:`workers.confirmed`)."""
         self._reply_to = self.app.thread_oid
+        if self._confirmed is not None:
+            with self._confirmed.batch() as producer:
+                yield producer
+            return
         with self.app.producer_or_acquire() as producer:
             batch = getattr(producer, "batch", None)
             with batch(max_size=2 * BATCH) if batch is not None else contextlib.nullcontext():
