@@ -33,9 +33,11 @@ import socket
 from typing import Any
 
 from kombu.transport import redis
+from kombu.utils.json import dumps
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from mailer.crashpoints import crash_point
+from workers import outbox_ride
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +140,26 @@ class _OneClient:
         return client
 
 
-class Channel(_OneClient, _Contained, redis.Channel):
+class _Rides:
+    """A publish that carries the outbox entry of its mail in the same write
+    (:mod:`workers.outbox_ride`), when one is offered and kombu publishes it alone."""
+
+    _expires: Any
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        ride = outbox_ride.current()
+        batched = kwargs.get("_publish_batch") is not None
+        if ride is None or batched or (self._expires and queue in self._expires):
+            return super()._put(queue, message, **kwargs)  # type: ignore[misc,no-any-return]
+        pri = self._get_message_priority(message, reverse=False)  # type: ignore[attr-defined]
+        key = self._q_for_pri(queue, pri)  # type: ignore[attr-defined]
+        with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
+            if outbox_ride.push(client, ride, key, dumps(message)):
+                return None
+        return super()._put(queue, message, **kwargs)  # type: ignore[misc,no-any-return]
+
+
+class Channel(_Rides, _OneClient, _Contained, redis.Channel):
     QoS = QoS
 
 

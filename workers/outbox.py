@@ -36,10 +36,10 @@ from typing import Any
 
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_outbox
-from mailer.records.outbox import Outbox, lane_of
+from mailer.records.outbox import Outbox, RedisOutbox, lane_of
 from mailer.records.schedule import MemorySchedule, RedisSchedule
 from mailer.settings import Settings
-from workers import parking
+from workers import outbox_ride, parking
 from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
@@ -52,13 +52,16 @@ _stores: dict[tuple[int, str, str], Outbox] = {}
 _down_until = {"record": 0.0, "received": 0.0}  # monotonic
 
 
-@dataclass(frozen=True)
+@dataclass
 class Recorded:
-    """An entry written at enqueue: where, to discard it if the publish fails."""
+    """An entry written at enqueue (or riding in the publish: ``ride``): where, to discard it
+    if the publish fails."""
 
     outbox: Outbox
     mail_id: str
     lane: str
+    payload: bytes
+    ride: outbox_ride.Ride | None = None
 
 
 def outbox_for(settings: Settings) -> Outbox | None:
@@ -66,10 +69,13 @@ def outbox_for(settings: Settings) -> Outbox | None:
     is off or no promoter can see a memory one."""
     if settings.outbox_grace is None:
         return None
+    key = (os.getpid(), settings.effective_ledger_url, settings.queue)
+    known = _stores.get(key)  # a dict read: no lock needed
+    if isinstance(known, RedisOutbox):
+        return known
     schedule = parking.schedule_for(settings)
     if isinstance(schedule, MemorySchedule) and parking.promoter_pid != [os.getpid()]:
         return None
-    key = (os.getpid(), settings.effective_ledger_url, settings.queue)
     with _lock:
         if key not in _stores:
             client = schedule.client if isinstance(schedule, RedisSchedule) else None
@@ -85,9 +91,12 @@ def record(
     kwargs: dict[str, Any],
     priority: Any,
     not_before: float | None,
+    app: Any = None,
 ) -> Recorded | None:
     """Write the outbox entry of a ``send_mail`` call about to be published at ``priority``
-    (``not_before``: a caller's short ``eta``, epoch seconds). None when not recorded."""
+    (``not_before``: a caller's short ``eta``, epoch seconds) through ``app``: or hand it to
+    the publish, when it can ride in it (:mod:`workers.outbox_ride`; then call
+    :func:`published` after the publish). None when not recorded."""
     if time.monotonic() < _down_until["record"]:
         return None
     outbox = outbox_for(settings)
@@ -101,12 +110,53 @@ def record(
         log.warning("mail %s: not kept in the outbox (%s)", mail_id, exc)
         return None
     lane = lane_of(priority)
+    recorded = Recorded(outbox, str(mail_id), lane, payload)
+    if isinstance(outbox, RedisOutbox) and app is not None and _rides(app, settings):
+        recorded.ride = outbox_ride.ride_for(
+            outbox.put_command(recorded.mail_id, lane, payload), outbox.server
+        )
+        return recorded
+    return recorded if _put_later(recorded) else None
+
+
+def published(recorded: Recorded | None) -> None:
+    """After the publish of a recorded mail: an entry that was to ride in it and did not (kombu
+    published otherwise) is written now; one the server refused for want of its script is
+    written with the script loaded."""
+    ride = recorded.ride if recorded is not None else None
+    if recorded is None or ride is None:
+        return
+    if not ride.sent:
+        _put_later(recorded)
+    elif ride.lost is not None:
+        try:
+            recorded.outbox.put(recorded.mail_id, recorded.lane, recorded.payload)
+        except BackendUnavailable as exc:
+            _pause("record", f"mailguard outbox: unavailable at enqueue: {exc}")
+
+
+def _rides(app: Any, settings: Settings) -> bool:
+    """Whether ``app``'s publishes to send_mail's queue can carry the outbox's put (asked of
+    the app's configuration once per ledger URL: a lookup there costs ~10 µs)."""
+    known: dict[str, bool] = app.__dict__.setdefault("_mailguard_rides", {})
+    url = settings.effective_ledger_url
+    if url not in known:
+        transport = app.conf.broker_transport
+        known[url] = isinstance(transport, str) and outbox_ride.possible(
+            str(app.conf.broker_url), transport, url
+        )
+    return known[url]
+
+
+def _put_later(recorded: Recorded) -> bool:
+    """Write ``recorded``'s entry without waiting for the answer; False when its Redis is down
+    (logged once an outage)."""
     try:
-        outbox.put_later(str(mail_id), lane, payload)
+        recorded.outbox.put_later(recorded.mail_id, recorded.lane, recorded.payload)
     except BackendUnavailable as exc:
         _pause("record", f"mailguard outbox: unavailable at enqueue, publishing without it: {exc}")
-        return None
-    return Recorded(outbox, str(mail_id), lane)
+        return False
+    return True
 
 
 def discard(recorded: Recorded | None) -> None:

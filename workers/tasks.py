@@ -30,7 +30,7 @@ from mailer.outcomes import IN_FLIGHT, SUPERSEDED, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
-from workers import outbox, parking, priority, process_settings, routing, state
+from workers import outbox, outbox_ride, parking, priority, process_settings, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
 from workers.process_settings import use_settings
@@ -111,8 +111,9 @@ class GuardedTask(Task[Any, Any]):
 
     def _publish_first(self, args: Any, kwargs: dict[str, Any], options: dict[str, Any]) -> Any:
         """Publish a caller's call, its outbox entry written first (:mod:`workers.outbox`: one
-        script call on the ledger's Redis, its answer read later; the mail is published
-        without one when that Redis is down). A publish that raises removes the entry."""
+        script call on the ledger's Redis, in the same write as the publish when the broker is
+        that Redis server, else its answer read later; the mail is published without one when
+        that Redis is down). A publish that raises removes the entry."""
         recorded = None
         if self._to_mail_queue(options):
             task_id = options["task_id"] = str(options.get("task_id") or uuid())
@@ -128,12 +129,16 @@ class GuardedTask(Task[Any, Any]):
                 kwargs=dict(kwargs or {}),
                 priority=options.get("priority"),
                 not_before=not_before,
+                app=self.app,
             )
         try:
-            return super().apply_async(args, kwargs, **options)
+            with outbox_ride.riding(recorded.ride if recorded is not None else None):
+                result = super().apply_async(args, kwargs, **options)
         except BaseException:
             outbox.discard(recorded)
             raise
+        outbox.published(recorded)
+        return result
 
     def _to_mail_queue(self, options: dict[str, Any]) -> bool:
         """Whether this call goes to ``MAILGUARD_QUEUE``, the queue whose schedule and outbox

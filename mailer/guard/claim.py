@@ -100,11 +100,11 @@ class Claim:
 
 
 def _turn(progress: Progress, stale: str | None) -> Turn | None:
-    """The turn the ledger checks: none for a first run (turn 0: a copy of it that comes after
-    the mail moved on hands it on as a sibling, which the next turn's check ends, so a first
-    run costs the ledger nothing more), for a progress without one (-1), or for a run whose
-    predecessor lost contact with the ledger (``stale``: its turn may or may not be kept)."""
-    if stale or progress.turn <= 0:
+    """The turn the ledger checks: a first run's too (turn 0: a copy of it that comes after the
+    mail moved on is stale, or its next run could replace the live chain's parked entry); none
+    for a progress without one (-1), or for a run whose predecessor lost contact with the
+    ledger (``stale``: its turn may or may not be kept)."""
+    if stale or progress.turn < 0:
         return None
     return Turn(progress.turn, progress.parent)
 

@@ -84,3 +84,31 @@ def test_copies_of_a_deferred_run_collapse_into_one(clock: ManualClock) -> None:
     assert len(transport.sent) == 2
     late = guard.process(request, twin.progress)
     assert isinstance(late, Finish) and late.outcome == done.outcome, "a repeat"
+
+
+def test_a_copy_of_a_first_run_after_the_mail_moved_on_is_stale(clock: ManualClock) -> None:
+    """A first run booked the mail and handed it on; its next run (turn 1) claimed and handed
+    it on again. A copy of the first message (a redelivery: its first run was killed after
+    it parked the mail, before the ack) then runs: it is stale and ends without a trace, so
+    its own next run cannot take the place of the live chain's (a parked entry is one per
+    mail: the copy's would replace the live one and then be ended as a sibling, the mail
+    lost). The live chain sends once, at its slot."""
+    limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=clock)
+    ledger = MemoryLedger(clock)
+    transport = MemoryTransport()
+    guard = memory_guard(limiter, ledger, transport, kinds=Kinds.defaults(), clock=clock)
+    first = guard.process(MailRequest(to="ada@example.com", mail_id="m1", subject="s", body="b"))
+    assert isinstance(first, Finish) and first.outcome.status == "sent"
+    request = MailRequest(to="ada@example.com", mail_id="m2", subject="s", body="b")
+    booked = guard.process(request)
+    assert isinstance(booked, Later) and booked.progress.turn == 1
+    clock.advance(20.0)
+    hop = guard.process(request, booked.progress)  # turn 1, early: hands the mail on again
+    assert isinstance(hop, Later) and hop.progress.turn == 2
+    copy = guard.process(request)  # the first message again
+    assert isinstance(copy, Finish)
+    assert (copy.outcome.status, copy.outcome.reason) == ("deferred", "superseded")
+    clock.advance(40.0)
+    done = guard.process(request, hop.progress)
+    assert isinstance(done, Finish) and done.outcome.status == "sent"
+    assert len(transport.sent) == 2

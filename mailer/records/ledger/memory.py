@@ -55,7 +55,7 @@ class MemoryLedger:
             if held is not None and held[1] > now and held[0] not in (owner, takeover):
                 return False
             self._claims[mail_id] = (owner, now + lease)
-            if turn is not None and (last is None or turn.number > last.number):
+            if turn is not None and turn.number > 0 and (last is None or turn.number > last.number):
                 self._turns[mail_id] = (turn, now + TURN_TTL)
             if first_seen is None:
                 return True

@@ -17,6 +17,7 @@ the workers encode them.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,6 +38,7 @@ CLEAR_SCRIPT = lua_source("mailer.records.outbox", "clear")
 OVERDUE_SCRIPT = lua_source("mailer.records.outbox", "overdue")
 TAKE_SCRIPT = lua_source("mailer.records.outbox", "take")
 _TTL_MS = int(OUTBOX_TTL * 1000)
+PUT_SHA = hashlib.sha1(PUT_SCRIPT.encode()).hexdigest()  # noqa: S324 # Redis's naming
 
 
 class RedisOutbox:
@@ -83,6 +85,21 @@ class RedisOutbox:
             self._put(keys, [mail_id, payload, _TTL_MS])
             return
         self._later.write(keys, [mail_id, payload, _TTL_MS])
+
+    def put_command(self, mail_id: str, lane: str, payload: bytes) -> tuple[Any, ...]:
+        """:meth:`put` as one ``EVALSHA`` command, for a caller that sends it itself ahead of
+        its own commands, on a connection to this outbox's server with :attr:`db` selected (the
+        broker's publish: :mod:`workers.outbox_ride`). An answer ``NOSCRIPT`` (the server lost
+        the script) means nothing was written: :meth:`put` it then."""
+        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
+        return ("EVALSHA", PUT_SHA, len(keys), *keys, mail_id, payload, _TTL_MS)
+
+    @property
+    def server(self) -> dict[str, Any]:
+        """The connection settings of this outbox's client: ``host``, ``port``, ``username``,
+        ``password``, ``db`` and the others redis-py keeps (empty for a Cluster client)."""
+        pool = getattr(self.client, "connection_pool", None)
+        return dict(getattr(pool, "connection_kwargs", None) or {})
 
     def settle(self) -> None:
         for writer in (self._later, self._later_clear):

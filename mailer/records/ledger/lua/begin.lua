@@ -20,7 +20,8 @@ ARGV[4]   first_seen: epoch seconds as text, a first run's ("" for none): with t
           set in KEYS[3] unless a value is there already (an earlier first run's)
 ARGV[5]   how long KEYS[3] is kept, in seconds (EX), a positive integer
 KEYS[4]   the mail's turn, "<namespace>:turn:{<mail id>}": "<number>:<parent>" of the latest
-          run that claimed it, with an EX expiry of ARGV[8]; deleted by record.lua
+          run that claimed it once the mail was handed on (turn 1 or later: a first run's turn 0
+          is read, never written), with an EX expiry of ARGV[8]; deleted by record.lua
 ARGV[6]   the calling run's turn number as text ("" for unknown: KEYS[4] neither read nor set)
 ARGV[7]   the calling run's parent: the run that published it ("" for a first run)
 ARGV[8]   how long KEYS[4] is kept, in seconds (EX), a positive integer
@@ -45,7 +46,7 @@ if number then
 end
 
 local function claimed()
-  if number and (not kept or number > kept) then
+  if number and number > 0 and (not kept or number > kept) then
     redis.call('SET', KEYS[4], ARGV[6] .. ':' .. ARGV[7], 'EX', ARGV[8])
   end
   if ARGV[4] == '' then return 1 end
