@@ -126,4 +126,4 @@ def _reply(connection: Any) -> Any:
     try:
         return connection.read_response()
     except redis.exceptions.ResponseError as exc:
-        return exc
+        return exc.with_traceback(None)  # no frames kept alive with it
