@@ -135,8 +135,12 @@ class Figures:
     families: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
-#: A key's family: its name with every id (a UUID, a long hex hash, a number) replaced by ``*``.
-_ID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{16,}|\d+")
+#: A key's family: its name with every id (a UUID, a hash tag of a limiter key, a long hex
+#: hash, a number) replaced by ``*``.
+_ID = re.compile(
+    rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    rb"|(?<=\{)[A-Za-z0-9_-]{12,}(?=\})|[0-9a-f]{16,}|\d+"
+)
 
 
 def key_families(url: str, dbs: tuple[int, ...] = (0, 1, 2)) -> dict[str, tuple[int, int]]:
@@ -374,7 +378,8 @@ def main() -> None:
         if figures.families:
             print(f"\n{name}: key families grown while waiting, bytes per mail (MEMORY USAGE)")
             for family, (count, size) in sorted(figures.families.items()):
-                print(f"  {family}: {count:+,} keys, {size / args.mails:,.0f} B")
+                if count or abs(size) >= args.mails:  # new keys, or at least 1 B a mail
+                    print(f"  {family}: {count:+,} keys, {size / args.mails:,.0f} B")
     if parked.floor_rate:
         ratio = parked.enqueue_rate / parked.floor_rate
         print(f"\nparked enqueue rate / unguarded floor on the same worker: {ratio:.2f}")
