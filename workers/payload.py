@@ -93,7 +93,7 @@ class Parked:
         progress: list[Any] | None = None
         if self.progress is not None:
             rest.pop("_progress", None)
-            values = self.progress.as_dict()
+            values: dict[str, Any] = dict(self.progress.as_dict())
             for name in _TIMES:
                 values[name] = _relative(float(values[name]), due_ms, exact=name in _SLOTS)
             progress = [values[name] for name in PROGRESS_FIELDS]
