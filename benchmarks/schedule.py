@@ -18,7 +18,9 @@ machine, most of it the worker's own throughput, twice per design):
    and the broker's queue empty (a countdown mail is then held by the worker);
 3. once all wait: the worker's RSS growth (main process + pool), Redis's ``used_memory``
    growth per waiting mail (and, for the schedule, the bytes of its own keys per mail, apart
-   from the Celery result record each mail keeps in both designs), then **idle** for
+   from the Celery result record each mail keeps in both designs; and every key family that
+   grew, bytes per mail each: the result record, the schedule's entries, the ledger's
+   ``seen`` key, the broker's copy of a countdown), then **idle** for
    ``IDLE`` seconds: Redis commands per second (``total_commands_processed``, the program's
    own two INFO calls taken out), ``send_mail`` runs (the worker log's ``received`` lines: a
    deferral's ``ignored`` line is filtered out of the log), worker CPU;
