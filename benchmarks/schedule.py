@@ -18,7 +18,9 @@ machine, most of it the worker's own throughput, twice per design):
    and the broker's queue empty (a countdown mail is then held by the worker);
 3. once all wait: the worker's RSS growth (main process + pool), Redis's ``used_memory``
    growth per waiting mail (and, for the schedule, the bytes of its own keys per mail, apart
-   from the Celery result record each mail keeps in both designs), then **idle** for
+   from the Celery result record each mail keeps in both designs; and every key family that
+   grew, bytes per mail each: the result record, the schedule's entries, the ledger's
+   ``seen`` key, the broker's copy of a countdown), then **idle** for
    ``IDLE`` seconds: Redis commands per second (``total_commands_processed``, the program's
    own two INFO calls taken out), ``send_mail`` runs (the worker log's ``received`` lines: a
    deferral's ``ignored`` line is filtered out of the log), worker CPU;
@@ -45,7 +47,7 @@ import os
 import re
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
@@ -131,6 +133,46 @@ class Figures:
     run_main_cpu_ms: float = 0.0  # of which the main process
     floor_cpu_ms: float = 0.0  # worker CPU per unguarded run, ms
     floor_main_cpu_ms: float = 0.0  # of which the main process
+    #: Key families grown while the mails were put to wait: (keys, bytes).
+    families: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+#: A key's family: its name with every id (a UUID, a hash tag of a limiter key, a long hex
+#: hash, a number) replaced by ``*``.
+_ID = re.compile(
+    rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+    rb"|(?<=\{)[A-Za-z0-9_-]{12,}(?=\})|[0-9a-f]{16,}|\d+"
+)
+
+
+def key_families(url: str, dbs: tuple[int, ...] = (0, 1, 2)) -> dict[str, tuple[int, int]]:
+    """Every key of ``dbs`` on the server at ``url`` by family (``db<n> <name with ids as *>``):
+    how many keys and their bytes (``MEMORY USAGE``, the key's name, value and Redis's own
+    overhead; the allocator's rounding and Redis's tables are not in it)."""
+    families: dict[str, tuple[int, int]] = {}
+    base = url.rsplit("/", 1)[0]
+    for db in dbs:
+        client = redis.Redis.from_url(f"{base}/{db}")
+        try:
+            for key in client.scan_iter(count=1000):
+                family = f"db{db} {_ID.sub(b'*', key).decode(errors='replace')}"
+                count, size = families.get(family, (0, 0))
+                families[family] = (count + 1, size + int(client.memory_usage(key, samples=0) or 0))
+        finally:
+            client.close()
+    return families
+
+
+def family_growth(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """What each family grew by (keys, bytes) from ``before`` to ``after``; grown ones only."""
+    grown = {}
+    for family, (count, size) in after.items():
+        was = before.get(family, (0, 0))
+        if size != was[1] or count != was[0]:
+            grown[family] = (count - was[0], size - was[1])
+    return grown
 
 
 _RUN_START = re.compile(r"Task mailguard\.send_mail\[[^\]]+\] received")
@@ -223,6 +265,7 @@ def run_design(
         rss_before = {pid: _rss(pid) for pid in pids}
         cpu_before = sum(_cpu(pid) for pid in pids)
         main_before = _cpu(pids[0])
+        families_before = key_families(server.url)
         memory_before = int(admin.info("memory")["used_memory"])
         started = time.time()
         ids = _publish(app, GUARDED, addresses, {"subject": "s", "body": "b"})
@@ -240,6 +283,7 @@ def run_design(
         figures.schedule_per_mail = own / mails
         sample = [f"celery-task-meta-{i}" for i in ids[:200]]
         figures.result_per_mail = sum(results.memory_usage(k) or 0 for k in sample) / len(sample)
+        figures.families = family_growth(families_before, key_families(server.url))
         print(f"  {name}: {mails:,} waiting; idle for {IDLE:g} s", flush=True)
 
         log_before = _runs(worker.log())
@@ -332,6 +376,12 @@ def main() -> None:
             for v in (a, b)
         ]
         print(f"| {label} | {cells[0]} | {cells[1]} |")
+    for name, figures in (("parked", parked), ("countdown", held)):
+        if figures.families:
+            print(f"\n{name}: key families grown while waiting, bytes per mail (MEMORY USAGE)")
+            for family, (count, size) in sorted(figures.families.items()):
+                if count or abs(size) >= args.mails:  # new keys, or at least 1 B a mail
+                    print(f"  {family}: {count:+,} keys, {size / args.mails:,.0f} B")
     if parked.floor_rate:
         ratio = parked.enqueue_rate / parked.floor_rate
         print(f"\nparked enqueue rate / unguarded floor on the same worker: {ratio:.2f}")

@@ -37,6 +37,9 @@ RETRIES_EXHAUSTED = "retries_exhausted"
 #: Cancelled by an operator (``mailguard cancel``) before it was sent: never sent.
 CANCELLED = "cancelled"
 
+#: The fields :meth:`Outcome.as_waiting_dict` keeps whatever their value.
+_ALWAYS = frozenset({"status", "mail_id", "kind"})
+
 
 @dataclass(frozen=True)
 class Outcome:
@@ -82,9 +85,23 @@ class Outcome:
         scalar: a plain copy, not ``dataclasses.asdict``'s deep one (a tenth of the cost)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
+    def as_waiting_dict(self) -> dict[str, Any]:
+        """The compact form stored while a mail waits (the ``DEFERRED`` state's meta): every
+        field of :meth:`as_dict` but those at their default (None; 0 for the counters), about
+        half of them, so a waiting mail's result record is about 250 B smaller. ``status``,
+        ``mail_id`` and ``kind`` are always in it. :meth:`from_dict` reads it back whole (a
+        missing field is its default); final outcomes keep every field."""
+        fields = self.__dataclass_fields__
+        return {
+            name: value
+            for name, value in self.as_dict().items()
+            if name in _ALWAYS or value != fields[name].default
+        }
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Outcome:
-        """The inverse of :meth:`as_dict`; unknown keys are ignored."""
+        """The inverse of :meth:`as_dict` and :meth:`as_waiting_dict` (a missing field is its
+        default); unknown keys are ignored."""
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
 

@@ -1,14 +1,19 @@
 """A parked mail's payload: the task message a promoter publishes again, in as few bytes as can be.
 
-Version 2 (written since the schedule's payload was made denser), a compact JSON array::
+Version 3 (written since the progress's times were made relative), a compact JSON array::
 
-    [2, <due, epoch s>, <args>, <kwargs>, <progress>, <task id>?]
+    [3, <due, epoch ms>, <args>, <kwargs>, <progress>, <task id>?]
 
 - the **mail id** is not in it: it is the entry's own name in the schedule (the hash field), and
   is put back into ``kwargs`` when decoded;
 - the **progress** is the :class:`~mailer.steps.Progress` itself, as a list of values in the
-  order of :data:`PROGRESS_FIELDS` (about 60 B), not sealed: the seal (about 240 B of base64 JSON
-  and tag) is made again when the mail is published (:meth:`Parked.message_kwargs`). The seal
+  order of :data:`PROGRESS_FIELDS` (about 40 B), not sealed: the seal (about 240 B of base64 JSON
+  and tag) is made again when the mail is published (:meth:`Parked.message_kwargs`). Its times
+  are not written out again: each is an integer of milliseconds from the payload's due (``0``
+  for the slot itself, which ``due`` and ``first_due`` usually are), ``null`` for none (0), or,
+  for a ``due`` / ``first_due`` that is not a whole millisecond, epoch seconds as they are (a
+  float: they are compared for equality); ``requested_at`` and ``first_seen`` (measures, not
+  slots) are kept to the millisecond. The seal
   keeps a *caller* from forging progress in a broker message; the schedule is written by
   workers only, in the ledger's Redis, whose writers could already change any mail's ledger
   claim or payload, so a seal there protected nothing;
@@ -19,14 +24,17 @@ Version 2 (written since the schedule's payload was made denser), a compact JSON
 A payload longer than :data:`COMPRESS_OVER` bytes (long bodies, large template contexts) is
 stored zlib-compressed when that is shorter; a zlib stream starts with byte ``0x78``.
 
-Version 1 (entries parked by earlier workers) is still read: a JSON object ``{"v": 1, "args",
-"kwargs", "due"[, "task"]}`` whose ``kwargs`` hold the mail id and the sealed ``_progress``. The
-first byte tells them apart: ``{`` version 1, ``[`` version 2, ``x`` compressed version 2.
+Versions 1 and 2 (entries parked by earlier workers) are still read. Version 2 is the same
+array with ``2`` first, the due in epoch seconds and the progress's times as epoch seconds.
+Version 1 is a JSON object ``{"v": 1, "args", "kwargs", "due"[, "task"]}`` whose ``kwargs`` hold
+the mail id and the sealed ``_progress``. The first byte tells an object (``{``) from an array
+(``[``, or ``x``: compressed), the array's first value its version.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +42,7 @@ from typing import Any
 from mailer.mail.seal import seal
 from mailer.steps import Progress
 
-PAYLOAD_VERSION = 2
+PAYLOAD_VERSION = 3
 #: Payloads longer than this many bytes are stored compressed when that saves room.
 COMPRESS_OVER = 200
 #: The order of a version 2 payload's progress values; a field added later goes at the end
@@ -53,6 +61,9 @@ PROGRESS_FIELDS = (
     "parent",
 )
 _SEPARATORS = (",", ":")
+#: The progress's times (relative to the due in version 3) and those that are slots, kept exact.
+_TIMES = ("requested_at", "due", "first_due", "first_seen")
+_SLOTS = ("due", "first_due")
 
 
 @dataclass(frozen=True)
@@ -78,14 +89,17 @@ class Parked:
         """Version 2 bytes (see the module's docstring); the sealed ``_progress`` of ``kwargs``
         is dropped when :attr:`progress` is given (it is sealed again when published)."""
         rest = {k: v for k, v in self.kwargs.items() if k != "mail_id"}
+        due_ms = round(self.due * 1000)
         progress: list[Any] | None = None
         if self.progress is not None:
             rest.pop("_progress", None)
-            values = self.progress.as_dict()
+            values: dict[str, Any] = dict(self.progress.as_dict())
+            for name in _TIMES:
+                values[name] = _relative(float(values[name]), due_ms, exact=name in _SLOTS)
             progress = [values[name] for name in PROGRESS_FIELDS]
             if self.progress.requested_at:
                 rest.pop("_requested_at", None)
-        data: list[Any] = [PAYLOAD_VERSION, round(self.due, 3), self.args, rest, progress]
+        data: list[Any] = [PAYLOAD_VERSION, due_ms, self.args, rest, progress]
         if self.task_id != self.mail_id:
             data.append(self.task_id)
         raw = json.dumps(data, separators=_SEPARATORS).encode()
@@ -119,9 +133,9 @@ class Parked:
             raise ValueError(f"not JSON: {exc}") from None
         if isinstance(data, dict) and data.get("v") == 1:
             return cls._version1(data)
-        if isinstance(data, list) and data[:1] == [PAYLOAD_VERSION]:
-            return cls._version2(data, mail_id)
-        raise ValueError("not a version 1 or 2 payload")
+        if isinstance(data, list) and data[:1] in ([2], [3]):
+            return cls._array(data, mail_id)
+        raise ValueError("not a version 1, 2 or 3 payload")
 
     @classmethod
     def _version1(cls, data: dict[str, Any]) -> Parked:
@@ -132,19 +146,29 @@ class Parked:
         return cls._checked(task, args, kwargs, due, None)
 
     @classmethod
-    def _version2(cls, data: list[Any], mail_id: str | None) -> Parked:
+    def _array(cls, data: list[Any], mail_id: str | None) -> Parked:
+        """A version 2 or 3 payload (``data[0]``)."""
         if mail_id is None:
-            raise ValueError("a version 2 payload needs its mail id")
+            raise ValueError("a version 2 or 3 payload needs its mail id")
         if len(data) not in (5, 6):
             raise ValueError("not 5 or 6 fields")
-        _, due, args, rest, values = data[:5]
+        version, due, args, rest, values = data[:5]
         if not isinstance(rest, dict) or "mail_id" in rest:
             raise ValueError("kwargs missing")
+        if version == 3:
+            if isinstance(due, bool) or not isinstance(due, int):
+                raise ValueError("due missing")
+            due_ms, due = due, due / 1000
         progress = None
         if values is not None:
             if not isinstance(values, list) or len(values) > len(PROGRESS_FIELDS):
                 raise ValueError("progress malformed")
-            progress = Progress.from_dict(dict(zip(PROGRESS_FIELDS, values, strict=False)))
+            named = dict(zip(PROGRESS_FIELDS, values, strict=False))
+            if version == 3:
+                for name in _TIMES:
+                    if name in named:
+                        named[name] = _absolute(named[name], due_ms)
+            progress = Progress.from_dict(named)
         task = data[5] if len(data) == 6 else mail_id
         return cls._checked(task, args, rest | {"mail_id": mail_id}, due, progress)
 
@@ -157,3 +181,26 @@ class Parked:
         if isinstance(due, bool) or not isinstance(due, (int, float)):
             raise ValueError("due missing")
         return cls(task, args, kwargs, float(due), progress)
+
+
+def _relative(value: float, due_ms: int, *, exact: bool) -> int | float | None:
+    """A progress time as version 3 writes it: None for none (0); else milliseconds from the
+    due (``due_ms``, epoch ms), rounded unless ``exact`` (a slot not on a whole millisecond is
+    then kept as it is, epoch seconds)."""
+    if not value:
+        return None
+    if not math.isfinite(value):
+        return value
+    ms = round(value * 1000)
+    if exact and ms / 1000 != value:
+        return value
+    return ms - due_ms
+
+
+def _absolute(value: Any, due_ms: int) -> Any:
+    """The inverse of :func:`_relative` (anything else is left to ``Progress.from_dict``)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (due_ms + value) / 1000
+    return value

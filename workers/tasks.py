@@ -186,8 +186,8 @@ def _not_before(app: Any, options: dict[str, Any]) -> float | None:
 
 
 def _show_parked(task: Task[Any, Any], task_id: str, kwargs: dict[str, Any], due: float) -> None:
-    """Store the DEFERRED state of a call parked at enqueue (a backend that is down is logged:
-    the mail is parked all the same)."""
+    """Store the DEFERRED state of a call parked at enqueue, its outcome compact (a backend
+    that is down is logged: the mail is parked all the same)."""
     mail_id = str(kwargs.get("mail_id") or task_id)
     kind = kwargs.get("kind", "default")
     outcome = Outcome(
@@ -199,7 +199,7 @@ def _show_parked(task: Task[Any, Any], task_id: str, kwargs: dict[str, Any], due
         detail=f"parked until {iso(due)}: the caller's eta",
     )
     try:
-        task.backend.store_result(task_id, outcome.as_dict(), DEFERRED)
+        task.backend.store_result(task_id, outcome.as_waiting_dict(), DEFERRED)
     except Exception as exc:  # whatever the backend raises, the mail is parked
         log.warning("mail %s: %s state not stored (result backend: %s)", mail_id, DEFERRED, exc)
 
@@ -384,11 +384,12 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
 
 
 def _show_deferred(task: Task[Any, Any], step: Later, mail_id: str) -> None:
-    """Store the :data:`~mailer.steps.DEFERRED` state. The state is a view: a result backend
+    """Store the :data:`~mailer.steps.DEFERRED` state, its outcome compact
+    (:meth:`~mailer.outcomes.Outcome.as_waiting_dict`). The state is a view: a result backend
     that is down (any error of any backend) is logged and the mail still waits, rather than the
     run failing and its message being acknowledged with the mail never sent."""
     try:
-        task.update_state(state=DEFERRED, meta=step.outcome.as_dict())
+        task.update_state(state=DEFERRED, meta=step.outcome.as_waiting_dict())
     except Exception as exc:  # whatever the backend raises, the mail must still wait
         log.warning("mail %s: %s state not stored (result backend: %s)", mail_id, DEFERRED, exc)
 

@@ -30,6 +30,7 @@ from mailer.settings import Settings
 from mailer.steps import Later, Progress
 from tests.waiting import poll
 from workers import parking
+from workers.outcomes import read_state
 from workers.payload import Parked
 from workers.promoter import KILL_AFTER_PUBLISH
 
@@ -84,6 +85,9 @@ def test_a_parked_mail_is_sent_once_at_its_slot(
         deferred = [r for r in results if r.state == "DEFERRED"]
         for result in deferred:
             assert result.info["tier"] == "1/3s" and result.info["due"] > time.time()
+            assert None not in result.info.values(), "a waiting record keeps no empty field"
+            state, whole = read_state(app, result.id)  # the reading side: every field
+            assert (state, whole) == ("DEFERRED", Outcome.from_dict(result.info).as_dict())
         poll(lambda: broker.hlen("unacked") == 0, 5, "the runs to end")
         assert broker.llen("mail") == 0, "a parked mail is not held by the broker"
         assert [r.state for r in deferred] == ["DEFERRED", "DEFERRED"]
