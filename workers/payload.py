@@ -1,6 +1,7 @@
 """A parked mail's payload: the task message a promoter publishes again, in as few bytes as can be.
 
-Version 3 (written since the progress's times were made relative), a compact JSON array::
+Version 3 (read by this release, written from the next: :data:`WRITE_VERSION`), a compact JSON
+array::
 
     [3, <due, epoch ms>, <args>, <kwargs>, <progress>, <task id>?]
 
@@ -42,7 +43,11 @@ from typing import Any
 from mailer.mail.seal import seal
 from mailer.steps import Progress
 
+#: The newest version read.
 PAYLOAD_VERSION = 3
+#: The version written: 2 while workers that read only versions 1 and 2 may still run (one of
+#: them would bury a version 3 entry as a dead letter); 3 from the release after this one.
+WRITE_VERSION = 2
 #: Payloads longer than this many bytes are stored compressed when that saves room.
 COMPRESS_OVER = 200
 #: The order of a version 2 payload's progress values; a field added later goes at the end
@@ -85,21 +90,24 @@ class Parked:
     def mail_id(self) -> str:
         return str(self.kwargs["mail_id"])
 
-    def encode(self) -> bytes:
-        """Version 2 bytes (see the module's docstring); the sealed ``_progress`` of ``kwargs``
-        is dropped when :attr:`progress` is given (it is sealed again when published)."""
+    def encode(self, version: int = WRITE_VERSION) -> bytes:
+        """Version 2 or 3 bytes (see the module's docstring); the sealed ``_progress`` of
+        ``kwargs`` is dropped when :attr:`progress` is given (it is sealed again when
+        published)."""
         rest = {k: v for k, v in self.kwargs.items() if k != "mail_id"}
         due_ms = round(self.due * 1000)
         progress: list[Any] | None = None
         if self.progress is not None:
             rest.pop("_progress", None)
             values: dict[str, Any] = dict(self.progress.as_dict())
-            for name in _TIMES:
-                values[name] = _relative(float(values[name]), due_ms, exact=name in _SLOTS)
+            if version == 3:
+                for name in _TIMES:
+                    values[name] = _relative(float(values[name]), due_ms, exact=name in _SLOTS)
             progress = [values[name] for name in PROGRESS_FIELDS]
             if self.progress.requested_at:
                 rest.pop("_requested_at", None)
-        data: list[Any] = [PAYLOAD_VERSION, due_ms, self.args, rest, progress]
+        head = [3, due_ms] if version == 3 else [2, round(self.due, 3)]
+        data: list[Any] = [*head, self.args, rest, progress]
         if self.task_id != self.mail_id:
             data.append(self.task_id)
         raw = json.dumps(data, separators=_SEPARATORS).encode()

@@ -10,7 +10,7 @@ import pytest
 
 from mailer.mail.seal import seal, unseal
 from mailer.steps import Progress
-from workers.payload import COMPRESS_OVER, Parked
+from workers.payload import COMPRESS_OVER, WRITE_VERSION, Parked
 
 SECRET = "test-secret"
 MAIL = "0b0e6a4c-5a43-4c1e-9f39-6d0a3f2b9e11"
@@ -36,7 +36,7 @@ def test_version_3_is_the_same_mail_in_a_third_of_the_bytes() -> None:
     kwargs, sealed = _kwargs()
     entry = Parked(MAIL, ["r1234@example.com"], kwargs | {"_progress": sealed}, 1795484876.062)
     old = _version1(entry)
-    new = Parked(MAIL, entry.args, entry.kwargs, entry.due, progress=PROGRESS).encode()
+    new = Parked(MAIL, entry.args, entry.kwargs, entry.due, progress=PROGRESS).encode(version=3)
     assert new[:3] == b"[3," and MAIL.encode() not in new and b"_progress" not in new
     assert len(new) <= 140 and len(new) * 3 < len(old), (len(new), len(old))
     back = Parked.decode(new, MAIL)
@@ -91,14 +91,24 @@ def test_version_3_writes_the_progress_s_times_from_the_due() -> None:
     than half of one)."""
     due = 1795484876.061
     progress = Progress(deferrals=1, due=due, first_due=due, first_seen=1795484743.0126, turn=2)
-    raw = Parked(MAIL, [], {"mail_id": MAIL}, due, progress).encode()
+    raw = Parked(MAIL, [], {"mail_id": MAIL}, due, progress).encode(version=3)
     assert raw == b'[3,1795484876061,[],{},[0,0,0,1,"",null,0,0,-133048,2,""]]'
     back = Parked.decode(raw, MAIL).progress
     assert back == replace(progress, first_seen=1795484743.013)
     assert back is not None and (back.due, back.first_due, back.requested_at) == (due, due, 0.0)
     odd = Progress(due=1795484876.0617483, first_due=1795484000.5, requested_at=1795484742.938)
-    again = Parked.decode(Parked(MAIL, [], {"mail_id": MAIL}, due, odd).encode(), MAIL)
+    again = Parked.decode(Parked(MAIL, [], {"mail_id": MAIL}, due, odd).encode(version=3), MAIL)
     assert again.progress == odd and again.due == due
+
+
+def test_this_release_writes_version_2_which_every_worker_reads() -> None:
+    """Workers of the release before read versions 1 and 2 only (a version 3 entry would be a
+    dead letter to them): this release reads version 3 and writes version 2, the same mail."""
+    assert WRITE_VERSION == 2
+    entry = Parked(MAIL, ["ada@example.com"], {"mail_id": MAIL}, 1795484876.062, PROGRESS)
+    raw = entry.encode()
+    assert raw[:3] == b"[2,"
+    assert Parked.decode(raw, MAIL) == Parked.decode(entry.encode(version=3), MAIL) == entry
 
 
 def test_a_version_2_payload_is_read_as_it_was_written() -> None:
