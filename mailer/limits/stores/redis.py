@@ -45,9 +45,16 @@ def compile_script(policy: Policy) -> tuple[str, str]:
     Baking the policy into the script saves sending and parsing it on every call.
     """
     spec = TierSpec([(t.limit, t.window_ms) for t in policy.tiers])
-    source = SCRIPT_TEMPLATE.replace("--[[LIMITS]]", ", ".join(map(str, spec.limits))).replace(
-        "--[[WINDOWS]]", ", ".join(map(str, spec.windows))
-    )
+    markers = {
+        "--[[LIMITS]]": ", ".join(map(str, spec.limits)),
+        "--[[WINDOWS]]": ", ".join(map(str, spec.windows)),
+        # the room per tier once a first entry is kept (every limit is at least 1)
+        "--[[ROOMS_AFTER_ONE]]": ", ".join(str(limit - 1) for limit in spec.limits),
+        "--[[REPLY]]": ">BBI8I8B" + "I4" * len(spec.limits),  # Lua struct: reply_format
+    }
+    source = SCRIPT_TEMPLATE
+    for marker, text in markers.items():
+        source = source.replace(marker, text)
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
 
 
@@ -122,15 +129,17 @@ class SlidingRedisStore:
             args = ("a", now, tag, max_wait_ms, not_before_ms)
         else:  # the usual call (the script's quick path): no tuple built
             try:  # EVALSHA through execute_command (evalsha's two layers skipped); on the
-                # server's clock, the short form (tag, max_wait) of the script's arguments
-                if now == "":
-                    raw = self._client.execute_command(
-                        "EVALSHA", self.script_sha, 1, key, tag, max_wait_ms
-                    )
-                else:
+                # server's clock, the short forms (tag, max_wait; or none) of the arguments
+                if now != "":
                     raw = self._client.execute_command(
                         "EVALSHA", self.script_sha, 1, key, "a", now, tag, max_wait_ms
                     )
+                elif tag or max_wait_ms:
+                    raw = self._client.execute_command(
+                        "EVALSHA", self.script_sha, 1, key, tag, max_wait_ms
+                    )
+                else:  # no mail id, no wait: no argument at all
+                    raw = self._client.execute_command("EVALSHA", self.script_sha, 1, key)
             except redis.exceptions.NoScriptError:  # did not run: run_script loads it, runs it
                 raw = self._evalsha([key], ["a", now, tag, max_wait_ms])
             except REDIS_DOWN as exc:

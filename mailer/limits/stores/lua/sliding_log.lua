@@ -57,11 +57,12 @@ local limits = {--[[LIMITS]]}
 local windows = {--[[WINDOWS]]}
 local ntiers = #limits
 local max_window = windows[ntiers]
-local REPLY = '>BBI8I8B' .. string.rep('I4', ntiers)
+local REPLY = '--[[REPLY]]' -- '>BBI8I8B' then 'I4' per tier, compiled in (not built per call)
 
 local mode, clock, tag_arg, max_wait_arg = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if #ARGV == 2 then -- the usual call's short form: tag, max_wait (acquire on the server's TIME)
-  mode, clock, tag_arg, max_wait_arg = 'a', '', ARGV[1], ARGV[2]
+local nargs = #ARGV
+if nargs < 3 then -- the usual call's short forms: tag, max_wait; or none (tag 0, max_wait 0)
+  mode, clock, tag_arg, max_wait_arg = 'a', '', ARGV[1] or '0', ARGV[2] or '0'
 end
 local BOOKED = 140737488355328 -- 2^47: the flag of a booking not yet admitted
 local now, hi, ttl_slack = 0, 0, 0
@@ -86,9 +87,15 @@ end
 if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
   local key, tag, own = KEYS[1], tonumber(tag_arg), 0
   if mode == 'a' and tag ~= 0 then own = tag % BOOKED end
-  local ts, n, found, first, base, v = {}, 0, false, 0, 0, nil
   local raw = redis.call('GET', key)
-  if raw then
+  if not raw then -- nothing kept: admitted now (every limit is at least 1), or a peek's full room
+    if mode == 'p' then return struct.pack(REPLY, 1, 0, now, 0, 0, --[[LIMITS]]) end
+    redis.call('SET', key, struct.pack('>I6I4I6', hi, 0, own), 'PX',
+      hi + max_window - now + ttl_slack)
+    return struct.pack(REPLY, 1, 0, now, 0, 0, --[[ROOMS_AFTER_ONE]])
+  end
+  local ts, n, found, first, base, v = {}, 0, false, 0, 0, nil
+  do
     local count = (#raw - 6) / 10
     local format -- the shortest logs' formats as constants: none built per call
     if count == 1 then
