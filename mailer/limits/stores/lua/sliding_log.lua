@@ -65,20 +65,18 @@ if nargs < 3 then -- the usual call's short forms: tag, max_wait; or none (tag 0
   mode, clock, tag_arg, max_wait_arg = 'a', '', ARGV[1] or '0', ARGV[2] or '0'
 end
 local BOOKED = 140737488355328 -- 2^47: the flag of a booking not yet admitted
-local now, hi, ttl_slack = 0, 0, 0
+local us, ttl_slack = 0, 0 -- now in epoch µs (an integer: exact in a double until 2255)
 if clock == '' then
   local time = redis.call('TIME')
-  now = time[1] * 1000 + math.floor(time[2] / 1000)
-  hi = now
-  if time[2] % 1000 ~= 0 then hi = now + 1 end
+  us = time[1] * 1000000 + time[2]
 else
   -- A client clock is a simulation: its time and Redis's expiry clock drift apart, so keys
   -- get an hour more, lest they expire mid-test while the simulated clock stands still.
-  local us = tonumber(clock)
-  now, ttl_slack = math.floor(us / 1000), 3600000
-  hi = now
-  if us % 1000 ~= 0 then hi = now + 1 end
+  us, ttl_slack = tonumber(clock), 3600000
 end
+local now = (us - us % 1000) / 1000 -- rounded down to the ms; hi: rounded up
+local hi = now
+if us % 1000 ~= 0 then hi = now + 1 end
 
 -- The quick path: acquire or peek with no hold (ARGV[5] absent or 0) and a mail id not in the
 -- log (or none): the usual call, a mail decided now. Read, decide, write, reply, before any
