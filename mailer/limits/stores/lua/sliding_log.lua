@@ -33,7 +33,7 @@ ARGV[6]   optional, acquire only: late, in ms (-1 or absent: never late). A mail
           Mirrors _held and _judged in mailer/limits/sliding_log.py.
 
 The usual call may send ARGV as {tag, max_wait} alone: acquire on the server's TIME, as
-{"a", "", tag, max_wait} (two arguments fewer to send and unpack).
+{"a", "", tag, max_wait} (two arguments fewer to send and unpack); or nothing: tag and max_wait 0.
 
 Value: a string, big-endian. base (6 bytes, epoch ms) then, per entry oldest first, offset from
 base (4 bytes, ms) and tag (6 bytes: bit 47 is the BOOKED flag of a booking under a mail id
