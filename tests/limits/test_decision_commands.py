@@ -8,6 +8,7 @@ the behaviour behind it (bookings, late runs) is covered by the limiter's shared
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from mailer import Limiter, ManualClock, Policy
@@ -91,3 +92,23 @@ def test_a_first_mail_and_the_argument_free_call_answer_as_the_long_form(redis_u
         assert decision.remaining == (0, 4, 9)
     limiter.close()
     client.close()
+
+
+@pytest.mark.parametrize("tiers", [1, 3, 16, 17, 120])
+def test_the_quick_path_compiled_for_few_or_many_tiers_answers_as_memory(
+    redis_url: str, tiers: int
+) -> None:
+    """compile_script unrolls the quick path's loops over the tiers up to UNROLLED_TIERS (two
+    Lua locals a tier: a function may have 200) and keeps them as loops beyond."""
+    policy = Policy.parse(", ".join(f"{i + 1}/{i + 1}m" for i in range(tiers)))
+    clock = ManualClock(1_700_000_000.0)
+    on_redis = Limiter.from_url(redis_url, policy, secret="s", clock=clock, namespace=f"t{tiers}")
+    in_memory = Limiter.from_url("memory://", policy, clock=clock)
+    for step in range(12):
+        wait = 150 if step % 3 else 0
+        assert on_redis.acquire("ada@example.com", max_wait=wait) == in_memory.acquire(
+            "ada@example.com", max_wait=wait
+        )
+        assert on_redis.peek("ada@example.com") == in_memory.peek("ada@example.com")
+        clock.advance(17.5)
+    on_redis.close()

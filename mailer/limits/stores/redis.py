@@ -48,14 +48,84 @@ def compile_script(policy: Policy) -> tuple[str, str]:
     markers = {
         "--[[LIMITS]]": ", ".join(map(str, spec.limits)),
         "--[[WINDOWS]]": ", ".join(map(str, spec.windows)),
+        "--[[MAX_WINDOW]]": str(spec.max_window_ms),
         # the room per tier once a first entry is kept (every limit is at least 1)
         "--[[ROOMS_AFTER_ONE]]": ", ".join(str(limit - 1) for limit in spec.limits),
         "--[[REPLY]]": ">BBI8I8B" + "I4" * len(spec.limits),  # Lua struct: reply_format
+        **_unrolled(spec),
     }
     source = SCRIPT_TEMPLATE
     for marker, text in markers.items():
         source = source.replace(marker, text)
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
+
+
+#: Policies of more tiers keep the quick path's loops (two locals per tier unrolled, and Lua
+#: allows a function 200).
+UNROLLED_TIERS = 16
+
+
+def _looped(spec: TierSpec, pad: str) -> dict[str, str]:
+    """:func:`_unrolled`'s markers as loops over tables of the policy's numbers."""
+    count = len(spec.pairs)
+    bind = [
+        f"local lims, wins = {{{', '.join(map(str, spec.limits))}}}, "
+        f"{{{', '.join(map(str, spec.windows))}}}",
+        f"for i = 1, {count} do",
+        "  if n >= lims[i] then local c = ts[n - lims[i] + 1] + wins[i]",
+        "    if c > bind_t then bind_t, tier = c, i end end",
+        "end",
+    ]
+    rooms = [
+        "local rooms = {}",
+        f"for i = 1, {count} do",
+        "  local low, room = seen - wins[i], lims[i]",
+        "  for j = n, 1, -1 do if ts[j] > low then room = room - 1 else break end end",
+        "  if room < 0 then room = 0 end",
+        "  rooms[i] = room",
+        "end",
+    ]
+    return {
+        "--[[BIND]]": ("\n" + pad).join(bind),
+        "--[[ROOMS]]": ("\n" + pad).join(rooms),
+        "--[[ROOM_VARS]]": f"unpack(rooms, 1, {count})",
+    }
+
+
+def _unrolled(spec: TierSpec) -> dict[str, str]:
+    """The quick path's two loops over the tiers, unrolled with the policy's numbers (no table
+    of limits or windows built per call: 2 µs of a refused decision's server time, measured).
+
+    ``--[[BIND]]``: the binding tier of the earliest admissible time (``earliest``).
+    ``--[[ROOMS]]``: ``r<i>``, tier i's room in the window ending at ``seen`` over the sorted
+    ``ts`` (n entries): one pass from the newest entry down to the longest window's start
+    (that window holds every other's); ``--[[ROOM_VARS]]`` names them, in order.
+    """
+    pad, tiers = "    ", list(enumerate(spec.pairs, start=1))
+    if len(tiers) > UNROLLED_TIERS:
+        return _looped(spec, pad)
+    bind = [
+        f"if n >= {limit} then local c = ts[n - {limit - 1}] + {window} "
+        f"if c > bind_t then bind_t, tier = c, {i} end end"
+        for i, (limit, window) in tiers
+    ]
+    names = [f"r{i}" for i, _ in tiers]
+    lows = [f"l{i}" for i, _ in tiers]
+    k = 1 + spec.windows.index(spec.max_window_ms)  # the longest window's tier
+    rooms = [
+        f"local {', '.join(names)} = {', '.join(map(str, spec.limits))}",
+        f"local {', '.join(lows)} = {', '.join(f'seen - {w}' for w in spec.windows)}",
+        "for j = n, 1, -1 do",
+        f"  local x = ts[j] if x <= l{k} then break end r{k} = r{k} - 1",
+        *(f"  if x > l{i} then r{i} = r{i} - 1 end" for i, _ in tiers if i != k),
+        "end",
+        *(f"if r{i} < 0 then r{i} = 0 end" for i, _ in tiers),
+    ]
+    return {
+        "--[[BIND]]": ("\n" + pad).join(bind),
+        "--[[ROOMS]]": ("\n" + pad).join(rooms),
+        "--[[ROOM_VARS]]": ", ".join(names),
+    }
 
 
 def close_client(client: Any) -> None:

@@ -3,9 +3,9 @@ mailguard sliding-log limiter: one atomic decision over every tier of a policy.
 Mirrors mailer/limits/sliding_log.py step for step; the shared test suite checks both agree.
 Run by mailer/limits/stores/redis.py for a policy of recipient sliding tiers only.
 
-The policy is compiled in: mailer/limits/stores/redis.py replaces the two --[[LIMITS]] and
---[[WINDOWS]] markers below with the tiers (sorted by window, windows in ms), so each policy is
-its own script (its own SHA) and no call carries the policy.
+The policy is compiled in: mailer/limits/stores/redis.py replaces the markers below (LIMITS,
+WINDOWS and the numbers and unrolled code derived from them) with the tiers (sorted by window,
+windows in ms), so each policy is its own script (its own SHA) and no call carries the policy.
 
 KEYS[1]   the subject's log, "<namespace>:{<keyed hash>}". The {hash tag} keeps all of one
           subject's data in one Redis Cluster slot.
@@ -53,10 +53,7 @@ mailer/limits/stores/redis.py's sliding_decision reads it. Release: 1 if an entr
 else 0.
 ]]
 
-local limits = {--[[LIMITS]]}
-local windows = {--[[WINDOWS]]}
-local ntiers = #limits
-local max_window = windows[ntiers]
+local max_window = --[[MAX_WINDOW]] -- the longest window, ms
 local REPLY = '--[[REPLY]]' -- '>BBI8I8B' then 'I4' per tier, compiled in (not built per call)
 
 local mode, clock, tag_arg, max_wait_arg = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -120,12 +117,8 @@ if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
     local t, tier, allowed, booked, seen = now, 0, 0, 0, now
     if n > 0 and ts[n] > hi then t = ts[n] end
     local bind_t = now
-    for i = 1, ntiers do
-      if n >= limits[i] then
-        local candidate = ts[n - limits[i] + 1] + windows[i]
-        if candidate > bind_t then bind_t, tier = candidate, i end
-      end
-    end
+    -- unrolled per tier i (L, W): with n >= L, ts[n - L + 1] + W binds when later than bind_t
+    --[[BIND]]
     if bind_t > t then t = bind_t end
     local entry = nil
     if t == now then
@@ -154,19 +147,16 @@ if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
     end
     local wait = 0
     if allowed == 0 and t > now then wait = t - now end
-    local rooms = {}
-    for i = 1, ntiers do
-      local low, count = seen - windows[i], 0
-      for j = n, 1, -1 do
-        if ts[j] > low then count = count + 1 else break end
-      end
-      local room = limits[i] - count
-      if room < 0 then room = 0 end
-      rooms[i] = room
-    end
-    return struct.pack(REPLY, allowed, booked, t, wait, tier, unpack(rooms, 1, ntiers))
+    -- unrolled: r<i> the room of tier i (L, W), L less the entries after seen - W, at least 0
+    --[[ROOMS]]
+    return struct.pack(REPLY, allowed, booked, t, wait, tier, --[[ROOM_VARS]])
   end
 end
+
+-- The policy's tables, for the general path (the quick path above has its numbers unrolled).
+local limits = {--[[LIMITS]]}
+local windows = {--[[WINDOWS]]}
+local ntiers = #limits
 
 -- The packed log: base, then (offset, tag) per entry, in one struct.pack call.
 local function pack(ts, tags, n)
