@@ -8,6 +8,7 @@ the behaviour behind it (bookings, late runs) is covered by the limiter's shared
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from mailer import Limiter, ManualClock, Policy
@@ -61,3 +62,53 @@ def test_an_admission_after_entries_expired_keeps_only_the_live_ones(redis_url: 
     assert limiter.release("ada@example.com", mail_id="d")
     limiter.close()
     client.close()
+
+
+def test_a_first_mail_and_the_argument_free_call_answer_as_the_long_form(redis_url: str) -> None:
+    """A recipient with nothing kept takes the quick path's shortest branch (one SET of one
+    entry, the room per tier compiled in); a call with no mail id and no wait sends no
+    argument at all. Both answer as the long form (mode, clock, tag, max_wait) does."""
+    client = redis.Redis.from_url(redis_url)
+    limiter = Limiter.from_url(redis_url, REFERENCE, secret="s")
+    store = limiter.store
+    empty = limiter.peek("ada@example.com")
+    assert (empty.allowed, empty.remaining) == (True, (1, 5, 10))
+    client.config_resetstat()
+    first = limiter.acquire("ada@example.com")  # no mail id, no wait: no argument sent
+    assert _calls(client) == {"evalsha": 1, "time": 1, "get": 1, "set": 1}
+    assert (first.allowed, first.booked, first.wait_ms, first.tier) == (True, False, 0, None)
+    assert first.remaining == (0, 4, 9)
+    key = limiter.storage_key("recipient", "ada@example.com")
+    assert len(client.get(key) or b"") == 6 + 10
+    assert 86_399_000 < client.pttl(key) <= 86_401_000
+    again = limiter.acquire("ada@example.com")
+    long_form = store._decision(  # type: ignore[attr-defined]
+        client.evalsha(store.script_sha, 1, key, "a", "", 0, 0)  # type: ignore[attr-defined]
+    )
+    minute = REFERENCE.tiers[0]
+    for decision in (again, long_form):
+        assert (decision.allowed, decision.booked, decision.tier) == (False, False, minute)
+        assert 59_000 < decision.wait_ms <= 60_001  # the admission is stored at now rounded up
+        assert decision.remaining == (0, 4, 9)
+    limiter.close()
+    client.close()
+
+
+@pytest.mark.parametrize("tiers", [1, 3, 16, 17, 120])
+def test_the_quick_path_compiled_for_few_or_many_tiers_answers_as_memory(
+    redis_url: str, tiers: int
+) -> None:
+    """compile_script unrolls the quick path's loops over the tiers up to UNROLLED_TIERS (two
+    Lua locals a tier: a function may have 200) and keeps them as loops beyond."""
+    policy = Policy.parse(", ".join(f"{i + 1}/{i + 1}m" for i in range(tiers)))
+    clock = ManualClock(1_700_000_000.0)
+    on_redis = Limiter.from_url(redis_url, policy, secret="s", clock=clock, namespace=f"t{tiers}")
+    in_memory = Limiter.from_url("memory://", policy, clock=clock)
+    for step in range(12):
+        wait = 150 if step % 3 else 0
+        assert on_redis.acquire("ada@example.com", max_wait=wait) == in_memory.acquire(
+            "ada@example.com", max_wait=wait
+        )
+        assert on_redis.peek("ada@example.com") == in_memory.peek("ada@example.com")
+        clock.advance(17.5)
+    on_redis.close()

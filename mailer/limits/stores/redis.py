@@ -45,10 +45,87 @@ def compile_script(policy: Policy) -> tuple[str, str]:
     Baking the policy into the script saves sending and parsing it on every call.
     """
     spec = TierSpec([(t.limit, t.window_ms) for t in policy.tiers])
-    source = SCRIPT_TEMPLATE.replace("--[[LIMITS]]", ", ".join(map(str, spec.limits))).replace(
-        "--[[WINDOWS]]", ", ".join(map(str, spec.windows))
-    )
+    markers = {
+        "--[[LIMITS]]": ", ".join(map(str, spec.limits)),
+        "--[[WINDOWS]]": ", ".join(map(str, spec.windows)),
+        "--[[MAX_WINDOW]]": str(spec.max_window_ms),
+        # the room per tier once a first entry is kept (every limit is at least 1)
+        "--[[ROOMS_AFTER_ONE]]": ", ".join(str(limit - 1) for limit in spec.limits),
+        "--[[REPLY]]": ">BBI8I8B" + "I4" * len(spec.limits),  # Lua struct: reply_format
+        **_unrolled(spec),
+    }
+    source = SCRIPT_TEMPLATE
+    for marker, text in markers.items():
+        source = source.replace(marker, text)
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
+
+
+#: Policies of more tiers keep the quick path's loops (two locals per tier unrolled, and Lua
+#: allows a function 200).
+UNROLLED_TIERS = 16
+
+
+def _looped(spec: TierSpec, pad: str) -> dict[str, str]:
+    """:func:`_unrolled`'s markers as loops over tables of the policy's numbers."""
+    count = len(spec.pairs)
+    bind = [
+        f"local lims, wins = {{{', '.join(map(str, spec.limits))}}}, "
+        f"{{{', '.join(map(str, spec.windows))}}}",
+        f"for i = 1, {count} do",
+        "  if n >= lims[i] then local c = ts[n - lims[i] + 1] + wins[i]",
+        "    if c > bind_t then bind_t, tier = c, i end end",
+        "end",
+    ]
+    rooms = [
+        "local rooms = {}",
+        f"for i = 1, {count} do",
+        "  local low, room = seen - wins[i], lims[i]",
+        "  for j = n, 1, -1 do if ts[j] > low then room = room - 1 else break end end",
+        "  if room < 0 then room = 0 end",
+        "  rooms[i] = room",
+        "end",
+    ]
+    return {
+        "--[[BIND]]": ("\n" + pad).join(bind),
+        "--[[ROOMS]]": ("\n" + pad).join(rooms),
+        "--[[ROOM_VARS]]": f"unpack(rooms, 1, {count})",
+    }
+
+
+def _unrolled(spec: TierSpec) -> dict[str, str]:
+    """The quick path's two loops over the tiers, unrolled with the policy's numbers (no table
+    of limits or windows built per call: 2 µs of a refused decision's server time, measured).
+
+    ``--[[BIND]]``: the binding tier of the earliest admissible time (``earliest``).
+    ``--[[ROOMS]]``: ``r<i>``, tier i's room in the window ending at ``seen`` over the sorted
+    ``ts`` (n entries): one pass from the newest entry down to the longest window's start
+    (that window holds every other's); ``--[[ROOM_VARS]]`` names them, in order.
+    """
+    pad, tiers = "    ", list(enumerate(spec.pairs, start=1))
+    if len(tiers) > UNROLLED_TIERS:
+        return _looped(spec, pad)
+    bind = [
+        f"if n >= {limit} then local c = ts[n - {limit - 1}] + {window} "
+        f"if c > bind_t then bind_t, tier = c, {i} end end"
+        for i, (limit, window) in tiers
+    ]
+    names = [f"r{i}" for i, _ in tiers]
+    lows = [f"l{i}" for i, _ in tiers]
+    k = 1 + spec.windows.index(spec.max_window_ms)  # the longest window's tier
+    rooms = [
+        f"local {', '.join(names)} = {', '.join(map(str, spec.limits))}",
+        f"local {', '.join(lows)} = {', '.join(f'seen - {w}' for w in spec.windows)}",
+        "for j = n, 1, -1 do",
+        f"  local x = ts[j] if x <= l{k} then break end r{k} = r{k} - 1",
+        *(f"  if x > l{i} then r{i} = r{i} - 1 end" for i, _ in tiers if i != k),
+        "end",
+        *(f"if r{i} < 0 then r{i} = 0 end" for i, _ in tiers),
+    ]
+    return {
+        "--[[BIND]]": ("\n" + pad).join(bind),
+        "--[[ROOMS]]": ("\n" + pad).join(rooms),
+        "--[[ROOM_VARS]]": ", ".join(names),
+    }
 
 
 def close_client(client: Any) -> None:
@@ -122,15 +199,17 @@ class SlidingRedisStore:
             args = ("a", now, tag, max_wait_ms, not_before_ms)
         else:  # the usual call (the script's quick path): no tuple built
             try:  # EVALSHA through execute_command (evalsha's two layers skipped); on the
-                # server's clock, the short form (tag, max_wait) of the script's arguments
-                if now == "":
-                    raw = self._client.execute_command(
-                        "EVALSHA", self.script_sha, 1, key, tag, max_wait_ms
-                    )
-                else:
+                # server's clock, the short forms (tag, max_wait; or none) of the arguments
+                if now != "":
                     raw = self._client.execute_command(
                         "EVALSHA", self.script_sha, 1, key, "a", now, tag, max_wait_ms
                     )
+                elif tag or max_wait_ms:
+                    raw = self._client.execute_command(
+                        "EVALSHA", self.script_sha, 1, key, tag, max_wait_ms
+                    )
+                else:  # no mail id, no wait: no argument at all
+                    raw = self._client.execute_command("EVALSHA", self.script_sha, 1, key)
             except redis.exceptions.NoScriptError:  # did not run: run_script loads it, runs it
                 raw = self._evalsha([key], ["a", now, tag, max_wait_ms])
             except REDIS_DOWN as exc:

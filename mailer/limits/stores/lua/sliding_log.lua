@@ -3,9 +3,9 @@ mailguard sliding-log limiter: one atomic decision over every tier of a policy.
 Mirrors mailer/limits/sliding_log.py step for step; the shared test suite checks both agree.
 Run by mailer/limits/stores/redis.py for a policy of recipient sliding tiers only.
 
-The policy is compiled in: mailer/limits/stores/redis.py replaces the two --[[LIMITS]] and
---[[WINDOWS]] markers below with the tiers (sorted by window, windows in ms), so each policy is
-its own script (its own SHA) and no call carries the policy.
+The policy is compiled in: mailer/limits/stores/redis.py replaces the markers below (LIMITS,
+WINDOWS and the numbers and unrolled code derived from them) with the tiers (sorted by window,
+windows in ms), so each policy is its own script (its own SHA) and no call carries the policy.
 
 KEYS[1]   the subject's log, "<namespace>:{<keyed hash>}". The {hash tag} keeps all of one
           subject's data in one Redis Cluster slot.
@@ -33,7 +33,7 @@ ARGV[6]   optional, acquire only: late, in ms (-1 or absent: never late). A mail
           Mirrors _held and _judged in mailer/limits/sliding_log.py.
 
 The usual call may send ARGV as {tag, max_wait} alone: acquire on the server's TIME, as
-{"a", "", tag, max_wait} (two arguments fewer to send and unpack).
+{"a", "", tag, max_wait} (two arguments fewer to send and unpack); or nothing: tag and max_wait 0.
 
 Value: a string, big-endian. base (6 bytes, epoch ms) then, per entry oldest first, offset from
 base (4 bytes, ms) and tag (6 bytes: bit 47 is the BOOKED flag of a booking under a mail id
@@ -53,31 +53,27 @@ mailer/limits/stores/redis.py's sliding_decision reads it. Release: 1 if an entr
 else 0.
 ]]
 
-local limits = {--[[LIMITS]]}
-local windows = {--[[WINDOWS]]}
-local ntiers = #limits
-local max_window = windows[ntiers]
-local REPLY = '>BBI8I8B' .. string.rep('I4', ntiers)
+local max_window = --[[MAX_WINDOW]] -- the longest window, ms
+local REPLY = '--[[REPLY]]' -- '>BBI8I8B' then 'I4' per tier, compiled in (not built per call)
 
 local mode, clock, tag_arg, max_wait_arg = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if #ARGV == 2 then -- the usual call's short form: tag, max_wait (acquire on the server's TIME)
-  mode, clock, tag_arg, max_wait_arg = 'a', '', ARGV[1], ARGV[2]
+local nargs = #ARGV
+if nargs < 3 then -- the usual call's short forms: tag, max_wait; or none (tag 0, max_wait 0)
+  mode, clock, tag_arg, max_wait_arg = 'a', '', ARGV[1] or '0', ARGV[2] or '0'
 end
 local BOOKED = 140737488355328 -- 2^47: the flag of a booking not yet admitted
-local now, hi, ttl_slack = 0, 0, 0
+local us, ttl_slack = 0, 0 -- now in epoch µs (an integer: exact in a double until 2255)
 if clock == '' then
   local time = redis.call('TIME')
-  now = time[1] * 1000 + math.floor(time[2] / 1000)
-  hi = now
-  if time[2] % 1000 ~= 0 then hi = now + 1 end
+  us = time[1] * 1000000 + time[2]
 else
   -- A client clock is a simulation: its time and Redis's expiry clock drift apart, so keys
   -- get an hour more, lest they expire mid-test while the simulated clock stands still.
-  local us = tonumber(clock)
-  now, ttl_slack = math.floor(us / 1000), 3600000
-  hi = now
-  if us % 1000 ~= 0 then hi = now + 1 end
+  us, ttl_slack = tonumber(clock), 3600000
 end
+local now = (us - us % 1000) / 1000 -- rounded down to the ms; hi: rounded up
+local hi = now
+if us % 1000 ~= 0 then hi = now + 1 end
 
 -- The quick path: acquire or peek with no hold (ARGV[5] absent or 0) and a mail id not in the
 -- log (or none): the usual call, a mail decided now. Read, decide, write, reply, before any
@@ -86,9 +82,15 @@ end
 if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
   local key, tag, own = KEYS[1], tonumber(tag_arg), 0
   if mode == 'a' and tag ~= 0 then own = tag % BOOKED end
-  local ts, n, found, first, base, v = {}, 0, false, 0, 0, nil
   local raw = redis.call('GET', key)
-  if raw then
+  if not raw then -- nothing kept: admitted now (every limit is at least 1), or a peek's full room
+    if mode == 'p' then return struct.pack(REPLY, 1, 0, now, 0, 0, --[[LIMITS]]) end
+    redis.call('SET', key, struct.pack('>I6I4I6', hi, 0, own), 'PX',
+      hi + max_window - now + ttl_slack)
+    return struct.pack(REPLY, 1, 0, now, 0, 0, --[[ROOMS_AFTER_ONE]])
+  end
+  local ts, n, found, first, base, v = {}, 0, false, 0, 0, nil
+  do
     local count = (#raw - 6) / 10
     local format -- the shortest logs' formats as constants: none built per call
     if count == 1 then
@@ -115,12 +117,8 @@ if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
     local t, tier, allowed, booked, seen = now, 0, 0, 0, now
     if n > 0 and ts[n] > hi then t = ts[n] end
     local bind_t = now
-    for i = 1, ntiers do
-      if n >= limits[i] then
-        local candidate = ts[n - limits[i] + 1] + windows[i]
-        if candidate > bind_t then bind_t, tier = candidate, i end
-      end
-    end
+    -- unrolled per tier i (L, W): with n >= L, ts[n - L + 1] + W binds when later than bind_t
+    --[[BIND]]
     if bind_t > t then t = bind_t end
     local entry = nil
     if t == now then
@@ -149,19 +147,16 @@ if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
     end
     local wait = 0
     if allowed == 0 and t > now then wait = t - now end
-    local rooms = {}
-    for i = 1, ntiers do
-      local low, count = seen - windows[i], 0
-      for j = n, 1, -1 do
-        if ts[j] > low then count = count + 1 else break end
-      end
-      local room = limits[i] - count
-      if room < 0 then room = 0 end
-      rooms[i] = room
-    end
-    return struct.pack(REPLY, allowed, booked, t, wait, tier, unpack(rooms, 1, ntiers))
+    -- unrolled: r<i> the room of tier i (L, W), L less the entries after seen - W, at least 0
+    --[[ROOMS]]
+    return struct.pack(REPLY, allowed, booked, t, wait, tier, --[[ROOM_VARS]])
   end
 end
+
+-- The policy's tables, for the general path (the quick path above has its numbers unrolled).
+local limits = {--[[LIMITS]]}
+local windows = {--[[WINDOWS]]}
+local ntiers = #limits
 
 -- The packed log: base, then (offset, tag) per entry, in one struct.pack call.
 local function pack(ts, tags, n)
