@@ -239,7 +239,7 @@ def test_a_promotion_cut_short_by_a_kill_sends_one_mail(
                         and broker.hlen("unacked") == 0
                     )
                 ),
-                10,
+                30,  # a copy that ran beside the first waits for its claim to be given back
                 "the second copy to run " + again.log()[-4000:] + doomed.log()[-2000:],
             )
             broker.close()
