@@ -133,6 +133,8 @@ def published(recorded: Recorded | None) -> None:
             recorded.outbox.put(recorded.mail_id, recorded.lane, recorded.payload)
         except BackendUnavailable as exc:
             _pause("record", f"mailguard outbox: unavailable at enqueue: {exc}")
+        except Exception as exc:  # the mail is published: it goes on without an entry
+            log.warning("mail %s: not kept in the outbox (%s)", recorded.mail_id, exc)
 
 
 def _rides(app: Any, settings: Settings) -> bool:

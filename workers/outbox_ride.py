@@ -92,7 +92,8 @@ def current() -> Ride | None:
 def push(client: Any, ride: Ride, key: str, body: str) -> bool:
     """``LPUSH key body`` on ``client``'s server with ``ride``'s put ahead of it, in one write;
     False (nothing sent) when ``client`` reaches another server. Raises what the ``LPUSH`` or
-    the connection raised; a failed put is kept in ``ride.lost``."""
+    the connection raised; a put that failed (its script lost, the ledger's database refused)
+    is kept in ``ride.lost``, for the caller to write it itself."""
     pool = client.connection_pool
     settings = pool.connection_kwargs
     if server_of(settings) != ride.server:
@@ -105,19 +106,20 @@ def push(client: Any, ride: Ride, key: str, body: str) -> bool:
     try:
         connection.send_packed_command(connection.pack_commands(commands))
         replies = [_reply(connection) for _ in commands]
-        selects = replies[0::2] if db != ride.db else []
-        if any(isinstance(reply, Exception) for reply in selects):  # left on another database
-            raise redis.exceptions.ConnectionError(f"SELECT refused: {selects}")
     except BaseException:
         connection.disconnect()
         raise
     finally:
         pool.release(connection)
+    selects = replies[0::2] if db != ride.db else []
+    refused = [reply for reply in selects if isinstance(reply, Exception)]
+    if refused:  # the connection's database is uncertain: it connects again when next used
+        connection.disconnect()
     if isinstance(replies[-1], Exception):
         raise replies[-1]
     ride.sent = True
     put = replies[-3] if db != ride.db else replies[0]
-    ride.lost = put if isinstance(put, Exception) else None
+    ride.lost = refused[0] if refused else put if isinstance(put, Exception) else None
     return True
 
 

@@ -5,6 +5,7 @@ commandstats``, which do not depend on the machine."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -140,3 +141,28 @@ def test_a_publish_without_a_ride_offered_is_kombus(redis_url: str) -> None:
         ride.sent = True
         assert outbox_ride.current() is None, "a ride goes once"
     assert outbox_ride.current() is None
+
+
+def test_a_ledger_database_the_server_refuses_does_not_fail_the_publish(
+    redis_url: str, server: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Given a ledger URL naming a database the server does not have (a mistake), when a mail
+    is enqueued, then the ride's ``SELECT`` is refused, the message is queued all the same
+    (``apply_async`` returns) and the missing entry is logged: the mail goes without one."""
+    env = _env(redis_url, MAILGUARD_LEDGER_URL=redis_url.rsplit("/", 1)[0] + "/99")
+    with caplog.at_level(logging.WARNING, logger="mailguard"):
+        previous = tasks.use_settings(Settings.from_env(env))
+        app = client_app(env)
+        try:
+            send_mail = app.tasks[tasks.send_mail.name]
+            call = {"subject": "s", "body": "x", "mail_id": "nodb-1"}
+            send_mail.apply_async(args=["nodb-1@example.com"], kwargs=call, ignore_result=True)
+        finally:
+            app.close()
+            tasks.use_settings(previous)
+    broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+    try:
+        assert sum(broker.llen(key) for key in broker.scan_iter("mail*") if key.count(b":") == 0)
+    finally:
+        broker.close()
+    assert "outbox" in caplog.text
