@@ -24,7 +24,7 @@ A :class:`GcraLog` keeps its bookings in pages in groups with summaries
 (:class:`~mailer.limits.gcra_pages.Pages`), and :func:`earliest` and :func:`used` given them
 run the paged search (:mod:`mailer.limits.gcra_search`): it jumps the runs of groups, skips
 the groups and pages whose summaries prove that nothing fits there, and reads one or two pages
-of at most 64 bookings. A booking after the last one carries the summaries one step; one
+of at most 32 bookings. A booking after the last one carries the summaries one step; one
 elsewhere costs its page and group (O(PAGE + GROUP)) and the groups' maps only as far as a
 search asks (``make bench`` prints the time per decision at 100 000 bookings against 10 in
 each booking order of ``benchmarks/limiter.py``).

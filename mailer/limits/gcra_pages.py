@@ -33,9 +33,9 @@ from mailer.limits.gcra_maps import NONE, Edges, Fold, GroupMaps
 __all__ = ["GROUP", "NONE", "PAGE", "Edges", "Fold", "Pages", "Place"]
 
 #: The most bookings a page keeps before it is cut in two (the last one: a new page starts).
-PAGE = 64
+PAGE = 32
 #: The most pages a group keeps before it is cut in two (the last one: a new group starts).
-GROUP = 32
+GROUP = 16
 
 #: A group's pages as :meth:`_Group.skipped` sorts them: ``u`` ascending, the largest ``v``
 #: from each on (one more: none), and the sum of ``a`` over every page but the last.
@@ -231,9 +231,29 @@ class Pages:
         #: Per view, group ``j``'s (but the last's) :func:`_thresholds`, as far as asked (kept
         #: until a group but the last changes).
         self._skips: dict[tuple[int, int], dict[int, tuple[int, int]]] = {}
+        #: The last page's gaps a search read (:meth:`gaps`), until the bookings change.
+        self._walked: tuple[_Page, tuple[int, int, int], list[int], list[int]] | None = None
+
+    def gaps(self, page: _Page, interval: int, tau: int, right: int) -> tuple[list[int], list[int]]:
+        """``tat_k`` and ``R_k`` at each gap ``k`` of ``page`` (0 .. its length), entered at the
+        arrival time ``tau`` with the bound ``right`` after it: the one page a decision's
+        searches walk is read once (kept until the bookings change)."""
+        walked = self._walked
+        if walked is not None and walked[0] is page and walked[1] == (interval, tau, right):
+            return walked[2], walked[3]
+        times = page.times
+        tats = [tau]
+        for e in times:
+            tats.append(max(tats[-1], e) + interval)
+        rights = [right] * (len(times) + 1)
+        for k in range(len(times) - 1, -1, -1):
+            rights[k] = max(rights[k + 1] + interval, interval - times[k])
+        self._walked = page, (interval, tau, right), tats, rights
+        return tats, rights
 
     def forget(self) -> None:
         """Drop every summary kept (each is computed again where a search needs it)."""
+        self._walked = None
         self._edges.clear()
         self._skips.clear()
         for group in self.groups:
@@ -299,6 +319,7 @@ class Pages:
     def add(self, x_us: int, tag: int) -> None:
         """Insert a booking at ``x_us`` after those at the same time."""
         self.count += 1
+        self._walked = None
         if not self.groups:
             page = _Page([x_us], [tag])
             self.groups.append(_Group([page]))
@@ -391,6 +412,7 @@ class Pages:
                 return True
 
     def _delete(self, gi: int, pi: int, start: int, end: int) -> None:
+        self._walked = None
         group = self.groups[gi]
         page = group.pages[pi]
         self._changed(gi, pi)

@@ -164,28 +164,18 @@ class _View:
         if i == 0:  # the page's first gap: its summary is enough
             a, _, g = page.fold(interval)
             return tat, max(right + a, g)
-        for e in page.times[:i]:
-            tat = max(tat, e) + interval
-        for e in reversed(page.times[i:]):
-            right = max(right + interval, interval - e)
-        return tat, right
+        tats, rights = self.pages.gaps(page, interval, tat, right)
+        return tats[i], rights[i]
 
     def walk(self, place: tuple[int, int, int], x: int) -> tuple[int, bool]:
         """The linear search through the gaps of one page from ``place``: ``(x, True)`` when
         ``x`` fits there, else ``(x, False)`` with ``x`` past the page's last booking."""
         gi, pi, i = place
-        times, interval, c = self.pages.groups[gi].pages[pi].times, self.interval, self.c
-        tat, right = self.at_page(gi, pi)
-        m = len(times)
-        bounds = [right] * (m + 1 - i)  # R at gaps i .. m
-        for k in range(m - 1, i - 1, -1):
-            bounds[k - i] = max(bounds[k + 1 - i] + interval, interval - times[k])
-        start, j = i, 0  # tat at gap j
+        page, c = self.pages.groups[gi].pages[pi], self.c
+        tats, rights = self.pages.gaps(page, self.interval, *self.at_page(gi, pi))
+        times, m = page.times, len(page.times)
         while i < m:
-            while j < i:
-                tat = max(tat, times[j]) + interval
-                j += 1
-            right = bounds[i - start]
+            tat, right = tats[i], rights[i]
             if tat + right <= c:
                 x = max(x, _ceil_ms(tat - c))
                 if x * 1000 < times[i] and right + x * 1000 <= c:
