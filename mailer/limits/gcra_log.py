@@ -24,9 +24,10 @@ A :class:`GcraLog` keeps its bookings in pages in groups with summaries
 (:class:`~mailer.limits.gcra_pages.Pages`), and :func:`earliest` and :func:`used` given them
 run the paged search (:mod:`mailer.limits.gcra_search`): it jumps the runs of groups, skips
 the groups and pages whose summaries prove that nothing fits there, and reads one or two pages
-of at most 64 bookings. A decision of the memory store at 100 000 bookings takes less than
-twice its time at 10 (``make bench``; a scan of one pair of integers per group of 2 048
-bookings, the rest bounded), and a booking after the last one carries the summaries one step.
+of at most 32 bookings. A booking after the last one carries the summaries one step; one
+elsewhere costs its page and group (O(PAGE + GROUP)) and the groups' maps only as far as a
+search asks (``make bench`` prints the time per decision at 100 000 bookings against 10 in
+each booking order of ``benchmarks/limiter.py``).
 Given a plain sorted list they run the linear search here, O(n): the reference
 (``tests/limits/test_gcra_pages.py`` checks that both give the same answers, to the µs). The Redis
 store keeps the same pages in its own form (docs/explanation/limiter.md, "Long gcra

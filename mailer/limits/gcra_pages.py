@@ -16,8 +16,10 @@ cannot skip. Kept per view until something they compose changes: the summaries, 
 composed over the groups and over each group's pages (the last group or page left out, so
 that an append keeps them), and each run's thresholds. A booking after the last one carries
 the summaries one step (O(1) per view); one elsewhere, a release or a fold recompute its
-page's and its group's (O(PAGE + GROUP)), and the maps over the groups when it is not in the
-last one (O(n / (PAGE·GROUP))). :mod:`mailer.limits.gcra_log` keeps the linear search over a
+page's and its group's (O(PAGE + GROUP)); the maps over the groups
+(:class:`~mailer.limits.gcra_maps.GroupMaps`) and each group's thresholds are then computed
+again only as far as a search asks for them (a booking near the front: O(1) groups).
+:mod:`mailer.limits.gcra_log` keeps the linear search over a
 plain list as the reference; ``tests/limits/test_gcra_pages.py`` checks both give the same answers.
 """
 
@@ -26,22 +28,18 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Iterator, Sequence
 
-#: Below any time: ``R`` when no emission follows.
-NONE = -(1 << 80)
-#: The most bookings a page keeps before it is cut in two (the last one: a new page starts).
-PAGE = 64
-#: The most pages a group keeps before it is cut in two (the last one: a new group starts).
-GROUP = 32
+from mailer.limits.gcra_maps import NONE, Edges, Fold, GroupMaps
 
-#: A run's ``[a, b, g]`` for one interval (µs), mutable: carried one step on an append.
-Fold = list[int]
+__all__ = ["GROUP", "NONE", "PAGE", "Edges", "Fold", "Pages", "Place"]
+
+#: The most bookings a page keeps before it is cut in two (the last one: a new page starts).
+PAGE = 32
+#: The most pages a group keeps before it is cut in two (the last one: a new group starts).
+GROUP = 16
+
 #: A group's pages as :meth:`_Group.skipped` sorts them: ``u`` ascending, the largest ``v``
 #: from each on (one more: none), and the sum of ``a`` over every page but the last.
 Stairs = tuple[list[int], list[int], int]
-#: Per run of a sequence but the last: the composed maps ``A``, ``B`` before it (one more:
-#: before the last run) and ``S``, ``G`` after it up to the last run. The last run is left out
-#: so that appending to it (a newsletter's bookings) keeps them.
-Edges = tuple[list[int], list[int], list[int], list[int]]
 
 
 def _edges(folds: list[Fold]) -> Edges:
@@ -227,13 +225,35 @@ class Pages:
         self.groups: list[_Group] = []
         self.count = 0
         self._page, self._group = page, group
-        #: Per interval, the :data:`Edges` of the groups (kept until a group but the last changes).
-        self._edges: dict[int, Edges] = {}
-        #: Per view, each group's but the last's :func:`_thresholds` (kept as long).
-        self._skips: dict[tuple[int, int], tuple[list[int], list[int]]] = {}
+        #: Per interval, the groups' maps (:class:`~mailer.limits.gcra_maps.GroupMaps`), kept
+        #: as far as a change allows.
+        self._edges: dict[int, GroupMaps] = {}
+        #: Per view, group ``j``'s (but the last's) :func:`_thresholds`, as far as asked (kept
+        #: until a group but the last changes).
+        self._skips: dict[tuple[int, int], dict[int, tuple[int, int]]] = {}
+        #: The last page's gaps a search read (:meth:`gaps`), until the bookings change.
+        self._walked: tuple[_Page, tuple[int, int, int], list[int], list[int]] | None = None
+
+    def gaps(self, page: _Page, interval: int, tau: int, right: int) -> tuple[list[int], list[int]]:
+        """``tat_k`` and ``R_k`` at each gap ``k`` of ``page`` (0 .. its length), entered at the
+        arrival time ``tau`` with the bound ``right`` after it: the one page a decision's
+        searches walk is read once (kept until the bookings change)."""
+        walked = self._walked
+        if walked is not None and walked[0] is page and walked[1] == (interval, tau, right):
+            return walked[2], walked[3]
+        times = page.times
+        tats = [tau]
+        for e in times:
+            tats.append(max(tats[-1], e) + interval)
+        rights = [right] * (len(times) + 1)
+        for k in range(len(times) - 1, -1, -1):
+            rights[k] = max(rights[k + 1] + interval, interval - times[k])
+        self._walked = page, (interval, tau, right), tats, rights
+        return tats, rights
 
     def forget(self) -> None:
         """Drop every summary kept (each is computed again where a search needs it)."""
+        self._walked = None
         self._edges.clear()
         self._skips.clear()
         for group in self.groups:
@@ -242,20 +262,33 @@ class Pages:
             for page in group.pages:
                 page.forget()
 
+    def threshold(self, interval: int, c: int, j: int) -> tuple[int, int]:
+        """Group ``j``'s (not the last's) :func:`_thresholds` for the view ``(interval, c)``."""
+        known = self._skips.setdefault((interval, c), {})
+        out = known.get(j)
+        if out is None:
+            maps = self.maps(interval)
+            big_a, big_b = maps.before(j)
+            big_s, big_g = maps.after(j)
+            edges = [big_a], [big_b], [big_s], [big_g]
+            out = known[j] = next(_thresholds(edges, [self.groups[j]], interval, c))
+        return out
+
     def thresholds(self, interval: int, c: int) -> tuple[list[int], list[int]]:
         """Each group's but the last's :func:`_thresholds` for the view, as two lists."""
-        out = self._skips.get((interval, c))
+        pairs = [self.threshold(interval, c, j) for j in range(len(self.groups) - 1)]
+        return [u for u, _ in pairs], [v for _, v in pairs]
+
+    def maps(self, interval: int) -> GroupMaps:
+        """The groups' maps for ``interval``, computed as far as asked."""
+        out = self._edges.get(interval)
         if out is None:
-            pairs = list(_thresholds(self.group_edges(interval), self.groups[:-1], interval, c))
-            out = self._skips[interval, c] = [u for u, _ in pairs], [v for _, v in pairs]
+            out = self._edges[interval] = GroupMaps(self.groups, interval)
         return out
 
     def group_edges(self, interval: int) -> Edges:
         """:meth:`_Group.page_edges` for the groups."""
-        out = self._edges.get(interval)
-        if out is None:
-            out = self._edges[interval] = _edges([g.fold(interval) for g in self.groups])
-        return out
+        return self.maps(interval).edges()
 
     def __len__(self) -> int:
         return self.count
@@ -286,9 +319,12 @@ class Pages:
     def add(self, x_us: int, tag: int) -> None:
         """Insert a booking at ``x_us`` after those at the same time."""
         self.count += 1
+        self._walked = None
         if not self.groups:
             page = _Page([x_us], [tag])
             self.groups.append(_Group([page]))
+            self._edges.clear()
+            self._skips.clear()
             return
         gi = min(
             bisect_right(self.groups, x_us, key=lambda g: g.pages[-1].times[-1]),
@@ -330,16 +366,18 @@ class Pages:
             group.forget()
             group.reshape()
             self._edges.clear()
-        self._skips.clear()
+            self._skips.clear()
 
     def _changed(self, gi: int, pi: int) -> None:
-        """Page ``pi`` of group ``gi`` changes: drop the edges that composed it."""
+        """Page ``pi`` of group ``gi`` changes: drop the edges that composed it (the groups'
+        and their thresholds leave the last group out: an append keeps them)."""
         group = self.groups[gi]
         if pi < len(group.pages) - 1:
             group.reshape()
         if gi < len(self.groups) - 1:
-            self._edges.clear()
-        self._skips.clear()
+            for maps in self._edges.values():
+                maps.changed(gi)
+            self._skips.clear()
 
     def _is_end(self, gi: int, pi: int) -> bool:
         return gi == len(self.groups) - 1 and pi == len(self.groups[gi].pages) - 1
@@ -374,6 +412,7 @@ class Pages:
                 return True
 
     def _delete(self, gi: int, pi: int, start: int, end: int) -> None:
+        self._walked = None
         group = self.groups[gi]
         page = group.pages[pi]
         self._changed(gi, pi)
@@ -388,7 +427,7 @@ class Pages:
             if not group.pages:
                 del self.groups[gi]
                 self._edges.clear()
-        self._skips.clear()
+                self._skips.clear()
 
     def pop_until(self, now_us: int) -> Iterator[tuple[int, int]]:
         """Take out the bookings at or before ``now_us``, yielding them in order."""
@@ -405,6 +444,7 @@ class Pages:
         """The arrival time after every booking, from ``floor`` (µs)."""
         if not self.groups:
             return floor
-        big_a, big_b, _, _ = self.group_edges(interval)
+        maps = self.maps(interval)
+        big_a = (self.count - self.groups[-1].count) * interval
         a, b, _ = self.groups[-1].fold(interval)
-        return max(max(floor + big_a[-1], big_b[-1]) + a, b)
+        return max(max(floor + big_a, maps.total_b()) + a, b)

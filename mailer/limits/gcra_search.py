@@ -93,15 +93,21 @@ class _View:
 
     def __init__(self, pages: Pages, floor: int, interval: int, c: int) -> None:
         self.pages, self.floor, self.interval, self.c = pages, floor, interval, c
-        self._groups = pages.group_edges(interval)
+        self._maps = pages.maps(interval)
         self._at: dict[int, tuple[int, int]] = {}
 
     def at_group(self, gi: int) -> tuple[int, int]:
-        """The arrival time entering group ``gi`` and the bound after it."""
+        """The arrival time entering group ``gi`` and the bound after it (:func:`_at` over
+        the groups, from the maps composed as far as ``gi`` only)."""
         out = self._at.get(gi)
         if out is None:
-            last = self.pages.groups[-1].fold(self.interval)
-            out = self._at[gi] = _at(self._groups, last, gi, (self.floor, NONE))
+            big_a, big_b = self._maps.before(gi)
+            tau, right = max(self.floor + big_a, big_b), NONE
+            if gi < len(self.pages.groups) - 1:  # the bound before the last group, carried back
+                last = self.pages.groups[-1].fold(self.interval)
+                big_s, big_g = self._maps.after(gi)
+                right = max(max(right + last[0], last[2]) + big_s, big_g)
+            out = self._at[gi] = (tau, right)
         return out
 
     def at_page(self, gi: int, pi: int) -> tuple[int, int]:
@@ -112,13 +118,19 @@ class _View:
 
     def kept_from(self, gi: int) -> int:
         """The first group from ``gi`` whose summary does not prove it closed or over-full
-        (the last group is never proved so here)."""
-        us, vs = self.pages.thresholds(self.interval, self.c)
-        a, _, g = self.pages.groups[-1].fold(self.interval)
+        (the last group is never proved so here): each group's thresholds are computed when
+        the scan reaches it, so a scan that stops at once reads one group's."""
+        pages, interval, c = self.pages, self.interval, self.c
+        n = len(pages.groups) - 1
+        last = pages.groups[-1]
+        a, _, g = last.fold(interval)
         floor, before = self.floor, max(NONE + a, g)  # the bound before the last group
-        if floor + before + self.pages.group_edges(self.interval)[0][-1] > self.c:
-            return len(us)
-        while gi < len(us) and (floor >= us[gi] or before >= vs[gi]):
+        if floor + before + (pages.count - last.count) * interval > c:  # A over every group
+            return n
+        while gi < n:
+            u, v = pages.threshold(interval, c, gi)
+            if floor < u and before < v:
+                break
             gi += 1
         return gi
 
@@ -152,28 +164,18 @@ class _View:
         if i == 0:  # the page's first gap: its summary is enough
             a, _, g = page.fold(interval)
             return tat, max(right + a, g)
-        for e in page.times[:i]:
-            tat = max(tat, e) + interval
-        for e in reversed(page.times[i:]):
-            right = max(right + interval, interval - e)
-        return tat, right
+        tats, rights = self.pages.gaps(page, interval, tat, right)
+        return tats[i], rights[i]
 
     def walk(self, place: tuple[int, int, int], x: int) -> tuple[int, bool]:
         """The linear search through the gaps of one page from ``place``: ``(x, True)`` when
         ``x`` fits there, else ``(x, False)`` with ``x`` past the page's last booking."""
         gi, pi, i = place
-        times, interval, c = self.pages.groups[gi].pages[pi].times, self.interval, self.c
-        tat, right = self.at_page(gi, pi)
-        m = len(times)
-        bounds = [right] * (m + 1 - i)  # R at gaps i .. m
-        for k in range(m - 1, i - 1, -1):
-            bounds[k - i] = max(bounds[k + 1 - i] + interval, interval - times[k])
-        start, j = i, 0  # tat at gap j
+        page, c = self.pages.groups[gi].pages[pi], self.c
+        tats, rights = self.pages.gaps(page, self.interval, *self.at_page(gi, pi))
+        times, m = page.times, len(page.times)
         while i < m:
-            while j < i:
-                tat = max(tat, times[j]) + interval
-                j += 1
-            right = bounds[i - start]
+            tat, right = tats[i], rights[i]
             if tat + right <= c:
                 x = max(x, _ceil_ms(tat - c))
                 if x * 1000 < times[i] and right + x * 1000 <= c:

@@ -115,8 +115,21 @@ local function search_lib()
       if GV.g[j] > r then r = GV.g[j] end
       return tau[j], r
     end
-    local _, tats, rights = page_bounds(s, G, j, tau[j], after[j])
-    return tats[i], rights[i]
+    local known = s.memo[G.pid[j]]
+    if known then return known[2][i], known[3][i] end
+    local ts, m = page_of(g, G, j).ts, G.pm[j]  -- one gap: no tables
+    local tat, right = tau[j], after[j]
+    for k = 1, i do
+      local e = ts[k]
+      if e > tat then tat = e end
+      tat = tat + T
+    end
+    for k = m, i + 1, -1 do
+      local r = right + T
+      if T - ts[k] > r then r = T - ts[k] end
+      right = r
+    end
+    return tat, right
   end
 
 
