@@ -52,7 +52,7 @@ _stores: dict[tuple[int, str, str], Outbox] = {}
 _down_until = {"record": 0.0, "received": 0.0}  # monotonic
 
 
-@dataclass
+@dataclass(frozen=True)
 class Recorded:
     """An entry written at enqueue (or riding in the publish: ``ride``): where, to discard it
     if the publish fails."""
@@ -110,12 +110,11 @@ def record(
         log.warning("mail %s: not kept in the outbox (%s)", mail_id, exc)
         return None
     lane = lane_of(priority)
-    recorded = Recorded(outbox, str(mail_id), lane, payload)
     if isinstance(outbox, RedisOutbox) and app is not None and _rides(app, settings):
-        recorded.ride = outbox_ride.ride_for(
-            outbox.put_command(recorded.mail_id, lane, payload), outbox.server
-        )
-        return recorded
+        command = outbox.put_command(str(mail_id), lane, payload)
+        ride = outbox_ride.ride_for(command, outbox.server)
+        return Recorded(outbox, str(mail_id), lane, payload, ride)
+    recorded = Recorded(outbox, str(mail_id), lane, payload)
     return recorded if _put_later(recorded) else None
 
 

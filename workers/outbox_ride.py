@@ -106,15 +106,15 @@ def push(client: Any, ride: Ride, key: str, body: str) -> bool:
     try:
         connection.send_packed_command(connection.pack_commands(commands))
         replies = [_reply(connection) for _ in commands]
+        selects = replies[0::2] if db != ride.db else []
+        refused = [reply for reply in selects if isinstance(reply, Exception)]
+        if refused:  # the connection's database is uncertain: it connects again when next used
+            connection.disconnect()
     except BaseException:
         connection.disconnect()
         raise
     finally:
         pool.release(connection)
-    selects = replies[0::2] if db != ride.db else []
-    refused = [reply for reply in selects if isinstance(reply, Exception)]
-    if refused:  # the connection's database is uncertain: it connects again when next used
-        connection.disconnect()
     if isinstance(replies[-1], Exception):
         raise replies[-1]
     ride.sent = True
