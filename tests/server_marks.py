@@ -30,7 +30,7 @@ from workers import inprocess
 #: Fixtures that start or hand out a real server. A test that uses one, directly or through
 #: another fixture, needs a server.
 SERVER_FIXTURES = frozenset(
-    {"redis_server", "redis_url", "own_redis", "smtp_server", "cluster", "loose_stack"}
+    {"redis_server", "redis_url", "own_redis", "smtp_server", "cluster", "loose_stack", "rabbit"}
 )
 #: Params naming a backend: a test parametrised over backends needs a server on ``redis``.
 BACKEND_PARAMS = frozenset({"memory", "redis"})

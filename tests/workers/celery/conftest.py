@@ -1,5 +1,6 @@
-"""The module-scoped stack of the input tests (``test_celery_input``, ``test_hostile_input``):
-their hypothesis runs share one worker rather than start one per example."""
+"""Module-scoped servers of the Celery tests: the stack of the input tests (``test_celery_input``,
+``test_hostile_input``), whose hypothesis runs share one worker rather than start one per
+example, and the RabbitMQ node of the RabbitMQ tests."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from celery import Celery
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
 
@@ -33,3 +35,12 @@ def loose_stack() -> Iterator[LooseStack]:
         app.close()
         smtp.stop()
         redis_server.cleanup()
+
+
+@pytest.fixture(scope="module")
+def rabbit() -> Iterator[RabbitServer]:
+    """One RabbitMQ node for the module (it takes a few seconds to start); each test uses a
+    queue of its own."""
+    server = RabbitServer().start()
+    yield server
+    server.cleanup()

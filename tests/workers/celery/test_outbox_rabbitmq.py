@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,13 +23,6 @@ from workers import tasks
 SENDER = "mailguard@example.org"
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(180)]
-
-
-@pytest.fixture
-def rabbit() -> Iterator[RabbitServer]:
-    server = RabbitServer().start()
-    yield server
-    server.cleanup()
 
 
 def test_a_vanished_first_message_is_sent_once_on_rabbitmq(

@@ -27,13 +27,6 @@ from workers.promoter import Promoter
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(180)]
 
 
-@pytest.fixture(scope="module")
-def rabbit() -> Iterator[RabbitServer]:
-    server = RabbitServer().start()
-    yield server
-    server.cleanup()
-
-
 @pytest.fixture
 def app(rabbit: RabbitServer, redis_url: str) -> Iterator[Any]:
     """A client app on ``rabbit`` with a queue of its own, declared (the promoter declares

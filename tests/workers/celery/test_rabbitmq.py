@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
-import pytest
 from celery.result import AsyncResult
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
@@ -20,14 +18,6 @@ from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 
 TASK = "mailguard.send_mail"
-
-
-@pytest.fixture(scope="module")
-def rabbit() -> Iterator[RabbitServer]:
-    """One RabbitMQ node for the module (it takes a few seconds to start)."""
-    server = RabbitServer().start()
-    yield server
-    server.cleanup()
 
 
 def amqp_env(rabbit: RabbitServer, redis_url: str, smtp: SmtpTestServer) -> dict[str, str]:
