@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
-from mailer.guard import Finish, Later, MailRequest, Step
+from mailer.guard import Finish, Guard, Later, MailRequest, Step
 from mailer.mail.transports import MemoryTransport
 from mailer.records.ledger import Begun, MemoryLedger
 
@@ -51,21 +51,27 @@ def test_a_copy_that_finished_between_check_and_claim_is_not_sent_again(
     assert isinstance(step, Finish) and step.outcome == other[0].outcome
 
 
-def test_copies_of_a_deferred_run_collapse_into_one(clock: ManualClock) -> None:
-    """A deferred mail's next run and a copy of it (the watchdog's, when the run started
-    late) both run and each hands the mail on (here hops towards its slot): two sibling
-    chains. The first of them to claim its next run carries the mail on; the other is stale
-    and ends without a trace, so siblings never keep hopping side by side. The chain that goes
-    on sends once, at its slot."""
+def _booked(clock: ManualClock) -> tuple[Guard, MemoryTransport, MailRequest, Later]:
+    """A guard under ``1/60s`` that sent ``m1`` to ada now, and ``m2``'s first run, which
+    booked a slot 60 s ahead and handed the mail on (turn 1)."""
     limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=clock)
-    ledger = MemoryLedger(clock)
-    transport = MemoryTransport()
+    ledger, transport = MemoryLedger(clock), MemoryTransport()
     guard = memory_guard(limiter, ledger, transport, kinds=Kinds.defaults(), clock=clock)
     first = guard.process(MailRequest(to="ada@example.com", mail_id="m1", subject="s", body="b"))
     assert isinstance(first, Finish) and first.outcome.status == "sent"
     request = MailRequest(to="ada@example.com", mail_id="m2", subject="s", body="b")
     booked = guard.process(request)
     assert isinstance(booked, Later) and booked.progress.turn == 1
+    return guard, transport, request, booked
+
+
+def test_copies_of_a_deferred_run_collapse_into_one(clock: ManualClock) -> None:
+    """A deferred mail's next run and a copy of it (the watchdog's, when the run started
+    late) both run and each hands the mail on (here hops towards its slot): two sibling
+    chains. The first of them to claim its next run carries the mail on; the other is stale
+    and ends without a trace, so siblings never keep hopping side by side. The chain that goes
+    on sends once, at its slot."""
+    guard, transport, request, booked = _booked(clock)
     clock.advance(20.0)
     hop = guard.process(request, booked.progress)  # the countdown, early: a hop
     twin = guard.process(request, booked.progress)  # the watchdog's copy of the same message
@@ -93,15 +99,7 @@ def test_a_copy_of_a_first_run_after_the_mail_moved_on_is_stale(clock: ManualClo
     its own next run cannot take the place of the live chain's (a parked entry is one per
     mail: the copy's would replace the live one and then be ended as a sibling, the mail
     lost). The live chain sends once, at its slot."""
-    limiter = Limiter.from_url("memory://", Policy.parse("1/60s"), clock=clock)
-    ledger = MemoryLedger(clock)
-    transport = MemoryTransport()
-    guard = memory_guard(limiter, ledger, transport, kinds=Kinds.defaults(), clock=clock)
-    first = guard.process(MailRequest(to="ada@example.com", mail_id="m1", subject="s", body="b"))
-    assert isinstance(first, Finish) and first.outcome.status == "sent"
-    request = MailRequest(to="ada@example.com", mail_id="m2", subject="s", body="b")
-    booked = guard.process(request)
-    assert isinstance(booked, Later) and booked.progress.turn == 1
+    guard, transport, request, booked = _booked(clock)
     clock.advance(20.0)
     hop = guard.process(request, booked.progress)  # turn 1, early: hands the mail on again
     assert isinstance(hop, Later) and hop.progress.turn == 2
