@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, replace
 from typing import Any, Literal
 
 Status = Literal["sent", "deferred", "dropped", "failed"]
@@ -37,8 +37,16 @@ RETRIES_EXHAUSTED = "retries_exhausted"
 #: Cancelled by an operator (``mailguard cancel``) before it was sent: never sent.
 CANCELLED = "cancelled"
 
-#: The fields :meth:`Outcome.as_waiting_dict` keeps whatever their value.
-_ALWAYS = frozenset({"status", "mail_id", "kind"})
+#: The fields :meth:`Outcome.as_waiting_dict` never stores: derived again when the mail is sent.
+_UNSTORED = frozenset({"message_id"})
+#: What a waiting mail's record leaves out when the value is this (and the mail id when it is
+#: the task id): :meth:`Outcome.as_waiting_dict`.
+_WAITING: dict[str, Any] = {"status": "deferred", "kind": "default", "deferrals": 1}
+#: How far (seconds) a waiting mail's ``decided_at`` may be from ``due - wait`` (the limiter's
+#: clock at the decision) and be left out: the worker's clock read a few ms apart.
+_DECIDED_SLACK = 0.05
+#: The prefix of a recipient key in the default namespace, left out of a waiting mail's record.
+_RECIPIENT_PREFIX = "mailguard:"
 
 
 @dataclass(frozen=True)
@@ -85,26 +93,84 @@ class Outcome:
         scalar: a plain copy, not ``dataclasses.asdict``'s deep one (a tenth of the cost)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
-    def as_waiting_dict(self) -> dict[str, Any]:
-        """The compact form stored while a mail waits (the ``DEFERRED`` state's meta): every
-        field of :meth:`as_dict` but those at their default (None; 0 for the counters), about
-        half of them, so a waiting mail's result record is about 250 B smaller. ``status``,
-        ``mail_id`` and ``kind`` are always in it. :meth:`from_dict` reads it back whole (a
-        missing field is its default); final outcomes keep every field."""
-        fields = self.__dataclass_fields__
+    def as_waiting_dict(self, task_id: str | None = None) -> dict[str, Any]:
+        """The compact form of a ``deferred`` outcome, stored while the mail waits (the meta of
+        task ``task_id``'s ``DEFERRED`` state): only what a reader cannot tell otherwise. Left
+        out: every field at its default (None; 0 for ``attempts``), about half of them;
+        ``status`` (``deferred``: the state says it); ``mail_id`` when it is ``task_id`` (the
+        record's own id); ``kind`` when it is ``default``; ``deferrals`` when it is 1 (a booked
+        mail's first wait); ``decided_at`` when it is
+        ``due - wait`` within 50 ms (the limiter's clock at the decision, which is what it
+        reads back as, to the millisecond); ``message_id`` (derived from the mail id and the
+        sender: the final outcome has it). A recipient key of the default namespace is kept
+        without it (``{<hash>}``). A booked mail's record keeps ``reason`` (what a reader of
+        ``AsyncResult(id).info`` looks for first), ``recipient``, ``tier``, ``wait`` and
+        ``due``: about 135 B of JSON with Celery's own two keys.
+        :meth:`from_waiting_dict` reads it back; final outcomes keep every field
+        (:meth:`as_dict`)."""
+        implied = _waiting_defaults(task_id, stored_whole=False)
+        values = self.as_dict()
+        if self.decided_at is not None:
+            values["decided_at"] = round(self.decided_at, 3)
+            if _decided_implied(self.decided_at, self.due, self.wait):
+                values["decided_at"] = None
+        recipient = self.recipient
+        if recipient and recipient.startswith(_RECIPIENT_PREFIX + "{"):
+            values["recipient"] = recipient[len(_RECIPIENT_PREFIX) :]
         return {
             name: value
-            for name, value in self.as_dict().items()
-            if name in _ALWAYS or value != fields[name].default
+            for name, value in values.items()
+            if name not in _UNSTORED and value != implied[name]
         }
 
     @classmethod
+    def from_waiting_dict(cls, data: dict[str, Any], task_id: str) -> Outcome:
+        """The inverse of :meth:`as_waiting_dict` for the record of task ``task_id``: the
+        fields left out come back (``deferred``, the task id as mail id, kind ``default``, one
+        deferral, ``decided_at`` as ``due - wait``, the recipient's namespace, the rest at
+        their default; ``message_id`` None). A meta with a ``status`` (stored whole, or by the
+        previous version, which left out only the fields at their default) is read as
+        :meth:`from_dict` reads it."""
+        stored_whole = "status" in data
+        implied = _waiting_defaults(task_id, stored_whole=stored_whole)
+        if stored_whole:
+            return cls.from_dict(implied | data)
+        values = implied | data
+        recipient = values.get("recipient")
+        if isinstance(recipient, str) and recipient.startswith("{"):
+            values["recipient"] = _RECIPIENT_PREFIX + recipient
+        due, wait = values.get("due"), values.get("wait")
+        if (
+            "decided_at" not in data
+            and isinstance(due, float | int)
+            and isinstance(wait, float | int)
+        ):
+            values["decided_at"] = round(float(due) - float(wait), 3)
+        return cls.from_dict(values)
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Outcome:
-        """The inverse of :meth:`as_dict` and :meth:`as_waiting_dict` (a missing field is its
-        default); unknown keys are ignored."""
+        """The inverse of :meth:`as_dict` (a missing field is its default); unknown keys are
+        ignored."""
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
 
     def but(self, **changes: Any) -> Outcome:
         """A copy with ``changes``."""
         return replace(self, **changes)
+
+
+def _waiting_defaults(task_id: str | None, *, stored_whole: bool) -> dict[str, Any]:
+    """Each field's value when a waiting mail's record leaves it out: :data:`_WAITING` and the
+    task id as mail id over the fields' defaults (only the defaults for a meta stored with
+    its ``status``)."""
+    fields = Outcome.__dataclass_fields__.items()
+    defaults = {name: spec.default for name, spec in fields if spec.default is not MISSING}
+    return defaults if stored_whole else defaults | _WAITING | {"mail_id": task_id}
+
+
+def _decided_implied(decided_at: float, due: float | None, wait: float | None) -> bool:
+    """Whether a waiting record may leave ``decided_at`` out: ``due - wait`` tells it."""
+    if due is None or wait is None:
+        return False
+    return abs(decided_at - (due - wait)) <= _DECIDED_SLACK

@@ -181,6 +181,10 @@ class Progress:
     #: without it), nothing checked.
     turn: int = 0
     parent: str = ""
+    #: This run's message was delivered again by the broker (its ``redelivered`` flag): a first
+    #: message's copy may find its mail parked (:class:`~mailer.records.ledger.Turn`). This
+    #: run's own knowledge, never carried to the next run (not in :meth:`as_dict`).
+    redelivered: bool = False
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}

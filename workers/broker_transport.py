@@ -38,6 +38,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from mailer.crashpoints import crash_point
 from workers import outbox_ride
+from workers.priority import broker_scheme
 
 log = logging.getLogger(__name__)
 
@@ -183,18 +184,14 @@ def redis_options(broker_url: str, options: dict[str, Any]) -> dict[str, Any]:
     """``options`` (an app's ``broker_transport_options``) with :data:`SOCKET_OPTIONS` and
     :data:`RESTORE_OPTIONS` where it sets none, for a Redis or Sentinel broker; unchanged for
     another broker."""
-    if _scheme(broker_url) not in (*REDIS_SCHEMES, *SENTINEL_SCHEMES):
+    if broker_scheme(broker_url) not in (*REDIS_SCHEMES, *SENTINEL_SCHEMES):
         return options
     return {**SOCKET_OPTIONS, **RESTORE_OPTIONS, **options}
 
 
-def _scheme(broker_url: str) -> str:
-    return broker_url.split("://", 1)[0].lower() if "://" in broker_url else ""
-
-
 def transport_for(broker_url: str) -> str | None:
     """The ``broker_transport`` path for ``broker_url``, or None to keep kombu's choice."""
-    scheme = _scheme(broker_url)
+    scheme = broker_scheme(broker_url)
     if scheme in REDIS_SCHEMES:
         return f"{__name__}:Transport"
     if scheme in SENTINEL_SCHEMES:

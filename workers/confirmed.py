@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from workers.priority import AMQP_SCHEMES
+from workers.priority import AMQP_SCHEMES, broker_scheme
 
 #: Seconds a batch waits at most for the broker's acknowledgements.
 CONFIRM_TIMEOUT = 10.0
@@ -31,7 +31,7 @@ CONFIRM_TIMEOUT = 10.0
 
 def confirms_needed(broker_url: str) -> bool:
     """True for a broker whose publish returns before the broker has the message (AMQP)."""
-    return broker_url.split("://", 1)[0].lower() in AMQP_SCHEMES if "://" in broker_url else False
+    return broker_scheme(broker_url) in AMQP_SCHEMES
 
 
 class Unconfirmed(ConnectionError):

@@ -7,9 +7,10 @@ array of the due time, args, kwargs and the progress, about 150 B for a short ma
 promoted run is the same mail, with the same deadline and the same booking, under the same task
 id. Its kind's priority is set again when it is published (:mod:`workers.promoter`).
 
-One schedule per queue in the ledger's Redis, ``<ns>:{schedule:<queue>}``, whatever app a
-process runs and however its broker URL is spelled: every worker, ``mailguard scheduled``,
-``mailguard cancel`` and :func:`workers.tasks.cancel` see the same parked mails. A promoter
+One schedule per queue in the ledger's Redis (sharded over hash slots:
+:mod:`mailer.records.schedule.redis`), whatever app a process runs and however its broker URL is
+spelled: every worker, ``mailguard scheduled``, ``mailguard cancel`` and
+:func:`workers.tasks.cancel` see the same parked mails. A promoter
 publishes through its own worker's app, so the workers of one queue must consume from one
 broker: a worker refuses to start beside a running one that does not (:mod:`workers.liveness`,
 checked by :mod:`workers.app`), and moves the entries of schedules keyed by a broker URL's hash
@@ -29,7 +30,9 @@ from typing import Any
 from mailer.crashpoints import crash_point
 from mailer.errors import BackendUnavailable
 from mailer.guard.data import iso
+from mailer.records.ledger import Ledger, RedisLedger
 from mailer.records.schedule import MemorySchedule, RedisSchedule, Schedule, schedule_from_url
+from mailer.records.schedule.ids import stored
 from mailer.records.schedule.legacy import move_legacy
 from mailer.records.schedule.park import parked_until
 from mailer.settings import Settings
@@ -40,6 +43,8 @@ log = logging.getLogger("mailguard")
 
 _lock = threading.Lock()
 _stores: dict[tuple[int, str, str], Schedule] = {}
+#: The ledger that drops a parked mail's claim, by the key of its schedule in :data:`_stores`.
+_ledgers: dict[tuple[int, str, str], Ledger] = {}
 #: The pid whose promoter runs (a memory schedule is parked into only in that process).
 promoter_pid: list[int] = []
 
@@ -52,6 +57,24 @@ def schedule_for(settings: Settings) -> Schedule:
         if key not in _stores:
             _stores[key] = schedule_from_url(url, queue=settings.queue)
         return _stores[key]
+
+
+def recognise_parked(settings: Settings, ledger: Ledger) -> bool:
+    """Wire this process's ``ledger`` to the queue's schedule: its ``begin`` ends a late copy
+    of a first message whose mail is parked or watched, and a mail parked here leaves the
+    ledger nothing (its claim and ``first_seen`` dropped once the payload is written:
+    :meth:`~mailer.records.ledger.Ledger.parked`). Only a Redis ledger beside a one-shard Redis
+    schedule (not on Cluster); False elsewhere, nothing changed."""
+    store = schedule_for(settings)
+    if not isinstance(ledger, RedisLedger) or not isinstance(store, RedisSchedule):
+        return False
+    if len(store.shards) != 1 or store.legacy is not None:
+        return False
+    if not ledger.recognise_parked(store.shards[0].payloads_key, stored):
+        return False
+    with _lock:
+        _ledgers[(os.getpid(), settings.effective_ledger_url, settings.queue)] = ledger
+    return True
 
 
 def adopt_legacy(settings: Settings) -> int:
@@ -90,9 +113,23 @@ def park(
     except BackendUnavailable as exc:
         log.warning("mail %s: could not park it, holding a countdown: %s", mail_id, exc)
         return None
+    _parked(settings, mail_id)
     crash_point("parking")
     log.info("mail %s parked until %s", mail_id, iso(due), extra={"mail_id": mail_id})
     return due
+
+
+def _parked(settings: Settings, mail_id: str) -> None:
+    """The ledger's claim of ``mail_id``, given back, goes now that the payload is parked (where
+    :func:`recognise_parked` wired it). A ledger that is down is only logged: the claim then
+    expires with its ``first_seen``."""
+    ledger = _ledgers.get((os.getpid(), settings.effective_ledger_url, settings.queue))
+    if ledger is None:
+        return
+    try:
+        ledger.parked(mail_id)
+    except BackendUnavailable as exc:
+        log.info("mail %s: its claim is left to expire (ledger unavailable): %s", mail_id, exc)
 
 
 def _promoted(store: Schedule) -> bool:

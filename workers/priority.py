@@ -31,7 +31,8 @@ REDIS_SCHEMES = ("redis", "rediss", "sentinel")
 AMQP_SCHEMES = ("amqp", "amqps", "pyamqp")
 
 
-def _scheme(broker_url: str) -> str:
+def broker_scheme(broker_url: str) -> str:
+    """The URL's scheme in lower case (``redis``, ``amqp``...); "" for a URL without one."""
     return broker_url.split("://", 1)[0].lower() if "://" in broker_url else ""
 
 
@@ -50,7 +51,7 @@ def booked_priority(level: int) -> int:
 
 def message_priority(broker_url: str, priority: int) -> int:
     """The ``priority`` to publish a mail of kind priority ``priority`` with on this broker."""
-    return MAX_PRIORITY - priority if _scheme(broker_url) in REDIS_SCHEMES else priority
+    return MAX_PRIORITY - priority if broker_scheme(broker_url) in REDIS_SCHEMES else priority
 
 
 def publish_priority(broker_url: str, kinds: Kinds, kind: Any, *, booked: bool = False) -> int:
@@ -62,20 +63,20 @@ def publish_priority(broker_url: str, kinds: Kinds, kind: Any, *, booked: bool =
 
 def transport_options(broker_url: str) -> dict[str, Any]:
     """Broker transport options for priorities: one list per priority on Redis."""
-    if _scheme(broker_url) in REDIS_SCHEMES:
+    if broker_scheme(broker_url) in REDIS_SCHEMES:
         return {"priority_steps": list(range(MAX_PRIORITY + 1))}
     return {}
 
 
 def broker_transport(broker_url: str) -> str | None:
     """The kombu transport to use instead of the URL scheme's: memory's with priorities."""
-    if _scheme(broker_url) == "memory":
+    if broker_scheme(broker_url) == "memory":
         return "workers.memory_broker:Transport"
     return None
 
 
 def queue_arguments(broker_url: str) -> dict[str, Any] | None:
     """The mail queue's declaration arguments: a priority queue on RabbitMQ."""
-    if _scheme(broker_url) in AMQP_SCHEMES:
+    if broker_scheme(broker_url) in AMQP_SCHEMES:
         return {"x-max-priority": MAX_PRIORITY}
     return None

@@ -1,10 +1,13 @@
 """The promoter: a thread in every worker's main process that publishes parked mails when due.
 
 Leaderless: each worker polls the schedule every :data:`POLL` seconds with one cheap read
-(:meth:`~mailer.records.schedule.Schedule.next_due`: about 3 Redis commands a second while
-nothing is due); when something is due within a second, one script call
-(:meth:`~mailer.records.schedule.Schedule.take_due`) atomically moves up to :data:`BATCH` entries to
-*promoting* under a lease (``MAILGUARD_PROMOTE_LEASE``). It publishes each under its own task
+(:meth:`~mailer.records.schedule.Schedule.next_due`, one pipelined round trip: every shard's
+first watch, and a shard's first parked entry only every :data:`DUE_STALE` seconds, since a
+mail parked by another process is due at least ``MAILGUARD_PARK_AFTER`` later; about 22 Redis
+commands a second with 6 shards while nothing is due); when something is due within a second,
+one script call per shard with something due
+(:meth:`~mailer.records.schedule.Schedule.take_due`) atomically moves up to :data:`BATCH` entries
+to *promoting* under a lease (``MAILGUARD_PROMOTE_LEASE``). It publishes each under its own task
 id with the remaining countdown (under a second; none when overdue), all through one producer
 in one batch (one pipeline on the Redis broker), then forgets them (``done``). Killed in
 between, its lease ends and another worker publishes again; the ledger's claim and sent
@@ -55,10 +58,14 @@ from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
 
-#: Seconds between two polls while nothing is due (one ``ZRANGE`` each).
+#: Seconds between two polls while nothing is due (one pipelined read each).
 POLL = 0.3
-#: Entries taken and published at most per script call.
+#: Entries taken and published at most per take (all shards together).
 BATCH = 500
+#: Seconds a poll may rely on an earlier read of a shard's parked entries (see
+#: :meth:`mailer.records.schedule.RedisSchedule.next_due`): kept under ``MAILGUARD_PARK_AFTER``
+#: less the take-ahead and two polls, so a mail parked elsewhere is still taken ahead of its due.
+DUE_STALE = 5.0
 #: Seconds before entries the broker refused are taken again (not at their lease's end).
 RETRY = 1.0
 #: Test hook: a worker with this variable set kills itself (SIGKILL) after publishing a batch
@@ -93,6 +100,8 @@ class Promoter:
         self._route = dict(route)
         self._reply_to = ""  # this thread's (app.thread_oid), set by each batch
         self._sent_event = bool(app.conf.task_send_sent_event)
+        park_after = settings.park_after if settings.park_after is not None else DUE_STALE
+        self._stale = max(0.0, min(DUE_STALE, park_after - TAKE_AHEAD - 2 * POLL))
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mailguard-promoter", daemon=True)
         self._down_since = 0.0
@@ -143,7 +152,7 @@ class Promoter:
         this machine's clock, the take Redis's: a clock behind Redis's delays promotion by the
         difference, one ahead costs an empty take.
         """
-        upcoming = self.schedule.next_due()
+        upcoming = self.schedule.next_due(self._stale)
         if upcoming is None or upcoming > time.time() + TAKE_AHEAD:
             return 0
         taken = self.schedule.take_due(limit=BATCH, lease=self.lease)

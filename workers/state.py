@@ -24,7 +24,7 @@ from mailer.factory import build_guard, build_policies, rebuild_guard
 from mailer.guard import Guard
 from mailer.records.policy import LivePolicy, PolicyWatch
 from mailer.settings import Settings
-from workers import process_settings
+from workers import parking, process_settings
 
 #: The name ``send_mail`` is registered and published under (the promoter publishes by it).
 SEND_MAIL = "mailguard.send_mail"
@@ -41,7 +41,9 @@ def guard() -> Guard:
     with _lock:
         if _guard is None or _guard_pid != os.getpid():
             in_force = process_settings.current()
-            _guard, _guard_pid = _Following(build_guard(in_force), in_force), os.getpid()
+            built = build_guard(in_force)
+            parking.recognise_parked(in_force, built.ledger)
+            _guard, _guard_pid = _Following(built, in_force), os.getpid()
         return _guard.current()
 
 

@@ -33,6 +33,7 @@ from workers import app as _app  # makes mailguard's app this process's default
 from workers import outbox, outbox_ride, parking, priority, process_settings, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
+from workers.outcomes import store_waiting
 from workers.process_settings import use_settings
 from workers.state import guard
 
@@ -199,7 +200,7 @@ def _show_parked(task: Task[Any, Any], task_id: str, kwargs: dict[str, Any], due
         detail=f"parked until {iso(due)}: the caller's eta",
     )
     try:
-        task.backend.store_result(task_id, outcome.as_waiting_dict(), DEFERRED)
+        store_waiting(task.backend, task_id, outcome)
     except Exception as exc:  # whatever the backend raises, the mail is parked
         log.warning("mail %s: %s state not stored (result backend: %s)", mail_id, DEFERRED, exc)
 
@@ -282,8 +283,9 @@ def send_mail(
     ``mail_id`` defaults to this task's id and stays the same over every deferral. Returns the
     outcome dict (status ``sent`` or ``dropped``); a failed mail raises :class:`MailFailed`.
     While deferred, ``AsyncResult(id).state`` is :data:`~mailer.steps.DEFERRED` with the
-    outcome as ``info`` (a parked run returns that ``deferred`` outcome, not stored: the state
-    stays DEFERRED).
+    outcome, compact, as ``info`` (reason, tier, wait, due...; whole through
+    :func:`workers.outcomes.read_state`); a parked run returns that ``deferred`` outcome, not
+    stored: the state stays DEFERRED.
     """
     settings = process_settings.current()
     mail_id = mail_id or str(self.request.id)
@@ -306,6 +308,8 @@ def send_mail(
         mime=mime,
     )
     progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
+    if (self.request.delivery_info or {}).get("redelivered"):  # a copy: see Progress.redelivered
+        progress = replace(progress, redelivered=True)
     if not progress.requested_at and _requested_at:  # the caller's clock: queue wait only
         progress = replace(progress, requested_at=min(float(_requested_at), time.time()))
     _count_queue_wait(self.request.eta, progress.requested_at, kind)
@@ -385,11 +389,11 @@ def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -
 
 def _show_deferred(task: Task[Any, Any], step: Later, mail_id: str) -> None:
     """Store the :data:`~mailer.steps.DEFERRED` state, its outcome compact
-    (:meth:`~mailer.outcomes.Outcome.as_waiting_dict`). The state is a view: a result backend
+    (:func:`~workers.outcomes.store_waiting`). The state is a view: a result backend
     that is down (any error of any backend) is logged and the mail still waits, rather than the
     run failing and its message being acknowledged with the mail never sent."""
     try:
-        task.update_state(state=DEFERRED, meta=step.outcome.as_waiting_dict())
+        store_waiting(task.backend, str(task.request.id), step.outcome)
     except Exception as exc:  # whatever the backend raises, the mail must still wait
         log.warning("mail %s: %s state not stored (result backend: %s)", mail_id, DEFERRED, exc)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 from mailer import outcomes as why
 from mailer.durations import human
@@ -36,6 +37,18 @@ from mailer.steps import Finish, Progress, Step
 log = logging.getLogger("mailguard")
 
 
+@dataclass(frozen=True)
+class Decided:
+    """The limiter's decision for a mail, asked at ``now`` (epoch seconds, the limiter's clock)
+    with ``max_wait`` (seconds) as :meth:`Admission.admit` would have; ``seconds``: how long
+    the call that carried it took."""
+
+    now: float
+    max_wait: float
+    decision: Decision
+    seconds: float
+
+
 class Admission:
     """Asks the limiter (with reservations) and plans: send now, wait for the booking, drop."""
 
@@ -47,21 +60,29 @@ class Admission:
         self.kinds = kinds
         self.metrics = metrics
 
-    def admit(self, mail: Prepared, progress: Progress) -> Admitted | Step:
+    def admit(
+        self, mail: Prepared, progress: Progress, decided: Decided | None = None
+    ) -> Admitted | Step:
         """:class:`Admitted`, ``Later`` (booked; limiter down) or ``Finish`` (dropped). A copy
         of a first run that ended unfinished (``Progress.first_run_copy``) holds the slot its
-        first run was admitted at, if it was: the limiter's entry under its mail id."""
+        first run was admitted at, if it was: the limiter's entry under its mail id.
+        ``decided``: the limiter's answer already given (it rode on the claim's round trip:
+        :mod:`mailer.guard.front`), judged here as if asked now."""
         late = False
         try:
-            window = self.booking.window(mail, progress)
-            if isinstance(window, Finish):
-                if progress.first_run_copy:  # expired: its first run's admission back
-                    self.booking.release(mail)
-                return window
-            now, max_wait = window
-            started = time.perf_counter()
-            decision = self.booking.acquire(mail, max_wait)
-            self.metrics.decision(time.perf_counter() - started)
+            if decided is not None:
+                now, max_wait, decision = decided.now, decided.max_wait, decided.decision
+                self.metrics.decision(decided.seconds)
+            else:
+                window = self.booking.window(mail, progress)
+                if isinstance(window, Finish):
+                    if progress.first_run_copy:  # expired: its first run's admission back
+                        self.booking.release(mail)
+                    return window
+                now, max_wait = window
+                started = time.perf_counter()
+                decision = self.booking.acquire(mail, max_wait)
+                self.metrics.decision(time.perf_counter() - started)
             if self._judged(mail):
                 late = self._judged_late(mail, progress, decision, now)
             elif decision.allowed and now - decision.at > self.config.late_tolerance:

@@ -140,10 +140,18 @@ class Booking:
         ``late_tolerance`` past it. A mail not yet seen counts from now. Raises
         ``BackendUnavailable`` when the limiter's server was never reached."""
         now = self.limiter.now()
+        left = self.span(mail, progress, now)
+        if left is None:
+            return self._expired(mail, progress, now)
+        return now, left
+
+    def span(self, mail: Prepared, progress: Progress, now: float) -> float | None:
+        """:meth:`window`'s longest wait at ``now`` (epoch seconds, the limiter's clock); None
+        for a mail expired then (nothing done about it)."""
         left = (progress.first_seen or now) + mail.kind.max_wait - now
         if left < -self.config.late_tolerance:
-            return self._expired(mail, progress, now)
-        return now, min(max(left, 0.0), MAX_WAIT)
+            return None
+        return min(max(left, 0.0), MAX_WAIT)
 
     def acquire(self, mail: Prepared, max_wait: float, not_before: float | None = None) -> Decision:
         """The limiter's decision for ``mail`` in every scope; ``not_before`` (epoch seconds,

@@ -25,10 +25,13 @@ from mailer.guard.data import GuardConfig, Prepared, log_fields
 from mailer.guard.outage import backend_down
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
-from mailer.records.ledger import Claimed, Ledger, Superseded, Turn
+from mailer.records.ledger import Begun, Claimed, Ledger, Superseded, Turn
 from mailer.steps import Fail, Finish, Later, Progress, Step
 
 log = logging.getLogger("mailguard")
+
+#: :meth:`Ledger.begin`'s signature: ``(mail_id, owner, lease, *, takeover, first_seen, turn)``.
+Begin = Callable[..., Begun]
 
 
 class Claim:
@@ -50,15 +53,23 @@ class Claim:
     def claim(
         self, mail: Prepared, owner: str, progress: Progress, seen: float = 0.0
     ) -> Step | Progress:
+        """:meth:`claim_with` the ledger's own ``begin``."""
+        return self.claim_with(self.ledger.begin, mail, owner, progress, seen)
+
+    def claim_with(
+        self, begin: Begin, mail: Prepared, owner: str, progress: Progress, seen: float = 0.0
+    ) -> Step | Progress:
         """The progress to run with when the run ``owner`` now holds the claim; else the step
         to answer: the recorded outcome of a finished mail (``Finish``, or ``Fail`` for a
         failed one), or ``Later``. A stale owner in ``progress`` (a run that timed out on the
         ledger) is taken over at once. ``seen`` (epoch seconds on the limiter's clock; 0 for
         none): now, for a run whose ``progress`` has no ``first_seen``; the progress then
-        carries the first run's ``first_seen`` (``seen`` itself for the first run)."""
+        carries the first run's ``first_seen`` (``seen`` itself for the first run). ``begin``:
+        the ledger's ``begin``, or a call that does more in the same round trip
+        (:mod:`mailer.guard.front`)."""
         stale = progress.stale_owner or None
         try:
-            begun = self.ledger.begin(
+            begun = begin(
                 mail.mail_id,
                 owner,
                 self.config.claim_lease,
@@ -106,7 +117,7 @@ def _turn(progress: Progress, stale: str | None) -> Turn | None:
     ledger (``stale``: its turn may or may not be kept)."""
     if stale or progress.turn < 0:
         return None
-    return Turn(progress.turn, progress.parent)
+    return Turn(progress.turn, progress.parent, progress.redelivered)
 
 
 def superseded(mail: Prepared, turn: int) -> Finish:

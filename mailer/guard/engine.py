@@ -7,6 +7,8 @@ data, and the engine only passes it on:
    (``dropped`` / ``invalid``).
 2. **claim** (:mod:`mailer.guard.claim`): one atomic ledger ``begin`` on the mail id: claimed,
    or the recorded outcome (a repeat), or ``Later`` (another run holds it; the ledger is down).
+   Where the parts share one Redis, the gates' reads and the plain decision ride on the same
+   script call (:mod:`mailer.guard.front`): one round trip before sending, one after.
 3. **gates** (:mod:`mailer.guard.gates`): each gate's ``before_admit`` hook, in order:
    suppression (:mod:`~mailer.guard.gates.suppression`), the bulk kinds' unsubscribe and
    reputation (:mod:`~mailer.guard.gates.bulk`), then holds (:mod:`~mailer.guard.gates.holds`).
@@ -36,6 +38,7 @@ from mailer.guard.admission import Admission
 from mailer.guard.booking import Booking
 from mailer.guard.claim import Claim
 from mailer.guard.data import Admitted, GuardConfig, MailRequest, Prepared, Refused
+from mailer.guard.front import Ahead, Front, asks_the_same
 from mailer.guard.gates import Gate, read_together
 from mailer.guard.gates.bulk import bulk_gates, sent_recorder
 from mailer.guard.gates.holds import HoldsGate
@@ -120,12 +123,13 @@ class Guard:
         config, clock, metrics = self.config, self._clock, self._metrics
         booking = Booking(self.limiter, config, clock, metrics)
         self._validator = Validator(self._kinds, config, clock, booking.recipient_key)
-        self._claim = Claim(self.ledger, config, metrics, booking.release)
+        claim = Claim(self.ledger, config, metrics, booking.release)
         gates: list[Gate] = [SuppressionGate(self.suppressions, config, metrics)]
         gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics)
         if self.holds is not None:
             gates.append(HoldsGate(self.holds, booking, config, metrics))
         self._gates = tuple(gates)
+        self._front = Front(claim, booking, self._gates)
         self._admission = Admission(booking, config, self._kinds, metrics)
         self._sending = Sending(self.transport, booking, config, booking.stamp)  # sent_at vs due
         self._settle = Settle(self.ledger, metrics, booking.release, patience=config.claim_lease)
@@ -159,12 +163,12 @@ class Guard:
             return mail, False
         owner = uuid.uuid4().hex
         seen = 0.0 if progress.first_seen else self._now()  # the kind's deadline counts from here
-        held = self._claim.claim(mail, owner, progress, seen)
-        if not isinstance(held, Progress):
-            return held, not isinstance(held, Later)
-        progress = held
+        ahead = self._front.begin(mail, owner, progress, seen)
+        if not isinstance(ahead.held, Progress):
+            return ahead.held, not isinstance(ahead.held, Later)
+        progress = ahead.held
         crash_point("claimed")
-        mail, passed = self._pass_gates(mail, progress)
+        mail, passed = self._pass_gates(mail, progress, ahead)
         if not isinstance(passed, Admitted):
             return self._settle.settle(mail, owner, passed, guarded=False), False
         step, admitted = self._deliver(mail, passed, progress)
@@ -179,15 +183,23 @@ class Guard:
         except BackendUnavailable:
             return 0.0
 
-    def _pass_gates(self, mail: Prepared, progress: Progress) -> tuple[Prepared, Admitted | Step]:
-        """Each gate's ``before_admit``, then admission: the mail as the gates left it, and
-        :class:`Admitted` or the step to answer."""
-        for gate, raws in zip(self._gates, read_together(self._gates, mail), strict=True):
+    def _pass_gates(
+        self, mail: Prepared, progress: Progress, ahead: Ahead
+    ) -> tuple[Prepared, Admitted | Step]:
+        """Each gate's ``before_admit`` (with the values read with the claim, else read
+        together now), then admission (with the decision that rode on the claim, if any): the
+        mail as the gates left it, and :class:`Admitted` or the step to answer."""
+        decided = ahead.decided
+        every = ahead.raws if ahead.raws is not None else read_together(self._gates, mail)
+        for gate, raws in zip(self._gates, every, strict=True):
             passed = gate.before_admit(mail, progress, raws)
+            if decided is not None and not asks_the_same(mail, passed):
+                self._front.undo(mail)  # decided for the mail as it was: its slot back
+                decided = None
             if not isinstance(passed, Prepared):
                 return mail, passed
             mail = passed
-        return mail, self._admission.admit(mail, progress)
+        return mail, self._admission.admit(mail, progress, decided)
 
     def _deliver(
         self, mail: Prepared, admitted: Admitted, progress: Progress

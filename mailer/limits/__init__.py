@@ -10,7 +10,8 @@
 - Pure algorithms: :mod:`~mailer.limits.sliding_log` (one key, sliding tiers),
   :mod:`~mailer.limits.algorithm` (every scope and tier kind), with
   :mod:`~mailer.limits.insertion`, :mod:`~mailer.limits.gcra_log` (a gcra tier's floor and
-  bookings; :mod:`~mailer.limits.gcra_pages` keeps them in pages with summaries and
-  :mod:`~mailer.limits.gcra_search` searches them), :mod:`~mailer.limits.windows`.
+  bookings; :mod:`~mailer.limits.gcra_pages` keeps them in pages with summaries
+  (:mod:`~mailer.limits.gcra_runs`: a page's and a group's) and :mod:`~mailer.limits.gcra_search`
+  searches them), :mod:`~mailer.limits.windows`.
 - :mod:`~mailer.limits.stores`: memory and Redis stores, chosen by URL scheme and policy shape.
 """

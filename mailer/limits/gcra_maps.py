@@ -85,7 +85,7 @@ class GroupMaps:
         return tail_b[n]
 
     def edges(self) -> Edges:
-        """Every map, as :func:`_edges` gives them."""
+        """Every map, as :func:`~mailer.limits.gcra_runs.compose_edges` gives them."""
         n = len(self.groups) - 1
         self.before(max(n, 0))
         if n > 0:

@@ -23,12 +23,16 @@ again only as far as a search asks for them (a booking near the front: O(1) grou
 plain list as the reference; ``tests/limits/test_gcra_pages.py`` checks both give the same answers.
 """
 
+# ruff: noqa: PLR1730 - the summary and walk loops compare inline: a max() call per step
+# costs about as much as the step
+
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from mailer.limits.gcra_maps import NONE, Edges, Fold, GroupMaps
+from mailer.limits.gcra_runs import Group, Page, thresholds
 
 __all__ = ["GROUP", "NONE", "PAGE", "Edges", "Fold", "Pages", "Place"]
 
@@ -37,181 +41,9 @@ PAGE = 32
 #: The most pages a group keeps before it is cut in two (the last one: a new group starts).
 GROUP = 16
 
-#: A group's pages as :meth:`_Group.skipped` sorts them: ``u`` ascending, the largest ``v``
-#: from each on (one more: none), and the sum of ``a`` over every page but the last.
-Stairs = tuple[list[int], list[int], int]
-
-
-def _edges(folds: list[Fold]) -> Edges:
-    """The :data:`Edges` of consecutive runs with these folds, the last left out."""
-    folds = folds[:-1]
-    big_a, big_b = [0], [NONE]
-    for a, b, _ in folds:
-        big_a.append(big_a[-1] + a)
-        big_b.append(max(big_b[-1] + a, b))
-    big_s, big_g = [0] * len(folds), [NONE] * len(folds)
-    for j in range(len(folds) - 1, 0, -1):
-        a, _, g = folds[j]
-        big_s[j - 1] = big_s[j] + a
-        big_g[j - 1] = max(big_g[j] + a, g)
-    return big_a, big_b, big_s, big_g
-
-
-def _closing(e: int, c: int) -> int:
-    """The arrival time from which the gap ending at emission ``e`` admits no ms."""
-    return c + (-(-e // 1000) - 1) * 1000 + 1
-
 
 def _ceil_ms(us: int) -> int:
     return -(-us // 1000)
-
-
-class _Run:
-    """A page (``times``/``tags``) or a group (``pages``), with its summaries by view."""
-
-    __slots__ = ("folds", "thetas")
-
-    def __init__(self) -> None:
-        self.folds: dict[int, Fold] = {}  # interval -> [a, b, g]
-        self.thetas: dict[tuple[int, int], int] = {}  # (interval, c) -> theta
-
-    def forget(self) -> None:
-        self.folds.clear()
-        self.thetas.clear()
-
-    def carry(self, e: int, m: int) -> None:
-        """Carry every summary one step: ``e`` appended after the run's ``m`` emissions."""
-        for (interval, c), theta in self.thetas.items():
-            need = _closing(e, c)
-            if self.folds[interval][1] < need:
-                self.thetas[interval, c] = max(theta, need - m * interval)
-        for interval, f in self.folds.items():
-            f[0] += interval
-            f[1] = max(f[1], e) + interval
-            f[2] = max(f[2], (m + 1) * interval - e)
-
-
-class _Page(_Run):
-    __slots__ = ("tags", "times")
-
-    def __init__(self, times: list[int], tags: list[int]) -> None:
-        super().__init__()
-        self.times = times
-        self.tags = tags
-
-    def fold(self, interval: int) -> Fold:
-        f = self.folds.get(interval)
-        if f is None:
-            b, g = NONE, NONE
-            for i, e in enumerate(self.times, 1):
-                b = max(b, e) + interval
-                g = max(g, i * interval - e)
-            f = self.folds[interval] = [len(self.times) * interval, b, g]
-        return f
-
-    def theta(self, interval: int, c: int) -> int:
-        theta = self.thetas.get((interval, c))
-        if theta is None:
-            self.fold(interval)  # carried along with theta (``carry``)
-            b, theta = NONE, NONE
-            for i, e in enumerate(self.times):
-                need = _closing(e, c)
-                if b < need:
-                    theta = max(theta, need - i * interval)
-                b = max(b, e) + interval
-            self.thetas[interval, c] = theta
-        return theta
-
-
-class _Group(_Run):
-    __slots__ = ("count", "edges", "pages", "stairs")
-
-    def __init__(self, pages: list[_Page]) -> None:
-        super().__init__()
-        self.pages = pages
-        self.count = sum(len(p.times) for p in pages)
-        #: Per interval, its pages' maps from the group's start and bounds to its end.
-        self.edges: dict[int, Edges] = {}
-        #: Per view, when every page but the last is skipped (:meth:`skipped`).
-        self.stairs: dict[tuple[int, int], Stairs] = {}
-
-    def reshape(self) -> None:
-        """A page but the last changed, or the pages did: drop what composed them."""
-        self.edges.clear()
-        self.stairs.clear()
-
-    def skipped(self, interval: int, c: int, tau: int, right: int) -> bool:
-        """Whether every page but the last is closed or over-full for the view ``(interval,
-        c)``, given the arrival time ``tau`` entering the group and the bound ``right``
-        before its last page: exactly each page's own test (:mod:`mailer.limits.gcra_search`), in
-        O(log pages).
-
-        Page ``p`` (maps ``A``, ``B`` from the group's start, ``S``, ``G`` to its last page,
-        fold ``a``) is skipped iff ``B >= theta`` or ``B + G + a > c`` (whatever ``tau`` and
-        ``right``: left out), or ``tau >= u_p``, or ``right >= v_p``, or ``tau + right + A_last
-        > c``; pages sorted by ``u`` with the largest ``v`` after each give the answer."""
-        stairs = self.stairs.get((interval, c))
-        if stairs is None:
-            stairs = self.stairs[interval, c] = self._stairs(interval, c)
-        us, vs, a_last = stairs
-        return tau + right + a_last > c or right >= vs[bisect_right(us, tau)]
-
-    def _stairs(self, interval: int, c: int) -> Stairs:
-        edges = self.page_edges(interval)
-        pairs = sorted(_thresholds(edges, self.pages[:-1], interval, c))
-        vs = [NONE] * (len(pairs) + 1)
-        for k in range(len(pairs) - 1, -1, -1):
-            vs[k] = max(vs[k + 1], pairs[k][1])
-        return [u for u, _ in pairs], vs, edges[0][-1]
-
-    def page_edges(self, interval: int) -> Edges:
-        """The :data:`Edges` of its pages (kept until a page but the last changes)."""
-        out = self.edges.get(interval)
-        if out is None:
-            out = self.edges[interval] = _edges([p.fold(interval) for p in self.pages])
-        return out
-
-    def fold(self, interval: int) -> Fold:
-        f = self.folds.get(interval)
-        if f is None:
-            a, b, g = 0, NONE, NONE
-            for page in self.pages:
-                pa, pb, pg = page.fold(interval)
-                a, b, g = a + pa, max(b + pa, pb), max(g, pg + a)
-            f = self.folds[interval] = [a, b, g]
-        return f
-
-    def theta(self, interval: int, c: int) -> int:
-        theta = self.thetas.get((interval, c))
-        if theta is None:
-            self.fold(interval)  # carried along with theta (``carry``)
-            a, b, theta = 0, NONE, NONE
-            for page in self.pages:
-                pa, pb, _ = page.fold(interval)
-                pt = page.theta(interval, c)
-                if pt > b:
-                    theta = max(theta, pt - a)
-                a, b = a + pa, max(b + pa, pb)
-            self.thetas[interval, c] = theta
-        return theta
-
-
-def _thresholds(
-    edges: Edges, runs: Sequence[_Page | _Group], interval: int, c: int
-) -> Iterator[tuple[int, int]]:
-    """Per run (but the last of a sequence, with its :data:`Edges`): ``(u, v)``, the run is
-    closed or over-full iff the arrival time entering the sequence is ``>= u``, or the bound
-    before its last run ``>= v``, or their sum with ``edges``' last ``A`` is over ``c``
-    (``(NONE, NONE)`` when it is so whatever they are)."""
-    big_a, big_b, big_s, big_g = edges
-    for p, run in enumerate(runs):
-        a = run.fold(interval)[0]
-        theta = run.theta(interval, c)
-        if big_b[p] >= theta or big_b[p] + big_g[p] + a > c:
-            yield NONE, NONE
-        else:
-            u = min(theta - big_a[p], c + 1 - big_a[p] - big_g[p] - a)
-            yield u, c + 1 - big_b[p] - big_s[p] - a
 
 
 #: A place among the bookings: (group, page, index in the page); None: after the last.
@@ -222,19 +54,33 @@ class Pages:
     """One gcra tier's bookings after now, sorted, in pages in groups, with summaries."""
 
     def __init__(self, page: int = PAGE, group: int = GROUP) -> None:
-        self.groups: list[_Group] = []
+        self.groups: list[Group] = []
         self.count = 0
         self._page, self._group = page, group
         #: Per interval, the groups' maps (:class:`~mailer.limits.gcra_maps.GroupMaps`), kept
         #: as far as a change allows.
         self._edges: dict[int, GroupMaps] = {}
-        #: Per view, group ``j``'s (but the last's) :func:`_thresholds`, as far as asked (kept
-        #: until a group but the last changes).
+        #: Per view, group ``j``'s (but the last's) :func:`~mailer.limits.gcra_runs.thresholds`,
+        #: as far as asked (kept until a group but the last changes).
         self._skips: dict[tuple[int, int], dict[int, tuple[int, int]]] = {}
         #: The last page's gaps a search read (:meth:`gaps`), until the bookings change.
-        self._walked: tuple[_Page, tuple[int, int, int], list[int], list[int]] | None = None
+        self._walked: tuple[Page, tuple[int, int, int], list[int], list[int]] | None = None
+        #: Per view ``(interval, base)``, the last search's answer (µs) and ``tat`` and ``R``
+        #: at the gap it found it in, until the bookings change.
+        self.found: dict[tuple[int, int], tuple[int, int, int]] = {}
+        #: The same at the gap after the booking :meth:`add` just made there (``tat`` carried
+        #: past it, the same ``R``): the room after it without a walk, until the next change.
+        self.booked: dict[tuple[int, int], tuple[int, int, int]] = {}
+        #: Per search ``(interval, base, limit, now_us)``, where its last search started (ms)
+        #: and what it answered (:func:`~mailer.limits.gcra_search.earliest`), until the
+        #: bookings change.
+        self.answers: dict[tuple[int, int, int, int], tuple[int, int]] = {}
+        #: Per search ``(interval, limit)``, its last search's floor (µs), where it started and
+        #: what it answered (ms): no booking fits from that start to that answer (excluded),
+        #: and a booking added keeps it so (it only adds emissions); until one is taken out.
+        self.closed: dict[tuple[int, int], tuple[int, int, int]] = {}
 
-    def gaps(self, page: _Page, interval: int, tau: int, right: int) -> tuple[list[int], list[int]]:
+    def gaps(self, page: Page, interval: int, tau: int, right: int) -> tuple[list[int], list[int]]:
         """``tat_k`` and ``R_k`` at each gap ``k`` of ``page`` (0 .. its length), entered at the
         arrival time ``tau`` with the bound ``right`` after it: the one page a decision's
         searches walk is read once (kept until the bookings change)."""
@@ -243,11 +89,19 @@ class Pages:
             return walked[2], walked[3]
         times = page.times
         tats = [tau]
+        tat = tau
         for e in times:
-            tats.append(max(tats[-1], e) + interval)
+            if e > tat:
+                tat = e
+            tat += interval
+            tats.append(tat)
         rights = [right] * (len(times) + 1)
+        r = right
         for k in range(len(times) - 1, -1, -1):
-            rights[k] = max(rights[k + 1] + interval, interval - times[k])
+            r += interval
+            if interval - times[k] > r:
+                r = interval - times[k]
+            rights[k] = r
         self._walked = page, (interval, tau, right), tats, rights
         return tats, rights
 
@@ -256,6 +110,7 @@ class Pages:
         self._walked = None
         self._edges.clear()
         self._skips.clear()
+        self.closed.clear()
         for group in self.groups:
             group.forget()
             group.reshape()
@@ -263,7 +118,8 @@ class Pages:
                 page.forget()
 
     def threshold(self, interval: int, c: int, j: int) -> tuple[int, int]:
-        """Group ``j``'s (not the last's) :func:`_thresholds` for the view ``(interval, c)``."""
+        """Group ``j``'s (not the last's) :func:`~mailer.limits.gcra_runs.thresholds` for the
+        view ``(interval, c)``."""
         known = self._skips.setdefault((interval, c), {})
         out = known.get(j)
         if out is None:
@@ -271,11 +127,12 @@ class Pages:
             big_a, big_b = maps.before(j)
             big_s, big_g = maps.after(j)
             edges = [big_a], [big_b], [big_s], [big_g]
-            out = known[j] = next(_thresholds(edges, [self.groups[j]], interval, c))
+            out = known[j] = next(thresholds(edges, [self.groups[j]], interval, c))
         return out
 
     def thresholds(self, interval: int, c: int) -> tuple[list[int], list[int]]:
-        """Each group's but the last's :func:`_thresholds` for the view, as two lists."""
+        """Each group's but the last's :func:`~mailer.limits.gcra_runs.thresholds` for the view,
+        as two lists."""
         pairs = [self.threshold(interval, c, j) for j in range(len(self.groups) - 1)]
         return [u for u, _ in pairs], [v for _, v in pairs]
 
@@ -287,7 +144,7 @@ class Pages:
         return out
 
     def group_edges(self, interval: int) -> Edges:
-        """:meth:`_Group.page_edges` for the groups."""
+        """:meth:`~mailer.limits.gcra_runs.Group.page_edges` for the groups."""
         return self.maps(interval).edges()
 
     def __len__(self) -> int:
@@ -320,9 +177,15 @@ class Pages:
         """Insert a booking at ``x_us`` after those at the same time."""
         self.count += 1
         self._walked = None
+        self.booked = {
+            view: (x, max(tat, x) + view[0], right)
+            for view, (x, tat, right) in self.found.items()
+            if x == x_us
+        }
+        self.found, self.answers = {}, {}
         if not self.groups:
-            page = _Page([x_us], [tag])
-            self.groups.append(_Group([page]))
+            page = Page([x_us], [tag])
+            self.groups.append(Group([page]))
             self._edges.clear()
             self._skips.clear()
             return
@@ -354,18 +217,23 @@ class Pages:
         group = self.groups[gi]
         page = group.pages[pi]
         at = len(page.times) - 1 if self._is_end(gi, pi) else len(page.times) // 2
-        group.pages.insert(pi + 1, _Page(page.times[at:], page.tags[at:]))
+        group.pages.insert(pi + 1, Page(page.times[at:], page.tags[at:]))
         del page.times[at:], page.tags[at:]
         page.forget()
         group.reshape()
+        last = gi == len(self.groups) - 1
         if len(group.pages) > self._group:
-            at = len(group.pages) - 1 if gi == len(self.groups) - 1 else len(group.pages) // 2
-            self.groups.insert(gi + 1, _Group(group.pages[at:]))
+            at = len(group.pages) - 1 if last else len(group.pages) // 2
+            if last:  # the last group changes: every map composed over the others
+                self._edges.clear()
+            else:  # those composing group gi (_changed), indexed from either end, hold
+                for maps in self._edges.values():
+                    maps.changed(gi)
+            self.groups.insert(gi + 1, Group(group.pages[at:]))
             del group.pages[at:]
             group.count -= self.groups[gi + 1].count
             group.forget()
             group.reshape()
-            self._edges.clear()
             self._skips.clear()
 
     def _changed(self, gi: int, pi: int) -> None:
@@ -413,6 +281,7 @@ class Pages:
 
     def _delete(self, gi: int, pi: int, start: int, end: int) -> None:
         self._walked = None
+        self.found, self.booked, self.answers, self.closed = {}, {}, {}, {}
         group = self.groups[gi]
         page = group.pages[pi]
         self._changed(gi, pi)

@@ -7,11 +7,17 @@ group when each of its pages is proved so (their thresholds sorted: O(log pages)
 start, skip the page likewise; otherwise read the page and walk its gaps as the linear search
 does, with the arrival time entering it and the bound after it from the composed maps. The gap
 after the last booking, and an admission now after a fold, need the maps only.
+
+A search starts where the same view's last search (same floor) found that nothing fits: a
+booking added keeps that true (it only fills spans), a booking taken out drops it
+(:attr:`Pages.closed`). So the mails booked one after another into the room at the front of
+a backlog each start at the previous one's slot, not at the closed front.
 """
 
-from __future__ import annotations
+# ruff: noqa: PLR1730 - the summary and walk loops compare inline: a max() call per step
+# costs about as much as the step
 
-from bisect import bisect_right
+from __future__ import annotations
 
 from mailer.limits.gcra_pages import NONE, Edges, Fold, Pages, Place
 
@@ -25,7 +31,23 @@ def earliest(  # noqa: PLR0917 - gcra_log.earliest's arguments
 ) -> int:
     """:func:`mailer.limits.gcra_log.earliest` over ``pages``: the earliest ms ``>= t`` at
     which one more emission keeps the view ``(limit, interval)`` from ``floor``; ``t == now``
-    asks for an admission at ``now_us`` first."""
+    asks for an admission at ``now_us`` first. A search that answered ``x`` from ``t0``
+    answers every ``t`` in ``[t0, x]`` (nothing fits before ``x``, ``x`` fits), so the same
+    question asked again from its answer, as a decision does, is not searched twice
+    (:attr:`Pages.answers`, until the bookings change)."""
+    key = (interval, floor, limit, now_us)
+    known = pages.answers.get(key)
+    if known is not None and known[0] <= t <= known[1]:
+        return known[1]
+    x = _search(pages, floor, limit, interval, t, now, now_us)
+    pages.answers[key] = (t, x)
+    return x
+
+
+def _search(  # noqa: PLR0917 - earliest's arguments
+    pages: Pages, floor: int, limit: int, interval: int, t: int, now: int, now_us: int
+) -> int:
+    """:func:`earliest`, searched."""
     c = (limit - 1) * interval
     view = _View(pages, floor, interval, c)
     if t == now:
@@ -33,7 +55,17 @@ def earliest(  # noqa: PLR0917 - gcra_log.earliest's arguments
         if tat - now_us <= c and right + now_us <= c and tat + right <= c:
             return now
         t = now + 1
-    x = t
+    start, x = t, t
+    hint = pages.closed.get((interval, limit))
+    if hint is not None and hint[0] == floor and hint[1] <= t <= hint[2]:
+        start, x = hint[1], hint[2]  # nothing fits from hint[1] to hint[2] (excluded)
+    x = _scan(pages, view, x)
+    pages.closed[interval, limit] = (floor, start, x)
+    return x
+
+
+def _scan(pages: Pages, view: _View, x: int) -> int:
+    """The earliest ms ``>= x`` at which a booking fits the view (no admission now)."""
     place = pages.locate(x * 1000)
     while place is not None:
         gi, pi, i = place
@@ -44,15 +76,18 @@ def earliest(  # noqa: PLR0917 - gcra_log.earliest's arguments
         elif i == 0 and pi == 0 and view.skips_group(gi):
             x = max(x, _ceil_ms(runs[-1].times[-1]))
             place = _next(pages, gi, len(runs) - 1, x)
-        elif i == 0 and view.skips_page(gi, pi):
-            x = max(x, _ceil_ms(runs[pi].times[-1]))
-            place = _next(pages, gi, pi, x)
+        elif i == 0 and (far := view.kept_page(gi, pi)) > pi:  # pages pi .. far-1 skipped
+            x = max(x, _ceil_ms(runs[far - 1].times[-1]))
+            place = _next(pages, gi, far - 1, x)
         else:
             x, found = view.walk(place, x)
             if found:
                 return x
             place = pages.locate(x * 1000)
-    return max(x, _ceil_ms(pages.tat(floor, interval) - c))
+    tat = pages.tat(view.floor, view.interval)
+    x = max(x, _ceil_ms(tat - view.c))
+    pages.found[view.interval, view.floor] = (x * 1000, tat, NONE)
+    return x
 
 
 def _next(pages: Pages, gi: int, pi: int, x: int) -> Place:
@@ -70,8 +105,13 @@ def _next(pages: Pages, gi: int, pi: int, x: int) -> Place:
 
 
 def used(pages: Pages, floor: int, interval: int, at_us: int) -> int:
-    """:func:`mailer.limits.gcra_log.used` over ``pages``."""
-    tat, right = _View(pages, floor, interval, 0).bounds(pages.locate(at_us))
+    """:func:`mailer.limits.gcra_log.used` over ``pages``; at the booking just made where a
+    search found it, from the gap that search found (:attr:`Pages.booked`)."""
+    booked = pages.booked.get((interval, floor))
+    if booked is not None and booked[0] == at_us:
+        tat, right = booked[1], booked[2]
+    else:
+        tat, right = _View(pages, floor, interval, 0).bounds(pages.locate(at_us))
     ahead = max(0, tat - at_us) + max(0, right + at_us)
     return -(-ahead // interval)
 
@@ -127,10 +167,13 @@ class _View:
         floor, before = self.floor, max(NONE + a, g)  # the bound before the last group
         if floor + before + (pages.count - last.count) * interval > c:  # A over every group
             return n
+        maps = self._maps
         while gi < n:
-            u, v = pages.threshold(interval, c, gi)
-            if floor < u and before < v:
-                break
+            big_a, big_b = maps.before(gi)  # closed: the arrival time entering it is enough
+            if floor + big_a < pages.groups[gi].theta(interval, c) > big_b:
+                u, v = pages.threshold(interval, c, gi)
+                if floor < u and before < v:
+                    break
             gi += 1
         return gi
 
@@ -146,6 +189,32 @@ class _View:
             return False
         a, _, g = group.pages[-1].fold(self.interval)
         return group.skipped(self.interval, self.c, tau, max(right + a, g))
+
+    def kept_page(self, gi: int, pi: int) -> int:
+        """The first page from ``pi`` of group ``gi`` that :meth:`skips_page` does not skip
+        (one past the last: none); a page proved so from its start is so from any point in it."""
+        group, interval, c = self.pages.groups[gi], self.interval, self.c
+        runs, last = group.pages, len(group.pages) - 1
+        if pi < last:
+            big_a, big_b, big_s, big_g = group.page_edges(interval)
+            tau0, right0 = self.at_group(gi)
+            a, _, g = runs[-1].fold(interval)
+            before = right0 + a if right0 + a > g else g  # the bound before the last page
+            while pi < last:
+                page = runs[pi]
+                theta = page.theta(interval, c)  # makes the page's fold too
+                tau = tau0 + big_a[pi]
+                if big_b[pi] > tau:
+                    tau = big_b[pi]
+                right = before + big_s[pi]
+                if big_g[pi] > right:
+                    right = big_g[pi]
+                if tau < theta and tau + right + page.folds[interval][0] <= c:
+                    return pi
+                pi += 1
+        if self.skips_page(gi, last):
+            return last + 1
+        return last
 
     def skips_page(self, gi: int, pi: int) -> bool:
         """:meth:`skips_group` for page ``pi`` of group ``gi``."""
@@ -175,11 +244,18 @@ class _View:
         tats, rights = self.pages.gaps(page, self.interval, *self.at_page(gi, pi))
         times, m = page.times, len(page.times)
         while i < m:
-            tat, right = tats[i], rights[i]
+            tat, right, e = tats[i], rights[i], times[i]
             if tat + right <= c:
-                x = max(x, _ceil_ms(tat - c))
-                if x * 1000 < times[i] and right + x * 1000 <= c:
+                lo = -((c - tat) // 1000)  # ceil((tat - c) / 1000)
+                if lo > x:
+                    x = lo
+                if x * 1000 < e and right + x * 1000 <= c:
+                    self.pages.found[self.interval, self.floor] = (x * 1000, tat, right)
                     return x, True
-            x = max(x, _ceil_ms(times[i]))
-            i = bisect_right(times, x * 1000)
+            lo = -(-e // 1000)
+            if lo > x:
+                x = lo
+            i += 1  # past the emissions at or before x ms
+            while i < m and times[i] <= x * 1000:
+                i += 1
         return x, False

@@ -18,6 +18,9 @@ MAX_MAIL_ID_LENGTH = 255
 _UNKEYED = b"mailguard: no secret configured"
 #: base64 to base64url (what ``base64.urlsafe_b64encode`` does, without its two calls).
 _URLSAFE = bytes.maketrans(b"+/", b"-_")
+#: Storage keys a hasher remembers (a recipient mailed again is not hashed again); the memo is
+#: emptied when full: at most this many keys, about 200 bytes each.
+KEY_MEMO = 4096
 
 
 class KeyHasher:
@@ -28,7 +31,7 @@ class KeyHasher:
     production (``MAILGUARD_SECRET``), the same on every worker.
     """
 
-    __slots__ = ("_base", "_prefix")
+    __slots__ = ("_base", "_memo", "_prefix")
 
     def __init__(self, secret: str | bytes | None, namespace: str, policy_name: str) -> None:
         if not namespace or any(c in namespace for c in "{}\0\r\n "):
@@ -39,6 +42,7 @@ class KeyHasher:
         # Keyed once; each digest copies this state (cheaper than keying anew).
         self._base = hashlib.blake2b(digest_size=12, key=key, person=person)
         self._prefix = namespace + ":{"
+        self._memo: dict[str, str] = {}
 
     def digest(self, key: str) -> bytes:
         """Return the 12-byte keyed hash of a validated ``key``."""
@@ -47,11 +51,19 @@ class KeyHasher:
         return state.digest()
 
     def storage_key(self, key: str) -> str:
-        """Return the storage key for ``key``: ``<namespace>:{<16 base64url chars>}``."""
+        """Return the storage key for ``key``: ``<namespace>:{<16 base64url chars>}``.
+        Remembered (:data:`KEY_MEMO`): a key hashed before costs one dict lookup."""
+        stored = self._memo.get(key)
+        if stored is not None:
+            return stored
         state = self._base.copy()  # digest() inlined: the hot path of every decision
         state.update(key.encode("utf-8", "surrogatepass"))
         b64 = binascii.b2a_base64(state.digest(), newline=False).translate(_URLSAFE)
-        return self._prefix + b64.decode() + "}"
+        stored = self._prefix + b64.decode() + "}"
+        if len(self._memo) >= KEY_MEMO:
+            self._memo.clear()  # bounded; a thread reading meanwhile just hashes again
+        self._memo[key] = stored
+        return stored
 
 
 def check_key(key: object) -> str:

@@ -17,7 +17,7 @@ import email
 from email import charset as charsets
 from email.charset import Charset
 from email.header import Header
-from email.headerregistry import UnstructuredHeader
+from email.headerregistry import HeaderRegistry, UnstructuredHeader
 from email.message import EmailMessage
 from email.policy import EmailPolicy
 from email.utils import formataddr
@@ -26,6 +26,27 @@ from typing import Any
 #: RFC 5322's longest line in octets; a text with a longer line goes quoted-printable.
 MAX_LINE_OCTETS = 998
 _ADDRESS_HEADERS = frozenset({"from", "to", "cc", "reply-to", "sender"})
+
+
+class MadeOnceRegistry(HeaderRegistry):
+    """``email``'s header registry, each header class made once: the standard one makes a new
+    class (``type(...)``) for every header of every message, most of a short mail's build time.
+    The classes hold no state; their instances are the headers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._made: dict[str, type] = {}
+
+    def __getitem__(self, name: str) -> type:
+        key = name.lower()
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = super().__getitem__(name)
+        return made
+
+    def map_to_type(self, name: str, cls: type) -> None:
+        super().map_to_type(name, cls)
+        self._made.pop(name.lower(), None)
 
 
 class DjangoLikePolicy(EmailPolicy):
@@ -44,13 +65,15 @@ class DjangoLikePolicy(EmailPolicy):
 
 
 #: The policy of every message mailguard builds (``email.policy.default`` otherwise).
-POLICY = DjangoLikePolicy()
+POLICY = DjangoLikePolicy(header_factory=MadeOnceRegistry())
 
 #: The policy of a message carried whole (Django's backend): every header written back as it
 #: came, folds included, the parts as they were, a body line starting ``From `` left as it is
 #: (RFC 5322 needs no ``>From``), so the bytes sent are the bytes carried. A header added by a
 #: hook is folded as ``email.policy.default`` folds it.
-CARRIED_POLICY = EmailPolicy(refold_source="none", mangle_from_=False)
+CARRIED_POLICY = EmailPolicy(
+    refold_source="none", mangle_from_=False, header_factory=MadeOnceRegistry()
+)
 
 
 def _encoded(name: str, value: Any, linesep: str) -> str | None:

@@ -217,7 +217,11 @@ def test_a_stopped_worker_does_not_bunch_late_mails(
     time.sleep(max(0.0, 10.5 - (time.time() - stopped)))  # every slot (<= 8 s ahead) has passed
     restarted = CeleryWorker(env, name="again").start()
     try:
-        poll(lambda: all(r.ready() for r in results), 60, "every mail to settle")
+        try:
+            poll(lambda: all(r.ready() for r in results), 60, "every mail to settle")
+        except AssertionError as exc:  # say which, and what the worker said
+            unsettled = [(r.id, r.state, str(r.info)[:200]) for r in results if not r.ready()]
+            raise AssertionError(f"{exc}: {unsettled}\n{restarted.log()[-4000:]}") from None
     finally:
         restarted.stop()
         app.close()

@@ -12,6 +12,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from email.message import EmailMessage
 from pathlib import Path
@@ -96,7 +97,9 @@ def _serve(redis_url: str) -> Iterator[tuple[str, dict[str, str]]]:
 def _send(env: dict[str, str], kind: str, to: str = ADA) -> tuple[Finish, EmailMessage | None]:
     guard = build_guard(Settings.from_env(env), metrics=NO_METRICS)
     step = guard.process(
-        MailRequest(to=to, mail_id=f"{kind}-{to}-{id(guard)}", kind=kind, subject="s", body="b")
+        # A new mail id each send: id(guard) was reused once a guard was collected, and the
+        # ledger then answered the earlier mail's recorded outcome.
+        MailRequest(to=to, mail_id=f"{kind}-{uuid.uuid4()}", kind=kind, subject="s", body="b")
     )
     assert isinstance(step, Finish)
     sent = guard.transport.sent if isinstance(guard.transport, MemoryTransport) else []

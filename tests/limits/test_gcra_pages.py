@@ -320,3 +320,64 @@ def test_a_group_is_skipped_exactly_when_each_of_its_pages_is(
                 tat >= run.theta(interval, c) or tat + bound + len(run.times) * interval > c
             )
         assert group.skipped(interval, c, tau, right) == all(each)
+
+
+def test_a_pages_gaps_are_kept_under_the_bounds_they_were_entered_with() -> None:
+    """``Pages.gaps`` keeps the last page's gaps by the arrival time and bound it was entered
+    with: entered again with another bound (here the one its first gap had), it walks again
+    and gives that bound's gaps, not the kept ones."""
+    interval = -(-1_000_000 // 14)
+    pages = Pages(8, 4)
+    for i in range(6):
+        pages.add(NOW_US + 1 + i * 2 * interval, i + 1)
+    page = pages.groups[0].pages[0]
+    tau, right = NOW_US, NONE
+    tats, rights = pages.gaps(page, interval, tau, right)
+    assert pages.gaps(page, interval, tau, right) == (tats, rights)
+    other = rights[0]
+    fresh = copy.deepcopy(pages)
+    assert pages.gaps(page, interval, tau, other) == fresh.gaps(
+        fresh.groups[0].pages[0], interval, tau, other
+    )
+    assert pages.gaps(page, interval, tau, other)[1][-1] == other
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    offsets=st.lists(st.integers(1, 30_000), min_size=1, max_size=40),
+    sizes=st.tuples(st.integers(1, 4), st.integers(1, 4)),
+    interval=st.sampled_from([1, 999, 1000, 71_429]),
+)
+def test_a_groups_fold_is_the_fold_of_its_emissions(
+    offsets: list[int], sizes: tuple[int, int], interval: int
+) -> None:
+    """Bookings added in any order (pages changed in the middle of their group, cut in two):
+    after each, every group's fold, composed from its pages' maps, is the one its emissions
+    give one by one."""
+    pages = Pages(*sizes)
+    for tag, offset in enumerate(offsets, 1):
+        pages.add(NOW_US + offset, tag)
+        for group in pages.groups:
+            flat = _flat([page.times for page in group.pages])
+            want = [len(flat) * interval, _fold_from(NONE, flat, interval)]
+            assert group.fold(interval) == [*want, _bound_from(NONE, flat, interval)]
+
+
+def test_a_release_reopens_what_the_last_search_found_closed() -> None:
+    """A search starts where the same view's last one found nothing fits (kept while bookings
+    are only added); a booking taken out drops that, so the slot it freed is found again."""
+    limit, interval = 2, 1000
+    ref, log = ListLog(), GcraLog(times=Pages(2, 2))
+    for tag in range(1, 9):  # 2 per 2 ms, each at the earliest slot from now + 1 ms
+        x = earliest(log.floor, log.times, limit, interval, NOW + 1, now=NOW, now_us=NOW_US)
+        assert x == earliest(ref.floor, ref.times, limit, interval, NOW + 1, now=NOW, now_us=NOW_US)
+        ref.insert(x * 1000, tag, NOW_US, interval)
+        insert(log, x * 1000, tag, NOW_US, interval)
+    assert log.times.closed  # the next search starts past the first slots
+    first = ref.times[0] // 1000
+    ref.give_back(1, first, interval)
+    give_back(log, 1, first, interval)
+    assert not log.times.closed
+    x = earliest(log.floor, log.times, limit, interval, NOW + 1, now=NOW, now_us=NOW_US)
+    assert x == earliest(ref.floor, ref.times, limit, interval, NOW + 1, now=NOW, now_us=NOW_US)
+    assert x == first

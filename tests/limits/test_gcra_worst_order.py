@@ -1,8 +1,9 @@
 """The gcra bookings' worst order (``benchmarks/limiter.py``, :data:`ORDERS`): mails of the
 full tier booked into the room of a half-rate backlog, each near the front, so that every
 booking changes a group before the last and the groups' maps are kept only partly
-(:class:`mailer.limits.gcra_pages._GroupMaps`). At every step the paged search answers as the
-linear reference of :mod:`mailer.limits.gcra_log` (the earliest slot, room, expiry), with no
+(:class:`mailer.limits.gcra_maps.GroupMaps`). At every step the paged search answers as the
+linear reference of :mod:`mailer.limits.gcra_log` (the earliest slot, room, expiry, before and
+after each booking), with no
 summary computed in between but what the search itself asks for."""
 
 from __future__ import annotations
@@ -42,6 +43,22 @@ def _check(log: GcraLog, now_us: int, t: int) -> int:
     return want
 
 
+def _booked(log: GcraLog, now_us: int, x: int, tag: int) -> None:
+    """Book ``x`` (ms) as a decision does, then check the room at it and the expiry against
+    the linear reference: both come from the gap the search found it in (``Pages.booked``),
+    and the answers kept for the searches (``Pages.answers``, per floor) are dropped by a
+    booking into the pages."""
+    at = x * 1000 if x > now_us // 1000 else now_us
+    insert(log, at, tag, now_us, INTERVAL)
+    ref = _linear(log)
+    assert used(log.floor, log.times, INTERVAL, at) == used(log.floor, ref, INTERVAL, at)
+    tat = log.floor
+    for e in ref:
+        tat = max(tat, e) + INTERVAL
+    assert expires_us(log, INTERVAL) == tat
+    assert at <= now_us or not log.times.answers  # a search's answer holds for the same floor
+
+
 def test_front_bookings_into_a_half_rate_backlog_answer_as_the_linear_search() -> None:
     """600 bookings at half the rate in pages of 4 in groups of 3 (50 groups), then 120 mails
     each booked at the earliest slot from now: every one lands in the room near the front
@@ -53,7 +70,8 @@ def test_front_bookings_into_a_half_rate_backlog_answer_as_the_linear_search() -
     slots = []
     for tag in range(1_000, 1_120):
         x = _check(log, NOW_US, NOW)
-        insert(log, x * 1000 if x > NOW else NOW_US, tag, NOW_US, INTERVAL)
+        assert _check(log, NOW_US, x) == x  # asked again from its answer: the same slot
+        _booked(log, NOW_US, x, tag)
         slots.append(x)
     assert max(slots) * 1000 < NOW_US + 600 * HALF // 2  # each went into the front half
     fresh = copy.deepcopy(log.times)  # the same pages, every summary computed afresh
@@ -86,7 +104,7 @@ def test_any_order_of_front_bookings_releases_and_folds(
         if op in "fb":
             t = now if op == "f" else now + 1 + arg * 5
             x = _check(log, now_us, t)
-            insert(log, x * 1000 if x > now else now_us, n, now_us, INTERVAL)
+            _booked(log, now_us, x, n)
         elif op == "m":
             insert(log, now_us + 1 + arg * 4_001, n, now_us, INTERVAL)
         elif op == "r" and log.times:

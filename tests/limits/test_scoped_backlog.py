@@ -3,6 +3,8 @@ foreign data, expired when nothing is booked, kept across a Redis restart (AOF).
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 import redis
 
@@ -473,3 +475,43 @@ def test_the_same_mail_asked_again_holds_its_slot_and_takes_no_more(
 
     answers = _both(redis_url, text, steps)
     assert answers["redis"] == answers["memory"]
+
+
+def test_gcra_pages_full_at_the_end_and_small_where_mails_go_into_them(redis_url: str) -> None:
+    """A bucket moved into pages from the one-string form fills its pages and groups to their
+    caps (about 4·n^(1/3) bookings and n^(1/3) pages: 108 and 26 at 20 000), as appends do; a
+    page a booking goes into, not after, is cut in pages of an eighth of the cap, so the mails
+    booked into the room at the front of a half-rate backlog each read, walk and rewrite a
+    page of at most 13 bookings there."""
+    client = redis.Redis.from_url(redis_url)
+    limiter = Limiter.from_url(
+        redis_url,
+        Policy.parse("recipient: 1/60s; sender: 14/1s gcra"),
+        clock=ManualClock(START),
+        secret="s",
+        namespace="front-pages",
+    )
+    base = _sender_key(limiter)
+    _fill_gcra_bucket(client, base, int(START * 1000) + 1, 20_000)
+    for i in range(13):  # the bucket's burst at now
+        assert limiter.acquire(f"w{i}@example.com", max_wait=WEEK).allowed
+    key = f"{base}:G1"
+    per = 5 + 3  # a group record: id, first, last, bookings, pages, then b, g, theta
+    index = client.hget(key, "i") + client.hget(key, "j")
+    groups = [
+        struct.unpack(f">{per}d", index[k : k + 8 * per]) for k in range(0, len(index), 8 * per)
+    ]
+    assert len(groups) == -(-20_000 // (108 * 26))
+    assert [int(g[3]) for g in groups[:-1]] == [108 * 26] * (len(groups) - 1)
+    booked = [limiter.acquire(f"b{i}@example.com", max_wait=WEEK) for i in range(30)]
+    last_ms = int(START * 1000) + 1 + -(-19_999 * -(-1_000_000 // 7) // 1000)
+    assert all(d.booked and d.at_ms < last_ms for d in booked)
+    first = struct.unpack(f">{per}d", client.hget(key, "i")[: 8 * per])
+    gid = int(first[0])
+    raw = client.hget(key, f"i{gid}") + (client.hget(key, f"k{gid}") or b"")
+    pages = [struct.unpack(">7d", raw[k : k + 56]) for k in range(0, len(raw), 56)]
+    for d in booked:
+        holding = [p for p in pages if p[1] <= d.at_ms * 1000 <= p[2]]
+        assert holding and all(p[3] <= 108 // 8 for p in holding), (d.at_ms, holding)
+    limiter.close()
+    client.close()

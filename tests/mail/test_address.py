@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from mailer.errors import InvalidAddress, MailguardError
+from mailer.mail import address
 from mailer.mail.address import AddressRules, Recipient, limit_key, normalise_address
 
 
@@ -235,3 +236,42 @@ def test_control_characters_are_always_refused(text: str, bad: str, where: int) 
     where = min(where, len(text))
     with pytest.raises(InvalidAddress, match="control character"):
         normalise_address(text[:where] + bad + text[where:])
+
+
+_ATEXT = "abcXYZ019!#$%&'*+/=?^_`{|}~-"
+_LDH = "abcXY09-"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    local=st.lists(st.text(_ATEXT, min_size=1, max_size=8), min_size=1, max_size=3),
+    labels=st.lists(st.text(_LDH, min_size=1, max_size=8), min_size=1, max_size=3),
+    suffix=st.sampled_from(["", ".com", ".test", ".localhost", ".onion", ".123", ".xn--4ca9at"]),
+    test_domains=st.booleans(),
+)
+def test_a_plain_address_is_read_as_email_validator_reads_it(
+    local: list[str], labels: list[str], suffix: str, test_domains: bool
+) -> None:
+    """The fast reading of plain ASCII addresses (``_plain``) answers what email-validator does,
+    or leaves the address to it."""
+    text = ".".join(local) + "@" + ".".join(labels) + suffix
+    rules = AddressRules(allow_test_domains=test_domains)
+    plain = address._plain(text, rules)
+    try:
+        slow = address._by_validator(text, rules)
+    except InvalidAddress:
+        assert plain is None
+        return
+    assert plain is None or plain == slow
+
+
+def test_plain_addresses_take_the_fast_reading() -> None:
+    rules = AddressRules()
+    assert address._plain("Ada+news@Example.COM", rules) == (
+        "Ada+news",
+        "example.com",
+        "Ada+news@example.com",
+        False,
+    )
+    for other in ("ada@localhost", "ada@bücher.ch", "ada@xn--bcher-kva.ch", "ada@host.test"):
+        assert address._plain(other, rules) is None

@@ -9,6 +9,7 @@ import email
 import email.policy
 import json
 from dataclasses import replace
+from email.headerregistry import HeaderRegistry
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from mailer.errors import InvalidMessage
 from mailer.mail.arguments import InvalidArguments, check_arguments
 from mailer.mail.envelope import attachments, charset
 from mailer.mail.message import Attachment, Mail, build_message, mail_message_id, message_id
-from mailer.mail.mime import file_part, text_part
+from mailer.mail.mime import MadeOnceRegistry, file_part, text_part
 from workers.payload import Parked
 
 
@@ -206,3 +207,16 @@ def test_a_parked_mail_keeps_the_new_fields_and_an_old_payload_still_reads() -> 
     v1 = json.dumps({"v": 1, "args": ["ada@example.com"], "kwargs": old, "due": 1.0}).encode()
     assert Parked.decode(v1).kwargs == old
     check_arguments(Parked.decode(v1).args, {k: v for k, v in old.items() if k != "mail_id"})
+
+
+def test_header_classes_are_made_once_and_write_what_the_standard_registry_writes() -> None:
+    made = MadeOnceRegistry()
+    assert made["To"] is made["to"]
+    standard = HeaderRegistry()
+    for name, value in [("To", "Ada <ada@example.com>"), ("Subject", "Grüße"), ("Date", "x")]:
+        assert str(made(name, value)) == str(standard(name, value))
+        assert [type(d) for d in made(name, value).defects] == [
+            type(d) for d in standard(name, value).defects
+        ]
+    made.map_to_type("subject", standard["to"].__mro__[1])
+    assert made["Subject"].__mro__[1] is standard["to"].__mro__[1]

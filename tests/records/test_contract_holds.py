@@ -167,10 +167,12 @@ def test_the_stores_put_what_next_hold_says_and_get_in_order(bench: HoldsBench) 
     assert second == Hold(until=now + 5, level=1, cause="454", since=now + 1)
     echo = store.put("ns:hold:a", now + 1.5, 2.0, 10.0, "454", asked=now + 0.5)
     assert echo == second == next_hold(second, now + 1.5, 2.0, 10.0, "454", asked=now + 0.5)
+    assert (first.written, second.written, echo.written) == (True, True, False)
     stated = store.put("ns:hold:b", now, 3.0, 10.0, "421 wait 3 s", stated=True)
     assert stated == next_hold(None, now, 3.0, 10.0, "421 wait 3 s", stated=True)
-    assert stated.stated
-    assert store.get(["ns:hold:missing", "ns:hold:a"]) == [None, second]
+    assert stated.stated and stated.written
+    read = store.get(["ns:hold:missing", "ns:hold:a"])
+    assert read == [None, second] and read[1] is not None and not read[1].written
 
 
 def test_evidence_counts_distinct_recipients_within_the_window(bench: HoldsBench) -> None:

@@ -12,6 +12,7 @@ import redis
 
 from mailer import ManualClock
 from mailer.records.schedule import (
+    SHARDS,
     MemorySchedule,
     RedisSchedule,
     Schedule,
@@ -20,8 +21,15 @@ from mailer.records.schedule import (
 )
 
 
+@pytest.fixture(params=[1, SHARDS], ids=["one-shard", "sharded"])
+def shards(request: pytest.FixtureRequest) -> int:
+    """The Redis schedule's shards: one (a single Redis server's layout) or a Cluster's (the
+    memory schedule runs once for each, the same)."""
+    return int(request.param)
+
+
 @pytest.fixture
-def schedule(backend_url: str, clock: ManualClock) -> Iterator[Schedule]:
+def schedule(backend_url: str, clock: ManualClock, shards: int) -> Iterator[Schedule]:
     """A schedule on the test's backend. The Redis one reads Redis's clock: its tests park
     entries relative to the wall clock (``clock`` is set to it)."""
     if backend_url == "memory://":
@@ -30,7 +38,7 @@ def schedule(backend_url: str, clock: ManualClock) -> Iterator[Schedule]:
         yield memory
         return
     client = redis.Redis.from_url(backend_url)
-    schedule = schedule_from_url(backend_url, client=client)
+    schedule = schedule_from_url(backend_url, client=client, shards=shards)
     assert isinstance(schedule, RedisSchedule) and schedule.client is client
     yield schedule
     client.close()
@@ -60,14 +68,16 @@ def test_only_due_entries_are_taken_earliest_first(schedule: Schedule, now: floa
 
 
 def test_take_respects_the_limit_and_done_forgets(schedule: Schedule, now: float) -> None:
-    """At most ``limit`` entries per take; ``done`` forgets exactly the promoted ones."""
+    """At most ``limit`` entries per take, earliest first (across a Redis schedule's shards:
+    each shard's earliest, shards served in turn); ``done`` forgets exactly the promoted ones."""
     for n in range(5):
         schedule.park(f"m{n}", now - 10 + n, b"x")
-    first = schedule.take_due(limit=3, lease=30, ahead=0)
-    assert [t.mail_id for t in first] == ["m0", "m1", "m2"]
-    assert schedule.done([t.mail_id for t in first]) == 3
-    assert schedule.done(["m0"]) == 0
-    assert [t.mail_id for t in schedule.take_due(limit=3, lease=30, ahead=0)] == ["m3", "m4"]
+    first = [t.mail_id for t in schedule.take_due(limit=3, lease=30, ahead=0)]
+    assert len(first) == 3 and first == sorted(first)
+    assert schedule.done(first) == 3
+    assert schedule.done([first[0]]) == 0
+    second = [t.mail_id for t in schedule.take_due(limit=3, lease=30, ahead=0)]
+    assert second == sorted(second) and sorted(first + second) == [f"m{n}" for n in range(5)]
 
 
 def test_an_expired_lease_is_taken_again(

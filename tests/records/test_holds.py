@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -16,7 +17,9 @@ from devservers.smtp_server import SmtpTestServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard
 from mailer.guard import Finish, Guard, GuardConfig, Later, MailRequest
+from mailer.mail.envelope import Envelope
 from mailer.mail.transports import MemoryTransport
+from mailer.mail.transports.base import SendReceipt
 from mailer.metrics import Metrics
 from mailer.records.holds import Hold, Holds, next_hold
 from mailer.records.ledger import MemoryLedger
@@ -291,8 +294,9 @@ def test_on_one_redis_the_guard_reads_suppression_and_holds_in_one_round_trip(
     redis_url: str, policy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Limiter and ledger on one URL (plain or scoped policy): the suppression list and the
-    holds share one client, and a run reads both with one MGET, no separate GET; what it reads
-    steers the mail as the separate reads would (suppressed: dropped; sender held: deferred)."""
+    holds share one client, and a run reads both in the ledger's begin (its one MGET, on the
+    server: mailer.guard.front), no separate GET or MGET; what it reads steers the mail as the
+    separate reads would (suppressed: dropped; sender held: deferred)."""
     from mailer.factory import build_guard  # noqa: PLC0415
 
     settings = Settings.from_env(
@@ -324,7 +328,7 @@ def test_on_one_redis_the_guard_reads_suppression_and_holds_in_one_round_trip(
     monkeypatch.setattr(shared[0], "mget", counted_mget)
     stats = redis.Redis.from_url(redis_url)
     assert guard.process(mail("r1")).outcome.status == "sent"
-    assert len(reads) == 1
+    assert not reads, "read with the claim"
     guard.suppressions.suppress("bob@example.com", seconds=60, cause="550 5.1.1 user unknown")
     dropped = guard.process(mail("r2", to="bob@example.com"))
     assert (dropped.outcome.status, dropped.outcome.reason) == ("dropped", "suppressed")
@@ -444,6 +448,58 @@ def test_replies_to_mails_in_flight_before_the_hold_do_not_double_it(clock: Manu
     assert isinstance(step, Later) and step.outcome.hold == "sender"
     again = holds.sender()
     assert again is not None and (again.level, again.length) == (1, 10.0)
+
+
+class MidSend(MemoryTransport):
+    """Runs ``meanwhile`` (another worker's refusal) inside its first send, then refuses it:
+    two sends in flight answered 454 one after the other."""
+
+    def __init__(self, meanwhile: Callable[[], None]) -> None:
+        super().__init__()
+        self._meanwhile: Callable[[], None] | None = meanwhile
+
+    def send(self, envelope: Envelope) -> SendReceipt:
+        if self._meanwhile is not None:
+            meanwhile, self._meanwhile = self._meanwhile, None
+            meanwhile()
+            self.fail_next(1, code=THROTTLED[0], reply=THROTTLED[1])
+        return super().send(envelope)
+
+
+@pytest.mark.parametrize("pace", [True, False], ids=["paced", "unpaced"])
+def test_two_workers_refused_at_once_tell_one_hold(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture, pace: bool
+) -> None:
+    """Two workers' sends in flight, refused within the same millisecond: one hold, told once
+    (by the refusal that wrote it); the other mail is booked after it without a second line,
+    and with a slow start, one pace started and none slowed (the pace was not halved)."""
+    limiter = Limiter.from_url("memory://", Policy.parse("100/1s"), clock=clock)
+    ledger, config = MemoryLedger(clock), GuardConfig(throttle_hold=5.0)
+    holds = Holds.from_url("memory://", clock=clock, max_hold=config.throttle_hold_max)
+    if not pace:
+        holds.pace.rate = None
+    other = MemoryTransport()
+    other.fail_next(1, code=THROTTLED[0], reply=THROTTLED[1])
+    second = memory_guard(limiter, ledger, other, config=config, clock=clock, holds=holds)
+    steps: list[object] = []
+
+    def refused_meanwhile() -> None:
+        clock.advance(0.0004)
+        steps.append(second.process(mail("m2", to="bob@example.com")))
+
+    first = memory_guard(
+        limiter, ledger, MidSend(refused_meanwhile), config=config, clock=clock, holds=holds
+    )
+    with caplog.at_level(logging.INFO, logger="mailguard"):
+        steps.append(first.process(mail("m1")))
+    assert [type(s) for s in steps] == [Later, Later]
+    assert all(isinstance(s, Later) and s.outcome.reason == "held" for s in steps)
+    lines = [r.getMessage() for r in caplog.records]
+    assert sum(line.startswith("hold started") for line in lines) == 1, lines
+    assert sum(line.startswith("pace started") for line in lines) == (1 if pace else 0), lines
+    assert not any(line.startswith("pace slowed") for line in lines), lines
+    held = holds.sender()
+    assert held is not None and held.level == 0
 
 
 # Seen -----------------------------------------------------------------------------------------

@@ -105,9 +105,11 @@ def test_the_store_gives_slots_holds_them_per_mail_and_forgets_them_when_slowed(
     used = store.take(KEY, "m1", 100.0)
     assert used is not None and used[0] == 100.0
     slowed = store.slow(KEY, 101.0, asked=100.0)
-    assert slowed is not None and slowed.level == 1
+    assert slowed is not None and slowed.level == 1 and slowed.written
     assert slowed.rate == pytest.approx((1.0 + 0.5) / 2)
-    assert store.slow(KEY, 101.1, asked=100.5) == slowed, "a reply answered already"
+    echo = store.slow(KEY, 101.1, asked=100.5)
+    assert echo == slowed and echo is not None, "a reply answered already"
+    assert not echo.written, "only the call that halved it says so"
     retaken = store.take(KEY, "m2", 101.0)
     assert retaken is not None and retaken[0] == pytest.approx(101.0 + 1 / 0.75, abs=1e-4)
     current = store.get(KEY)

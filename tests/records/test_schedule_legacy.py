@@ -20,8 +20,9 @@ def test_every_entry_keeps_its_place_and_leaves_the_old_schedule(redis_url: str)
     the other queue's schedule is left alone."""
     client = redis.Redis.from_url(redis_url)
     target = RedisSchedule(client, redis_url, queue="mail")
-    old = RedisSchedule(client, redis_url, queue="mail@0123456789ab")
-    other = RedisSchedule(client, redis_url, queue="mail-eu@0123456789ab")
+    # The broker-keyed layout: one hash tag each (one shard).
+    old = RedisSchedule(client, redis_url, queue="mail@0123456789ab", shards=1)
+    other = RedisSchedule(client, redis_url, queue="mail-eu@0123456789ab", shards=1)
     now = time.time()
     old.park("parked", now + 600, b"p")
     old.watch("watched", now + 300, b"w")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
+import redis
+
 from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisServer
-from mailer.records.schedule import RedisSchedule, Schedule, schedule_from_url
+from mailer.records.schedule import RedisSchedule, Schedule, ScheduleShard, schedule_from_url
 
 
 def _walk(schedule: Schedule) -> None:
@@ -37,11 +39,56 @@ def _walk(schedule: Schedule) -> None:
 
 
 def test_the_schedule_works_on_a_cluster(cluster: RedisClusterServers) -> None:
-    """On a three-node Cluster every script runs: the keys share the ``{schedule:mail}`` slot."""
+    """On a three-node Cluster every script runs: each shard's keys share one slot."""
     schedule = schedule_from_url(cluster.url)
     assert isinstance(schedule, RedisSchedule)
     _walk(schedule)
     schedule.client.close()
+
+
+def test_parked_mails_spread_evenly_over_a_clusters_nodes(cluster: RedisClusterServers) -> None:
+    """3 000 parked mails on a three-node Cluster: each node holds two shards and about a
+    third of the mails (within 10 %); the single-slot keys of earlier versions stay unused."""
+    schedule = schedule_from_url(cluster.url)
+    assert isinstance(schedule, RedisSchedule)
+    now = time.time()
+    for n in range(3000):
+        schedule.park(f"mail-{n}", now + 3600, b"x")
+    per_node = []
+    for node in cluster.nodes:
+        client = redis.Redis(port=node.port)
+        per_node.append(sum(int(client.zcard(s.due_key)) for s in _owned(client, schedule)))
+        client.close()
+    assert sum(per_node) == 3000 and schedule.stats().parked == 3000
+    assert max(per_node) <= 1.1 * 1000 and min(per_node) >= 0.9 * 1000, per_node
+    assert schedule.legacy is not None and not schedule.client.exists(schedule.legacy.due_key)
+    for n in range(3000):
+        schedule.cancel(f"mail-{n}")
+    schedule.client.close()
+
+
+def _owned(node: redis.Redis, schedule: RedisSchedule) -> list[ScheduleShard]:
+    """The shards whose slot ``node`` serves (its ``myself`` line of ``CLUSTER NODES``)."""
+    mine = []
+    for shard in schedule.shards:
+        slot = int(node.execute_command("CLUSTER", "KEYSLOT", shard.due_key))
+        if _serves(node, slot):
+            mine.append(shard)
+    assert len(mine) == 2, "two shards a node"
+    return mine
+
+
+def _serves(node: redis.Redis, slot: int) -> bool:
+    myself = next(
+        line
+        for line in node.execute_command("CLUSTER", "NODES").decode().splitlines()
+        if "myself" in line
+    )
+    for part in myself.split()[8:]:
+        low, _, high = part.partition("-")
+        if int(low) <= slot <= int(high or low):
+            return True
+    return False
 
 
 def test_the_schedule_works_behind_sentinel() -> None:

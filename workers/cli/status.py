@@ -16,6 +16,8 @@ from mailer.errors import BackendUnavailable
 from mailer.factory import build_holds, build_ledger
 from mailer.limits.checks import check_tenant
 from mailer.limits.scopes import single_key
+from mailer.records.holds import Hold
+from mailer.records.holds.pace import Pace
 from mailer.settings import Settings
 from workers.cli import views
 from workers.cli.budget import budget_report, scoped_report
@@ -98,7 +100,7 @@ def _sender_hold(settings: Settings) -> dict[str, Any] | None:
         fail(str(exc), USAGE)
     except BackendUnavailable as exc:
         fail(str(exc))
-    return None if hold is None else asdict(hold)
+    return None if hold is None else _stored(hold)
 
 
 def _sender_pace(settings: Settings) -> dict[str, Any] | None:
@@ -109,7 +111,14 @@ def _sender_pace(settings: Settings) -> dict[str, Any] | None:
         rate = pace.rate_now()
     except BackendUnavailable as exc:
         fail(str(exc))
-    return None if current is None else asdict(current) | {"rate_now": rate}
+    return None if current is None else _stored(current) | {"rate_now": rate}
+
+
+def _stored(value: Hold | Pace) -> dict[str, Any]:
+    """A hold's or a pace's stored fields (not ``written``, which a put or slow-down answers)."""
+    fields = asdict(value)
+    del fields["written"]
+    return fields
 
 
 def _show_pace(pace: dict[str, Any] | None) -> None:

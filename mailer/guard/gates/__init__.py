@@ -50,23 +50,41 @@ class Gate(Protocol):
 def read_together(gates: Sequence[Gate], mail: Prepared) -> list[list[Any] | None]:
     """Each gate's raw values read in one ``MGET`` (one round trip instead of one per gate)
     when every gate reads through the same Redis client; all None when they do not, or when
-    that read fails (each gate then reads on its own, with its own outage rule)."""
+    that read fails (each gate then reads on its own, with its own outage rule). The guard's
+    first round trip reads them with the claim instead, where it can
+    (:mod:`mailer.guard.front`)."""
     alone: list[list[Any] | None] = [None] * len(gates)
     if len(gates) < 2:
         return alone
-    reads: list[Reads] = []
-    for gate in gates:
-        read = gate.reads(mail)
-        if read is None or (reads and read[0] is not reads[0][0]):
-            return alone
-        reads.append(read)
+    reads = shared_reads(gates, mail)
+    if reads is None:
+        return alone
     try:
         raws = reads[0][0].mget([key for _, keys in reads for key in keys])
     except REDIS_DOWN:
         return alone
-    split: list[list[Any] | None] = []
+    return split(reads, raws)
+
+
+def shared_reads(gates: Sequence[Gate], mail: Prepared, client: Any = None) -> list[Reads] | None:
+    """Each gate's :meth:`Gate.reads` when every gate reads through one Redis client (``client``
+    when given); else None."""
+    reads: list[Reads] = []
+    for gate in gates:
+        read = gate.reads(mail)
+        if read is None or read[0] is not (client if client is not None else read[0]):
+            return None
+        if reads and read[0] is not reads[0][0]:
+            return None
+        reads.append(read)
+    return reads
+
+
+def split(reads: Sequence[Reads], raws: Sequence[Any]) -> list[list[Any] | None]:
+    """The values of ``reads``' keys, read in that order, cut back into one list per gate."""
+    cut: list[list[Any] | None] = []
     start = 0
     for _, keys in reads:
-        split.append(list(raws[start : start + len(keys)]))
+        cut.append(list(raws[start : start + len(keys)]))
         start += len(keys)
-    return split
+    return cut

@@ -49,8 +49,6 @@ log = logging.getLogger("mailguard")
 _KNOWN_HOLDS = 1024
 #: The ``cause`` label of holds started by evidence (failures across recipients).
 EVIDENCE = "evidence"
-#: A hold whose ``since`` is this close to the call was written by it (JSON keeps 0.1 ms).
-_SAME_TIME = 0.001
 
 
 class HoldsGate:
@@ -267,7 +265,7 @@ class HoldsGate:
         who = SENDER if scope == SENDER else f"recipient {mail.base.recipient}"
         name = SENDER if scope == SENDER else mail.base.recipient or ""
         self._note(name, who, hold)
-        written = hold.since >= before - _SAME_TIME  # not a hold already answered
+        written = hold.written  # of refusals at once, one writes the hold and tells it
         if written:
             self.metrics.hold(scope, label)
             log.warning(
@@ -329,7 +327,7 @@ class HoldsGate:
     ) -> Admitted | Step:
         """The pace was halved (or had been, for a send admitted before): book ``mail`` at its
         next slot in it, with the reply that slowed it as the cause."""
-        if pace.since >= at - _SAME_TIME:
+        if pace.written:  # of refusals at once, one halves the pace and tells it
             log.warning(
                 "pace slowed: sender at %.3g mails/s (%s), level %d",
                 pace.rate,

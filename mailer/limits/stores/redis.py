@@ -221,6 +221,20 @@ class SlidingRedisStore:
             )
         return self._decision(self._evalsha([key], list(args)))
 
+    def late_call(
+        self, recipient: str, tag: int, max_wait_ms: int, late_ms: int
+    ) -> tuple[str, tuple[object, ...]]:
+        """The key and arguments :meth:`acquire` sends with ``late_ms`` (no hold) to run
+        :attr:`script`, for a caller that runs that decision inside a script of its own on
+        :attr:`client` (the ledger's begin: :mod:`mailer.records.ledger.ride`); answer its
+        reply with :meth:`decision_of`."""
+        now = "" if self._clock is None else to_us(self._clock())
+        return self._hasher.storage_key(recipient), ("a", now, tag, max_wait_ms, 0, late_ms)
+
+    def decision_of(self, raw: bytes) -> Decision:
+        """The decision :attr:`script`'s reply says."""
+        return self._decision(raw)
+
     def acquire_many(
         self, recipients: Sequence[str], tags: Sequence[int], max_wait_ms: int
     ) -> list[Decision]:

@@ -4,7 +4,7 @@ the story)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 #: The scope of a hold on every mail (the server throttles the sender).
@@ -20,13 +20,17 @@ CAUSE_CHARS = 300
 class Hold:
     """One hold: in force from ``since`` to ``until`` (epoch seconds) because of ``cause`` (the
     reply); ``level`` is how many times it was doubled (0: the first). ``stated``: its length
-    is the delay the reply stated; False when it is a default or a doubling (a guess)."""
+    is the delay the reply stated; False when it is a default or a doubling (a guess).
+    ``written``: True on the hold a store's ``put`` answers when that put wrote it (a new hold,
+    a doubling, a longer stated delay); False when the put found the throttling answered
+    already, and on a hold read back. Not stored, not compared."""
 
     until: float
     level: int
     cause: str
     since: float
     stated: bool = False
+    written: bool = field(default=False, compare=False)
 
     @property
     def length(self) -> float:
@@ -110,7 +114,8 @@ class HoldStore(Protocol):
         stated: bool = False,
     ) -> Hold:
         """Set the hold at ``key`` to :func:`next_hold` of the one stored there (read, double
-        and write at once: two workers throttled together double it once each) and return it.
+        and write at once: two workers throttled together double it once each) and return it,
+        ``written`` when this put wrote it (of two puts at once, only one writes a new hold).
         It is kept one length past its end (:meth:`Hold.remembered`)."""
         ...
 

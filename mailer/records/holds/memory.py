@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 from mailer.clock import Clock, system_clock
@@ -35,11 +36,13 @@ class MemoryHoldStore:
         with self._lock:
             previous = self._holds.get(key)
             hold = next_hold(previous, now, seconds, max_hold, cause, asked=asked, stated=stated)
+            if hold is previous:
+                return hold
             self._holds[key] = hold
             if len(self._holds) > FORGET_AFTER:
                 now = self._clock()
                 self._holds = {k: h for k, h in self._holds.items() if h.remembered(now)}
-            return hold
+            return replace(hold, written=True)
 
     def get(self, keys: list[str]) -> list[Hold | None]:
         with self._lock:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from mailer.clock import Clock, system_clock
@@ -53,7 +53,9 @@ PACE_STEP = 0.5
 class Pace:
     """A learned sender rate: ``rate`` mails/s at ``since`` (epoch seconds), growing by
     ``step`` mails/s per second, bounded by ``cap`` (0: none); ``next`` is the earliest slot not
-    yet given; ``level`` how many times it was halved."""
+    yet given; ``level`` how many times it was halved. ``written``: True on the pace a store's
+    ``slow`` answers when that call halved it (of refusals at once, one halves it); not stored,
+    not compared."""
 
     rate: float
     since: float
@@ -61,6 +63,7 @@ class Pace:
     step: float
     cap: float = 0.0
     level: int = 0
+    written: bool = field(default=False, compare=False)
 
     def rate_at(self, t: float) -> float:
         """The rate at ``t``, in mails/s (the one at ``since`` before then)."""
@@ -150,7 +153,7 @@ class PaceStore(Protocol):
 
     def slow(self, key: str, now: float, asked: float) -> Pace | None:
         """:func:`slow_pace` of the pace at ``key``, forgetting the reservations when it
-        changed; None when no pace is in force."""
+        changed (then ``written``); None when no pace is in force."""
         ...
 
     def get(self, key: str) -> Pace | None: ...
@@ -194,10 +197,11 @@ class MemoryPaceStore:
             if pace is None:
                 return None
             slowed = slow_pace(pace, now, asked)
-            if slowed is not pace:
-                self._paces[key] = slowed
-                self._slots.pop(key, None)
-            return slowed
+            if slowed is pace:
+                return pace
+            self._paces[key] = slowed
+            self._slots.pop(key, None)
+            return replace(slowed, written=True)
 
     def get(self, key: str) -> Pace | None:
         with self._lock:

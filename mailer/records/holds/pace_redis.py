@@ -4,6 +4,7 @@ atomic step per call; the hash tag ``{sender}`` keeps both in one Redis Cluster 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from mailer.records.holds.pace import FORGET_AFTER, Pace, decode_pace, encode_pace
@@ -33,7 +34,13 @@ class RedisPaceStore:
         return float(slot), pace
 
     def slow(self, key: str, now: float, asked: float) -> Pace | None:
-        return decode_pace(self._run(_keys(key), ["w", repr(now), repr(asked), repr(FORGET_AFTER)]))
+        answer = self._run(_keys(key), ["w", repr(now), repr(asked), repr(FORGET_AFTER)])
+        if answer is None:
+            return None
+        raw, written = answer
+        pace = decode_pace(raw)
+        assert pace is not None  # the script answers a pace with its flag
+        return replace(pace, written=written == 1)
 
     def get(self, key: str) -> Pace | None:
         return decode_pace(self._redis.call(self._redis.client.get, key))

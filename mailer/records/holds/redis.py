@@ -10,6 +10,7 @@ holds live in different slots: they are read with a pipeline, not one ``MGET``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from mailer.records.holds.base import CAUSE_CHARS, Hold, decode_hold
@@ -48,8 +49,10 @@ class RedisHoldStore:
     ) -> Hold:
         args = [repr(now), repr(seconds), repr(max_hold), cause[:CAUSE_CHARS]]
         args += [repr(now if asked is None else asked), "1" if stated else "0"]
-        raw = self._put([key], args)
-        return decode_hold(raw)  # type: ignore[return-value]  # the script always answers one
+        raw, written = self._put([key], args)
+        hold = decode_hold(raw)
+        assert hold is not None  # the script answers a hold with its flag
+        return replace(hold, written=written == 1)
 
     def witness(self, key: str, member: str, now: float, window: float, count: int) -> int:
         return int(self._witness([key], [repr(now), repr(window), str(count), member]))

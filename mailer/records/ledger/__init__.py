@@ -15,9 +15,11 @@ Shaped like the limiter's storage (:mod:`mailer.limits.stores`):
 
 - :mod:`mailer.records.ledger.base`: the :class:`Ledger` protocol, :data:`Begun`, :data:`SENT_TTL`
 - :mod:`mailer.records.ledger.memory`: :class:`MemoryLedger`, inside one process
-- :mod:`mailer.records.ledger.redis`: :class:`RedisLedger`, one script call per method; its scripts
+- :mod:`mailer.records.ledger.redis`: :class:`RedisLedger`, one round trip per method; its scripts
   are package files, ``lua/begin.lua``, ``lua/unclaim.lua``, ``lua/record.lua`` and
   ``lua/handoff.lua``, each opening with the keys and arguments it takes
+- :mod:`mailer.records.ledger.ride`: ``begin`` with a limiter's decision riding on it (the
+  guard's one round trip before sending: :mod:`mailer.guard.front`)
 - :func:`ledger_from_url`: the one that fits a URL's scheme
 """
 

@@ -41,10 +41,16 @@ class Claimed:
 class Turn:
     """A run's place in its mail's chain of runs: ``number`` runs handed it on before this one
     (0 for a first run), ``parent`` names the run that published this one ("" for a first
-    run). A copy of a message (a redelivery, the watchdog's) carries the same turn."""
+    run). A copy of a message (a redelivery, the watchdog's) carries the same turn.
+
+    ``copy``: the broker delivered this message again (its ``redelivered`` flag). Only such a
+    first message (turn 0) can find its mail parked by its first run, whose claim (and
+    ``first_seen``) went with the parking: the ledger then looks for the mail in the schedule
+    (one ``HEXISTS``), and a first delivery pays nothing."""
 
     number: int
     parent: str = ""
+    copy: bool = False
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,13 @@ class Ledger(Protocol):
     def record(self, outcome: Outcome) -> None:
         """Remember ``outcome`` (sent, dropped or failed) as the final one of its mail id and
         drop the claim and the turn: every later ``begin`` answers it."""
+        ...
+
+    def parked(self, mail_id: str) -> bool:
+        """``mail_id`` is parked in the schedule by the run that gave its claim back: drop what
+        the ledger keeps of it that the parked payload carries (the first run's ``first_seen``
+        with the given-back claim), where a late copy of its first message is still known
+        stale without it. True when something was dropped."""
         ...
 
     def handoff(self, mail_id: str) -> int:

@@ -18,6 +18,9 @@ from mailer.records.ledger.base import (
     Turn,
 )
 
+#: Outcomes kept before the first sweep of expired entries.
+SWEEP_FROM = 1024
+
 
 class MemoryLedger:
     """The ledger inside one process (tests, the demo, a threads or solo pool)."""
@@ -31,6 +34,7 @@ class MemoryLedger:
         self._seen: dict[str, tuple[float, float]] = {}  # first_seen, expiry
         self._turns: dict[str, tuple[Turn, float]] = {}  # the latest claiming run's, expiry
         self._dead: list[Outcome] = []
+        self._sweep_at = SWEEP_FROM  # sweep expired entries when this many outcomes are kept
 
     def begin(
         self,
@@ -71,6 +75,11 @@ class MemoryLedger:
             if held is not None and held[0] == owner:
                 del self._claims[mail_id]
 
+    def parked(self, mail_id: str) -> bool:
+        """Nothing: this ledger reads no schedule, so the first run's ``first_seen`` stays
+        for a late copy of its first message (until :data:`FIRST_SEEN_TTL`)."""
+        return False
+
     def record(self, outcome: Outcome) -> None:
         now = self._clock()
         with self._lock:
@@ -79,13 +88,16 @@ class MemoryLedger:
             self._runs.pop(outcome.mail_id, None)
             self._seen.pop(outcome.mail_id, None)
             self._turns.pop(outcome.mail_id, None)
-            if len(self._done) > 1024:  # forget expired outcomes now and then
-                for key in [k for k, (_, exp) in self._done.items() if exp <= now]:
-                    del self._done[key]
-                for key in [k for k, (_, exp) in self._seen.items() if exp <= now]:
-                    del self._seen[key]
-                for key in [k for k, (_, exp) in self._turns.items() if exp <= now]:
-                    del self._turns[key]
+            if len(self._done) >= self._sweep_at:
+                self._sweep(now)
+
+    def _sweep(self, now: float) -> None:
+        """Forget expired entries. The next sweep comes when the outcomes kept have doubled:
+        a sweep reads every entry, so each record pays for a constant share of one."""
+        for table in (self._done, self._seen, self._turns):
+            for key in [k for k, (_, exp) in table.items() if exp <= now]:
+                del table[key]
+        self._sweep_at = max(SWEEP_FROM, 2 * len(self._done))
 
     def handoff(self, mail_id: str) -> int:
         now = self._clock()

@@ -80,9 +80,11 @@ class Schedule(Protocol):
         them), those due within ``ahead`` seconds, and watches whose time has passed."""
         ...
 
-    def next_due(self) -> float | None:
+    def next_due(self, stale: float = 0.0) -> float | None:
         """When the schedule next has something to hand out (epoch seconds; None: empty): the
-        earliest due time or promotion lease end. One cheap read: what a poller asks first."""
+        earliest due time or promotion lease end. One cheap read: what a poller asks first.
+        ``stale`` > 0: parked entries written by other processes may be seen up to ``stale``
+        seconds late (a poller's cheaper read; watches are always read)."""
         ...
 
     def done(self, mail_ids: Sequence[str]) -> int:

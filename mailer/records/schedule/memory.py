@@ -91,7 +91,7 @@ class MemorySchedule:
                 *(Taken(m, self._payloads.get(m), True) for m in watched),
             ]
 
-    def next_due(self) -> float | None:
+    def next_due(self, stale: float = 0.0) -> float | None:
         with self._lock:
             return min(
                 [*self._due.values(), *self._promoting.values(), *self._watch.values()],

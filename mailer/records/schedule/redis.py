@@ -1,68 +1,115 @@
-"""The schedule in Redis (the ledger's): one script call per change, keys under one hash tag.
+"""The schedule in Redis (the ledger's), sharded over several hash slots.
 
 One schedule per queue (``<q>``, ``MAILGUARD_QUEUE``): a promoter publishes to its own queue,
 so workers of another queue on the same Redis (``mailguard demo --redis``) never take its mails.
 
-- ``<ns>:{schedule:<q>}:due``: sorted set, mail id by due time (epoch milliseconds) while parked,
-  by the end of its promotion lease (ms) while promoting
-- ``<ns>:{schedule:<q>}:promoting``: set of the mail ids being promoted
-- ``<ns>:{schedule:<q>}:watch``: sorted set, mail id of a booked mail a worker holds as a
-  countdown by the time a run of it should have been seen (ms); the watchdog takes it after
-- the first scores of ``due`` and ``watch`` say whether anything is due
-  (:meth:`RedisSchedule.next_due`, one pipelined round trip per poll)
-- ``<ns>:{schedule:<q>}:payloads``: hash, mail id -> payload (opaque bytes)
-- ``<ns>:{schedule:<q>}:dead``: hash, mail id -> payload that could not be used
+**Shards.** On a Redis Cluster (``redis+cluster://``) a queue's entries are spread over
+:data:`SHARDS` shards
+(:class:`~mailer.records.schedule.shard.ScheduleShard`, each its own keys under one hash tag,
+``<ns>:{schedule/<i>.<k>:<q>}``): the mail id decides its shard (CRC-32 of the id, modulo the
+count), so ``cancel``, ``forget``, ``running`` and ``watch`` go to one shard without a search.
+Each shard's tag is chosen (the smallest ``k``) so that its Cluster slot falls in the ``i``-th
+of :data:`SHARDS` equal ranges of the 16 384 slots: a Cluster whose nodes hold equal slot
+ranges (``redis-cli --cluster create``) gets an equal share of the shards on each node
+(6 shards: 2, 3 or 6 nodes evenly). Every process computes the same tags. On one Redis server
+(or Sentinel) there is one shard, ``<ns>:{schedule:<q>}``: shards spread nothing there, and each
+costs a poll two more ``ZRANGE`` (:func:`shards_for`).
 
-One hash tag, so one Cluster slot (every script touches several keys). Mail ids are the only
-names stored in clear; addresses live inside payloads only as the workers encode them.
+**Reads across shards.** :meth:`RedisSchedule.next_due` reads the first ``due`` and ``watch``
+entry of every shard in one pipeline (two ``ZRANGE`` a shard: the idle cost of a poll).
+:meth:`RedisSchedule.take_due` reads them too, then calls the take script on each shard that
+has something due, earliest first shard first: each gets an equal share of ``limit``, the
+shards that filled their share share what is left. No shard waits behind another's backlog;
+what is taken is returned earliest first. :meth:`RedisSchedule.stats` sums the shards.
+
+**Upgrade.** The single-slot schedule of earlier versions, ``<ns>:{schedule:<q>}``, is read as
+one more shard while it holds anything (checked every :data:`LEGACY_RECHECK` seconds, and left
+as soon as a read finds it empty): its entries are promoted where they are (no bulk move at a
+worker's start: a million parked mails would hold it for minutes), and ``done``, ``release``,
+``bury``, ``cancel`` and ``payload`` reach it too meanwhile; ``running`` and ``forget`` (every
+run's) only while it holds watches (a minute after the last worker of an earlier version
+stopped). New entries always go to the shards. ``shards=1`` is that layout exactly.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
+import time
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-from mailer.clock import to_ms
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
 from mailer.defaults import QUEUE
 from mailer.records.schedule.base import PROMOTE_LEASE, TAKE_AHEAD, TAKE_LIMIT, ScheduleStats, Taken
-from mailer.storage import RedisStore, lua_source
+from mailer.records.schedule.shard import ScheduleShard, first_of
+from mailer.storage import RedisStore, is_cluster
 
-PARK_SCRIPT = lua_source("mailer.records.schedule", "park")
-TAKE_SCRIPT = lua_source("mailer.records.schedule", "take")
-DONE_SCRIPT = lua_source("mailer.records.schedule", "done")
-BURY_SCRIPT = lua_source("mailer.records.schedule", "bury")
-CANCEL_SCRIPT = lua_source("mailer.records.schedule", "cancel")
-WATCH_SCRIPT = lua_source("mailer.records.schedule", "watch")
-RUNNING_SCRIPT = lua_source("mailer.records.schedule", "running")
-FORGET_SCRIPT = lua_source("mailer.records.schedule", "forget")
-RELEASE_SCRIPT = lua_source("mailer.records.schedule", "release")
+#: How many shards a queue's schedule has (every process of a deployment must agree).
+SHARDS = 6
+#: Seconds between two checks of the single-slot schedule of earlier versions once it is empty.
+LEGACY_RECHECK = 60.0
+
+
+def shards_for(url: str) -> int:
+    """The shards of a schedule at ``url``: :data:`SHARDS` on a Redis Cluster, else one (every
+    process of a deployment reaches the ledger by the same kind of URL, so all agree)."""
+    return SHARDS if is_cluster(url) else 1
+
+
+def shard_tags(queue: str, count: int) -> list[str]:
+    """The hash tags of ``queue``'s ``count`` shards (the module's docstring); one shard: the
+    single-slot schedule's own, ``schedule:<q>``."""
+    clean = "".join(c for c in queue if c not in "{}")
+    if count == 1:
+        return [f"schedule:{clean}"]
+    tags = []
+    for i in range(count):
+        low = i * REDIS_CLUSTER_HASH_SLOTS // count
+        high = (i + 1) * REDIS_CLUSTER_HASH_SLOTS // count
+        for k in itertools.count():
+            tag = f"schedule/{i}.{k}:{clean}"
+            if low <= key_slot(tag.encode()) < high:
+                break
+        tags.append(tag)
+    return tags
 
 
 class RedisSchedule:
-    """:class:`~mailer.records.schedule.base.Schedule` in Redis; raises
-    :class:`~mailer.errors.BackendUnavailable` (``backend="ledger"``) when Redis is down."""
+    """:class:`~mailer.records.schedule.base.Schedule` in Redis over ``shards`` shards (None:
+    :func:`shards_for` the URL); raises :class:`~mailer.errors.BackendUnavailable`
+    (``backend="ledger"``) when Redis is down."""
 
     def __init__(
-        self, client: Any, url: str, namespace: str = "mailguard", queue: str = QUEUE
+        self,
+        client: Any,
+        url: str,
+        namespace: str = "mailguard",
+        queue: str = QUEUE,
+        *,
+        shards: int | None = None,
     ) -> None:
+        if shards is None:
+            shards = shards_for(url)
+        if shards < 1:
+            raise ValueError(f"a schedule needs at least one shard, got {shards}")
         self._redis = RedisStore(client, url, backend="ledger")
-        tag = "".join(c for c in queue if c not in "{}")
-        prefix = f"{namespace}:{{schedule:{tag}}}"
-        self.due_key, self.promoting_key = f"{prefix}:due", f"{prefix}:promoting"
-        self.payloads_key, self.dead_key = f"{prefix}:payloads", f"{prefix}:dead"
-        self.watch_key = f"{prefix}:watch"
-        self._waiting = [self.due_key, self.promoting_key, self.payloads_key]
-        self._all = [*self._waiting, self.watch_key]
-        self._park = self._redis.script(PARK_SCRIPT)
-        self._take = self._redis.script(TAKE_SCRIPT)
-        self._done = self._redis.script(DONE_SCRIPT)
-        self._bury = self._redis.script(BURY_SCRIPT)
-        self._cancel = self._redis.script(CANCEL_SCRIPT)
-        self._watch = self._redis.script(WATCH_SCRIPT)
-        self._running = self._redis.script(RUNNING_SCRIPT)
-        self._forget = self._redis.script(FORGET_SCRIPT)
-        self._release = self._redis.script(RELEASE_SCRIPT)
+        self.shards = [
+            ScheduleShard(self._redis, f"{namespace}:{{{tag}}}")
+            for tag in shard_tags(queue, shards)
+        ]
+        #: The single-slot schedule of earlier versions (None when it is the one shard).
+        (legacy_tag,) = shard_tags(queue, 1)
+        self.legacy = (
+            None if shards == 1 else ScheduleShard(self._redis, f"{namespace}:{{{legacy_tag}}}")
+        )
+        self._legacy_live = self._legacy_watches = False
+        self._legacy_checked = -math.inf  # monotonic time of the last check
+        #: id(shard) -> (monotonic time it was read, its first ``due`` score): see next_due.
+        self._due_read: dict[int, tuple[float, float | None]] = {}
 
     @property
     def client(self) -> Any:
@@ -78,94 +125,182 @@ class RedisSchedule:
         """A block in which Redis being down raises ``BackendUnavailable`` (direct calls)."""
         return self._redis.unavailable()
 
+    def shard_of(self, mail_id: str) -> ScheduleShard:
+        """The shard ``mail_id`` is parked or watched in."""
+        return self.shards[zlib.crc32(mail_id.encode()) % len(self.shards)]
+
+    def _legacy(self, *, watches: bool = False) -> ScheduleShard | None:
+        """The single-slot schedule while it may hold entries (``watches``: watched ones),
+        known from a check (one round trip) at most every :data:`LEGACY_RECHECK` seconds."""
+        if self.legacy is None:
+            return None
+        now = time.monotonic()
+        if now - self._legacy_checked >= LEGACY_RECHECK:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.exists(self.legacy.due_key)
+            pipe.exists(self.legacy.watch_key)
+            due, watched = self._redis.call(pipe.execute)
+            self._legacy_live, self._legacy_watches = bool(due or watched), bool(watched)
+            self._legacy_checked = now
+        live = self._legacy_watches if watches else self._legacy_live
+        return self.legacy if live else None
+
+    def _where(self, mail_id: str, *, watches: bool = False) -> list[ScheduleShard]:
+        """Where an entry of ``mail_id`` may be: its shard, and the legacy one while live."""
+        legacy = self._legacy(watches=watches)
+        own = self.shard_of(mail_id)
+        return [own] if legacy is None else [own, legacy]
+
+    def _live(self) -> list[ScheduleShard]:
+        legacy = self._legacy()
+        return self.shards if legacy is None else [*self.shards, legacy]
+
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
-        self._park(self._all, [mail_id, to_ms(due), payload])
+        own, *old = self._where(mail_id, watches=True)
+        own.park(mail_id, due, payload)
+        self._due_read.pop(id(own), None)
+        for shard in old:  # one entry per mail id: a watch an earlier version wrote goes
+            shard.forget(mail_id)
 
     def watch(self, mail_id: str, due: float, payload: bytes) -> None:
-        self._watch(self._all, [mail_id, to_ms(due), payload])
+        own, *old = self._where(mail_id, watches=True)
+        own.watch(mail_id, due, payload)
+        for shard in old:
+            shard.forget(mail_id)
 
     def running(self, mail_id: str, lease: float) -> bool:
-        return bool(self._running(self._all, [mail_id, int(lease * 1000)]))
+        return any([shard.running(mail_id, lease) for shard in self._where(mail_id, watches=True)])
 
     def forget(self, mail_id: str) -> bool:
-        return bool(self._forget(self._all, [mail_id]))
+        return any([shard.forget(mail_id) for shard in self._where(mail_id, watches=True)])
 
     def release(self, taken: Sequence[Taken], after: float) -> int:
-        if not taken:
-            return 0
-        pairs = [value for t in taken for value in (t.mail_id, "1" if t.watched else "0")]
-        return int(self._release(self._all, [int(after * 1000), *pairs]))
+        groups = self._groups(taken)
+        for shard, _ in groups:
+            self._due_read.pop(id(shard), None)
+        return sum(shard.release(group, after) for shard, group in groups)
+
+    def done(self, mail_ids: Sequence[str]) -> int:
+        groups = self._groups([Taken(mail_id, None) for mail_id in mail_ids])
+        return sum(shard.done([t.mail_id for t in group]) for shard, group in groups)
+
+    def _groups(self, taken: Sequence[Taken]) -> list[tuple[ScheduleShard, list[Taken]]]:
+        """``taken`` by shard (the legacy one gets them all while live: it answers for its own)."""
+        by_shard: dict[int, list[Taken]] = {}
+        for entry in taken:
+            by_shard.setdefault(id(self.shard_of(entry.mail_id)), []).append(entry)
+        groups = [(s, by_shard[id(s)]) for s in self.shards if id(s) in by_shard]
+        legacy = self._legacy() if taken else None
+        return groups if legacy is None else [*groups, (legacy, list(taken))]
 
     def take_due(
         self, limit: int = TAKE_LIMIT, lease: float = PROMOTE_LEASE, ahead: float = TAKE_AHEAD
     ) -> list[Taken]:
-        args = [max(int(limit), 1), int(lease * 1000), int(ahead * 1000)]
-        flat = self._take(self._all, args)
-        return [
-            Taken(_text(flat[i]), flat[i + 1] if flat[i + 1] else None, bool(flat[i + 2]))
-            for i in range(0, len(flat), 3)
+        limit = max(int(limit), 1)
+        # Shards with something due by this clock (the take reads Redis's; a second's slack).
+        horizon = time.time() + ahead + 1.0
+        due = sorted(
+            (first, n, shard)
+            for n, (shard, first) in enumerate(self._firsts())
+            if first is not None and first <= horizon
+        )
+        rows: list[tuple[Taken, float]] = []
+        share = math.ceil(limit / len(due)) if due else 0
+        filled = []
+        for _, _, shard in due:
+            self._due_read.pop(id(shard), None)  # its first entry changes
+            want = min(share, limit - len(rows))
+            got = shard.take(want, lease, ahead) if want > 0 else []
+            rows.extend(got)
+            if got and len(got) == want:
+                filled.append(shard)
+        for shard in filled:  # what is left, to the shards that may hold more
+            if len(rows) < limit:
+                rows.extend(shard.take(limit - len(rows), lease, ahead))
+        rows.sort(key=lambda row: (row[0].watched, row[1], row[0].mail_id))
+        return [entry for entry, _ in rows]
+
+    def _firsts(self, stale: float = 0.0) -> list[tuple[ScheduleShard, float | None]]:
+        """Each live shard and when it next has something to hand out: one pipeline, its
+        ``watch`` first always read, its ``due`` first only when the last read is ``stale``
+        seconds old (see :meth:`next_due`)."""
+        shards = self._live()
+        now = time.monotonic()
+        fresh = [
+            stale <= 0 or (read := self._due_read.get(id(s))) is None or now - read[0] >= stale
+            for s in shards
         ]
-
-    def next_due(self) -> float | None:
         pipe = self.client.pipeline(transaction=False)
-        pipe.zrange(self.due_key, 0, 0, withscores=True)
-        pipe.zrange(self.watch_key, 0, 0, withscores=True)
-        firsts = [row[0][1] for row in self._redis.call(pipe.execute) if row]
-        return float(min(firsts)) / 1000 if firsts else None
+        for shard, read_due in zip(shards, fresh, strict=True):
+            if read_due:
+                pipe.zrange(shard.due_key, 0, 0, withscores=True)
+            pipe.zrange(shard.watch_key, 0, 0, withscores=True)
+        replies = iter(self._redis.call(pipe.execute))
+        firsts = []
+        for n, (shard, read_due) in enumerate(zip(shards, fresh, strict=True)):
+            if read_due:
+                # Read times staggered over ``stale``: the shards' next reads spread over polls.
+                self._due_read[id(shard)] = (now - stale * n / len(shards), first_of(next(replies)))
+            watched = first_of(next(replies))
+            times = [t for t in (self._due_read[id(shard)][1], watched) if t is not None]
+            firsts.append((shard, min(times, default=None)))
+        if self.legacy is not None and firsts[-1] == (self.legacy, None):
+            # Read empty: checked again in LEGACY_RECHECK.
+            self._legacy_live = self._legacy_watches = False
+            self._legacy_checked = now
+        return firsts
 
-    def done(self, mail_ids: Sequence[str]) -> int:
-        if not mail_ids:
-            return 0
-        return int(self._done(self._waiting, mail_ids))
+    def next_due(self, stale: float = 0.0) -> float | None:
+        """The earliest due time, lease end or watch (None: empty). ``stale`` > 0 (a poller's):
+        each shard's ``due`` set is read again only ``stale`` seconds after its last read (the
+        reads spread over the polls), its ``watch`` set always; this instance's own ``park``,
+        ``release`` and takes are seen at once. Safe while every entry parked by another
+        process is due more than ``stale`` plus ``TAKE_AHEAD`` seconds after it was written
+        (parked mails wait longer than ``MAILGUARD_PARK_AFTER``)."""
+        return min((t for _, t in self._firsts(stale) if t is not None), default=None)
 
     def bury(self, mail_id: str) -> None:
-        self._bury([*self._waiting, self.dead_key], [mail_id])
+        own, *old = self._where(mail_id)
+        held = [shard for shard in old if shard.payload(mail_id) is not None]
+        (held[0] if held else own).bury(mail_id)
 
     def cancel(self, mail_id: str) -> bytes | None:
-        payload = self._cancel(self._all, [mail_id])
-        return bytes(payload) if payload is not None else None
+        payloads = [shard.cancel(mail_id) for shard in self._where(mail_id)]
+        return next((p for p in payloads if p is not None), None)
 
     def payload(self, mail_id: str) -> bytes | None:
-        raw = self._redis.call(self.client.hget, self.payloads_key, mail_id)
-        return bytes(raw) if raw is not None else None
+        return next(
+            (p for shard in self._where(mail_id) if (p := shard.payload(mail_id)) is not None),
+            None,
+        )
+
+    def _every(self) -> list[ScheduleShard]:
+        return self.shards if self.legacy is None else [*self.shards, self.legacy]
 
     def stats(self) -> ScheduleStats:
+        shards = self._every()
         pipe = self.client.pipeline(transaction=False)
-        pipe.zcard(self.due_key)
-        pipe.scard(self.promoting_key)
-        pipe.hlen(self.dead_key)
-        pipe.zrange(self.due_key, 0, 0, withscores=True)
-        pipe.zcard(self.watch_key)
-        pipe.zrange(self.watch_key, 0, 0, withscores=True)
-        waiting, promoting, dead, first, watched, first_watch = self._redis.call(pipe.execute)
+        for shard in shards:
+            shard.counts(pipe)
+        replies = self._redis.call(pipe.execute)
+        waiting = promoting = dead = watched = 0
+        firsts: list[float] = []
+        for n in range(len(shards)):
+            due, promo, buried, held, first, first_watch = replies[6 * n : 6 * n + 6]
+            waiting, promoting = waiting + int(due), promoting + int(promo)
+            dead, watched = dead + int(buried), watched + int(held)
+            firsts.extend(t for t in (first_of(first), first_of(first_watch)) if t is not None)
         # The first score may be a promoting entry's lease end: then the earliest the schedule
         # will hand out anything (an ended lease is overdue: it must be published again).
-        firsts = [row[0][1] / 1000 for row in (first, first_watch) if row]
-        earliest = min(firsts) if firsts else None
-        parked = int(waiting) - int(promoting)
-        return ScheduleStats(parked, int(promoting), int(dead), earliest, int(watched))
+        earliest = min(firsts, default=None)
+        return ScheduleStats(waiting - promoting, promoting, dead, earliest, watched)
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
-        client = self.client
-        with self._redis.unavailable():
-            for raw_id, payload in client.hscan_iter(self.payloads_key, count=1000):
-                mail_id = _text(raw_id)
-                score = client.zscore(self.due_key, mail_id)
-                if score is None:
-                    score = client.zscore(self.watch_key, mail_id)
-                elif client.sismember(self.promoting_key, mail_id):
-                    score = None
-                yield mail_id, None if score is None else score / 1000, bytes(payload)
+        for shard in self._every():
+            yield from shard.scan()
 
     def dead_letters(self, limit: int = 100) -> list[tuple[str, bytes]]:
         rows: list[tuple[str, bytes]] = []
-        with self._redis.unavailable():
-            for raw_id, payload in self.client.hscan_iter(self.dead_key, count=1000):
-                rows.append((_text(raw_id), bytes(payload)))
-                if len(rows) >= limit:
-                    break
+        for shard in self._every():
+            rows.extend(shard.dead_letters(limit - len(rows)))
         return rows
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 import pickle
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ from dataclasses import replace
 from typing import Literal
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from devservers.redis_servers import free_port
 from devservers.smtp_server import SmtpTestServer, TestCertificate
@@ -476,6 +479,29 @@ def test_mask_addresses_is_case_insensitive() -> None:
     assert mask_addresses("550 <ADA@Example.com> unknown", ["ada@example.com"]) == (
         "550 <[recipient]> unknown"
     )
+
+
+def _masked_by_patterns(text: str, addresses: list[str]) -> str:
+    """The reference: one case-insensitive pattern per address, longest first."""
+    for address in sorted(set(addresses), key=len, reverse=True):
+        if address:
+            text = re.sub(re.escape(address), "[recipient]", text, flags=re.IGNORECASE)
+    return text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.text(alphabet="aAsSkK\u017f\u212a\u0130i@.\u00df\u1e9e<> 5", max_size=8), max_size=3
+    ),
+    st.text(alphabet="aAsSkK\u017f\u212a\u0130i@.\u00df\u1e9e<> 5", max_size=30),
+)
+def test_mask_addresses_masks_what_a_pattern_per_address_masks(
+    addresses: list[str], text: str
+) -> None:
+    """The quick test before each pattern (an ASCII address absent from an ASCII text) changes
+    no answer, with characters whose cases fold unevenly (long s, Kelvin sign, dotted I, ß)."""
+    assert mask_addresses(text, addresses) == _masked_by_patterns(text, addresses)
 
 
 # --- memory and console ------------------------------------------------------------------------

@@ -72,7 +72,8 @@ def test_a_booked_mail_is_shown_as_retry_with_its_slot(
         retried = next(e for e in seen if e["type"] == "task-retried")
         assert retried["uuid"] == booked.id
         assert said in str(retried["exception"]) and "1/2s" in str(retried["exception"])
-        assert "ada" not in str(retried).lower()
+        # The address, not its local part alone: a task id's hex may spell "ada".
+        assert "ada@example.com" not in str(retried).lower()
         poll(booked.ready, 10, "the booked mail sent")
         poll(lambda: state.tasks[booked.id].state == "SUCCESS", 10, "task-succeeded")
         assert [m.get(timeout=5)["status"] for m in mails] == ["sent", "sent"]

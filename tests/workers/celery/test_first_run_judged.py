@@ -223,11 +223,11 @@ def test_the_redis_ledger_remembers_the_first_runs_first_seen(redis_url: str) ->
     assert ledger.begin("m", "w2", LEASE, takeover="w1", first_seen=200.0) == Claimed(100.25)
     assert ledger.begin("m", "w2", LEASE) is True
     ledger.record(Outcome(status="dropped", mail_id="m", kind="default"))
-    assert client.exists("mailguard:seen:{m}") == 0
+    assert client.exists("mailguard:claim:{m}") == 0, "first_seen went with the claim"
     assert ledger.begin("n", "w1", LEASE, first_seen=1_700_000_000.123) == Claimed(
         1_700_000_000.123
     )
-    assert 0 < client.ttl("mailguard:seen:{n}") <= 86_400
+    assert 0 < client.ttl("mailguard:claim:{n}") <= 86_400, "kept in the claim, for a day"
     client.close()
 
 

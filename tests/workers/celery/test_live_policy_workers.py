@@ -22,6 +22,7 @@ from mailer.records.policy import CHECK_EVERY, RedisPolicyStore
 from mailer.storage import client_from_url
 from tests.waiting import poll
 from workers.cli import main
+from workers.outcomes import outcome_of
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 
@@ -35,9 +36,9 @@ def _send(app: Celery, to: str, n: int) -> AsyncResult:
 
 
 def _settled(result: AsyncResult) -> dict[str, Any]:
-    """The mail's outcome once it is sent or deferred."""
+    """The mail's outcome once it is sent or deferred (a waiting one read whole)."""
     poll(lambda: result.state in ("SUCCESS", "DEFERRED", "FAILURE"), 30, "the mail to settle")
-    return dict(result.info)
+    return dict(outcome_of(result.info, result.state, result.id))
 
 
 def _past_the_next_check() -> None:

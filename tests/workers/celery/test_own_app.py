@@ -209,7 +209,7 @@ def test_mails_parked_under_a_broker_keyed_schedule_are_moved_in_and_sent(
     old schedule is left empty."""
     env = _project_env(redis_url, smtp_server.url, MAILGUARD_POLICY="1/1s")
     client = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
-    old = RedisSchedule(client, redis_url, queue="mail@0123456789ab")
+    old = RedisSchedule(client, redis_url, queue="mail@0123456789ab", shards=1)
     kwargs = {"mail_id": "parked-before", "subject": "old", "body": "x"}
     entry = Parked("parked-before", ["ada@example.com"], kwargs, time.time(), Progress())
     old.park("parked-before", entry.due, entry.encode())

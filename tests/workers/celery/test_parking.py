@@ -87,7 +87,10 @@ def test_a_parked_mail_is_sent_once_at_its_slot(
             assert result.info["tier"] == "1/3s" and result.info["due"] > time.time()
             assert None not in result.info.values(), "a waiting record keeps no empty field"
             state, whole = read_state(app, result.id)  # the reading side: every field
-            assert (state, whole) == ("DEFERRED", Outcome.from_dict(result.info).as_dict())
+            assert (state, whole) == (
+                "DEFERRED",
+                Outcome.from_waiting_dict(result.info, result.id).as_dict(),
+            )
         poll(lambda: broker.hlen("unacked") == 0, 5, "the runs to end")
         assert broker.llen("mail") == 0, "a parked mail is not held by the broker"
         assert [r.state for r in deferred] == ["DEFERRED", "DEFERRED"]
@@ -132,7 +135,8 @@ def test_an_entry_parked_in_the_version_1_format_is_sent_once_at_its_slot(
         old = {"v": 1, "args": entry.args, "kwargs": kwargs, "due": round(entry.due, 3)}
         old["task"] = entry.task_id  # the task id, not the mail id: written by version 1
         written = json.dumps(old, separators=(",", ":")).encode()
-        assert schedule.client.hset(schedule.payloads_key, mail_id, written) == 0
+        payloads = schedule.shard_of(mail_id).payloads_key
+        assert schedule.client.hset(payloads, mail_id, written) == 0
         poll(lambda: all(r.ready() for r in results), 20, "both mails to be sent")
     finally:
         worker.stop()
@@ -383,3 +387,97 @@ def test_a_promoted_mail_keeps_its_task_id_request_time_progress_and_priority(
     args, sent_kwargs, _ = json.loads(base64.b64decode(message["body"]))
     assert args == ["ada@example.com"] and sent_kwargs == kwargs
     assert schedule.stats().promoting == 0, "forgotten once published"
+
+
+def park_a_second_mail(
+    app: Any, schedule: RedisSchedule, kwargs: dict[str, Any]
+) -> AsyncResult[Any]:
+    """Send Ada a first mail (sent at once), then a second with ``kwargs``, parked by its first
+    run under ``1/3s`` with ``PARK_AFTER`` 1 s; the second's result."""
+    first = app.send_task(TASK, args=["ada@example.com"], kwargs={"subject": "a", "body": "x"})
+    poll(lambda: first.state == "SUCCESS", 10, "the first mail sent")
+    waiting = app.send_task(TASK, args=["ada@example.com"], kwargs=kwargs)
+    poll(lambda: schedule.stats().parked == 1, 10, "the second mail parked")
+    return waiting
+
+
+def redeliver(app: Any, env: dict[str, str], kwargs: dict[str, Any], task_id: str) -> None:
+    """Publish task ``task_id``'s first message again as kombu's Redis restore brings one back:
+    published to a list no worker reads, flagged ``redelivered`` there (headers and
+    ``delivery_info``, as ``_do_restore_message`` does), then pushed onto the worker's queue."""
+    app.send_task(TASK, args=["ada@example.com"], kwargs=kwargs, task_id=task_id, queue="aside")
+    broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+    try:
+        raw = broker.rpop("aside")
+        assert raw is not None, "the copy was published"
+        payload = json.loads(raw)
+        payload["headers"]["redelivered"] = True
+        payload["properties"]["delivery_info"]["redelivered"] = True
+        broker.lpush("mail", json.dumps(payload))
+    finally:
+        broker.close()
+
+
+def test_a_parked_first_turn_leaves_the_ledger_nothing_and_a_first_copy_ends(
+    redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
+) -> None:
+    """A mail parked by its first run (a task id, so a UUID: stored as 17 bytes) leaves no key
+    in the ledger: its claim and first time seen went once its payload was parked. Its first
+    message delivered again (flagged ``redelivered``, as kombu's restore brings it back) ends at
+    its claim, a stale copy: nothing sent, its entry untouched; the mail is sent once, at its
+    slot."""
+    env = worker_env(
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/3s, 50/1h", MAILGUARD_PARK_AFTER="1s"
+    )
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    ledger = schedule.client
+    try:
+        kwargs = {"subject": "b", "body": "x"}
+        waiting = park_a_second_mail(app, schedule, kwargs)
+        poll(lambda: not ledger.keys(f"mailguard:*{{{waiting.id}}}"), 5, "the claim dropped")
+        entry = schedule.payload(waiting.id)
+        assert entry is not None and ledger.hkeys(schedule.shards[0].payloads_key) != [
+            waiting.id.encode()
+        ], "stored as 17 bytes"
+        redeliver(app, env, kwargs, waiting.id)
+        poll(lambda: "a stale copy (turn 0) ended" in worker.log(), 10, "the copy to end")
+        assert schedule.payload(waiting.id) == entry and waiting.state == "DEFERRED"
+        assert not ledger.keys(f"mailguard:claim:{{{waiting.id}}}")
+        outcome = waiting.get(timeout=10)
+    finally:
+        worker.stop()
+        app.close()
+    times = _received(smtp_server)[message_id(waiting.id, SENDER)]
+    assert outcome["status"] == "sent" and len(times) == 1, (outcome, times)
+    assert -EARLY_SLACK <= times[0] - outcome["due"] <= 1.0
+
+
+def test_a_parked_first_turn_published_twice_by_its_producer_is_sent_once(
+    redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
+) -> None:
+    """A first message published a second time, not flagged as a redelivery (a producer that
+    published twice), after its first run parked the mail: the copy claims the mail as a first
+    run, finds its own booking in the recipient's log (the same slot), and parks the same entry
+    again; the mail is sent once, at the slot first booked."""
+    env = worker_env(
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/3s, 50/1h", MAILGUARD_PARK_AFTER="1s"
+    )
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    try:
+        kwargs = {"subject": "b", "body": "x"}
+        waiting = park_a_second_mail(app, schedule, kwargs)
+        stored = schedule.payload(waiting.id)
+        assert stored is not None
+        due = Parked.decode(stored, waiting.id).due
+        app.send_task(TASK, args=["ada@example.com"], kwargs=kwargs, task_id=waiting.id)
+        outcome = waiting.get(timeout=15)
+        assert schedule.stats().parked == 0
+    finally:
+        worker.stop()
+        app.close()
+    times = _received(smtp_server)[message_id(waiting.id, SENDER)]
+    assert outcome["status"] == "sent" and len(times) == 1, (outcome, times)
+    assert outcome["due"] == pytest.approx(due, abs=0.002), "the slot first booked"
+    assert -EARLY_SLACK <= times[0] - outcome["due"] <= 1.0

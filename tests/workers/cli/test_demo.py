@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,7 +170,10 @@ def test_demo_tables_show_every_mail_and_the_summary_without_addresses(redis_url
     assert f"Redis {redis_url}; worker in this process (threads)" in out.splitlines()[0]
     assert "33/33 settled" in out and "summary per recipient" in out
     assert "no recipient over any tier of 1/333ms, 5/3333ms, 10/10s" in out
-    assert "booked t+" in out and "dropped" in out and "(10/10s)" in out
+    # Which tier binds bob's last notice depends on how fast the worker decides (a loaded
+    # machine reaches 10/10s through other tiers' bookings): a booked row names its tier.
+    assert "booked t+" in out and "dropped" in out
+    assert re.search(r"booked t\+[0-9.]+ \((1/333ms|5/3333ms|10/10s)\)", out), out
     assert "a code mail queued right behind a newsletter to 200 readers" in out
     assert not any(address in out + done.stderr for address in ADDRESSES)
 

@@ -14,7 +14,8 @@ ARGV[3]   "s": the pace's JSON; "t": the mail's tag; "w": asked, when the refuse
 ARGV[4]   forget: seconds a pace without a cap lasts after its last change
 
 Reply: "s": 1. "t": {slot as a string, the pace's JSON}, or nil when no pace is in force (one
-that is over is deleted). "w": the pace's JSON after the slow-down, or nil without a pace.
+that is over is deleted). "w": {the pace's JSON after the slow-down, 1 when this call halved it else 0}, or nil
+without a pace.
 Both keys expire "forget" seconds after the pace's next slot.
 ]]
 
@@ -44,12 +45,12 @@ if not raw then return nil end
 local p = cjson.decode(raw)
 
 if mode == 'w' then
-  if tonumber(ARGV[3]) < p.since then return raw end
+  if tonumber(ARGV[3]) < p.since then return {raw, 0} end
   local rate = math.max(rate_at(p, now) / 2, 0.05)
   p.rate, p.since, p.next, p.level = rate, now, now + 1 / rate, p.level + 1
   redis.call('DEL', KEYS[2])
   save(p)
-  return cjson.encode(p)
+  return {cjson.encode(p), 1}
 end
 
 -- take

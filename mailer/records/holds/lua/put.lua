@@ -15,7 +15,7 @@ ARGV[4]   cause: the reply that set the hold (at most 300 characters)
 ARGV[5]   asked: when the refused send was admitted, epoch seconds (a float)
 ARGV[6]   stated: "1" when ARGV[2] is the delay the reply stated, else "0"
 
-Reply: the hold's JSON. With no stored hold (or one past its memory: until + length <= now)
+Reply: {the hold's JSON, 1 when this call wrote it else 0}. With no stored hold (or one past its memory: until + length <= now)
 the hold lasts ARGV[2] seconds at level 0. A reply to a send admitted before the stored hold
 began (ARGV[5] < since) leaves it as it is, made to last until now + ARGV[2] if the reply
 stated that delay (ARGV[6]) and it ends later.
@@ -34,7 +34,7 @@ if raw then
   if now < old_until + old_length then
     if asked < old_since then
       if not stated or now + seconds <= old_until then
-        return raw
+        return {raw, 0}
       end
       level = tonumber(old.level)
     else
@@ -48,4 +48,4 @@ local value = cjson.encode({
   ['until'] = now + length, level = level, cause = cause, since = since, stated = stated
 })
 redis.call('SET', KEYS[1], value, 'PX', math.max(math.ceil(2 * length * 1000), 1))
-return value
+return {value, 1}

@@ -3,11 +3,13 @@ mailguard ledger, record: remember a mail's final outcome and drop its claim, in
 step, so that every later begin.lua answers the outcome. Mirrors MemoryLedger.record in
 mailer/records/ledger/memory.py. mailer/records/ledger/redis.py loads this file.
 
-KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": deleted, whoever holds it
+KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": deleted, whoever holds it (and the
+          first_seen it keeps)
 KEYS[2]   the sent marker, "<namespace>:sent:{<mail id>}": set to ARGV[1], replacing any
           earlier outcome. All keys carry the mail id as {hash tag} (one Cluster slot).
 KEYS[3]   the hand-off count, "<namespace>:runs:{<mail id>}": deleted (see handoff.lua)
-KEYS[4]   the first run's first_seen, "<namespace>:seen:{<mail id>}": deleted (see begin.lua)
+KEYS[4]   first_seen as older versions kept it, "<namespace>:seen:{<mail id>}": deleted (see
+          begin.lua; the claim keeps it now)
 KEYS[5]   the mail's turn, "<namespace>:turn:{<mail id>}": deleted (see begin.lua)
 ARGV[1]   the outcome as JSON (Outcome.as_dict in mailer/outcomes.py)
 ARGV[2]   how long the outcome is kept, in seconds (EX): SENT_TTL, 7 days

@@ -2,19 +2,27 @@
 mailguard schedule, bury: move an entry whose payload cannot be used to the dead letters, so
 it is never taken again and never blocks the others.
 
-KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
+KEYS[1]   "<ns>:{<shard>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting
-KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
-KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
-KEYS[4]   "<ns>:{schedule:<queue>}:dead": hash, mail id -> the payload as it was ("" if none)
-ARGV[1]   mail id
+KEYS[2]   "<ns>:{<shard>}:promoting": set of the mail ids being promoted
+KEYS[3]   "<ns>:{<shard>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
+KEYS[4]   "<ns>:{<shard>}:dead": hash, mail id -> the payload as it was ("" if none)
+ARGV[1]   mail id, as stored (mailer/records/schedule/ids.py: a UUID as 17 bytes); the
+          dead letter is kept under it
+ARGV[2]   the mail id as earlier versions stored it (its text; "" when the same): an entry
+          under it (an earlier version's) is the one buried when ARGV[1] has none
 
 Reply: 1.
 ]]
 
-local payload = redis.call('HGET', KEYS[3], ARGV[1]) or ''
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('SREM', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
+local id = ARGV[1]
+if ARGV[2] ~= '' and redis.call('HEXISTS', KEYS[3], id) == 0 and
+    redis.call('HEXISTS', KEYS[3], ARGV[2]) == 1 then
+  id = ARGV[2]
+end
+local payload = redis.call('HGET', KEYS[3], id) or ''
+redis.call('ZREM', KEYS[1], id)
+redis.call('SREM', KEYS[2], id)
+redis.call('HDEL', KEYS[3], id)
 redis.call('HSET', KEYS[4], ARGV[1], payload)
 return 1

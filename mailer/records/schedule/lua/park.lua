@@ -3,16 +3,18 @@ mailguard schedule, park: put one mail in the schedule until its due time. Mirro
 MemorySchedule.park in mailer/records/schedule/memory.py; the contract
 tests/records/test_contract_schedule.py runs both.
 
-KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
+KEYS[1]   "<ns>:{<shard>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting
-KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
-KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
-KEYS[4]   "<ns>:{schedule:<queue>}:watch": sorted set, member the mail id of a booked mail a worker
+KEYS[2]   "<ns>:{<shard>}:promoting": set of the mail ids being promoted
+KEYS[3]   "<ns>:{<shard>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
+KEYS[4]   "<ns>:{<shard>}:watch": sorted set, member the mail id of a booked mail a worker
           holds as a countdown, score the time by which a run of it should have been seen (ms)
-          All keys share the hash tag {schedule:<queue>}: one Redis Cluster slot.
-ARGV[1]   mail id
+          All keys share their shard's hash tag (schedule/redis.py): one Redis Cluster slot.
+ARGV[1]   mail id, as stored (mailer/records/schedule/ids.py: a UUID as 17 bytes)
 ARGV[2]   due time, epoch milliseconds (integer)
 ARGV[3]   payload
+ARGV[4]   the mail id as earlier versions stored it (its text; "" when the same): an entry
+          under it (parked by an earlier version) goes
 
 Reply: 1. A promoting entry of the same id (a promoted mail that parks again) stops promoting,
 so the promoter that took it does not forget the new entry (done.lua removes only promoting ones);
@@ -23,4 +25,9 @@ redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
+if ARGV[4] ~= '' and redis.call('HDEL', KEYS[3], ARGV[4]) == 1 then
+  redis.call('ZREM', KEYS[1], ARGV[4])
+  redis.call('SREM', KEYS[2], ARGV[4])
+  redis.call('ZREM', KEYS[4], ARGV[4])
+end
 return 1

@@ -4,15 +4,17 @@ them) are due again after a short delay rather than at the end of their lease, e
 it was (parked, or watched). Only entries still promoting: one parked or watched again
 meanwhile keeps its new place.
 
-KEYS[1]   "<ns>:{schedule:<queue>}:due": sorted set, member the mail id, score its due time (epoch ms)
+KEYS[1]   "<ns>:{<shard>}:due": sorted set, member the mail id, score its due time (epoch ms)
           while parked, the end of its promotion lease (epoch ms) while promoting
-KEYS[2]   "<ns>:{schedule:<queue>}:promoting": set of the mail ids being promoted
-KEYS[3]   "<ns>:{schedule:<queue>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
-KEYS[4]   "<ns>:{schedule:<queue>}:watch": sorted set, member the mail id of a booked mail a worker
+KEYS[2]   "<ns>:{<shard>}:promoting": set of the mail ids being promoted
+KEYS[3]   "<ns>:{<shard>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
+KEYS[4]   "<ns>:{<shard>}:watch": sorted set, member the mail id of a booked mail a worker
           holds as a countdown, score the time by which a run of it should have been seen (ms)
-ARGV      the delay, then pairs:
+ARGV      the delay, then triples:
 ARGV[1]   delay in milliseconds, from Redis's now
-          then, from ARGV[2], pairs: mail id, 1 if it was a watch else 0
+          then, from ARGV[2], triples: mail id as stored (mailer/records/schedule/ids.py: a
+          UUID as 17 bytes), 1 if it was a watch else 0, and the mail id as earlier versions stored it (its text; "" when the same):
+          an entry promoting under it (an earlier version's) is released the same
 
 Reply: how many entries were released.
 ]]
@@ -21,9 +23,14 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = now + tonumber(ARGV[1])
 local n = 0
-for i = 2, #ARGV, 2 do
+for i = 2, #ARGV, 3 do
   local id = ARGV[i]
-  if redis.call('SREM', KEYS[2], id) == 1 then
+  local promoting = redis.call('SREM', KEYS[2], id) == 1
+  if not promoting and ARGV[i + 2] ~= '' then
+    id = ARGV[i + 2]
+    promoting = redis.call('SREM', KEYS[2], id) == 1
+  end
+  if promoting then
     if ARGV[i + 1] == '1' then
       redis.call('ZREM', KEYS[1], id)
       redis.call('ZADD', KEYS[4], at, id)

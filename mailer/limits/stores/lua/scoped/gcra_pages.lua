@@ -96,14 +96,19 @@ local function pages_lib()
     local per = 4 + 3 * #g.vlist
     if not raw or #raw ~= 8 * per * g.gpc[q] then corrupt(g.st, g.key, 'is not a gcra bucket') end
     G = {id = id, np = g.gpc[q], pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g),
-      split = got[2] ~= false}
+      split = got[2] ~= false, rawi = got[1], recs = {}}
     local v, k = unpack_records(string.rep('d', per), per, G.np, raw, 1), 0
+    local pid, pfirst, plast, pm, nv = G.pid, G.pfirst, G.plast, G.pm, #g.vlist
+    local bs, gs, ths = {}, {}, {}
+    for x = 1, nv do
+      local W = G.views[g.vlist[x]]
+      bs[x], gs[x], ths[x] = W.b, W.g, W.th
+    end
     for j = 1, G.np do
-      G.pid[j], G.pfirst[j], G.plast[j], G.pm[j] = v[k + 1], v[k + 2], v[k + 3], v[k + 4]
+      pid[j], pfirst[j], plast[j], pm[j] = v[k + 1], v[k + 2], v[k + 3], v[k + 4]
       k = k + 4
-      for _, l in ipairs(g.vlist) do
-        local W = G.views[l]
-        W.b[j], W.g[j], W.th[j] = v[k + 1], v[k + 2], v[k + 3]
+      for x = 1, nv do
+        bs[x][j], gs[x][j], ths[x][j] = v[k + 1], v[k + 2], v[k + 3]
         k = k + 3
       end
     end
@@ -123,8 +128,9 @@ local function pages_lib()
     end
     if not raw or #raw ~= 13 * G.pm[j] then corrupt(g.st, g.key, 'is not a gcra bucket') end
     local v = unpack_records('I7I6', 2, G.pm[j], raw, 1)
-    pg = {ts = {}, tags = {}}
-    for i = 1, G.pm[j] do pg.ts[i], pg.tags[i] = v[2 * i - 1], v[2 * i] end
+    local ts, tags = {}, {}
+    pg = {ts = ts, tags = tags, raw = raw}  -- raw: its bytes as stored, for a one-booking splice
+    for i = 1, G.pm[j] do ts[i], tags[i] = v[2 * i - 1], v[2 * i] end
     g.pages[id] = pg
     return pg
   end
@@ -136,6 +142,9 @@ local function pages_lib()
   -- page j of G now holds pg: its edges and summaries, written at the end
   local function set_page(g, G, j, pg)
     if j ~= G.np then G.other = true end  -- a record before the last one changes
+    if G.recs then G.recs[j] = true end  -- spliced into i<id> as read when nothing else moved
+    -- its stored bytes stay of use only after one booking inserted (at, spliced in when saved)
+    if pg.splice then pg.at, pg.splice = pg.splice, nil else pg.raw, pg.at = nil, nil end
     local m = #pg.ts
     G.pfirst[j], G.plast[j], G.pm[j] = pg.ts[1], pg.ts[m], m
     for _, l in ipairs(g.vlist) do
@@ -153,7 +162,7 @@ local function pages_lib()
     table.insert(G.pid, j, id); table.insert(G.pfirst, j, 0); table.insert(G.plast, j, 0)
     table.insert(G.pm, j, 0)
     for _, V in pairs(G.views) do table.insert(V.b, j, 0); table.insert(V.g, j, 0); table.insert(V.th, j, 0) end
-    G.np, G.other = G.np + 1, true
+    G.np, G.other, G.shape = G.np + 1, true, true
     set_page(g, G, j, pg)
   end
 
@@ -161,7 +170,7 @@ local function pages_lib()
     local id = G.pid[j]
     table.remove(G.pid, j); table.remove(G.pfirst, j); table.remove(G.plast, j); table.remove(G.pm, j)
     for _, V in pairs(G.views) do table.remove(V.b, j); table.remove(V.g, j); table.remove(V.th, j) end
-    G.np, G.other, g.pages[id], g.dirty[id] = G.np - 1, true, nil, nil
+    G.np, G.other, G.shape, g.pages[id], g.dirty[id] = G.np - 1, true, true, nil, nil
     g.gone[#g.gone + 1] = 'p' .. fmt(id)
     if id == g.tpid then g.tgone = true end  -- its tail in <G key>:t goes with it
     touched(g, G)
@@ -217,7 +226,7 @@ local function pages_lib()
       local G = group_of(g, q)
       local V = {b = {}, g = {}, th = {}}
       for j = 1, G.np do V.b[j], V.g[j], V.th[j] = summarize(page_of(g, G, j).ts, G.pm[j], T, c) end
-      G.views[l], G.other = V, true  -- every page record grows
+      G.views[l], G.other, G.shape = V, true, true  -- every page record grows
       regroup(g, q)
     end
     g.changed = true

@@ -84,7 +84,15 @@ local function search_lib()
     local key = G.pid[j]
     local known = s.memo[key]
     if known then return known[1], known[2], known[3] end
-    local T, ts, m = s.T, page_of(s.g, G, j).ts, G.pm[j]
+    local g, T = s.g, s.T
+    -- the same page from the same edges in an earlier search of this call: walked once
+    local walked = g.walked
+    if walked and walked[1] == g.version and walked[2] == key and walked[3] == T and
+      walked[4] == tau and walked[5] == after then
+      s.memo[key] = walked[6]
+      return walked[6][1], walked[6][2], walked[6][3]
+    end
+    local ts, m = page_of(g, G, j).ts, G.pm[j]
     local tats, rights = {[0] = tau}, {[m] = after}
     for k = 1, m do
       local a = tats[k - 1]
@@ -97,6 +105,7 @@ local function search_lib()
       rights[k - 1] = r
     end
     s.memo[key] = {ts, tats, rights}
+    g.walked = {g.version, key, T, tau, after, s.memo[key]}
     return ts, tats, rights
   end
 
@@ -151,21 +160,37 @@ local function search_lib()
     return proved(s, s.tau[q], s.V.th[q], s.after[q], g.gn[q], g.glast[q])
   end
 
-  -- locate(g, x) for a search in view s, but a group holding x (µs) that closed_group proves
-  -- admits nothing is answered by its start, unread: the search then skips it by its summary
-  -- (a search from now, inside the first group, reads neither its page index nor a page)
+  -- locate(g, x) for a search in view s, but a group or page holding x (µs) that proved
+  -- shows admits nothing is answered by its start, unread: the search then skips it by its
+  -- summary (a search from now inside a closed front reads no page to place itself)
   local function place(s, x)
     local g = s.g
     local q = last_at(g.gfirst, g.ng, x)
-    if q > 0 and g.glast[q] > x and closed_group(s, q) then return q, 1, 0 end
+    if q > 0 and g.glast[q] > x then
+      if closed_group(s, q) then return q, 1, 0 end
+      local G, GV, tau, after = pages_in(s, q)
+      local j = last_at(G.pfirst, G.np, x)
+      if j > 0 and G.plast[j] > x and proved(s, tau[j], GV.th[j], after[j], G.pm[j], G.plast[j]) then
+        return q, j, 0
+      end
+    end
     return locate(g, x)
+  end
+
+  -- the search of view s answers x (ms) at the gap whose tat and R are these: kept per view
+  -- so that the room after booking x there needs no second walk (gcra_insert carries it)
+  local function found(s, x, tat, right)
+    local g = s.g
+    g.found = g.found or {}
+    g.found[s.l] = {g.version, s.base, x * 1000, tat, right}
+    return x
   end
 
   -- earliest ms >= t at which one more emission keeps g's view with limit l, from base (the
   -- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest). A
   -- group or page whose summary proves every gap closed (the arrival time entering it) or
   -- over-full (its arrival time and R at least the ones entering and leaving it) is skipped unread.
-  L.gcra_first_paged = function(g, base, l, t)
+  local function first_paged(g, base, l, t)
     local s = view(g, l, base)
     local c, T = s.c, s.T
     if t == now then
@@ -178,8 +203,8 @@ local function search_lib()
     while true do
       if q > g.ng then
         local lo = ceil_div(s.tau[g.ng + 1] - c, 1000)
-        if lo > x then return lo end
-        return x
+        if lo > x then x = lo end
+        return found(s, x, s.tau[g.ng + 1], NONE)
       end
       if j == 1 and i == 0 and closed_group(s, q) then
         local nx = ceil_div(g.glast[q], 1000)
@@ -200,7 +225,7 @@ local function search_lib()
               if tat + right <= c then
                 local lo = ceil_div(tat - c, 1000)
                 if lo > x then x = lo end
-                if x * 1000 < e and right + x * 1000 <= c then return x end
+                if x * 1000 < e and right + x * 1000 <= c then return found(s, x, tat, right) end
               end
               local nx = ceil_div(e, 1000)
               if nx > x then x = nx end
@@ -212,14 +237,35 @@ local function search_lib()
     end
   end
 
-  -- the emissions the spans of g's view l (from base) holding at_us already use, in intervals
+  -- first_paged, but a search that answered x from t0 answers every t in [t0, x] (nothing fits
+  -- before x, x fits): the same question asked again from its answer, as the decision does,
+  -- is not searched twice (kept per view until g changes)
+  L.gcra_first_paged = function(g, base, l, t)
+    g.answers = g.answers or {}
+    local known = g.answers[l]
+    if known and known[1] == g.version and known[2] == base and known[3] <= t and t <= known[4] then
+      return known[4]
+    end
+    local x = first_paged(g, base, l, t)
+    g.answers[l] = {g.version, base, t, x}
+    return x
+  end
+
+  -- the emissions the spans of g's view l (from base) holding at_us already use, in intervals;
+  -- at the booking just made where a search of this call found it, from that search's gap
   L.gcra_used_paged = function(g, base, l, at_us)
-    local s = view(g, l, base)
-    local tat, right = bounds(s, locate(g, at_us))
+    local known, tat, right, T = g.booked and g.booked[l], nil, nil, nil
+    if known and known[1] == g.version and known[2] == base and known[3] == at_us then
+      tat, right, T = known[4], known[5], (view_of(g, l))  -- the gap after the booking just made
+    else
+      local s = view(g, l, base)
+      T = s.T
+      tat, right = bounds(s, locate(g, at_us))
+    end
     local ahead = 0
     if tat > at_us then ahead = tat - at_us end
     if right + at_us > 0 then ahead = ahead + right + at_us end
-    return ceil_div(ahead, s.T)
+    return ceil_div(ahead, T)
   end
 
   L.last_at = last_at

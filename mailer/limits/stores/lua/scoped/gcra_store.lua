@@ -42,8 +42,8 @@ local function store_lib()
 
   -- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
   L.build_gcra = function(g, ts, tags, n)
-    local most_page, most_group = caps(n)
-    local size, per_group, q = most_page / 2, most_group / 2, 0
+    local size, per_group = caps(n)  -- full pages and groups, as appends leave them
+    local q = 0
     local G = new_group(g)
     while q < n do
       local pg = {ts = {}, tags = {}}
@@ -111,10 +111,14 @@ local function store_lib()
       end
     end
     -- a group's page index: "i<id>" its pages' records but the last, "k<id>" the last one's
+    local prec = '>' .. string.rep('d', per - 1)
     for id in pairs(g.gdirty) do
       local G, gf, kk = g.grp[id], {}, 0
       local from = 1
-      if G.other or not G.split then from = 1 else from = G.np end
+      local size, rawi = 8 * (per - 1), G.rawi
+      -- the same pages as read, some records before the last changed: spliced into i<id>
+      local splice = G.other and G.split and not G.shape and rawi and #rawi == size * (G.np - 1)
+      if (G.other and not splice) or not G.split then from = 1 else from = G.np end
       for j = from, G.np do
         gf[kk + 1], gf[kk + 2], gf[kk + 3], gf[kk + 4] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
         kk = kk + 4
@@ -126,17 +130,47 @@ local function store_lib()
       end
       local packed = pack_records(string.rep('d', per - 1), per - 1, gf, G.np - from + 1)
       local cut = #packed - 8 * (per - 1)
-      if from == 1 then args[#args + 1], args[#args + 2] = 'i' .. fmt(id), string.sub(packed, 1, cut) end
+      if from == 1 then
+        rawi = string.sub(packed, 1, cut)
+        args[#args + 1], args[#args + 2] = 'i' .. fmt(id), rawi
+      elseif splice then
+        local parts, at = {}, 1
+        for j = 1, G.np - 1 do
+          if G.recs[j] then
+            local r = {G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]}
+            for _, l in ipairs(g.vlist) do
+              local W = G.views[l]
+              r[#r + 1], r[#r + 2], r[#r + 3] = W.b[j], W.g[j], W.th[j]
+            end
+            parts[#parts + 1] = string.sub(rawi, at, (j - 1) * size)
+            parts[#parts + 1] = struct.pack(prec, unpack(r))
+            at = j * size + 1
+          end
+        end
+        parts[#parts + 1] = string.sub(rawi, at)
+        rawi = table.concat(parts)
+        args[#args + 1], args[#args + 2] = 'i' .. fmt(id), rawi
+      end
       args[#args + 1], args[#args + 2] = 'k' .. fmt(id), string.sub(packed, cut + 1)
-      G.other, G.split = false, true
+      G.other, G.split, G.shape, G.rawi, G.recs = false, true, false, rawi, {}
     end
     -- pages written whole; the last page's appended bytes APPENDed to <G key>:t (the page's
     -- bytes are "p<id>" then that key's), dropped when that page is written whole or removed
     local tail_gone = g.tgone
     for id in pairs(g.dirty) do
-      local pg, pf = g.pages[id], {}
-      for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
-      args[#args + 1], args[#args + 2] = 'p' .. fmt(id), pack_records('I7I6', 2, pf, #pg.ts)
+      local pg, packed = g.pages[id], nil
+      local k = pg.at
+      if pg.raw and k and #pg.raw == 13 * (#pg.ts - 1) then  -- one booking into its bytes as read
+        local cut = 13 * (k - 1)
+        packed = string.sub(pg.raw, 1, cut) .. struct.pack('>I7I6', pg.ts[k], pg.tags[k]) ..
+          string.sub(pg.raw, cut + 1)
+      else
+        local pf = {}
+        for r = 1, #pg.ts do pf[2 * r - 1], pf[2 * r] = pg.ts[r], pg.tags[r] end
+        packed = pack_records('I7I6', 2, pf, #pg.ts)
+      end
+      pg.raw, pg.at = packed, nil
+      args[#args + 1], args[#args + 2] = 'p' .. fmt(id), packed
       if id == g.tpid then tail_gone = true end
     end
     redis.call('HSET', g.key, unpack(args))

@@ -25,7 +25,7 @@ local function write_lib()
     local id, m = G.pid[j], G.pm[j] + 1
     g.tadd = (g.tadd or '') .. struct.pack('>I7I6', x, tg)  -- APPENDed to <G key>:t when saved
     local pg = g.pages[id]
-    if pg then pg.ts[m], pg.tags[m] = x, tg end  -- read in this call: kept as it is now
+    if pg then pg.ts[m], pg.tags[m], pg.raw = x, tg, nil end  -- read in this call: kept as it is now
     local ms = floor(x / 1000)
     if ms * 1000 < x then ms = ms + 1 end
     for _, l in ipairs(g.vlist) do
@@ -45,6 +45,7 @@ local function write_lib()
   -- the most emissions a page of a bucket of n keeps, and the most pages a group keeps, before
   -- either is cut in two: about the cube root of the backlog each, so a decision reads about as
   -- many group summaries, page summaries of one group and times of one page
+  local FRONT = 8
   local function caps(n)
     local r = floor(n ^ (1 / 3))
     local page, group = 2 * r, floor(r / 2)
@@ -53,11 +54,13 @@ local function write_lib()
     return 2 * page, 2 * group
   end
 
-  -- group q is cut in two when it keeps too many pages
-  local function split_group(g, q, most)
+  -- group q is cut in two when it keeps too many pages: in halves, but the last group grown at
+  -- its end keeps every page but its last (appends fill groups as they fill pages)
+  local function split_group(g, q, most, at_end)
     local G = g.grp[g.gid[q]]
     if G.np <= most then return end
     local H, half = new_group(g), floor(G.np / 2)
+    if at_end and q == g.ng then half = G.np - 1 end
     for j = half + 1, G.np do
       local k = j - half
       H.pid[k], H.pfirst[k], H.plast[k], H.pm[k] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
@@ -68,13 +71,13 @@ local function write_lib()
         V.b[j], V.g[j], V.th[j] = nil, nil, nil
       end
     end
-    H.np, G.np, G.other = G.np - half, half, true
+    H.np, G.np, G.other, G.shape = G.np - half, half, true, true
     regroup(g, q)
     insert_group(g, q + 1, H)
   end
 
   -- book one emission at x (µs, after now) for the mail tagged tg: into its page, cut when too long
-  L.gcra_insert = function(g, x, tg)
+  local function insert(g, x, tg)
     L.with_pages(g)
     g.n = g.n + 1
     local most_page, most_group = caps(g.n)
@@ -103,19 +106,53 @@ local function write_lib()
     end
     pg.ts[k], pg.tags[k] = x, tg
     local m = #pg.ts
-    if m <= most_page then
+    -- a page a booking goes into, not after: cut in pages of at most a FRONT-th of the cap,
+    -- so that the next bookings there (the room at the front of a backlog) read, walk and
+    -- rewrite a small page
+    local most = floor(most_page / FRONT)
+    if most < 4 then most = 4 end
+    local at_end = k == m and q == g.ng and j == G.np
+    if at_end then most = most_page end  -- after the last: the page stays full, a new one starts
+    if m <= most then
+      -- read as stored and changed by this booking only: its bytes spliced when saved
+      if pg.raw and not g.dirty[G.pid[j]] then pg.splice = k end
       set_page(g, G, j, pg)
     else
-      local half, rest = floor(m / 2), {ts = {}, tags = {}}
-      for r = half + 1, m do
-        rest.ts[r - half], rest.tags[r - half] = pg.ts[r], pg.tags[r]
-        pg.ts[r], pg.tags[r] = nil, nil
+      local pieces = ceil_div(m, most)
+      local size = ceil_div(m, pieces)
+      if at_end then size = most end
+      local parts = {}
+      for p = 2, pieces do
+        local rest, from = {ts = {}, tags = {}}, (p - 1) * size
+        for r = from + 1, math.min(from + size, m) do
+          rest.ts[r - from], rest.tags[r - from] = pg.ts[r], pg.tags[r]
+        end
+        parts[#parts + 1] = rest
       end
+      for r = size + 1, m do pg.ts[r], pg.tags[r] = nil, nil end
       set_page(g, G, j, pg)
-      insert_page(g, G, j + 1, rest)
+      for p, rest in ipairs(parts) do insert_page(g, G, j + p, rest) end
     end
     regroup(g, q)
-    split_group(g, q, most_group)
+    split_group(g, q, most_group, at_end)
+  end
+
+  -- insert, and where a search of this call found x at a gap (tat, R) in a view, the gap after
+  -- the booking in that view: tat' = max(tat, x) + T, the same R (the emissions after it are
+  -- those after the gap), for the room the reply gives (gcra_used_paged)
+  L.gcra_insert = function(g, x, tg)
+    local before, version = g.found, g.version
+    g.found, g.booked = nil, nil
+    insert(g, x, tg)
+    if before == nil then return end
+    g.booked = {}
+    for l, f in pairs(before) do
+      if f[1] == version and f[3] == x then
+        local tat = f[4]
+        if x > tat then tat = x end
+        g.booked[l] = {g.version, f[2], x, tat + (view_of(g, l)), f[5]}
+      end
+    end
   end
 
   -- take back the emission of this mail's tag at slot at (ms), the latest first; whether found

@@ -1,0 +1,186 @@
+"""The Redis schedule's shards: the mail id picks one, slots spread, takes fair across shards,
+the single-slot schedule of earlier versions read as one more shard (real Redis)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+from mailer.records.schedule import SHARDS, RedisSchedule, ScheduleStats
+from mailer.records.schedule.redis import shard_tags
+
+pytestmark = [pytest.mark.redis]
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+def _calls(client: redis.Redis) -> int:
+    """Commands the server ran so far (``INFO commandstats``, calls inside scripts included),
+    without the ``INFO`` calls themselves."""
+    stats = client.info("commandstats")
+    return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
+
+
+def test_each_shard_sits_in_its_own_range_of_slots() -> None:
+    """Shard ``i`` of ``n`` hashes into the ``i``-th of ``n`` equal slot ranges, whatever the
+    queue (so a Cluster of nodes with equal ranges holds an equal share); one shard is the
+    single-slot schedule's tag."""
+    for queue in ("mail", "mail-eu", "{odd}queue"):
+        tags = shard_tags(queue, 6)
+        assert len(set(tags)) == 6 and tags == shard_tags(queue, 6), "the same in every process"
+        for i, tag in enumerate(tags):
+            width = REDIS_CLUSTER_HASH_SLOTS / 6
+            assert int(key_slot(tag.encode()) // width) == i
+    assert shard_tags("mail", 1) == ["schedule:mail"]
+
+
+def test_the_mail_id_picks_its_shard_and_ids_spread_evenly(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """6 000 parked mails land about 1 000 in each shard (within 10 %), each where
+    :meth:`RedisSchedule.shard_of` says; every call by mail id finds it there."""
+    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
+    pipe = client.pipeline(transaction=False)
+    for n in range(6000):
+        mail_id = f"mail-{n:05d}-0123456789abcdef0123456789"
+        shard = schedule.shard_of(mail_id)
+        pipe.zadd(shard.due_key, {mail_id: 1})
+    pipe.execute()
+    sizes = [int(client.zcard(shard.due_key)) for shard in schedule.shards]
+    assert len(sizes) == SHARDS and sum(sizes) == 6000
+    assert max(sizes) <= 1.1 * 6000 / SHARDS and min(sizes) >= 0.9 * 6000 / SHARDS
+    client.flushall()
+    now = time.time()
+    schedule.park("m", now + 60, b"P")
+    assert client.zscore(schedule.shard_of("m").due_key, "m") is not None
+    assert schedule.payload("m") == b"P" and schedule.cancel("m") == b"P"
+    assert schedule.stats() == ScheduleStats(0, 0, 0, None, 0)
+
+
+def test_a_take_serves_every_shard_with_due_entries(client: redis.Redis, redis_url: str) -> None:
+    """One shard holds a backlog of 200 due entries, two others one each: a take of 10 takes
+    from all three (no shard waits behind another's backlog), earliest first; the next takes
+    drain the backlog (the shards that filled their share get what is left)."""
+    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
+    now = time.time()
+    ids = [f"m{n}" for n in range(2000)]
+    by_shard: dict[int, list[str]] = {}
+    for mail_id in ids:
+        by_shard.setdefault(schedule.shards.index(schedule.shard_of(mail_id)), []).append(mail_id)
+    busy, quiet1, quiet2 = by_shard[0][:200], by_shard[1][0], by_shard[2][0]
+    for k, mail_id in enumerate(busy):
+        schedule.park(mail_id, now - 100 + k * 0.01, b"x")  # the backlog is due first
+    schedule.park(quiet1, now - 1, b"y")
+    schedule.park(quiet2, now - 0.5, b"z")
+    taken = schedule.take_due(limit=10, lease=30, ahead=0)
+    names = [t.mail_id for t in taken]
+    assert len(names) == 10 and quiet1 in names and quiet2 in names
+    assert names[-2:] == [quiet1, quiet2], "earliest first"
+    assert names[:8] == busy[:8]
+    rest = schedule.take_due(limit=500, lease=30, ahead=0)
+    assert [t.mail_id for t in rest] == busy[8:], "a full take from the one shard left"
+
+
+def test_an_idle_poll_reads_two_first_entries_a_shard(client: redis.Redis, redis_url: str) -> None:
+    """``next_due`` with nothing parked: two ``ZRANGE`` per shard, nothing else (the single-slot
+    schedule, found empty once, is checked again only a minute later)."""
+    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
+    assert schedule.next_due() is None  # the first call checks the legacy keys (2 EXISTS)
+    before = _calls(client)
+    for _ in range(10):
+        assert schedule.next_due() is None
+    assert _calls(client) - before == 10 * 2 * SHARDS
+
+
+def test_entries_of_the_single_slot_schedule_are_read_as_one_more_shard(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """Entries parked and watched under the single-slot keys of earlier versions are counted,
+    taken and promoted, found by cancel, and their runs' ``running``/``forget`` reach them;
+    once empty, the polls stop reading those keys."""
+    old = RedisSchedule(client, redis_url, shards=1)
+    now = time.time()
+    old.park("due", now - 1, b"D")
+    old.park("later", now + 600, b"L")
+    old.watch("held", now + 600, b"H")
+    old.watch("late", now - 1, b"W")
+    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
+    assert schedule.stats() == ScheduleStats(2, 0, 0, pytest.approx(now - 1, abs=0.01), 2)
+    assert schedule.next_due() == pytest.approx(now - 1, abs=0.01)
+    assert schedule.running("held", 60) is True
+    assert schedule.forget("held") is True
+    taken = schedule.take_due(limit=10, lease=30, ahead=0)
+    assert [(t.mail_id, t.payload, t.watched) for t in taken] == [
+        ("due", b"D", False),
+        ("late", b"W", True),
+    ]
+    assert schedule.done(["due", "late"]) == 2
+    assert schedule.payload("later") == b"L" and schedule.cancel("later") == b"L"
+    assert old.stats() == ScheduleStats(0, 0, 0, None, 0)
+    assert schedule.next_due() is None  # finds the old keys empty
+    before = _calls(client)
+    schedule.next_due()
+    assert _calls(client) - before == 2 * SHARDS, "the old keys are not read any more"
+
+
+def test_a_promoting_legacy_entry_parked_again_keeps_its_new_entry(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """A mail taken from the single-slot keys that runs and parks again before ``done``: the
+    new entry (in its shard) stays; ``done`` removes only the old promoting one."""
+    old = RedisSchedule(client, redis_url, shards=1)
+    old.park("m", time.time() - 1, b"old")
+    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
+    (taken,) = schedule.take_due(lease=30, ahead=0)
+    schedule.park("m", time.time() + 60, b"new")
+    assert schedule.done([taken.mail_id]) == 1
+    assert [(m, p) for m, _, p in schedule.scan()] == [("m", b"new")]
+
+
+def test_a_pollers_read_takes_each_shards_parked_entries_at_most_every_stale_seconds(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """``next_due(stale)``: after a first full read, only the watch sets are read (one
+    ``ZRANGE`` a shard) until ``stale`` has passed; what this instance parks or releases is
+    seen at once, an entry parked by another process only on the shard's next read; a watch
+    written anywhere is seen at once."""
+    poller = RedisSchedule(client, redis_url, shards=SHARDS)
+    other = RedisSchedule(client, redis_url, shards=SHARDS)
+    now = time.time()
+    assert poller.next_due(3600) is None  # the first read: every set
+    before = _calls(client)
+    assert poller.next_due(3600) is None
+    assert _calls(client) - before == SHARDS, "the watch sets only"
+    other.park("elsewhere", now + 60, b"E")
+    assert poller.next_due(3600) is None, "parked elsewhere: seen on the shard's next read"
+    assert poller.next_due() == pytest.approx(now + 60, abs=0.01), "a full read sees it"
+    poller.park("here", now + 30, b"H")
+    assert poller.next_due(3600) == pytest.approx(now + 30, abs=0.01)
+    other.watch("held", now + 10, b"W")
+    assert poller.next_due(3600) == pytest.approx(now + 10, abs=0.01)
+
+
+def test_parking_a_mail_watched_under_the_single_slot_keys_replaces_its_watch(
+    client: redis.Redis, redis_url: str
+) -> None:
+    """One entry per mail id across layouts: a mail watched by a worker of an earlier version
+    that parks (or is watched) again on this one leaves no watch behind in the old keys."""
+    old = RedisSchedule(client, redis_url, shards=1)
+    now = time.time()
+    old.watch("m", now + 5, b"W")
+    old.watch("n", now + 5, b"W")
+    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
+    schedule.park("m", now + 600, b"P")
+    schedule.watch("n", now + 9, b"V")
+    assert old.stats() == ScheduleStats(0, 0, 0, None, 0)
+    rows = {mail_id: payload for mail_id, _, payload in schedule.scan()}
+    assert rows == {"m": b"P", "n": b"V"}
