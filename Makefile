@@ -35,7 +35,7 @@ wheel-check:
 PYTEST_JOBS ?= 3
 test: install
 	@sh .ci/install-redis
-	$(BIN)/python -m pytest -n $(PYTEST_JOBS) --dist loadfile --cov --cov-report=term $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_JOBS) --dist loadfile --durations=25 --cov --cov-report=term $(PYTEST_ARGS)
 
 ## test-fast: the tests that need no server (`pytest -m "not server"`): no redis-server, RabbitMQ,
 ## SMTP server or Celery worker is started; a test that starts one without the `server` mark
@@ -80,6 +80,7 @@ bench: install
 	$(BIN)/python -m benchmarks.guard
 	$(BIN)/python -m benchmarks.timing
 	$(BIN)/python -m benchmarks.schedule
+	$(BIN)/python -m benchmarks.schedule_scale
 	$(BIN)/python -m benchmarks.newsletter
 	$(BIN)/python -m benchmarks.drain
 	$(BIN)/python -m benchmarks.enqueue

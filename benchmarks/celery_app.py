@@ -81,8 +81,9 @@ def _instrument() -> None:
     mailer.guard.validate.build_message = _timed("build", mailer.guard.validate.build_message)  # type: ignore[attr-defined]
     Limiter.acquire = _timed("acquire", Limiter.acquire)  # type: ignore[method-assign]
     for ledger in (RedisLedger, MemoryLedger):
-        for name in ("begin", "record", "unclaim"):
-            setattr(ledger, name, _timed(f"ledger.{name}", getattr(ledger, name)))
+        for name in ("begin", "begin_riding", "record", "unclaim"):
+            if hasattr(ledger, name):
+                setattr(ledger, name, _timed(f"ledger.{name}", getattr(ledger, name)))
     process = Guard.process
 
     @functools.wraps(process)

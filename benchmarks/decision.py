@@ -11,7 +11,13 @@ contender per round, ``ROUNDS`` rounds:
   (``benchmarks/seed_sliding_log.lua``, the same policy compiled in), called with the same
   keyed-hash key, sent the same way (``execute_command``) and turned into the same
   :class:`~mailer.Decision` (from its array reply): what the decision cost before
-  reservations, releases and late runs.
+  reservations, releases and late runs;
+- **bound**: the lower bound of any exact decision on the server's clock, the same client path as
+  mailguard's (keyed hash, ``EVALSHA``, the packed reply turned into a
+  :class:`~mailer.Decision`) around a script that makes only the calls such a decision cannot
+  do without and decides nothing: ``TIME``, ``GET`` of the log and, for an admission (the
+  distinct keys), ``SET ... PX`` of a one-entry log; its reply a fixed packed string of the same
+  size. What is left between mailguard and this bound is the decision itself.
 
 Two figures per contender: calls per second as the client sees them (round trip included: the
 ratio a user feels), and the server's time per call from ``INFO commandstats`` (reset before
@@ -34,6 +40,7 @@ from mailer import Limiter, Policy
 from mailer.limits.decision import new_decision
 from mailer.limits.keys import KeyHasher
 from mailer.limits.policy import REFERENCE_POLICY
+from mailer.limits.stores.redis import reply_format
 
 ROUNDS = 15
 CALLS = 1_000
@@ -54,6 +61,17 @@ class Figures:
         round's contenders run within a second of each other: slow drifts in the machine's
         load cancel out)."""
         return statistics.median(a / b for a, b in zip(self.rounds, floor.rounds, strict=True))
+
+
+#: The bound's script: ARGV[1] "1" writes (an admission), else it only reads; a fixed reply.
+BOUND_SCRIPT = """
+local t = redis.call('TIME')
+local raw = redis.call('GET', KEYS[1])
+if ARGV[1] == '1' then
+  redis.call('SET', KEYS[1], struct.pack('>I6I4I6', t[1] * 1000, 0, 0), 'PX', 86400000)
+end
+return struct.pack(REPLY, 1, 0, t[1] * 1000, 0, 0, 0, 4, 9)
+"""
 
 
 def seed_script() -> str:
@@ -86,6 +104,10 @@ def contenders(
     tiers = POLICY.tiers
     hot = Limiter.from_url(url, POLICY, secret="bench", namespace="hot")
     distinct = Limiter.from_url(url, POLICY, secret="bench", namespace="distinct")
+    bound_sha = client.script_load(
+        BOUND_SCRIPT.replace("REPLY", repr(">BBI8I8B" + "I4" * len(tiers)))
+    )
+    unpack = reply_format(len(tiers)).unpack
     hot_key = "hot@example.com"
     keys = [f"user{i}@example.com" for i in range(CALLS * ROUNDS)]
     hot.acquire(hot_key)  # from now on the hot key is refused (1 per minute)
@@ -99,12 +121,24 @@ def contenders(
         tier, scope = (tiers[index - 1], "recipient") if index else (None, None)
         return new_decision((raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, tuple(raw[5:]), scope))
 
+    bounding = KeyHasher("bench", "bound", POLICY.name)  # its own keys: an admission creates one
+
+    def bound_call(recipient: str, write: str) -> object:  # mailguard's client path
+        key = bounding.storage_key(recipient)
+        fields = unpack(client.execute_command("EVALSHA", bound_sha, 1, key, write))
+        tier, scope = (tiers[fields[4] - 1], "recipient") if fields[4] else (None, None)
+        return new_decision(
+            (fields[0] == 1, fields[1] == 1, fields[2], fields[3], tier, fields[5:], scope)
+        )
+
     calls: dict[str, Callable[[int], object]] = {
         "no-op": lambda i: client.execute_command("EVALSHA", noop, 1, hot_key),
         "mailguard hot": lambda i: hot.acquire(hot_key),
         "seed hot": lambda i: seed_call(hot_key),
         "mailguard distinct": lambda i: distinct.acquire(keys[i]),
         "seed distinct": lambda i: seed_call(keys[i]),
+        "bound hot": lambda i: bound_call(hot_key, "0"),
+        "bound distinct": lambda i: bound_call(keys[i], "1"),
     }
     return calls, [hot, distinct]
 

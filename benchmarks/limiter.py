@@ -16,7 +16,11 @@ ratio to a floor measured on the same connection in the same rounds:
   call (``INFO commandstats``); and for ``memory://`` under ``sender: 14/1s gcra`` (the paged
   search of :mod:`mailer.limits.gcra_search`). Then, at 10 and 100 000 bookings, the time per
   decision in each booking order of :data:`ORDERS` (Redis: the server's; memory: the call's),
-  as ratios 100 000 / 10, and the worst order's ratio. ``--backlog`` runs only these gcra rows.
+  as ratios 100 000 / 10, and the worst order's ratio. In the worst order (share-1.0 mails
+  inserted into the room at the front of a half-rate backlog) the mails at 10 bookings are
+  appended after the first few, so that order is timed again with an insertion at both sizes
+  (:data:`FRONT_ORDER`), and the worst ratio of the same operation at both sizes is printed
+  too. ``--backlog`` runs only these gcra rows.
 - The scoped decision's lower bound: a script that makes only the Redis calls a scoped decision
   cannot do without (``TIME``, one ``MGET`` of the three scopes' keys, the three writes) and
   returns a reply of the same size, with no decision at all: what one script call with these
@@ -248,6 +252,106 @@ def bench_orders(url: str, counts: tuple[int, int]) -> list[tuple[str, float, fl
     return out
 
 
+#: The front order timed as the same operation at both sizes: at 10 bookings the room at the
+#: front of a half-rate backlog takes a few mails only (the next ones are appended after its
+#: last booking, summaries carried one step), so every FRONT_MAILS timed mails get a fresh
+#: backlog of 10, built untimed, FRONT_WARM mails taking the room at now first (Redis: its
+#: bucket's burst; memory: as in :func:`bench_memory_orders`). Each timed mail is checked to be
+#: booked before the backlog's last booking.
+FRONT_WARM, FRONT_MAILS = {"redis": 13, "memory": 8}, {"redis": 6, "memory": 2}
+FRONT_ORDER = "half-rate backlog, share 1.0 inserted at the front, an insertion at both sizes"
+
+
+def _front_redis(url: str, client: redis.Redis, count: int) -> tuple[Limiter, int]:
+    """A limiter whose sender scope holds ``count`` bookings at the half rate (written in the
+    one-string form as in :func:`bench_orders`) and whose room at now is taken; with the ms
+    of its last booking."""
+    policy = Policy.parse("recipient: 1/60s; sender: 14/1s gcra", name="recipient")
+    namespace = f"front-{uuid.uuid4().hex[:8]}"
+    limiter = Limiter.from_url(
+        url, policy, clock=ManualClock(1_700_000_000.0), secret="b", namespace=namespace
+    )
+    start, step = (1_700_000_000_000 + 1) * 1000, -(-1_000_000 // 7)
+    packed = b"".join(
+        (-(-(start + i * step) // 1000) * 1000).to_bytes(7, "big") + (i + 1).to_bytes(6, "big")
+        for i in range(count)
+    )
+    client.set(limiter.storage_key("sender", "sender") + ":g1", b"0|" + packed)
+    for i in range(FRONT_WARM["redis"]):
+        limiter.acquire(f"w{i}@news.example", max_wait=MAX_WAIT)
+    return limiter, -(-(start + (count - 1) * step) // 1000)
+
+
+def _inserted(limiter: Limiter, last_ms: int, names: range) -> None:
+    """Book one share-1.0 mail per name, each checked to go before ``last_ms``."""
+    for i in names:
+        decision = limiter.acquire(f"b{i}@news.example", max_wait=MAX_WAIT)
+        assert decision.booked and decision.at_ms < last_ms, (decision, last_ms)
+
+
+def bench_front_inserts(url: str, counts: tuple[int, int]) -> tuple[str, float, float]:
+    """:data:`FRONT_ORDER` on Redis: the server's µs per decision (``INFO commandstats``,
+    :data:`ORDER_MAILS` mails), ``counts[0]`` and ``counts[1]`` bookings taking turns in rounds
+    of :data:`ORDER_BATCH` mails, every timed mail an insertion (at ``counts[0]``, a fresh
+    backlog every ``FRONT_MAILS`` mails)."""
+    client = redis.Redis.from_url(url)
+    large, large_last = _front_redis(url, client, counts[1])
+    usec, calls = [0.0, 0.0], [0, 0]
+    per = FRONT_MAILS["redis"]
+    for batch in range(0, ORDER_MAILS, ORDER_BATCH):
+        for k in (0, 1):
+            for first in range(batch, batch + ORDER_BATCH, per if k == 0 else ORDER_BATCH):
+                if k == 0:
+                    limiter, last = _front_redis(url, client, counts[0])
+                else:
+                    limiter, last = large, large_last
+                client.config_resetstat()
+                _inserted(limiter, last, range(first, first + (per if k == 0 else ORDER_BATCH)))
+                stats = client.info("commandstats")["cmdstat_evalsha"]
+                usec[k] += float(stats["usec"])
+                calls[k] += int(stats["calls"])
+                if k == 0:
+                    limiter.close()
+    large.close()
+    client.flushall()
+    client.close()
+    return FRONT_ORDER, usec[0] / calls[0], usec[1] / calls[1]
+
+
+def bench_memory_front_inserts(counts: tuple[int, int]) -> tuple[str, float, float]:
+    """:data:`FRONT_ORDER` in ``memory://``: the median µs of one decision, as
+    :func:`bench_front_inserts` (the backlog booked by real decisions at share 0.5)."""
+    policy = Policy.parse("recipient: 1/60s; sender: 14/1s gcra", name="recipient")
+
+    def backlog(count: int) -> tuple[Limiter, int]:
+        limiter = Limiter.from_url(
+            "memory://", policy, clock=ManualClock(1_700_000_000.0), secret="b"
+        )
+        last = 0
+        for i in range(count):
+            last = limiter.acquire(f"n{i}@news.example", max_wait=MAX_WAIT, share=0.5).at_ms
+        for i in range(FRONT_WARM["memory"]):
+            limiter.acquire(f"w{i}@news.example", max_wait=MAX_WAIT)
+        return limiter, last
+
+    large, large_last = backlog(counts[1])
+    times: list[list[float]] = [[], []]
+    per = FRONT_MAILS["memory"]
+    for batch in range(0, ORDER_MAILS, ORDER_BATCH):
+        for first in range(batch, batch + ORDER_BATCH, per):
+            small, last = backlog(counts[0])
+            times[0] += _timed(
+                lambda i, lim=small, at=last: _inserted(lim, at, range(i, i + 1)), per, first
+            )
+            small.close()
+        times[1] += _timed(
+            lambda i: _inserted(large, large_last, range(i, i + 1)), ORDER_BATCH, batch
+        )
+    large.close()
+    small_us, large_us = (statistics.median(t) * 1e6 for t in times)
+    return FRONT_ORDER, small_us, large_us
+
+
 def bench_memory_orders(counts: tuple[int, int]) -> list[tuple[str, float, float]]:
     """Per order of :data:`ORDERS` under ``sender: 14/1s gcra`` in ``memory://``: the median
     µs of one decision (:data:`ORDER_MAILS` mails, the two sizes taking turns as in
@@ -283,10 +387,15 @@ def bench_memory_orders(counts: tuple[int, int]) -> list[tuple[str, float, float
 
 
 def _order_rows(
-    orders: list[tuple[str, float, float]], counts: tuple[int, int], what: str
+    orders: list[tuple[str, float, float]],
+    counts: tuple[int, int],
+    what: str,
+    front: tuple[str, float, float] | None = None,
 ) -> list[tuple[str, str, str, str, str]]:
     """The rows "<what> per decision, order" (µs), as ratios to the fewer bookings; then the
-    worst order's ratio, the figure the target is about."""
+    worst order's ratio, the figure the target is about; with ``front`` (:data:`FRONT_ORDER`)
+    its row too and the worst ratio of the same operation at both sizes (``front`` in place
+    of the front order, whose mails are appended at the fewer bookings)."""
     rows = [
         (
             f"{what} per decision after {counts[1]:,} bookings, {name}",
@@ -295,7 +404,7 @@ def _order_rows(
             "<= 2",
             "yes" if large / small <= 2 else "no",
         )
-        for name, small, large in orders
+        for name, small, large in [*orders, *([front] if front else [])]
     ]
     worst = max(large / small for _, small, large in orders)
     rows.append(
@@ -307,6 +416,18 @@ def _order_rows(
             "yes" if worst <= 2 else "no",
         )
     )
+    if front:
+        same = [(n, s, la) for n, s, la in orders if "inserted at the front" not in n]
+        worst = max(large / small for _, small, large in [*same, front])
+        rows.append(
+            (
+                f"  {what}: worst order, the same operation at both sizes",
+                f"{worst:.2f}",
+                "-",
+                "<= 2",
+                "yes" if worst <= 2 else "no",
+            )
+        )
     return rows
 
 
@@ -539,12 +660,14 @@ def main_backlog() -> None:
         print(f"machine: {_machine()}, redis-server {version} on loopback")
         backlog = bench_backlog(server.url, counts, tiers=("14/1s gcra",))
         orders = bench_orders(server.url, counts)
+        front = bench_front_inserts(server.url, counts)
     finally:
         server.cleanup()
     rows = [("measure", "value", "floor / ratio", "target", "met")]
-    rows += _backlog_rows(backlog) + _order_rows(orders, counts, "redis server time")
+    rows += _backlog_rows(backlog) + _order_rows(orders, counts, "redis server time", front)
     rows += _memory_backlog_rows(bench_memory_backlog(counts))
-    _print(rows + _order_rows(bench_memory_orders(counts), counts, "memory time"))
+    memory = bench_memory_orders(counts)
+    _print(rows + _order_rows(memory, counts, "memory time", bench_memory_front_inserts(counts)))
 
 
 def main() -> None:

@@ -80,6 +80,8 @@ from benchmarks.limiter import _machine
 from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer, free_port
 from mailer import Limiter, Policy, defaults, parse_duration
+from mailer.records.schedule import RedisSchedule
+from mailer.records.schedule.ids import stored
 from workers import tasks
 from workers.priority import message_priority
 
@@ -92,8 +94,6 @@ SAMPLE_EVERY = 0.02  # s between two samples of the limiter's server
 POLL = 0.25  # s between two checks of the results
 PREFILL = 5  # sends given to each reader before the recipient-only burst (5/1h: an hour ahead)
 LIMITER_REDIS = ("--appendonly", "yes", "--appendfsync", "no", "--auto-aof-rewrite-percentage", "0")
-PAYLOADS = "mailguard:{schedule:mail}:payloads"  # the schedule's payloads (workers/parking.py)
-PARKED = "mailguard:{schedule:mail}:due"  # the schedule's parked mails, by due time (ms)
 SCRIPT_COMMANDS = ("cmdstat_evalsha", "cmdstat_eval")
 NOT_COUNTED = ("cmdstat_info",)  # the sampler's own
 
@@ -554,7 +554,8 @@ def held(main: redis.Redis, broker: redis.Redis, ids: Iterable[str]) -> set[str]
     wanted = set(ids)
     if not wanted:
         return set()
-    found = {i for i in wanted if main.hexists(PAYLOADS, i)}
+    schedule = RedisSchedule(main, "redis://", queue="mail")  # the workers' (parking.py)
+    found = {i for i in wanted if schedule.payload(i) is not None}
     for key in broker.scan_iter(count=1000):
         kind = broker.type(key)
         raws = broker.lrange(key, 0, -1) if kind == b"list" else []
@@ -566,9 +567,13 @@ def held(main: redis.Redis, broker: redis.Redis, ids: Iterable[str]) -> set[str]
 
 def parked_at(main: redis.Redis, slots: dict[str, float]) -> set[str]:
     """Which of ``slots`` (mail id -> slot, epoch seconds) the schedule holds parked, due
-    within a millisecond of that slot (its due set, :data:`PARKED`)."""
+    within a millisecond of that slot (its shards' due sets)."""
     ids = list(slots)
-    scores = main.zmscore(PARKED, ids) if ids else []
+    schedule = RedisSchedule(main, "redis://", queue="mail")
+    pipe = main.pipeline(transaction=False)
+    for i in ids:
+        pipe.zscore(schedule.shard_of(i).due_key, stored(i))
+    scores = pipe.execute() if ids else []
     return {
         i
         for i, ms in zip(ids, scores, strict=True)

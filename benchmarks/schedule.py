@@ -19,8 +19,8 @@ machine, most of it the worker's own throughput, twice per design):
 3. once all wait: the worker's RSS growth (main process + pool), Redis's ``used_memory``
    growth per waiting mail (and, for the schedule, the bytes of its own keys per mail, apart
    from the Celery result record each mail keeps in both designs; and every key family that
-   grew, bytes per mail each: the result record, the schedule's entries, the ledger's
-   ``seen`` key, the broker's copy of a countdown), then **idle** for
+   grew, bytes per mail each: the result record, the schedule's entries, the ledger's keys
+   (none once a first run's mail is parked), the broker's copy of a countdown), then **idle** for
    ``IDLE`` seconds: Redis commands per second (``total_commands_processed``, the program's
    own two INFO calls taken out), ``send_mail`` runs (the worker log's ``received`` lines: a
    deferral's ``ignored`` line is filtered out of the log), worker CPU;
@@ -30,7 +30,10 @@ machine, most of it the worker's own throughput, twice per design):
    guard) published and drained on the same worker: mails per second, publish to last result.
 
 ``--waiting-only`` stops after step 3 (the memory and idle figures of a scale run such as
-``--mails 100000 --parked-only``, without waiting for the slot).
+``--mails 100000 --parked-only``, without waiting for the slot); it then deletes the waiting
+mails' result records, then the ledger's keys of the waiting mails (claims, turns), and
+reports the ``used_memory`` each freed per mail (their all-in cost: Redis's tables and expires
+entries included). One waiting mail's result record is printed as stored (key, TTL, value).
 
 The booking window (how far ahead every mail is booked) is sized from a first, short floor
 measurement, so that parking ``N`` mails ends before the slot even on a busy machine.
@@ -57,6 +60,7 @@ from benchmarks.limiter import _machine
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
 from mailer import Limiter, Policy
+from mailer.records.schedule import RedisSchedule
 
 GUARDED, UNGUARDED = "mailguard.send_mail", "bench.unguarded"
 IDLE = 10.0  # seconds of the idle window
@@ -123,6 +127,7 @@ class Figures:
     worker_main_growth: float = 0.0
     redis_per_mail: float = 0.0  # bytes
     schedule_per_mail: float = 0.0  # bytes of the schedule's own keys
+    ledger_per_mail: float = 0.0  # bytes of the ledger's keys of the waiting mails
     result_per_mail: float = 0.0  # bytes of one Celery result record
     idle_commands: float = 0.0  # per second
     idle_runs: int = 0
@@ -135,6 +140,15 @@ class Figures:
     floor_main_cpu_ms: float = 0.0  # of which the main process
     #: Key families grown while the mails were put to wait: (keys, bytes).
     families: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: One waiting mail's result record as stored: key, TTL, bytes and value.
+    record: str = ""
+    #: ``used_memory`` freed per mail by deleting the waiting mails' result records (their
+    #: all-in cost: value, key, Redis's tables and expires entry); ``--waiting-only`` runs.
+    record_all_in: float = 0.0
+    #: The same for the ledger's keys of the waiting mails (deleted after the records).
+    ledger_all_in: float = 0.0
+    #: ``MEMORY STATS`` parts grown while the mails were put to wait, bytes per mail.
+    memory_parts: dict[str, float] = field(default_factory=dict)
 
 
 #: A key's family: its name with every id (a UUID, a hash tag of a limiter key, a long hex
@@ -173,6 +187,58 @@ def family_growth(
         if size != was[1] or count != was[0]:
             grown[family] = (count - was[0], size - was[1])
     return grown
+
+
+def _freed_by_deleting(admin: redis.Redis, client: redis.Redis, keys: list[bytes | str]) -> int:
+    """``used_memory`` freed by deleting ``keys`` from ``client``'s database (at the end of a
+    waiting-only run: the worker is idle): their all-in cost, Redis's tables included once its
+    cron has shrunk them. 0 for no keys."""
+    if not keys:
+        return 0
+    before = int(admin.info("memory")["used_memory"])
+    for start in range(0, len(keys), 1000):
+        client.delete(*keys[start : start + 1000])
+    time.sleep(1.0)  # serverCron (hz 10) resizes the emptied tables
+    return before - int(admin.info("memory")["used_memory"])
+
+
+#: The ledger's keys of one mail (:mod:`mailer.records.ledger.redis`).
+LEDGER_FAMILIES = ("claim", "sent", "runs", "seen", "turn")
+
+
+def _ledger_keys(admin: redis.Redis, ids: list[str]) -> list[bytes | str]:
+    """The ledger's keys of the mails ``ids`` that exist (one ``EXISTS`` each, pipelined)."""
+    names = [f"mailguard:{family}:{{{i}}}" for i in ids for family in LEDGER_FAMILIES]
+    pipe = admin.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(name)
+    return [name for name, found in zip(names, pipe.execute(), strict=True) if found]
+
+
+def memory_parts(admin: redis.Redis) -> dict[str, int]:
+    """``MEMORY STATS`` of the server in parts: the keys' own bytes (``dataset``), Redis's
+    key tables over every database (``main tables``, ``expires tables``), client buffers and
+    script caches."""
+    stats = admin.memory_stats()
+    dbs = [v for k, v in stats.items() if k.startswith("db.") and isinstance(v, dict)]
+    return {
+        "dataset": int(stats["dataset.bytes"]),
+        "main tables": sum(int(db["overhead.hashtable.main"]) for db in dbs),
+        "expires tables": sum(int(db["overhead.hashtable.expires"]) for db in dbs),
+        "clients": int(stats["clients.normal"]),
+        "scripts": int(stats.get("lua.caches", 0)) + int(stats.get("functions.caches", 0)),
+    }
+
+
+def sample_record(results: redis.Redis, key: str) -> str:
+    """One result record as Redis holds it: its key, TTL, value's length, ``MEMORY USAGE``
+    and value."""
+    value = results.get(key) or b""
+    usage = results.memory_usage(key, samples=0)
+    return (
+        f"{key}: TTL {results.ttl(key)} s, value {len(value)} B, MEMORY USAGE {usage} B\n"
+        f"  {value.decode(errors='replace')}"
+    )
 
 
 _RUN_START = re.compile(r"Task mailguard\.send_mail\[[^\]]+\] received")
@@ -267,6 +333,7 @@ def run_design(
         main_before = _cpu(pids[0])
         families_before = key_families(server.url)
         memory_before = int(admin.info("memory")["used_memory"])
+        parts_before = memory_parts(admin)
         started = time.time()
         ids = _publish(app, GUARDED, addresses, {"subject": "s", "body": "b"})
         _wait_for(results, ids, "DEFERRED", window - 5)
@@ -278,12 +345,19 @@ def run_design(
         figures.worker_growth = sum(_rss(pid) - rss for pid, rss in rss_before.items())
         figures.worker_main_growth = _rss(pids[0]) - rss_before[pids[0]]
         figures.redis_per_mail = (int(admin.info("memory")["used_memory"]) - memory_before) / mails
-        schedule_keys = [k for k in admin.keys("mailguard:{schedule:mail}:*") if b"dead" not in k]
+        parts = memory_parts(admin)
+        figures.memory_parts = {k: (v - parts_before.get(k, 0)) / mails for k, v in parts.items()}
+        schedule_keys = [k for k in admin.keys("mailguard:{schedule*") if b"dead" not in k]
         own = sum(int(admin.memory_usage(k, samples=0) or 0) for k in schedule_keys)
         figures.schedule_per_mail = own / mails
+        ledger_keys = _ledger_keys(admin, ids)
+        figures.ledger_per_mail = (
+            sum(int(admin.memory_usage(k, samples=0) or 0) for k in ledger_keys) / mails
+        )
         sample = [f"celery-task-meta-{i}" for i in ids[:200]]
         figures.result_per_mail = sum(results.memory_usage(k) or 0 for k in sample) / len(sample)
         figures.families = family_growth(families_before, key_families(server.url))
+        figures.record = sample_record(results, sample[0])
         print(f"  {name}: {mails:,} waiting; idle for {IDLE:g} s", flush=True)
 
         log_before = _runs(worker.log())
@@ -295,13 +369,18 @@ def run_design(
         figures.idle_commands = spent / IDLE
         figures.idle_runs = _runs(worker.log()) - log_before
         if waiting_only:
+            records: list[bytes | str] = [f"celery-task-meta-{i}" for i in ids]
+            figures.record_all_in = _freed_by_deleting(admin, results, records) / mails
+            ledger_keys = _ledger_keys(admin, ids)
+            figures.ledger_all_in = _freed_by_deleting(admin, admin, ledger_keys) / mails
             return figures
 
         if time.time() > due:
             print(f"  {name}: warning: the slot passed before the idle window ended", flush=True)
         time.sleep(max(due - time.time(), 0.0))
         if park_after != "off":
-            while admin.zcard("mailguard:{schedule:mail}:due"):  # parked or promoting
+            stats = RedisSchedule(admin, server.url, queue="mail").stats
+            while stats().parked + stats().promoting:
                 time.sleep(0.02)
             figures.handed = time.time() - due
         figures.sent = _wait_for(results, ids, "SUCCESS", 600) - due
@@ -358,7 +437,10 @@ def main() -> None:
         ("  of which the main process", parked.worker_main_growth, held.worker_main_growth, "mb"),
         ("Redis bytes per waiting mail", parked.redis_per_mail, held.redis_per_mail, "{:,.0f}"),
         ("  the schedule's own keys", parked.schedule_per_mail, held.schedule_per_mail, "{:,.0f}"),
+        ("  the ledger's keys", parked.ledger_per_mail, held.ledger_per_mail, "{:,.0f}"),
         ("  one Celery result record", parked.result_per_mail, held.result_per_mail, "{:,.0f}"),
+        ("  freed deleting the records", parked.record_all_in, held.record_all_in, "{:,.0f}"),
+        ("  freed deleting the ledger's keys", parked.ledger_all_in, held.ledger_all_in, "{:,.0f}"),
         ("idle: Redis commands/s", parked.idle_commands, held.idle_commands, "{:.1f}"),
         ("idle: send_mail runs", parked.idle_runs, held.idle_runs, "{:d}"),
         ("idle: worker CPU, % of a core", parked.idle_cpu * 100, held.idle_cpu * 100, "{:.2f}"),
@@ -368,6 +450,8 @@ def main() -> None:
     ]
     if args.waiting_only:  # nothing was sent and no floor measured
         rows = [r for r in rows if "unguarded" not in r[0] and not r[0].startswith("due")]
+    else:  # the records are deleted in waiting-only runs alone
+        rows = [r for r in rows if "freed" not in r[0]]
     print(f"\n| {args.mails:,} mails | parked | countdown + hops |")
     print("|---|---|---|")
     for label, a, b, shape in rows:
@@ -382,6 +466,11 @@ def main() -> None:
             for family, (count, size) in sorted(figures.families.items()):
                 if count or abs(size) >= args.mails:  # new keys, or at least 1 B a mail
                     print(f"  {family}: {count:+,} keys, {size / args.mails:,.0f} B")
+        if figures.memory_parts:
+            grown = ", ".join(f"{k} {v:,.0f}" for k, v in figures.memory_parts.items())
+            print(f"{name}: used_memory grown by part (MEMORY STATS), B per mail: {grown}")
+        if figures.record:
+            print(f"{name}: one waiting mail's result record\n  {figures.record}")
     if parked.floor_rate:
         ratio = parked.enqueue_rate / parked.floor_rate
         print(f"\nparked enqueue rate / unguarded floor on the same worker: {ratio:.2f}")
