@@ -149,20 +149,32 @@ def test_an_entry_parked_in_the_version_1_format_is_sent_once_at_its_slot(
     assert schedule.stats().parked == 0
 
 
+#: Seconds between two first mails of ``test_every_worker_killed_with_parked_mails``: 100
+#: recipients' first mails offered at 33 a second, so each later round falls due at that rate,
+#: under what one restarted worker sends on a loaded 2-core machine (about 80 a second beside the
+#: whole suite). Offered all at once, the 100 mails of a round fall due within 0.3 s and the
+#: last waits for the 99 before it: the round's length at the worker's rate, not promotion.
+FIRST_MAILS_APART = 0.03
+
+
 def test_every_worker_killed_with_parked_mails(
     redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
 ) -> None:
-    """100 recipients, 3 mails each under ``1/8s``: 200 mails parked (slots 8 and 16 s ahead,
+    """100 recipients, 3 mails each under ``1/10s``: 200 mails parked (slots 10 and 20 s ahead,
     so that all are parked before the first is due, even on a loaded machine).
     Both workers are SIGKILLed, one is started again: every mail is sent exactly once, never
     before its slot, and none more than about a second after max(slot, restart)."""
     env = worker_env(
-        redis_url, smtp_server.url, MAILGUARD_POLICY="1/8s, 50/1h", MAILGUARD_PARK_AFTER="1s"
+        redis_url, smtp_server.url, MAILGUARD_POLICY="1/10s, 50/1h", MAILGUARD_PARK_AFTER="1s"
     )
     app = client_app(env)
     workers = [CeleryWorker(env, name=f"w{n}").start() for n in range(2)]
-    results = [
-        _send(app, f"user{r}@example.com", f"kill-{r}-{n}") for n in range(3) for r in range(100)
+    results = []
+    for r in range(100):
+        results.append(_send(app, f"user{r}@example.com", f"kill-{r}-0"))
+        time.sleep(FIRST_MAILS_APART)
+    results += [
+        _send(app, f"user{r}@example.com", f"kill-{r}-{n}") for n in (1, 2) for r in range(100)
     ]
     try:
         poll(lambda: schedule.stats().parked == 200, 30, "200 parked mails")
@@ -181,23 +193,27 @@ def test_every_worker_killed_with_parked_mails(
         app.close()
     received = _received(smtp_server)
     copies = Counter(len(times) for times in received.values())
-    lateness = []
+    late: list[tuple[float, str, float]] = []  # (lateness, mail id, due - restart)
     for result in results:
         outcome = result.get(timeout=1)
         assert outcome["status"] == "sent", outcome
         (at,) = received[message_id(outcome["mail_id"], SENDER)]
         if outcome["due"] is not None:
             assert at >= outcome["due"] - EARLY_SLACK, f"{outcome['mail_id']} sent early"
-            lateness.append(at - max(outcome["due"], restart))
-    lateness.sort()
+            late.append(
+                (at - max(outcome["due"], restart), outcome["mail_id"], outcome["due"] - restart)
+            )
+    late.sort()
+    lateness = [seconds for seconds, _, _ in late]
     p50, p99 = lateness[len(lateness) // 2], lateness[int(len(lateness) * 0.99)]
     print(
         f"{len(lateness)} mails, sent after max(slot, restart): p50 {p50:.3f} s, "
         f"p99 {p99:.3f} s, max {lateness[-1]:.3f} s"
     )
+    worst = ", ".join(f"{m} {s:.3f} s late (due {d:+.3f} s from restart)" for s, m, d in late[-5:])
     assert copies == {1: 300}, copies
-    assert p99 <= 1.0
-    assert lateness[-1] <= 1.5
+    assert p99 <= 1.0, worst
+    assert lateness[-1] <= 1.5, worst
 
 
 def test_a_promotion_cut_short_by_a_kill_sends_one_mail(
