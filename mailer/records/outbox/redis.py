@@ -106,6 +106,13 @@ class RedisOutbox:
             if writer is not None:
                 writer.settle()
 
+    def close(self) -> None:
+        """Close the connections of the writes nobody waits for (their unread answers are
+        dropped: the writes were sent); the next such write opens another."""
+        for writer in (self._later, self._later_clear):
+            if writer is not None:
+                writer.close()
+
     def received(self, mail_id: str, lane: str) -> bool:
         keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
         return bool(self._clear(keys, [mail_id, 1, lane, _TTL_MS]))

@@ -10,13 +10,21 @@ scheduling delay of the Redis server, not microseconds.
 Not for a write whose failure the caller must see at once: an error (the server gone) is raised
 by a later call. Redis applies one connection's commands in order, so a write sent before the
 publish is applied before anything a worker does after receiving the message.
+
+A write the server refused for want of its script (``SCRIPT FLUSH`` on a live connection) is
+run again when its answer is read, if it was sent at most :data:`RERUN_WITHIN` seconds before;
+answers are read by the first write more than :data:`READ_AFTER` seconds after the oldest
+unread one. An older refused write is dropped with a warning: a put run late would name a mail
+its worker has long received, which the watchdog would then publish again for nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -25,8 +33,15 @@ import redis.exceptions
 
 from mailer.storage import RedisStore, Script
 
+log = logging.getLogger("mailguard")
+
 #: Answers left unread at most; at this many, a write first reads them all.
 MAX_UNREAD = 256
+#: Seconds: a write first reads every answer when the oldest unread was sent this long ago
+#: (its answers are there: the read does not wait).
+READ_AFTER = 1.0
+#: Seconds: a write refused for want of its script is run again only if sent this recently.
+RERUN_WITHIN = 10.0
 
 
 class LaterWriter:
@@ -42,7 +57,8 @@ class LaterWriter:
         self._lock = threading.Lock()
         self._connection: Any = None
         self._pid = 0
-        self._unread: deque[tuple[Sequence[Any], Sequence[Any]]] = deque()
+        #: Writes sent whose answers are unread: keys, arguments, when sent (monotonic).
+        self._unread: deque[tuple[Sequence[Any], Sequence[Any], float]] = deque()
 
     def write(self, keys: Sequence[Any], args: Sequence[Any]) -> None:
         """Send one call of the script; raises :class:`~mailer.errors.BackendUnavailable` when
@@ -50,14 +66,17 @@ class LaterWriter:
         with self._lock:
             connection = self._connected()
             try:
-                if len(self._unread) >= MAX_UNREAD:
+                now = time.monotonic()
+                if self._unread and (
+                    len(self._unread) >= MAX_UNREAD or now - self._unread[0][2] > READ_AFTER
+                ):
                     self._read()
                 command = ("EVALSHA", self._sha, len(keys), *keys, *args)
                 self._store.call(connection.send_command, *command)
             except BaseException:
                 self._drop()
                 raise
-            self._unread.append((keys, args))
+            self._unread.append((keys, args, now))
 
     def settle(self) -> None:
         """Wait until every write sent was applied; raises as :meth:`write`."""
@@ -85,14 +104,21 @@ class LaterWriter:
 
     def _read(self) -> None:
         """Read every answer left unread (they are there or on their way: one wait at most).
-        A write the server could not run for want of its script runs again."""
+        A write the server could not run for want of its script runs again, if recent."""
         connection = self._connection
         while self._unread:
-            keys, args = self._unread.popleft()
+            keys, args, sent = self._unread.popleft()
             try:
                 self._store.call(connection.read_response)
             except redis.exceptions.NoScriptError:  # the server lost it: load, run this one
-                self._script(keys, args)
+                if time.monotonic() - sent <= RERUN_WITHIN:
+                    self._script(keys, args)
+                else:
+                    log.warning(
+                        "mailguard: a write sent %.0f s ago was refused for want of its script "
+                        "(SCRIPT FLUSH?); dropped, too late to run",
+                        time.monotonic() - sent,
+                    )
 
     def _drop(self) -> None:
         """Close the connection after an error (its answers are out of step); the next write
