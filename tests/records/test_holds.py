@@ -22,6 +22,7 @@ from mailer.mail.transports import MemoryTransport
 from mailer.mail.transports.base import SendReceipt
 from mailer.metrics import Metrics
 from mailer.records.holds import Hold, Holds, next_hold
+from mailer.records.holds.pace import SenderPace
 from mailer.records.ledger import MemoryLedger
 from mailer.settings import Settings
 
@@ -466,21 +467,33 @@ class MidSend(MemoryTransport):
         return super().send(envelope)
 
 
+@pytest.mark.parametrize("behind", [0.0, 0.005], ids=["one clock", "second 5 ms behind"])
 @pytest.mark.parametrize("pace", [True, False], ids=["paced", "unpaced"])
 def test_two_workers_refused_at_once_tell_one_hold(
-    clock: ManualClock, caplog: pytest.LogCaptureFixture, pace: bool
+    clock: ManualClock, caplog: pytest.LogCaptureFixture, pace: bool, behind: float
 ) -> None:
     """Two workers' sends in flight, refused within the same millisecond: one hold, told once
     (by the refusal that wrote it); the other mail is booked after it without a second line,
-    and with a slow start, one pace started and none slowed (the pace was not halved)."""
+    and with a slow start, one pace started and none slowed (the pace was not halved). Also
+    when the second worker's clock is ``behind``, so that the hold it writes began before the
+    first worker read the holds (as when a worker reads its clock, waits for the CPU, and
+    writes after another worker's read): a refusal doubles only a hold its run saw."""
     limiter = Limiter.from_url("memory://", Policy.parse("100/1s"), clock=clock)
     ledger, config = MemoryLedger(clock), GuardConfig(throttle_hold=5.0)
     holds = Holds.from_url("memory://", clock=clock, max_hold=config.throttle_hold_max)
     if not pace:
         holds.pace.rate = None
+
+    def lagging() -> float:
+        return clock() - behind
+
+    pace_of_second = SenderPace(holds.pace._store, clock=lagging, rate=holds.pace.rate)
+    holds_of_second = Holds(
+        holds._store, clock=lagging, max_hold=config.throttle_hold_max, pace=pace_of_second
+    )
     other = MemoryTransport()
     other.fail_next(1, code=THROTTLED[0], reply=THROTTLED[1])
-    second = memory_guard(limiter, ledger, other, config=config, clock=clock, holds=holds)
+    second = memory_guard(limiter, ledger, other, config=config, clock=clock, holds=holds_of_second)
     steps: list[object] = []
 
     def refused_meanwhile() -> None:

@@ -40,7 +40,7 @@ from mailer.mail.replies import Action, Reaction, enhanced_status, reaction_of
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
 from mailer.records.holds import RECIPIENT, SENDER, Hold, Holds
-from mailer.records.holds.pace import Pace, sender_cap
+from mailer.records.holds.pace import Pace, decode_pace, sender_cap
 from mailer.steps import Finish, Progress, Step
 
 log = logging.getLogger("mailguard")
@@ -66,7 +66,8 @@ class HoldsGate:
         # their end once.
         self._known: dict[str, float] = {}
         self._known_lock = threading.Lock()
-        # When this thread's run last read the holds, and for which mail (see _asked).
+        # When this thread's run last read the holds, for which mail, and what it saw there:
+        # the ``since`` of each hold and of the pace stored, in force or not (see _asked).
         self._read = threading.local()
 
     def reads(self, mail: Prepared) -> Reads | None:
@@ -80,13 +81,19 @@ class HoldsGate:
         mail at its slot whose deadline comes before a guessed hold's end goes on too."""
         self._read.mail = None
         try:
-            self._read.at = self.holds.now()
-            self._read.mail = mail.mail_id
             if raws is not None:
-                sender, recipient = self.holds.from_raws(raws)
+                stored = self.holds.stored_from_raws(raws)
             else:
-                sender, recipient = self.holds.active(mail.limit_key)
-            paced = self._paced(raws)
+                stored = self.holds.stored(mail.limit_key)
+            sender, recipient = self.holds.in_force(stored)
+            pace = self._pace_read(raws)
+            paced = pace is not None
+            self._read.seen = {
+                SENDER: _since(stored[0]),
+                RECIPIENT: _since(stored[1]),
+                PACE: _since(pace),
+            }
+            self._read.mail = mail.mail_id
         except BackendUnavailable as exc:
             self.metrics.backend_down("limiter")
             if self.config.fail_open:
@@ -125,14 +132,14 @@ class HoldsGate:
             return replace(hold, until=taken[0])
         return hold
 
-    def _paced(self, raws: list[Any] | None) -> bool:
-        """Whether a pace may be in force (its key was read with the holds, or, read alone,
-        holds one); False when the slow start is off."""
+    def _pace_read(self, raws: list[Any] | None) -> Pace | None:
+        """The pace that may be in force (its key read with the holds, or, read alone, one in
+        force); None when there is none or the slow start is off."""
         if self.holds.pace.rate is None:
-            return False
+            return None
         if raws is not None and len(raws) > 2:
-            return raws[2] is not None
-        return self.holds.pace.current() is not None
+            return decode_pace(raws[2])
+        return self.holds.pace.current()
 
     def _pace(self, mail: Prepared, progress: Progress) -> Prepared | Admitted | Step:
         """The sender's pace after a hold: ``mail`` goes on at its slot (the one it holds, or
@@ -242,12 +249,13 @@ class HoldsGate:
             smtp_reply=exc.reply,
             provider=exc.provider,
         )
-        asked = self._asked(mail, refused.base.due)
+        asked = self._asked(mail, refused.base.due, scope)
         before = self.holds.now()
         try:
             paced = scope == SENDER and self.holds.pace.rate is not None
             if paced:
-                slowed = self.holds.pace.slow(before if asked is None else asked)
+                at = self._asked(mail, refused.base.due, PACE)
+                slowed = self.holds.pace.slow(before if at is None else at)
                 if slowed is not None:  # paced after a hold: halve the pace, no new hold
                     return self._slowed(mail, base, progress, slowed, cause=cause, at=before)
             if scope == SENDER:
@@ -281,15 +289,18 @@ class HoldsGate:
             hold = self._start_pace(mail, hold, written=written)
         return self.booking.after_hold(mail, base, progress, After(scope, hold), holds_slot=True)
 
-    def _asked(self, mail: Prepared, due: float | None) -> float | None:
-        """When the refused send was asked for, as the holds' doubling rule wants it: its
-        admission (``due``), or earlier, when this run read the holds (a hold written between
-        that read and the admission, by another worker's refusal of the same burst, is the same
-        throttling: not doubled)."""
+    def _asked(self, mail: Prepared, due: float | None, what: str) -> float | None:
+        """When the refused send was asked for, as the doubling rule of a hold (``what``:
+        ``sender`` or ``recipient``) or of the pace (``pace``) compares it with the ``since``
+        of the one stored when the reply came: a send doubles (or halves) only the one its own
+        run saw. So this run's read gives the ``since`` it saw there, 0.0 when it saw none
+        (a hold or pace written after that read, by another worker's refusal of the same
+        burst, is the same throttling, whatever the two workers' clocks say). Without that
+        read, the mail's admission (``due``; None: now)."""
         if getattr(self._read, "mail", None) != mail.mail_id:
             return due
-        read_at: float = self._read.at
-        return read_at if due is None else min(due, read_at)
+        seen: float = self._read.seen[what]
+        return seen
 
     def _start_pace(self, mail: Prepared, hold: Hold, *, written: bool) -> Hold:
         """Start the slow start at the end of the sender's ``hold`` (when it was ``written``
@@ -361,3 +372,8 @@ def _cause_label(code: int | None, reply: str | None) -> str:
         return "provider"
     status = enhanced_status(reply or "")
     return f"{code} {status}" if status else str(code)
+
+
+def _since(found: Hold | Pace | None) -> float:
+    """The ``since`` of a hold or pace read, 0.0 for none (earlier than any stored one)."""
+    return 0.0 if found is None else found.since

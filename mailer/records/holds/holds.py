@@ -101,10 +101,23 @@ class Holds:
     def active(self, key: str | None = None) -> tuple[Hold | None, Hold | None]:
         """The sender's hold and the recipient's (limit key ``key``) in force now, in one round
         trip; None for none."""
+        return self.in_force(self.stored(key))
+
+    def stored(self, key: str | None = None) -> tuple[Hold | None, Hold | None]:
+        """The sender's hold and the recipient's (limit key ``key``) as stored, in force or
+        not (one round trip); None for none. :meth:`in_force` keeps those in force."""
         keys = [self._sender_key] if key is None else [self._sender_key, self.key_of(key)]
-        now = self._clock()
-        found = [h if h is not None and h.until > now else None for h in self._store.get(keys)]
+        found = self._store.get(keys)
         return found[0], found[1] if key is not None else None
+
+    def in_force(self, held: tuple[Hold | None, Hold | None]) -> tuple[Hold | None, Hold | None]:
+        """Of the holds ``held`` (sender, recipient), those in force now (the others None)."""
+        now = self._clock()
+        sender, recipient = held
+        return (
+            sender if sender is not None and sender.until > now else None,
+            recipient if recipient is not None and recipient.until > now else None,
+        )
 
     def plain_read(self, key: str) -> tuple[Any, list[str]] | None:
         """The redis-py client and the keys that :meth:`active` (with ``key``) reads with one
@@ -116,12 +129,12 @@ class Holds:
 
     def from_raws(self, raws: list[Any]) -> tuple[Hold | None, Hold | None]:
         """What :meth:`active` answers for the values read at :meth:`plain_read`'s keys."""
-        now = self._clock()
-        sender, recipient = (decode_hold(raw) for raw in raws[:2])
-        return (
-            sender if sender is not None and sender.until > now else None,
-            recipient if recipient is not None and recipient.until > now else None,
-        )
+        return self.in_force(self.stored_from_raws(raws))
+
+    @staticmethod
+    def stored_from_raws(raws: list[Any]) -> tuple[Hold | None, Hold | None]:
+        """What :meth:`stored` answers for the values read at :meth:`plain_read`'s keys."""
+        return decode_hold(raws[0]), decode_hold(raws[1])
 
     def sender(self) -> Hold | None:
         """The sender's hold in force now, or None."""
