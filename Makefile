@@ -29,10 +29,10 @@ wheel-check:
 
 ## test: the whole test suite (starts its own redis-server; installs it with apt-get if missing),
 ## then a branch-coverage report of mailer/ and workers/ (files at 100 % are not listed).
-## Three pytest processes, each test file in one of them (its module-scoped servers once):
+## Four pytest processes, each test file in one of them (its module-scoped servers once):
 ## most tests wait on real servers and workers, so this is ~3x faster even on 2 cores.
 ## `make test PYTEST_JOBS=0` runs it in one process.
-PYTEST_JOBS ?= 3
+PYTEST_JOBS ?= 4
 test: install
 	@sh .ci/install-redis
 	$(BIN)/python -m pytest -n $(PYTEST_JOBS) --dist loadfile --durations=25 --cov --cov-report=term $(PYTEST_ARGS)
