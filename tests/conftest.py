@@ -36,7 +36,7 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
     client.flushall()
     client.close()
     if (outbox := sys.modules.get("workers.outbox")) is not None:
-        outbox.forget_all()  # writes of an earlier test, answered (or run again) in this one
+        outbox.close_writers()  # writes of an earlier test, answered (or run again) in this one
     yield redis_server.url
 
 

@@ -83,15 +83,15 @@ def outbox_for(settings: Settings) -> Outbox | None:
         return _stores[key]
 
 
-def forget_all() -> None:
-    """Close and forget this process's outboxes. For a process whose Redis was flushed or
+def close_writers() -> None:
+    """Close the connections of this process's outboxes' writes nobody waits for (their unread
+    answers dropped; the next write opens another). For a process whose Redis was flushed or
     replaced under it (the test suite between tests): a write sent to the old one is not
-    answered, nor run again, in the new one."""
+    answered, nor run again, in the new one. The outboxes stay (their clients stay open)."""
     with _lock:
         for box in _stores.values():
             if isinstance(box, RedisOutbox):
                 box.close()
-        _stores.clear()
 
 
 def record(
