@@ -20,6 +20,7 @@ from mailer.metrics import NO_METRICS
 from mailer.records.reputation.reputation import mark_of
 from mailer.settings import Settings
 from tests.mail.transports.postmark_server import PostmarkStub
+from tests.round_trips import round_trips
 
 NEWS = "news@example.org"
 _ids = itertools.count()
@@ -101,23 +102,6 @@ def _commands_of(redis_url: str, run: Callable[[], object]) -> list[str]:
     return seen[seen.index("ECHO") + 1 :] if "ECHO" in seen else seen
 
 
-def _round_trips(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> int:
-    """How many times ``run()``'s Redis clients wrote to a connection: one round trip each (a
-    pipeline writes its commands at once). Counted around redis-py's own send; the commands
-    still go to the real server."""
-    writes = [0]
-    send = redis.connection.AbstractConnection.send_packed_command
-
-    def counted(self: Any, command: Any, check_health: bool = True) -> None:
-        writes[0] += 1
-        send(self, command, check_health)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
-        run()
-    return writes[0]
-
-
 @pytest.mark.parametrize("kind", ["newsletter", "code"])
 def test_the_reputation_costs_one_redis_command_per_mail_sent_in_no_more_round_trips(
     redis_url: str, kind: str, monkeypatch: pytest.MonkeyPatch
@@ -133,7 +117,7 @@ def test_the_reputation_costs_one_redis_command_per_mail_sent_in_no_more_round_t
         guard = build_guard(Settings.from_env(env), metrics=NO_METRICS)
         assert _run(guard, kind).outcome.status == "sent"
         used.append(_commands_of(redis_url, lambda: _run(guard, kind)))  # noqa: B023 - now
-        trips.append(_round_trips(monkeypatch, lambda: _run(guard, kind)))  # noqa: B023
+        trips.append(round_trips(monkeypatch, lambda: _run(guard, kind))[0])  # noqa: B023
     off, on = used
     assert off.count("SET") == off.count("DEL") == 1, used  # the record, off
     plain = [name for name in off if name not in {"SET", "DEL"}]

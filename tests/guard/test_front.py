@@ -11,7 +11,7 @@ otherwise the run asks the limiter as it always did, and the outcome is the same
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,6 +26,7 @@ from mailer.records.ledger import RedisLedger
 from mailer.records.ledger.redis import BEGIN_SCRIPT
 from mailer.records.ledger.ride import compose
 from mailer.settings import Settings
+from tests.round_trips import round_trips
 
 _ids = itertools.count()
 
@@ -61,22 +62,6 @@ def _calls(client: redis.Redis) -> dict[str, int]:
     return {name: n for name, n in calls.items() if name not in {"config|resetstat", "hello"}}
 
 
-def _round_trips(monkeypatch: pytest.MonkeyPatch, run: Callable[[], Any]) -> tuple[int, Any]:
-    """How many times ``run()``'s Redis clients wrote to a connection (a pipeline writes its
-    commands at once), and what it answered."""
-    writes = [0]
-    send = redis.connection.AbstractConnection.send_packed_command
-
-    def counted(self: Any, command: Any, check_health: bool = True) -> None:
-        writes[0] += 1
-        send(self, command, check_health)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(redis.connection.AbstractConnection, "send_packed_command", counted)
-        answer = run()
-    return writes[0], answer
-
-
 def test_a_sent_mail_costs_two_round_trips_and_seven_commands(
     guard: Guard, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -88,7 +73,7 @@ def test_a_sent_mail_costs_two_round_trips_and_seven_commands(
     client = redis.Redis.from_url(redis_url)
     assert guard.process(_mail()).outcome.status == "sent"  # scripts loaded, clock read
     client.config_resetstat()
-    trips, step = _round_trips(monkeypatch, lambda: guard.process(_mail()))
+    trips, step = round_trips(monkeypatch, lambda: guard.process(_mail()))
     assert isinstance(step, Finish) and step.outcome.status == "sent"
     assert _calls(client) == {"evalsha": 1, "mget": 1, "set": 3, "time": 1, "del": 1}
     assert trips == 2
@@ -105,7 +90,7 @@ def test_a_booked_mail_and_its_run_at_the_slot_ride_too(
     for to in ("warm@example.com", "warm@example.com", "ada@example.com"):  # scripts loaded
         guard.process(_mail(to))
     client.config_resetstat()
-    trips, booked = _round_trips(monkeypatch, lambda: guard.process(_mail("ada@example.com")))
+    trips, booked = round_trips(monkeypatch, lambda: guard.process(_mail("ada@example.com")))
     assert isinstance(booked, Later) and booked.outcome.reason == "booked"
     assert trips == 2  # the ride, then the unclaim (first_seen kept in the claim: SET)
     assert _calls(client) == {"evalsha": 2, "mget": 1, "set": 3, "time": 1, "get": 1, "del": 1}
@@ -199,7 +184,7 @@ def test_separate_urls_take_the_usual_path(redis_url: str, monkeypatch: pytest.M
     settings = _settings(redis_url, MAILGUARD_LEDGER_URL=other)
     guard = build_guard(settings, metrics=NO_METRICS)
     assert guard.process(_mail()).outcome.status == "sent"
-    trips, step = _round_trips(monkeypatch, lambda: guard.process(_mail()))
+    trips, step = round_trips(monkeypatch, lambda: guard.process(_mail()))
     assert step.outcome.status == "sent" and trips > 2
     guard.limiter.close()
 
@@ -246,7 +231,7 @@ def test_a_newsletter_whose_gate_adds_headers_keeps_the_decision_that_rode(
 
     assert newsletter().outcome.status == "sent"
     client.config_resetstat()
-    trips, step = _round_trips(monkeypatch, newsletter)
+    trips, step = round_trips(monkeypatch, newsletter)
     assert step.outcome.status == "sent"
     assert _calls(client) == {"evalsha": 1, "mget": 1, "set": 3, "time": 1, "del": 1}
     assert trips == 2
