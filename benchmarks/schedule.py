@@ -56,6 +56,7 @@ from pathlib import Path
 import redis
 from celery import Celery
 
+from benchmarks import waiting_scale
 from benchmarks.limiter import _machine
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
@@ -149,6 +150,9 @@ class Figures:
     ledger_all_in: float = 0.0
     #: ``MEMORY STATS`` parts grown while the mails were put to wait, bytes per mail.
     memory_parts: dict[str, float] = field(default_factory=dict)
+    #: What each waiting mail wrote, to copy at scale (:mod:`benchmarks.waiting_scale`);
+    #: ``--waiting-only`` runs.
+    sample: waiting_scale.Sample | None = None
 
 
 #: A key's family: its name with every id (a UUID, a hash tag of a limiter key, a long hex
@@ -332,6 +336,7 @@ def run_design(
         cpu_before = sum(_cpu(pid) for pid in pids)
         main_before = _cpu(pids[0])
         families_before = key_families(server.url)
+        names_before = waiting_scale.names(server.url, (0, 1, 2))
         memory_before = int(admin.info("memory")["used_memory"])
         parts_before = memory_parts(admin)
         started = time.time()
@@ -369,6 +374,7 @@ def run_design(
         figures.idle_commands = spent / IDLE
         figures.idle_runs = _runs(worker.log()) - log_before
         if waiting_only:
+            figures.sample = waiting_scale.sample(server.url, names_before, ids)
             records: list[bytes | str] = [f"celery-task-meta-{i}" for i in ids]
             figures.record_all_in = _freed_by_deleting(admin, results, records) / mails
             ledger_keys = _ledger_keys(admin, ids)
