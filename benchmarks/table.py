@@ -141,7 +141,7 @@ def waiting_rows(figures: schedule.Figures) -> list[Row]:
     kept = sum(parts.values()) - clients
     if figures.sample is None:
         raise SystemExit("waiting bytes: the run sampled no waiting mail (--waiting-only)")
-    scale = waiting_scale.per_mail(figures.sample)
+    scale = waiting_scale.per_mail(figures.sample, waiting_scale.LOW, waiting_scale.STEPS)
     return [
         (
             f"Redis bytes per waiting mail, all in, {scale.low:,} to {scale.high:,} waiting "

@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from benchmarks import decision, guard, limiter, schedule, schedule_scale, table
+from benchmarks import decision, guard, limiter, schedule, schedule_scale, table, waiting_scale
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -48,11 +48,18 @@ def test_the_decision_rows(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_the_guard_and_waiting_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     """Throughput and commands against the unguarded task (each guarded result checked by the
-    program), and the bytes of parked mails (every mail waiting)."""
+    program), and the bytes of parked mails (every mail waiting, each one's record and schedule
+    entries copied at scale)."""
     well_formed(table.guard_rows(guard.collect(1, 20, quiet=True)), 2)
     monkeypatch.setattr(schedule, "IDLE", 0.5)
+    monkeypatch.setattr(waiting_scale, "LOW", 256)
+    monkeypatch.setattr(waiting_scale, "STEPS", 2)
     waiting = schedule.run_design("parked", "5s", 20, 60.0, waiting_only=True)
-    well_formed(table.waiting_rows(waiting), 1)
+    sample = waiting.sample
+    assert sample is not None and len(sample.keys) == 20, "every parked mail sampled"
+    assert all(len(keys) == 1 for keys in sample.keys), "each mail's result record"
+    assert all(len(members) == 2 for members in sample.members), "its due and payload entries"
+    well_formed(table.waiting_rows(waiting), 2)
 
 
 def test_the_gcra_and_scale_rows(monkeypatch: pytest.MonkeyPatch) -> None:
