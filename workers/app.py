@@ -7,6 +7,7 @@ console transport. Eager mode is not used: it ignores countdowns, which deferral
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -72,13 +73,42 @@ def transport_options(config: Settings) -> dict[str, Any]:
     return options
 
 
+class MailguardApp(Celery):
+    """Celery whose :meth:`close` also closes the result backend's connections: its client's
+    pool and the subscription ``apply_async`` opens to hear of each result. Celery's own close
+    leaves the backend alone, so those sockets stay open until they are collected. (The
+    broker's connections are kombu's, pooled per broker URL for every app of the process.)"""
+
+    def close(self) -> None:
+        backend = self._backend  # type: ignore[attr-defined] # None: no result used yet
+        if backend is not None:
+            close_backend(backend)
+        super().close()
+
+
+def close_backend(backend: Any) -> None:
+    """Close a result backend's connections, as far as it has any (a Redis backend's result
+    subscription and client pool); never raises (the server may be gone)."""
+    consumer = getattr(backend, "result_consumer", None)
+    if consumer is not None and getattr(consumer, "_pubsub", None) is not None:
+        with contextlib.suppress(Exception):
+            consumer.stop()
+            # Forgotten, so a result collected later does not subscribe anew to unsubscribe.
+            consumer._pubsub = None
+            consumer.subscribed_to.clear()
+    client = vars(backend).get("client") if hasattr(backend, "__dict__") else None  # cached
+    if client is not None:
+        with contextlib.suppress(Exception):
+            client.connection_pool.disconnect()
+
+
 def create_app(config: Settings) -> Celery:
     """A Celery app for ``config`` with mailguard's safe defaults.
 
     It never makes itself the current app: a project's own app, when there is one, stays the
     app that ``send_mail.delay`` goes through (``send_mail`` is a shared task).
     """
-    celery = Celery(
+    celery = MailguardApp(
         "mailguard",
         broker=config.broker_url,
         backend=config.result_backend,
