@@ -37,15 +37,18 @@ RETRIES_EXHAUSTED = "retries_exhausted"
 #: Cancelled by an operator (``mailguard cancel``) before it was sent: never sent.
 CANCELLED = "cancelled"
 
-#: The fields :meth:`Outcome.as_waiting_dict` never stores: derived again when the mail is sent.
-_UNSTORED = frozenset({"message_id"})
+#: The fields :meth:`Outcome.as_waiting_dict` never stores: ``message_id`` is derived again
+#: when the mail is sent; the ``recipient`` key is what the schedule's entry of the waiting mail
+#: already holds (its address, hashed again by ``mailguard outcome``: :mod:`workers.cancelling`).
+_UNSTORED = frozenset({"message_id", "recipient"})
 #: What a waiting mail's record leaves out when the value is this (and the mail id when it is
 #: the task id): :meth:`Outcome.as_waiting_dict`.
 _WAITING: dict[str, Any] = {"status": "deferred", "kind": "default", "deferrals": 1}
 #: How far (seconds) a waiting mail's ``decided_at`` may be from ``due - wait`` (the limiter's
 #: clock at the decision) and be left out: the worker's clock read a few ms apart.
 _DECIDED_SLACK = 0.05
-#: The prefix of a recipient key in the default namespace, left out of a waiting mail's record.
+#: The prefix of a recipient key in the default namespace, which records written by earlier
+#: versions left out (``{<hash>}``): put back when read.
 _RECIPIENT_PREFIX = "mailguard:"
 
 
@@ -102,21 +105,18 @@ class Outcome:
         mail's first wait); ``decided_at`` when it is
         ``due - wait`` within 50 ms (the limiter's clock at the decision, which is what it
         reads back as, to the millisecond); ``message_id`` (derived from the mail id and the
-        sender: the final outcome has it). A recipient key of the default namespace is kept
-        without it (``{<hash>}``). A booked mail's record keeps ``reason`` (what a reader of
-        ``AsyncResult(id).info`` looks for first), ``recipient``, ``tier``, ``wait`` and
-        ``due``: about 135 B of JSON with Celery's own two keys.
-        :meth:`from_waiting_dict` reads it back; final outcomes keep every field
-        (:meth:`as_dict`)."""
+        sender: the final outcome has it); ``recipient`` (the waiting mail's entry in the
+        schedule holds the mail: ``mailguard outcome`` hashes its address again). A booked
+        mail's record keeps ``reason`` (what a reader of ``AsyncResult(id).info`` looks for
+        first), ``tier``, ``wait`` and ``due``: about 100 B of JSON with Celery's own two keys,
+        which Redis keeps in a 112-byte allocation. :meth:`from_waiting_dict` reads it back;
+        final outcomes keep every field (:meth:`as_dict`)."""
         implied = _waiting_defaults(task_id, stored_whole=False)
         values = self.as_dict()
         if self.decided_at is not None:
             values["decided_at"] = round(self.decided_at, 3)
             if _decided_implied(self.decided_at, self.due, self.wait):
                 values["decided_at"] = None
-        recipient = self.recipient
-        if recipient and recipient.startswith(_RECIPIENT_PREFIX + "{"):
-            values["recipient"] = recipient[len(_RECIPIENT_PREFIX) :]
         return {
             name: value
             for name, value in values.items()
@@ -127,10 +127,11 @@ class Outcome:
     def from_waiting_dict(cls, data: dict[str, Any], task_id: str) -> Outcome:
         """The inverse of :meth:`as_waiting_dict` for the record of task ``task_id``: the
         fields left out come back (``deferred``, the task id as mail id, kind ``default``, one
-        deferral, ``decided_at`` as ``due - wait``, the recipient's namespace, the rest at
-        their default; ``message_id`` None). A meta with a ``status`` (stored whole, or by the
-        previous version, which left out only the fields at their default) is read as
-        :meth:`from_dict` reads it."""
+        deferral, ``decided_at`` as ``due - wait``, the rest at their default; ``message_id``
+        and ``recipient`` None, as only the schedule tells the recipient). A record written by
+        an earlier version keeps its ``recipient``, the default namespace put back where it
+        was left out. A meta with a ``status`` (stored whole, or by an earlier version, which
+        left out only the fields at their default) is read as :meth:`from_dict` reads it."""
         stored_whole = "status" in data
         implied = _waiting_defaults(task_id, stored_whole=stored_whole)
         if stored_whole:

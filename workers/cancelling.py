@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from mailer import outcomes as why
@@ -59,12 +59,25 @@ class Found:
     results_shared: bool = True
 
 
-def lookup(app: Celery, given: str, ledger: Ledger | None, schedule: Schedule | None) -> Found:
+def lookup(
+    app: Celery,
+    given: str,
+    ledger: Ledger | None,
+    schedule: Schedule | None,
+    settings: Settings | None = None,
+) -> Found:
     """The mail ``given`` names, a task id or a mail id: the result backend's state of a task
     id; else the ledger's final outcome of a mail id; else, for a mail id waiting in the
     schedule (parked, or a countdown a worker holds), its task's state, or ``DEFERRED`` with
     what the schedule knows (:func:`waiting_outcome`) when the result backend has none; else
-    ``PENDING``. Raises what the result backend raises, and ``BackendUnavailable``."""
+    ``PENDING``. With ``settings``, a waiting mail's outcome names its recipient key
+    (:func:`with_recipient`). Raises what the result backend raises, and
+    ``BackendUnavailable``."""
+    found = _lookup(app, given, ledger, schedule)
+    return with_recipient(found, schedule, settings)
+
+
+def _lookup(app: Celery, given: str, ledger: Ledger | None, schedule: Schedule | None) -> Found:
     state, meta = read_state(app, given)
     if state != PENDING:
         mail_id = meta.get("mail_id") if isinstance(meta, Mapping) else None
@@ -85,6 +98,47 @@ def lookup(app: Celery, given: str, ledger: Ledger | None, schedule: Schedule | 
     if state == PENDING and entry is not None:
         state, meta = DEFERRED, waiting_outcome(entry, results_shared(app)).as_dict()
     return Found(task_id, given, state, meta, results_shared(app))
+
+
+def with_recipient(found: Found, schedule: Schedule | None, settings: Settings | None) -> Found:
+    """``found`` with the recipient key of its outcome, when it waits (``DEFERRED``) and names
+    none: a waiting mail's record leaves it to the schedule, whose entry holds the mail
+    (:meth:`~mailer.outcomes.Outcome.as_waiting_dict`). As it was when it names one, when it
+    is not in ``schedule``, or without ``settings`` (the secret the key is hashed with)."""
+    meta = found.meta
+    if (
+        found.state != DEFERRED
+        or not isinstance(meta, Mapping)
+        or meta.get("recipient")
+        or schedule is None
+        or settings is None
+    ):
+        return found
+    payload = schedule.payload(found.mail_id)
+    recipient = recipient_of(settings, payload, found.mail_id) if payload is not None else None
+    if recipient is None:
+        return found
+    return replace(found, meta={**meta, "recipient": recipient})
+
+
+def recipient_of(settings: Settings, payload: bytes, mail_id: str) -> str | None:
+    """The recipient key the guard names in a mail's outcome (its first envelope recipient's,
+    hashed as the limiter stores it), from the mail's schedule ``payload``; None when the
+    payload cannot be read, names no valid address, or the policy limits no recipient."""
+    try:
+        entry = Parked.decode(payload, mail_id)
+        keys = envelope_keys(entry.args, entry.kwargs, settings.guard_config().rules)
+    except (ValueError, InvalidAddress):
+        return None
+    if not keys:
+        return None
+    limiter = build_guard_limiter(settings)
+    try:
+        return limiter.storage_key("recipient", keys[0])
+    except ValueError:
+        return None  # a policy with no recipient scope
+    finally:
+        limiter.close()
 
 
 def waiting_outcome(entry: Parked, shared: bool) -> Outcome:

@@ -64,7 +64,7 @@ def find(app: Any, given: str) -> Found:
     try:
         if not settings.effective_ledger_url.startswith("memory:"):
             ledger, schedule = build_ledger(settings), schedule_for(settings)
-        found = lookup(app, given, ledger, schedule)
+        found = lookup(app, given, ledger, schedule, settings)
     except BackendUnavailable as exc:
         fail(str(exc))
     except Exception as exc:

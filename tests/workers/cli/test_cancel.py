@@ -27,7 +27,8 @@ def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpT
     the second (with a mail id of its own) waits 10 s as a countdown, the third 20 s, parked
     (spacing wide enough that the command-line steps below end before either comes due, even
     on a slow machine).
-    ``scheduled`` shows the parked one; ``cancel`` asks first (no: nothing changes); with
+    ``outcome`` names both waiting mails' recipient key (their records leave it to the
+    schedule); ``scheduled`` shows the parked one; ``cancel`` asks first (no: nothing changes); with
     ``--yes`` both end dropped / cancelled (state SUCCESS; the second found by its task id),
     neither is sent, and the recipient's budget holds only the first mail: both slots were
     given back."""
@@ -63,6 +64,14 @@ def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpT
         # DEFERRED is stored just before the run parks the mail: wait for the parking itself.
         poll(lambda: schedule.stats().parked == 1, 10, "the third mail to be parked")
         assert schedule.payload(ids[2]) is not None
+        # The waiting records leave the recipient to the schedule; ``outcome`` names it.
+        recipient = limiter.storage_key("recipient", "ada@example.com")
+        for waiting_id, result in ((ids[1], results[1]), (ids[2], results[2])):
+            assert result.state == "DEFERRED" and "recipient" not in result.info, result.info
+            shown = run(["outcome", waiting_id, "--json"], env)
+            assert shown.returncode == 0, shown.stderr
+            found = json.loads(shown.stdout)
+            assert (found["state"], found["outcome"]["recipient"]) == ("DEFERRED", recipient)
         done = run(["cancel", ids[1], "--yes"], env)  # the countdown mail, before its run
         assert done.returncode == 0, done.stderr
         shown = run(["scheduled", "--json"], env)
