@@ -70,9 +70,10 @@ def store_waiting(backend: Backend, task_id: str, outcome: Outcome) -> None:
     backend (Redis) only Celery's ``status`` and ``result``, JSON without spaces (about 100 B
     for a booked mail, 216 B of ``MEMORY USAGE``, where ``update_state`` would write the
     whole outcome with ``traceback``, ``children``, ``date_done`` and ``task_id`` empty or
-    repeated, and with ``result_extended`` the whole call). ``AsyncResult`` reads every one of those with
-    ``.get``. As ``store_result`` does, a ``SUCCESS`` already stored is not overwritten; other
-    backends store it through ``store_result``. Raises what the backend raises."""
+    repeated, and with ``result_extended`` the whole call). ``AsyncResult`` reads every one
+    of those with ``.get``. As ``store_result`` does, a ``SUCCESS`` already stored is not
+    overwritten; other backends store it through ``store_result``. Raises what the backend
+    raises."""
     meta = outcome.as_waiting_dict(task_id)
     if not all(callable(getattr(backend, name, None)) for name in _KEY_VALUE):
         backend.store_result(task_id, meta, DEFERRED)
