@@ -44,13 +44,15 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not server" -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 ## flake: the reliability tests (every crash point, the broker restarts, the drain's spacing,
-## chaos) FLAKE_RUNS times in a row (default 20) while a busy loop per core keeps the CPU busy;
+## chaos, a hold's slow start, every worker killed with parked mails) FLAKE_RUNS times in a row (default 20) while a busy loop per core keeps the CPU busy;
 ## prints "N passed, M failed" and fails if any run failed (.ci/flake keeps each failed run's log).
 FLAKE_RUNS ?= 20
 FLAKE_TESTS ?= tests/reliability/crash \
 	tests/reliability/test_faults_crash.py::test_a_broker_restart_with_countdown_held_mails \
 	tests/reliability/test_faults_crash.py::test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice \
-	tests/reliability/test_drain_worker.py tests/reliability/test_chaos.py
+	tests/reliability/test_drain_worker.py tests/reliability/test_chaos.py \
+	tests/workers/celery/test_pace_worker.py \
+	tests/workers/celery/test_parking.py::test_every_worker_killed_with_parked_mails
 .PHONY: flake
 flake: install
 	@sh .ci/install-redis
