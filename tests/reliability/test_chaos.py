@@ -39,8 +39,10 @@ from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
 from mailer import Policy
+from mailer.settings import Settings
 from tests.reliability.broker_state import BROKER_DB, unacked_headers
 from tests.waiting import poll
+from workers import tasks
 
 TASK = "mailguard.send_mail"
 POLICY = "1/1s, 3/6s"
@@ -108,6 +110,9 @@ class Stack:
         )
         self.env.update(settings)
         self.app = client_app(self.env)
+        # This process enqueues as a caller's does: with the deployment's settings, so each
+        # first message's outbox entry is written before it is published (:func:`load`).
+        self.previous = tasks.use_settings(Settings.from_env(self.env))
         self.workers = [CeleryWorker(self.env, name=f"w{n}") for n in (1, 2)]
         self.killed: set[int] = set()
         self.task_ids: list[str] = []  # every mail enqueued (see close)
@@ -139,6 +144,7 @@ class Stack:
         for worker in self.workers:
             worker.stop(timeout=10)
         self.app.close()
+        tasks.use_settings(self.previous)
         self.smtp.stop()
         self.broker.cleanup()
         self.store.cleanup()
@@ -154,18 +160,20 @@ def stack_factory() -> Iterator[Callable[..., Stack]]:
         return made[-1]
 
     yield make
-    for stack in made:
+    for stack in reversed(made):  # the settings each put in force restored in turn
         stack.close()
 
 
 def load(stack: Stack, prefix: str) -> dict[str, AsyncResult[Any]]:
-    """Send the load: PER_RECIPIENT mails to each of RECIPIENTS recipients, mail id = subject."""
+    """Send the load: PER_RECIPIENT mails to each of RECIPIENTS recipients, mail id = subject,
+    through ``send_mail.apply_async`` as a caller's process does (its outbox entry first: a
+    first message a broker killed before it kept it is published again by the watchdog)."""
     results = {}
+    send_mail = stack.app.tasks[TASK]
     for n in range(PER_RECIPIENT):
         for r in range(RECIPIENTS):
             mail_id = f"{prefix}-{r}-{n}"
-            results[mail_id] = result = stack.app.send_task(
-                TASK,
+            results[mail_id] = result = send_mail.apply_async(
                 args=[f"user{r}@example.com"],
                 kwargs={"subject": mail_id, "body": "chaos", "mail_id": mail_id},
             )
