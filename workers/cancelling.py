@@ -115,30 +115,29 @@ def with_recipient(found: Found, schedule: Schedule | None, settings: Settings |
     ):
         return found
     payload = schedule.payload(found.mail_id)
-    recipient = recipient_of(settings, payload, found.mail_id) if payload is not None else None
-    if recipient is None:
+    admitted = entry_keys(settings, payload, found.mail_id) if payload is not None else None
+    if admitted is None:
         return found
+    limiter = build_guard_limiter(settings)
+    try:
+        recipient = limiter.storage_key("recipient", admitted[1][0])
+    except ValueError:
+        return found  # a policy with no recipient scope
+    finally:
+        limiter.close()
     return replace(found, meta={**meta, "recipient": recipient})
 
 
-def recipient_of(settings: Settings, payload: bytes, mail_id: str) -> str | None:
-    """The recipient key the guard names in a mail's outcome (its first envelope recipient's,
-    hashed as the limiter stores it), from the mail's schedule ``payload``; None when the
-    payload cannot be read, names no valid address, or the policy limits no recipient."""
+def entry_keys(settings: Settings, payload: bytes, mail_id: str) -> tuple[Parked, list[str]] | None:
+    """A mail's schedule entry and the limit keys of its envelope recipients (the first is the
+    one its outcome names, hashed); None when the payload cannot be read or names no valid
+    address (the mail was never admitted)."""
     try:
         entry = Parked.decode(payload, mail_id)
         keys = envelope_keys(entry.args, entry.kwargs, settings.guard_config().rules)
     except (ValueError, InvalidAddress):
         return None
-    if not keys:
-        return None
-    limiter = build_guard_limiter(settings)
-    try:
-        return limiter.storage_key("recipient", keys[0])
-    except ValueError:
-        return None  # a policy with no recipient scope
-    finally:
-        limiter.close()
+    return (entry, keys) if keys else None
 
 
 def waiting_outcome(entry: Parked, shared: bool) -> Outcome:
@@ -244,13 +243,10 @@ def cancelled_outcome(
     )
     if payload is None:
         return outcome  # a countdown mail gives its slots back when it runs (the guard)
-    try:
-        entry = Parked.decode(payload, mail_id)
-        keys = envelope_keys(entry.args, entry.kwargs, settings.guard_config().rules)
-    except (ValueError, InvalidAddress):
+    admitted = entry_keys(settings, payload, mail_id)
+    if admitted is None:
         return outcome  # nothing to release: the mail was never admitted
-    if not keys:
-        return outcome
+    entry, keys = admitted
     tenant = entry.kwargs.get("tenant")
     tenant = tenant if isinstance(tenant, str) else None
     own = limiter is None
