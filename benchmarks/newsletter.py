@@ -78,7 +78,8 @@ from celery import Celery
 
 from benchmarks.limiter import _machine
 from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
-from devservers.redis_servers import RedisServer, free_port
+from devservers.ports import free_port
+from devservers.redis_servers import RedisServer
 from mailer import Limiter, Policy, defaults, parse_duration
 from mailer.records.schedule import RedisSchedule
 from mailer.records.schedule.ids import stored

@@ -3,8 +3,11 @@
 Not part of mailguard (not in the wheel): a development helper that ``tests/`` and
 ``benchmarks/`` both import, so neither reaches into the other.
 
-- :mod:`devservers.redis_servers`: ``redis-server`` processes on free ports (single, cluster,
-  sentinel) and :func:`~devservers.redis_servers.free_port`;
+- :mod:`devservers.ports`: :func:`~devservers.ports.free_port` and
+  :func:`~devservers.ports.cluster_port`, outside the kernel's ephemeral range and reserved for
+  the process, so no client socket and no other pytest process takes a server's port;
+- :mod:`devservers.redis_servers`: ``redis-server`` processes on such ports (single, cluster,
+  sentinel);
 - :mod:`devservers.celery_worker`: ``celery -A workers.app worker`` as a subprocess configured
   by ``MAILGUARD_*`` variables, and a client app with the same configuration.
 - :mod:`devservers.rabbitmq`: a RabbitMQ node started, killed and restarted by the caller;

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from devservers.redis_servers import free_port
+from devservers.ports import free_port
 
 #: The server script itself (``/usr/sbin/rabbitmq-server`` switches to the rabbitmq user).
 SERVER = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")

@@ -8,7 +8,6 @@ started the fixture fails the test (it never skips): a missing server is a broke
 from __future__ import annotations
 
 import contextlib
-import random
 import shutil
 import socket
 import subprocess
@@ -16,26 +15,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def cluster_port() -> int:
-    """A free port P <= 55535 whose cluster bus port P + 10000 is free too."""
-    for _ in range(200):
-        port = random.randint(20_000, 55_000)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 10_000))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError("no free port pair for a cluster node")
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from devservers.ports import cluster_port, free_port
 
 
 class RedisServer:

@@ -28,7 +28,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import AuthResult, Envelope, LoginPassword, Session
 
-from devservers.redis_servers import free_port
+from devservers.ports import free_port
 
 #: A relay's refusal of a mail beyond its rate (classified as a sender hold).
 SHAPED = "421 4.7.0 Too many messages, slow down"

@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from devservers.redis_servers import free_port
+from devservers.ports import free_port
 from devservers.smtp_server import SmtpTestServer
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
 from mailer.factory import memory_guard

@@ -26,7 +26,8 @@ from celery.result import AsyncResult
 from prometheus_client.parser import text_string_to_metric_families
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
-from devservers.redis_servers import RedisServer, free_port
+from devservers.ports import free_port
+from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 

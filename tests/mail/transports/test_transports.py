@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from devservers.redis_servers import free_port
+from devservers.ports import free_port
 from devservers.smtp_server import SmtpTestServer, TestCertificate
 from mailer.errors import MailguardError, PermanentSendError, SendError, TransientSendError
 from mailer.mail.envelope import Envelope, envelope_of

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from devservers.celery_worker import client_app, worker_env
-from devservers.redis_servers import free_port
+from devservers.ports import free_port
 from mailer.errors import BackendUnavailable
 from mailer.mail.seal import seal
 from mailer.metrics import default_metrics
