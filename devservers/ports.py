@@ -86,10 +86,10 @@ def _unlock(port: int) -> None:
             os.close(fd)
 
 
-def _reserve(width: int) -> int:
-    """A port P such that P and, when ``width`` is 2, P + BUS_OFFSET are reserved and free."""
+def _reserve(*, bus: bool) -> int:
+    """A port P, reserved and free, with P + BUS_OFFSET reserved and free too when ``bus``."""
     ephemeral = ephemeral_range()
-    wanted = [0, BUS_OFFSET][:width]
+    wanted = (0, BUS_OFFSET) if bus else (0,)
     for _ in range(TRIES):
         port = random.randint(LOWEST, 65_535)
         ports = [port + offset for offset in wanted]
@@ -118,9 +118,9 @@ def free_port() -> int:
     Use it for a server the caller starts on it (or restarts on it), or for a URL on which
     nothing must listen. Not for production code: a port is held for the process's lifetime.
     """
-    return _reserve(1)
+    return _reserve(bus=False)
 
 
 def cluster_port() -> int:
     """Like :func:`free_port`, for a Redis Cluster node: its bus port P + 10 000 is reserved too."""
-    return _reserve(2)
+    return _reserve(bus=True)
