@@ -5,6 +5,7 @@ the promise)."""
 from __future__ import annotations
 
 from collections import Counter
+from itertools import pairwise
 
 import pytest
 
@@ -56,3 +57,44 @@ def test_a_mail_refused_longer_than_the_old_budget_is_delivered_once(
     assert list(ids.values()) == [1]
     assert "parked until" in log, "the 2 s waits are parked, not held by the worker"
     assert "retries exhausted" not in log
+
+
+GREYLISTED = "451 4.7.1 <grey@example.com>: Recipient address rejected: try again later"
+#: Seconds by which the SMTP server's clock may see a try before its time.
+EARLY = 0.05
+
+
+def test_greylisting_follows_its_schedule_across_parking_and_never_fails(
+    redis_url: str, smtp_server: SmtpTestServer
+) -> None:
+    """RCPT greylisted three times (GREYLIST_DELAY 1 s): the tries come 1, 5 and 10 s apart
+    (the schedule's steps, each wait past PARK_AFTER parked and its step carried through the
+    schedule), the fourth is accepted: delivered once, never failed."""
+    env = worker_env(
+        redis_url,
+        smtp_server.url,
+        MAILGUARD_POLICY="100/1s",
+        MAILGUARD_SMTP_ATTEMPTS="1",
+        MAILGUARD_SEND_RETRIES="0",
+        MAILGUARD_GREYLIST_DELAY="1s",
+        MAILGUARD_PARK_AFTER="1500ms",
+    )
+    app = client_app(env)
+    worker = CeleryWorker(env).start()
+    smtp_server.fail_rcpt_for("grey@example.com", GREYLISTED, times=3)
+    try:
+        send_mail = app.tasks[tasks.send_mail.name]
+        result = send_mail.delay("grey@example.com", subject="Hello", body="World")
+        poll(result.ready, 60, "the greylisted mail to settle")
+        outcome = result.get(timeout=1)
+    finally:
+        worker.stop()
+        app.close()
+    assert outcome["status"] == "sent", outcome
+    tries = [(t, reply[:3]) for t, _, _, reply in smtp_server.events("RCPT")]
+    assert [code for _, code in tries] == ["451", "451", "451", "250"], tries
+    gaps = [later[0] - earlier[0] for earlier, later in pairwise(tries)]
+    for gap, step in zip(gaps, (1.0, 5.0, 10.0), strict=True):
+        assert gap >= step - EARLY, gaps
+    assert gaps[2] > gaps[1] > gaps[0], gaps
+    assert len(smtp_server.delivered) == 1
