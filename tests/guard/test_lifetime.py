@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from mailer import Kind, Kinds, Limiter, ManualClock, Policy
 from mailer.errors import TransientSendError
 from mailer.factory import memory_guard
@@ -18,6 +20,7 @@ from mailer.mail.envelope import Envelope
 from mailer.mail.kinds import lifetime_of
 from mailer.mail.transports.base import SendReceipt
 from mailer.records.ledger import MemoryLedger
+from mailer.settings import Settings
 
 ADA = "ada@example.com"
 DOWN = (421, "4.3.2 Service not available, closing transmission channel")
@@ -231,3 +234,29 @@ def test_a_retry_is_judged_by_the_limiter_again(clock: ManualClock) -> None:
     again = guard.process(request("judged-1"), first.progress)
     assert isinstance(again, Later) and again.outcome.reason == "booked", again
     assert again.outcome.due is not None and again.outcome.due >= sent_at + 60
+
+
+def test_the_lifetime_settings_are_read_and_bounded() -> None:
+    """MAILGUARD_LIFETIME and RETRY_BACKOFF_MAX reach the guard; 0.1.0's SEND_RETRIES is still
+    accepted; values out of bounds are refused in one line naming the variable."""
+    settings = Settings.from_env(
+        {
+            "MAILGUARD_LIFETIME": "2d",
+            "MAILGUARD_RETRY_BACKOFF_MAX": "1h",
+            "MAILGUARD_SEND_RETRIES": "8",
+            "MAILGUARD_KIND_CODE_LIFETIME": "10m",
+        }
+    )
+    config = settings.guard_config()
+    assert (config.lifetime, config.retry_backoff_max) == (2 * 86_400, 3600)
+    assert settings.kinds["code"].lifetime == 600
+    defaults = Settings.from_env({}).guard_config()
+    assert (defaults.lifetime, defaults.retry_backoff_max) == (5 * 86_400, 4000)
+    for env, message in (
+        ({"MAILGUARD_LIFETIME": "8d"}, "MAILGUARD_LIFETIME must be 1s-7d"),
+        ({"MAILGUARD_RETRY_BACKOFF_MAX": "10s"}, "MAILGUARD_RETRY_BACKOFF_MAX must be at least"),
+        ({"MAILGUARD_KIND_CODE_LIFETIME": "8d"}, "MAILGUARD_KIND_CODE_"),
+        ({"MAILGUARD_KIND_CODE_LIFETIME": "soon"}, "MAILGUARD_KIND_CODE_LIFETIME:"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            Settings.from_env(env)
