@@ -50,8 +50,9 @@ class GuardConfig:
 
     sender: str = defaults.SENDER
     fail_open: bool = False
-    #: The longest backoff after failed runs (``MAILGUARD_MAX_COUNTDOWN``); the guard caps no
-    #: countdown (``workers/tasks.py`` does).
+    #: The longest backoff after runs that found a backend down (``MAILGUARD_MAX_COUNTDOWN``);
+    #: a refused send's is ``retry_backoff_max``. The guard caps no countdown
+    #: (``workers/tasks.py`` does).
     max_backoff: float = defaults.MAX_COUNTDOWN
     #: The first wait after a failed run (a refused send, a backend down), doubled each time.
     retry_backoff: float = defaults.RETRY_BACKOFF
