@@ -9,6 +9,7 @@ import re
 
 from mailer.errors import InvalidAddress
 from mailer.mail.address import check_sender
+from mailer.mail.kinds import MAX_LIFETIME
 from mailer.mail.transports import registry as transports
 from mailer.settings_env import PREFIX
 from mailer.settings_values import Values
@@ -168,6 +169,17 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
         ),
         ("PROMOTE_LEASE", settings.promote_lease < 1, f">= 1 s, got {_s(settings.promote_lease)}"),
         ("MAX_BOOKINGS", settings.max_bookings < 1000, f">= 1000, got {settings.max_bookings}"),
+        (
+            "LIFETIME",
+            not 1 <= settings.lifetime <= MAX_LIFETIME,
+            f"1s-7d, got {_s(settings.lifetime)}",
+        ),
+        (
+            "RETRY_BACKOFF_MAX",
+            not settings.retry_backoff <= settings.retry_backoff_max <= 86_400,
+            f"at least {PREFIX}RETRY_BACKOFF ({_s(settings.retry_backoff)}) and at most 1d, "
+            f"got {_s(settings.retry_backoff_max)}",
+        ),
     )
 
 

@@ -169,6 +169,8 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("REPUTATION", "reputation", _reputation),
     ("REPUTATION_WINDOW", "reputation_window", parse_duration),
     ("REPUTATION_MIN", "reputation_min", _integer),
+    ("LIFETIME", "lifetime", parse_duration),
+    ("RETRY_BACKOFF_MAX", "retry_backoff_max", parse_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

@@ -73,6 +73,8 @@ class Values:
     reputation: Thresholds | None = None
     reputation_window: float = defaults.REPUTATION_WINDOW
     reputation_min: int = defaults.REPUTATION_MIN
+    lifetime: float = defaults.LIFETIME
+    retry_backoff_max: float = defaults.RETRY_BACKOFF_MAX
 
     @property
     def longest_countdown(self) -> float:
