@@ -217,7 +217,9 @@ class Kinds(Mapping[str, Kind]):
         ``..._BODY`` and ``..._HTML`` are templates, an empty value
         removing the template; ``..._UNSUBSCRIBE`` is ``1`` for a bulk kind (or ``0``).
         ``<NAME>`` is the kind name in upper case; a new name adds a kind
-        (waiting up to a day unless ``MAX_WAIT`` says otherwise). Pass ``os.environ``. Raises
+        (waiting up to a day unless ``MAX_WAIT`` says otherwise). A kind whose ``MAX_WAIT`` is
+        set and whose ``LIFETIME`` is not has its ``MAX_WAIT`` as its deadline, through
+        temporary failures too (lifetime ``0``). Pass ``os.environ``. Raises
         ``ValueError`` naming the variable on any bad or unknown setting.
         """
         changes: dict[str, dict[str, Any]] = {}
@@ -250,7 +252,7 @@ class Kinds(Mapping[str, Kind]):
             else:
                 changes.setdefault(name, {})[field] = value or None
         registry = dict((base if base is not None else cls.defaults())._kinds)
-        for name, fields in changes.items():
+        for name, fields in _with_deadlines(changes).items():
             try:
                 old = registry.get(name)
                 registry[name] = replace(old, **fields) if old is not None else Kind(name, **fields)
@@ -280,6 +282,17 @@ class Kinds(Mapping[str, Kind]):
 
     def __repr__(self) -> str:
         return f"Kinds({sorted(self._kinds)!r})"
+
+
+def _with_deadlines(changes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``changes`` where a kind that sets ``max_wait`` and no ``lifetime`` gets lifetime 0:
+    a kind that names how long it may wait names its deadline."""
+    return {
+        name: fields
+        if "lifetime" in fields or "max_wait" not in fields
+        else {**fields, "lifetime": 0.0}
+        for name, fields in changes.items()
+    }
 
 
 def lifetime_of(kind: Kind, default: float) -> float:

@@ -152,6 +152,22 @@ def test_a_lifetime_is_never_shorter_than_the_wait_for_a_slot() -> None:
     assert lifetime_of(Kinds.from_env(env)["alert"], 3600.0) == 7200
 
 
+def test_a_kind_that_names_its_max_wait_names_its_deadline() -> None:
+    """``_MAX_WAIT`` set and ``_LIFETIME`` not: the wait is the kind's deadline through
+    temporary failures too (a one-time code under another name); a kind that sets neither is
+    kept the process's lifetime."""
+    kinds = Kinds.from_env(
+        {
+            "MAILGUARD_KIND_OTP_MAX_WAIT": "2m",
+            "MAILGUARD_KIND_CODE_MAX_WAIT": "90s",
+            "MAILGUARD_KIND_WELCOME_PRIORITY": "7",
+        }
+    )
+    assert lifetime_of(kinds["otp"], 5 * 86_400.0) == 120
+    assert lifetime_of(kinds["code"], 5 * 86_400.0) == 90
+    assert lifetime_of(kinds["welcome"], 5 * 86_400.0) == 5 * 86_400
+
+
 def test_a_code_kind_keeps_its_deadline(clock: ManualClock) -> None:
     """The built-in ``code`` kind (max_wait 5 min, lifetime 0: its max_wait) against a relay
     down for an hour: tried while its 5 minutes last, never after, then ``dropped`` /
