@@ -19,7 +19,7 @@ def _violations(path: Path, base: Path = ROOT) -> list[str]:
     found = []
     for n, line in enumerate(lines):
         for match in ASKING.finditer(line):
-            args = match.group(2).split("#", 1)[0].strip()
+            args = re.split(r"[#|)]", match.group(2), maxsplit=1)[0].strip()  # a comment, a cell
             if not args or re.search(r"\b[A-Z][A-Z_]{1,}\b", args):
                 continue  # a synopsis or a mention, not a line to run
             if re.search(r"(^|\s)(--yes|-y)\b", args):
