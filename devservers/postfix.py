@@ -26,23 +26,19 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from devservers.ports import free_port
-from devservers.postgrey import Postgrey, _binary
+from devservers.postfix_config import HOSTNAME, InstanceConfig, write_config, write_sasldb
+from devservers.postgrey import Postgrey, installed_binary
 from devservers.smtp_server import TestCertificate
 
-#: The relay's host name (``myhostname``, the SASL realm, postgrey's ``--hostname``).
-HOSTNAME = "relay.mailguard.test"
 #: Postfix's reply to a RCPT for an address of the domain that has no mailbox.
 UNKNOWN_USER = "550 5.1.1"
 #: Postfix's reply beyond ``smtpd_client_message_rate_limit`` (``%s``: the client's address).
@@ -105,8 +101,11 @@ class PostfixRelay:
         return f"{user}@{self.domain}"
 
     def start(self, timeout: float = 20.0) -> PostfixRelay:
-        """Start Postfix (and its postgrey) and wait until the smtpd answers ``220``."""
-        postfix = _binary("postfix", "postfix")
+        """Start Postfix (and its postgrey) and wait until its master listens on the port.
+
+        Nothing connects to find out (the port's listening socket is read from
+        ``/proc/net/tcp``), so no anvil limit counts a probe of the suite's."""
+        postfix = installed_binary("postfix", "postfix")
         if not self._written:
             write_config(self.config)
             if self.logins:
@@ -123,22 +122,12 @@ class PostfixRelay:
         )
         deadline = time.monotonic() + timeout
         while started.returncode == 0 and time.monotonic() < deadline:
-            if self._greets():
+            if self.master_pid() is not None and listening(self.port):
                 return self
             time.sleep(0.05)
         output = f"{started.stdout}{started.stderr}\n{self.log()[-3000:]}"
         self.stop()
         raise RuntimeError(f"postfix on port {self.port} did not start:\n{output}")
-
-    def _greets(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as sock:
-                sock.settimeout(2.0)
-                greeting = sock.recv(512)
-                sock.sendall(b"QUIT\r\n")
-                return greeting.startswith(b"220")
-        except OSError:
-            return False
 
     def master_pid(self) -> int | None:
         """The running master's pid (from its ``pid/master.pid``), None when it is not running."""
@@ -153,8 +142,9 @@ class PostfixRelay:
         return pid
 
     def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM to the master's pid; wait until it and its port are gone (SIGKILL after
-        ``timeout`` seconds). Postgrey is stopped too. Mail in the queue stays queued."""
+        """SIGTERM to the master's pid; wait until it, its children and its port are gone
+        (SIGKILL to the master after ``timeout`` seconds). Postgrey is stopped too. Mail in the
+        queue stays queued."""
         pid = self.master_pid()
         if pid is not None:
             os.kill(pid, signal.SIGTERM)
@@ -162,17 +152,26 @@ class PostfixRelay:
                 os.kill(pid, signal.SIGKILL)
                 _gone(pid, timeout)
         deadline = time.monotonic() + timeout
-        while self._listening() and time.monotonic() < deadline:
+        while (listening(self.port) or self.processes()) and time.monotonic() < deadline:
             time.sleep(0.05)
         if self.postgrey is not None:
             self.postgrey.stop()
 
-    def _listening(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+    def processes(self) -> list[int]:
+        """The pids of this instance's processes: the master and its children, which Postfix
+        gives ``MAIL_CONFIG`` = this configuration directory."""
+        mine = f"MAIL_CONFIG={self.config.etc}".encode()
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                environ = (entry / "environ").read_bytes().split(b"\0")
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            if mine in environ:
+                found.append(int(entry.name))
+        return found
 
     def restart(self) -> None:
         self.stop()
@@ -211,7 +210,7 @@ class PostfixRelay:
         if self.master_pid() is None:
             return 0
         listed = subprocess.run(
-            [_binary("postqueue", "postfix"), "-c", str(self.config.etc), "-j"],
+            [installed_binary("postqueue", "postfix"), "-c", str(self.config.etc), "-j"],
             capture_output=True,
             text=True,
             timeout=10,
@@ -219,183 +218,42 @@ class PostfixRelay:
         )
         return sum(1 for line in listed.stdout.splitlines() if line.strip() and json.loads(line))
 
+    def flush(self) -> None:
+        """Have Postfix try every deferred message again now (``postqueue -f``)."""
+        subprocess.run(
+            [installed_binary("postqueue", "postfix"), "-c", str(self.config.etc), "-f"],
+            capture_output=True,
+            timeout=10,
+            check=True,
+        )
+
     def log(self) -> str:
         """Postfix's log so far (its ``maillog_file``)."""
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
     def log_count(self, text: str) -> int:
-        """How many lines of the log contain ``text`` (``too much mail from``, ...)."""
+        """How many lines of the log contain ``text`` (``too much mail from``, ...) so far.
+
+        Postfix's processes log through ``postlogd``, which writes a moment after a reply has
+        gone out: to count what a client was just told, use :meth:`logged`."""
         return sum(1 for line in self.log().splitlines() if text in line)
 
-
-@dataclass(frozen=True)
-class InstanceConfig:
-    """What one instance's ``main.cf``, ``master.cf``, mailbox map and SASL files say."""
-
-    dir: Path
-    port: int
-    domain: str
-    users: tuple[str, ...]
-    cert: TestCertificate | None
-    sasl: bool
-    message_rate_limit: int | None
-    connection_rate_limit: int | None
-    rate_time_unit: str
-    policy_service: str | None
-
-    @property
-    def etc(self) -> Path:
-        """The configuration directory (``postfix -c``): root's files only, apart from the
-        queue, data, mailboxes and SASL database beside it, as ``postfix check`` wants."""
-        return self.dir / "etc"
+    def logged(self, text: str, at_least: int = 1, timeout: float = 10.0) -> int:
+        """:meth:`log_count` once it is at least ``at_least`` (or ``timeout`` seconds passed)."""
+        deadline = time.monotonic() + timeout
+        while (count := self.log_count(text)) < at_least and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return count
 
 
-def main_cf(config: InstanceConfig) -> dict[str, str]:
-    """The instance's ``main.cf`` parameters."""
-    d = config.dir
-    params = {
-        "compatibility_level": "3.6",
-        "queue_directory": f"{d}/queue",
-        "data_directory": f"{d}/data",
-        "mail_owner": "postfix",
-        "setgid_group": "postdrop",
-        "myhostname": HOSTNAME,
-        "mydomain": "mailguard.test",
-        "myorigin": "$myhostname",
-        "mydestination": "",
-        "local_recipient_maps": "",
-        "relay_domains": "",
-        "alias_maps": "",
-        "alias_database": "",
-        "inet_interfaces": "127.0.0.1",
-        "inet_protocols": "ipv4",
-        "mynetworks": "127.0.0.0/8",
-        "smtp_dns_support_level": "disabled",
-        "lmtp_dns_support_level": "disabled",
-        "smtp_host_lookup": "native",
-        "lmtp_host_lookup": "native",
-        "smtpd_peername_lookup": "no",
-        "maillog_file": f"{d}/maillog",
-        "maillog_file_prefixes": str(d),
-        "virtual_mailbox_domains": config.domain,
-        "virtual_mailbox_base": f"{d}/mail",
-        "virtual_mailbox_maps": f"texthash:{config.etc}/vmailbox",
-        "virtual_uid_maps": f"static:{MAILBOX_UID}",
-        "virtual_gid_maps": f"static:{MAILBOX_UID}",
-        "virtual_transport": "virtual",
-        "smtpd_banner": "$myhostname ESMTP",
-        "biff": "no",
-        "smtpd_relay_restrictions": "permit_mynetworks, permit_sasl_authenticated, reject",
-        "smtpd_recipient_restrictions": ", ".join(
-            ["reject_unlisted_recipient"]
-            + ([f"check_policy_service {config.policy_service}"] if config.policy_service else [])
-        ),
-    }
-    if config.cert is not None:
-        params |= {
-            "smtpd_tls_security_level": "may",
-            "smtpd_tls_cert_file": str(config.cert.cert),
-            "smtpd_tls_key_file": str(config.cert.key),
-            "smtpd_tls_loglevel": "1",
-        }
-    if config.sasl:
-        params |= {
-            "smtpd_sasl_auth_enable": "yes",
-            "smtpd_sasl_type": "cyrus",
-            "smtpd_sasl_path": "smtpd",
-            "smtpd_sasl_local_domain": HOSTNAME,
-            "cyrus_sasl_config_path": f"{config.etc}/sasl",
-            "smtpd_sasl_security_options": "noanonymous",
-            "smtpd_tls_auth_only": "yes" if config.cert is not None else "no",
-            "mynetworks": "",  # loopback too must log in
-            "smtpd_relay_restrictions": "permit_sasl_authenticated, reject",
-        }
-    limits = {
-        "smtpd_client_message_rate_limit": config.message_rate_limit,
-        "smtpd_client_connection_rate_limit": config.connection_rate_limit,
-    }
-    if any(value is not None for value in limits.values()):
-        params |= {k: str(v) for k, v in limits.items() if v is not None}
-        params["anvil_rate_time_unit"] = config.rate_time_unit
-        params["smtpd_client_event_limit_exceptions"] = ""  # loopback is limited too
-    return params
-
-
-#: ``master.cf``: the services Postfix needs, none chrooted; the smtpd line is added per port.
-MASTER_CF = """\
-pickup    unix  n       -       n       60      1       pickup
-cleanup   unix  n       -       n       -       0       cleanup
-qmgr      unix  n       -       n       300     1       qmgr
-tlsmgr    unix  -       -       n       1000?   1       tlsmgr
-rewrite   unix  -       -       n       -       -       trivial-rewrite
-bounce    unix  -       -       n       -       0       bounce
-defer     unix  -       -       n       -       0       bounce
-trace     unix  -       -       n       -       0       bounce
-verify    unix  -       -       n       -       1       verify
-flush     unix  n       -       n       1000?   0       flush
-proxymap  unix  -       -       n       -       -       proxymap
-proxywrite unix -       -       n       -       1       proxymap
-smtp      unix  -       -       n       -       -       smtp
-relay     unix  -       -       n       -       -       smtp
-showq     unix  n       -       n       -       -       showq
-error     unix  -       -       n       -       -       error
-retry     unix  -       -       n       -       -       error
-discard   unix  -       -       n       -       -       discard
-local     unix  -       n       n       -       -       local
-virtual   unix  -       n       n       -       -       virtual
-lmtp      unix  -       -       n       -       -       lmtp
-anvil     unix  -       -       n       -       1       anvil
-scache    unix  -       -       n       -       1       scache
-postlog   unix-dgram n  -       n       -       1       postlogd
-"""
-#: Who owns the delivered Maildir files (``nobody``; the ``virtual`` agent's minimum is 100).
-MAILBOX_UID = 65534
-
-
-def write_config(config: InstanceConfig) -> None:
-    """Write ``main.cf``, ``master.cf``, the mailbox map and the mailbox base."""
-    d = config.dir
-    lines = [f"{name} = {value}" for name, value in main_cf(config).items()]
-    config.etc.mkdir(mode=0o755)
-    (config.etc / "main.cf").write_text("\n".join(lines) + "\n")
-    smtpd = f"127.0.0.1:{config.port} inet n - n - - smtpd\n"
-    (config.etc / "master.cf").write_text(smtpd + MASTER_CF)
-    (config.etc / "vmailbox").write_text(
-        "".join(f"{user}@{config.domain} {config.domain}/{user}/\n" for user in config.users)
-    )
-    (d / "mail").mkdir()
-    os.chown(d / "mail", MAILBOX_UID, MAILBOX_UID)
-    (d / "queue").mkdir(mode=0o755)  # root's; `postfix start` makes the rest of it
-    (d / "data").mkdir(mode=0o700)
-    account = pwd.getpwnam("postfix")
-    os.chown(d / "data", account.pw_uid, account.pw_gid)
-
-
-def write_sasldb(config: InstanceConfig, logins: Mapping[str, str]) -> None:
-    """cyrus SASL's ``smtpd.conf`` (auxprop, sasldb) in ``etc/sasl`` (where Debian's Postfix
-    looks: ``$config_directory/sasl``, also named by ``cyrus_sasl_config_path``) and a sasldb
-    with ``logins`` beside the configuration, readable by the postfix user only."""
-    (config.etc / "sasl").mkdir(mode=0o755)
-    store = config.dir / "sasldb"
-    store.mkdir(mode=0o755)
-    db = store / "sasldb2"
-    (config.etc / "sasl" / "smtpd.conf").write_text(
-        "pwcheck_method: auxprop\nauxprop_plugin: sasldb\nmech_list: PLAIN LOGIN\n"
-        f"sasldb_path: {db}\n"
-    )
-    saslpasswd2 = _binary("saslpasswd2", "sasl2-bin")
-    for user, password in logins.items():
-        subprocess.run(
-            [saslpasswd2, "-p", "-c", "-f", str(db), "-u", HOSTNAME, user],
-            input=password,
-            text=True,
-            capture_output=True,
-            timeout=10,
-            check=True,
-        )
-    account = pwd.getpwnam("postfix")
-    os.chown(db, account.pw_uid, account.pw_gid)
-    db.chmod(0o600)
+def listening(port: int) -> bool:
+    """Whether a socket listens on ``127.0.0.1:port`` (from ``/proc/net/tcp``: state ``0A``)."""
+    local = f"0100007F:{port:04X}"
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 3 and fields[1] == local and fields[3] == "0A":
+            return True
+    return False
 
 
 def _gone(pid: int, timeout: float) -> bool:

@@ -28,7 +28,9 @@ from devservers.ports import free_port
 GREYLISTED = "Greylisted, see http://postgrey.schweikert.ch/help/"
 
 
-def _binary(name: str, package: str) -> str:
+def installed_binary(name: str, package: str) -> str:
+    """The path of the installed program ``name`` (also looked for in ``/usr/sbin``); a
+    ``RuntimeError`` naming the Debian ``package`` and the install script when missing."""
     found = shutil.which(name) or shutil.which(name, path="/usr/sbin:/usr/bin:/sbin")
     if found is None:
         raise RuntimeError(
@@ -63,7 +65,7 @@ class Postgrey:
         return f"inet:127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 15.0) -> Postgrey:
-        binary = _binary("postgrey", "postgrey")
+        binary = installed_binary("postgrey", "postgrey")
         account = pwd.getpwnam("postgrey")  # the package's user; postgrey drops to it
         self.dir.chmod(0o755)  # mkdtemp's 0700 would keep the postgrey user out
         self.dbdir.mkdir(exist_ok=True)

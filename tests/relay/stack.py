@@ -64,7 +64,7 @@ def relay_stack(
 
     ``overrides`` are ``MAILGUARD_*`` values for :func:`worker_env`; ``process_env`` other
     variables of the worker process only (``SSL_CERT_FILE``). Everything started here stops
-    on exit; the relay is the caller's.
+    on exit (the worker killed); the relay is the caller's.
     """
     with ExitStack() as cleanup:
         redis = RedisServer().start()
@@ -74,7 +74,9 @@ def relay_stack(
         app = client_app(env)
         cleanup.callback(app.close)
         worker = CeleryWorker({**env, **(process_env or {})})
-        cleanup.callback(worker.stop)
+        # SIGKILL at the end: each test has read every outcome it waits for, and its Redis goes
+        # with it (a warm shutdown would add seconds per module, nothing checked).
+        cleanup.callback(worker.kill)
         worker.start()
         yield RelayStack(relay, redis, env, app, worker)
 

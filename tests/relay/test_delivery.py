@@ -65,7 +65,7 @@ def test_the_library_delivers_through_starttls_and_auth(
     assert message["Message-ID"] == step.outcome.message_id
     assert message["Subject"] == "Hello" and message["Return-Path"] == "<orders@example.org>"
     assert "with ESMTPSA" in message["Received"], message["Received"]
-    assert tls_relay.log_count(f"sasl_username={LOGIN}@") == 1
+    assert tls_relay.logged(f"sasl_username={LOGIN}@") == 1
 
 
 def test_a_worker_delivers_through_starttls_and_auth(tls_stack: RelayStack) -> None:
@@ -102,4 +102,4 @@ def test_an_unknown_user_is_recorded_and_suppressed(tls_stack: RelayStack) -> No
     assert other["status"] == "sent", other
     _arrived(relay, "cy")
     assert message_ids(relay, "cy") == [other["message_id"]]
-    assert relay.log_count(f"550 5.1.1 <{gone}>") == 1, "the second mail never reached Postfix"
+    assert relay.logged(f"550 5.1.1 <{gone}>") == 1, "the second mail never reached Postfix"

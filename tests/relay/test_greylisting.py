@@ -51,6 +51,6 @@ def test_greylisted_mails_arrive_once_after_the_window(greylisted_stack: RelaySt
         header = str(parsed(relay.maildir(user)[0])["X-Greylist"])
         delayed = re.match(r"delayed (\d+) seconds by postgrey", header)
         assert delayed and int(delayed[1]) >= GREYLIST_SECONDS, header
-    greylisted = relay.log_count("Recipient address rejected: Greylisted")
+    greylisted = relay.logged("Recipient address rejected: Greylisted", 2)
     assert greylisted == 2, "one refusal per mail: the retry waited for the window"
     assert "hold started" not in greylisted_stack.worker.log(), "greylisting holds nobody"
