@@ -225,11 +225,14 @@ class _ClosingController(Controller):
         return session
 
     async def close_sessions(self) -> None:
-        """Close every open session's transport; the sockets are closed on the next turns."""
+        """Drop every open session's connection (a client keeping its session open between
+        mails sees it closed); the sockets are closed on the next turns. A STARTTLS session's
+        socket is aborted too: a TLS close would wait for the client's answer."""
         for session in list(self._sessions):
-            transport = getattr(session, "transport", None)
-            if transport is not None and not transport.is_closing():
-                transport.close()
+            for name in ("transport", "_original_transport"):
+                transport = getattr(session, name, None)
+                if transport is not None:
+                    transport.abort()
         for _ in range(3):
             await asyncio.sleep(0)
 
