@@ -71,3 +71,7 @@ REPUTATION_WINDOW = 86_400.0
 REPUTATION_MIN = 100
 #: How long a bulk mail paused by the sender's reputation waits before it looks again (5 min).
 REPUTATION_RECHECK = 300.0
+#: The most mails one SMTP connection carries before it is closed (``QUIT``) and another opened.
+SMTP_SESSION_MAILS = 100
+#: How long an open SMTP connection may wait for its next mail before it is not used again.
+SMTP_SESSION_IDLE = 30.0

@@ -73,6 +73,15 @@ class Values:
     reputation: Thresholds | None = None
     reputation_window: float = defaults.REPUTATION_WINDOW
     reputation_min: int = defaults.REPUTATION_MIN
+    smtp_ca_file: str | None = None
+    smtp_ca_dir: str | None = None
+    smtp_verify: bool = True
+    smtp_cert_file: str | None = None
+    smtp_key_file: str | None = None
+    smtp_ehlo: str | None = None
+    smtp_session_mails: int = defaults.SMTP_SESSION_MAILS
+    smtp_session_idle: float = defaults.SMTP_SESSION_IDLE
+    allow_reserved_domains: frozenset[str] = frozenset()
 
     @property
     def longest_countdown(self) -> float:

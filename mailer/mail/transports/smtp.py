@@ -36,6 +36,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from mailer import defaults
 from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
@@ -140,8 +141,8 @@ class SmtpTransport:
         ssl_context: ssl.SSLContext | None = None,
         local_hostname: str | None = None,
         retry_holds: bool = True,
-        session_mails: int = 100,
-        session_idle: float = 30.0,
+        session_mails: int = defaults.SMTP_SESSION_MAILS,
+        session_idle: float = defaults.SMTP_SESSION_IDLE,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if security not in ("plain", "ssl", "starttls"):
@@ -184,8 +185,8 @@ class SmtpTransport:
         ssl_context: ssl.SSLContext | None = None,
         local_hostname: str | None = None,
         retry_holds: bool = True,
-        session_mails: int = 100,
-        session_idle: float = 30.0,
+        session_mails: int = defaults.SMTP_SESSION_MAILS,
+        session_idle: float = defaults.SMTP_SESSION_IDLE,
     ) -> SmtpTransport:
         """Build a transport from ``smtp://[user:password@]host[:port][?starttls=1&timeout=10]``.
 
