@@ -91,6 +91,7 @@ bench: install
 	$(BIN)/python -m benchmarks.newsletter
 	$(BIN)/python -m benchmarks.drain
 	$(BIN)/python -m benchmarks.enqueue
+	$(BIN)/python -m benchmarks.smtp_reuse
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site build dist
