@@ -28,6 +28,7 @@ from typing import Any
 from mailer.clock import Clock
 from mailer.defaults import QUEUE
 from mailer.records.outbox.base import (
+    CLEARED_TTL,
     LANES,
     ORDER_SLACK,
     OUTBOX_TTL,
@@ -62,6 +63,7 @@ def outbox_from_url(
 
 
 __all__ = [
+    "CLEARED_TTL",
     "LANES",
     "ORDER_SLACK",
     "OUTBOX_TTL",
