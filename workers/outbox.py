@@ -15,8 +15,9 @@ that publishes a lost one again: :mod:`workers.outbox_watch`).
   (:class:`workers.request.GuardedRequest`): kombu has recorded it as unacknowledged before
   the consumer sees it, so from then on the broker's own redelivery covers it. One script
   call, for a first message only (no ``_progress``, not redelivered), written without waiting
-  for its answer (the main process never waits on the outbox); a Redis that is down is logged
-  (the entry stays, and the watchdog's copy of it ends as a repeat).
+  for its answer (the main process never waits on the outbox). A clear that Redis could not
+  take (down, or restarting) is kept in the process and made again before the watchdog's next
+  look (:func:`retry_receipts`), so a mail received is never taken for lost.
 
 One outbox per process, URL and queue, beside the queue's one schedule and on its Redis
 client (see :func:`workers.parking.schedule_for`: whatever app or broker URL a producer
@@ -26,10 +27,12 @@ Not for messages published with ``send_task`` or by other producers: they are no
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +53,9 @@ DOWN_PAUSE = 5.0
 _lock = threading.Lock()
 _stores: dict[tuple[int, str, str], Outbox] = {}
 _down_until = {"record": 0.0, "received": 0.0}  # monotonic
+#: Receipts kept at most while the outbox's Redis is down (:func:`retry_receipts`).
+RECEIPTS_KEPT = 10_000
+_receipts: deque[tuple[Outbox, str, str]] = deque()
 
 
 @dataclass(frozen=True)
@@ -188,21 +194,54 @@ def received(
     settings: Settings, task_id: str, kwargs: Any, delivery_info: Mapping[str, Any]
 ) -> None:
     """A worker's main process received a message: clear its outbox entry (first messages
-    only: a redelivered copy or a deferred run's has none)."""
+    only: a redelivered copy or a deferred run's has none). A clear its Redis could not take
+    (down now, or within the last :data:`DOWN_PAUSE` seconds) is kept, and made again by
+    :func:`retry_receipts`."""
     if settings.outbox_grace is None or delivery_info.get("redelivered"):
         return
     if not isinstance(kwargs, dict) or "_progress" in kwargs:
         return
     mail_id = kwargs.get("mail_id") or task_id
-    if not isinstance(mail_id, str) or time.monotonic() < _down_until["received"]:
+    if not isinstance(mail_id, str):
         return
     outbox = outbox_for(settings)
     if outbox is None:
         return
+    lane = lane_of(delivery_info.get("priority"))
+    if time.monotonic() < _down_until["received"]:
+        _keep(outbox, mail_id, lane)
+        return
     try:
-        outbox.received_later(mail_id, lane_of(delivery_info.get("priority")))
+        outbox.received_later(mail_id, lane)
     except BackendUnavailable as exc:
-        _pause("received", f"mailguard outbox: unavailable at receipt, entries left: {exc}")
+        _keep(outbox, mail_id, lane)
+        _pause("received", f"mailguard outbox: unavailable at receipt, clearing later: {exc}")
+        if isinstance(outbox, RedisOutbox):  # clears sent before the failure, maybe not applied
+            for unsure in outbox.unconfirmed_receipts():
+                _keep(outbox, *unsure)
+
+
+def _keep(outbox: Outbox, mail_id: str, lane: str) -> None:
+    """Keep a receipt to clear later (the oldest dropped, logged, past :data:`RECEIPTS_KEPT`)."""
+    if len(_receipts) >= RECEIPTS_KEPT:
+        _box, dropped, _lane = _receipts.popleft()
+        log.warning("mail %s: receipt not cleared in the outbox (too many waiting)", dropped)
+    _receipts.append((outbox, mail_id, lane))
+
+
+def retry_receipts() -> int:
+    """Clear the entries of the receipts kept while their Redis was down, oldest first (from
+    the watchdog's thread, before each look: :class:`workers.outbox_watch.OutboxWatch`); how
+    many were cleared. Raises :class:`~mailer.errors.BackendUnavailable` when it is still down
+    (the rest are kept)."""
+    done = 0
+    while _receipts:
+        outbox, mail_id, lane = _receipts[0]
+        outbox.received(mail_id, lane)
+        with contextlib.suppress(IndexError):  # another thread took it: cleared twice, harmless
+            _receipts.popleft()
+        done += 1
+    return done
 
 
 def _pause(step: str, line: str) -> None:

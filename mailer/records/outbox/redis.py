@@ -66,7 +66,9 @@ class RedisOutbox:
         self._later = self._later_clear = None
         if pool is not None:
             self._later = LaterWriter(self._redis, PUT_SCRIPT, self._put)
-            self._later_clear = LaterWriter(self._redis, CLEAR_SCRIPT, self._clear)
+            self._later_clear = LaterWriter(
+                self._redis, CLEAR_SCRIPT, self._clear, keep_unconfirmed=True
+            )
 
     @property
     def client(self) -> Any:
@@ -133,6 +135,13 @@ class RedisOutbox:
             self._clear(keys, args)
             return
         self._later_clear.write(keys, args)
+
+    def unconfirmed_receipts(self) -> list[tuple[str, str]]:
+        """The receipts (mail id, lane) made with :meth:`received_later` whose connection was
+        lost before their answers were read (each once): applied or not, make them again."""
+        if self._later_clear is None:
+            return []
+        return [(_text(args[0]), _text(args[2])) for _, args in self._later_clear.unconfirmed()]
 
     def discard(self, mail_id: str, lane: str) -> bool:
         keys = self._keys(lane)
