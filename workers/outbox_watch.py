@@ -76,7 +76,7 @@ class OutboxWatch:
     ``settle`` and ``slack`` (seconds) are :data:`POLL`, :data:`SETTLE` and
     :data:`~mailer.records.outbox.ORDER_SLACK` but in tests."""
 
-    def __init__(  # noqa: PLR0913 # the watch's parts and its three test knobs
+    def __init__(
         self,
         publisher: Publisher,
         outbox: Outbox,

@@ -14,10 +14,12 @@ publish is applied before anything a worker does after receiving the message.
 A write the server refused for want of its script (``SCRIPT FLUSH`` on a live connection) is
 run again when its answer is read, if it was sent at most :data:`RERUN_WITHIN` seconds before;
 answers are read by the first write more than :data:`READ_AFTER` seconds after the oldest
-unread one. A writer built with ``keep_unconfirmed`` (the receipts' clears) keeps the writes
-whose answers were lost with their connection (:meth:`LaterWriter.unconfirmed`): applied or
-not, the caller makes them again. An older refused write is dropped with a warning: a put run late would name a mail
+unread one. An older refused write is dropped with a warning: a put run late would name a mail
 its worker has long received, which the watchdog would then publish again for nothing.
+
+A writer built with ``keep_unconfirmed`` (the receipts' clears) keeps the writes whose answers
+were lost with their connection (:meth:`LaterWriter.unconfirmed`): applied or not, the caller
+makes them again.
 """
 
 from __future__ import annotations
