@@ -93,7 +93,9 @@ def close_writers() -> None:
     """Close the connections of this process's outboxes' writes nobody waits for (their unread
     answers dropped; the next write opens another). For a process whose Redis was flushed or
     replaced under it (the test suite between tests): a write sent to the old one is not
-    answered, nor run again, in the new one. The outboxes stay (their clients stay open)."""
+    answered, nor run again, in the new one; the receipts kept to make later are forgotten.
+    The outboxes stay (their clients stay open)."""
+    _receipts.clear()
     with _lock:
         for box in _stores.values():
             if isinstance(box, RedisOutbox):
