@@ -71,3 +71,6 @@ REPUTATION_WINDOW = 86_400.0
 REPUTATION_MIN = 100
 #: How long a bulk mail paused by the sender's reputation waits before it looks again (5 min).
 REPUTATION_RECHECK = 300.0
+#: Seconds ``send_mail.delay`` tries to reach the broker and the result backend before it
+#: raises :class:`~mailer.errors.NotEnqueued` (5 s).
+ENQUEUE_TIMEOUT = 5.0

@@ -168,6 +168,11 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
         ),
         ("PROMOTE_LEASE", settings.promote_lease < 1, f">= 1 s, got {_s(settings.promote_lease)}"),
         ("MAX_BOOKINGS", settings.max_bookings < 1000, f">= 1000, got {settings.max_bookings}"),
+        (
+            "ENQUEUE_TIMEOUT",
+            not 0.5 <= settings.enqueue_timeout <= 60,
+            f"500ms-1m, got {_s(settings.enqueue_timeout)}",
+        ),
     )
 
 

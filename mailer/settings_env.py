@@ -169,6 +169,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("REPUTATION", "reputation", _reputation),
     ("REPUTATION_WINDOW", "reputation_window", parse_duration),
     ("REPUTATION_MIN", "reputation_min", _integer),
+    ("ENQUEUE_TIMEOUT", "enqueue_timeout", parse_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

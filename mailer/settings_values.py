@@ -73,6 +73,7 @@ class Values:
     reputation: Thresholds | None = None
     reputation_window: float = defaults.REPUTATION_WINDOW
     reputation_min: int = defaults.REPUTATION_MIN
+    enqueue_timeout: float = defaults.ENQUEUE_TIMEOUT
 
     @property
     def longest_countdown(self) -> float:

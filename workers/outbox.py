@@ -56,6 +56,8 @@ _down_until = {"record": 0.0, "received": 0.0}  # monotonic
 #: Receipts kept at most while the outbox's Redis is down (:func:`retry_receipts`).
 RECEIPTS_KEPT = 10_000
 _receipts: deque[tuple[Outbox, str, str]] = deque()
+#: Entries of failed publishes not yet removed (their Redis was down: :func:`discard`).
+_discards: deque[Recorded] = deque(maxlen=RECEIPTS_KEPT)
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,8 @@ def record(
     :func:`published` after the publish). None when not recorded."""
     if time.monotonic() < _down_until["record"]:
         return None
+    if _discards:
+        _discard_left()
     outbox = outbox_for(settings)
     if outbox is None:
         return None
@@ -189,7 +193,25 @@ def discard(recorded: Recorded | None) -> None:
         recorded.outbox.settle()
         recorded.outbox.discard(recorded.mail_id, recorded.lane)
     except BackendUnavailable as exc:
-        log.warning("mail %s: publish failed, outbox entry left: %s", recorded.mail_id, exc)
+        _discards.append(recorded)
+        log.warning(
+            "mail %s: publish failed; its outbox entry, if written, is removed at the next "
+            "send_mail.delay: %s",
+            recorded.mail_id,
+            exc,
+        )
+
+
+def _discard_left() -> None:
+    """Remove the entries of failed publishes whose Redis was down then (at the next enqueue:
+    one round trip each, only after such a failure); kept again while it is still down."""
+    while _discards:
+        recorded = _discards.popleft()
+        try:
+            recorded.outbox.discard(recorded.mail_id, recorded.lane)
+        except BackendUnavailable:
+            _discards.appendleft(recorded)
+            return
 
 
 def received(
