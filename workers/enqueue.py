@@ -1,9 +1,9 @@
 """The bound of ``send_mail.delay`` when the broker or the result backend is down.
 
-Celery retries a publish to a broker that is down, and the result backend's subscription to a
-task's result (Redis: made before the publish), 20 times a second apart: ``delay()`` blocked
-about 19 s, then raised ``RuntimeError: Retry limit exceeded ...``. Here a caller's call tries
-for ``MAILGUARD_ENQUEUE_TIMEOUT`` seconds at most (:func:`bounded`), then raises one
+Left to itself, Celery retries a publish to a broker that is down, and the result backend's
+subscription to a task's result (Redis: made before the publish), 20 times a second apart, then
+raises ``RuntimeError: Retry limit exceeded ...``. A caller's call here tries for
+``MAILGUARD_ENQUEUE_TIMEOUT`` seconds at most (:func:`bounded`), then raises one
 :class:`~mailer.errors.NotEnqueued` that names what is unreachable (:func:`unreachable`).
 
 Nothing of such a call sends later: the result backend's subscription fails before anything is
