@@ -24,8 +24,9 @@ sends the same ones). A header with a newline raises Django's ``BadHeaderError``
 check, when the message is built). An enqueue error (a bad address, a message over
 ``MAILGUARD_MAX_MESSAGE_BYTES``) raises; the broker or the result backend out of reach raises
 :class:`mailer.errors.NotEnqueued` within ``MAILGUARD_ENQUEUE_TIMEOUT`` (not enqueued: sending
-again is safe). With ``fail_silently`` such a message is skipped and not counted. A broker that no worker reads (``memory://``, the default, with no
-worker in this process) raises :class:`workers.call.NoConsumer` whatever ``fail_silently``
+again is safe). With ``fail_silently`` such a message is skipped and not counted. A broker that
+no worker reads (``memory://``, the default, with no worker in this process) raises
+:class:`workers.call.NoConsumer` whatever ``fail_silently``
 says: every message would be lost.
 
 The task goes through the current Celery app (``send_mail`` is a shared task): the project's own

@@ -10,7 +10,8 @@ that publishes a lost one again: :mod:`workers.outbox_watch`).
   Redis is down (found at this write or the next) the mail is published all
   the same (the broker holds it; only kombu's pop window is then open for it), logged once,
   and the outbox is not asked again for :data:`DOWN_PAUSE` seconds, so a frozen Redis costs
-  callers one timeout, not one each. A publish that fails discards the entry (:func:`discard`).
+  callers one timeout, not one each. A publish that fails discards the entry (:func:`discard`;
+  its Redis down then: at the next enqueue).
 - :func:`received`, in a worker's main process when a message arrives
   (:class:`workers.request.GuardedRequest`): kombu has recorded it as unacknowledged before
   the consumer sees it, so from then on the broker's own redelivery covers it. One script
