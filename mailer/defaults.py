@@ -93,3 +93,6 @@ GREYLIST_STEPS = (1.0, 5.0, 10.0, 20.0, 40.0)
 SMTP_SESSION_MAILS = 100
 #: How long an open SMTP connection may wait for its next mail before it is not used again.
 SMTP_SESSION_IDLE = 30.0
+#: Seconds ``send_mail.delay`` tries to reach the broker and the result backend before it
+#: raises :class:`~mailer.errors.NotEnqueued` (5 s).
+ENQUEUE_TIMEOUT = 5.0

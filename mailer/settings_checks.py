@@ -187,6 +187,11 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
             f"at least {PREFIX}RETRY_BACKOFF ({_s(settings.retry_backoff)}) and at most 1d, "
             f"got {_s(settings.retry_backoff_max)}",
         ),
+        (
+            "ENQUEUE_TIMEOUT",
+            not 0.5 <= settings.enqueue_timeout <= 60,
+            f"500ms-1m, got {_s(settings.enqueue_timeout)}",
+        ),
     )
 
 

@@ -198,6 +198,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("SMTP_SESSION_MAILS", "smtp_session_mails", _integer),
     ("SMTP_SESSION_IDLE", "smtp_session_idle", parse_duration),
     ("ALLOW_RESERVED_DOMAINS", "allow_reserved_domains", _suffixes),
+    ("ENQUEUE_TIMEOUT", "enqueue_timeout", parse_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

@@ -84,6 +84,7 @@ class Values:
     smtp_session_mails: int = defaults.SMTP_SESSION_MAILS
     smtp_session_idle: float = defaults.SMTP_SESSION_IDLE
     allow_reserved_domains: frozenset[str] = frozenset()
+    enqueue_timeout: float = defaults.ENQUEUE_TIMEOUT
 
     @property
     def longest_countdown(self) -> float:
