@@ -77,6 +77,7 @@ class DnsServer:
         self.conf_path.write_text(self._config())
         self.log_path.touch()
         self.log_path.chmod(0o666)
+        offset = len(self.log())  # a restart appends: wait for this run's start line
         out = (self.dir / "dnsmasq.out").open("ab")
         self.process = subprocess.Popen(
             [
@@ -103,7 +104,7 @@ class DnsServer:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 break
-            if "started, version" in self.log():
+            if "started, version" in self.log()[offset:]:
                 return self
             time.sleep(0.05)
         output = (self.log() + (self.dir / "dnsmasq.out").read_text(errors="replace"))[-2000:]

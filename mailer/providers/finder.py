@@ -117,8 +117,10 @@ class ProviderFinder:
         key = self._hasher.storage_key(name)
         try:
             stored = self._store.get(key, now)
-            if stored is None and not self._store.claim(key, now, self._lock_seconds):
-                return self._keep(name, Provider(name, FALLBACK), now + self._pending_seconds)
+            if stored is None:
+                if not self._store.claim(key, now, self._lock_seconds):
+                    return self._keep(name, Provider(name, FALLBACK), now + self._pending_seconds)
+                stored = self._store.get(key, now)  # stored by a worker whose lock just ended
         except BackendUnavailable:
             return self._resolve(name, None, now)
         if stored is not None:

@@ -7,7 +7,8 @@ clear in a key):
 - ``<storage key>``: the JSON record ``{"name", "source", "until"}`` with a ``PX`` expiry at
   ``until`` (the DNS TTL clamped, :mod:`mailer.providers.finder`). The value holds the
   provider's name: a known provider's (``google``) or an MX host's registered domain.
-- ``<storage key>:lock``: ``SET NX PX``, held by the one worker resolving the domain.
+- ``<storage key>:lock``: ``SET NX PX``, held by the one worker resolving the domain until it
+  stores the answer (deleted with the same ``MULTI``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,10 @@ class RedisProviderStore:
 
     def put(self, key: str, stored: Stored, now: float) -> None:
         ttl_ms = max(to_ms(stored.until) - to_ms(now), 1)
-        self._redis.call(self._redis.client.set, key, stored.encode(), px=ttl_ms)
+        pipe = self._redis.client.pipeline(transaction=True)
+        pipe.set(key, stored.encode(), px=ttl_ms)
+        pipe.delete(key + ":lock")
+        self._redis.call(pipe.execute)
 
     def claim(self, key: str, now: float, seconds: float) -> bool:
         ttl_ms = max(to_ms(seconds), 1)

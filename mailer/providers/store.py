@@ -50,12 +50,13 @@ class ProviderStore(Protocol):
         ...
 
     def put(self, key: str, stored: Stored, now: float) -> None:
-        """Keep ``stored`` at ``key`` until ``stored.until`` (replacing any record there)."""
+        """Keep ``stored`` at ``key`` until ``stored.until`` (replacing any record there) and
+        release ``key``'s lookup lock."""
         ...
 
     def claim(self, key: str, now: float, seconds: float) -> bool:
-        """Take the lookup lock of ``key`` for ``seconds``: True for the one caller that took
-        it, False while another holds it."""
+        """Take the lookup lock of ``key`` for ``seconds`` (or until a :meth:`put`): True for
+        the one caller that took it, False while another holds it."""
         ...
 
 
@@ -77,6 +78,7 @@ class MemoryProviderStore:
     def put(self, key: str, stored: Stored, now: float) -> None:
         with self._lock:
             self._records[key] = stored
+            self._claims.pop(key, None)
             if len(self._records) > FORGET_AFTER:
                 at = self._clock()
                 self._records = {k: s for k, s in self._records.items() if at < s.until}
