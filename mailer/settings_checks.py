@@ -180,6 +180,11 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
             f"at least {PREFIX}RETRY_BACKOFF ({_s(settings.retry_backoff)}) and at most 1d, "
             f"got {_s(settings.retry_backoff_max)}",
         ),
+        (
+            "DNS_TIMEOUT",
+            not 0.1 <= settings.dns_timeout <= 30,
+            f"100ms-30s, got {_s(settings.dns_timeout)}",
+        ),
     )
 
 

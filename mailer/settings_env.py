@@ -15,6 +15,7 @@ from difflib import get_close_matches
 from mailer.durations import parse_duration, parse_size
 from mailer.limits.policy import Policy
 from mailer.limits.windows import zone
+from mailer.providers.resolver import parse_servers
 from mailer.records.reputation.base import Thresholds
 
 PREFIX = "MAILGUARD_"
@@ -171,6 +172,8 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("REPUTATION_MIN", "reputation_min", _integer),
     ("LIFETIME", "lifetime", parse_duration),
     ("RETRY_BACKOFF_MAX", "retry_backoff_max", parse_duration),
+    ("DNS_SERVERS", "dns_servers", parse_servers),
+    ("DNS_TIMEOUT", "dns_timeout", parse_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

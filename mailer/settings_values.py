@@ -75,6 +75,8 @@ class Values:
     reputation_min: int = defaults.REPUTATION_MIN
     lifetime: float = defaults.LIFETIME
     retry_backoff_max: float = defaults.RETRY_BACKOFF_MAX
+    dns_servers: tuple[tuple[str, int], ...] = ()
+    dns_timeout: float = defaults.DNS_TIMEOUT
 
     @property
     def longest_countdown(self) -> float:

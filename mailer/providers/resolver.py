@@ -14,6 +14,7 @@ seconds in all (every server and retry included). Its answers:
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -65,8 +66,12 @@ def parse_servers(text: str) -> tuple[tuple[str, int], ...]:
             port = rest[1:] if rest.startswith(":") else "53"
         elif item.count(":") == 1:
             host, port = item.split(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65_536:
-            raise ValueError(f"DNS server {item!r} is not ip[:port]")
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError(f"DNS server {item!r} is not ip[:port] (an IP address)") from None
+        if not port.isdigit() or not 0 < int(port) < 65_536:
+            raise ValueError(f"DNS server {item!r} is not ip[:port] (a port 1-65535)")
         servers.append((host, int(port)))
     return tuple(servers)
 
