@@ -2,30 +2,33 @@
 
 A suffix matches an MX host that is the suffix itself or ends in ``.`` + the suffix
 (``aspmx.l.google.com`` matches ``google.com``; ``notgoogle.com`` does not). The longest
-matching suffix wins. Sources (each provider's own setup pages where the search found them,
-else a named observer); ``unverified``: not confirmed from a provider's page in this table's
-research, kept because the suffix is the provider's own domain:
+matching suffix wins. Sources: the provider's own setup page where one was found, else a named
+observer's; ``unverified``: the hosts were not confirmed from a page, the suffix is kept because
+it is the provider's own domain. The full table with links: ``docs/explanation/providers.md``.
 
-- ``google``: ``google.com`` (Workspace's ``smtp.google.com``, since April 2023, and the older
-  ``aspmx.l.google.com`` set; Google's "Set up MX records" help page, as quoted by
-  intodns.ai/citations/google-workspace-mx-records), ``googlemail.com`` (Gmail's own
-  ``gmail-smtp-in.l.google.com`` and the ``googlemail.com`` hosts some domains list).
+- ``google``: ``google.com`` (Workspace's ``smtp.google.com`` since April 2023 and the older
+  ``aspmx.l.google.com`` set: Google's "Set up MX records", quoted by intodns.ai; Gmail's
+  ``gmail-smtp-in.l.google.com``: docs.deepinfo.com's gmail.com MX example),
+  ``googlemail.com`` (the legacy Workspace backups ``aspmx2.googlemail.com``...``aspmx5``).
 - ``microsoft``: ``mail.protection.outlook.com`` (Microsoft 365 tenants),
   ``olc.protection.outlook.com`` (Outlook.com, Hotmail, Live: "OutLook Consumer"),
   ``mail.eo.outlook.com`` and ``mx.microsoft`` (older and DANE tenant endpoints): spamresource.com
-  "MBP Spotlight: Outlook.com" (2024-04); ``hotmail.com`` (the MX Hotmail used before 2017,
-  wordtothewise.com "Microsoft changes", 2017-09).
+  "MBP Spotlight: Outlook.com" (2024-04); ``hotmail.com`` (the ``mx[1-4].hotmail.com`` hosts of
+  before 2017: wordtothewise.com "Microsoft changes", 2017-09).
 - ``yahoo``: ``yahoodns.net`` (Yahoo and AOL consumer mail, ``mta5.am0.yahoodns.net``,
   ``mx-aol.mail.gm0.yahoodns.net``), ``yahoo.com`` (Yahoo Business Mail's
   ``mx1.biz.mail.yahoo.com``): suped.com "current Yahoo mail server names".
-- ``apple``: ``mail.icloud.com`` (iCloud+ custom domains' ``mx01.mail.icloud.com``; unverified).
+- ``apple``: ``mail.icloud.com`` (iCloud+ custom domains, ``mx01.mail.icloud.com``: Apple's
+  support.apple.com/102374 sets them up; the host names unverified).
 - ``proton``: ``protonmail.ch`` (``mail.protonmail.ch``, ``mailsec.protonmail.ch``:
   proton.me/support/custom-domain, mxrecordchecker.com).
 - ``zoho``: ``zoho.com``, ``zoho.eu``, ``zoho.in``, ``zoho.com.au``, ``zoho.jp``
-  (``mx.zoho.com``, ``mx2.``, ``mx3.``: zoho.com/mail/help/adminconsole/configure-email-delivery).
-- ``fastmail``: ``messagingengine.com`` (``in1-smtp.messagingengine.com``; Fastmail names it its
-  generic domain, fastmail.help/hc/en-us/articles/360060591153; the MX hosts unverified).
-- ``gmx``: ``gmx.net``, ``web.de`` (1&1 Mail & Media runs both, de.wiki.li/GMX; the MX hosts
+  (``mx.zoho.com``, ``mx2.``, ``mx3.``: zoho.com/mail/help/adminconsole/configure-email-delivery,
+  the regions: mxrecordchecker.com).
+- ``fastmail``: ``messagingengine.com`` (``in1-smtp.messagingengine.com``,
+  ``in2-smtp.``: the zone files users publish from Fastmail's "domains-setup-mxonly" help;
+  Fastmail calls messagingengine.com its generic domain, fastmail.help article 360060591153).
+- ``gmx``: ``gmx.net``, ``web.de`` (1&1 Mail & Media runs both, de.wiki.li/GMX; the hosts
   ``mx00.emig.gmx.net``, ``mx-ha03.web.de`` unverified). ``kundenserver.de`` (IONOS hosting)
   is left out: a web host's mail, not the freemail provider.
 - ``yandex``: ``yandex.net``, ``yandex.ru`` (``mx.yandex.net``:
