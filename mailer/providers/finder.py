@@ -73,8 +73,10 @@ class ProviderFinder:
     The store down: the lookup is made here and kept in the LRU alone. So no call waits longer
     than the resolver's lifetime, and none raises for DNS or the store.
 
-    Keys: the domain's keyed hash (:class:`~mailer.limits.keys.KeyHasher` with ``secret``),
-    ``<namespace>:provider:{<hash>}``. Times in seconds on ``clock``.
+    Blocking: a lookup waits on DNS up to the resolver's lifetime; from asyncio, call it in a
+    thread (``asyncio.to_thread``). Keys: the domain's keyed hash
+    (:class:`~mailer.limits.keys.KeyHasher` with ``secret``), ``<namespace>:provider:{<hash>}``.
+    Times in seconds on ``clock``.
     """
 
     def __init__(

@@ -8,7 +8,7 @@ clear in a key):
   ``until`` (the DNS TTL clamped, :mod:`mailer.providers.finder`). The value holds the
   provider's name: a known provider's (``google``) or an MX host's registered domain.
 - ``<storage key>:lock``: ``SET NX PX``, held by the one worker resolving the domain until it
-  stores the answer (deleted with the same ``MULTI``).
+  stores the answer (deleted in the same pipeline, after the record is written).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from mailer.storage import RedisStore
 
 
 class RedisProviderStore:
-    """:class:`~mailer.providers.store.ProviderStore` in Redis (single, Sentinel; on Cluster a
-    record and its lock share a slot through the hash tag). Raises
+    """:class:`~mailer.providers.store.ProviderStore` in Redis (tested on a single server; a
+    record and its lock share a hash tag, so one Cluster slot). Raises
     :class:`~mailer.errors.BackendUnavailable` (``backend="limiter"``) when Redis is down."""
 
     def __init__(self, client: Any, url: str) -> None:
@@ -39,7 +39,7 @@ class RedisProviderStore:
 
     def put(self, key: str, stored: Stored, now: float) -> None:
         ttl_ms = max(to_ms(stored.until) - to_ms(now), 1)
-        pipe = self._redis.client.pipeline(transaction=True)
+        pipe = self._redis.client.pipeline(transaction=False)  # one slot; order is enough
         pipe.set(key, stored.encode(), px=ttl_ms)
         pipe.delete(key + ":lock")
         self._redis.call(pipe.execute)

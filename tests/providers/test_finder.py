@@ -179,3 +179,23 @@ def test_a_bad_domain_is_refused_in_one_line(dns_server: DnsServer, clock: Manua
     for bad in ("", ".", "a" * 254):
         with pytest.raises(ValueError, match="a domain has 1 to 253 characters"):
             finder.provider_of(bad)
+
+
+def test_a_cached_domain_is_answered_in_the_process_with_no_round_trip(
+    own_redis: object, dns_server: DnsServer, clock: ManualClock
+) -> None:
+    url = own_redis.url  # type: ignore[attr-defined]
+    finder = provider_finder(url, servers=parse_servers(dns_server.servers), clock=clock)
+    before = dns_server.queries("new.test")
+    assert finder.provider_of("new.test") == Provider("google", KNOWN)
+    own_redis.stop()  # type: ignore[attr-defined]
+    # Had it asked Redis (down) it would have resolved again: the LRU answered alone.
+    for _ in range(100):
+        assert finder.provider_of("new.test") == Provider("google", KNOWN)
+    assert dns_server.queries("new.test") == before + 1
+
+
+def test_a_null_mx_makes_the_domain_its_own_provider(clock: ManualClock) -> None:
+    with DnsServer([("nullmx.test", ".", 0)], ttl=TTL) as server:
+        finder = _finder("memory://", server, clock)
+        assert finder.provider_of("nullmx.test") == Provider("nullmx.test", IMPLICIT)
