@@ -9,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from devservers.dns_server import DnsServer
+from devservers.redis_servers import RedisServer
 from mailer.clock import ManualClock
 from mailer.providers import (
     FALLBACK,
@@ -164,13 +165,13 @@ def test_dns_down_the_domain_is_its_own_provider_within_the_bound(
 
 
 def test_redis_down_the_finder_still_answers(
-    own_redis: object, dns_server: DnsServer, clock: ManualClock
+    own_redis: RedisServer, dns_server: DnsServer, clock: ManualClock
 ) -> None:
-    url = own_redis.url  # type: ignore[attr-defined]
+    url = own_redis.url
     finder = provider_finder(
         url, servers=parse_servers(dns_server.servers), clock=clock, client=client_from_url(url)
     )
-    own_redis.stop()  # type: ignore[attr-defined]
+    own_redis.stop()
     assert finder.provider_of("proton.test") == Provider("proton", KNOWN)
 
 
@@ -182,13 +183,13 @@ def test_a_bad_domain_is_refused_in_one_line(dns_server: DnsServer, clock: Manua
 
 
 def test_a_cached_domain_is_answered_in_the_process_with_no_round_trip(
-    own_redis: object, dns_server: DnsServer, clock: ManualClock
+    own_redis: RedisServer, dns_server: DnsServer, clock: ManualClock
 ) -> None:
-    url = own_redis.url  # type: ignore[attr-defined]
+    url = own_redis.url
     finder = provider_finder(url, servers=parse_servers(dns_server.servers), clock=clock)
     before = dns_server.queries("new.test")
     assert finder.provider_of("new.test") == Provider("google", KNOWN)
-    own_redis.stop()  # type: ignore[attr-defined]
+    own_redis.stop()
     # Had it asked Redis (down) it would have resolved again: the LRU answered alone.
     for _ in range(100):
         assert finder.provider_of("new.test") == Provider("google", KNOWN)
