@@ -192,6 +192,11 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
             not 0.5 <= settings.enqueue_timeout <= 60,
             f"500ms-1m, got {_s(settings.enqueue_timeout)}",
         ),
+        (
+            "DNS_TIMEOUT",
+            not 0.1 <= settings.dns_timeout <= 30,
+            f"100ms-30s, got {_s(settings.dns_timeout)}",
+        ),
     )
 
 
