@@ -71,3 +71,6 @@ REPUTATION_WINDOW = 86_400.0
 REPUTATION_MIN = 100
 #: How long a bulk mail paused by the sender's reputation waits before it looks again (5 min).
 REPUTATION_RECHECK = 300.0
+#: Whether a worker on a Redis that may evict keys (``maxmemory-policy`` not ``noeviction``)
+#: starts with a warning rather than refusing to start.
+ALLOW_EVICTION = False

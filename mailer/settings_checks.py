@@ -168,6 +168,11 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
         ),
         ("PROMOTE_LEASE", settings.promote_lease < 1, f">= 1 s, got {_s(settings.promote_lease)}"),
         ("MAX_BOOKINGS", settings.max_bookings < 1000, f">= 1000, got {settings.max_bookings}"),
+        (
+            "ALLOW_EVICTION",
+            not isinstance(settings.allow_eviction, bool),
+            f"1 or 0, got {settings.allow_eviction!r:.40}",
+        ),
     )
 
 

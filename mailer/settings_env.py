@@ -138,6 +138,13 @@ def _reputation(value: str) -> Thresholds | None:
     return None if value.strip().lower() == "off" else Thresholds.parse(value)
 
 
+def _flag(value: str) -> bool:
+    """``1`` (True) or ``0`` (False)."""
+    if value.strip() not in ("0", "1"):
+        raise ValueError(f"{value!r:.40} is not 1 or 0")
+    return value.strip() == "1"
+
+
 def _policy(value: str) -> Policy:
     return Policy.parse(value, name="recipient")
 
@@ -169,6 +176,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("REPUTATION", "reputation", _reputation),
     ("REPUTATION_WINDOW", "reputation_window", parse_duration),
     ("REPUTATION_MIN", "reputation_min", _integer),
+    ("ALLOW_EVICTION", "allow_eviction", _flag),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

@@ -73,6 +73,7 @@ class Values:
     reputation: Thresholds | None = None
     reputation_window: float = defaults.REPUTATION_WINDOW
     reputation_min: int = defaults.REPUTATION_MIN
+    allow_eviction: bool = defaults.ALLOW_EVICTION
 
     @property
     def longest_countdown(self) -> float:
