@@ -233,7 +233,7 @@ def _redis_keeps_the_mail(sender: Any = None, **_: Any) -> None:
     """Refuse a Redis Cluster broker and a Redis that may evict keys, warn of one without
     persistence and of a quorum queue without a delivery limit (:mod:`workers.redis_checks`)."""
     if sender is not None:
-        redis_checks.check_at_start(process_settings.current(), sender.app)
+        redis_checks.check_at_start(process_settings.current(), sender)
 
 
 @signals.worker_init.connect

@@ -22,6 +22,8 @@ import logging
 from typing import Any
 from urllib.parse import urlsplit
 
+from celery import signals
+
 from mailer.redis_fitness import Role, assess
 from mailer.settings import Settings
 from mailer.settings_env import PREFIX
@@ -32,9 +34,10 @@ log = logging.getLogger("mailguard.worker")
 BROKER = f"{PREFIX}BROKER_URL"
 
 
-def check_at_start(config: Settings, app: Any) -> None:
-    """Refuse (``SystemExit``, one line) or warn (one log line each) for ``app``'s broker and
+def check_at_start(config: Settings, worker: Any) -> None:
+    """Refuse (``SystemExit``, one line) or warn (one log line each) for ``worker``'s broker and
     ``config``'s stores. SystemExit: Celery swallows exceptions raised by signal handlers."""
+    app = worker.app
     broker = str(app.conf.broker_url or "")
     variable = BROKER if broker == config.broker_url else "the Celery app's broker_url"
     options = dict(app.conf.broker_transport_options or {})
@@ -55,8 +58,22 @@ def check_at_start(config: Settings, app: Any) -> None:
     found = assess(roles, allow_eviction=config.allow_eviction)
     if found.refusal is not None:
         raise SystemExit(f"mailguard: {found.refusal}")
-    for line in [*found.warnings, *quorum_warnings(config, app)]:
+    _pending[:] = [*found.warnings, *quorum_warnings(config, app)]
+    if not hasattr(worker, "emit_banner"):  # an in-process worker: its logging is the caller's
+        _warn()
+
+
+#: The warnings of this start, logged once the worker's logging is set up.
+_pending: list[str] = []
+
+
+@signals.celeryd_after_setup.connect
+def _warn(**_: Any) -> None:
+    """Log the start's warnings, one line each, as the worker's own lines (``celery worker``
+    sets its logging up after ``worker_init``: written earlier they would be bare text)."""
+    for line in _pending:
         log.warning("mailguard: %s", line)
+    _pending.clear()
 
 
 def redis_form(broker_url: str, options: dict[str, Any]) -> str | None:
