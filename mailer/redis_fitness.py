@@ -33,6 +33,13 @@ NOEVICTION = "noeviction"
 ALLOW_EVICTION = f"{PREFIX}ALLOW_EVICTION"
 #: What is lost when a server drops keys, as the lines say it.
 _AT_STAKE = "queued and parked mail, claims, outbox entries and bookings"
+#: What a ``volatile-*`` policy may evict: the keys with a TTL (queues and the schedule have none).
+_WITH_TTL = "claims, outbox entries and bookings"
+
+
+def evicted(policy: str) -> str:
+    """What ``policy`` may delete of mailguard's keys under memory pressure."""
+    return _WITH_TTL if policy.startswith("volatile") else _AT_STAKE
 
 
 @dataclass(frozen=True)
@@ -148,7 +155,7 @@ def judge(found: Iterable[tuple[Role, Server]], *, allow_eviction: bool) -> Asse
         roles.append(role)
     result = Assessment()
     refusals: list[str] = []
-    evicting, volatile, unread = [], [], []
+    evicting, volatile, unread, lost = [], [], [], _WITH_TTL
     for server, variables, roles in servers.values():
         where = f"the Redis at {server.address} ({', '.join(variables)})"
         if server.unread:
@@ -157,17 +164,18 @@ def judge(found: Iterable[tuple[Role, Server]], *, allow_eviction: bool) -> Asse
             refusals.append(_cluster_refusal(server, variables))
         if server.eviction_policy not in (None, NOEVICTION):
             evicting.append(f"{where} has maxmemory-policy {server.eviction_policy}")
+            lost = max(lost, evicted(server.eviction_policy), key=len)
         if server.append_only is False and server.save_points == "":
             volatile.append(where)
     if evicting and not allow_eviction:
         refusals.append(
-            f"{'; '.join(evicting)}: under memory pressure it deletes {_AT_STAKE}; run "
+            f"{'; '.join(evicting)}: under memory pressure it deletes {lost}; run "
             f"CONFIG SET maxmemory-policy {NOEVICTION} there (and in its redis.conf), or set "
             f"{ALLOW_EVICTION}=1 to start with a warning"
         )
     elif evicting:
         result.warnings.append(
-            f"{ALLOW_EVICTION}=1: {'; '.join(evicting)}, so it may delete {_AT_STAKE} under "
+            f"{ALLOW_EVICTION}=1: {'; '.join(evicting)}, so it may delete {lost} under "
             f"memory pressure (CONFIG SET maxmemory-policy {NOEVICTION} keeps them)"
         )
     if volatile:

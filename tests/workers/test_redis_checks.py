@@ -176,6 +176,9 @@ def test_judge_merges_roles_on_one_server_and_keeps_a_durable_one_quiet() -> Non
     ]
     snapshots = Server("h:1", "id1", False, "noeviction", False, "3600 1 300 100")
     assert judge([(role_a, snapshots)], allow_eviction=False).warnings == []
+    allkeys = Server("h:1", "id1", False, "allkeys-lru", True)
+    refusal = judge([(role_a, allkeys)], allow_eviction=False).refusal
+    assert refusal is not None and "it deletes queued and parked mail, claims" in refusal
 
 
 def test_broker_urls_in_redis_pys_form() -> None:
