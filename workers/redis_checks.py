@@ -11,7 +11,7 @@ At ``worker_init`` (:func:`check_at_start`, wired in :mod:`workers.app`):
   warned, one whose ``INFO``/``CONFIG`` is disabled is warned that the check was not made;
 - a RabbitMQ quorum queue declared without a delivery limit above ``MAILGUARD_POISON_AFTER``
   is warned. AMQP cannot read a declared queue's arguments (a passive declare answers only its
-  counts), so the check reads the app's queue definitions, not the server.
+  counts), so the check reads the queues the app declares (``app.amqp.queues``), not the server.
 
 The result backend is not checked: outcomes are kept in the ledger as well.
 """
@@ -97,11 +97,10 @@ def quorum_warnings(config: Settings, app: Any) -> list[str]:
     ever (3.x) a mail before mailguard quarantines it as ``dropped`` / ``poison``."""
     if broker_scheme(str(app.conf.broker_url or "")) not in AMQP_SCHEMES:
         return []
-    default_type = app.conf.get("task_default_queue_type")
     lines = []
-    for queue in app.conf.task_queues or ():
-        arguments = dict(getattr(queue, "queue_arguments", None) or {})
-        if arguments.get("x-queue-type", default_type) != "quorum":
+    for queue in app.amqp.queues.values():  # as Celery declares them (task_default_queue_type)
+        arguments = dict(queue.queue_arguments or {})
+        if arguments.get("x-queue-type") != "quorum":
             continue
         limit = arguments.get("x-delivery-limit")
         if isinstance(limit, int) and limit > config.poison_after:

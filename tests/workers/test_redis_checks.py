@@ -1,15 +1,19 @@
 """A worker refuses at start what cannot keep mail and warns, once, of what may lose it: a Redis
 Cluster broker, a Redis that may evict keys (``MAILGUARD_ALLOW_EVICTION=1``: warned), a Redis
 without persistence, a server whose ``CONFIG`` is renamed, a quorum queue without a delivery
-limit. Real redis-servers (and a real three-node Cluster) started here; real workers."""
+limit. Real redis-servers, a real three-node Cluster and a RabbitMQ node started here; real
+workers."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
+from kombu import Queue
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisClusterServers, RedisServer
 from mailer.redis_fitness import Role, Server, assess, judge
 from mailer.settings import Settings
@@ -191,21 +195,54 @@ def test_broker_urls_in_redis_pys_form() -> None:
 
 
 def test_a_quorum_queue_without_a_delivery_limit_is_warned() -> None:
-    """The app's queue definition is read (AMQP cannot read a declared queue's arguments): a
+    """The queues the app declares are read (AMQP cannot read a declared queue's arguments): a
     quorum queue without ``x-delivery-limit``, or with one at most ``POISON_AFTER``, is warned;
     one above it and a classic queue are not."""
     config = Settings(broker_url="amqp://guest:guest@127.0.0.1:5672//", poison_after=3)
-    app = create_app(config)
-    assert quorum_warnings(config, app) == [], "mailguard's own queue is classic"
-    app.conf.task_default_queue_type = "quorum"
-    (warned,) = quorum_warnings(config, app)
+
+    def warnings_of(**conf: Any) -> list[str]:
+        app = create_app(config)
+        app.conf.update(conf)
+        try:
+            return quorum_warnings(config, app)
+        finally:
+            app.close()
+
+    assert warnings_of() == [], "mailguard's own queue is classic"
+    assert warnings_of(task_default_queue_type="quorum") == [], "its queue is declared classic"
+    (warned,) = warnings_of(task_queues=None, task_default_queue_type="quorum")
     assert "'mail' is declared with no x-delivery-limit" in warned and "(3)" in warned
-    (queue,) = app.conf.task_queues
-    queue.queue_arguments = {"x-queue-type": "quorum", "x-delivery-limit": 3}
-    assert "x-delivery-limit 3:" in quorum_warnings(config, app)[0]
-    queue.queue_arguments = {"x-queue-type": "quorum", "x-delivery-limit": 10}
-    assert quorum_warnings(config, app) == []
-    app.close()
+    for limit, warned_of in ((3, True), (10, False)):
+        arguments = {"x-queue-type": "quorum", "x-delivery-limit": limit}
+        found = warnings_of(task_queues=(Queue("mail", queue_arguments=arguments),))
+        assert bool(found) is warned_of and all(f"x-delivery-limit {limit}:" in w for w in found)
+
+
+@pytest.fixture
+def rabbit() -> Iterator[RabbitServer]:
+    """One RabbitMQ node (3.10 here: quorum queues without a default delivery limit)."""
+    server = RabbitServer().start()
+    yield server
+    server.cleanup()
+
+
+def test_a_worker_on_a_quorum_queue_without_a_limit_warns_once(
+    redis_url: str, rabbit: RabbitServer
+) -> None:
+    """A project's app whose default queue is quorum (``tests/workers/quorum_app.py``): the
+    worker starts, the server holds a quorum queue, and the worker said so in one line."""
+    env = worker_env(
+        redis_url, "console://", MAILGUARD_BROKER_URL=rabbit.url, MAILGUARD_QUEUE="mail-quorum"
+    )
+    app_module = "tests.workers.quorum_app"
+    worker = CeleryWorker(env, pool="solo", concurrency=1, app_module=app_module).start(60)
+    try:
+        queues = rabbit.ctl("list_queues", "name", "type", "--no-table-headers", "--quiet")
+    finally:
+        worker.stop()
+    assert "mail-quorum\tquorum" in queues, queues
+    warned = _lines(worker, "the quorum queue 'mail-quorum' is declared with no x-delivery-limit")
+    assert len(warned) == 1 and "MAILGUARD_POISON_AFTER (3)" in warned[0], worker.log()[-3000:]
 
 
 def test_allow_eviction_is_read_as_1_or_0() -> None:
