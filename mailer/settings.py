@@ -50,7 +50,7 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_REPUTATION`` | rates or ``off`` | ``off`` | ``complaint 0.3%, bounce 5%`` | per sender (From address), the complaint and hard-bounce rates over the window at which the sender's bulk kinds pause (deferred / ``reputation``) until the rate falls back or ``mailguard reputation resume``; ``off``: nothing counted |
 | ``MAILGUARD_REPUTATION_WINDOW`` | duration | ``24h`` | ``7d`` | the rolling window the reputation's rates are counted over (in 24 buckets), ``1m``-``30d`` |
 | ``MAILGUARD_REPUTATION_MIN`` | whole number | ``100`` | ``1000`` | mails sent in the window below which no rate counts (a sender is never paused on a tiny volume) |
-| ``MAILGUARD_ALLOW_EVICTION`` | ``1`` or ``0`` | ``0`` | ``1`` | ``1``: a worker whose broker, limiter or ledger Redis may evict keys (``maxmemory-policy`` not ``noeviction``) starts with a warning; ``0``: it refuses to start, naming the server's policy (see the HA guide) |
+| ``MAILGUARD_ALLOW_EVICTION`` | ``1`` or ``0`` | ``0`` | ``1`` | ``1``: a worker whose broker, limiter or ledger Redis may evict keys (``maxmemory-policy`` not ``noeviction``) starts with a warning; ``0``: it refuses to start, naming the server's policy (see the start checks' guide) |
 | ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` / ``_UNSUBSCRIBE`` | per option: duration, 0-9, share (0, 1], template, ``1`` or ``0`` | built-ins | ``MAILGUARD_KIND_NEWSLETTER_UNSUBSCRIBE=1`` | kinds; ``_UNSUBSCRIBE=1`` makes a bulk kind (one-click unsubscribe, paused by a bad reputation) |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The longest countdown is
