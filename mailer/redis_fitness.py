@@ -195,7 +195,7 @@ def judge(found: Iterable[tuple[Role, Server]], *, allow_eviction: bool) -> Asse
 
 def _cluster_refusal(server: Server, variables: Sequence[str]) -> str:
     """A plain URL that reaches a Cluster node: the broker cannot be one, a store must say so."""
-    broker = [v for v in variables if v.endswith("BROKER_URL")]
+    broker = [v for v in variables if "broker_url" in v.lower()]
     if broker:
         return (
             f"{broker[0]} points at {server.address}, a Redis Cluster node (cluster_enabled:1), "

@@ -41,18 +41,18 @@ def check_at_start(config: Settings, worker: Any) -> None:
     broker = str(app.conf.broker_url or "")
     variable = BROKER if broker == config.broker_url else "the Celery app's broker_url"
     options = dict(app.conf.broker_transport_options or {})
-    roles = []
-    for url in broker.split(";"):
-        if is_cluster(url.strip()):
+    urls = [url.strip() for url in broker.split(";")]
+    for url in urls:
+        if is_cluster(url):
             raise SystemExit(
                 f"mailguard: {variable} is a Redis Cluster ({broker_scheme(url)}://), which "
                 "cannot be a Celery broker (kombu has no Cluster transport, celery#2852); use "
                 "a single Redis (or Sentinel) or RabbitMQ as the broker: the limiter and the "
                 "ledger may stay on the cluster"
             )
-        if (redis_url := redis_form(url.strip(), options)) is not None:
-            roles.append(Role((variable,), redis_url))
-            break  # kombu uses the first reachable one; the others are fail-overs
+    # kombu connects to the first URL it reaches; the others are fail-overs, not checked.
+    first = next((form for url in urls if (form := redis_form(url, options))), None)
+    roles = [] if first is None else [Role((variable,), first)]
     stores = (("LIMITER_URL", config.limiter_url), ("LEDGER_URL", config.ledger_url or ""))
     roles.extend(Role((PREFIX + name,), url) for name, url in stores if is_redis(url))
     found = assess(roles, allow_eviction=config.allow_eviction)
