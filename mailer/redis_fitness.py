@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -105,35 +105,33 @@ def address(url: str) -> str:
     return mask_url(url)
 
 
-def read_server(client: Any, address: str) -> Server:
-    """The facts of the server ``client`` talks to (``address`` names it in the lines).
+def read_server(client: Any, where: str) -> Server:
+    """The facts of the server ``client`` talks to (``where`` names it in the lines).
 
     Raises :data:`~mailer.storage.REDIS_DOWN` when it cannot be reached.
     """
     try:
         info = client.info()
     except redis.exceptions.ResponseError:  # renamed, or an ACL without +info
-        return Server(address, address, unread="INFO is disabled")
+        return Server(where, where, unread="INFO is disabled")
     policy = info.get("maxmemory_policy")
     append_only = info.get("aof_enabled")
     server = Server(
-        address,
-        str(info.get("run_id") or address),
+        where,
+        str(info.get("run_id") or where),
         cluster_node=bool(info.get("cluster_enabled")),
         eviction_policy=None if policy is None else str(policy),
         append_only=None if append_only is None else bool(append_only),
+        unread="its INFO has no maxmemory_policy" if policy is None else "",
     )
     if server.append_only is not False:
         return server
     try:
         save = client.config_get("save").get("save")
     except redis.exceptions.ResponseError:
-        return _replace(server, unread="CONFIG is disabled, its RDB save points are unknown")
-    return _replace(server, save_points=str(save or ""))
-
-
-def _replace(server: Server, **changes: Any) -> Server:
-    return Server(**(vars(server) | changes))
+        unknown = "CONFIG is disabled, its RDB save points are unknown"
+        return replace(server, unread=", ".join(filter(None, (server.unread, unknown))))
+    return replace(server, save_points=str(save or ""))
 
 
 def assess(roles: Sequence[Role], *, allow_eviction: bool) -> Assessment:
