@@ -169,11 +169,11 @@ def judge(found: Iterable[tuple[Role, Server]], *, allow_eviction: bool) -> Asse
         refusals.append(
             f"{'; '.join(evicting)}: under memory pressure it deletes {lost}; run "
             f"CONFIG SET maxmemory-policy {NOEVICTION} there (and in its redis.conf), or set "
-            f"{ALLOW_EVICTION}=1 to start with a warning"
+            f"{ALLOW_EVICTION}=on to start with a warning"
         )
     elif evicting:
         result.warnings.append(
-            f"{ALLOW_EVICTION}=1: {'; '.join(evicting)}, so it may delete {lost} under "
+            f"{ALLOW_EVICTION}=on: {'; '.join(evicting)}, so it may delete {lost} under "
             f"memory pressure (CONFIG SET maxmemory-policy {NOEVICTION} keeps them)"
         )
     if volatile:

@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 
 from mailer.errors import InvalidAddress
-from mailer.mail.address import check_sender
+from mailer.mail.address import check_sender, reserved_suffix_problem
+from mailer.mail.kinds import MAX_LIFETIME
 from mailer.mail.transports import registry as transports
 from mailer.settings_env import PREFIX
 from mailer.settings_values import Values
@@ -16,6 +17,12 @@ from mailer.settings_values import Values
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
 #: channel. Countdown tasks are held by the worker until they run, so they must stay below it.
 RABBITMQ_CONSUMER_TIMEOUT = 1800.0
+#: An EHLO name: a host name of LDH labels, or an address literal (``[192.0.2.1]``,
+#: ``[IPv6:2001:db8::1]``).
+_EHLO = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
+    r"[A-Za-z0-9])?)*\.?|\[(?:IPv6:[0-9A-Fa-f:.]+|[0-9.]+)\]"
+)
 _UNSUBSCRIBE_URL = re.compile(
     r"^(https://[^\s/?#]+|http://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?)(/[^\s?#]*)?$"
 )
@@ -39,6 +46,7 @@ def check(settings: Values) -> None:
     _check_watch(settings)
     _check_transport(settings)
     _check_bulk(settings)
+    _check_smtp(settings)
 
 
 def problems(settings: Values) -> list[str]:
@@ -169,9 +177,20 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
         ("PROMOTE_LEASE", settings.promote_lease < 1, f">= 1 s, got {_s(settings.promote_lease)}"),
         ("MAX_BOOKINGS", settings.max_bookings < 1000, f">= 1000, got {settings.max_bookings}"),
         (
-            "ALLOW_EVICTION",
-            not isinstance(settings.allow_eviction, bool),
-            f"1 or 0, got {settings.allow_eviction!r:.40}",
+            "LIFETIME",
+            not 1 <= settings.lifetime <= MAX_LIFETIME,
+            f"1s-7d, got {_s(settings.lifetime)}",
+        ),
+        (
+            "RETRY_BACKOFF_MAX",
+            not settings.retry_backoff <= settings.retry_backoff_max <= 86_400,
+            f"at least {PREFIX}RETRY_BACKOFF ({_s(settings.retry_backoff)}) and at most 1d, "
+            f"got {_s(settings.retry_backoff_max)}",
+        ),
+        (
+            "ENQUEUE_TIMEOUT",
+            not 0.5 <= settings.enqueue_timeout <= 60,
+            f"500ms-1m, got {_s(settings.enqueue_timeout)}",
         ),
     )
 
@@ -200,3 +219,27 @@ def _check_holds(settings: Values) -> None:
                 f"{PREFIX}HOLD_EVIDENCE must be count/window with a count of 2-1000 and a "
                 f"window > 0 s and at most 1h, or off, got {count}/{window:g}s"
             )
+
+
+def _check_smtp(settings: Values) -> None:
+    """The SMTP transport's session bounds, EHLO name and admitted reserved domains."""
+    if not 1 <= settings.smtp_session_mails <= 100_000:
+        raise ValueError(
+            f"{PREFIX}SMTP_SESSION_MAILS must be 1-100000 (1: a connection per mail), got "
+            f"{settings.smtp_session_mails}"
+        )
+    if not 0 < settings.smtp_session_idle <= 3600:
+        raise ValueError(
+            f"{PREFIX}SMTP_SESSION_IDLE must be > 0 s and at most 1h, got "
+            f"{_s(settings.smtp_session_idle)}"
+        )
+    ehlo = settings.smtp_ehlo
+    if ehlo is not None and (len(ehlo) > 255 or not _EHLO.fullmatch(ehlo)):
+        raise ValueError(
+            f"{PREFIX}SMTP_EHLO must be a host name (mail.example.org) or an address literal "
+            f"([192.0.2.1]), got {ehlo!r:.60}"
+        )
+    for suffix in sorted(settings.allow_reserved_domains):
+        problem = reserved_suffix_problem(suffix)
+        if problem:
+            raise ValueError(f"{PREFIX}ALLOW_RESERVED_DOMAINS: {problem}")

@@ -7,7 +7,7 @@ At ``worker_init`` (:func:`check_at_start`, wired in :mod:`workers.app`):
   The limiter and the ledger on Cluster (``redis+cluster://``) stay supported;
 - the broker's, the limiter's and the ledger's Redis (the schedule and the outbox live beside
   the ledger) are judged by :func:`mailer.redis_fitness.assess`: one that may evict keys is
-  refused unless ``MAILGUARD_ALLOW_EVICTION=1`` (then warned), one without persistence is
+  refused unless ``MAILGUARD_ALLOW_EVICTION=on`` (then warned), one without persistence is
   warned, one whose ``INFO``/``CONFIG`` is disabled is warned that the check was not made;
 - a RabbitMQ quorum queue declared without a delivery limit above ``MAILGUARD_POISON_AFTER``
   is warned. AMQP cannot read a declared queue's arguments (a passive declare answers only its

@@ -1,5 +1,5 @@
 """A worker refuses at start what cannot keep mail and warns, once, of what may lose it: a Redis
-Cluster broker, a Redis that may evict keys (``MAILGUARD_ALLOW_EVICTION=1``: warned), a Redis
+Cluster broker, a Redis that may evict keys (``MAILGUARD_ALLOW_EVICTION=on``: warned), a Redis
 without persistence, a server whose ``CONFIG`` is renamed, a quorum queue without a delivery
 limit. Real redis-servers, a real three-node Cluster and a RabbitMQ node started here; real
 workers."""
@@ -71,7 +71,7 @@ def test_a_worker_refuses_a_redis_that_evicts(evicting: RedisServer) -> None:
     assert "MAILGUARD_BROKER_URL, MAILGUARD_LIMITER_URL" in line, line
     assert "maxmemory-policy volatile-lru" in line
     assert "CONFIG SET maxmemory-policy noeviction" in line
-    assert "MAILGUARD_ALLOW_EVICTION=1" in line
+    assert "MAILGUARD_ALLOW_EVICTION=on" in line
 
 
 def test_a_ledger_that_evicts_is_refused_beside_a_broker_that_does_not(
@@ -85,9 +85,9 @@ def test_a_ledger_that_evicts_is_refused_beside_a_broker_that_does_not(
 
 
 def test_allow_eviction_starts_with_one_warning_and_sends(evicting: RedisServer) -> None:
-    """``MAILGUARD_ALLOW_EVICTION=1``: the worker starts, says so once, and sends a mail; the
+    """``MAILGUARD_ALLOW_EVICTION=on``: the worker starts, says so once, and sends a mail; the
     server without persistence is warned of once (one line for both variables)."""
-    env = worker_env(evicting.url, "console://", MAILGUARD_ALLOW_EVICTION="1")
+    env = worker_env(evicting.url, "console://", MAILGUARD_ALLOW_EVICTION="on")
     worker = CeleryWorker(env, pool="solo", concurrency=1).start()
     app = client_app(env)
     try:
@@ -96,7 +96,7 @@ def test_allow_eviction_starts_with_one_warning_and_sends(evicting: RedisServer)
     finally:
         worker.stop()
         app.close()
-    warned = _lines(worker, "MAILGUARD_ALLOW_EVICTION=1: ")
+    warned = _lines(worker, "MAILGUARD_ALLOW_EVICTION=on: ")
     assert len(warned) == 1 and "maxmemory-policy volatile-lru" in warned[0], worker.log()
     assert "WARNING" in warned[0]
     assert len(_lines(worker, PERSISTENCE)) == 1, worker.log()
@@ -245,8 +245,8 @@ def test_a_worker_on_a_quorum_queue_without_a_limit_warns_once(
     assert len(warned) == 1 and "MAILGUARD_POISON_AFTER (3)" in warned[0], worker.log()[-3000:]
 
 
-def test_allow_eviction_is_read_as_1_or_0() -> None:
-    assert Settings.from_env({"MAILGUARD_ALLOW_EVICTION": "1"}).allow_eviction is True
+def test_allow_eviction_is_read_as_on_or_off() -> None:
+    assert Settings.from_env({"MAILGUARD_ALLOW_EVICTION": "on"}).allow_eviction is True
     assert Settings.from_env({}).allow_eviction is False
-    with pytest.raises(ValueError, match="MAILGUARD_ALLOW_EVICTION: 'yes' is not 1 or 0"):
-        Settings.from_env({"MAILGUARD_ALLOW_EVICTION": "yes"})
+    with pytest.raises(ValueError, match="MAILGUARD_ALLOW_EVICTION: 'maybe' is not on or off"):
+        Settings.from_env({"MAILGUARD_ALLOW_EVICTION": "maybe"})

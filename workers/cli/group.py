@@ -14,6 +14,7 @@ from workers.cli import (
     reset,
     schedule,
     send,
+    settings,
     simulate,
     status,
     suppression,
@@ -49,5 +50,6 @@ for command in (
     policy.policy,
     reputation.reputation,
     health.health,
+    settings.settings,
 ):
     main.add_command(command)
