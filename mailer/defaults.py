@@ -112,3 +112,6 @@ PROVIDER_LOCK = 5.0
 PROVIDER_PENDING = 1.0
 #: Domains each process keeps in its LRU in front of the shared store.
 PROVIDER_LRU = 10_000
+#: Whether a worker on a Redis that may evict keys (``maxmemory-policy`` not ``noeviction``)
+#: starts with a warning rather than refusing to start.
+ALLOW_EVICTION = False

@@ -31,7 +31,7 @@ _UNSUBSCRIBE_URL = re.compile(
 def check(settings: Values) -> None:
     """Raise ``ValueError``, one line naming the variable and the accepted form, for the first
     value out of bounds in ``settings``."""
-    for variable, bad, accepted in _bounds(settings):
+    for variable, bad, accepted in (*_bounds(settings), *_delivery_bounds(settings)):
         if bad:
             raise ValueError(f"{PREFIX}{variable} must be {accepted}")
     try:
@@ -176,6 +176,13 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
         ),
         ("PROMOTE_LEASE", settings.promote_lease < 1, f">= 1 s, got {_s(settings.promote_lease)}"),
         ("MAX_BOOKINGS", settings.max_bookings < 1000, f">= 1000, got {settings.max_bookings}"),
+    )
+
+
+def _delivery_bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
+    """:func:`_bounds` of how long a mail is kept and retried, and of the enqueue and DNS
+    waits (seconds)."""
+    return (
         (
             "LIFETIME",
             not 1 <= settings.lifetime <= MAX_LIFETIME,

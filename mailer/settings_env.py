@@ -202,6 +202,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("ENQUEUE_TIMEOUT", "enqueue_timeout", parse_duration),
     ("DNS_SERVERS", "dns_servers", parse_servers),
     ("DNS_TIMEOUT", "dns_timeout", parse_duration),
+    ("ALLOW_EVICTION", "allow_eviction", _on_off),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

@@ -87,6 +87,7 @@ class Values:
     enqueue_timeout: float = defaults.ENQUEUE_TIMEOUT
     dns_servers: tuple[tuple[str, int], ...] = ()
     dns_timeout: float = defaults.DNS_TIMEOUT
+    allow_eviction: bool = defaults.ALLOW_EVICTION
 
     @property
     def longest_countdown(self) -> float:
