@@ -89,3 +89,8 @@ RETRY_BACKOFF_MAX = 4000.0
 #: tries at 1, 6, 16, 36 and 76 min cover the common windows (postgrey's default 300 s, 5, 10
 #: and 30 min), each met by the first try after it opens.
 GREYLIST_STEPS = (1.0, 5.0, 10.0, 20.0, 40.0)
+
+
+#: How long a mail that ended ``failed`` keeps its payload for ``mailguard retry`` (7 days, as
+#: long as its recorded outcome: :data:`OUTCOME_TTL`).
+FAILED_RETENTION = float(OUTCOME_TTL)

@@ -180,6 +180,12 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
             f"at least {PREFIX}RETRY_BACKOFF ({_s(settings.retry_backoff)}) and at most 1d, "
             f"got {_s(settings.retry_backoff_max)}",
         ),
+        (
+            "FAILED_RETENTION",
+            settings.failed_retention is not None
+            and not 60 <= settings.failed_retention <= 30 * 86_400,
+            f"1m-30d or off, got {_s(settings.failed_retention)}",
+        ),
     )
 
 

@@ -171,6 +171,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("REPUTATION_MIN", "reputation_min", _integer),
     ("LIFETIME", "lifetime", parse_duration),
     ("RETRY_BACKOFF_MAX", "retry_backoff_max", parse_duration),
+    ("FAILED_RETENTION", "failed_retention", _off_or_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

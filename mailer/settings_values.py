@@ -75,6 +75,7 @@ class Values:
     reputation_min: int = defaults.REPUTATION_MIN
     lifetime: float = defaults.LIFETIME
     retry_backoff_max: float = defaults.RETRY_BACKOFF_MAX
+    failed_retention: float | None = defaults.FAILED_RETENTION
 
     @property
     def longest_countdown(self) -> float:

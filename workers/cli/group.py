@@ -12,6 +12,7 @@ from workers.cli import (
     policy,
     reputation,
     reset,
+    retry,
     schedule,
     send,
     simulate,
@@ -49,5 +50,6 @@ for command in (
     policy.policy,
     reputation.reputation,
     health.health,
+    retry.retry,
 ):
     main.add_command(command)
