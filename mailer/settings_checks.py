@@ -128,6 +128,7 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
     """Each value's check: its variable (without the prefix), whether the value is out of
     bounds, and the accepted form with the value given."""
     restore = settings.restore_interval
+    kept = 60.0 if settings.failed_retention is None else settings.failed_retention
     return (
         (
             "FAIL_MODE",
@@ -180,12 +181,7 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
             f"at least {PREFIX}RETRY_BACKOFF ({_s(settings.retry_backoff)}) and at most 1d, "
             f"got {_s(settings.retry_backoff_max)}",
         ),
-        (
-            "FAILED_RETENTION",
-            settings.failed_retention is not None
-            and not 60 <= settings.failed_retention <= 30 * 86_400,
-            f"1m-30d or off, got {_s(settings.failed_retention)}",
-        ),
+        ("FAILED_RETENTION", not 60 <= kept <= 2_592_000, f"1m-30d or off, got {_s(kept)}"),
     )
 
 
