@@ -89,6 +89,13 @@ RETRY_BACKOFF_MAX = 4000.0
 #: tries at 1, 6, 16, 36 and 76 min cover the common windows (postgrey's default 300 s, 5, 10
 #: and 30 min), each met by the first try after it opens.
 GREYLIST_STEPS = (1.0, 5.0, 10.0, 20.0, 40.0)
+#: The most mails one SMTP connection carries before it is closed (``QUIT``) and another opened.
+SMTP_SESSION_MAILS = 100
+#: How long an open SMTP connection may wait for its next mail before it is not used again.
+SMTP_SESSION_IDLE = 30.0
+#: Seconds ``send_mail.delay`` tries to reach the broker and the result backend before it
+#: raises :class:`~mailer.errors.NotEnqueued` (5 s).
+ENQUEUE_TIMEOUT = 5.0
 
 
 #: How long a mail that ended ``failed`` keeps its payload for ``mailguard retry`` (7 days, as

@@ -52,6 +52,16 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_REPUTATION_MIN`` | whole number | ``100`` | ``1000`` | mails sent in the window below which no rate counts (a sender is never paused on a tiny volume) |
 | ``MAILGUARD_LIFETIME`` | duration | ``5d`` | ``2d`` | how long after the guard first saw it a mail is kept through temporary failures (4xx replies, greylisting, refused or dropped connections, timeouts, a relay down) when its kind sets no ``_LIFETIME``; then ``dropped`` / ``expired`` with the last reply (Postfix's ``maximal_queue_lifetime``, ``5d``; ``1s``-``7d``) |
 | ``MAILGUARD_RETRY_BACKOFF_MAX`` | duration | ``4000s`` | ``1h`` | the longest wait between two tries of a mail the relay refused for a time (Postfix's ``maximal_backoff_time``, ``4000s``; at least ``RETRY_BACKOFF``, at most ``1d``); such waits are parked (``PARK_AFTER``) and judged by the limiter again when they run; with parking ``off`` a wait is held at most ``MAX_COUNTDOWN``, so that is the cap then |
+| ``MAILGUARD_SMTP_CA_FILE`` | path | none (the system's trust) | ``/etc/mailguard/relay-ca.pem`` | the CAs (PEM) the SMTP transport trusts for its relay's certificate, instead of the system's; this transport's only (not Redis TLS, not ``SSL_CERT_FILE``); checked at start |
+| ``MAILGUARD_SMTP_CA_DIR`` | directory | none (the system's trust) | ``/etc/mailguard/cas`` | a directory of CA certificates (``openssl rehash``) the SMTP transport trusts, with or instead of ``SMTP_CA_FILE``; checked at start |
+| ``MAILGUARD_SMTP_VERIFY`` | ``on`` or ``off`` | ``on`` | ``off`` | ``off``: the SMTP transport accepts any certificate and host name (a relay on the same host only; a warning at start) |
+| ``MAILGUARD_SMTP_CERT_FILE`` | path | none | ``/etc/mailguard/client.pem`` | the client certificate (PEM, with its key unless ``SMTP_KEY_FILE``) the SMTP transport presents to a relay that asks for one; checked at start |
+| ``MAILGUARD_SMTP_KEY_FILE`` | path | the key in ``SMTP_CERT_FILE`` | ``/etc/mailguard/client.key`` | the client certificate's private key (PEM, unencrypted) |
+| ``MAILGUARD_SMTP_EHLO`` | host name | the host's FQDN (``socket.getfqdn()``) | ``mail.example.org`` | the name the SMTP transport gives in ``EHLO`` (a host name or an address literal ``[192.0.2.1]``) |
+| ``MAILGUARD_SMTP_SESSION_MAILS`` | whole number | ``100`` | ``20`` | the most mails one SMTP connection carries (``RSET`` between them), then ``QUIT`` and a new one; ``1``: a connection per mail (1-100000) |
+| ``MAILGUARD_SMTP_SESSION_IDLE`` | duration | ``30s`` | ``10s`` | an open SMTP connection idle longer than this is closed (``QUIT``) at the next mail, which opens another; keep it under the relay's own idle timeout (Postfix's ``smtpd_timeout``: 300 s) (> 0, at most ``1h``) |
+| ``MAILGUARD_ALLOW_RESERVED_DOMAINS`` | names or ``off`` | ``off`` | ``local, test`` | recipient domains under these reserved names (``local``, ``test``, ``corp.local``: special-use names or names under one) are accepted, for an internal relay that delivers them; ``off``: refused at ``send_mail.delay`` |
+| ``MAILGUARD_ENQUEUE_TIMEOUT`` | duration | ``5s`` | ``2s`` | how long ``send_mail.delay`` (and Django's backend) tries to reach the broker and the result backend before it raises ``NotEnqueued``: the mail was not enqueued, calling again is safe (``500ms``-``1m``) |
 | ``MAILGUARD_FAILED_RETENTION`` | duration or ``off`` | ``7d`` | ``2d`` | how long a mail that ended ``failed`` keeps its payload (args and kwargs, in the ledger's Redis) so that ``mailguard retry`` can enqueue it again once (``1m``-``30d``); ``off``: nothing kept |
 | ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_LIFETIME`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` / ``_UNSUBSCRIBE`` | per option: duration, duration (0-7d), 0-9, share (0, 1], template, ``1`` or ``0`` | built-ins | ``MAILGUARD_KIND_NEWSLETTER_UNSUBSCRIBE=1`` | kinds; ``_LIFETIME`` how long a mail of the kind is kept through temporary failures, never less than ``_MAX_WAIT`` (``0``: ``_MAX_WAIT`` is its deadline, as for the built-in ``code``; unset: ``MAILGUARD_LIFETIME``); ``_UNSUBSCRIBE=1`` makes a bulk kind (one-click unsubscribe, paused by a bad reputation) |
 
@@ -64,14 +74,17 @@ lower makes redeliveries happen; the ledger still keeps them from sending twice.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mailer import defaults, settings_checks
 from mailer.guard import GuardConfig
+from mailer.mail.address import AddressRules
 from mailer.mail.kinds import Kinds
 from mailer.mail.transports import registry as transports
+from mailer.mail.transports.smtp_tls import TlsOptions
 from mailer.settings_checks import RABBITMQ_CONSUMER_TIMEOUT
 from mailer.settings_env import ALL_INTERFACES, KNOWN, read_values, unknown_names, unknown_setting
 from mailer.settings_values import FailMode, LogFormat, Values
@@ -112,6 +125,16 @@ class Settings(Values):
             ses_endpoint_url=self.ses_endpoint_url,
             ses_configuration_set=self.ses_configuration_set,
             anymail_esp=self.anymail_esp,
+            smtp_tls=TlsOptions(
+                ca_file=self.smtp_ca_file,
+                ca_dir=self.smtp_ca_dir,
+                verify=self.smtp_verify,
+                cert_file=self.smtp_cert_file,
+                key_file=self.smtp_key_file,
+            ),
+            smtp_ehlo=self.smtp_ehlo,
+            smtp_session_mails=self.smtp_session_mails,
+            smtp_session_idle=self.smtp_session_idle,
         )
 
     @property
@@ -129,10 +152,17 @@ class Settings(Values):
         """
         return settings_checks.problems(self)
 
+    @functools.cached_property
+    def address_rules(self) -> AddressRules:
+        """How addresses are checked (the reserved domains ``ALLOW_RESERVED_DOMAINS`` admits),
+        at ``send_mail.delay`` as in the guard."""
+        return AddressRules(reserved_domains=self.allow_reserved_domains)
+
     def guard_config(self) -> GuardConfig:
         """The guard's knobs from these settings."""
         return GuardConfig(
             sender=self.sender,
+            rules=self.address_rules,
             fail_open=self.fail_mode == "fail_open",
             max_backoff=self.max_countdown,
             retry_backoff=self.retry_backoff,

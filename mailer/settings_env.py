@@ -41,6 +41,11 @@ _TEXT = (
     "SES_CONFIGURATION_SET",
     "ANYMAIL_ESP",
     "UNSUBSCRIBE_URL",
+    "SMTP_CA_FILE",
+    "SMTP_CA_DIR",
+    "SMTP_CERT_FILE",
+    "SMTP_KEY_FILE",
+    "SMTP_EHLO",
 )
 #: Variables read as durations (seconds) and the attribute each sets.
 _DURATIONS = (
@@ -138,6 +143,24 @@ def _reputation(value: str) -> Thresholds | None:
     return None if value.strip().lower() == "off" else Thresholds.parse(value)
 
 
+def _on_off(value: str) -> bool:
+    """``on`` or ``off`` (also ``1``/``0``, ``true``/``false``, ``yes``/``no``)."""
+    word = value.strip().lower()
+    if word in ("on", "1", "true", "yes"):
+        return True
+    if word in ("off", "0", "false", "no"):
+        return False
+    raise ValueError(f"{value!r:.40} is not on or off")
+
+
+def _suffixes(value: str) -> frozenset[str]:
+    """``off`` (none) or domain suffixes separated by commas: ``local, test``."""
+    if value.strip().lower() == "off":
+        return frozenset()
+    names = frozenset(part.strip().strip(".").lower() for part in value.split(","))
+    return frozenset(name for name in names if name)
+
+
 def _policy(value: str) -> Policy:
     return Policy.parse(value, name="recipient")
 
@@ -171,6 +194,11 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("REPUTATION_MIN", "reputation_min", _integer),
     ("LIFETIME", "lifetime", parse_duration),
     ("RETRY_BACKOFF_MAX", "retry_backoff_max", parse_duration),
+    ("SMTP_VERIFY", "smtp_verify", _on_off),
+    ("SMTP_SESSION_MAILS", "smtp_session_mails", _integer),
+    ("SMTP_SESSION_IDLE", "smtp_session_idle", parse_duration),
+    ("ALLOW_RESERVED_DOMAINS", "allow_reserved_domains", _suffixes),
+    ("ENQUEUE_TIMEOUT", "enqueue_timeout", parse_duration),
     ("FAILED_RETENTION", "failed_retention", _off_or_duration),
 )
 

@@ -15,6 +15,7 @@ from workers.cli import (
     retry,
     schedule,
     send,
+    settings,
     simulate,
     status,
     suppression,
@@ -50,6 +51,7 @@ for command in (
     policy.policy,
     reputation.reputation,
     health.health,
+    settings.settings,
     retry.retry,
 ):
     main.add_command(command)
