@@ -115,3 +115,6 @@ PROVIDER_LRU = 10_000
 #: Whether a worker on a Redis that may evict keys (``maxmemory-policy`` not ``noeviction``)
 #: starts with a warning rather than refusing to start.
 ALLOW_EVICTION = False
+#: How long a mail that ended ``failed`` keeps its payload for ``mailguard retry`` (7 days, as
+#: long as its recorded outcome: :data:`OUTCOME_TTL`).
+FAILED_RETENTION = float(OUTCOME_TTL)

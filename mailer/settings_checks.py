@@ -47,6 +47,7 @@ def check(settings: Values) -> None:
     _check_transport(settings)
     _check_bulk(settings)
     _check_smtp(settings)
+    _check_failed(settings)
 
 
 def problems(settings: Values) -> list[str]:
@@ -255,3 +256,9 @@ def _check_smtp(settings: Values) -> None:
         problem = reserved_suffix_problem(suffix)
         if problem:
             raise ValueError(f"{PREFIX}ALLOW_RESERVED_DOMAINS: {problem}")
+
+
+def _check_failed(settings: Values) -> None:
+    kept = settings.failed_retention
+    if kept is not None and not 60 <= kept <= 30 * 86_400:
+        raise ValueError(f"{PREFIX}FAILED_RETENTION must be 1m-30d or off, got {_s(kept)}")

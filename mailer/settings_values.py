@@ -88,6 +88,7 @@ class Values:
     dns_servers: tuple[tuple[str, int], ...] = ()
     dns_timeout: float = defaults.DNS_TIMEOUT
     allow_eviction: bool = defaults.ALLOW_EVICTION
+    failed_retention: float | None = defaults.FAILED_RETENTION
 
     @property
     def longest_countdown(self) -> float:
