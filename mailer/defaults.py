@@ -118,3 +118,6 @@ ALLOW_EVICTION = False
 #: How long a mail that ended ``failed`` keeps its payload for ``mailguard retry`` (7 days, as
 #: long as its recorded outcome: :data:`OUTCOME_TTL`).
 FAILED_RETENTION = float(OUTCOME_TTL)
+#: The RabbitMQ queue type of the mail queues (``classic`` or ``quorum``: replicated, one queue per
+#: priority lane; see :mod:`workers.priority`).
+QUEUE_TYPE = "classic"

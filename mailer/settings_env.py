@@ -204,6 +204,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("DNS_TIMEOUT", "dns_timeout", parse_duration),
     ("ALLOW_EVICTION", "allow_eviction", _on_off),
     ("FAILED_RETENTION", "failed_retention", _off_or_duration),
+    ("QUEUE_TYPE", "queue_type", _text),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

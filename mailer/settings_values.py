@@ -89,6 +89,7 @@ class Values:
     dns_timeout: float = defaults.DNS_TIMEOUT
     allow_eviction: bool = defaults.ALLOW_EVICTION
     failed_retention: float | None = defaults.FAILED_RETENTION
+    queue_type: str = defaults.QUEUE_TYPE
 
     @property
     def longest_countdown(self) -> float:

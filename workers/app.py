@@ -24,7 +24,7 @@ from mailer.factory import build_guard, build_holds, build_reputation
 from mailer.logs import JsonFormatter, in_utc
 from mailer.settings import Settings
 from mailer.storage import is_memory
-from workers import parking, priority, process_settings, redis_checks, routing, state
+from workers import parking, priority, process_settings, quorum, redis_checks, routing, state
 from workers.broker_transport import redis_options, transport_for
 from workers.failing_stop import FailingStopStep
 from workers.liveness import Liveness, LivenessStep, broker_identity, register
@@ -66,6 +66,8 @@ def transport_options(config: Settings) -> dict[str, Any]:
         {"visibility_timeout": config.visibility_timeout},
     )
     options.update(priority.transport_options(config.broker_url))
+    if quorum.quorum_on(config):  # a quorum queue needs the publisher's confirms
+        options["confirm_publish"] = True
     if config.restore_interval is not None:
         # kombu sweeps every ``interval`` s but scans only every ``throttle``-th sweep: scan each.
         options["unacked_restore_interval"] = config.restore_interval
@@ -143,6 +145,7 @@ def create_app(config: Settings) -> Celery:
         task_track_started=False,
         **{routing.MARK: True},  # send_mail's queue is this app's default one
     )
+    celery.conf.update(quorum.app_settings(config, state.SEND_MAIL))  # lanes, on quorum
     # Every worker publishes parked mails when they are due (workers/promoter.py), says when
     # it last consumed (workers/liveness.py) and ends after an unrecoverable error
     # (workers/failing_stop.py).
@@ -234,6 +237,7 @@ def _redis_keeps_the_mail(sender: Any = None, **_: Any) -> None:
     persistence and of a quorum queue without a delivery limit (:mod:`workers.redis_checks`)."""
     if sender is not None:
         redis_checks.check_at_start(process_settings.current(), sender)
+        quorum.declare_dead_letters(sender.app, process_settings.current())
 
 
 @signals.worker_init.connect
