@@ -25,9 +25,10 @@ from mailer.logs import JsonFormatter, in_utc
 from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import parking, priority, process_settings, quorum, redis_checks, routing, state
+from workers.broker_cluster import worker_broker
 from workers.broker_transport import redis_options, transport_for
 from workers.failing_stop import FailingStopStep
-from workers.liveness import Liveness, LivenessStep, broker_identity, register
+from workers.liveness import Liveness, LivenessStep, register
 from workers.parking import schedule_for
 from workers.promoter import PromoterStep
 
@@ -252,8 +253,9 @@ def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
         return
     broker = str(sender.app.conf.broker_url)
     hostname = str(getattr(sender, "hostname", "") or "worker")
+    identity = worker_broker(sender.app)  # a RabbitMQ cluster by its name
     try:
-        other = register(liveness, hostname, broker, time.time())
+        other = register(liveness, hostname, broker, time.time(), identity=identity)
         if other is None and (moved := parking.adopt_legacy(config)):
             log.warning("mailguard: %d parked mail(s) moved into the queue's schedule", moved)
     except BackendUnavailable as exc:
@@ -261,7 +263,7 @@ def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
         return
     if other is not None:
         raise SystemExit(
-            f"mailguard: this worker consumes from {broker_identity(broker)} but {other}, "
+            f"mailguard: this worker consumes from {identity} but {other}, "
             f"for the same MAILGUARD_QUEUE {config.queue!r} on the same ledger: their parked "
             "mails would be published to each other's broker; give one of them another "
             "MAILGUARD_QUEUE, or both the same broker"

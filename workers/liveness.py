@@ -221,10 +221,13 @@ class LivenessStep(bootsteps.StartStopStep):
 registered: list[tuple[Liveness, WorkerRecord]] = []
 
 
-def register(liveness: Liveness, hostname: str, broker_url: str, now: float) -> str | None:
+def register(
+    liveness: Liveness, hostname: str, broker_url: str, now: float, *, identity: str | None = None
+) -> str | None:
     """Write this worker's first record, unless a running worker of the queue consumes from
-    another broker: then that worker's hostname and broker, in words, and nothing written."""
-    me = WorkerRecord(hostname, broker_identity(broker_url), started=now, seen=now)
+    another broker: then that worker's hostname and broker, in words, and nothing written.
+    ``identity``: the broker as :mod:`workers.broker_cluster` names it (default: the URL's)."""
+    me = WorkerRecord(hostname, identity or broker_identity(broker_url), started=now, seen=now)
     liveness.prune(now)
     other = conflict(liveness.read(), me, now)
     if other is not None:

@@ -4,7 +4,7 @@ cluster's nodes, with mailguard's priorities kept as lanes.
 A quorum queue has no priorities on RabbitMQ 3.x (4.x: two levels), so the mail goes to one
 quorum queue per priority lane, ``<queue>.p9``, ``<queue>.p5`` and ``<queue>.p0``: a mail
 published at broker priority ``p`` goes to the highest lane at most ``p`` (:func:`lane_of`), all
-through the direct exchange ``<queue>``. Every worker consumes the three lanes, each with a
+through the exchange ``<queue>.lanes``. Every worker consumes the three lanes, each with a
 prefetch of its own (RabbitMQ's per-consumer prefetch: Celery turns global QoS off on quorum
 queues), so a mail published to a higher lane is delivered to a worker at once however long the
 lower lanes are. The promise, tested: **a mail of a higher lane waits for the mails the workers
@@ -18,9 +18,12 @@ redelivered that often first; RabbitMQ 4 would otherwise drop it after 20) and a
 target, the quorum queue ``<queue>.dead`` (declared at worker start, consumed by nobody: read
 it with ``rabbitmqctl list_queues``), so a mail over the limit is kept, not dropped.
 
-Countdowns stay with the worker, as on a classic queue (a direct exchange: Celery's native
-delayed delivery needs a topic exchange and is not used). Not for a project's own app: its
-queues are its own (:mod:`workers.routing`).
+A countdown (a deferred mail's next run) goes through Celery's native delayed delivery: the
+lanes are bound to the topic exchange ``<queue>.lanes`` (its routing keys are the lanes' names)
+and a worker binds them at start to Celery's ``celery_delayed_*`` exchanges, which hold the
+message until it is due (to the second; the worker holds the rest). A worker cannot hold
+countdowns itself on a quorum queue: without global QoS its prefetch cannot grow for them.
+Not for a project's own app: its queues are its own (:mod:`workers.routing`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,11 @@ def lane_queue(queue: str, level: Any) -> str:
     return f"{queue}.p{lane_of(level)}"
 
 
+def lanes_exchange(queue: str) -> str:
+    """The lanes' exchange: a topic exchange (Celery's native delayed delivery binds to it)."""
+    return f"{queue}.lanes"
+
+
 def dead_queue(queue: str) -> str:
     """The dead-letter queue of ``queue``'s lanes: mails over the delivery limit."""
     return f"{queue}.dead"
@@ -72,7 +80,7 @@ def delivery_limit(config: Settings) -> int:
 
 def lane_queues(config: Settings) -> tuple[Queue, ...]:
     """The lanes' declarations, highest first."""
-    exchange = Exchange(config.queue, type="direct")
+    exchange = Exchange(lanes_exchange(config.queue), type="topic")
     arguments = {
         "x-queue-type": "quorum",
         "x-delivery-limit": delivery_limit(config),
