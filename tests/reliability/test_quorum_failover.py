@@ -125,7 +125,8 @@ def enqueue_code(stack: ClusterStack) -> tuple[AsyncResult[Any], int]:
     while True:
         try:
             result = stack.app.tasks[TASK].apply_async(
-                args=["ada@example.com"], kwargs={"kind": "code", "context": {"code": "493112"}}
+                args=["ada@example.com"],
+                kwargs={"kind": "code", "context": {"code": "493112"}, "mail_id": "code-1"},
             )
         except NotEnqueued:
             refused += 1
