@@ -97,7 +97,7 @@ class ClusterStack:
 
 
 @pytest.fixture
-def stack() -> Iterator[ClusterStack]:
+def cluster_stack() -> Iterator[ClusterStack]:
     made = ClusterStack()
     yield made
     made.close()
@@ -135,9 +135,10 @@ def enqueue_code(stack: ClusterStack) -> tuple[AsyncResult[Any], int]:
         return result, refused
 
 
-def test_a_rabbitmq_node_killed_under_load(stack: ClusterStack) -> None:
+def test_a_rabbitmq_node_killed_under_load(cluster_stack: ClusterStack) -> None:
     """The lanes' leader node SIGKILLed while the load flows: nothing lost, nothing twice, none
     early, the code mail ahead of the backlog, both workers consuming again (no supervisor)."""
+    stack = cluster_stack
     assert len(stack.cluster.running()) == 3, "three nodes, one cluster"
     records = Liveness.from_url(stack.store.url, queue="mail")
     assert records is not None
