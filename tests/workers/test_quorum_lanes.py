@@ -16,10 +16,14 @@ from kombu import Connection
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.rabbitmq import RabbitServer
 from devservers.smtp_server import SmtpTestServer
+from mailer.records.schedule import MemorySchedule
 from mailer.settings import Settings
 from workers import process_settings, quorum, routing, tasks
 from workers.app import create_app
 from workers.broker_cluster import cluster_identity
+from workers.outbox_watch import OutboxWatch
+from workers.payload import Parked
+from workers.promoter import Promoter
 from workers.redis_checks import quorum_warnings
 
 TASK = tasks.send_mail.name
@@ -246,3 +250,42 @@ def test_a_mail_over_the_delivery_limit_is_dead_lettered(rabbit: RabbitServer) -
     app.close()
     assert deliveries == quorum.delivery_limit(config) + 1 == 7
     assert payload == {"n": 1}
+
+
+def test_the_promoter_publishes_a_parked_mail_to_its_lane(rabbit: RabbitServer) -> None:
+    """Parked mails promoted (and the watchdog's copies, the same publish) go to the lane of
+    their next run's priority: a code mail to ``.p9``, a default one (6) to ``.p5``; the
+    watchdog counts the messages of every lane."""
+    env = {
+        "MAILGUARD_BROKER_URL": rabbit.url,
+        "MAILGUARD_QUEUE": f"mail-{uuid.uuid4().hex[:8]}",
+        "MAILGUARD_QUEUE_TYPE": "quorum",
+    }
+    config = Settings.from_env(env)
+    app = create_app(config)
+    with app.connection_for_write() as connection:
+        for lane in quorum.lane_queues(config):
+            lane.bind(connection.default_channel).declare()
+    schedule = MemorySchedule()
+    kinds = {"m0": "code", "m1": "default", "m2": "default"}
+    for mail_id, kind in kinds.items():
+        payload = Parked(mail_id, ["r@example.com"], {"mail_id": mail_id, "kind": kind}, 0.0)
+        schedule.park(mail_id, time.time() - 1, payload.encode())
+    promoter = Promoter(app, schedule, config)
+    watch = OutboxWatch(promoter, None, 10.0, routing.mail_queue(app, config.queue))  # type: ignore[arg-type]
+    try:
+        assert promoter.promote_once() == 3
+        with app.connection_for_write() as connection:
+            counts = {
+                lane.name.rsplit(".", 1)[-1]: int(
+                    lane.bind(connection.default_channel).queue_declare(passive=True).message_count
+                )
+                for lane in quorum.lane_queues(config)
+            }
+        size = watch.queue_size()
+    finally:
+        watch.close()
+        promoter.stop()
+        app.close()
+    assert counts == {"p9": 1, "p5": 2, "p0": 0}
+    assert size == 3
