@@ -14,13 +14,14 @@ import pytest
 from kombu import Connection
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.ports import free_port
 from devservers.rabbitmq import RabbitServer
 from devservers.smtp_server import SmtpTestServer
 from mailer.records.schedule import MemorySchedule
 from mailer.settings import Settings
 from workers import process_settings, quorum, routing, tasks
 from workers.app import create_app
-from workers.broker_cluster import cluster_identity
+from workers.broker_cluster import cluster_identity, worker_broker
 from workers.outbox_watch import OutboxWatch
 from workers.payload import Parked
 from workers.promoter import Promoter
@@ -113,6 +114,17 @@ def rabbit() -> Iterator[RabbitServer]:
     server = RabbitServer().start()
     yield server
     server.cleanup()
+
+
+def test_a_broker_without_a_cluster_name_is_named_by_its_address() -> None:
+    """Redis, and a RabbitMQ node that cannot be asked (logged), keep the address identity."""
+    redis_app = create_app(Settings.from_env({"MAILGUARD_BROKER_URL": "redis://h:6379/1"}))
+    assert worker_broker(redis_app) == "redis://h:6379/1"
+    down = create_app(
+        _settings(MAILGUARD_BROKER_URL=f"amqp://guest:guest@127.0.0.1:{free_port()}//")
+    )
+    assert worker_broker(down).startswith("amqp://localhost:")
+    down.close()
 
 
 @pytest.fixture
