@@ -22,6 +22,7 @@ from mailer.settings import Settings
 from workers import process_settings, quorum, routing, tasks
 from workers.app import create_app
 from workers.broker_cluster import cluster_identity, worker_broker
+from workers.liveness import WorkerRecord, conflict
 from workers.outbox_watch import OutboxWatch
 from workers.payload import Parked
 from workers.promoter import Promoter
@@ -114,6 +115,17 @@ def rabbit() -> Iterator[RabbitServer]:
     server = RabbitServer().start()
     yield server
     server.cleanup()
+
+
+def test_a_worker_named_by_address_beside_one_named_by_cluster() -> None:
+    """A running worker whose record names the node by its address (no cluster name read, or an
+    older version) is beside this one when the address is this one's first node; another
+    node's address is another broker (to the check: it cannot know that node's cluster)."""
+    me = WorkerRecord("me", "rabbitmq-cluster:prod/mail", started=1.0, seen=1.0)
+    on_a = WorkerRecord("a", "amqp://node-a:5672/mail", started=1.0, seen=1.0)
+    on_b = WorkerRecord("b", "amqp://node-b:5672/mail", started=1.0, seen=1.0)
+    assert conflict([me, on_a], me, 2.0, also="amqp://node-a:5672/mail") is None
+    assert conflict([me, on_a, on_b], me, 2.0, also="amqp://node-a:5672/mail") == on_b
 
 
 def test_a_broker_without_a_cluster_name_is_named_by_its_address() -> None:
