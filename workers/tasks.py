@@ -5,8 +5,7 @@
 
 The process's settings live in :mod:`workers.process_settings`, its guard in
 :mod:`workers.state`; ``workers.tasks.settings``, ``guard`` and ``use_settings`` are theirs,
-re-exported. The call checks are
-:mod:`workers.call`'s.
+re-exported. The call checks are :mod:`workers.call`'s.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ from workers import app as _app  # makes mailguard's app this process's default
 from workers import outbox, outbox_ride, parking, priority, process_settings, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
+from workers.corecipients import run
 from workers.enqueue import bounded
 from workers.outcomes import store_waiting
 from workers.process_settings import use_settings
@@ -332,7 +332,7 @@ def _process(
     a finished mail) of a mail deferred before (``watched``: it may have an entry in the
     schedule) removes that entry, so the watchdog never publishes it. (The run's start was
     told to the schedule at the hand-off to the pool: :mod:`workers.request`.)"""
-    step = guard().process(request, progress)
+    step = run(send_mail, request, progress)  # and the copies for co-recipients refused a time
     if step.outcome.reason == SUPERSEDED:  # the entry is the run's that carries the mail on
         return step
     if not isinstance(step, Later) and (watched or step.outcome.deferrals):
