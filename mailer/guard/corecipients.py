@@ -24,7 +24,7 @@ from mailer.guard.data import MailRequest, Prepared
 from mailer.mail.address import AddressRules
 from mailer.mail.envelope import Envelope, recipients
 from mailer.mail.replies import temporary
-from mailer.mail.transports.base import SendReceipt
+from mailer.mail.transports.base import SendReceipt, mask_addresses
 from mailer.outcomes import Outcome
 
 #: Suppresses a refused co-recipient (the mail, its limit key, its keyed hash, the refusal):
@@ -45,13 +45,14 @@ def refusals(
     keys = {box.address: box.recipient.limit_key for box in boxes}
     places = {box.address: n for n, box in enumerate(boxes, start=1)}
     entries: list[dict[str, Any]] = []
+    addresses = list(envelope.recipients)
     for refused in receipt.refused:
         key = keys.get(refused.address, refused.address.lower())  # hashed: never in clear
         hashed = recipient_key(key)
         entry: dict[str, Any] = {
             "recipient": hashed,
             "code": refused.code,
-            "reply": refused.reply,
+            "reply": mask_addresses(refused.reply, addresses),  # a transport's own may not
             "suppressed": False,
             "retry": None,
         }
@@ -60,7 +61,7 @@ def refusals(
             entry["retry"] = f"{mail.mail_id}/{place}"
         else:
             error = PermanentSendError(
-                "the server refused the recipient", code=refused.code, reply=refused.reply
+                "the server refused the recipient", code=refused.code, reply=entry["reply"]
             )
             entry["suppressed"] = suppress(mail, key, hashed, error)
         entries.append(entry)
