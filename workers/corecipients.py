@@ -4,7 +4,10 @@
 :func:`run` is one run through the guard followed by those copies' enqueueing: after the
 mail's outcome is recorded, so a run repeated after a crash (which answers the recorded
 outcome) enqueues them again, and each copy's ledger claim (its mail id ``<mail id>/<n>``,
-also its task id) sends it once however often it is enqueued.
+also its task id) sends it once however often it is enqueued. A copy's first run comes
+``MAILGUARD_RETRY_BACKOFF`` after the refusal (the first wait of any mail the relay put off);
+then it is a mail of its own, judged by the limiter, retried with backoff until its kind's
+lifetime.
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ def enqueue_copies(task: Any, request: MailRequest, outcome: Outcome) -> int:
     stores = guard()
     hashed = stores.limiter.storage_key
     made = copies(request, outcome, stores.config.rules, lambda key: hashed("recipient", key))
+    wait = stores.config.retry_backoff
     enqueued = 0
     for copy in made:
         kwargs = {name: getattr(copy, name) for name in _KEYWORDS}
         kwargs = {name: value for name, value in kwargs.items() if value is not None}
         try:
-            task.apply_async(args=(copy.to,), kwargs=kwargs, task_id=copy.mail_id)
+            task.apply_async(args=(copy.to,), kwargs=kwargs, task_id=copy.mail_id, countdown=wait)
         except Exception as exc:  # whatever the broker raises: the mail itself was sent
             log.error(
                 "mail %s: its copy %s for a refused recipient was not enqueued: %s",
