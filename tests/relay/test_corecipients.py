@@ -72,7 +72,9 @@ def test_a_co_recipient_refused_for_a_time_gets_one_copy_later(
     redis_url: str, smtp_server: SmtpTestServer
 ) -> None:
     """bob refused with 450 once: ada gets the mail once; the outcome names bob's copy
-    ``<mail id>/2``, which reaches bob alone, once, after the retry backoff; nobody gets two."""
+    ``<mail id>/2``, which reaches bob alone, once, after the retry backoff. The mail's run
+    repeated (the same mail id again, as a redelivery after a crash would run it) answers the
+    recorded outcome and enqueues the copy again, whose run answers its own: nobody gets two."""
     ada, bob = "ada@example.com", "bob@example.com"
     env = worker_env(
         redis_url, smtp_server.url, MAILGUARD_POLICY="100/1s", MAILGUARD_RETRY_BACKOFF="1s"
@@ -87,6 +89,11 @@ def test_a_co_recipient_refused_for_a_time_gets_one_copy_later(
         copy = app.AsyncResult(f"{result.id}/2")
         poll(copy.ready, 30, "bob's copy to settle")
         copied = copy.get(timeout=1)
+        repeat = send_mail.delay(ada, subject="Hello", body="World", cc=[bob], mail_id=result.id)
+        repeated = repeat.get(timeout=30)
+        ran = f"[{result.id}/2] succeeded"
+        poll(lambda: worker.log().count(ran) >= 2, 30, "the copy enqueued again to run")
+        assert copy.get(timeout=1) == copied
     finally:
         worker.stop()
         app.close()
@@ -99,6 +106,7 @@ def test_a_co_recipient_refused_for_a_time_gets_one_copy_later(
         "suppressed": False,
         "retry": f"{result.id}/2",
     }
+    assert repeated == outcome
     assert (copied["status"], copied["mail_id"]) == ("sent", f"{result.id}/2"), copied
     assert copied["recipient"] == key_of(bob) and copied["refused"] == []
     assert [d.rcpt_tos for d in smtp_server.delivered] == [(ada,), (bob,)]
