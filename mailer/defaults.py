@@ -96,3 +96,25 @@ SMTP_SESSION_IDLE = 30.0
 #: Seconds ``send_mail.delay`` tries to reach the broker and the result backend before it
 #: raises :class:`~mailer.errors.NotEnqueued` (5 s).
 ENQUEUE_TIMEOUT = 5.0
+
+
+#: The bound on one DNS lookup of a recipient domain's MX, every server and retry included.
+DNS_TIMEOUT = 2.0
+#: A found provider is kept for its MX answer's DNS TTL, clamped to at least this (5 min)...
+PROVIDER_MIN_TTL = 300.0
+#: ... and at most this (1 day).
+PROVIDER_MAX_TTL = 86_400.0
+#: A failed MX lookup (timeout, SERVFAIL, REFUSED): the domain is its own provider this long.
+PROVIDER_NEGATIVE_TTL = 60.0
+#: The lock one worker holds while it resolves a new domain (over ``DNS_TIMEOUT``).
+PROVIDER_LOCK = 5.0
+#: How long a worker that did not take the lock uses the domain itself before looking again.
+PROVIDER_PENDING = 1.0
+#: Domains each process keeps in its LRU in front of the shared store.
+PROVIDER_LRU = 10_000
+#: Whether a worker on a Redis that may evict keys (``maxmemory-policy`` not ``noeviction``)
+#: starts with a warning rather than refusing to start.
+ALLOW_EVICTION = False
+#: How long a mail that ended ``failed`` keeps its payload for ``mailguard retry`` (7 days, as
+#: long as its recorded outcome: :data:`OUTCOME_TTL`).
+FAILED_RETENTION = float(OUTCOME_TTL)

@@ -31,7 +31,7 @@ _UNSUBSCRIBE_URL = re.compile(
 def check(settings: Values) -> None:
     """Raise ``ValueError``, one line naming the variable and the accepted form, for the first
     value out of bounds in ``settings``."""
-    for variable, bad, accepted in _bounds(settings):
+    for variable, bad, accepted in (*_bounds(settings), *_delivery_bounds(settings)):
         if bad:
             raise ValueError(f"{PREFIX}{variable} must be {accepted}")
     try:
@@ -47,6 +47,7 @@ def check(settings: Values) -> None:
     _check_transport(settings)
     _check_bulk(settings)
     _check_smtp(settings)
+    _check_failed(settings)
 
 
 def problems(settings: Values) -> list[str]:
@@ -176,6 +177,13 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
         ),
         ("PROMOTE_LEASE", settings.promote_lease < 1, f">= 1 s, got {_s(settings.promote_lease)}"),
         ("MAX_BOOKINGS", settings.max_bookings < 1000, f">= 1000, got {settings.max_bookings}"),
+    )
+
+
+def _delivery_bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
+    """:func:`_bounds` of how long a mail is kept and retried, and of the enqueue and DNS
+    waits (seconds)."""
+    return (
         (
             "LIFETIME",
             not 1 <= settings.lifetime <= MAX_LIFETIME,
@@ -191,6 +199,11 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
             "ENQUEUE_TIMEOUT",
             not 0.5 <= settings.enqueue_timeout <= 60,
             f"500ms-1m, got {_s(settings.enqueue_timeout)}",
+        ),
+        (
+            "DNS_TIMEOUT",
+            not 0.1 <= settings.dns_timeout <= 30,
+            f"100ms-30s, got {_s(settings.dns_timeout)}",
         ),
     )
 
@@ -243,3 +256,9 @@ def _check_smtp(settings: Values) -> None:
         problem = reserved_suffix_problem(suffix)
         if problem:
             raise ValueError(f"{PREFIX}ALLOW_RESERVED_DOMAINS: {problem}")
+
+
+def _check_failed(settings: Values) -> None:
+    kept = settings.failed_retention
+    if kept is not None and not 60 <= kept <= 30 * 86_400:
+        raise ValueError(f"{PREFIX}FAILED_RETENTION must be 1m-30d or off, got {_s(kept)}")

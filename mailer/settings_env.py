@@ -15,6 +15,7 @@ from difflib import get_close_matches
 from mailer.durations import parse_duration, parse_size
 from mailer.limits.policy import Policy
 from mailer.limits.windows import zone
+from mailer.providers.resolver import parse_servers
 from mailer.records.reputation.base import Thresholds
 
 PREFIX = "MAILGUARD_"
@@ -199,6 +200,10 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("SMTP_SESSION_IDLE", "smtp_session_idle", parse_duration),
     ("ALLOW_RESERVED_DOMAINS", "allow_reserved_domains", _suffixes),
     ("ENQUEUE_TIMEOUT", "enqueue_timeout", parse_duration),
+    ("DNS_SERVERS", "dns_servers", parse_servers),
+    ("DNS_TIMEOUT", "dns_timeout", parse_duration),
+    ("ALLOW_EVICTION", "allow_eviction", _on_off),
+    ("FAILED_RETENTION", "failed_retention", _off_or_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

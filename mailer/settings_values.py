@@ -85,6 +85,10 @@ class Values:
     smtp_session_idle: float = defaults.SMTP_SESSION_IDLE
     allow_reserved_domains: frozenset[str] = frozenset()
     enqueue_timeout: float = defaults.ENQUEUE_TIMEOUT
+    dns_servers: tuple[tuple[str, int], ...] = ()
+    dns_timeout: float = defaults.DNS_TIMEOUT
+    allow_eviction: bool = defaults.ALLOW_EVICTION
+    failed_retention: float | None = defaults.FAILED_RETENTION
 
     @property
     def longest_countdown(self) -> float:

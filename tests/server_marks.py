@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from devservers.celery_worker import CeleryWorker
+from devservers.dns_server import DnsServer
 from devservers.postfix import PostfixRelay
 from devservers.postgrey import Postgrey
 from devservers.rabbitmq import RabbitServer
@@ -44,6 +45,7 @@ SERVER_FIXTURES = frozenset(
         "greylisting_relay",
         "anvil_relay",
         "make_relay",
+        "dns_server",
     }
 )
 #: Params naming a backend: a test parametrised over backends needs a server on ``redis``.
@@ -53,7 +55,7 @@ BACKEND_PARAMS = frozenset({"memory", "redis"})
 #: Celery worker as a subprocess (one that refuses its configuration included).
 BUILDS_A_SERVER = re.compile(
     r"\b(?:RedisServer|RedisClusterServers|RedisSentinel|RabbitServer|SmtpTestServer|CeleryWorker"
-    r"|PostfixRelay|Postgrey)\("
+    r"|PostfixRelay|Postgrey|DnsServer)\("
     r'|"-m",\s*"celery"'
 )
 #: Code that asks for a server fixture by name (``request.getfixturevalue("redis_url")``): it
@@ -73,8 +75,11 @@ SERVER_STARTS: tuple[tuple[Any, str], ...] = (
     (inprocess, "inprocess_worker"),
     (PostfixRelay, "start"),
     (Postgrey, "start"),
+    (DnsServer, "start"),
 )
-SERVER_PROGRAMS = frozenset({"redis-server", "rabbitmq-server", "celery", "postfix", "postgrey"})
+SERVER_PROGRAMS = frozenset(
+    {"redis-server", "rabbitmq-server", "celery", "postfix", "postgrey", "dnsmasq"}
+)
 
 
 class ServerStarted(AssertionError):

@@ -29,7 +29,7 @@ from mailer.outcomes import IN_FLIGHT, SUPERSEDED, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
-from workers import outbox, outbox_ride, parking, priority, process_settings, routing, state
+from workers import failed, outbox, outbox_ride, parking, priority, process_settings, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
 from workers.corecipients import run
@@ -207,8 +207,7 @@ def _show_parked(task: Task[Any, Any], task_id: str, kwargs: dict[str, Any], due
 
 
 def _broker_setting(app: Any) -> str:
-    """What names ``app``'s broker in a refusal: mailguard's variable, or a project app's
-    ``broker_url``."""
+    """What names ``app``'s broker in a refusal: mailguard's variable or the app's broker_url."""
     if app is _app.app:
         return "MAILGUARD_BROKER_URL"
     return f"the broker_url of Celery app {app.main!r}"
@@ -320,7 +319,8 @@ def send_mail(
         if step.outcome.reason == SUPERSEDED:  # a stale copy: the mail's state is another run's
             self.request.ignore_result = True
         return step.outcome.as_dict()
-    if isinstance(step, Fail):
+    if isinstance(step, Fail):  # kept for `mailguard retry` (workers/failed.py)
+        failed.keep(settings, self.request, mail_id)
         raise MailFailed(step.outcome.as_dict())
     return _wait(self, step, mail_id, settings)
 

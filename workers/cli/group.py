@@ -12,6 +12,7 @@ from workers.cli import (
     policy,
     reputation,
     reset,
+    retry,
     schedule,
     send,
     settings,
@@ -51,5 +52,6 @@ for command in (
     reputation.reputation,
     health.health,
     settings.settings,
+    retry.retry,
 ):
     main.add_command(command)
