@@ -60,6 +60,7 @@ class Word:
 
 VOCABULARY: tuple[Word, ...] = (
     Word("limiter: allowed", "Send", "Finish", "sent", None, SUCCESS),
+    Word("sent, some recipients refused at RCPT", "Send", "Finish", "sent", why.PARTIAL, SUCCESS),
     Word("limiter: booked", "Defer", "Later", "deferred", why.BOOKED, DEFERRED),
     Word("limiter: refused (too far)", "Drop", "Finish", "dropped", why.RATE_LIMITED, SUCCESS),
     Word("past the kind's deadline", "", "Finish", "dropped", why.EXPIRED, SUCCESS),

@@ -32,6 +32,7 @@ from workers import app as _app  # makes mailguard's app this process's default
 from workers import failed, outbox, outbox_ride, parking, priority, process_settings, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
+from workers.corecipients import run
 from workers.enqueue import bounded
 from workers.outcomes import store_waiting
 from workers.process_settings import use_settings
@@ -206,8 +207,7 @@ def _show_parked(task: Task[Any, Any], task_id: str, kwargs: dict[str, Any], due
 
 
 def _broker_setting(app: Any) -> str:
-    """What names ``app``'s broker in a refusal: mailguard's variable, or a project app's
-    ``broker_url``."""
+    """What names ``app``'s broker in a refusal: mailguard's variable or the app's broker_url."""
     if app is _app.app:
         return "MAILGUARD_BROKER_URL"
     return f"the broker_url of Celery app {app.main!r}"
@@ -332,7 +332,7 @@ def _process(
     a finished mail) of a mail deferred before (``watched``: it may have an entry in the
     schedule) removes that entry, so the watchdog never publishes it. (The run's start was
     told to the schedule at the hand-off to the pool: :mod:`workers.request`.)"""
-    step = guard().process(request, progress)
+    step = run(send_mail, request, progress)  # and the copies for co-recipients refused a time
     if step.outcome.reason == SUPERSEDED:  # the entry is the run's that carries the mail on
         return step
     if not isinstance(step, Later) and (watched or step.outcome.deferrals):

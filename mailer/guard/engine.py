@@ -124,14 +124,18 @@ class Guard:
         booking = Booking(self.limiter, config, clock, metrics)
         self._validator = Validator(self._kinds, config, clock, booking.recipient_key)
         claim = Claim(self.ledger, config, metrics, booking.release)
-        gates: list[Gate] = [SuppressionGate(self.suppressions, config, metrics)]
+        suppression = SuppressionGate(self.suppressions, config, metrics)
+        gates: list[Gate] = [suppression]
         gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics)
         if self.holds is not None:
             gates.append(HoldsGate(self.holds, booking, config, metrics))
         self._gates = tuple(gates)
         self._front = Front(claim, booking, self._gates)
         self._admission = Admission(booking, config, self._kinds, metrics)
-        self._sending = Sending(self.transport, booking, config, booking.stamp)  # sent_at vs due
+        # booking.stamp: sent_at is compared with due (the limiter's clock)
+        self._sending = Sending(
+            self.transport, booking, config, booking.stamp, suppression.suppress_refused
+        )
         self._settle = Settle(self.ledger, metrics, booking.release, patience=config.claim_lease)
         self._settle.record_sent = sent_recorder(self.ledger, self.reputation, metrics)
 

@@ -42,7 +42,12 @@ from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
 from mailer.mail.envelope import Envelope
 from mailer.mail.replies import temporary
-from mailer.mail.transports.base import SendReceipt, mask_addresses, wire_bytes
+from mailer.mail.transports.base import (
+    RefusedRecipient,
+    SendReceipt,
+    mask_addresses,
+    wire_bytes,
+)
 from mailer.mail.transports.retrying import worth_retrying
 from mailer.mail.transports.smtp_sessions import Session, Sessions, quit_session
 from mailer.mail.transports.smtp_tls import warn_unverified
@@ -244,7 +249,7 @@ class SmtpTransport:
             raise PermanentSendError("the envelope has no recipient", attempts=0)
         attempts = 0
 
-        def attempt() -> tuple[int, str]:
+        def attempt() -> tuple[int, str, tuple[RefusedRecipient, ...]]:
             nonlocal attempts
             attempts += 1
             try:
@@ -262,20 +267,23 @@ class SmtpTransport:
             before_sleep=lambda state: _log_retry(state, message_id),
         )
         try:
-            code, reply = retrying(attempt)
+            code, reply, refused = retrying(attempt)
         except SendError as exc:
             log.warning("SMTP send of %s failed: %s", message_id, exc)
             raise
-        return SendReceipt(message_id=message_id, code=code, reply=reply, attempts=attempts)
+        return SendReceipt(
+            message_id=message_id, code=code, reply=reply, attempts=attempts, refused=refused
+        )
 
     def close(self) -> None:
         """Close (``QUIT``) this process's idle sessions; the next mail opens a new one."""
         self.sessions.close()
 
-    def _attempt(self, envelope: Envelope) -> tuple[int, str]:
+    def _attempt(self, envelope: Envelope) -> tuple[int, str, tuple[RefusedRecipient, ...]]:
         """One try: on an idle session (checked with ``RSET``), else, or when that session
-        turns out dead before the mail's DATA, on a fresh connection. The DATA reply, or the
-        ``SendError`` it raised."""
+        turns out dead before the mail's DATA, on a fresh connection. The DATA reply and the
+        recipients refused at RCPT while others were accepted, or the ``SendError`` it
+        raised."""
         recipients = list(envelope.recipients)
         session = self.sessions.take()
         if session is not None:
@@ -304,7 +312,7 @@ class SmtpTransport:
 
     def _on(
         self, session: Session, envelope: Envelope, recipients: list[str], *, reused: bool
-    ) -> tuple[int, str]:
+    ) -> tuple[int, str, tuple[RefusedRecipient, ...]]:
         """The mail on ``session``; the session is kept for the next mail unless it failed.
         ``_Stale`` when a reused session died before DATA began (the caller opens another)."""
         client = session.client
@@ -325,11 +333,10 @@ class SmtpTransport:
             raise smtp_send_error(exc, recipients, "sending") from None
         self.sessions.give_back(session)
         if refused:
-            # Some recipients were refused but others accepted: the mail is out, no retry.
-            log.warning(
-                "SMTP send of %s: %d recipient(s) refused", envelope.message_id, len(refused)
-            )
-        return code, mask_addresses(_text(text), recipients)
+            # Some recipients were refused but others accepted: the mail is out, no retry here
+            # (the guard records each refused one and retries a deferred one alone).
+            log.info("SMTP send of %s: %d recipient(s) refused", envelope.message_id, len(refused))
+        return code, mask_addresses(_text(text), recipients), _refused(refused, recipients)
 
     def _connect(self) -> _SMTP:
         if self.security == "ssl":
@@ -394,6 +401,16 @@ def _reset(client: _SMTP) -> None:
         raise _Stale
 
 
+def _refused(
+    refused: dict[str, tuple[int, bytes]], recipients: list[str]
+) -> tuple[RefusedRecipient, ...]:
+    """``sendmail``'s refused recipients (address: (code, reply)), their replies masked."""
+    return tuple(
+        RefusedRecipient(address, code, mask_addresses(_text(raw), recipients))
+        for address, (code, raw) in refused.items()
+    )
+
+
 def _dropped(exc: BaseException) -> bool:
     """True when the connection failed under the command (no reply came)."""
     return isinstance(exc, (smtplib.SMTPServerDisconnected, OSError))
@@ -419,7 +436,7 @@ def _log_retry(state: RetryCallState, message_id: str | None) -> None:
     )
 
 
-def _send(client: _SMTP, envelope: Envelope) -> dict[str, object]:
+def _send(client: _SMTP, envelope: Envelope) -> dict[str, tuple[int, bytes]]:
     """``sendmail`` from the envelope's sender to its recipients, with SMTPUTF8 when an
     envelope address needs it; the message without its ``Bcc`` header and without rewriting a
     body line that starts ``From `` (as Django's SMTP backend sends ``as_bytes()``)."""
