@@ -35,7 +35,7 @@ from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
 from mailer.mail.envelope import Envelope
-from mailer.mail.replies import temporary
+from mailer.mail.replies import Action, Reaction, temporary
 from mailer.mail.transports.base import SendReceipt, mask_addresses, wire_bytes
 from mailer.mail.transports.retrying import worth_retrying
 
@@ -285,9 +285,16 @@ class SmtpTransport:
 def smtp_send_error(exc: BaseException, recipients: list[str], doing: str) -> SendError:
     """An ``smtplib`` or socket error as a transient or permanent ``SendError`` (``doing``
     names the step in its text; ``recipients`` are masked in it). Also for transports that reach
-    SMTP through another library (Django's SMTP backend)."""
+    SMTP through another library (Django's SMTP backend).
+
+    A fault of our own side that every mail would meet carries the reaction ``HOLD_TRANSPORT``
+    (the guard holds the transport, not the mail): a certificate the system does not trust, a
+    TLS handshake refused (not a connection lost during it), a server without the STARTTLS or
+    AUTH we ask for; an authentication reply (``535``, ``534``, ``530``) gets it from its code
+    (:func:`mailer.mail.replies.reaction_to_reply`)."""
     code: int | None = None
     text = ""
+    reaction: Reaction | None = None
     if isinstance(exc, smtplib.SMTPRecipientsRefused):
         replies = list(exc.recipients.values())
         code, raw = max(replies, key=lambda r: r[0]) if replies else (550, b"")
@@ -307,10 +314,17 @@ def smtp_send_error(exc: BaseException, recipients: list[str], doing: str) -> Se
             exc, (smtplib.SMTPException, ssl.SSLCertVerificationError)
         )
         reason = f"{doing}: {detail}"
+        lost = (ssl.SSLEOFError, ssl.SSLZeroReturnError)  # a connection lost, not refused
+        refused_tls = isinstance(exc, ssl.SSLError) and not isinstance(exc, lost)
+        missing = isinstance(exc, smtplib.SMTPNotSupportedError) and any(
+            word in str(exc) for word in ("STARTTLS", "AUTH")
+        )
+        if refused_tls or missing:
+            reaction = Reaction(Action.HOLD_TRANSPORT)
     reason = mask_addresses(reason, recipients)
     text = mask_addresses(text, recipients)
     error = TransientSendError if transient else PermanentSendError
-    return error(reason, code=code, reply=text)
+    return error(reason, code=code, reply=text, reaction=reaction)
 
 
 def _text(raw: bytes | str) -> str:

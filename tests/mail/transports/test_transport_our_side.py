@@ -1,0 +1,48 @@
+"""smtp_send_error: a fault of our own side (certificate, TLS handshake, missing STARTTLS or
+AUTH, authentication refused) carries the reaction HOLD_TRANSPORT; a connection lost does not."""
+
+from __future__ import annotations
+
+import smtplib
+import ssl
+
+import pytest
+
+from mailer.mail.replies import Action, reaction_of
+from mailer.mail.transports.smtp import smtp_send_error
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ssl.SSLCertVerificationError(1, "certificate verify failed: self-signed certificate"),
+        ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number"),
+        smtplib.SMTPNotSupportedError("STARTTLS extension not supported by server."),
+        smtplib.SMTPNotSupportedError("SMTP AUTH extension not supported by server."),
+        smtplib.SMTPAuthenticationError(535, b"5.7.8 Error: authentication failed: bad"),
+        smtplib.SMTPSenderRefused(553, b"5.7.1 <a@example.org>: Sender address rejected", "a"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_our_side_refused_holds_the_transport(exc: BaseException) -> None:
+    """Each refusal of our own configuration asks for HOLD_TRANSPORT, whatever its class."""
+    error = smtp_send_error(exc, ["ada@example.org"], "connect")
+    assert reaction_of(error).action is Action.HOLD_TRANSPORT
+    assert "ada@example.org" not in str(error)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ssl.SSLEOFError(8, "EOF occurred in violation of protocol"),
+        smtplib.SMTPServerDisconnected("Connection unexpectedly closed"),
+        ConnectionRefusedError(111, "Connection refused"),
+        smtplib.SMTPNotSupportedError("SMTPUTF8 not supported by server"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_a_lost_connection_or_another_feature_does_not(exc: BaseException) -> None:
+    """A connection lost during the handshake is a network condition (RETRY), and a missing
+    SMTPUTF8 is this mail's (no transport hold)."""
+    error = smtp_send_error(exc, [], "connect")
+    assert reaction_of(error).action is not Action.HOLD_TRANSPORT
