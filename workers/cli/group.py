@@ -17,6 +17,7 @@ from workers.cli import (
     simulate,
     status,
     suppression,
+    transport,
     worker,
 )
 from workers.cli.errors import OneLineErrors
@@ -49,5 +50,6 @@ for command in (
     policy.policy,
     reputation.reputation,
     health.health,
+    transport.transport,
 ):
     main.add_command(command)

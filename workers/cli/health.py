@@ -6,7 +6,8 @@ the schedule holds an entry whose time has passed. A worker is **silent** when i
 nothing (nor started) for ``--silent-for`` seconds; it is **gone** when its process has not
 written its record for a while (:data:`workers.liveness.GONE`: killed, or its host down).
 Exit 0 when nothing is due or every worker asked about consumes; 1 when one is silent while
-mail is due, or none runs (the same code as a refusal: a probe need not tell them apart).
+mail is due, or none runs, or the transport is held (the relay refuses our own side:
+``mailguard transport``) (the same code as a refusal: a probe need not tell them apart).
 Records are in the ledger's Redis (:mod:`workers.liveness`); addresses are never printed.
 """
 
@@ -25,7 +26,7 @@ from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable
 from mailer.storage import is_memory
 from workers.broker_transport import redis_options
-from workers.cli import views
+from workers.cli import transport, views
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
 from workers.liveness import Liveness, WorkerRecord
@@ -119,6 +120,7 @@ def health(worker: str | None, silent_for: str, broker: str | None, as_json: boo
     waiting = _queued(broker or settings.broker_url, settings.queue)
     due = bool(waiting) or (upcoming is not None and upcoming <= now)
     verdicts, problem = judge(records, due=due, now=now, bound=bound, worker=worker)
+    problem = problem or transport.held_problem(settings)  # the relay refuses our own side
     _show(verdicts, waiting, upcoming, now, as_json=as_json, problem=problem)
     if problem:
         fail(problem)
