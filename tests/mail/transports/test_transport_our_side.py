@@ -5,11 +5,17 @@ from __future__ import annotations
 
 import smtplib
 import ssl
+from typing import Literal
 
 import pytest
 
+from devservers.smtp_server import SmtpTestServer, TestCertificate
+from mailer import Kinds, Limiter, ManualClock, Policy
+from mailer.factory import memory_guard
+from mailer.guard import GuardConfig, Later, MailRequest
 from mailer.mail.replies import Action, reaction_of
-from mailer.mail.transports.smtp import smtp_send_error
+from mailer.mail.transports.smtp import SmtpTransport, smtp_send_error
+from mailer.records.ledger import MemoryLedger
 
 
 @pytest.mark.parametrize(
@@ -46,3 +52,29 @@ def test_a_lost_connection_or_another_feature_does_not(exc: BaseException) -> No
     SMTPUTF8 is this mail's (no transport hold)."""
     error = smtp_send_error(exc, [], "connect")
     assert reaction_of(error).action is not Action.HOLD_TRANSPORT
+
+
+@pytest.mark.parametrize(("tls", "scheme"), [("implicit", "smtps"), ("starttls", "smtp+starttls")])
+def test_an_untrusted_certificate_holds_the_transport_not_the_mail(
+    tls: Literal["implicit", "starttls"], scheme: str, test_certificate: TestCertificate
+) -> None:
+    """Given a real relay whose certificate the system does not trust, the guard's mail is
+    deferred / held with hold transport, not failed, and nothing is delivered."""
+    clock = ManualClock(1_000_000.0)
+    with SmtpTestServer(tls=tls, cert=test_certificate) as server:
+        transport = SmtpTransport.from_url(
+            f"{scheme}://127.0.0.1:{server.port}", sleep=lambda _: None
+        )
+        guard = memory_guard(
+            Limiter.from_url("memory://", Policy.parse("100/1s"), clock=clock),
+            MemoryLedger(clock),
+            transport,
+            kinds=Kinds.defaults(),
+            clock=clock,
+            config=GuardConfig(throttle_hold=5.0),
+        )
+        step = guard.process(MailRequest(to="ada@example.org", mail_id="t1", subject="s", body="b"))
+        assert isinstance(step, Later), step.outcome
+        assert (step.outcome.status, step.outcome.hold) == ("deferred", "transport")
+        assert "CERTIFICATE_VERIFY_FAILED" in (step.outcome.smtp_reply or "")
+        assert server.delivered == []
