@@ -11,9 +11,11 @@ import pytest
 
 from devservers.smtp_server import SmtpTestServer, TestCertificate
 from mailer import Kinds, Limiter, ManualClock, Policy
+from mailer.errors import SendError
 from mailer.factory import memory_guard
 from mailer.guard import GuardConfig, Later, MailRequest
 from mailer.mail.replies import Action, reaction_of
+from mailer.mail.transports import provider
 from mailer.mail.transports.smtp import SmtpTransport, smtp_send_error
 from mailer.records.ledger import MemoryLedger
 
@@ -78,3 +80,27 @@ def test_an_untrusted_certificate_holds_the_transport_not_the_mail(
         assert (step.outcome.status, step.outcome.hold) == ("deferred", "transport")
         assert "CERTIFICATE_VERIFY_FAILED" in (step.outcome.smtp_reply or "")
         assert server.delivered == []
+
+
+@pytest.mark.parametrize(
+    ("error", "action"),
+    [
+        (provider.http_error(401, "Postmark (HTTP 401): bad token"), Action.HOLD_TRANSPORT),
+        (provider.http_error(403, "Mailgun (HTTP 403): forbidden"), Action.HOLD_TRANSPORT),
+        (provider.http_error(422, "Postmark (HTTP 422): invalid From"), Action.FAIL),
+        (provider.ses_error("InvalidClientTokenId", "The security token included in the "
+                            "request is invalid.", status=403, recipients=[], paused_hold=60),
+         Action.HOLD_TRANSPORT),
+        (provider.ses_error("SignatureDoesNotMatch", "The request signature we calculated does "
+                            "not match", status=403, recipients=[], paused_hold=60),
+         Action.HOLD_TRANSPORT),
+        (provider.ses_error("MessageRejected", "Email address is not verified.", status=400,
+                            recipients=[], paused_hold=60), Action.FAIL),
+    ],
+)  # fmt: skip
+def test_a_provider_refusing_our_credentials_holds_the_transport(
+    error: SendError, action: Action
+) -> None:
+    """An API's 401 / 403, and SES's credential errors, hold the transport; an invalid request
+    fails the mail."""
+    assert reaction_of(error).action is action
