@@ -22,7 +22,7 @@ class HoldCollector:
     """The sender's hold and the transport's as gauges, read when scraped (one ``GET`` each).
 
     ``sender`` is :meth:`mailer.records.holds.Holds.sender`, ``transport`` (optional)
-    :meth:`mailer.records.holds.TransportHold.current`; holds that cannot be read yield no
+    :meth:`mailer.records.holds.TransportHold.held`; holds that cannot be read yield no
     sample rather than failing the scrape.
     """
 
@@ -31,7 +31,7 @@ class HoldCollector:
         sender: Callable[[], Hold | None],
         clock: Clock = system_clock,
         *,
-        transport: Callable[[], Hold | None] | None = None,
+        transport: Callable[[], list[Hold]] | None = None,
     ) -> None:
         self._sender, self._transport = sender, transport
         self._clock = clock
@@ -41,7 +41,7 @@ class HoldCollector:
 
         try:
             hold = self._sender()
-            transport = self._transport() if self._transport is not None else None
+            transport = self._transport() if self._transport is not None else []
         except Exception:  # the scrape goes on without the holds
             return
         left = GaugeMetricFamily(
@@ -53,9 +53,10 @@ class HoldCollector:
         if self._transport is not None:
             held = GaugeMetricFamily(
                 "mailguard_transport_held",
-                "1 while the relay refuses our own side (credentials, certificate, sender).",
+                "Transport holds in force: the relay refuses our own side (credentials, "
+                "certificate: 1; or a sender, one each).",
             )
-            held.add_metric([], 0.0 if transport is None else 1.0)
+            held.add_metric([], float(len(transport)))
             yield held
 
 

@@ -296,7 +296,7 @@ def _hold_gauges() -> tuple[Any, ...]:
     if settings.throttle_hold is None or is_memory(settings.limiter_url):
         return ()
     holds = build_holds(settings)
-    held = metrics.HoldCollector(holds.sender, transport=holds.transport.current)
+    held = metrics.HoldCollector(holds.sender, transport=holds.transport.held)
     return (held, metrics.PaceCollector(holds.pace.rate_now))
 
 

@@ -100,6 +100,7 @@ _OUR_SIDE = re.compile(
     re.IGNORECASE,
 )
 _AUTH_CODES = {530, 534, 535}
+_SENDER_REFUSED = re.compile(r"sender address rejected|verified sender identity", re.IGNORECASE)
 _GREYLISTED = re.compile(r"gr[ae]y-?list|postgrey", re.IGNORECASE)
 _TRY_LATER = re.compile(
     r"try (?:again )?later|retry later|please retry|come back later|server (?:is )?busy",
@@ -220,6 +221,16 @@ def _greylisting_status(code: int, status: tuple[str, ...]) -> bool:
     if code in (450, 451) and tuple(status) in _GREYLIST_STATUS:
         return True
     return status[:2] == ("4", "7") and status[2].isdigit() and 500 <= int(status[2]) <= 699
+
+
+def sender_refused(reply: str) -> bool:
+    """True when a ``HOLD_TRANSPORT`` reply refuses our sender alone (``5.1.7`` / ``5.1.8``,
+    "Sender address rejected", an unverified sender identity), not the relay's credentials,
+    certificate or relaying (those hold every sender)."""
+    status = _ENHANCED.search(reply or "")
+    if status is not None and (status[2], status[3]) in _SENDER_STATUS:
+        return True
+    return _SENDER_REFUSED.search(reply or "") is not None
 
 
 def rate_worded(text: str) -> bool:

@@ -35,9 +35,10 @@ def holds(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[Holds]
         return
     url = str(request.getfixturevalue("redis_url"))
     client = client_from_url(url)
-    client.delete("mailguard:hold:transport")
-    yield holds_from_url(url, secret="s", client=client, clock=clock, max_hold=900)
-    client.delete("mailguard:hold:transport")
+    holds = holds_from_url(url, secret="s", client=client, clock=clock, max_hold=900)
+    holds.transport.lift_all()
+    yield holds
+    holds.transport.lift_all()
     client.close()
 
 
@@ -195,14 +196,43 @@ def test_holds_off_leave_the_refusal_a_failure(clock: ManualClock) -> None:
 
 
 def test_the_transport_gauge_reads_one_while_held(clock: ManualClock) -> None:
-    """mailguard_transport_held is 1 while a transport hold is stored, 0 once lifted."""
+    """mailguard_transport_held counts the transport holds stored (the relay's, a sender's);
+    0 once lifted."""
     holds = holds_from_url("memory://", clock=clock)
     registry = CollectorRegistry()
-    registry.register(HoldCollector(holds.sender, clock, transport=holds.transport.current))
+    registry.register(HoldCollector(holds.sender, clock, transport=holds.transport.held))
     Metrics(registry)
     assert registry.get_sample_value("mailguard_transport_held") == 0
     holds.transport.start("535 5.7.8 refused")
     clock.advance(3600)
     assert registry.get_sample_value("mailguard_transport_held") == 1
-    holds.transport.lift()
+    holds.transport.start("553 5.1.8 Sender address rejected", "news@example.org")
+    assert registry.get_sample_value("mailguard_transport_held") == 2
+    assert holds.transport.lift_all() == 2
     assert registry.get_sample_value("mailguard_transport_held") == 0
+
+
+def test_a_refused_sender_holds_that_sender_alone(clock: ManualClock) -> None:
+    """553 5.1.8 for news@: news@'s mails wait (hold transport), orders@'s still go; a 535
+    holds the relay: every sender's mail waits."""
+    guard, transport = make_guard(clock, throttle_hold=5.0)
+    transport.fail_next(1, permanent=True, code=553, reply="5.1.8 <news@example.org>: Sender "
+                        "address rejected: Domain not found")  # fmt: skip
+
+    def from_(mail_id: str, sender: str) -> MailRequest:
+        return MailRequest(
+            to=f"{mail_id}@example.com", mail_id=mail_id, subject="s", body="b", from_email=sender
+        )
+
+    held = guard.process(from_("n1", "News <news@example.org>"))
+    assert isinstance(held, Later) and held.outcome.hold == TRANSPORT, held.outcome
+    again = guard.process(from_("n2", "News <news@example.org>"))
+    assert isinstance(again, Later) and again.outcome.hold == TRANSPORT
+    assert guard.process(from_("o1", "orders@example.org")).outcome.status == "sent"
+    assert guard.holds is not None
+    assert guard.holds.transport.current() is None
+    assert guard.holds.transport.current("news <news@example.org>") is not None
+    transport.fail_next(1, permanent=True, code=AUTH_REFUSED[0], reply=AUTH_REFUSED[1])
+    assert guard.process(from_("o2", "orders@example.org")).outcome.hold == TRANSPORT
+    assert guard.process(from_("o3", "orders@example.org")).outcome.hold == TRANSPORT
+    assert len(guard.holds.transport.held()) == 2

@@ -23,14 +23,16 @@ def held_problem(settings: Settings) -> str:
     if settings.throttle_hold is None or settings.limiter_url.startswith("memory:"):
         return ""
     try:
-        hold = build_holds(settings).transport.current()
+        held = build_holds(settings).transport.held()
     except (BackendUnavailable, ValueError) as exc:
         return f"the transport's hold cannot be read: {exc}"
-    if hold is None:
+    if not held:
         return ""
+    hold = min(held, key=lambda h: h.since)
+    more = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
     return (
         f"the transport is held since {iso(hold.since)}: the relay refuses our own side "
-        f"({hold.cause}); fix the relay settings and restart the workers, or run "
+        f"({hold.cause}){more}; fix the relay settings and restart the workers, or run "
         "'mailguard transport resume'"
     )
 
@@ -66,16 +68,17 @@ def transport() -> None:
 @transport.command(short_help="Whether the transport is held, since when and why.")
 @click.option("--json", "as_json", is_flag=True, help="Print the hold as JSON.")
 def status(as_json: bool) -> None:
-    """Whether the transport is held: since when, the next probe, the refusal (exit 0)."""
+    """Whether the transport is held (the relay's hold, and each refused sender's): since
+    when, the next probe, the refusal (exit 0)."""
     try:
-        hold = _transport_hold().current()
+        held = _transport_hold().held()
     except BackendUnavailable as exc:
         fail(str(exc))
     if as_json:
-        click.echo(json.dumps({"held": hold is not None} | ({} if hold is None else _shown(hold))))
-    elif hold is None:
+        click.echo(json.dumps({"held": bool(held), "holds": [_shown(h) for h in held]}))
+    elif not held:
         click.echo("transport not held")
-    else:
+    for hold in held if not as_json else []:
         shown = _shown(hold)
         click.echo(
             f"transport held since {shown['since']} ({hold.cause}); {hold.level} probes refused, "
@@ -85,10 +88,10 @@ def status(as_json: bool) -> None:
 
 @transport.command(short_help="Lift the transport's hold at once.")
 def resume() -> None:
-    """Lift the transport's hold at once (after fixing the relay settings): mails met from now
-    on go to the relay; those booked after the hold go at their booked time."""
+    """Lift the transport's holds at once (after fixing the relay settings): mails met from
+    now on go to the relay; those booked after the hold go at their booked time."""
     try:
-        lifted = _transport_hold().lift()
+        lifted = _transport_hold().lift_all()
     except BackendUnavailable as exc:
         fail(str(exc))
     click.echo("transport resumed" if lifted else "transport was not held")

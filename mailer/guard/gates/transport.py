@@ -27,7 +27,7 @@ from mailer.guard.booking import After, Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, iso, log_fields
 from mailer.guard.gates import Reads
 from mailer.guard.outage import backend_down
-from mailer.mail.replies import Action, reaction_of
+from mailer.mail.replies import Action, reaction_of, sender_refused
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
 from mailer.records.holds import TRANSPORT, Hold, TransportHold
@@ -48,11 +48,13 @@ class TransportGate:
         self.booking = booking
         self.config = config
         self.metrics = metrics
-        self._probe = threading.local()  # the mail id this thread sends as the probe
+        # The mail id this thread sends as the probe, and the hold it probes (None: the relay's).
+        self._probe = threading.local()
 
     def reads(self, mail: Prepared) -> Reads | None:
         client = self.hold.shared_client()
-        return None if client is None else (client, [self.hold.key])
+        keys = [self.hold.key_for(None), self.hold.key_for(_sender(mail))]
+        return None if client is None else (client, keys)
 
     def before_admit(
         self, mail: Prepared, progress: Progress, raws: list[Any] | None
@@ -81,18 +83,25 @@ class TransportGate:
         return self.booking.after_hold(mail, mail.base, progress, after, holds_slot=False)
 
     def _stored(self, mail: Prepared, raws: list[Any] | None) -> Hold | None:
-        """The transport's hold ``mail`` meets: None, the one in force, or (its time passed)
-        the one this mail's probe claim wrote (``written``: it is the probe) or found."""
-        stored = decode_hold(raws[0]) if raws else self.hold.current()
+        """The transport hold ``mail`` meets (the relay's, else its sender's): None, the one in
+        force, or (its time passed) the one this mail's probe claim wrote (``written``: it is
+        the probe) or found."""
+        sender = _sender(mail)
+        if raws:
+            relay, own = decode_hold(raws[0]), decode_hold(raws[1])
+        else:
+            relay, own = self.hold.current(), self.hold.current(sender) if sender else None
+        scope, stored = (None, relay) if relay is not None else (sender, own)
         if stored is None or stored.until > self.hold.now():
             return stored
-        stored = self.hold.claim()
+        stored = self.hold.claim(scope)
         if stored is not None and stored.written:
-            self._probe.mail = mail.mail_id
+            self._probe.mail, self._probe.scope = mail.mail_id, scope
             log.warning(
-                "transport probe: mail %s tries the relay (the next probe, if it is refused, "
+                "transport probe: mail %s tries the relay%s (the next probe, if it is refused, "
                 "at %s)",
                 mail.mail_id,
+                f" for sender {scope}" if scope else "",
                 iso(stored.until),
                 extra=log_fields(mail.base) | {"hold": TRANSPORT},
             )
@@ -112,13 +121,14 @@ class TransportGate:
             provider=exc.provider,
         )
         cause = f"{exc.code or ''} {exc.reply or exc.reason}".strip()
+        scope = _sender(mail) if sender_refused(exc.reply or "") else None
         try:
-            hold = self.hold.start(cause)
+            hold = self.hold.start(cause, scope)
         except BackendUnavailable as down:
             self.metrics.backend_down("limiter")
             self.booking.release(mail)
             return backend_down(self.config, base, progress, down, why.LIMITER_UNAVAILABLE)
-        self._told(mail, hold, cause, base)
+        self._told(mail, hold, cause, base, scope)
         after = After(TRANSPORT, hold)
         return self.booking.after_hold(mail, base, progress, after, holds_slot=True)
 
@@ -128,7 +138,7 @@ class TransportGate:
             return
         self._probe.mail = None
         try:
-            lifted = self.hold.lift()
+            lifted = self.hold.lift(getattr(self._probe, "scope", None))
         except BackendUnavailable:
             self.metrics.backend_down("limiter")
             return  # the next probe lifts it
@@ -139,16 +149,19 @@ class TransportGate:
                 extra=log_fields(step.outcome) | {"hold": TRANSPORT},
             )
 
-    def _told(self, mail: Prepared, hold: Hold, cause: str, base: Outcome) -> None:
+    def _told(
+        self, mail: Prepared, hold: Hold, cause: str, base: Outcome, scope: str | None
+    ) -> None:
         """Log the hold once: ERROR from the refusal that wrote it, WARNING from a probe."""
         fields = log_fields(base) | {"hold": TRANSPORT, "until": hold.until, "level": hold.level}
         if hold.written:
             self.metrics.hold(TRANSPORT, _label(cause))
             log.error(
-                "transport held: the relay refuses our own side (%s); every mail waits, the "
+                "transport held: the relay refuses our own side (%s); every mail%s waits, the "
                 "relay is probed with one mail from %s; fix the relay settings and restart the "
                 "workers, or run 'mailguard transport resume'",
                 cause,
+                f" from {scope}" if scope else "",
                 iso(hold.until),
                 extra=fields,
             )
@@ -160,6 +173,12 @@ class TransportGate:
                 iso(hold.until),
                 extra=fields,
             )
+
+
+def _sender(mail: Prepared) -> str | None:
+    """``mail``'s sender as its From is written (``Shop <orders@example.org>``), lower case, as
+    the reputation names it (not parsed again); None without one."""
+    return (mail.draft.sender or "").strip().lower() or None
 
 
 def _label(cause: str) -> str:

@@ -144,6 +144,10 @@ class HoldStore(Protocol):
         """Delete the hold at ``key``; True when there was one."""
         ...
 
+    def scan(self, prefix: str) -> list[tuple[str, Hold]]:
+        """Every hold whose key starts with ``prefix``, with its key."""
+        ...
+
     def shared_client(self) -> Any:
         """The redis-py client that reads these keys with one ``MGET`` beside other keys of the
         same client; None where that cannot be done (memory, Cluster: keys in other slots)."""

@@ -47,7 +47,7 @@ class Holds:
         self.pace = pace or SenderPace(MemoryPaceStore(), namespace=namespace, clock=self._clock)
         #: The transport's hold (our own side refused), kept until lifted.
         self.transport = TransportHold(
-            store, namespace=namespace, clock=self._clock, max_hold=max_hold
+            store, secret=secret, namespace=namespace, clock=self._clock, max_hold=max_hold
         )
 
     @classmethod

@@ -13,7 +13,7 @@ from mailer.records.holds.transport import claim_probe, start_transport
 #: Past this many holds, the ones no longer remembered are forgotten at the next put.
 FORGET_AFTER = 10_000
 #: The end of the key of a hold kept until lifted (the transport's), never forgotten so.
-KEPT = ":hold:transport"
+KEPT = ":hold:{transport}"
 
 
 class MemoryHoldStore:
@@ -45,7 +45,7 @@ class MemoryHoldStore:
             if len(self._holds) > FORGET_AFTER:
                 now = self._clock()
                 self._holds = {
-                    k: h for k, h in self._holds.items() if h.remembered(now) or k.endswith(KEPT)
+                    k: h for k, h in self._holds.items() if h.remembered(now) or KEPT in k
                 }
             return replace(hold, written=True)
 
@@ -80,6 +80,10 @@ class MemoryHoldStore:
     def lift(self, key: str) -> bool:
         with self._lock:
             return self._holds.pop(key, None) is not None
+
+    def scan(self, prefix: str) -> list[tuple[str, Hold]]:
+        with self._lock:
+            return [(key, hold) for key, hold in self._holds.items() if key.startswith(prefix)]
 
     def shared_client(self) -> Any:
         return None

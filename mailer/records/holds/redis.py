@@ -3,10 +3,10 @@ since, stated}`` with a ``PX`` expiry one length after its end, set by the scrip
 ``lua/put.lua``; the transport's hold (kept until lifted) by ``lua/transport.lua``; the evidence
 of failures across recipients in a sorted set, counted by ``lua/witness.lua``.
 
-Keys: ``<ns>:hold:sender``, ``<ns>:hold:transport``, ``<ns>:hold:{<keyed hash of a recipient's
-limit key>}`` and ``<ns>:hold:evidence`` (members: recipients' keyed hashes; no address in
-clear). On Cluster the holds live in different slots: they are read with a pipeline, not one
-``MGET``.
+Keys: ``<ns>:hold:sender``, ``<ns>:hold:{transport}[:<sender's keyed hash>]``,
+``<ns>:hold:{<keyed hash of a recipient's limit key>}`` and ``<ns>:hold:evidence`` (members:
+recipients' keyed hashes; no address in clear). On Cluster the holds live in different slots:
+they are read with a pipeline, not one ``MGET``.
 """
 
 from __future__ import annotations
@@ -76,6 +76,20 @@ class RedisHoldStore:
     def lift(self, key: str) -> bool:
         return bool(self._redis.call(self.client.delete, key))
 
+    def scan(self, prefix: str) -> list[tuple[str, Hold]]:
+        with self._redis.unavailable():
+            keys = list(self.client.scan_iter(match=_glob(prefix) + "*", count=500))
+            if self._cluster:  # one slot ({transport}), but keys from a scan of every node
+                raws = [self.client.get(key) for key in keys]
+            else:
+                raws = self.client.mget(keys) if keys else []
+        found = []
+        for key, raw in zip(keys, raws, strict=True):
+            hold = decode_hold(raw)
+            if hold is not None:
+                found.append((key.decode() if isinstance(key, bytes) else str(key), hold))
+        return found
+
     def get(self, keys: list[str]) -> list[Hold | None]:
         if self._cluster and len(keys) > 1:
             pipe = self.client.pipeline(transaction=False)
@@ -88,3 +102,8 @@ class RedisHoldStore:
 
     def shared_client(self) -> Any:
         return None if self._cluster else self.client
+
+
+def _glob(prefix: str) -> str:
+    """``prefix`` as a literal in a ``SCAN MATCH`` pattern (its glob characters escaped)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in prefix)

@@ -11,8 +11,11 @@ default), so the others wait for the next probe. The relay accepting a mail lift
 (:meth:`TransportHold.lift`; so does ``mailguard transport resume``). It never ends by itself:
 a stored hold is in force until lifted (the key is kept :data:`KEEP` seconds after each write).
 
-One key, ``<namespace>:hold:transport``, a JSON :class:`~mailer.records.holds.base.Hold`,
-beside the sender's hold (memory: one process; the limiter's Redis: every worker).
+The relay's hold (credentials, certificate: every mail) is ``<namespace>:hold:{transport}``; a
+refusal of one sender (``5.1.7`` / ``5.1.8``, "Sender address rejected") holds that sender's
+mails alone, ``<namespace>:hold:{transport}:<keyed hash of the sender>``; each a JSON
+:class:`~mailer.records.holds.base.Hold`, one Cluster slot for all, beside the sender's hold
+(memory: one process; the limiter's Redis: every worker).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from mailer.clock import Clock, system_clock
+from mailer.limits.keys import KeyHasher
 from mailer.records.holds.base import CAUSE_CHARS, Hold, HoldStore
 
 #: The scope of the transport's hold (every mail through this relay).
@@ -53,47 +57,68 @@ def claim_probe(stored: Hold | None, now: float, max_hold: float) -> Hold | None
 
 
 class TransportHold:
-    """Start, probe, read and lift the transport's hold (see the module). Thread-safe; raises
-    :class:`~mailer.errors.BackendUnavailable` (``limiter``) when its Redis is down."""
+    """Start, probe, read and lift the transport's holds (see the module). Thread-safe; raises
+    :class:`~mailer.errors.BackendUnavailable` (``limiter``) when its Redis is down.
+
+    ``sender`` None names the relay's hold (credentials, certificate: every mail); an address
+    names that sender's hold (the relay refuses that sender alone), keyed by its keyed hash."""
 
     def __init__(
         self,
         store: HoldStore,
         *,
+        secret: str | bytes | None = None,
         namespace: str = "mailguard",
         clock: Clock | None = None,
         max_hold: float,
     ) -> None:
         self._store = store
         self._clock = clock or system_clock
+        self._hasher = KeyHasher(secret, f"{namespace}:hold:{TRANSPORT}", TRANSPORT)
         self.max_hold = max_hold
-        #: The storage key of the hold (read with the other holds in one ``MGET``).
-        self.key = f"{namespace}:hold:{TRANSPORT}"
+        #: The storage key of the relay's hold; a sender's hold is ``<key>:<keyed hash>``.
+        self.key = f"{namespace}:hold:{{{TRANSPORT}}}"
+
+    def key_for(self, sender: str | None) -> str:
+        """The storage key of the relay's hold (``sender`` None) or of ``sender``'s."""
+        if not sender:
+            return self.key
+        return f"{self.key}:{self._hasher.digest(sender.strip().lower()).hex()}"
 
     def now(self) -> float:
         """The hold's clock, epoch seconds (its ``since`` and ``until`` are on it)."""
         return self._clock()
 
-    def start(self, cause: str) -> Hold:
-        """Hold the transport for :data:`FIRST` seconds (at most ``max_hold``) unless it is held
-        already; the hold stored, ``written`` when this call wrote it."""
+    def start(self, cause: str, sender: str | None = None) -> Hold:
+        """Hold the transport (the relay, or ``sender`` alone) for :data:`FIRST` seconds (at
+        most ``max_hold``) unless it is held already; the hold stored, ``written`` when this
+        call wrote it."""
         first = min(FIRST, self.max_hold)
-        return self._store.start(self.key, self._clock(), first, cause, keep=KEEP)
+        return self._store.start(self.key_for(sender), self._clock(), first, cause, keep=KEEP)
 
-    def claim(self) -> Hold | None:
+    def claim(self, sender: str | None = None) -> Hold | None:
         """Ask to probe the relay now: the hold stored (None: none), ``written`` when the caller
         is the probe (the hold's time had passed; it now lasts until the next probe)."""
-        return self._store.claim(self.key, self._clock(), self.max_hold, keep=KEEP)
+        key = self.key_for(sender)
+        return self._store.claim(key, self._clock(), self.max_hold, keep=KEEP)
 
-    def current(self) -> Hold | None:
-        """The transport's hold as stored (in force until lifted, whatever its ``until``)."""
-        return self._store.get([self.key])[0]
+    def current(self, sender: str | None = None) -> Hold | None:
+        """The hold as stored (in force until lifted, whatever its ``until``)."""
+        return self._store.get([self.key_for(sender)])[0]
+
+    def held(self) -> list[Hold]:
+        """Every transport hold stored: the relay's and each sender's (one scan)."""
+        return [hold for _, hold in self._store.scan(self.key)]
 
     def shared_client(self) -> Any:
-        """The redis-py client that reads :attr:`key` beside other keys in one ``MGET``; None
-        on memory and Cluster."""
+        """The redis-py client that reads the holds' keys beside other keys in one ``MGET``;
+        None on memory and Cluster."""
         return self._store.shared_client()
 
-    def lift(self) -> bool:
-        """Lift the hold; True when there was one."""
-        return self._store.lift(self.key)
+    def lift(self, sender: str | None = None) -> bool:
+        """Lift the relay's hold (or ``sender``'s); True when there was one."""
+        return self._store.lift(self.key_for(sender))
+
+    def lift_all(self) -> int:
+        """Lift every transport hold; how many there were."""
+        return sum(self._store.lift(key) for key, _ in self._store.scan(self.key))

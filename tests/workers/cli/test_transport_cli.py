@@ -21,13 +21,13 @@ def test_status_shows_the_hold_and_resume_lifts_it_at_once(redis_url: str) -> No
         "MAILGUARD_SMTP_URL": "memory://",
     }
     holds = holds_from_url(redis_url, secret="s")
-    holds.transport.lift()
+    holds.transport.lift_all()
     holds.transport.start("535 5.7.8 Error: authentication failed: authentication failure")
     shown = run(["transport", "status"], env)
     assert shown.returncode == 0, shown.stderr
     assert "transport held since" in shown.stdout and "535 5.7.8" in shown.stdout
     report = json.loads(run(["transport", "status", "--json"], env).stdout)
-    assert report["held"] is True and report["cause"].startswith("535")
+    assert report["held"] is True and report["holds"][0]["cause"].startswith("535")
     resumed = run(["transport", "resume"], env)
     assert (resumed.returncode, resumed.stdout.strip()) == (0, "transport resumed")
     assert run(["transport", "resume"], env).stdout.strip() == "transport was not held"

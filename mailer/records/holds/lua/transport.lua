@@ -4,7 +4,8 @@ Mirrors start_transport / claim_probe in mailer/records/holds/transport.py and
 MemoryHoldStore.start / .claim in mailer/records/holds/memory.py; the contract
 tests/records/test_transport_hold.py runs both. mailer/records/holds/redis.py loads this file.
 
-KEYS[1]   the transport's hold, "<namespace>:hold:transport": a string holding the hold as JSON
+KEYS[1]   a transport hold: the relay's, "<namespace>:hold:{transport}", or one sender's,
+          "<namespace>:hold:{transport}:<keyed hash of the sender>": a string holding the hold as JSON
           {"until": epoch s, "level": n, "cause": reply, "since": epoch s, "stated": false},
           kept ARGV[5] ms (refreshed by each write); lifted (DEL) when the relay accepts a mail
 ARGV[1]   "start" or "claim"
