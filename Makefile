@@ -3,7 +3,7 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: install install-demo wheel wheel-check test test-fast lint docs bench demo clean
+.PHONY: install install-demo wheel wheel-check test test-fast lint docs reference bench demo clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -73,6 +73,11 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
+## reference: the generated regions of the reference pages (settings, every command, the
+## outcomes vocabulary) written again from the code into docs/; tests/docs fails until they are.
+reference: install
+	$(BIN)/python docs/hooks.py write
+
 ## bench: first the one table (benchmarks/table.py, about a minute and a half: each headline
 ## figure as a ratio to its floor measured in the same run), then each benchmark's own table.
 bench: install
@@ -86,6 +91,7 @@ bench: install
 	$(BIN)/python -m benchmarks.newsletter
 	$(BIN)/python -m benchmarks.drain
 	$(BIN)/python -m benchmarks.enqueue
+	$(BIN)/python -m benchmarks.smtp_reuse
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis site build dist

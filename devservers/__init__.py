@@ -12,5 +12,8 @@ Not part of mailguard (not in the wheel): a development helper that ``tests/`` a
   by ``MAILGUARD_*`` variables, and a client app with the same configuration.
 - :mod:`devservers.rabbitmq`: a RabbitMQ node started, killed and restarted by the caller;
 - :mod:`devservers.smtp_server`: a recording aiosmtpd server on 127.0.0.1 that can play back
-  planned error replies (and a throwaway TLS certificate for it).
+  planned error replies (and a throwaway TLS certificate for it);
+- :mod:`devservers.postfix`: a Postfix instance of its own (``postfix -c``) delivering into
+  Maildirs, with STARTTLS, SMTP AUTH (cyrus sasldb), anvil limits and greylisting by
+  :mod:`devservers.postgrey` as options (configuration: :mod:`devservers.postfix_config`).
 """

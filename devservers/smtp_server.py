@@ -4,7 +4,10 @@ The handler can be told to answer the next DATA or RCPT commands with an error r
 later``, ``550 no``), or the RCPTs of one recipient only (``450 4.2.1`` for a throttled
 mailbox), to refuse DATA for good, or to demand a login; it logs when each RCPT and DATA
 arrived (``events``), so transport tests exercise
-the real SMTP conversation of ``smtplib``, not a mock of it.
+the real SMTP conversation of ``smtplib``, not a mock of it. The server counts the connections
+it accepted (``connections``), records each EHLO name (``ehlo_names``) and the client
+certificate of each TLS session (``peer_certs``), and can drop its open sessions
+(:meth:`SmtpTestServer.drop_sessions`: a relay that closes idle connections).
 """
 
 from __future__ import annotations
@@ -74,6 +77,49 @@ class RecordingHandler:
         #: ``seconds`` gets ``reply`` instead (a server that shapes traffic); None: no limit.
         self.rate_limit: tuple[int, float, str] | None = None
         self._accepted: deque[float] = deque()
+        #: The name of each EHLO, in order.
+        self.ehlo_names: list[str] = []
+        #: The client certificate (``getpeercert()``'s dict; {} for none) of each TLS session.
+        self.peer_certs: list[dict[str, Any]] = []
+        #: How many NOOP and RSET commands arrived.
+        self.noop_commands = 0
+        self.rset_commands = 0
+        self.drops_after_rset = 0  # the next RSETs answered 250, then the connection dropped
+
+    async def handle_EHLO(
+        self,
+        server: SMTPServer,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
+        responses: list[str],
+    ) -> list[str]:
+        with self._lock:
+            self.ehlo_names.append(hostname)
+        session.host_name = hostname
+        return responses
+
+    async def handle_NOOP(
+        self, server: SMTPServer, session: Session, envelope: Envelope, arg: str
+    ) -> str:
+        with self._lock:
+            self.noop_commands += 1
+        return "250 OK"
+
+    async def handle_RSET(self, server: SMTPServer, session: Session, envelope: Envelope) -> str:
+        with self._lock:
+            self.rset_commands += 1
+            drop = self.drops_after_rset > 0
+            self.drops_after_rset -= int(drop)
+        if drop and server.transport is not None:  # after the 250 went out
+            server.loop.call_soon(cast(asyncio.WriteTransport, server.transport).abort)
+        return "250 OK"
+
+    def handle_STARTTLS(self, server: SMTPServer, session: Session, envelope: Envelope) -> bool:
+        extra = session.ssl or {}
+        with self._lock:
+            self.peer_certs.append(dict(extra.get("peercert") or {}))
+        return True
 
     async def handle_RCPT(
         self,
@@ -218,18 +264,23 @@ class _ClosingController(Controller):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._sessions: weakref.WeakSet[Any] = weakref.WeakSet()  # used in the loop's thread
+        self.connections = 0  # sessions (connections) accepted
 
     def factory(self) -> Any:
         session = super().factory()  # type: ignore[no-untyped-call]
         self._sessions.add(session)
+        self.connections += 1
         return session
 
     async def close_sessions(self) -> None:
-        """Close every open session's transport; the sockets are closed on the next turns."""
+        """Drop every open session's connection (a client keeping its session open between
+        mails sees it closed); the sockets are closed on the next turns. A STARTTLS session's
+        socket is aborted too: a TLS close would wait for the client's answer."""
         for session in list(self._sessions):
-            transport = getattr(session, "transport", None)
-            if transport is not None and not transport.is_closing():
-                transport.close()
+            for name in ("transport", "_original_transport"):
+                transport = getattr(session, name, None)
+                if transport is not None:
+                    transport.abort()
         for _ in range(3):
             await asyncio.sleep(0)
 
@@ -239,7 +290,8 @@ class SmtpTestServer:
 
     ``credentials`` (user, password) makes the server offer AUTH (without TLS only when ``tls``
     is ``None``: local tests) and accept only that pair. ``tls`` is ``"implicit"`` (smtps) or
-    ``"starttls"``, with ``cert`` from :meth:`TestCertificate.create`. Use as a context manager
+    ``"starttls"``, with ``cert`` from :meth:`TestCertificate.create`. ``client_ca`` (a CA file)
+    makes the TLS server demand a client certificate signed by it. Use as a context manager
     or call ``start`` and ``stop``.
     """
 
@@ -249,6 +301,7 @@ class SmtpTestServer:
         *,
         tls: Literal["implicit", "starttls"] | None = None,
         cert: TestCertificate | None = None,
+        client_ca: Path | None = None,
     ) -> None:
         self.handler = RecordingHandler()
         self.port = free_port()
@@ -263,6 +316,9 @@ class SmtpTestServer:
             if cert is None:
                 raise ValueError("a TLS test server needs a TestCertificate")
             context = cert.server_context()
+            if client_ca is not None:
+                context.verify_mode = ssl.CERT_REQUIRED
+                context.load_verify_locations(cafile=str(client_ca))
             options["ssl_context" if tls == "implicit" else "tls_context"] = context
         self.controller = _ClosingController(
             self.handler, hostname="127.0.0.1", port=self.port, ready_timeout=10.0, **options
@@ -274,12 +330,24 @@ class SmtpTestServer:
         return f"smtp://127.0.0.1:{self.port}"
 
     @property
+    def connections(self) -> int:
+        """How many connections the server accepted so far."""
+        return self.controller.connections
+
+    def drop_sessions(self) -> None:
+        """Drop every open connection now, as a relay closes idle ones (its clients find out
+        at their next command)."""
+        closing = self.controller.close_sessions()
+        asyncio.run_coroutine_threadsafe(closing, self.controller.loop).result(timeout=5)
+
+    @property
     def delivered(self) -> list[Delivered]:
         with self.handler._lock:
             return list(self.handler.delivered)
 
     def start(self) -> SmtpTestServer:
         self.controller.start()
+        self.controller.connections = 0  # not the controller's own check that it is up
         self.running = True
         return self
 
@@ -331,6 +399,12 @@ class SmtpTestServer:
     def drop_connection(self, times: int = 1) -> None:
         """Drop the connection at the next ``times`` DATA commands, before accepting anything."""
         self.handler.drop_data(times)
+
+    def drop_after_reset(self, times: int = 1) -> None:
+        """Answer the next ``times`` RSET commands with 250, then drop the connection: a
+        session that looked alive dies under the client's next command (MAIL FROM)."""
+        with self.handler._lock:
+            self.handler.drops_after_rset += times
 
     def accept_then_drop(self, times: int = 1) -> None:
         """Accept the next ``times`` messages, then drop the connection before the 250 reply:

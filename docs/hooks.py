@@ -1,6 +1,8 @@
-"""MkDocs hooks: the manual's generated reference pages, written from the code at each build.
+"""The manual's generated reference pages: written from the code into the pages themselves
+(readable in the checkout), and again at each build (MkDocs hook).
 
-A page holds a marker line where generated text goes:
+A page holds a region that generated text fills, between a marker line and its end line
+(``<!-- end generated: NAME -->``; a marker alone is filled the first time):
 
 - ``<!-- generated: settings -->``: every ``MAILGUARD_*`` setting, from the one table in
   ``mailer/settings.py``'s docstring (read with :mod:`ast`: nothing is imported);
@@ -8,7 +10,10 @@ A page holds a marker line where generated text goes:
   click's API (the command group imports no Celery);
 - ``<!-- generated: vocabulary -->``: the words of a mail's run, from ``mailer.steps.VOCABULARY``.
 
-``python docs/hooks.py settings`` (or ``cli``, ``vocabulary``) prints one of them.
+``python docs/hooks.py write`` (``make reference``) rewrites every page's regions from the code;
+``python docs/hooks.py check`` exits 1 naming the pages whose checked-in text is not current
+(``tests/docs/test_reference_current.py``); ``python docs/hooks.py settings`` (or ``cli``,
+``vocabulary``) prints one of them.
 """
 
 from __future__ import annotations
@@ -109,25 +114,63 @@ GENERATORS = {
     "cli": cli_reference,
     "vocabulary": vocabulary_reference,
 }
-_MARKER = re.compile(r"^<!-- generated: ([a-z]+) -->$", re.MULTILINE)
+_MARKER = re.compile(
+    r"^<!-- generated: ([a-z]+) -->$(?:.*?^<!-- end generated: \1 -->$)?", re.MULTILINE | re.DOTALL
+)
+DOCS = ROOT / "docs"
 
 
 def expand(markdown: str) -> str:
-    """``markdown`` with each marker line replaced by its generated text."""
+    """``markdown`` with each generated region (or marker line) filled with its text afresh."""
 
     def generated(match: re.Match[str]) -> str:
         name = match.group(1)
         if name not in GENERATORS:
             raise ValueError(f"unknown generated section {name!r}; known: {sorted(GENERATORS)}")
-        return GENERATORS[name]()
+        text = GENERATORS[name]().strip("\n")
+        return f"<!-- generated: {name} -->\n\n{text}\n\n<!-- end generated: {name} -->"
 
     return _MARKER.sub(generated, markdown)
 
 
+def generated_pages(docs: Path = DOCS) -> list[Path]:
+    """The pages under ``docs`` that hold a generated region, sorted."""
+    return sorted(p for p in docs.rglob("*.md") if _MARKER.search(p.read_text()))
+
+
+def stale_pages(docs: Path = DOCS) -> list[Path]:
+    """The generated pages whose checked-in text is not what the code generates now."""
+    return [p for p in generated_pages(docs) if expand(p.read_text()) != p.read_text()]
+
+
+def write_pages(docs: Path = DOCS) -> list[Path]:
+    """Fill every generated page's regions from the code; the pages that changed."""
+    changed = stale_pages(docs)
+    for page in changed:
+        page.write_text(expand(page.read_text()))
+    return changed
+
+
 def on_page_markdown(markdown: str, **_: Any) -> str:
-    """MkDocs hook: expand the markers of every page."""
+    """MkDocs hook: fill the regions of every page (the built manual is current either way)."""
     return expand(markdown)
 
 
+def main(argv: list[str]) -> int:
+    """``write``, ``check`` or a generator's name (printed); the exit code."""
+    command = argv[0] if argv else ""
+    if command in ("write", "check"):
+        pages = write_pages() if command == "write" else stale_pages()
+        for page in pages:
+            verb = "written" if command == "write" else "not current (run: make reference)"
+            print(f"{page.relative_to(ROOT)}: {verb}", file=sys.stderr)
+        return 1 if pages and command == "check" else 0
+    if command not in GENERATORS:
+        print(f"usage: python docs/hooks.py write|check|{'|'.join(GENERATORS)}", file=sys.stderr)
+        return 2
+    print(GENERATORS[command]())
+    return 0
+
+
 if __name__ == "__main__":
-    print(GENERATORS[sys.argv[1]]())
+    sys.exit(main(sys.argv[1:]))

@@ -12,9 +12,12 @@ SENDER = "mailguard@localhost"
 QUEUE = "mail"
 #: Longest single countdown; a longer wait hops (runs again, finds its booking, defers again).
 MAX_COUNTDOWN = 600.0
-#: Celery-level retries after the transport gave up on a transient error.
+#: Accepted for 0.1.0's configurations (``MAILGUARD_SEND_RETRIES``); bounds nothing: a mail is
+#: kept through temporary failures until its kind's lifetime (:data:`LIFETIME`), and the quick
+#: tries within one run are :data:`SMTP_ATTEMPTS`.
 SEND_RETRIES = 5
-#: First delay of a Celery-level retry (SMTP transient, backend down); doubled each time.
+#: First delay of a retry after a temporary failure (SMTP 4xx, a relay down; a backend down),
+#: doubled each time: after a refused send up to :data:`RETRY_BACKOFF_MAX`.
 RETRY_BACKOFF = 30.0
 #: How long one run's claim on sending a mail lasts.
 CLAIM_LEASE = 300.0
@@ -71,3 +74,47 @@ REPUTATION_WINDOW = 86_400.0
 REPUTATION_MIN = 100
 #: How long a bulk mail paused by the sender's reputation waits before it looks again (5 min).
 REPUTATION_RECHECK = 300.0
+
+
+#: How long a mail is kept through temporary failures (4xx replies, greylisting, a relay down),
+#: counted from when the guard first saw it, unless its kind sets its own (5 days: Postfix's
+#: ``maximal_queue_lifetime``, postconf(5)).
+LIFETIME = 5 * 86_400.0
+#: The longest wait between two tries of a mail the relay refused for a time, in seconds
+#: (4000 s: Postfix's ``maximal_backoff_time``, postconf(5); its ``minimal_backoff_time`` is
+#: 300 s, mailguard's first is :data:`RETRY_BACKOFF`).
+RETRY_BACKOFF_MAX = 4000.0
+#: The waits after the greylisting replies of one mail, as multiples of ``GREYLIST_DELAY``
+#: (1, 5, 10, 20, 40 min with the default 60 s, then doubling up to ``RETRY_BACKOFF_MAX``): the
+#: tries at 1, 6, 16, 36 and 76 min cover the common windows (postgrey's default 300 s, 5, 10
+#: and 30 min), each met by the first try after it opens.
+GREYLIST_STEPS = (1.0, 5.0, 10.0, 20.0, 40.0)
+#: The most mails one SMTP connection carries before it is closed (``QUIT``) and another opened.
+SMTP_SESSION_MAILS = 100
+#: How long an open SMTP connection may wait for its next mail before it is not used again.
+SMTP_SESSION_IDLE = 30.0
+#: Seconds ``send_mail.delay`` tries to reach the broker and the result backend before it
+#: raises :class:`~mailer.errors.NotEnqueued` (5 s).
+ENQUEUE_TIMEOUT = 5.0
+
+
+#: The bound on one DNS lookup of a recipient domain's MX, every server and retry included.
+DNS_TIMEOUT = 2.0
+#: A found provider is kept for its MX answer's DNS TTL, clamped to at least this (5 min)...
+PROVIDER_MIN_TTL = 300.0
+#: ... and at most this (1 day).
+PROVIDER_MAX_TTL = 86_400.0
+#: A failed MX lookup (timeout, SERVFAIL, REFUSED): the domain is its own provider this long.
+PROVIDER_NEGATIVE_TTL = 60.0
+#: The lock one worker holds while it resolves a new domain (over ``DNS_TIMEOUT``).
+PROVIDER_LOCK = 5.0
+#: How long a worker that did not take the lock uses the domain itself before looking again.
+PROVIDER_PENDING = 1.0
+#: Domains each process keeps in its LRU in front of the shared store.
+PROVIDER_LRU = 10_000
+#: Whether a worker on a Redis that may evict keys (``maxmemory-policy`` not ``noeviction``)
+#: starts with a warning rather than refusing to start.
+ALLOW_EVICTION = False
+#: How long a mail that ended ``failed`` keeps its payload for ``mailguard retry`` (7 days, as
+#: long as its recorded outcome: :data:`OUTCOME_TTL`).
+FAILED_RETENTION = float(OUTCOME_TTL)

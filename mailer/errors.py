@@ -171,3 +171,34 @@ class CorruptState(MailguardError):
     a backlog. The message names the scope and the key's hashed name (never a recipient in
     clear); delete that key (its scope then starts empty) or raise the bound it names.
     """
+
+
+class NotEnqueued(MailguardError):
+    """``send_mail.delay`` could not reach the broker or the result backend within
+    ``MAILGUARD_ENQUEUE_TIMEOUT``: the mail was **not** enqueued and nothing of it is kept to
+    send later, so calling again (once the server is back) is safe and sends it once.
+
+    ``part`` names what was unreachable (``"broker"`` or ``"result backend"``), ``url`` its URL
+    with the password masked; the message says both. Also raised by Django's backend
+    (``workers.django``) unless ``fail_silently``.
+    """
+
+    def __init__(self, part: str, url: str, cause: BaseException | None = None) -> None:
+        self.part = part
+        self.url = mask_url(url)
+        said = " ".join(str(cause).split())[:200] if cause is not None else ""
+        detail = f" ({type(cause).__name__}: {said})" if said else ""
+        super().__init__(
+            f"mail not enqueued: the {part} at {self.url} is unreachable{detail}; nothing was "
+            "kept to send later, so calling again once it is back is safe"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_restore_not_enqueued, (type(self), str(self), self.part, self.url))
+
+
+def _restore_not_enqueued(cls: type[NotEnqueued], message: str, part: str, url: str) -> NotEnqueued:
+    error = cls.__new__(cls)
+    MailguardError.__init__(error, message)
+    error.part, error.url = part, url
+    return error

@@ -53,7 +53,10 @@ def build_suppressions(settings: Settings, ledger: Ledger | None = None) -> Supp
     """The suppression list, where the ledger lives (sharing its Redis client if given)."""
     client = ledger.client if isinstance(ledger, RedisLedger) else None
     return suppressions_from_url(
-        settings.effective_ledger_url, secret=settings.secret, client=client
+        settings.effective_ledger_url,
+        secret=settings.secret,
+        client=client,
+        rules=settings.address_rules,
     )
 
 

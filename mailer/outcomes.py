@@ -10,7 +10,9 @@ Status = Literal["sent", "deferred", "dropped", "failed"]
 #: Reasons a mail is dropped or failed, or waits.
 INVALID = "invalid"
 RATE_LIMITED = "rate_limited"
-#: Past its kind's deadline (``max_wait`` counted from the request): never sent.
+#: Past its kind's deadline, counted from when the guard first saw it: ``max_wait`` for a mail
+#: never tried, its kind's lifetime for one the relay refused for a time (then with the last
+#: reply in ``smtp_code`` / ``smtp_reply``): never sent.
 EXPIRED = "expired"
 #: Ran late, asked again, and the next slot is past its kind's deadline.
 LATE = "late"
@@ -33,7 +35,6 @@ IN_FLIGHT = "in_flight"
 SUPERSEDED = "superseded"
 SMTP_TRANSIENT = "smtp_transient"
 SMTP_PERMANENT = "smtp_permanent"
-RETRIES_EXHAUSTED = "retries_exhausted"
 #: Cancelled by an operator (``mailguard cancel``) before it was sent: never sent.
 CANCELLED = "cancelled"
 

@@ -26,15 +26,15 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_PROMOTE_LEASE`` | duration | ``30s`` | ``1m`` | how long a worker holds the parked mails it is promoting before another may take them again |
 | ``MAILGUARD_WATCH_GRACE`` | duration | ``500ms`` | ``300ms`` | a booked mail held as a countdown whose run has not started this long after the countdown's end is published again from the schedule by the watchdog (``100ms``-``10m``; keep it and 0.3 s under ``LATE_TOLERANCE`` so the copy keeps its slot) |
 | ``MAILGUARD_OUTBOX_GRACE`` | duration or ``off`` | ``10s`` | ``30s`` | each mail's first message is kept in the outbox beside the ledger from ``send_mail.delay`` until a worker receives it; one older than this whose message was popped from the broker and never received (a consumer killed between kombu's ``BRPOP`` and its unacked record) is published again by the watchdog (``1s``-``10m``); ``off``: no outbox |
-| ``MAILGUARD_SEND_RETRIES`` | whole number | ``5`` | ``8`` | Celery-level retries after the transport gave up on a transient error |
-| ``MAILGUARD_RETRY_BACKOFF`` | duration | ``30s`` | ``1m`` | first Celery-level retry delay, doubled each time, capped at ``MAX_COUNTDOWN`` |
+| ``MAILGUARD_SEND_RETRIES`` | whole number | ``5`` | ``8`` | accepted for 0.1.0's configurations, bounds nothing: a mail is kept through temporary failures until its kind's lifetime (``MAILGUARD_LIFETIME``); the quick tries within one run are ``MAILGUARD_SMTP_ATTEMPTS`` |
+| ``MAILGUARD_RETRY_BACKOFF`` | duration | ``30s`` | ``1m`` | the first wait after a failed run, doubled each time: after a refused send (4xx, greylisting with no stated delay aside, a relay down) up to ``RETRY_BACKOFF_MAX``, after a backend down up to ``MAX_COUNTDOWN`` |
 | ``MAILGUARD_CLAIM_LEASE`` | duration | ``5m`` | ``10m`` | how long a worker's claim on sending one mail lasts |
 | ``MAILGUARD_LATE_TOLERANCE`` | duration | ``1s`` | ``100ms`` | a run that starts later than its booked slot by more asks the limiter again |
-| ``MAILGUARD_SMTP_ATTEMPTS`` | whole number | ``3`` | ``5`` | SMTP tries per Celery run (tenacity, random exponential backoff) |
+| ``MAILGUARD_SMTP_ATTEMPTS`` | whole number | ``3`` | ``5`` | SMTP tries per Celery run (tenacity, random exponential backoff): the quick reconnects within one run, never a bound on a mail's life |
 | ``MAILGUARD_SUPPRESS_FOR`` | duration | ``30d`` | ``90d`` | how long a hard bounce (``550 5.1.1 user unknown``) suppresses the recipient |
 | ``MAILGUARD_THROTTLE_HOLD`` | duration or ``off`` | ``5s`` | ``30s`` | a hold's first length when the reply states no delay: a rate or quota reply (``454 Throttling failure``, ``421 4.7.28``) holds the sender that long, ``450 4.2.1`` one recipient; ``off``: no holds and no greylisting delay, such replies are retried like any 4xx |
 | ``MAILGUARD_THROTTLE_HOLD_MAX`` | duration | ``15m`` | ``1h`` | the longest a hold grows by doubling while the throttling continues (>= ``THROTTLE_HOLD``, at most ``1d``) |
-| ``MAILGUARD_GREYLIST_DELAY`` | duration | ``60s`` | ``5m`` | how long a greylisted mail (``451 4.7.1 try again later``, Postgrey) waits before it is tried again when the reply states no delay; nobody else waits (> 0, at most ``1d``) |
+| ``MAILGUARD_GREYLIST_DELAY`` | duration | ``60s`` | ``5m`` | the first wait of a greylisted mail (``451 4.7.1 try again later``, Postgrey) when the reply states no delay; the waits after the next greylisting replies are 5, 10, 20, 40 times it, then doubling up to ``RETRY_BACKOFF_MAX``; never counted against a budget, nobody else waits (> 0, at most ``1d``) |
 | ``MAILGUARD_HOLD_EVIDENCE`` | ``count/window`` or ``off`` | ``3/10s`` | ``5/30s`` | temporary failures of this many distinct recipients within this window hold the sender (count 2-1000, window at most ``1h``); ``off``: only replies hold |
 | ``MAILGUARD_MAX_BOOKINGS`` | whole number | ``1000000`` | ``200000`` | the most entries a shared scope (domain, sender, tenant) keeps per key, bookings included: a mail that would add one more is refused (``dropped`` / ``rate_limited``, the reason names this variable), so a runaway backlog cannot grow without bound (at least 1000) |
 | ``MAILGUARD_PACE_START`` | mails per second or ``off`` | ``1`` | ``0.5`` | after a sender hold, the first rate of the slow start: mails resume this many a second (not all at the hold's end), the rate growing by ``PACE_STEP`` each second and halving at the next throttling reply, bounded by a ``sender:`` tier (``0.01``-``10000``); ``off``: held mails are booked at the hold's end |
@@ -50,7 +50,23 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 | ``MAILGUARD_REPUTATION`` | rates or ``off`` | ``off`` | ``complaint 0.3%, bounce 5%`` | per sender (From address), the complaint and hard-bounce rates over the window at which the sender's bulk kinds pause (deferred / ``reputation``) until the rate falls back or ``mailguard reputation resume``; ``off``: nothing counted |
 | ``MAILGUARD_REPUTATION_WINDOW`` | duration | ``24h`` | ``7d`` | the rolling window the reputation's rates are counted over (in 24 buckets), ``1m``-``30d`` |
 | ``MAILGUARD_REPUTATION_MIN`` | whole number | ``100`` | ``1000`` | mails sent in the window below which no rate counts (a sender is never paused on a tiny volume) |
-| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` / ``_UNSUBSCRIBE`` | per option: duration, 0-9, share (0, 1], template, ``1`` or ``0`` | built-ins | ``MAILGUARD_KIND_NEWSLETTER_UNSUBSCRIBE=1`` | kinds; ``_UNSUBSCRIBE=1`` makes a bulk kind (one-click unsubscribe, paused by a bad reputation) |
+| ``MAILGUARD_LIFETIME`` | duration | ``5d`` | ``2d`` | how long after the guard first saw it a mail is kept through temporary failures (4xx replies, greylisting, refused or dropped connections, timeouts, a relay down) when its kind sets no ``_LIFETIME``; then ``dropped`` / ``expired`` with the last reply (Postfix's ``maximal_queue_lifetime``, ``5d``; ``1s``-``7d``) |
+| ``MAILGUARD_RETRY_BACKOFF_MAX`` | duration | ``4000s`` | ``1h`` | the longest wait between two tries of a mail the relay refused for a time (Postfix's ``maximal_backoff_time``, ``4000s``; at least ``RETRY_BACKOFF``, at most ``1d``); such waits are parked (``PARK_AFTER``) and judged by the limiter again when they run; with parking ``off`` a wait is held at most ``MAX_COUNTDOWN``, so that is the cap then |
+| ``MAILGUARD_SMTP_CA_FILE`` | path | none (the system's trust) | ``/etc/mailguard/relay-ca.pem`` | the CAs (PEM) the SMTP transport trusts for its relay's certificate, instead of the system's; this transport's only (not Redis TLS, not ``SSL_CERT_FILE``); checked at start |
+| ``MAILGUARD_SMTP_CA_DIR`` | directory | none (the system's trust) | ``/etc/mailguard/cas`` | a directory of CA certificates (``openssl rehash``) the SMTP transport trusts, with or instead of ``SMTP_CA_FILE``; checked at start |
+| ``MAILGUARD_SMTP_VERIFY`` | ``on`` or ``off`` | ``on`` | ``off`` | ``off``: the SMTP transport accepts any certificate and host name (a relay on the same host only; a warning at start) |
+| ``MAILGUARD_SMTP_CERT_FILE`` | path | none | ``/etc/mailguard/client.pem`` | the client certificate (PEM, with its key unless ``SMTP_KEY_FILE``) the SMTP transport presents to a relay that asks for one; checked at start |
+| ``MAILGUARD_SMTP_KEY_FILE`` | path | the key in ``SMTP_CERT_FILE`` | ``/etc/mailguard/client.key`` | the client certificate's private key (PEM, unencrypted) |
+| ``MAILGUARD_SMTP_EHLO`` | host name | the host's FQDN (``socket.getfqdn()``) | ``mail.example.org`` | the name the SMTP transport gives in ``EHLO`` (a host name or an address literal ``[192.0.2.1]``) |
+| ``MAILGUARD_SMTP_SESSION_MAILS`` | whole number | ``100`` | ``20`` | the most mails one SMTP connection carries (``RSET`` between them), then ``QUIT`` and a new one; ``1``: a connection per mail (1-100000) |
+| ``MAILGUARD_SMTP_SESSION_IDLE`` | duration | ``30s`` | ``10s`` | an open SMTP connection idle longer than this is closed (``QUIT``) at the next mail, which opens another; keep it under the relay's own idle timeout (Postfix's ``smtpd_timeout``: 300 s) (> 0, at most ``1h``) |
+| ``MAILGUARD_ALLOW_RESERVED_DOMAINS`` | names or ``off`` | ``off`` | ``local, test`` | recipient domains under these reserved names (``local``, ``test``, ``corp.local``: special-use names or names under one) are accepted, for an internal relay that delivers them; ``off``: refused at ``send_mail.delay`` |
+| ``MAILGUARD_ENQUEUE_TIMEOUT`` | duration | ``5s`` | ``2s`` | how long ``send_mail.delay`` (and Django's backend) tries to reach the broker and the result backend before it raises ``NotEnqueued``: the mail was not enqueued, calling again is safe (``500ms``-``1m``) |
+| ``MAILGUARD_ALLOW_EVICTION`` | ``on`` or ``off`` | ``off`` | ``on`` | ``on``: a worker whose broker, limiter or ledger Redis may evict keys (``maxmemory-policy`` not ``noeviction``) starts with a warning; ``off``: it refuses to start, naming the server's policy (see the start checks' guide) |
+| ``MAILGUARD_FAILED_RETENTION`` | duration or ``off`` | ``7d`` | ``2d`` | how long a mail that ended ``failed`` keeps its payload (args and kwargs, in the ledger's Redis) so that ``mailguard retry`` can enqueue it again once (``1m``-``30d``); ``off``: nothing kept |
+| ``MAILGUARD_DNS_SERVERS`` | ``ip[:port]``, comma separated | the system's resolver (``/etc/resolv.conf``) | ``127.0.0.1:5353`` | the DNS servers asked for recipient domains' MX, to find each domain's mailbox provider (:mod:`mailer.providers`; IPv6 as ``[ip]:port``, port 53 by default) |
+| ``MAILGUARD_DNS_TIMEOUT`` | duration | ``2s`` | ``500ms`` | the bound on one MX lookup, every server and retry included (``100ms``-``30s``); past it the domain is its own provider for a minute and mail is not held up |
+| ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` / ``_LIFETIME`` / ``_PRIORITY`` / ``_SHARE`` / ``_SUBJECT`` / ``_BODY`` / ``_HTML`` / ``_UNSUBSCRIBE`` | per option: duration, duration (0-7d), 0-9, share (0, 1], template, ``1`` or ``0`` | built-ins | ``MAILGUARD_KIND_NEWSLETTER_UNSUBSCRIBE=1`` | kinds; ``_LIFETIME`` how long a mail of the kind is kept through temporary failures, never less than ``_MAX_WAIT`` (``0``: ``_MAX_WAIT`` is its deadline, as for the built-in ``code``; unset: ``MAILGUARD_LIFETIME``); ``_UNSUBSCRIBE=1`` makes a bulk kind (one-click unsubscribe, paused by a bad reputation) |
 
 Durations are ``300``, ``500ms``, ``30s``, ``5m``, ``24h``, ``1d``. The longest countdown is
 ``min(MAX_COUNTDOWN, PARK_AFTER)`` (``MAX_COUNTDOWN`` with parking off): longer waits are parked.
@@ -61,14 +77,17 @@ lower makes redeliveries happen; the ledger still keeps them from sending twice.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from mailer import defaults, settings_checks
 from mailer.guard import GuardConfig
+from mailer.mail.address import AddressRules
 from mailer.mail.kinds import Kinds
 from mailer.mail.transports import registry as transports
+from mailer.mail.transports.smtp_tls import TlsOptions
 from mailer.settings_checks import RABBITMQ_CONSUMER_TIMEOUT
 from mailer.settings_env import ALL_INTERFACES, KNOWN, read_values, unknown_names, unknown_setting
 from mailer.settings_values import FailMode, LogFormat, Values
@@ -109,6 +128,16 @@ class Settings(Values):
             ses_endpoint_url=self.ses_endpoint_url,
             ses_configuration_set=self.ses_configuration_set,
             anymail_esp=self.anymail_esp,
+            smtp_tls=TlsOptions(
+                ca_file=self.smtp_ca_file,
+                ca_dir=self.smtp_ca_dir,
+                verify=self.smtp_verify,
+                cert_file=self.smtp_cert_file,
+                key_file=self.smtp_key_file,
+            ),
+            smtp_ehlo=self.smtp_ehlo,
+            smtp_session_mails=self.smtp_session_mails,
+            smtp_session_idle=self.smtp_session_idle,
         )
 
     @property
@@ -126,13 +155,19 @@ class Settings(Values):
         """
         return settings_checks.problems(self)
 
+    @functools.cached_property
+    def address_rules(self) -> AddressRules:
+        """How addresses are checked (the reserved domains ``ALLOW_RESERVED_DOMAINS`` admits),
+        at ``send_mail.delay`` as in the guard."""
+        return AddressRules(reserved_domains=self.allow_reserved_domains)
+
     def guard_config(self) -> GuardConfig:
         """The guard's knobs from these settings."""
         return GuardConfig(
             sender=self.sender,
+            rules=self.address_rules,
             fail_open=self.fail_mode == "fail_open",
             max_backoff=self.max_countdown,
-            send_retries=self.send_retries,
             retry_backoff=self.retry_backoff,
             claim_lease=self.claim_lease,
             suppress_for=self.suppress_for,
@@ -141,6 +176,8 @@ class Settings(Values):
             throttle_hold_max=self.throttle_hold_max,
             greylist_delay=self.greylist_delay,
             hold_evidence=self.hold_evidence,
+            lifetime=self.lifetime,
+            retry_backoff_max=self.retry_backoff_max,
         )
 
     @property

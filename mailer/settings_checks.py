@@ -8,7 +8,8 @@ from __future__ import annotations
 import re
 
 from mailer.errors import InvalidAddress
-from mailer.mail.address import check_sender
+from mailer.mail.address import check_sender, reserved_suffix_problem
+from mailer.mail.kinds import MAX_LIFETIME
 from mailer.mail.transports import registry as transports
 from mailer.settings_env import PREFIX
 from mailer.settings_values import Values
@@ -16,6 +17,12 @@ from mailer.settings_values import Values
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
 #: channel. Countdown tasks are held by the worker until they run, so they must stay below it.
 RABBITMQ_CONSUMER_TIMEOUT = 1800.0
+#: An EHLO name: a host name of LDH labels, or an address literal (``[192.0.2.1]``,
+#: ``[IPv6:2001:db8::1]``).
+_EHLO = re.compile(
+    r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}"
+    r"[A-Za-z0-9])?)*\.?|\[(?:IPv6:[0-9A-Fa-f:.]+|[0-9.]+)\]"
+)
 _UNSUBSCRIBE_URL = re.compile(
     r"^(https://[^\s/?#]+|http://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?)(/[^\s?#]*)?$"
 )
@@ -24,7 +31,7 @@ _UNSUBSCRIBE_URL = re.compile(
 def check(settings: Values) -> None:
     """Raise ``ValueError``, one line naming the variable and the accepted form, for the first
     value out of bounds in ``settings``."""
-    for variable, bad, accepted in _bounds(settings):
+    for variable, bad, accepted in (*_bounds(settings), *_delivery_bounds(settings)):
         if bad:
             raise ValueError(f"{PREFIX}{variable} must be {accepted}")
     try:
@@ -39,6 +46,8 @@ def check(settings: Values) -> None:
     _check_watch(settings)
     _check_transport(settings)
     _check_bulk(settings)
+    _check_smtp(settings)
+    _check_failed(settings)
 
 
 def problems(settings: Values) -> list[str]:
@@ -171,6 +180,34 @@ def _bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
     )
 
 
+def _delivery_bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
+    """:func:`_bounds` of how long a mail is kept and retried, and of the enqueue and DNS
+    waits (seconds)."""
+    return (
+        (
+            "LIFETIME",
+            not 1 <= settings.lifetime <= MAX_LIFETIME,
+            f"1s-7d, got {_s(settings.lifetime)}",
+        ),
+        (
+            "RETRY_BACKOFF_MAX",
+            not settings.retry_backoff <= settings.retry_backoff_max <= 86_400,
+            f"at least {PREFIX}RETRY_BACKOFF ({_s(settings.retry_backoff)}) and at most 1d, "
+            f"got {_s(settings.retry_backoff_max)}",
+        ),
+        (
+            "ENQUEUE_TIMEOUT",
+            not 0.5 <= settings.enqueue_timeout <= 60,
+            f"500ms-1m, got {_s(settings.enqueue_timeout)}",
+        ),
+        (
+            "DNS_TIMEOUT",
+            not 0.1 <= settings.dns_timeout <= 30,
+            f"100ms-30s, got {_s(settings.dns_timeout)}",
+        ),
+    )
+
+
 def _check_holds(settings: Values) -> None:
     if settings.throttle_hold is not None and not 0 < settings.throttle_hold <= 86_400:
         raise ValueError(
@@ -195,3 +232,33 @@ def _check_holds(settings: Values) -> None:
                 f"{PREFIX}HOLD_EVIDENCE must be count/window with a count of 2-1000 and a "
                 f"window > 0 s and at most 1h, or off, got {count}/{window:g}s"
             )
+
+
+def _check_smtp(settings: Values) -> None:
+    """The SMTP transport's session bounds, EHLO name and admitted reserved domains."""
+    if not 1 <= settings.smtp_session_mails <= 100_000:
+        raise ValueError(
+            f"{PREFIX}SMTP_SESSION_MAILS must be 1-100000 (1: a connection per mail), got "
+            f"{settings.smtp_session_mails}"
+        )
+    if not 0 < settings.smtp_session_idle <= 3600:
+        raise ValueError(
+            f"{PREFIX}SMTP_SESSION_IDLE must be > 0 s and at most 1h, got "
+            f"{_s(settings.smtp_session_idle)}"
+        )
+    ehlo = settings.smtp_ehlo
+    if ehlo is not None and (len(ehlo) > 255 or not _EHLO.fullmatch(ehlo)):
+        raise ValueError(
+            f"{PREFIX}SMTP_EHLO must be a host name (mail.example.org) or an address literal "
+            f"([192.0.2.1]), got {ehlo!r:.60}"
+        )
+    for suffix in sorted(settings.allow_reserved_domains):
+        problem = reserved_suffix_problem(suffix)
+        if problem:
+            raise ValueError(f"{PREFIX}ALLOW_RESERVED_DOMAINS: {problem}")
+
+
+def _check_failed(settings: Values) -> None:
+    kept = settings.failed_retention
+    if kept is not None and not 60 <= kept <= 30 * 86_400:
+        raise ValueError(f"{PREFIX}FAILED_RETENTION must be 1m-30d or off, got {_s(kept)}")

@@ -15,6 +15,7 @@ from difflib import get_close_matches
 from mailer.durations import parse_duration, parse_size
 from mailer.limits.policy import Policy
 from mailer.limits.windows import zone
+from mailer.providers.resolver import parse_servers
 from mailer.records.reputation.base import Thresholds
 
 PREFIX = "MAILGUARD_"
@@ -41,6 +42,11 @@ _TEXT = (
     "SES_CONFIGURATION_SET",
     "ANYMAIL_ESP",
     "UNSUBSCRIBE_URL",
+    "SMTP_CA_FILE",
+    "SMTP_CA_DIR",
+    "SMTP_CERT_FILE",
+    "SMTP_KEY_FILE",
+    "SMTP_EHLO",
 )
 #: Variables read as durations (seconds) and the attribute each sets.
 _DURATIONS = (
@@ -138,6 +144,24 @@ def _reputation(value: str) -> Thresholds | None:
     return None if value.strip().lower() == "off" else Thresholds.parse(value)
 
 
+def _on_off(value: str) -> bool:
+    """``on`` or ``off`` (also ``1``/``0``, ``true``/``false``, ``yes``/``no``)."""
+    word = value.strip().lower()
+    if word in ("on", "1", "true", "yes"):
+        return True
+    if word in ("off", "0", "false", "no"):
+        return False
+    raise ValueError(f"{value!r:.40} is not on or off")
+
+
+def _suffixes(value: str) -> frozenset[str]:
+    """``off`` (none) or domain suffixes separated by commas: ``local, test``."""
+    if value.strip().lower() == "off":
+        return frozenset()
+    names = frozenset(part.strip().strip(".").lower() for part in value.split(","))
+    return frozenset(name for name in names if name)
+
+
 def _policy(value: str) -> Policy:
     return Policy.parse(value, name="recipient")
 
@@ -169,6 +193,17 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("REPUTATION", "reputation", _reputation),
     ("REPUTATION_WINDOW", "reputation_window", parse_duration),
     ("REPUTATION_MIN", "reputation_min", _integer),
+    ("LIFETIME", "lifetime", parse_duration),
+    ("RETRY_BACKOFF_MAX", "retry_backoff_max", parse_duration),
+    ("SMTP_VERIFY", "smtp_verify", _on_off),
+    ("SMTP_SESSION_MAILS", "smtp_session_mails", _integer),
+    ("SMTP_SESSION_IDLE", "smtp_session_idle", parse_duration),
+    ("ALLOW_RESERVED_DOMAINS", "allow_reserved_domains", _suffixes),
+    ("ENQUEUE_TIMEOUT", "enqueue_timeout", parse_duration),
+    ("DNS_SERVERS", "dns_servers", parse_servers),
+    ("DNS_TIMEOUT", "dns_timeout", parse_duration),
+    ("ALLOW_EVICTION", "allow_eviction", _on_off),
+    ("FAILED_RETENTION", "failed_retention", _off_or_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

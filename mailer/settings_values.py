@@ -73,6 +73,22 @@ class Values:
     reputation: Thresholds | None = None
     reputation_window: float = defaults.REPUTATION_WINDOW
     reputation_min: int = defaults.REPUTATION_MIN
+    lifetime: float = defaults.LIFETIME
+    retry_backoff_max: float = defaults.RETRY_BACKOFF_MAX
+    smtp_ca_file: str | None = None
+    smtp_ca_dir: str | None = None
+    smtp_verify: bool = True
+    smtp_cert_file: str | None = None
+    smtp_key_file: str | None = None
+    smtp_ehlo: str | None = None
+    smtp_session_mails: int = defaults.SMTP_SESSION_MAILS
+    smtp_session_idle: float = defaults.SMTP_SESSION_IDLE
+    allow_reserved_domains: frozenset[str] = frozenset()
+    enqueue_timeout: float = defaults.ENQUEUE_TIMEOUT
+    dns_servers: tuple[tuple[str, int], ...] = ()
+    dns_timeout: float = defaults.DNS_TIMEOUT
+    allow_eviction: bool = defaults.ALLOW_EVICTION
+    failed_retention: float | None = defaults.FAILED_RETENTION
 
     @property
     def longest_countdown(self) -> float:

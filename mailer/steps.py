@@ -77,7 +77,7 @@ VOCABULARY: tuple[Word, ...] = (
     Word("limiter down (fail_closed)", "", "Later", "deferred", why.LIMITER_UNAVAILABLE, DEFERRED),
     Word("ledger down (either mode)", "", "Later", "deferred", why.LEDGER_UNAVAILABLE, DEFERRED),
     Word("SMTP 4xx, timeout, lost link", "", "Later", "deferred", why.SMTP_TRANSIENT, DEFERRED),
-    Word("SMTP 4xx, retries used up", "", "Fail", "failed", why.RETRIES_EXHAUSTED, FAILURE),
+    Word("SMTP 4xx past the kind's lifetime", "", "Finish", "dropped", why.EXPIRED, SUCCESS),
     Word("SMTP 5xx", "", "Fail", "failed", why.SMTP_PERMANENT, FAILURE),
 )
 
@@ -136,7 +136,7 @@ def plan(decision: Decision) -> Plan:
     return Drop(wait=decision.wait, tier=decision.tier)
 
 
-_COUNTERS = ("attempts", "send_failures", "limiter_failures", "deferrals")
+_COUNTERS = ("attempts", "send_failures", "limiter_failures", "deferrals", "greylists")
 _TIMES = ("requested_at", "due", "first_due", "first_seen")
 _LATEST_TIME = 1e11  # epoch seconds, year 5138: anything later is malformed
 _OWNER_CHARS = frozenset("0123456789abcdef")
@@ -154,7 +154,8 @@ class Progress:
     (``send_mail.delay``): only the queue-wait metric reads it. ``first_seen`` (epoch seconds
     on the limiter's clock, 0 until then) is when the guard first saw the mail, set once by its
     first run that took the claim (the ledger remembers it, so a copy of a first run that died
-    gets the first run's): its kind's ``max_wait`` counts from there. ``due`` is the
+    gets the first run's): the mail's age, its kind's ``max_wait`` and, once the mail was
+    tried (``attempts``), its kind's lifetime count from there. ``due`` is the
     slot it holds (epoch seconds on the limiter's clock; 0 for none): a run for the same slot
     is a hop, not another deferral. ``first_due`` is the first slot ever booked for it
     (lateness is measured against it). A progress written without ``first_seen`` counts from
@@ -162,7 +163,7 @@ class Progress:
     """
 
     attempts: int = 0  # SMTP tries so far
-    send_failures: int = 0  # runs that ended in a transient send failure
+    send_failures: int = 0  # runs that ended in a transient send failure (its backoff's step)
     limiter_failures: int = 0  # runs that found a backend down
     deferrals: int = 0  # bookings (a hop towards the same slot is not one)
     stale_owner: str = ""
@@ -185,6 +186,9 @@ class Progress:
     #: message's copy may find its mail parked (:class:`~mailer.records.ledger.Turn`). This
     #: run's own knowledge, never carried to the next run (not in :meth:`as_dict`).
     redelivered: bool = False
+    #: Greylisting replies so far: the step of the greylisting schedule
+    #: (:func:`mailer.guard.retry_schedule.greylist_wait`), never a budget.
+    greylists: int = 0
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}

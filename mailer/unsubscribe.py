@@ -56,7 +56,12 @@ def _b64(raw: bytes) -> str:
 
 
 def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    """The bytes ``text`` encodes, only when ``text`` is their one encoding by :func:`_b64`
+    (no padding, no stray character, unused low bits zero); else ``ValueError``."""
+    raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+    if _b64(raw) != text:
+        raise ValueError("not the canonical base64url of its bytes")
+    return raw
 
 
 class Signer:

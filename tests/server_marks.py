@@ -22,6 +22,9 @@ from typing import Any
 import pytest
 
 from devservers.celery_worker import CeleryWorker
+from devservers.dns_server import DnsServer
+from devservers.postfix import PostfixRelay
+from devservers.postgrey import Postgrey
 from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisServer
 from devservers.smtp_server import SmtpTestServer
@@ -30,7 +33,20 @@ from workers import inprocess
 #: Fixtures that start or hand out a real server. A test that uses one, directly or through
 #: another fixture, needs a server.
 SERVER_FIXTURES = frozenset(
-    {"redis_server", "redis_url", "own_redis", "smtp_server", "cluster", "loose_stack", "rabbit"}
+    {
+        "redis_server",
+        "redis_url",
+        "own_redis",
+        "smtp_server",
+        "cluster",
+        "loose_stack",
+        "rabbit",
+        "tls_relay",
+        "greylisting_relay",
+        "anvil_relay",
+        "make_relay",
+        "dns_server",
+    }
 )
 #: Params naming a backend: a test parametrised over backends needs a server on ``redis``.
 BACKEND_PARAMS = frozenset({"memory", "redis"})
@@ -38,7 +54,8 @@ BACKEND_PARAMS = frozenset({"memory", "redis"})
 #: the suite's servers (a module-scoped stack, a cluster, a TLS SMTP server, ...) or runs a
 #: Celery worker as a subprocess (one that refuses its configuration included).
 BUILDS_A_SERVER = re.compile(
-    r"\b(?:RedisServer|RedisClusterServers|RedisSentinel|RabbitServer|SmtpTestServer|CeleryWorker)\("
+    r"\b(?:RedisServer|RedisClusterServers|RedisSentinel|RabbitServer|SmtpTestServer|CeleryWorker"
+    r"|PostfixRelay|Postgrey|DnsServer)\("
     r'|"-m",\s*"celery"'
 )
 #: Code that asks for a server fixture by name (``request.getfixturevalue("redis_url")``): it
@@ -56,8 +73,13 @@ SERVER_STARTS: tuple[tuple[Any, str], ...] = (
     (SmtpTestServer, "start"),
     (CeleryWorker, "start"),
     (inprocess, "inprocess_worker"),
+    (PostfixRelay, "start"),
+    (Postgrey, "start"),
+    (DnsServer, "start"),
 )
-SERVER_PROGRAMS = frozenset({"redis-server", "rabbitmq-server", "celery"})
+SERVER_PROGRAMS = frozenset(
+    {"redis-server", "rabbitmq-server", "celery", "postfix", "postgrey", "dnsmasq"}
+)
 
 
 class ServerStarted(AssertionError):

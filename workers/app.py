@@ -24,7 +24,7 @@ from mailer.factory import build_guard, build_holds, build_reputation
 from mailer.logs import JsonFormatter, in_utc
 from mailer.settings import Settings
 from mailer.storage import is_memory
-from workers import parking, priority, process_settings, routing, state
+from workers import parking, priority, process_settings, redis_checks, routing, state
 from workers.broker_transport import redis_options, transport_for
 from workers.failing_stop import FailingStopStep
 from workers.liveness import Liveness, LivenessStep, broker_identity, register
@@ -226,6 +226,14 @@ def _refuse_memory_limiter_in_prefork(sender: Any = None, **_: Any) -> None:
             f"{concurrency} processes, each of which would limit on its own. Use a redis:// "
             "limiter, or --pool threads / --pool solo."
         )
+
+
+@signals.worker_init.connect
+def _redis_keeps_the_mail(sender: Any = None, **_: Any) -> None:
+    """Refuse a Redis Cluster broker and a Redis that may evict keys, warn of one without
+    persistence and of a quorum queue without a delivery limit (:mod:`workers.redis_checks`)."""
+    if sender is not None:
+        redis_checks.check_at_start(process_settings.current(), sender)
 
 
 @signals.worker_init.connect

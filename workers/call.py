@@ -82,6 +82,7 @@ def check_call(args: Any, kwargs: Any, *, addresses: bool = True) -> dict[str, A
         max_message_bytes=settings.max_message_bytes,
         private=PRIVATE,
         addresses=addresses,
+        rules=settings.address_rules,
     )
     if "_progress" in call:
         mail_id = call.get("mail_id")

@@ -22,9 +22,11 @@ its order, attachments, inline parts with their ``Content-ID``, the body byte fo
 Django's own ``Message-ID`` and ``Date`` (made when the application sends, so a redelivered task
 sends the same ones). A header with a newline raises Django's ``BadHeaderError`` (Django's own
 check, when the message is built). An enqueue error (a bad address, a message over
-``MAILGUARD_MAX_MESSAGE_BYTES``, the broker down) raises; with ``fail_silently`` the message is
-skipped and not counted. A broker that no worker reads (``memory://``, the default, with no
-worker in this process) raises :class:`workers.call.NoConsumer` whatever ``fail_silently``
+``MAILGUARD_MAX_MESSAGE_BYTES``) raises; the broker or the result backend out of reach raises
+:class:`mailer.errors.NotEnqueued` within ``MAILGUARD_ENQUEUE_TIMEOUT`` (not enqueued: sending
+again is safe). With ``fail_silently`` such a message is skipped and not counted. A broker that
+no worker reads (``memory://``, the default, with no worker in this process) raises
+:class:`workers.call.NoConsumer` whatever ``fail_silently``
 says: every message would be lost.
 
 The task goes through the current Celery app (``send_mail`` is a shared task): the project's own

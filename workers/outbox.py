@@ -10,13 +10,15 @@ that publishes a lost one again: :mod:`workers.outbox_watch`).
   Redis is down (found at this write or the next) the mail is published all
   the same (the broker holds it; only kombu's pop window is then open for it), logged once,
   and the outbox is not asked again for :data:`DOWN_PAUSE` seconds, so a frozen Redis costs
-  callers one timeout, not one each. A publish that fails discards the entry (:func:`discard`).
+  callers one timeout, not one each. A publish that fails discards the entry (:func:`discard`;
+  its Redis down then: at the next enqueue).
 - :func:`received`, in a worker's main process when a message arrives
   (:class:`workers.request.GuardedRequest`): kombu has recorded it as unacknowledged before
   the consumer sees it, so from then on the broker's own redelivery covers it. One script
   call, for a first message only (no ``_progress``, not redelivered), written without waiting
-  for its answer (the main process never waits on the outbox); a Redis that is down is logged
-  (the entry stays, and the watchdog's copy of it ends as a repeat).
+  for its answer (the main process never waits on the outbox). A clear that Redis could not
+  take (down, or restarting) is kept in the process and made again before the watchdog's next
+  look (:func:`retry_receipts`), so a mail received is never taken for lost.
 
 One outbox per process, URL and queue, beside the queue's one schedule and on its Redis
 client (see :func:`workers.parking.schedule_for`: whatever app or broker URL a producer
@@ -26,10 +28,12 @@ Not for messages published with ``send_task`` or by other producers: they are no
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +54,11 @@ DOWN_PAUSE = 5.0
 _lock = threading.Lock()
 _stores: dict[tuple[int, str, str], Outbox] = {}
 _down_until = {"record": 0.0, "received": 0.0}  # monotonic
+#: Receipts kept at most while the outbox's Redis is down (:func:`retry_receipts`).
+RECEIPTS_KEPT = 10_000
+_receipts: deque[tuple[Outbox, str, str]] = deque()
+#: Entries of failed publishes not yet removed (their Redis was down: :func:`discard`).
+_discards: deque[Recorded] = deque(maxlen=RECEIPTS_KEPT)
 
 
 @dataclass(frozen=True)
@@ -87,7 +96,9 @@ def close_writers() -> None:
     """Close the connections of this process's outboxes' writes nobody waits for (their unread
     answers dropped; the next write opens another). For a process whose Redis was flushed or
     replaced under it (the test suite between tests): a write sent to the old one is not
-    answered, nor run again, in the new one. The outboxes stay (their clients stay open)."""
+    answered, nor run again, in the new one; the receipts kept to make later are forgotten.
+    The outboxes stay (their clients stay open)."""
+    _receipts.clear()
     with _lock:
         for box in _stores.values():
             if isinstance(box, RedisOutbox):
@@ -110,6 +121,8 @@ def record(
     :func:`published` after the publish). None when not recorded."""
     if time.monotonic() < _down_until["record"]:
         return None
+    if _discards:
+        _discard_left()
     outbox = outbox_for(settings)
     if outbox is None:
         return None
@@ -181,28 +194,79 @@ def discard(recorded: Recorded | None) -> None:
         recorded.outbox.settle()
         recorded.outbox.discard(recorded.mail_id, recorded.lane)
     except BackendUnavailable as exc:
-        log.warning("mail %s: publish failed, outbox entry left: %s", recorded.mail_id, exc)
+        _discards.append(recorded)
+        log.warning(
+            "mail %s: publish failed; its outbox entry, if written, is removed at the next "
+            "send_mail.delay: %s",
+            recorded.mail_id,
+            exc,
+        )
+
+
+def _discard_left() -> None:
+    """Remove the entries of failed publishes whose Redis was down then (at the next enqueue:
+    one round trip each, only after such a failure); kept again while it is still down."""
+    while _discards:
+        recorded = _discards.popleft()
+        try:
+            recorded.outbox.discard(recorded.mail_id, recorded.lane)
+        except BackendUnavailable:
+            _discards.appendleft(recorded)
+            return
 
 
 def received(
     settings: Settings, task_id: str, kwargs: Any, delivery_info: Mapping[str, Any]
 ) -> None:
     """A worker's main process received a message: clear its outbox entry (first messages
-    only: a redelivered copy or a deferred run's has none)."""
+    only: a redelivered copy or a deferred run's has none). A clear its Redis could not take
+    (down now, or within the last :data:`DOWN_PAUSE` seconds) is kept, and made again by
+    :func:`retry_receipts`."""
     if settings.outbox_grace is None or delivery_info.get("redelivered"):
         return
     if not isinstance(kwargs, dict) or "_progress" in kwargs:
         return
     mail_id = kwargs.get("mail_id") or task_id
-    if not isinstance(mail_id, str) or time.monotonic() < _down_until["received"]:
+    if not isinstance(mail_id, str):
         return
     outbox = outbox_for(settings)
     if outbox is None:
         return
+    lane = lane_of(delivery_info.get("priority"))
+    if time.monotonic() < _down_until["received"]:
+        _keep(outbox, mail_id, lane)
+        return
     try:
-        outbox.received_later(mail_id, lane_of(delivery_info.get("priority")))
+        outbox.received_later(mail_id, lane)
     except BackendUnavailable as exc:
-        _pause("received", f"mailguard outbox: unavailable at receipt, entries left: {exc}")
+        _keep(outbox, mail_id, lane)
+        _pause("received", f"mailguard outbox: unavailable at receipt, clearing later: {exc}")
+        if isinstance(outbox, RedisOutbox):  # clears sent before the failure, maybe not applied
+            for unsure in outbox.unconfirmed_receipts():
+                _keep(outbox, *unsure)
+
+
+def _keep(outbox: Outbox, mail_id: str, lane: str) -> None:
+    """Keep a receipt to clear later (the oldest dropped, logged, past :data:`RECEIPTS_KEPT`)."""
+    if len(_receipts) >= RECEIPTS_KEPT:
+        _box, dropped, _lane = _receipts.popleft()
+        log.warning("mail %s: receipt not cleared in the outbox (too many waiting)", dropped)
+    _receipts.append((outbox, mail_id, lane))
+
+
+def retry_receipts() -> int:
+    """Clear the entries of the receipts kept while their Redis was down, oldest first (from
+    the watchdog's thread, before each look: :class:`workers.outbox_watch.OutboxWatch`); how
+    many were cleared. Raises :class:`~mailer.errors.BackendUnavailable` when it is still down
+    (the rest are kept)."""
+    done = 0
+    while _receipts:
+        outbox, mail_id, lane = _receipts[0]
+        outbox.received(mail_id, lane)
+        with contextlib.suppress(IndexError):  # another thread took it: cleared twice, harmless
+            _receipts.popleft()
+        done += 1
+    return done
 
 
 def _pause(step: str, line: str) -> None:

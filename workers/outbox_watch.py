@@ -12,16 +12,20 @@ Run by the promoter's thread (:class:`workers.promoter.Promoter`) every :data:`P
    100 000 mails queued for an hour) is neither behind a mark nor in an empty queue: nothing
    of it is published again.
 3. An entry shown popped in two looks at least :data:`SETTLE` seconds apart (its consumer may
-   be between kombu's pop and the receipt) is taken (written again as of now: the next copy
-   only after another grace, by whichever worker) and published at its lane's priority,
-   under its own task id, with its caller's ``eta`` if that is still ahead: one log line each
-   (mail id, how old; no address) and ``mailguard_outbox_republished_total``.
+   be between kombu's pop and the receipt) whose mail has no final outcome in the ledger (one
+   that has was received: its entry is dropped without a word) is taken (written again as of
+   now: the next copy only after another grace, by whichever worker) and published at its
+   lane's priority, under its own task id, with its caller's ``eta`` if that is still ahead:
+   one log line each (mail id, how old; no address) and ``mailguard_outbox_republished_total``.
 
+Before each look, this process's receipts that its Redis could not take are made
+(:func:`workers.outbox.retry_receipts`), and a put that arrived after its mail's receipt wrote
+nothing (:data:`~mailer.records.outbox.CLEARED_TTL`): so a mail received is not taken for lost.
 A copy of a mail that was not lost after all (a producer that published more than
-:data:`~mailer.records.outbox.ORDER_SLACK` after writing the entry, a receipt whose clear
-failed) ends as a repeat: the ledger's claim and final outcome keep it from sending twice.
-So a lost first message goes again about ``grace`` + 2 s after ``send_mail.delay`` when nothing
-else waits, or once the mails queued behind it are received.
+:data:`~mailer.records.outbox.ORDER_SLACK` after writing the entry, a receipt kept by a worker
+killed before it could make it) ends as a repeat: the ledger's claim and final outcome keep it
+from sending twice. So a lost first message goes again about ``grace`` + 2 s after
+``send_mail.delay`` when nothing else waits, or once the mails queued behind it are received.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from kombu.exceptions import ChannelError
@@ -36,6 +41,8 @@ from kombu.exceptions import ChannelError
 from mailer.durations import human
 from mailer.metrics import default_metrics
 from mailer.records.outbox import ORDER_SLACK, Outbox, Pending
+from workers import state
+from workers.outbox import retry_receipts
 from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
@@ -56,9 +63,16 @@ class Publisher(Protocol):
     def send(self, producer: Any, message: Any, level: int | None) -> None: ...
 
 
+def finished_in_ledger(mail_id: str) -> bool:
+    """Whether the ledger of this process's guard holds ``mail_id``'s final outcome (sent,
+    dropped or failed): one read of the ledger."""
+    return state.guard().ledger.recorded(mail_id) is not None
+
+
 class OutboxWatch:
     """Publishes lost first messages of ``outbox`` again through ``publisher`` (its queue:
-    ``queue``), ``grace`` seconds after their entry was written at the earliest. ``poll``,
+    ``queue``), ``grace`` seconds after their entry was written at the earliest, unless
+    ``finished`` (the ledger) says the mail has its final outcome. ``poll``,
     ``settle`` and ``slack`` (seconds) are :data:`POLL`, :data:`SETTLE` and
     :data:`~mailer.records.outbox.ORDER_SLACK` but in tests."""
 
@@ -69,11 +83,13 @@ class OutboxWatch:
         grace: float,
         queue: str,
         *,
+        finished: Callable[[str], bool] | None = finished_in_ledger,
         poll: float = POLL,
         settle: float = SETTLE,
         slack: float = ORDER_SLACK,
     ) -> None:
         self.publisher = publisher
+        self.finished = finished
         self.outbox = outbox
         self.grace = grace
         self.queue = queue
@@ -89,18 +105,40 @@ class OutboxWatch:
         if now < self._next:
             return 0
         self._next = now + self.poll
+        retry_receipts()  # this process's receipts kept while Redis was down: first
         found = self.outbox.overdue(self.grace, slack=self.slack)
         popped = found.popped
         if found.waiting and self.queue_size() == 0:
             popped = self.outbox.overdue(self.grace, drained=True).popped
         self._seen = {p.mail_id: self._seen.get(p.mail_id, now) for p in popped}
-        ready = [p for p in popped if now - self._seen[p.mail_id] >= self.settle]
+        ready = self._unfinished([p for p in popped if now - self._seen[p.mail_id] >= self.settle])
         if not ready:
             return 0
         taken = self.outbox.take(ready, self.grace)
         for entry, _ in taken:
             self._seen.pop(entry.mail_id, None)
         return self._publish(taken, {p.mail_id: p.at for p in ready})
+
+    def _unfinished(self, ready: list[Pending]) -> list[Pending]:
+        """Of the entries ``ready``, those whose mail has no final outcome in the ledger; the
+        others were received (a receipt whose clear was lost) and are dropped without an alarm.
+        Nothing when the ledger cannot be asked (they are looked at again next time)."""
+        finished = self.finished
+        if not ready or finished is None:
+            return ready
+        left = []
+        try:
+            for entry in ready:
+                if not finished(entry.mail_id):
+                    left.append(entry)
+                    continue
+                log.info("mailguard watchdog: mail %s finished; its entry dropped", entry.mail_id)
+                self.outbox.discard(entry.mail_id, entry.lane)
+                self._seen.pop(entry.mail_id, None)
+        except Exception as exc:  # the ledger's errors, whatever they are: not proven lost
+            log.info("mailguard watchdog: the ledger cannot be asked: %s", exc)
+            return []
+        return left
 
     def _publish(self, taken: list[tuple[Pending, bytes]], written: dict[str, float]) -> int:
         """Publish each taken entry in one batch (discard one that cannot be decoded); log and

@@ -97,6 +97,7 @@ ORDER_4 = (
     "stale_owner",
     "due",
     "first_due",
+    "greylists",
 )
 #: A version 4 progress value as written when it is left out at the end (times relative to the
 #: payload's due: 0 is the slot itself).
@@ -112,6 +113,7 @@ USUAL_4: dict[str, Any] = {
     "stale_owner": "",
     "due": 0,
     "first_due": 0,
+    "greylists": 0,
 }
 _SEPARATORS = (",", ":")
 #: The progress's times (relative to the due in version 3) and those that are slots, kept exact.
@@ -159,7 +161,7 @@ class Parked:
                 for name in _TIMES:
                     base = seen_from if name == "first_seen" else due_ms
                     values[name] = _relative(float(values[name]), base, exact=name in _SLOTS)
-            progress = [values[name] for name in PROGRESS_FIELDS]
+            progress = [values[name] for name in PROGRESS_FIELDS]  # 2 and 3: no greylists
             if version == 4:
                 progress = _shortened([values[name] for name in ORDER_4])
             if self.progress.requested_at:
@@ -288,7 +290,8 @@ def _same(value: Any, usual: Any) -> bool:
 def _progress(version: int, values: Any, due_ms: int) -> Progress:
     """The progress of a version 2, 3 or 4 payload from its written ``values`` (``due_ms``: the
     payload's due, epoch ms; unused by version 2)."""
-    if not isinstance(values, list) or len(values) > len(PROGRESS_FIELDS):
+    fields = ORDER_4 if version == 4 else PROGRESS_FIELDS
+    if not isinstance(values, list) or len(values) > len(fields):
         raise ValueError("progress malformed")
     named = dict(zip(PROGRESS_FIELDS, values, strict=False))
     if version == 4:

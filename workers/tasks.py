@@ -5,8 +5,7 @@
 
 The process's settings live in :mod:`workers.process_settings`, its guard in
 :mod:`workers.state`; ``workers.tasks.settings``, ``guard`` and ``use_settings`` are theirs,
-re-exported. The call checks are
-:mod:`workers.call`'s.
+re-exported. The call checks are :mod:`workers.call`'s.
 """
 
 from __future__ import annotations
@@ -30,9 +29,10 @@ from mailer.outcomes import IN_FLIGHT, SUPERSEDED, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
-from workers import outbox, outbox_ride, parking, priority, process_settings, routing, state
+from workers import failed, outbox, outbox_ride, parking, priority, process_settings, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
+from workers.enqueue import bounded
 from workers.outcomes import store_waiting
 from workers.process_settings import use_settings
 from workers.state import guard
@@ -114,7 +114,7 @@ class GuardedTask(Task[Any, Any]):
         """Publish a caller's call, its outbox entry written first (:mod:`workers.outbox`: one
         script call on the ledger's Redis, in the same write as the publish when the broker is
         that Redis server, else its answer read later; the mail is published without one when
-        that Redis is down). A publish that raises removes the entry."""
+        that Redis is down). A publish that raises removes the entry (NotEnqueued: bounded)."""
         recorded = None
         if self._to_mail_queue(options):
             task_id = options["task_id"] = str(options.get("task_id") or uuid())
@@ -133,7 +133,7 @@ class GuardedTask(Task[Any, Any]):
                 app=self.app,
             )
         try:
-            with outbox_ride.riding(recorded.ride if recorded is not None else None):
+            with bounded(self.app, options), outbox_ride.riding(getattr(recorded, "ride", None)):
                 result = super().apply_async(args, kwargs, **options)
         except BaseException:
             outbox.discard(recorded)
@@ -319,7 +319,8 @@ def send_mail(
         if step.outcome.reason == SUPERSEDED:  # a stale copy: the mail's state is another run's
             self.request.ignore_result = True
         return step.outcome.as_dict()
-    if isinstance(step, Fail):
+    if isinstance(step, Fail):  # kept for `mailguard retry` (workers/failed.py)
+        failed.keep(settings, self.request, mail_id)
         raise MailFailed(step.outcome.as_dict())
     return _wait(self, step, mail_id, settings)
 

@@ -3,7 +3,8 @@
 :class:`Booking` is the one place that
 
 - computes the deadline (the kind's ``max_wait``, in seconds, counts from when the guard first
-  saw the mail: ``Progress.first_seen``) and drops an expired mail (:meth:`Booking.window`),
+  saw the mail: ``Progress.first_seen``; once the relay was tried, the kind's lifetime:
+  :func:`~mailer.guard.retry_schedule.kept_for`) and drops an expired mail (:meth:`Booking.window`),
   both on the limiter's clock (:meth:`~mailer.limits.limiter.Limiter.now`), so no worker's or
   caller's clock moves a deadline;
 - asks the limiter for a mail: its one recipient, or every envelope recipient at one common
@@ -30,6 +31,7 @@ from mailer.durations import human
 from mailer.errors import BackendUnavailable, Contended
 from mailer.guard.data import Admitted, GuardConfig, Prepared, iso, log_fields
 from mailer.guard.outage import backend_down
+from mailer.guard.retry_schedule import kept_for
 from mailer.limits.decision import Decision, backlog_detail, backlog_full
 from mailer.limits.limiter import MAX_WAIT, Limiter
 from mailer.limits.multi import acquire_all, release_all
@@ -148,7 +150,7 @@ class Booking:
     def span(self, mail: Prepared, progress: Progress, now: float) -> float | None:
         """:meth:`window`'s longest wait at ``now`` (epoch seconds, the limiter's clock); None
         for a mail expired then (nothing done about it)."""
-        left = (progress.first_seen or now) + mail.kind.max_wait - now
+        left = (progress.first_seen or now) + kept_for(mail.kind, progress, self.config) - now
         if left < -self.config.late_tolerance:
             return None
         return min(max(left, 0.0), MAX_WAIT)
@@ -270,11 +272,12 @@ class Booking:
     def _expired(self, mail: Prepared, progress: Progress, now: float) -> Finish:
         """``dropped`` / ``expired``: the kind's deadline, counted on the limiter's clock from
         when the guard first saw the mail, has passed."""
-        deadline = progress.first_seen + mail.kind.max_wait
+        allowed = kept_for(mail.kind, progress, self.config)
+        deadline = progress.first_seen + allowed
         dropped = mail.base.but(
             reason=why.EXPIRED,
             detail=f"{human(now - progress.first_seen)} after the guard first saw it, kind "
-            f"{mail.kind.name!r} allows {human(mail.kind.max_wait)} (deadline {iso(deadline)})",
+            f"{mail.kind.name!r} allows {human(allowed)} (deadline {iso(deadline)})",
         )
         log.info("mail %s dropped: expired", mail.mail_id, extra=log_fields(dropped))
         if progress.due:

@@ -50,10 +50,11 @@ class GuardConfig:
 
     sender: str = defaults.SENDER
     fail_open: bool = False
-    #: The longest backoff after failed runs (``MAILGUARD_MAX_COUNTDOWN``); the guard caps no
-    #: countdown (``workers/tasks.py`` does).
+    #: The longest backoff after runs that found a backend down (``MAILGUARD_MAX_COUNTDOWN``);
+    #: a refused send's is ``retry_backoff_max``. The guard caps no countdown
+    #: (``workers/tasks.py`` does).
     max_backoff: float = defaults.MAX_COUNTDOWN
-    send_retries: int = defaults.SEND_RETRIES
+    #: The first wait after a failed run (a refused send, a backend down), doubled each time.
     retry_backoff: float = defaults.RETRY_BACKOFF
     claim_lease: float = defaults.CLAIM_LEASE
     suppress_for: float = defaults.SUPPRESS_FOR
@@ -67,6 +68,12 @@ class GuardConfig:
     #: (distinct recipients, seconds): that many temporary failures hold the sender; None: off.
     hold_evidence: tuple[int, float] | None = defaults.HOLD_EVIDENCE
     rules: AddressRules = field(default_factory=AddressRules)
+    #: How long a mail is kept through temporary failures when its kind sets no lifetime
+    #: (``MAILGUARD_LIFETIME``; :func:`mailer.mail.kinds.lifetime_of`).
+    lifetime: float = defaults.LIFETIME
+    #: The longest wait between two tries of a mail the relay refused for a time
+    #: (``MAILGUARD_RETRY_BACKOFF_MAX``).
+    retry_backoff_max: float = defaults.RETRY_BACKOFF_MAX
 
 
 @dataclass(frozen=True)
@@ -107,12 +114,14 @@ class Refused:
     """The transport refused the mail: what the gates' ``on_send_error`` hooks see.
 
     ``base`` is the outcome so far (with the slot in ``due``); ``progress`` already counts the
-    SMTP attempts this send made.
+    SMTP attempts this send made; ``mail`` is the mail refused (None: not known, its kind's
+    lifetime read as ``GuardConfig.lifetime``).
     """
 
     error: PermanentSendError | TransientSendError
     base: Outcome
     progress: Progress
+    mail: Prepared | None = None
 
 
 def iso(epoch: float) -> str:

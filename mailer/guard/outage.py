@@ -2,7 +2,8 @@
 
 Used when the limiter or the ledger is down, or when several recipients found no common slot
 (contended). Durations in seconds, from :class:`~mailer.guard.data.GuardConfig`
-(``retry_backoff`` doubling up to ``max_backoff``).
+(``retry_backoff`` doubling up to ``max_backoff``). Not for a mail the relay refused: that one
+backs off to ``retry_backoff_max`` within its kind's lifetime (:mod:`mailer.guard.retry_schedule`).
 """
 
 from __future__ import annotations

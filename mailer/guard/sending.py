@@ -7,8 +7,10 @@ transport sends the envelope.
 :meth:`Sending.send` answers ``Finish`` (``sent``), or :class:`~mailer.guard.data.Refused`
 when the transport refused the mail: the gates' ``on_send_error`` hooks see it first (a hard
 bounce suppresses, a throttling reply holds); :meth:`Sending.after_refusal` is the answer when no
-gate took it: ``failed`` for a permanent error, else again later with doubling backoff until
-``send_retries`` are used up.
+gate took it: ``failed`` for a permanent error; else the mail is tried again later, its own
+backoff doubling up to ``retry_backoff_max``, until its kind's lifetime: then ``dropped`` /
+``expired`` with the last reply (:mod:`mailer.guard.retry_schedule`). No count of refusals
+ends a mail; the quick tries within one run are the transport's (``MAILGUARD_SMTP_ATTEMPTS``).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from mailer.durations import human
 from mailer.errors import InvalidMessage, PermanentSendError, TransientSendError
 from mailer.guard.booking import Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, failure, log_fields
-from mailer.guard.outage import backoff
+from mailer.guard.retry_schedule import expired, next_try, retry_wait
 from mailer.guard.validate import message_of
 from mailer.mail.envelope import envelope_of
 from mailer.mail.replies import described
@@ -58,7 +60,7 @@ class Sending:
             receipt = self.transport.send(envelope)
         except (PermanentSendError, TransientSendError) as exc:
             tried = replace(progress, attempts=progress.attempts + exc.attempts)
-            return Refused(exc, base, tried)
+            return Refused(exc, base, tried, mail)
         outcome = base.but(
             status="sent",
             reason=None,
@@ -75,7 +77,8 @@ class Sending:
         return Finish(outcome)
 
     def after_refusal(self, refused: Refused) -> Step:
-        """A refusal no gate answered: ``failed`` (permanent), else retried with backoff."""
+        """A refusal no gate answered: ``failed`` (permanent), else retried with backoff, or
+        ``dropped`` / ``expired`` when no try is left within the kind's lifetime."""
         exc, base, progress = refused.error, refused.base, refused.progress
         if isinstance(exc, PermanentSendError):
             failed = failure(base, why.SMTP_PERMANENT, progress.attempts, exc)
@@ -87,15 +90,23 @@ class Sending:
             )
             return failed
         progress = replace(progress, send_failures=progress.send_failures + 1)
-        if progress.send_failures > self.config.send_retries:
-            failed = failure(base, why.RETRIES_EXHAUSTED, progress.attempts, exc)
+        kind = None if refused.mail is None else refused.mail.kind
+        now = self._clock()
+        wait = retry_wait(self.config, progress.send_failures)
+        countdown = next_try(
+            self.config, kind, progress, now, wait, min_gap=self.config.retry_backoff
+        )
+        if countdown is None:
+            if refused.mail is not None:
+                self.booking.release(refused.mail)  # never sent: its recipient keeps the slot
+            done = expired(base, progress, exc, kind=kind, config=self.config, now=now)
             log.warning(
-                "mail %s failed: transient SMTP errors, retries exhausted",
+                "mail %s dropped: %s, its lifetime is over",
                 base.mail_id,
-                extra=log_fields(failed.outcome),
+                described(exc, "transient"),
+                extra=log_fields(done.outcome),
             )
-            return failed
-        countdown = backoff(self.config, progress.send_failures)
+            return done
         waiting = base.but(
             status="deferred",
             reason=why.SMTP_TRANSIENT,

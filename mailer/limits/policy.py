@@ -170,7 +170,7 @@ class Policy:
 
 
 def _checked(scope: str, tiers: tuple[Tier, ...]) -> tuple[Tier, ...]:
-    seen: set[tuple[str, int, int]] = set()
+    seen: dict[tuple[str, int, int], Tier] = {}
     for tier in tiers:
         if tier.kind not in KINDS:
             raise ValueError(f"tier {tier}: unknown kind {tier.kind!r}, use sliding, fixed or gcra")
@@ -190,10 +190,21 @@ def _checked(scope: str, tiers: tuple[Tier, ...]) -> tuple[Tier, ...]:
                 "(or 12mo, fixed) are supported"
             )
         ident = (tier.kind, tier.window_ms, tier.months)
-        if ident in seen:
-            raise ValueError(f"duplicate tier in {scope}: two {tier.kind} tiers like {tier}")
-        seen.add(ident)
+        if (first := seen.get(ident)) is not None:
+            raise ValueError(_duplicate(scope, first, tier))
+        seen[ident] = tier
     return tuple(sorted(tiers, key=lambda t: (t.window_ms, KINDS.index(t.kind))))
+
+
+def _duplicate(scope: str, first: Tier, second: Tier) -> str:
+    """The refusal of two tiers of one kind and window in ``scope``: which to keep."""
+    window = f"{first.months}mo" if first.months else _format_ms(first.window_ms)
+    stricter = min((first, second), key=lambda t: t.limit)
+    return (
+        f"duplicate tier in {scope}: {first} and {second} are two {first.kind} tiers of the "
+        f"window {window}; keep one (the pair would allow {stricter.limit} per {window}: "
+        f"write {stricter})"
+    )
 
 
 def _parse_tier(part: str) -> Tier:

@@ -41,8 +41,9 @@ DEFAULT_DOTLESS_DOMAINS = frozenset({"gmail.com", "googlemail.com"})
 DEFAULT_DOMAIN_ALIASES: Mapping[str, str] = MappingProxyType({"googlemail.com": "gmail.com"})
 
 _FORBIDDEN = ("\r", "\n", "\0")
-# Validated with this domain in place of ``localhost``, which email-validator refuses as special.
-_STAND_IN = "localhost.example"
+# Appended to ``localhost`` and to an admitted reserved domain (``rules.reserved_domains``) for
+# email-validator, which refuses special-use names whatever its options; removed afterwards.
+_STAND_IN = ".example"
 # A host name: dot-separated labels of letters, digits and inner hyphens (after IDNA).
 _LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOST_RE = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
@@ -70,6 +71,9 @@ class AddressRules:
     - ``domain_aliases``: domain -> canonical domain, e.g. ``googlemail.com`` -> ``gmail.com``.
     - ``allow_smtputf8``: accept non-ASCII local parts (the server must support SMTPUTF8).
     - ``allow_test_domains``: accept the reserved ``.test`` domain (for test suites only).
+    - ``reserved_domains``: reserved names (``local``, ``test``, ``corp.local``: special-use
+      names or names under one) whose domains are accepted, for an internal relay that
+      delivers them (``MAILGUARD_ALLOW_RESERVED_DOMAINS``). Empty by default: refused.
 
     Do not use these rules to decide where mail goes: they merge mailboxes that some providers
     keep apart, which is right for a budget and wrong for delivery.
@@ -82,6 +86,7 @@ class AddressRules:
     domain_aliases: Mapping[str, str] = field(default_factory=_default_aliases, hash=False)
     allow_smtputf8: bool = True
     allow_test_domains: bool = False
+    reserved_domains: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         if len(self.tag_separator) != 1 or self.tag_separator in "@.\r\n\0 ":
@@ -89,6 +94,10 @@ class AddressRules:
         # Copies, so a caller changing its own set or dict later cannot change the rules.
         domains: Iterable[str] = self.dotless_domains
         object.__setattr__(self, "dotless_domains", frozenset(d.lower() for d in domains))
+        reserved: Iterable[str] = self.reserved_domains
+        object.__setattr__(
+            self, "reserved_domains", frozenset(d.strip(".").lower() for d in reserved)
+        )
         aliases = {k.lower(): v.lower() for k, v in self.domain_aliases.items()}
         object.__setattr__(self, "domain_aliases", MappingProxyType(aliases))
 
@@ -149,11 +158,11 @@ def _validate(text: str, rules: AddressRules) -> tuple[str, str, str, bool]:
 
 def _by_validator(text: str, rules: AddressRules) -> tuple[str, str, str, bool]:
     """:func:`_validate` by email-validator: any address."""
-    local, _, domain = text.rpartition("@")
-    loopback = domain.lower() == "localhost"
+    domain = text.rpartition("@")[2]
+    stand_in = domain.lower() == "localhost" or _admitted(domain.lower(), rules)
     try:
         valid = validate_email(
-            f"{local}@{_STAND_IN}" if loopback else text,
+            f"{text}{_STAND_IN}" if stand_in else text,
             check_deliverability=False,
             allow_smtputf8=rules.allow_smtputf8,
             allow_quoted_local=False,
@@ -164,13 +173,16 @@ def _by_validator(text: str, rules: AddressRules) -> tuple[str, str, str, bool]:
             globally_deliverable=False,
         )
     except EmailNotValidError as exc:
-        raise InvalidAddress(_safe_reason(str(exc), text)) from None
+        reason = _safe_reason(str(exc), text)
+        if "special-use" in reason:  # an internal relay's .local: the setting that admits it
+            reason += " (MAILGUARD_ALLOW_RESERVED_DOMAINS admits such names for an internal relay)"
+        raise InvalidAddress(reason) from None
     address = valid.ascii_email or valid.normalized
     domain = valid.ascii_domain.lower()
     if domain.rpartition(".")[2].isdigit():  # 10.0.0.1 is an IP address, not a host name
         raise InvalidAddress("address is not valid: the part after the @-sign is not a host name")
-    if loopback:
-        address, domain = f"{address.rpartition('@')[0]}@localhost", "localhost"
+    if stand_in:
+        address, domain = address[: -len(_STAND_IN)], domain[: -len(_STAND_IN)]
     return valid.local_part, domain, address, valid.ascii_email is None
 
 
@@ -186,11 +198,28 @@ def _plain(text: str, rules: AddressRules) -> tuple[str, str, str, bool] | None:
     if "--" in domain or len(domain) > 253 or last.isdigit():
         return None
     for special in SPECIAL_USE_DOMAIN_NAMES:
-        if (domain == special or domain.endswith("." + special)) and not (
-            special == "test" and rules.allow_test_domains
-        ):
+        if (domain == special or domain.endswith("." + special)) and not _admitted(domain, rules):
             return None
     return local, domain, f"{local}@{domain}", False
+
+
+def _admitted(domain: str, rules: AddressRules) -> bool:
+    """True when the lower-case ``domain`` is under a reserved name ``rules`` admit."""
+    admitted = rules.reserved_domains | ({"test"} if rules.allow_test_domains else set())
+    return any(domain == name or domain.endswith("." + name) for name in admitted)
+
+
+def reserved_suffix_problem(suffix: str) -> str | None:
+    """Why ``suffix`` cannot be admitted as a reserved domain (one line), or None: it must be
+    a special-use name (``local``, ``test``, ...) or a host name under one (``corp.local``)."""
+    name = suffix.strip(".").lower()
+    under = [s for s in SPECIAL_USE_DOMAIN_NAMES if name == s or name.endswith("." + s)]
+    if not _HOST_RE.fullmatch(name) or not under:
+        return (
+            f"{suffix!r:.60} is not a reserved name ({', '.join(SPECIAL_USE_DOMAIN_NAMES)}, or a "
+            "name under one such as corp.local); other domains are accepted without this setting"
+        )
+    return None
 
 
 class Mailbox(NamedTuple):

@@ -48,7 +48,7 @@ from typing import Any
 from mailer.defaults import MAX_MESSAGE_BYTES
 from mailer.errors import InvalidAddress, InvalidMessage, MailguardError
 from mailer.limits.checks import check_tenant
-from mailer.mail.address import mailbox
+from mailer.mail.address import DEFAULT_RULES, AddressRules, mailbox
 from mailer.mail.carried import carried_bytes
 from mailer.mail.envelope import attachments, charset
 from mailer.mail.message import check_extra_header
@@ -112,6 +112,7 @@ def check_arguments(
     max_message_bytes: int = MAX_MESSAGE_BYTES,
     private: Sequence[str] = (),
     addresses: bool = True,
+    rules: AddressRules = DEFAULT_RULES,
 ) -> dict[str, Any]:
     """The call as keyword arguments, or ``InvalidArguments`` naming the first bad one.
 
@@ -119,22 +120,24 @@ def check_arguments(
     but not checked here: their owner checks them). ``addresses`` False bounds the addresses
     (text, one line, how many) without parsing them: for a check that the guard's own
     validation follows (the worker's receipt check), so an address is parsed twice per mail,
-    at ``delay()`` and in the guard.
+    at ``delay()`` and in the guard. ``rules``: how addresses are checked (the settings'
+    ``address_rules``: the reserved domains admitted).
     """
     call = _as_keywords(args, kwargs, private)
-    _to(call, addresses)
+    parse = rules if addresses else None
+    _to(call, parse)
     envelope = sum(
         len(value) if isinstance(value, list) else 1
         for value in (call.get("to"), call.get("cc"), call.get("bcc"))
         if value is not None
     )
     for name in ("cc", "bcc", "reply_to"):
-        _addresses(call, name, parse=addresses)
+        _addresses(call, name, parse=parse)
     if envelope > MAX_RECIPIENTS:
         raise InvalidArguments(
             f"send_mail: {envelope} recipients in to, cc and bcc; at most {MAX_RECIPIENTS}"
         )
-    _from_email(call, addresses)
+    _from_email(call, parse)
     _mime(call)
     _attachments(call.get("attachments"))
     _charset(call.get("charset"))
@@ -210,7 +213,7 @@ def _text(
         raise InvalidArguments(f"send_mail: {name} must be one line (no CR, LF or NUL)")
 
 
-def _to(call: Mapping[str, Any], parse: bool) -> None:
+def _to(call: Mapping[str, Any], parse: AddressRules | None) -> None:
     """``to``: an address, or a list of them; empty only with cc or bcc (a Bcc newsletter,
     its To header then ``undisclosed-recipients:;``)."""
     to = call.get("to")
@@ -221,12 +224,14 @@ def _to(call: Mapping[str, Any], parse: bool) -> None:
     else:
         _text(call, "to", required=True, max_chars=_LINE_CHARS, one_line=True)
         if parse:
-            _address(str(to), "to", "to")  # _text made sure it is a str
+            _address(str(to), "to", "to", parse)  # _text made sure it is a str
 
 
-def _addresses(call: Mapping[str, Any], name: str, *, parse: bool, required: bool = False) -> None:
-    """An address or a list of them, each a valid address (checked here: the earliest point
-    that can know; ``parse`` False: bounded, not parsed)."""
+def _addresses(
+    call: Mapping[str, Any], name: str, *, parse: AddressRules | None, required: bool = False
+) -> None:
+    """An address or a list of them, each a valid address under the rules ``parse`` (checked
+    here: the earliest point that can know; ``parse`` None: bounded, not parsed)."""
     value = call.get(name)
     if value is None and not required:
         return
@@ -241,15 +246,15 @@ def _addresses(call: Mapping[str, Any], name: str, *, parse: bool, required: boo
         if any(c in item for c in "\r\n\0"):
             raise InvalidArguments(f"send_mail: {name}[{n}] must be one line (no CR, LF or NUL)")
         if parse:
-            _address(item, name if isinstance(value, str) else f"{name}[{n}]", name)
+            _address(item, name if isinstance(value, str) else f"{name}[{n}]", name, parse)
 
 
-def _address(item: str, where: str, name: str) -> None:
+def _address(item: str, where: str, name: str, rules: AddressRules) -> None:
     """One address of argument ``name`` (shown as ``where``), valid as the worker will check it
     (a display name allowed: ``"Ada <ada@example.com>"``); the refusal names the argument and
     the accepted form, never the address."""
     try:
-        mailbox(item)
+        mailbox(item, rules)
     except InvalidAddress as exc:
         form = '"Name <address>" or ' if name == "reply_to" else ""
         raise InvalidArguments(
@@ -363,14 +368,14 @@ def _mime(call: Mapping[str, Any]) -> None:
         raise InvalidArguments(f"send_mail: {exc}") from None
 
 
-def _from_email(call: Mapping[str, Any], parse: bool) -> None:
+def _from_email(call: Mapping[str, Any], parse: AddressRules | None) -> None:
     """``from_email``: one line, ``"Name <address>"`` or an address, the address valid."""
     _text(call, "from_email", max_chars=_LINE_CHARS, one_line=True)
     value = call.get("from_email")
     if value is None or not parse:
         return
     try:
-        mailbox(value)
+        mailbox(value, parse)
     except InvalidAddress as exc:
         raise InvalidArguments(f"send_mail: from_email: {exc}") from None
 

@@ -2,7 +2,9 @@
 
 A login code is useless after five minutes, a notice is still worth sending tomorrow: the kind's
 ``max_wait`` (seconds) is how long a mail may wait for its rate-limit slot before it is dropped,
-and its ``priority`` (0-9, higher first) lets it overtake mails of lower kinds in the queue.
+its ``lifetime`` how long a mail the relay refused for a time is kept and tried again (never
+shorter than ``max_wait``), and its ``priority`` (0-9, higher first) lets it overtake mails of
+lower kinds in the queue.
 
 Templates are Jinja2 in a sandbox (they may come from configuration), with ``StrictUndefined``
 (a missing variable is an error, never an empty string); only the HTML template autoescapes.
@@ -36,6 +38,8 @@ from mailer.errors import InvalidMessage, UnknownKind
 ENV_PREFIX = "MAILGUARD_KIND_"
 
 DAY = 86400.0
+#: The longest lifetime a kind may set (7 days: the longest wait a booking may reach).
+MAX_LIFETIME = 7 * DAY
 
 #: Kind priorities: 0 (lowest) to 9 (highest); a kind that sets none is in the middle.
 MIN_PRIORITY, MAX_PRIORITY, DEFAULT_PRIORITY = 0, 9, 5
@@ -44,6 +48,7 @@ _NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 # Longest suffix first, so that ``..._MAX_WAIT`` is never read as a kind named ``..._MAX``.
 _ENV_FIELDS = (
     ("_MAX_WAIT", "max_wait"),
+    ("_LIFETIME", "lifetime"),
     ("_PRIORITY", "priority"),
     ("_SHARE", "share"),
     ("_SUBJECT", "subject"),
@@ -69,6 +74,17 @@ def _variables(source: str, *, html: bool) -> frozenset[str]:
     return frozenset(meta.find_undeclared_variables(env.parse(source)))
 
 
+def _checked_lifetime(name: str, lifetime: object) -> float:
+    """A kind's ``lifetime`` as seconds; ``ValueError`` naming the kind when it is not 0-7d."""
+    if isinstance(lifetime, bool) or not isinstance(lifetime, (int, float)):
+        raise ValueError(f"kind {name!r}: lifetime must be a number of seconds")
+    if not 0 <= lifetime <= MAX_LIFETIME:
+        raise ValueError(
+            f"kind {name!r}: lifetime must be 0 to 7d (a number of seconds), got {lifetime:g}"
+        )
+    return float(lifetime)
+
+
 @dataclass(frozen=True, slots=True)
 class Kind:
     """A kind of mail.
@@ -92,6 +108,11 @@ class Kind:
     #: the sender's bulk kinds for that recipient, and a bad sender reputation pauses them
     #: (:mod:`mailer.unsubscribe`, :mod:`mailer.records.reputation`).
     unsubscribe: bool = False
+    #: How long (seconds) after the guard first saw it a mail the relay refused for a time (a
+    #: 4xx, greylisting, a relay down) is kept and tried again, never less than ``max_wait``:
+    #: ``0`` makes ``max_wait`` the kind's deadline (the built-in ``code`` kind's); None: the
+    #: process's ``MAILGUARD_LIFETIME`` (5 days). See :func:`lifetime_of`.
+    lifetime: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -104,6 +125,8 @@ class Kind:
         if not math.isfinite(self.max_wait) or self.max_wait < 0:
             raise ValueError(f"kind {self.name!r}: max_wait must be finite and not negative")
         object.__setattr__(self, "max_wait", float(self.max_wait))
+        if self.lifetime is not None:
+            object.__setattr__(self, "lifetime", _checked_lifetime(self.name, self.lifetime))
         if (
             isinstance(self.priority, bool)
             or not isinstance(self.priority, int)
@@ -137,8 +160,10 @@ class Kind:
 
 
 #: Built-in kinds: ``default`` needs the caller's subject and body and may wait a day, ``code``
-#: is a one-time code that is worthless after five minutes and goes first (priority 9),
-#: ``notice`` may wait a day. ``default`` and ``notice`` are in the middle (5).
+#: is a one-time code that is worthless after five minutes, through temporary failures too
+#: (its lifetime is its ``max_wait``), and goes first (priority 9), ``notice`` may wait a day.
+#: ``default`` and ``notice`` are kept the process's lifetime (``MAILGUARD_LIFETIME``) and are
+#: in the middle (5).
 BUILTIN_KINDS = (
     # The plainest call, send_mail.delay(addr), needs some text: neutral, and overridable with
     # MAILGUARD_KIND_DEFAULT_SUBJECT / _BODY; text the caller gives always wins.
@@ -154,6 +179,7 @@ BUILTIN_KINDS = (
         body="Your code is {{ code }}",
         max_wait=300.0,
         priority=MAX_PRIORITY,
+        lifetime=0.0,  # its max_wait is its deadline, through temporary failures too
     ),
     Kind("notice", max_wait=DAY),
 )
@@ -185,12 +211,15 @@ class Kinds(Mapping[str, Kind]):
         """Return ``base`` (the built-ins by default) changed by ``MAILGUARD_KIND_*`` variables.
 
         ``MAILGUARD_KIND_<NAME>_MAX_WAIT`` is a duration (``300``, ``5m``, ``24h``, ``1d``,
-        ``500ms``); ``..._PRIORITY`` a whole number 0-9 (higher first); ``..._SHARE`` a number in
+        ``500ms``), and so is ``..._LIFETIME`` (0 to ``7d``: :attr:`Kind.lifetime`);
+        ``..._PRIORITY`` a whole number 0-9 (higher first); ``..._SHARE`` a number in
         (0, 1], the part of each shared-scope tier the kind may fill; ``..._SUBJECT``,
         ``..._BODY`` and ``..._HTML`` are templates, an empty value
         removing the template; ``..._UNSUBSCRIBE`` is ``1`` for a bulk kind (or ``0``).
         ``<NAME>`` is the kind name in upper case; a new name adds a kind
-        (waiting up to a day unless ``MAX_WAIT`` says otherwise). Pass ``os.environ``. Raises
+        (waiting up to a day unless ``MAX_WAIT`` says otherwise). A kind whose ``MAX_WAIT`` is
+        set and whose ``LIFETIME`` is not has its ``MAX_WAIT`` as its deadline, through
+        temporary failures too (lifetime ``0``). Pass ``os.environ``. Raises
         ``ValueError`` naming the variable on any bad or unknown setting.
         """
         changes: dict[str, dict[str, Any]] = {}
@@ -201,7 +230,7 @@ class Kinds(Mapping[str, Kind]):
             value = environ[variable]
             if field == "unsubscribe":
                 changes.setdefault(name, {})[field] = _flag(variable, value)
-            elif field == "max_wait":
+            elif field in ("max_wait", "lifetime"):
                 try:
                     changes.setdefault(name, {})[field] = parse_duration(value)
                 except ValueError as exc:
@@ -223,7 +252,7 @@ class Kinds(Mapping[str, Kind]):
             else:
                 changes.setdefault(name, {})[field] = value or None
         registry = dict((base if base is not None else cls.defaults())._kinds)
-        for name, fields in changes.items():
+        for name, fields in _with_deadlines(changes).items():
             try:
                 old = registry.get(name)
                 registry[name] = replace(old, **fields) if old is not None else Kind(name, **fields)
@@ -253,6 +282,25 @@ class Kinds(Mapping[str, Kind]):
 
     def __repr__(self) -> str:
         return f"Kinds({sorted(self._kinds)!r})"
+
+
+def _with_deadlines(changes: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``changes`` where a kind that sets ``max_wait`` and no ``lifetime`` gets lifetime 0:
+    a kind that names how long it may wait names its deadline."""
+    return {
+        name: fields
+        if "lifetime" in fields or "max_wait" not in fields
+        else {**fields, "lifetime": 0.0}
+        for name, fields in changes.items()
+    }
+
+
+def lifetime_of(kind: Kind, default: float) -> float:
+    """How long (seconds) after the guard first saw it a mail of ``kind`` is kept through
+    temporary failures: the kind's ``lifetime`` (``default``, the process's
+    ``MAILGUARD_LIFETIME``, when it sets none), never less than its ``max_wait``."""
+    own = default if kind.lifetime is None else kind.lifetime
+    return max(kind.max_wait, own)
 
 
 def _flag(variable: str, value: str) -> bool:

@@ -57,6 +57,16 @@ _MIME_PART = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
 _ID_UNSAFE_RE = re.compile(r"[^A-Za-z0-9_\-]")
 # A Message-ID a caller gives: <left@right>, printable ASCII without spaces or brackets inside.
 _MESSAGE_ID_RE = re.compile(r"^<[!-;=?-~]+@[!-;=?-~]+>$")
+# Headers that hold URIs (RFC 2369, RFC 8058) or message ids (RFC 5322 3.6.4): ASCII only, no
+# encoded word is read in them.
+_ASCII_HEADERS = frozenset(
+    {"list-unsubscribe", "list-unsubscribe-post", "list-help", "list-subscribe", "list-post"}
+    | {"list-owner", "list-archive", "references", "in-reply-to"}
+)
+# Where a header may be folded (mailer.mail.mime.fold_at_spaces), and the longest word a line
+# of 998 characters holds after the fold's space.
+_FOLD_SPACE = re.compile(r"[ \t]+")
+_LONGEST_WORD = 997
 _DOMAIN_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)*$")
 
 
@@ -351,11 +361,15 @@ def check_extra_header(name: object, value: object, max_chars: int = 998) -> Non
     """Raise ``InvalidMessage`` unless ``name: value`` may be given as an extra header: an RFC
     5322 field name that is not reserved (:data:`RESERVED_HEADERS`), a one-line str value; a
     ``Message-ID`` of the form ``<left@right>``, a ``Date`` as RFC 5322 writes one, a
-    ``Sender`` (the envelope sender) an address or ``"Name <address>"``."""
+    ``Sender`` (the envelope sender) an address or ``"Name <address>"``; a header holding URIs
+    or message ids (``List-Unsubscribe``, the other RFC 2369 ones, ``References``,
+    ``In-Reply-To``) in ASCII."""
     _check_header_name(name)
     _check_header_value(f"header {name!r}", value, max_chars)
     assert isinstance(name, str) and isinstance(value, str)  # checked just above
     lower = name.lower()
+    if lower in _ASCII_HEADERS:
+        _check_unencoded(name, value)
     if lower == "message-id" and not _MESSAGE_ID_RE.match(value.strip()):
         raise InvalidMessage("header 'Message-ID' must be <left@right>")
     if lower == "date":
@@ -368,6 +382,21 @@ def check_extra_header(name: object, value: object, max_chars: int = 998) -> Non
             mailbox(value)
         except InvalidAddress as exc:
             raise InvalidMessage(f"header 'Sender': {exc}") from None
+
+
+def _check_unencoded(name: str, value: str) -> None:
+    """A header no encoded word may stand in: ASCII, each word short enough for a line of its
+    own (it is folded at its spaces only, :func:`mailer.mail.mime.fold_at_spaces`)."""
+    if not value.isascii():
+        raise InvalidMessage(
+            f"header {name!r} must be ASCII: it holds URIs or message ids (percent-encode a "
+            "URI's other characters, RFC 3986)"
+        )
+    if len(value) > _LONGEST_WORD and max(map(len, _FOLD_SPACE.split(value))) > _LONGEST_WORD:
+        raise InvalidMessage(
+            f"header {name!r} has a word of more than {_LONGEST_WORD} characters: no line of "
+            "998 (RFC 5322) holds it"
+        )
 
 
 def _check_header_name(name: object) -> None:

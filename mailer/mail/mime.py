@@ -4,7 +4,15 @@ A mail's parts follow what Django's own backends send, so a project that moves t
 sends the same bytes: a text part is ``7bit`` when ASCII, ``8bit`` otherwise, and
 ``quoted-printable`` when a line is longer than 998 octets (RFC 5322); it ends where its text
 ends (no newline added). A header with non-ASCII text is one RFC 2047 encoded word per line
-(``Subject: =?utf-8?q?Ch=C3=A8re_maman?=``), a display name likewise, as Django writes them.
+(``Subject: =?utf-8?q?Ch=C3=A8re_maman?=``), a display name likewise, as Django writes them. A
+header whose text is ASCII (``List-Unsubscribe``, ``References``, ``List-Id``, any caller's
+header holding URIs or addresses) is not encoded: it is folded at its white space (RFC 5322
+2.2.3), lines of at most 78 characters where its words allow, a longer word (a long URL) on a
+line of its own, whole (``email.policy.default`` turns such a word into encoded words to break
+it, which RFC 2369 and RFC 8058 readers do not decode). Only a word that fits no line of 998
+characters is still encoded, where RFC 2047 allows it (``Subject``); a URI header holding one
+is refused when the mail is checked. A non-ASCII ``List-Id`` has its phrase encoded, its
+``<list id>`` as it is (RFC 2919).
 
 Attachments keep what they say about themselves: a text attachment its charset, an inline image
 its ``Content-ID`` and ``inline`` disposition, a ``message/rfc822`` attachment its message
@@ -14,27 +22,72 @@ unencoded (RFC 2046 5.2.1: never base64).
 from __future__ import annotations
 
 import email
+import re
+import sys
 from email import charset as charsets
 from email.charset import Charset
 from email.header import Header
-from email.headerregistry import HeaderRegistry, UnstructuredHeader
+from email.headerregistry import BaseHeader, HeaderRegistry, UnstructuredHeader
 from email.message import EmailMessage
-from email.policy import EmailPolicy
+from email.policy import EmailPolicy, Policy
 from email.utils import formataddr
 from typing import Any
 
 #: RFC 5322's longest line in octets; a text with a longer line goes quoted-printable.
 MAX_LINE_OCTETS = 998
+#: RFC 5322's line limit in characters, CRLF not counted: no folding writes a longer line.
+MAX_LINE_CHARS = 998
 _ADDRESS_HEADERS = frozenset({"from", "to", "cc", "reply-to", "sender"})
+# "Name:", then each run of white space with the word after it (where a fold may go).
+_FOLD_POINTS = re.compile(r"[ \t]+[^ \t]*|[^ \t]+")
+# A List-Id (RFC 2919): a phrase, then the list's id in angle brackets (ASCII).
+_LIST_ID = re.compile(r"^(.*\S)[ \t]*(<[!-;=?-~]+>)[ \t]*$")
+
+
+class FoldedHeader(BaseHeader):
+    """The base of every header class mailguard's policies make: an unstructured header whose
+    text is ASCII is folded at its white space (:func:`fold_at_spaces`), not encoded, unless a
+    word of it fits no line of :data:`MAX_LINE_CHARS` (then ``email`` encodes it to break it:
+    allowed in ``Subject``, refused at the check in URI headers). Any other header is folded as
+    ``email`` folds it. A parsed header that is refolded (a source line over 78 characters)
+    goes through here too, so a message parsed and written again keeps its form."""
+
+    def fold(self, *, policy: Policy) -> str:
+        text = str(self)
+        if isinstance(self, UnstructuredHeader) and text.isascii():
+            folded = fold_at_spaces(self.name, text, policy.linesep, policy.max_line_length)
+            lines = folded.split(policy.linesep)
+            if max(len(line) for line in lines) <= MAX_LINE_CHARS:
+                return folded
+        return super().fold(policy=policy)
+
+
+def fold_at_spaces(name: str, value: str, linesep: str, width: int | None = 78) -> str:
+    """``name: value`` and ``linesep``, folded as RFC 5322 2.2.3 folds: a line break before white
+    space only, so unfolding gives back ``value`` exactly. A line ends before the word that would
+    take it past ``width`` characters (None or 0: never folded); a longer word stays whole on a
+    line of its own (the first word on the name's line while that line stays within
+    :data:`MAX_LINE_CHARS`). White space at the end stays on the last line (no blank line)."""
+    segments = _FOLD_POINTS.findall(f"{name}: {value}")
+    lines = [segments[0]]
+    limit = width or sys.maxsize
+    for segment in segments[1:]:
+        room = MAX_LINE_CHARS if len(lines) == 1 and lines[0] == segments[0] else limit
+        if len(lines[-1]) + len(segment) <= room or not segment.strip():
+            lines[-1] += segment
+        else:
+            lines.append(segment)
+    return linesep.join(lines) + linesep
 
 
 class MadeOnceRegistry(HeaderRegistry):
     """``email``'s header registry, each header class made once: the standard one makes a new
     class (``type(...)``) for every header of every message, most of a short mail's build time.
-    The classes hold no state; their instances are the headers."""
+    The classes hold no state; their instances are the headers. Their base is
+    :class:`FoldedHeader`."""
 
     def __init__(self) -> None:
-        super().__init__()
+        super().__init__(base_class=FoldedHeader)
         self._made: dict[str, type] = {}
 
     def __getitem__(self, name: str) -> type:
@@ -51,7 +104,8 @@ class MadeOnceRegistry(HeaderRegistry):
 
 class DjangoLikePolicy(EmailPolicy):
     """``email.policy.default`` that writes a non-ASCII header as Django does: the whole text
-    one encoded word (per folded line), each non-ASCII display name one encoded word."""
+    one encoded word (per folded line), each non-ASCII display name one encoded word; an ASCII
+    unstructured header folded at its white space (:class:`FoldedHeader`)."""
 
     def fold(self, name: str, value: Any) -> str:
         folded = _encoded(name, value, self.linesep)
@@ -70,16 +124,18 @@ POLICY = DjangoLikePolicy(header_factory=MadeOnceRegistry())
 #: The policy of a message carried whole (Django's backend): every header written back as it
 #: came, folds included, the parts as they were, a body line starting ``From `` left as it is
 #: (RFC 5322 needs no ``>From``), so the bytes sent are the bytes carried. A header added by a
-#: hook is folded as ``email.policy.default`` folds it.
+#: hook is folded as ``email.policy.default`` folds it, an ASCII unstructured one at its white
+#: space (:class:`FoldedHeader`).
 CARRIED_POLICY = EmailPolicy(
     refold_source="none", mangle_from_=False, header_factory=MadeOnceRegistry()
 )
 
 
 def _encoded(name: str, value: Any, linesep: str) -> str | None:
-    """``name: value`` encoded as Django encodes it, or None when the default folding is the
-    same (an ASCII value) or better (a non-ASCII address, which needs SMTPUTF8 anyway; a
-    structured header such as ``Content-Disposition``, whose parameters RFC 2231 encodes)."""
+    """``name: value`` encoded as Django encodes it (a ``List-Id``: its phrase only, RFC 2919),
+    or None when the header's own folding is right (an ASCII value, :class:`FoldedHeader`) or
+    better (a non-ASCII address, which needs SMTPUTF8 anyway; a structured header such as
+    ``Content-Disposition``, whose parameters RFC 2231 encodes)."""
     text = str(value)
     if text.isascii():
         return None
@@ -91,6 +147,10 @@ def _encoded(name: str, value: Any, linesep: str) -> str | None:
         return f"{name}: {shown}{linesep}"
     if not isinstance(value, UnstructuredHeader):  # Content-Disposition's filename*=: RFC 2231
         return None
+    listed = _LIST_ID.match(text) if name.lower() == "list-id" else None
+    if listed is not None:  # RFC 2919: only the phrase may be encoded, never the <list id>
+        words = Header(listed[1], "utf-8", header_name=name).encode(linesep="")  # one line
+        return fold_at_spaces(name, f"{words} {listed[2]}", linesep)
     encoded = Header(text, "utf-8", header_name=name).encode(linesep=linesep)
     return f"{name}: {encoded}{linesep}"
 

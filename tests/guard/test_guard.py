@@ -149,22 +149,23 @@ def test_mail_claimed_by_another_worker_waits(clock: ManualClock) -> None:
     assert len(transport.sent) == 1
 
 
-def test_transient_errors_retry_then_fail_and_release(clock: ManualClock) -> None:
-    """Transient failures come back Later with backoff; past the budget: failed, slot released."""
-    guard, transport = make_guard(clock, send_retries=2, retry_backoff=10)
+def test_transient_errors_retry_with_doubling_backoff_then_send(clock: ManualClock) -> None:
+    """Transient failures come back Later with a doubling backoff, never failed: the mail is
+    sent at the first try the relay accepts, once."""
+    guard, transport = make_guard(clock, retry_backoff=10)
     transport.fail_next(3)
     progress = None
     countdowns = []
-    for _ in range(2):
+    for _ in range(3):
         step = guard.process(req("flaky"), progress)
         assert isinstance(step, Later) and step.outcome.reason == "smtp_transient"
         countdowns.append(step.wait)
         progress = step.progress
-    assert countdowns == [10, 20]
+        clock.advance(step.wait)
+    assert countdowns == [10, 20, 40]
     final = guard.process(req("flaky"), progress)
-    assert isinstance(final, Fail) and final.outcome.reason == "retries_exhausted"
-    assert final.outcome.attempts == 3
-    assert guard.limiter.peek(ADA).allowed, "the failed mail's slot was given back"
+    assert isinstance(final, Finish) and final.outcome.status == "sent"
+    assert final.outcome.attempts == 4 and len(transport.sent) == 1
 
 
 def test_permanent_error_fails_at_once_and_releases(clock: ManualClock) -> None:

@@ -14,6 +14,7 @@ import redis
 
 from mailer import ManualClock
 from mailer.records.outbox import (
+    CLEARED_TTL,
     LANES,
     MemoryOutbox,
     Outbox,
@@ -251,3 +252,36 @@ def test_writes_nobody_waits_for_apply_on_a_server_without_the_scripts(redis_url
     poll(lambda: client.zcard("mailguard:{outbox:mail}:at:4") == 1, 5, "the writes to apply")
     assert client.zrange("mailguard:{outbox:mail}:at:4", 0, -1) == [b"unread-1"]
     client.close()
+
+
+def test_a_put_after_its_mails_receipt_writes_nothing(outbox: Outbox, clock: ManualClock) -> None:
+    """Given a worker that received a mail before its put was applied (the write overtaken by
+    the publish), when the put arrives, then no entry stays behind (nothing is overdue, even
+    with the queue drained), and a later put of the same id is written again; another mail's
+    put is untouched."""
+    assert outbox.received("early", "4") is False
+    outbox.put("early", "4", b"E")
+    outbox.put("other", "4", b"O")
+    _later(clock)
+    found = outbox.overdue(0.0, drained=True, slack=0.0)
+    assert [p.mail_id for p in found.popped] == ["other"]
+    outbox.put("early", "4", b"E2")
+    assert outbox.size() == 2, "the receipt is remembered for one put only"
+
+
+def test_a_receipt_is_remembered_for_a_while_only(outbox: Outbox, clock: ManualClock) -> None:
+    """Given a receipt that found no entry, when the put comes more than ``CLEARED_TTL`` later,
+    then it is written (a late put is never that late; a receipt of some other producer's
+    message leaves nothing for ever); a discard that finds nothing remembers nothing."""
+    assert outbox.discard("gone", "3") is False
+    outbox.put("gone", "3", b"G")
+    assert outbox.size() == 1
+    if isinstance(outbox, RedisOutbox):
+        outbox.received("late", "3")
+        ttl = outbox.client.pttl(outbox.cleared_key)
+        assert 0 < ttl <= CLEARED_TTL * 1000, ttl
+        return
+    outbox.received("late", "3")
+    clock.advance(CLEARED_TTL + 1)
+    outbox.put("late", "3", b"L")
+    assert outbox.size() == 2

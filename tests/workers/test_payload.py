@@ -238,7 +238,7 @@ def test_a_payload_compressed_by_an_earlier_worker_is_read() -> None:
         b"[3, 1.5, [], {}, null]",  # version 3's due is whole milliseconds
         b"[3, true, [], {}, null]",
         b"[5, 1, [], {}, null]",
-        b"[4, 1, [], {}, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]",
+        b"[4, 1, [], {}, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]",
     ],
 )
 def test_anything_else_is_a_value_error(bad: bytes | None) -> None:
@@ -254,3 +254,15 @@ def _version1(entry: Parked) -> bytes:
         data["task"] = entry.task_id
     data |= {"kwargs": entry.kwargs, "due": round(entry.due, 3)}
     return json.dumps(data, separators=(",", ":")).encode()
+
+
+def test_a_parked_mail_keeps_its_greylisting_count() -> None:
+    """A greylisted mail's count of greylisting replies (its step in the greylisting schedule)
+    survives parking: decoded as written; a payload written without it reads 0."""
+    progress = replace(PROGRESS, greylists=3, attempts=4)
+    entry = Parked(MAIL, ["r@example.com"], {"mail_id": MAIL}, 1795484876.062, progress)
+    decoded = Parked.decode(entry.encode(), MAIL)
+    assert decoded.progress is not None and decoded.progress.greylists == 3
+    plain = Parked(MAIL, ["r@example.com"], {"mail_id": MAIL}, 1795484876.062, PROGRESS)
+    assert b"greylists" not in plain.array() and Parked.decode(plain.encode(), MAIL).progress
+    assert Parked.decode(plain.encode(), MAIL).progress.greylists == 0  # type: ignore[union-attr]

@@ -20,7 +20,7 @@ from workers.cancelling import (
     waiting,
 )
 from workers.cancelling import cancelled_outcome as _cancelled
-from workers.cli.errors import fail
+from workers.cli.errors import confirmed, fail
 from workers.cli.shared import shared_ledger_settings
 from workers.parking import schedule_for
 
@@ -46,8 +46,7 @@ def cancel(mail_id: str, yes: bool) -> None:
         ledger, schedule = build_ledger(settings), schedule_for(settings)
         found = lookup(app, mail_id, ledger, schedule)
         waiting(found, schedule)
-        if not yes and not click.confirm(f"Cancel mail {found.mail_id}?", err=True):
-            fail("not cancelled")
+        confirmed(f"Cancel mail {found.mail_id}?", yes=yes, refused="not cancelled")
         parked = schedule.payload(found.mail_id) is not None
         cancel_waiting(app, settings, found, (ledger, schedule))
     except (NotCancelled, BackendUnavailable) as exc:

@@ -44,7 +44,7 @@ def demo(redis_url: str | None, speed: float, as_json: bool) -> None:
     env_settings()  # importing the app reads MAILGUARD_*: a bad variable is one line, exit 2
     if redis_url and not redis_url.startswith(("redis://", "rediss://", "unix://")):
         fail(f"--redis {mask_url(redis_url)}: expected redis://, rediss:// or unix://", USAGE)
-    console = views.console()
+    console = views.console(markup=True)
     summary: dict[str, Any] = {}
 
     def done(run: story.Run) -> None:

@@ -77,3 +77,18 @@ def error_line(message: str) -> None:
     """``mailguard: error: MESSAGE`` on stderr, on one line whatever ``message`` holds."""
     text = " ".join(str(message).split())
     click.echo(f"mailguard: error: {text}", err=True)
+
+
+def confirmed(question: str, *, yes: bool, refused: str) -> None:
+    """Go on when ``yes`` (``--yes``) or the user answers yes to ``question`` (on stderr, read
+    from stdin: a terminal or a pipe); else stop with ``refused`` (exit 1). With no answer to
+    read (stdin closed: a script, a CI job, no terminal), one line naming ``--yes``, exit 2."""
+    if yes:
+        return
+    try:
+        answer = click.confirm(question, err=True)
+    except click.Abort:
+        click.echo(err=True)  # end the question's line: the error is a line of its own
+        fail(f"{refused}: no answer to {question!r} (no terminal to ask on): add --yes", USAGE)
+    if not answer:
+        fail(refused)

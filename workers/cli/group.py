@@ -12,8 +12,10 @@ from workers.cli import (
     policy,
     reputation,
     reset,
+    retry,
     schedule,
     send,
+    settings,
     simulate,
     status,
     suppression,
@@ -50,6 +52,8 @@ for command in (
     policy.policy,
     reputation.reputation,
     health.health,
+    settings.settings,
+    retry.retry,
     transport.transport,
 ):
     main.add_command(command)

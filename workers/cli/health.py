@@ -1,13 +1,16 @@
 """``mailguard health``: when each worker last consumed, and whether one has gone silent while
 mail is due; for a systemd timer or a Kubernetes liveness probe.
 
-Mail is due when the queue holds messages (on ``MAILGUARD_BROKER_URL``, or ``--broker``) or
-the schedule holds an entry whose time has passed. A worker is **silent** when it has consumed
+Mail is due when the queue holds messages of any priority (on ``MAILGUARD_BROKER_URL``, or
+``--broker``), the schedule holds an entry whose time has passed, or, with no worker running,
+a worker took messages and never acknowledged them (Redis: kombu's ``unacked``; a countdown's
+mail waiting for its slot in a worker since killed). A worker is **silent** when it has consumed
 nothing (nor started) for ``--silent-for`` seconds; it is **gone** when its process has not
 written its record for a while (:data:`workers.liveness.GONE`: killed, or its host down).
 Exit 0 when nothing is due or every worker asked about consumes; 1 when one is silent while
-mail is due, or none runs, or the transport is held (the relay refuses our own side:
-``mailguard transport``) (the same code as a refusal: a probe need not tell them apart).
+mail is due, or none runs while mail is due (no record, or only gone ones), or the transport
+is held (the relay refuses our own side: ``mailguard transport``); the same code as a
+refusal: a probe need not tell them apart.
 Records are in the ledger's Redis (:mod:`workers.liveness`); addresses are never printed.
 """
 
@@ -25,6 +28,7 @@ from kombu.exceptions import ChannelError
 from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable
 from mailer.storage import is_memory
+from workers import priority
 from workers.broker_transport import redis_options
 from workers.cli import transport, views
 from workers.cli.errors import USAGE, fail
@@ -75,11 +79,11 @@ def judge(
 
 
 def queued(broker_url: str, queue: str) -> int | None:
-    """Messages waiting in ``queue`` on ``broker_url`` (None for a memory broker: unknown)."""
+    """Messages waiting in ``queue`` on ``broker_url``, every priority (None for a memory broker:
+    unknown). On Redis kombu keeps one list per priority step: each is counted."""
     if is_memory(broker_url):
         return None
-    options = redis_options(broker_url, {})
-    with Connection(broker_url, connect_timeout=5.0, transport_options=options) as conn:
+    with _connect(broker_url) as conn:
         channel: Any = conn.default_channel  # kombu's stubs leave queue_declare out
         missing: tuple[type[BaseException], ...] = (ChannelError, *conn.channel_errors)
         try:
@@ -88,7 +92,35 @@ def queued(broker_url: str, queue: str) -> int | None:
             return 0  # no such queue (yet): nothing in it
 
 
-@click.command(short_help="When each worker last consumed; exit 1 if one is silent.")
+def held(broker_url: str, queue: str) -> int | None:
+    """Messages of ``queue`` a worker took and has not acknowledged (a countdown's mail waiting
+    for its slot, or a run under way), on a Redis broker; None on another broker (RabbitMQ
+    puts a dead consumer's messages back in the queue itself). A worker's sweep puts a dead
+    worker's back after the visibility timeout: with no worker running they stay."""
+    if priority.broker_scheme(broker_url) not in priority.REDIS_SCHEMES:
+        return None
+    with _connect(broker_url) as conn:
+        channel: Any = conn.default_channel
+        with channel.conn_or_acquire() as client:
+            entries = client.hvals(channel.unacked_key)
+    return sum(1 for raw in entries if _routing_key(raw) == queue)
+
+
+def _connect(broker_url: str) -> Connection:
+    """A connection to ``broker_url`` with the workers' priority steps (Redis: ten lists)."""
+    options = redis_options(broker_url, priority.transport_options(broker_url))
+    return Connection(broker_url, connect_timeout=5.0, transport_options=options)
+
+
+def _routing_key(raw: Any) -> str | None:
+    """The routing key of kombu's unacked entry ``[message, exchange, routing_key]``."""
+    try:
+        return str(json.loads(raw)[2])
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+
+
+@click.command(short_help="When each worker last consumed; exit 1 if due mail is not consumed.")
 @click.option("--worker", "worker", help="Only this worker's hostname (a probe's own).")
 @click.option(
     "--silent-for",
@@ -101,8 +133,9 @@ def queued(broker_url: str, queue: str) -> int | None:
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def health(worker: str | None, silent_for: str, broker: str | None, as_json: bool) -> None:
     """When each worker last consumed a message, and whether mail is due (the queue holds
-    messages, or a parked mail's time has passed). Exit 1 when a worker has consumed nothing
-    for --silent-for while mail is due, or no worker runs."""
+    messages of any kind, a parked mail's time has passed, or a gone worker held mails). Exit 1
+    when a worker has consumed nothing for --silent-for while mail is due, or no worker runs
+    (none has a record, or each is gone) while mail is due."""
     settings = shared_ledger_settings("workers' liveness")
     try:
         bound = parse_duration(silent_for)
@@ -117,25 +150,26 @@ def health(worker: str | None, silent_for: str, broker: str | None, as_json: boo
     except BackendUnavailable as exc:
         fail(str(exc))
     now = time.time()
-    waiting = _queued(broker or settings.broker_url, settings.queue)
-    due = bool(waiting) or (upcoming is not None and upcoming <= now)
+    waiting, taken = _counts(broker or settings.broker_url, settings.queue)
+    running = any(not r.gone(now) for r in records)
+    due = bool(waiting) or (upcoming is not None and upcoming <= now) or bool(taken and not running)
     verdicts, problem = judge(records, due=due, now=now, bound=bound, worker=worker)
     problem = problem or transport.held_problem(settings)  # the relay refuses our own side
-    _show(verdicts, waiting, upcoming, now, as_json=as_json, problem=problem)
+    _show(verdicts, (waiting, taken), upcoming, now, as_json=as_json, problem=problem)
     if problem:
         fail(problem)
 
 
-def _queued(broker_url: str, queue: str) -> int | None:
+def _counts(broker_url: str, queue: str) -> tuple[int | None, int | None]:
     try:
-        return queued(broker_url, queue)
+        return queued(broker_url, queue), held(broker_url, queue)
     except Exception as exc:  # any broker, any client: one line, not a traceback
         fail(f"cannot count the queue {queue!r} on the broker: {type(exc).__name__}: {exc}")
 
 
 def _show(
     verdicts: list[Verdict],
-    waiting: int | None,
+    counts: tuple[int | None, int | None],
     upcoming: float | None,
     now: float,
     *,
@@ -143,9 +177,11 @@ def _show(
     problem: str,
 ) -> None:
     parked_due = upcoming is not None and upcoming <= now
+    waiting, taken = counts
     if as_json:
         report: dict[str, Any] = {
             "queued": waiting,
+            "held": taken,
             "schedule_due": parked_due,
             "workers": [
                 asdict(v.record) | {"silent_for": v.silent, "problem": v.problem} for v in verdicts
@@ -155,7 +191,8 @@ def _show(
         click.echo(json.dumps(report, indent=2))
         return
     count = "unknown (memory broker)" if waiting is None else str(waiting)
-    click.echo(f"queued {count}, schedule due {'yes' if parked_due else 'no'}")
+    holding = "" if taken is None else f", held {taken}"
+    click.echo(f"queued {count}{holding}, schedule due {'yes' if parked_due else 'no'}")
     for v in verdicts:
         consumed = "never" if not v.record.consumed else views.when(v.record.consumed)
         click.echo(

@@ -23,7 +23,7 @@ from mailer.limits.policy import Policy
 from mailer.records.policy import KIND_FIELDS, LivePolicies, LivePolicy
 from mailer.settings import Settings
 from workers.cli import views
-from workers.cli.errors import USAGE, fail
+from workers.cli.errors import USAGE, confirmed, fail
 from workers.cli.shared import shared_ledger_settings
 
 
@@ -198,8 +198,7 @@ def set_policy(
     version = 0 if live is None else live.version
     if not yes:
         _compare(now, applied, version)
-        if not click.confirm(f"Store it as the next version (now {version})?", err=True):
-            fail("not stored")
+        confirmed(f"Store it as the next version (now {version})?", yes=False, refused="not stored")
     try:
         stored = policies.set(candidate)
     except BackendUnavailable as exc:

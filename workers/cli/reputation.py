@@ -4,8 +4,9 @@ lift of a pause by hand.
 The counters are the workers' (``MAILGUARD_REPUTATION`` on, the ledger's shared Redis): per
 sender over ``MAILGUARD_REPUTATION_WINDOW``, the mails sent, hard bounces and complaints. A
 sender whose rate crossed its threshold is **paused**: its bulk kinds wait. ``resume`` lifts the
-pause at once, forgiving the window's bounces and complaints, and records who and when (shown
-here afterwards); a pause also lifts by itself when the rate falls back.
+pause at once and releases the mails that waited on it (:mod:`workers.reputation_release`),
+forgiving the window's bounces and complaints, and records who and when (shown here
+afterwards); a pause also lifts by itself when the rate falls back.
 """
 
 from __future__ import annotations
@@ -23,17 +24,24 @@ from mailer.errors import BackendUnavailable
 from mailer.factory import build_reputation
 from mailer.records.reputation import Reputation, Standing, sender_of
 from mailer.records.reputation.base import percent
+from mailer.settings import Settings
 from workers.cli import views
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
+from workers.parking import schedule_for
+from workers.reputation_release import release_paused
 
 
 def _open() -> Reputation:
+    return _opened()[1]
+
+
+def _opened() -> tuple[Settings, Reputation]:
     settings = shared_ledger_settings("sender reputation")
     reputation = build_reputation(settings)
     if reputation is None:
         fail("MAILGUARD_REPUTATION is off: nothing is counted; set it as the workers do", USAGE)
-    return reputation
+    return settings, reputation
 
 
 def state_of(standing: Standing) -> str:
@@ -108,9 +116,10 @@ def _show(rep: Reputation, standings: list[Standing]) -> None:
 @click.argument("sender")
 @click.option("--by", default=None, help="Who lifts it (default: user@host).")
 def resume(sender: str, by: str | None) -> None:
-    """Lift SENDER's pause now: its bulk kinds send again; the window's bounces and
-    complaints are forgiven (recorded with who and when)."""
-    rep = _open()
+    """Lift SENDER's pause now: its bulk kinds send again, the mails that waited on the pause
+    at once (made due in the schedule); the window's bounces and complaints are forgiven
+    (recorded with who and when)."""
+    settings, rep = _opened()
     who = by or f"{getpass.getuser()}@{socket.gethostname()}"
     try:
         known = sorted(s.sender for s in rep.standings())
@@ -118,8 +127,11 @@ def resume(sender: str, by: str | None) -> None:
         if sender_of(sender) not in known and was is None:
             fail(f"{sender_of(sender)} is not counted; known: {', '.join(known) or 'none'}", USAGE)
         standing = rep.resume(sender, who)
+        released = release_paused(settings, schedule_for(settings), sender)
     except BackendUnavailable as exc:
         fail(str(exc))
     if was is None or not was.paused:
         click.echo(f"{standing.sender} was not paused; its counts are forgiven all the same")
     click.echo(f"{standing.sender}: {state_of(standing)}")
+    if released:
+        click.echo(f"{released} paused mail{'' if released == 1 else 's'} released: due now")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from mailer.errors import BackendUnavailable
-from workers.cli.errors import fail
+from workers.cli.errors import confirmed, fail
 from workers.cli.shared import env_settings, live_settings, recipient_key, shared_limiter
 
 
@@ -22,10 +22,8 @@ def reset(address: str, yes: bool) -> None:
     limiter = shared_limiter(settings)
     try:
         hashed = limiter.storage_key("recipient", key)
-        if not yes and not click.confirm(
-            f"Forget every send and booking of recipient {hashed}?", err=True
-        ):
-            fail("not reset")
+        question = f"Forget every send and booking of recipient {hashed}?"
+        confirmed(question, yes=yes, refused="not reset")
         limiter.reset(key)
     except BackendUnavailable as exc:
         fail(str(exc))

@@ -22,7 +22,7 @@ from mailer.factory import build_suppressions
 from mailer.guard.data import iso
 from mailer.records.suppression import FOREVER, Suppression, Suppressions
 from mailer.records.suppression.base import SOURCE_WORDS
-from workers.cli.errors import USAGE, fail
+from workers.cli.errors import USAGE, confirmed, fail
 from workers.cli.shared import shared_ledger_settings
 
 
@@ -102,8 +102,7 @@ def unsuppress(address: str, yes: bool) -> None:
     """Lift the suppression of ADDRESS: the next mail to it goes to the server again."""
     store = _store()
     key = _key(store, address)
-    if not yes and not click.confirm(f"Lift the suppression of recipient {key}?", err=True):
-        fail("not lifted")
+    confirmed(f"Lift the suppression of recipient {key}?", yes=yes, refused="not lifted")
     try:
         lifted = store.lift(address)
     except BackendUnavailable as exc:

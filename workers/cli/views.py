@@ -36,18 +36,28 @@ SUMMARY_COLUMNS = (
 )
 
 
-def console() -> Console:
-    """A console at least 100 columns wide (tables stay readable in a narrow terminal or pipe)."""
-    return Console(highlight=False, soft_wrap=True, width=max(100, Console().width))
+#: The width, in columns, of output that is not a terminal (a pipe, a file, a CI log): wide
+#: enough that no table cell is cut (``other@example.o…``), as a table takes only its width.
+PIPE_WIDTH = 10_000
+
+
+def console(*, markup: bool = False) -> Console:
+    """A console at least 100 columns wide in a terminal (tables stay readable in a narrow
+    one), :data:`PIPE_WIDTH` wide when stdout is not a terminal: a table is never cut there.
+    ``markup`` off: a value holding brackets (``<[recipient]>``) prints as it is; the demo's
+    styled views turn it on."""
+    probe = Console()
+    width = max(100, probe.width) if probe.is_terminal else PIPE_WIDTH
+    return Console(highlight=False, soft_wrap=True, markup=markup, width=width)
 
 
 def print_whole(table: Table) -> None:
     """Print ``table`` at its full width, wider than :func:`console` when it needs to be: no
     header or label is cut (a simulation's ten columns, a recipient's keyed hash)."""
     out = console()
-    needed = out.measure(table, options=out.options.update_width(10_000)).maximum
+    needed = out.measure(table, options=out.options.update_width(PIPE_WIDTH)).maximum
     if needed > out.width:
-        out = Console(highlight=False, soft_wrap=True, width=needed)
+        out = Console(highlight=False, soft_wrap=True, markup=False, width=needed)
     out.print(table)
 
 

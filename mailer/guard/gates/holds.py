@@ -8,7 +8,8 @@ at the latest slot its deadline allows, and goes then (:meth:`Booking.after_hold
 
 On a send error (:func:`mailer.mail.replies.reaction_of`):
 
-- greylisting: this mail alone is booked again after the reply's delay or ``greylist_delay``;
+- greylisting: this mail alone is booked again after the reply's delay or the greylisting
+  schedule's (:mod:`mailer.guard.retry_schedule`), never counted against a budget;
 - a rate or quota reply holds the sender (or ``4.2.1``: that recipient) and books the mail
   after the hold;
 - another temporary error is evidence: when ``hold_evidence`` distinct recipients failed so
@@ -35,6 +36,7 @@ from mailer.guard.booking import GREYLISTING, PACE, After, Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, iso, log_fields
 from mailer.guard.gates import Reads
 from mailer.guard.outage import backend_down
+from mailer.guard.retry_schedule import expired, greylist_wait, next_try
 from mailer.limits.keys import mail_tag
 from mailer.mail.replies import Action, Reaction, enhanced_status, reaction_of
 from mailer.metrics import Metrics
@@ -191,20 +193,32 @@ class HoldsGate:
     def _greylisted(
         self, mail: Prepared, refused: Refused, reaction: Reaction
     ) -> Admitted | Step | None:
-        """This mail alone, booked again after the greylisting delay (the reply's, else
-        ``greylist_delay``); counted as a send failure (``send_retries`` bound the tries)."""
+        """This mail alone, booked again after the greylisting delay (the reply's, else the
+        greylisting schedule's: :func:`~mailer.guard.retry_schedule.greylist_wait`); never
+        counted against a budget, kept until its kind's lifetime (then ``dropped`` /
+        ``expired`` with this reply)."""
         exc, progress = refused.error, refused.progress
-        if progress.send_failures >= self.config.send_retries:
-            return None  # the default rule fails it: retries exhausted
-        progress = replace(progress, send_failures=progress.send_failures + 1)
+        if not isinstance(exc, TransientSendError):
+            return None
+        progress = replace(progress, greylists=progress.greylists + 1)
         base = refused.base.but(
             attempts=progress.attempts, smtp_code=exc.code, smtp_reply=exc.reply
         )
-        delay = reaction.hold or self.config.greylist_delay
         now = self.holds.now()
+        delay = reaction.hold or greylist_wait(self.config, progress.greylists)
+        # A stated delay past the lifetime ends the mail now; a guessed one leaves a last try.
+        gap = delay if reaction.hold else min(self.config.greylist_delay, self.config.retry_backoff)
+        wait = next_try(self.config, mail.kind, progress, now, delay, min_gap=gap)
+        if wait is None:
+            self.booking.release(mail)
+            done = expired(base, progress, exc, kind=mail.kind, config=self.config, now=now)
+            log.warning("mail %s dropped: greylisted past its lifetime", mail.mail_id,
+                        extra=log_fields(done.outcome))  # fmt: skip
+            return done
         cause = f"{exc.code} {exc.reply or ''}".strip()
-        wait = Hold(until=now + delay, level=0, cause=cause, since=now, stated=bool(reaction.hold))
-        after = After(GREYLISTING, wait)
+        stated = bool(reaction.hold) and wait == delay
+        hold = Hold(until=now + wait, level=0, cause=cause, since=now, stated=stated)
+        after = After(GREYLISTING, hold)
         return self.booking.after_hold(mail, base, progress, after, holds_slot=True)
 
     def _witness(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:

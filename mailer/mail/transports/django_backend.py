@@ -206,12 +206,14 @@ def django_message(envelope: Envelope) -> Any:
 
 class _WireMessage(EmailMessage):
     """The built message as Django's backends read it: ``as_bytes`` also takes ``linesep``
-    (Django's own MIME classes do; Django's SMTP backend passes it)."""
+    (Django's own MIME classes do; Django's SMTP backend passes it), CRLF when neither is given,
+    so a backend that posts the bytes (Anymail's SES backend, django-ses) sends what SMTP sends
+    (RFC 5322 line ends)."""
 
     def as_bytes(
         self, unixfrom: bool = False, policy: Any = None, linesep: str | None = None
     ) -> bytes:
-        chosen = policy or self.policy
+        chosen = policy or self.policy.clone(linesep="\r\n")
         if linesep is not None:
             chosen = chosen.clone(linesep=linesep)
         return super().as_bytes(unixfrom, policy=chosen)

@@ -23,9 +23,9 @@ HTTP 401 / 403, SES's credential errors                   hold the transport (ou
 (``InvalidClientTokenId``, ``SignatureDoesNotMatch``...)  are refused: every mail would be)
 another HTTP 4xx (an invalid request)                     fail this mail
 a network error, an HTTP 408 or 5xx                       retry (``RETRY``)
-anything else                                             retry: ``send_retries`` bounds the
-                                                          tries, then ``failed`` with the
-                                                          provider's message
+anything else                                             retry until the kind's lifetime,
+                                                          then ``dropped`` / ``expired`` with
+                                                          the provider's message
 ========================================================  ========================================
 
 The provider's message is kept as the error's ``reply`` (recipient addresses masked); ``code``
@@ -161,8 +161,8 @@ def network(reply: str) -> TransientSendError:
 
 
 def unknown(reply: str) -> TransientSendError:
-    """An answer the mapping does not know: retried as transient (``send_retries`` bound the
-    tries), then ``failed`` with this reply in the outcome."""
+    """An answer the mapping does not know: retried as transient until the kind's lifetime,
+    then ``dropped`` / ``expired`` with this reply in the outcome."""
     return TransientSendError(
         "the provider answered an error mailguard does not know",
         reply=reply,

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from mailer import defaults
 from mailer.mail.transports.base import Transport
+from mailer.mail.transports.smtp_tls import TlsFileError, TlsOptions, client_context
 
 #: The transport used when ``MAILGUARD_TRANSPORT`` is not set.
 DEFAULT = "smtp"
@@ -30,7 +32,10 @@ DJANGO_SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
 class TransportOptions:
     """What a transport may be built from (the ``MAILGUARD_*`` settings that concern it).
     ``retry_holds`` False: the guard holds on throttling, the transport must not retry it at
-    once. ``hold_max`` (seconds) is the sender hold of a paused provider account."""
+    once. ``hold_max`` (seconds) is the sender hold of a paused provider account. ``smtp_tls``
+    is the SMTP transport's own TLS trust and client certificate, ``smtp_ehlo`` its EHLO name
+    (None: the host's FQDN), ``smtp_session_mails`` and ``smtp_session_idle`` (seconds) the
+    bounds of one SMTP connection's reuse."""
 
     smtp_url: str = "console://"
     attempts: int = 3
@@ -41,6 +46,10 @@ class TransportOptions:
     ses_endpoint_url: str | None = None
     ses_configuration_set: str | None = None
     anymail_esp: str | None = None
+    smtp_tls: TlsOptions = field(default_factory=TlsOptions)
+    smtp_ehlo: str | None = None
+    smtp_session_mails: int = defaults.SMTP_SESSION_MAILS
+    smtp_session_idle: float = defaults.SMTP_SESSION_IDLE
 
 
 Builder = Callable[[TransportOptions], Transport]
@@ -57,8 +66,18 @@ def _smtp(options: TransportOptions) -> Transport:
     if scheme == "memory":
         return MemoryTransport()
     try:
+        context = None if options.smtp_tls.default else client_context(options.smtp_tls)
+    except TlsFileError as exc:
+        raise ValueError(f"MAILGUARD_SMTP_{exc.option.upper()}: {exc}") from None
+    try:
         return SmtpTransport.from_url(
-            options.smtp_url, max_attempts=options.attempts, retry_holds=options.retry_holds
+            options.smtp_url,
+            max_attempts=options.attempts,
+            retry_holds=options.retry_holds,
+            ssl_context=context,
+            local_hostname=options.smtp_ehlo,
+            session_mails=options.smtp_session_mails,
+            session_idle=options.smtp_session_idle,
         )
     except ValueError as exc:
         raise ValueError(f"MAILGUARD_SMTP_URL: {exc}") from None

@@ -7,20 +7,25 @@ with a hold, since retrying them at once is what makes a provider throttle harde
 retried: 5xx replies, TLS certificate errors and missing server features (STARTTLS, SMTPUTF8,
 AUTH), because the same try would fail the same way.
 
-Each send opens its own connection and closes it afterwards: simple, and never confused by a
-connection the server closed while idle. At a few mails per second per worker the handshake
-does not matter; for bulk sending a pooled transport would be the better tool.
+One connection carries several mails (:mod:`mailer.mail.transports.smtp_sessions`: at most
+``session_mails`` mails, idle at most ``session_idle`` seconds; ``RSET`` between mails), so the
+TLS handshake and AUTH are paid once per session, not per mail. A session the server closed
+while idle is found by that ``RSET`` and replaced by a fresh connection at once; so is one that
+dies before the mail's ``DATA`` began (nothing of the mail was accepted). One that dies after
+``DATA`` began is today's rule for any connection: retried, with the caveat of the class.
 """
 
 from __future__ import annotations
 
 import logging
 import smtplib
+import socket
 import ssl
 import time
+import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Literal
-from urllib.parse import parse_qsl, unquote, urlsplit
+from typing import TYPE_CHECKING
+from urllib.parse import unquote, urlsplit
 
 from tenacity import (
     RetryCallState,
@@ -31,6 +36,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from mailer import defaults
 from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
@@ -38,21 +44,14 @@ from mailer.mail.envelope import Envelope
 from mailer.mail.replies import Action, Reaction, temporary
 from mailer.mail.transports.base import SendReceipt, mask_addresses, wire_bytes
 from mailer.mail.transports.retrying import worth_retrying
+from mailer.mail.transports.smtp_sessions import Session, Sessions, quit_session
+from mailer.mail.transports.smtp_tls import warn_unverified
+from mailer.mail.transports.smtp_url import SCHEMES, Security, url_options
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
 
 log = logging.getLogger(__name__)
-
-Security = Literal["plain", "ssl", "starttls"]
-
-_SCHEMES: dict[str, tuple[Security, int]] = {
-    "smtp": ("plain", 25),
-    "smtps": ("ssl", 465),
-    "smtp+starttls": ("starttls", 587),
-}
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off", ""}
 
 
 class _SMTP(smtplib.SMTP):
@@ -61,6 +60,8 @@ class _SMTP(smtplib.SMTP):
     (``smtplib``'s own would parse each one again: ``quoteaddr``)."""
 
     data_reply: tuple[int, bytes] | None = None
+    #: True once this mail's ``DATA`` command went out (a failure then may have delivered it).
+    data_started = False
 
     def mail(self, sender: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
         if any(option.lower() == "smtputf8" for option in options) and self.does_esmtp:
@@ -78,19 +79,30 @@ class _SMTP(smtplib.SMTP):
         return " " + " ".join(options) if options and self.does_esmtp else ""
 
     def data(self, msg: ReadableBuffer | str) -> tuple[int, bytes]:
+        self.data_started = True
         crash_point("smtp-data")
         reply = super().data(msg)
         crash_point("smtp-accepted")
         self.data_reply = reply
         return reply
 
+    def next_mail(self) -> None:
+        """Forget the last mail's state (its DATA reply, SMTPUTF8) before the next one."""
+        self.data_reply = None
+        self.data_started = False
+        self.command_encoding = "ascii"
+
 
 class _SMTPSSL(smtplib.SMTP_SSL, _SMTP):
     """The implicit-TLS variant, keeping the DATA reply too."""
 
 
+class _Stale(Exception):
+    """A reused session died before the mail's DATA began: nothing of the mail went out."""
+
+
 class SmtpTransport:
-    """Sends each message over a new SMTP connection, retrying transient failures.
+    """Sends messages over SMTP sessions kept open between mails, retrying transient failures.
 
     ``security`` is ``"plain"``, ``"ssl"`` (implicit TLS, usually port 465) or ``"starttls"``
     (usually port 587). ``timeout`` is in seconds per socket operation. Retries stop after
@@ -98,6 +110,13 @@ class SmtpTransport:
     comes first; waits between tries are random exponential (``wait_multiplier`` * 2**n
     seconds at most, capped at ``wait_max``). ``sleep`` is how waiting happens (tests pass a
     function that does not sleep).
+
+    ``ssl_context`` is this transport's TLS context (:func:`~mailer.mail.transports.smtp_tls.
+    client_context`; default: the system's trust, verified); ``local_hostname`` the EHLO name
+    (default ``socket.getfqdn()``). ``session_mails`` bounds the mails one connection carries
+    (1: a connection per mail), ``session_idle`` (seconds) how long a connection may wait for
+    its next mail; ``clock`` (seconds) is what idleness is measured on. Sessions are this
+    process's: a forked child opens its own.
 
     Caveats: if the connection drops after the message data went out but before the server
     answered, the retry may deliver the mail a second time; SMTP gives no way to know. With
@@ -122,6 +141,9 @@ class SmtpTransport:
         ssl_context: ssl.SSLContext | None = None,
         local_hostname: str | None = None,
         retry_holds: bool = True,
+        session_mails: int = defaults.SMTP_SESSION_MAILS,
+        session_idle: float = defaults.SMTP_SESSION_IDLE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if security not in ("plain", "ssl", "starttls"):
             raise ValueError(f"security must be 'plain', 'ssl' or 'starttls', got {security!r}")
@@ -142,8 +164,13 @@ class SmtpTransport:
         self._wait = wait_random_exponential(multiplier=wait_multiplier, max=wait_max)
         self._sleep = sleep
         self._ssl_context = ssl_context
-        self._local_hostname = local_hostname
+        self.local_hostname = local_hostname or socket.getfqdn()
         self.retry_holds = retry_holds
+        self.sessions = Sessions(max_mails=session_mails, idle=session_idle, clock=clock)
+        weakref.finalize(self, self.sessions.close)  # QUIT the idle sessions at exit
+        unverified = ssl_context is not None and ssl_context.verify_mode == ssl.CERT_NONE
+        if unverified and security != "plain":
+            warn_unverified(f"{self.host}:{self.port}")
 
     @classmethod
     def from_url(
@@ -158,6 +185,8 @@ class SmtpTransport:
         ssl_context: ssl.SSLContext | None = None,
         local_hostname: str | None = None,
         retry_holds: bool = True,
+        session_mails: int = defaults.SMTP_SESSION_MAILS,
+        session_idle: float = defaults.SMTP_SESSION_IDLE,
     ) -> SmtpTransport:
         """Build a transport from ``smtp://[user:password@]host[:port][?starttls=1&timeout=10]``.
 
@@ -174,14 +203,14 @@ class SmtpTransport:
             raise ValueError(
                 f"bad SMTP URL {shown}: cannot parse it (is the port a number?)"
             ) from None
-        if parts.scheme not in _SCHEMES:
+        if parts.scheme not in SCHEMES:
             raise ValueError(f"bad SMTP URL {shown}: scheme must be smtp, smtps or smtp+starttls")
         if not parts.hostname:
             raise ValueError(f"bad SMTP URL {shown}: no host")
-        security, timeout = _url_options(parts.query, _SCHEMES[parts.scheme][0], shown)
+        security, timeout = url_options(parts.query, SCHEMES[parts.scheme][0], shown)
         return cls(
             parts.hostname,
-            port if port is not None else _SCHEMES[parts.scheme][1],
+            port if port is not None else SCHEMES[parts.scheme][1],
             security=security,
             username=unquote(parts.username) if parts.username else None,
             password=unquote(parts.password) if parts.password is not None else None,
@@ -194,6 +223,8 @@ class SmtpTransport:
             ssl_context=ssl_context,
             local_hostname=local_hostname,
             retry_holds=retry_holds,
+            session_mails=session_mails,
+            session_idle=session_idle,
         )
 
     def __repr__(self) -> str:
@@ -237,9 +268,25 @@ class SmtpTransport:
             raise
         return SendReceipt(message_id=message_id, code=code, reply=reply, attempts=attempts)
 
+    def close(self) -> None:
+        """Close (``QUIT``) this process's idle sessions; the next mail opens a new one."""
+        self.sessions.close()
+
     def _attempt(self, envelope: Envelope) -> tuple[int, str]:
-        """One try on a fresh connection: the DATA reply, or the ``SendError`` it raised."""
+        """One try: on an idle session (checked with ``RSET``), else, or when that session
+        turns out dead before the mail's DATA, on a fresh connection. The DATA reply, or the
+        ``SendError`` it raised."""
         recipients = list(envelope.recipients)
+        session = self.sessions.take()
+        if session is not None:
+            try:
+                return self._on(session, envelope, recipients, reused=True)
+            except _Stale:
+                log.debug("SMTP session to %s:%s was closed; opening another", self.host, self.port)
+        return self._on(self._open(recipients), envelope, recipients, reused=False)
+
+    def _open(self, recipients: list[str]) -> Session:
+        """A new session: connected, with STARTTLS and AUTH done as configured."""
         try:
             client = self._connect()
         except (smtplib.SMTPException, OSError) as exc:
@@ -250,12 +297,33 @@ class SmtpTransport:
                 client.starttls(context=self._context())
             if self.username is not None:
                 client.login(self.username, self._password or "")
+        except (smtplib.SMTPException, OSError) as exc:
+            quit_session(client)
+            raise smtp_send_error(exc, recipients, "sending") from None
+        return Session(client)
+
+    def _on(
+        self, session: Session, envelope: Envelope, recipients: list[str], *, reused: bool
+    ) -> tuple[int, str]:
+        """The mail on ``session``; the session is kept for the next mail unless it failed.
+        ``_Stale`` when a reused session died before DATA began (the caller opens another)."""
+        client = session.client
+        assert isinstance(client, _SMTP)
+        client.next_mail()
+        try:
+            if reused:
+                _reset(client)
             refused = _send(client, envelope)
             code, text = client.data_reply or (250, b"")
         except (smtplib.SMTPException, OSError) as exc:
+            if _answered(exc) and client.sock is not None:
+                self.sessions.give_back(session)  # a reply ends the transaction, not the session
+            else:
+                quit_session(client)
+                if reused and not client.data_started and _dropped(exc):
+                    raise _Stale from None
             raise smtp_send_error(exc, recipients, "sending") from None
-        finally:
-            _close(client)
+        self.sessions.give_back(session)
         if refused:
             # Some recipients were refused but others accepted: the mail is out, no retry.
             log.warning(
@@ -268,13 +336,11 @@ class SmtpTransport:
             return _SMTPSSL(
                 self.host,
                 self.port,
-                local_hostname=self._local_hostname,
+                local_hostname=self.local_hostname,
                 timeout=self.timeout,
                 context=self._context(),
             )
-        return _SMTP(
-            self.host, self.port, local_hostname=self._local_hostname, timeout=self.timeout
-        )
+        return _SMTP(self.host, self.port, local_hostname=self.local_hostname, timeout=self.timeout)
 
     def _context(self) -> ssl.SSLContext:
         if self._ssl_context is None:
@@ -331,14 +397,28 @@ def _text(raw: bytes | str) -> str:
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
-def _close(client: smtplib.SMTP) -> None:
-    """Say QUIT and close; a failure here must not turn a delivered mail into a retry."""
+def _reset(client: _SMTP) -> None:
+    """``RSET`` on a reused session: ``_Stale`` (and the session closed) unless it answers 250."""
     try:
-        client.quit()
+        code, _ = client.rset()
     except (smtplib.SMTPException, OSError):
-        pass
-    finally:
-        client.close()
+        code = 0
+    if code != 250:
+        quit_session(client)
+        raise _Stale
+
+
+def _dropped(exc: BaseException) -> bool:
+    """True when the connection failed under the command (no reply came)."""
+    return isinstance(exc, (smtplib.SMTPServerDisconnected, OSError))
+
+
+def _answered(exc: BaseException) -> bool:
+    """True when the server answered (a reply that ends the transaction, the session still
+    usable), not when the connection failed or the server is closing it (421)."""
+    if isinstance(exc, smtplib.SMTPRecipientsRefused):
+        return all(code != 421 for code, _ in exc.recipients.values())
+    return isinstance(exc, smtplib.SMTPResponseException) and exc.smtp_code != 421
 
 
 def _log_retry(state: RetryCallState, message_id: str | None) -> None:
@@ -351,29 +431,6 @@ def _log_retry(state: RetryCallState, message_id: str | None) -> None:
         error,
         human(wait),
     )
-
-
-def _url_options(query: str, security: Security, shown: str) -> tuple[Security, float]:
-    """The SMTP URL's ``starttls`` and ``timeout`` options: (security, timeout in seconds)."""
-    timeout = 30.0
-    for key, value in parse_qsl(query, keep_blank_values=True):
-        if key == "starttls":
-            if value.lower() in _TRUE:
-                if security == "ssl":
-                    raise ValueError(f"bad SMTP URL {shown}: smtps already uses TLS, drop starttls")
-                security = "starttls"
-            elif value.lower() not in _FALSE:
-                raise ValueError(f"bad SMTP URL {shown}: starttls must be 1 or 0")
-        elif key == "timeout":
-            try:
-                timeout = float(value)
-            except ValueError:
-                raise ValueError(f"bad SMTP URL {shown}: timeout must be seconds") from None
-            if not 0 < timeout < float("inf"):
-                raise ValueError(f"bad SMTP URL {shown}: timeout must be positive seconds")
-        else:
-            raise ValueError(f"bad SMTP URL {shown}: unknown option {key!r} (starttls, timeout)")
-    return security, timeout
 
 
 def _send(client: _SMTP, envelope: Envelope) -> dict[str, object]:

@@ -14,6 +14,9 @@ a FIFO) has a *mark*, the write time of the latest entry a worker received from 
 written more than :data:`ORDER_SLACK` before the mark was popped before that one (first in,
 first out), so if it is still here its message is gone. An entry with nothing received behind
 it is shown popped only when the caller saw the whole queue empty (``drained``).
+A receipt that finds no entry is remembered for :data:`CLEARED_TTL` seconds, so a put that
+arrives after it (overtaken by its publish and the receipt) writes nothing: a mail received is
+never left behind to look lost.
 
 - :mod:`mailer.records.outbox.base`: the :class:`Outbox` protocol, :class:`Pending`, the bounds
 - :mod:`mailer.records.outbox.memory`: :class:`MemoryOutbox`, inside one process
@@ -28,6 +31,7 @@ from typing import Any
 from mailer.clock import Clock
 from mailer.defaults import QUEUE
 from mailer.records.outbox.base import (
+    CLEARED_TTL,
     LANES,
     ORDER_SLACK,
     OUTBOX_TTL,
@@ -62,6 +66,7 @@ def outbox_from_url(
 
 
 __all__ = [
+    "CLEARED_TTL",
     "LANES",
     "ORDER_SLACK",
     "OUTBOX_TTL",

@@ -14,6 +14,9 @@ OUTBOX_TTL = 86_400.0
 #: popped: covers a producer slower between its outbox write and its publish than this (such
 #: an entry may be published again once, and the ledger keeps that copy from sending).
 ORDER_SLACK = 1.0
+#: Seconds a receipt that found no entry is remembered: a put of that mail arriving later (its
+#: write overtaken by the publish and the receipt) writes nothing (:meth:`Outbox.received`).
+CLEARED_TTL = 60.0
 #: Entries :meth:`Outbox.overdue` lists at most per call.
 OVERDUE_LIMIT = 200
 #: Every lane: a broker priority 0-9 as text, and ``-`` for a message with none (or another).
@@ -61,7 +64,9 @@ class Outbox(Protocol):
 
     def put(self, mail_id: str, lane: str, payload: bytes) -> None:
         """Record ``mail_id``'s message about to be published in ``lane``; replaces an entry of
-        the same id. Expires on its own after :data:`OUTBOX_TTL` seconds."""
+        the same id. Expires on its own after :data:`OUTBOX_TTL` seconds. Writes nothing when
+        a receipt of ``mail_id`` found no entry within the last :data:`CLEARED_TTL` seconds
+        (the put came after its message was received)."""
         ...
 
     def put_later(self, mail_id: str, lane: str, payload: bytes) -> None:
@@ -77,7 +82,9 @@ class Outbox(Protocol):
 
     def received(self, mail_id: str, lane: str) -> bool:
         """A worker received ``mail_id``'s message from ``lane``: remove the entry and move the
-        lane's mark to its write time (never back). True when there was an entry."""
+        lane's mark to its write time (never back). True when there was an entry; when there
+        was none, the receipt is remembered for :data:`CLEARED_TTL` seconds, so that a put
+        arriving after it writes nothing."""
         ...
 
     def received_later(self, mail_id: str, lane: str) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from mailer.clock import Clock, system_clock
 from mailer.records.outbox.base import (
+    CLEARED_TTL,
     LANES,
     ORDER_SLACK,
     OUTBOX_TTL,
@@ -30,9 +31,13 @@ class MemoryOutbox:
         self._at: dict[str, dict[str, float]] = {lane: {} for lane in LANES}
         self._payloads: dict[str, bytes] = {}
         self._marks: dict[str, float] = {}
+        self._cleared: dict[str, float] = {}  # mail id -> when a receipt found no entry
 
     def put(self, mail_id: str, lane: str, payload: bytes) -> None:
         with self._lock:
+            cleared = self._cleared.pop(mail_id, None)
+            if cleared is not None and cleared > self._clock() - CLEARED_TTL:
+                return
             for entries in self._at.values():
                 entries.pop(mail_id, None)
             self._at.setdefault(lane, {})[mail_id] = self._clock()
@@ -47,9 +52,14 @@ class MemoryOutbox:
     def received(self, mail_id: str, lane: str) -> bool:
         with self._lock:
             at = self._remove(mail_id, lane)
-            if at is not None:
-                self._marks[lane] = max(self._marks.get(lane, at), at)
-            return at is not None
+            if at is None:
+                now = self._clock()
+                for old in [m for m, when in self._cleared.items() if when <= now - CLEARED_TTL]:
+                    del self._cleared[old]
+                self._cleared[mail_id] = now
+                return False
+            self._marks[lane] = max(self._marks.get(lane, at), at)
+            return True
 
     def received_later(self, mail_id: str, lane: str) -> None:
         self.received(mail_id, lane)

@@ -8,6 +8,8 @@ One outbox per queue (``<q>``, with an owner suffix as the schedule's: see
 - ``<ns>:{outbox:<q>}:payloads``: hash, mail id -> payload (opaque bytes: the task message as
   ``workers/payload.py`` encodes it, as the schedule's)
 - ``<ns>:{outbox:<q>}:marks``: hash, lane -> the latest write time (ms) of an entry received
+- ``<ns>:{outbox:<q>}:cleared``: sorted set, mail id -> when a receipt found no entry (ms), for
+  :data:`~mailer.records.outbox.base.CLEARED_TTL`: a put arriving after it writes nothing
 
 Every key expires :data:`~mailer.records.outbox.base.OUTBOX_TTL` after the last write, and an
 entry older than that is removed by the next :meth:`RedisOutbox.overdue`. One hash tag, so one
@@ -23,6 +25,7 @@ from typing import Any
 
 from mailer.defaults import QUEUE
 from mailer.records.outbox.base import (
+    CLEARED_TTL,
     LANES,
     ORDER_SLACK,
     OUTBOX_TTL,
@@ -38,6 +41,7 @@ CLEAR_SCRIPT = lua_source("mailer.records.outbox", "clear")
 OVERDUE_SCRIPT = lua_source("mailer.records.outbox", "overdue")
 TAKE_SCRIPT = lua_source("mailer.records.outbox", "take")
 _TTL_MS = int(OUTBOX_TTL * 1000)
+_CLEARED_MS = int(CLEARED_TTL * 1000)
 PUT_SHA = hashlib.sha1(PUT_SCRIPT.encode()).hexdigest()  # noqa: S324 # Redis's naming
 
 
@@ -53,6 +57,7 @@ class RedisOutbox:
         self.prefix = f"{namespace}:{{outbox:{tag}}}"
         self.payloads_key = f"{self.prefix}:payloads"
         self.marks_key = f"{self.prefix}:marks"
+        self.cleared_key = f"{self.prefix}:cleared"
         self._put = self._redis.script(PUT_SCRIPT)
         self._clear = self._redis.script(CLEAR_SCRIPT)
         self._overdue = self._redis.script(OVERDUE_SCRIPT)
@@ -61,7 +66,9 @@ class RedisOutbox:
         self._later = self._later_clear = None
         if pool is not None:
             self._later = LaterWriter(self._redis, PUT_SCRIPT, self._put)
-            self._later_clear = LaterWriter(self._redis, CLEAR_SCRIPT, self._clear)
+            self._later_clear = LaterWriter(
+                self._redis, CLEAR_SCRIPT, self._clear, keep_unconfirmed=True
+            )
 
     @property
     def client(self) -> Any:
@@ -72,27 +79,31 @@ class RedisOutbox:
         """The sorted set of ``lane``'s entries."""
         return f"{self.prefix}:at:{''.join(c for c in lane if c not in '{}')}"
 
+    def _keys(self, lane: str) -> list[str]:
+        """The keys of put.lua and clear.lua for an entry of ``lane``."""
+        return [self.lane_key(lane), self.payloads_key, self.marks_key, self.cleared_key]
+
     def put(self, mail_id: str, lane: str, payload: bytes) -> None:
-        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
-        self._put(keys, [mail_id, payload, _TTL_MS])
+        keys = self._keys(lane)
+        self._put(keys, [mail_id, payload, _TTL_MS, _CLEARED_MS])
 
     def put_later(self, mail_id: str, lane: str, payload: bytes) -> None:
         """Written to a connection of its own, the answer read later
         (:class:`~mailer.records.outbox.writer.LaterWriter`); a client without one pool (Redis
         Cluster) makes the whole :meth:`put` at once."""
-        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
+        keys = self._keys(lane)
         if self._later is None:
-            self._put(keys, [mail_id, payload, _TTL_MS])
+            self._put(keys, [mail_id, payload, _TTL_MS, _CLEARED_MS])
             return
-        self._later.write(keys, [mail_id, payload, _TTL_MS])
+        self._later.write(keys, [mail_id, payload, _TTL_MS, _CLEARED_MS])
 
     def put_command(self, mail_id: str, lane: str, payload: bytes) -> tuple[Any, ...]:
         """:meth:`put` as one ``EVALSHA`` command, for a caller that sends it itself ahead of
         its own commands, on a connection to this outbox's server with :attr:`db` selected (the
         broker's publish: :mod:`workers.outbox_ride`). An answer ``NOSCRIPT`` (the server lost
         the script) means nothing was written: :meth:`put` it then."""
-        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
-        return ("EVALSHA", PUT_SHA, len(keys), *keys, mail_id, payload, _TTL_MS)
+        keys = self._keys(lane)
+        return ("EVALSHA", PUT_SHA, len(keys), *keys, mail_id, payload, _TTL_MS, _CLEARED_MS)
 
     @property
     def server(self) -> dict[str, Any]:
@@ -114,20 +125,27 @@ class RedisOutbox:
                 writer.close()
 
     def received(self, mail_id: str, lane: str) -> bool:
-        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
-        return bool(self._clear(keys, [mail_id, 1, lane, _TTL_MS]))
+        keys = self._keys(lane)
+        return bool(self._clear(keys, [mail_id, 1, lane, _TTL_MS, _CLEARED_MS]))
 
     def received_later(self, mail_id: str, lane: str) -> None:
-        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
-        args = [mail_id, 1, lane, _TTL_MS]
+        keys = self._keys(lane)
+        args = [mail_id, 1, lane, _TTL_MS, _CLEARED_MS]
         if self._later_clear is None:
             self._clear(keys, args)
             return
         self._later_clear.write(keys, args)
 
+    def unconfirmed_receipts(self) -> list[tuple[str, str]]:
+        """The receipts (mail id, lane) made with :meth:`received_later` whose connection was
+        lost before their answers were read (each once): applied or not, make them again."""
+        if self._later_clear is None:
+            return []
+        return [(_text(args[0]), _text(args[2])) for _, args in self._later_clear.unconfirmed()]
+
     def discard(self, mail_id: str, lane: str) -> bool:
-        keys = [self.lane_key(lane), self.payloads_key, self.marks_key]
-        return bool(self._clear(keys, [mail_id, 0, lane, _TTL_MS]))
+        keys = self._keys(lane)
+        return bool(self._clear(keys, [mail_id, 0, lane, _TTL_MS, _CLEARED_MS]))
 
     def overdue(
         self,

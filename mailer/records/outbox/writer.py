@@ -16,6 +16,10 @@ run again when its answer is read, if it was sent at most :data:`RERUN_WITHIN` s
 answers are read by the first write more than :data:`READ_AFTER` seconds after the oldest
 unread one. An older refused write is dropped with a warning: a put run late would name a mail
 its worker has long received, which the watchdog would then publish again for nothing.
+
+A writer built with ``keep_unconfirmed`` (the receipts' clears) keeps the writes whose answers
+were lost with their connection (:meth:`LaterWriter.unconfirmed`): applied or not, the caller
+makes them again.
 """
 
 from __future__ import annotations
@@ -47,9 +51,12 @@ RERUN_WITHIN = 10.0
 class LaterWriter:
     """Runs one script (its ``source``; through ``script``, which loads it again, for a write
     the server refused for want of it) with writes whose answers are read later. Thread-safe;
-    a forked child opens its own connection, and each new connection loads the script first."""
+    a forked child opens its own connection, and each new connection loads the script first.
+    ``keep_unconfirmed``: keep the writes whose answers a lost connection took with it."""
 
-    def __init__(self, store: RedisStore, source: str, script: Script) -> None:
+    def __init__(
+        self, store: RedisStore, source: str, script: Script, *, keep_unconfirmed: bool = False
+    ) -> None:
         self._store = store
         self._source = source
         self._sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 # Redis's naming
@@ -59,6 +66,8 @@ class LaterWriter:
         self._pid = 0
         #: Writes sent whose answers are unread: keys, arguments, when sent (monotonic).
         self._unread: deque[tuple[Sequence[Any], Sequence[Any], float]] = deque()
+        self._keep = keep_unconfirmed
+        self._unconfirmed: list[tuple[Sequence[Any], Sequence[Any]]] = []
 
     def write(self, keys: Sequence[Any], args: Sequence[Any]) -> None:
         """Send one call of the script; raises :class:`~mailer.errors.BackendUnavailable` when
@@ -88,6 +97,13 @@ class LaterWriter:
             except BaseException:
                 self._drop()
                 raise
+
+    def unconfirmed(self) -> list[tuple[Sequence[Any], Sequence[Any]]]:
+        """The writes (keys, arguments) sent on a connection lost before their answers were
+        read, taken from the writer (each once); empty unless ``keep_unconfirmed``."""
+        with self._lock:
+            taken, self._unconfirmed = self._unconfirmed, []
+            return taken
 
     def _connected(self) -> Any:
         if self._connection is None or self._pid != os.getpid():
@@ -120,15 +136,18 @@ class LaterWriter:
                         time.monotonic() - sent,
                     )
 
-    def _drop(self) -> None:
-        """Close the connection after an error (its answers are out of step); the next write
-        opens another."""
+    def _drop(self, *, lost: bool = True) -> None:
+        """Close the connection after an error (its answers are out of step; ``lost``: the
+        unread writes are kept when the writer keeps them); the next write opens another."""
         if self._connection is not None and self._pid == os.getpid():
             self._connection.disconnect()
+            if self._keep and lost:
+                self._unconfirmed.extend((keys, args) for keys, args, _ in self._unread)
+                del self._unconfirmed[: -MAX_UNREAD * 4]  # bounded: the newest kept
         self._connection = None
         self._unread.clear()
 
     def close(self) -> None:
         """Close the connection (unread answers are dropped: their writes were sent)."""
         with self._lock:
-            self._drop()
+            self._drop(lost=False)

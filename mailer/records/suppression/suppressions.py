@@ -188,12 +188,14 @@ def suppressions_from_url(
     namespace: str = "mailguard",
     clock: Clock | None = None,
     client: Any = None,
+    rules: AddressRules = DEFAULT_RULES,
 ) -> Suppressions:
     """The suppression list on ``memory://`` or a Redis URL (the ledger's); ``client`` reuses
-    a redis-py client. Times are ``clock``'s on both (an entry carries its own ``until``)."""
+    a redis-py client. Times are ``clock``'s on both (an entry carries its own ``until``);
+    ``rules`` check the addresses (the reserved domains admitted)."""
     store: SuppressionStore
     if is_memory(url):
         store = MemorySuppressionStore()
     else:
         store = RedisSuppressionStore(client if client is not None else client_from_url(url), url)
-    return Suppressions(store, secret=secret, namespace=namespace, clock=clock)
+    return Suppressions(store, secret=secret, namespace=namespace, clock=clock, rules=rules)

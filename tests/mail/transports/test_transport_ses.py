@@ -204,20 +204,21 @@ def test_a_paused_account_holds_the_sender_for_the_longest_hold(
     assert any(r.levelname == "ERROR" and "paused" in r.getMessage() for r in caplog.records)
 
 
-def test_an_unknown_answer_is_retried_then_fails_with_the_providers_message(
+def test_an_unknown_answer_is_retried_then_expires_with_the_providers_message(
     clock: ManualClock,
 ) -> None:
     """An error code the mapping does not know: tried 3 times in the send, retried by the guard
-    ``send_retries`` times, then ``failed`` / ``retries_exhausted`` with SES's message."""
+    until the kind's lifetime (``code``: its 5 min), then ``dropped`` / ``expired`` with SES's
+    message."""
     with SesErrorStub(400, "WeirdNewException", "Something new went wrong.") as stub:
-        guard = guard_on(stub.url, clock, throttle_hold=None, send_retries=1)
-        first = guard.process(request("ses-5"))
+        guard = guard_on(stub.url, clock, throttle_hold=None, retry_backoff=200.0)
+        first = guard.process(request("ses-5", kind="code"))
         assert isinstance(first, Later) and first.outcome.reason == "smtp_transient", first
         clock.advance(first.wait)
-        last = guard.process(request("ses-5"), first.progress)
+        last = guard.process(request("ses-5", kind="code"), first.progress)
         assert stub.requests == 6  # 3 tries in each of the two runs
-    assert isinstance(last, Fail), last
-    assert last.outcome.reason == "retries_exhausted"
+    assert isinstance(last, Finish), last
+    assert (last.outcome.status, last.outcome.reason) == ("dropped", "expired")
     assert last.outcome.smtp_reply == "SES WeirdNewException: Something new went wrong."
 
 

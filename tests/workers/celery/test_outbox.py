@@ -21,14 +21,16 @@ import redis
 
 from devservers.celery_worker import client_app, worker_env
 from devservers.ports import free_port
+from devservers.redis_servers import RedisServer
 from mailer.errors import BackendUnavailable
 from mailer.mail.seal import seal
 from mailer.metrics import default_metrics
+from mailer.outcomes import Outcome
 from mailer.records.outbox import RedisOutbox, lane_of
 from mailer.records.schedule import RedisSchedule
 from mailer.settings import Settings
 from mailer.steps import Progress
-from workers import outbox, tasks
+from workers import outbox, state, tasks
 from workers.outbox_watch import OutboxWatch
 from workers.payload import Parked
 from workers.promoter import Promoter
@@ -304,3 +306,55 @@ def test_an_unusable_entry_is_dropped_not_published(
     assert [r.getMessage() for r in caplog.records if "unusable" in r.getMessage()]
     assert box.size() == 0 and _queued(broker) == []
     assert (registry.get_sample_value("mailguard_outbox_republished_total") or 0.0) == before
+
+
+def test_a_finished_mail_s_entry_is_dropped_without_an_alarm(
+    app: Any, env: dict[str, str], box: RedisOutbox, broker: redis.Redis, caplog: Any
+) -> None:
+    """Given a mail popped whose entry stayed though it was received and sent (its receipt's
+    clear lost), when the watch finds it in an empty queue, then nothing is published, no
+    "published again" line is logged, the count does not move, and the entry is gone; a lost
+    mail beside it (no outcome) is still published again."""
+    _send(app, "sent-1")
+    _send(app, "lost-1")
+    _pop(broker), _pop(broker)
+    state.guard().ledger.record(Outcome(status="sent", mail_id="sent-1", kind="default"))
+    registry = default_metrics().registry
+    before = registry.get_sample_value("mailguard_outbox_republished_total") or 0.0
+    with caplog.at_level(logging.WARNING, logger="mailguard"):
+        assert _watch(app, env, box).check() == 1
+    assert registry.get_sample_value("mailguard_outbox_republished_total") == before + 1
+    lines = [r.getMessage() for r in caplog.records if "published again" in r.getMessage()]
+    assert len(lines) == 1 and "lost-1" in lines[0], lines
+    assert _queued(broker) == ["lost-1"]
+    assert box.client.hexists(box.payloads_key, "sent-1") is False
+
+
+def test_receipts_redis_could_not_take_are_made_later(own_redis: RedisServer) -> None:
+    """Given a worker's receipts while the ledger's Redis is down and for the pause after it
+    (the Redis restarted, its entries written again by the producers), when the watchdog's
+    retry runs with Redis back, then every entry is cleared: none is left to be taken for
+    lost; while Redis is still down the retry raises and keeps them."""
+    env = worker_env(own_redis.url, "smtp://127.0.0.1:1", MAILGUARD_OUTBOX_GRACE="1s")
+    settings = Settings.from_env(env)
+    box = outbox.outbox_for(settings)
+    assert isinstance(box, RedisOutbox)
+    outbox._receipts.clear()
+    outbox._down_until["received"] = 0.0
+    try:
+        box.put("early-1", "4", b"E")
+        own_redis.stop()
+        outbox.received(settings, "early-1", {"mail_id": "early-1"}, {"priority": 4})
+        with pytest.raises(BackendUnavailable):
+            outbox.retry_receipts()
+        own_redis.start()
+        for mail_id in ("early-1", "paused-1"):  # written again after the restart
+            box.put(mail_id, "4", b"P")
+        outbox.received(settings, "paused-1", {"mail_id": "paused-1"}, {"priority": 4})
+        assert box.size() == 2, "within the pause, nothing is asked of Redis"
+        assert outbox.retry_receipts() == 2
+        assert box.size() == 0
+    finally:
+        outbox._receipts.clear()
+        outbox._down_until["received"] = 0.0
+        box.close()

@@ -8,14 +8,19 @@ import os
 import re
 import signal
 
+import celery
 import pytest
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.smtp_server import SmtpTestServer
+from mailer.settings import Settings
 from tests.waiting import poll
 from tests.workers.cli.test_cli import run
+from tests.workers.conftest import StackFactory
+from workers import process_settings
 from workers.cli.health import judge
 from workers.liveness import GONE, WorkerRecord, broker_identity, conflict
+from workers.tasks import send_mail
 
 NOW = 1_000_000.0
 
@@ -139,3 +144,79 @@ def _queued(report: str) -> int:
     """The ``queued N`` count of ``mailguard health``'s report (0 when absent)."""
     found = re.search(r"queued (\d+)", report)
     return int(found.group(1)) if found else 0
+
+
+def _default_kind_mail(env: dict[str, str], to: str) -> None:
+    """A mail of the default kind enqueued as a caller with ``env``'s settings does (priority
+    5: kombu's list ``mail\\x06\\x164`` on Redis, not the ``mail`` list)."""
+    app = client_app(env)
+    previous = celery.current_app._get_current_object()
+    old = process_settings.use_settings(Settings.from_env(env))
+    app.set_current()
+    try:
+        send_mail.delay(to, subject="s", body="b")
+    finally:
+        previous.set_current()
+        process_settings.use_settings(old)
+        app.close()
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_health_fails_when_the_worker_is_killed_with_default_kind_mail_waiting(
+    stack: StackFactory,
+) -> None:
+    """The worker killed (SIGKILL: its record stays) and a default-kind mail enqueued: once
+    the record is gone, ``mailguard health`` counts the mail and exits 1 naming the cause."""
+    s = stack()
+    s.worker.kill()
+    _default_kind_mail(s.env, "ada@example.com")
+    poll(lambda: _gone(s.env), 3 * GONE, "the killed worker's record to be gone")
+    done = run(["health"], s.env)
+    assert _queued(done.stdout) == 1, done.stdout
+    assert done.returncode == 1, done.stdout
+    assert "no running worker consumes the queue while mail is due" in done.stderr, done.stderr
+
+
+@pytest.mark.redis
+@pytest.mark.timeout(60)
+def test_health_fails_with_mail_waiting_and_no_worker_record(redis_url: str) -> None:
+    """No worker ever ran: nothing due exits 0; a default-kind mail waiting exits 1."""
+    env = worker_env(redis_url, "smtp://127.0.0.1:9")
+    idle = run(["health"], env)
+    assert (idle.returncode, _queued(idle.stdout)) == (0, 0), idle.stdout + idle.stderr
+    _default_kind_mail(env, "ada@example.com")
+    done = run(["health", "--json"], env)
+    report = json.loads(done.stdout)
+    assert (report["queued"], report["workers"]) == (1, []), done.stdout
+    assert done.returncode == 1
+    assert report["problem"] == "no running worker consumes the queue while mail is due"
+
+
+@pytest.mark.redis
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_health_fails_when_a_killed_worker_held_a_mail_for_its_slot(stack: StackFactory) -> None:
+    """Under ``1/30s`` the second mail to one address waits in the worker for its slot
+    (kombu's unacknowledged messages, not the queue). The worker killed, no other running:
+    ``mailguard health`` counts it as held and exits 1."""
+    s = stack(MAILGUARD_POLICY="1/30s")
+    _default_kind_mail(s.env, "ada@example.com")
+    poll(lambda: len(s.smtp.delivered) == 1, 20, "the first mail")
+    _default_kind_mail(s.env, "ada@example.com")
+    poll(lambda: json.loads(run(["health", "--json"], s.env).stdout)["held"] == 1, 20, "held")
+    healthy = run(["health"], s.env)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "queued 0, held 1, schedule due no" in healthy.stdout, healthy.stdout
+    s.worker.kill()
+    poll(lambda: _gone(s.env), 3 * GONE, "the killed worker's record to be gone")
+    done = run(["health"], s.env)
+    assert done.returncode == 1, done.stdout
+    assert "no running worker consumes the queue while mail is due" in done.stderr, done.stderr
+
+
+def _gone(env: dict[str, str]) -> bool:
+    """``mailguard health --json`` reports the one worker's record as gone."""
+    report = json.loads(run(["health", "--json"], env).stdout)
+    return bool(report["workers"]) and report["workers"][0]["problem"] == "gone"

@@ -18,9 +18,12 @@ import redis
 from django.conf import settings
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
+from mailer import NotEnqueued
 from mailer.mail.arguments import check_arguments
 from mailer.records.schedule import RedisSchedule
+from mailer.settings import Settings
 from tests.waiting import poll
 from tests.workers.conftest import StackFactory
 
@@ -35,6 +38,7 @@ from django.core import mail
 from django.core.mail import BadHeaderError, EmailMultiAlternatives
 
 from tests.workers.django.test_django_corpus import normalised
+from workers import process_settings
 from workers.django import task_kwargs
 
 SLACK = 0.3  # seconds: admission-to-receipt jitter between two mails
@@ -206,3 +210,25 @@ def test_a_parked_django_message_is_sent_whole_at_its_slot(
         (built,) = [m for m in messages if m.subject == delivered.message["Subject"]]
         wire = built.message().as_bytes(linesep="\r\n")
         assert normalised(delivered.content.rstrip(b"\r\n")) == normalised(wire.rstrip(b"\r\n"))
+
+
+def test_a_broker_down_raises_not_enqueued_unless_fail_silently(
+    own_redis: RedisServer, smtp_server: SmtpTestServer
+) -> None:
+    """Given the project's Redis (broker, ledger, results) stopped, when Django sends, then it
+    raises mailguard's ``NotEnqueued`` within ``MAILGUARD_ENQUEUE_TIMEOUT`` (the mail not
+    enqueued, sending again safe); with ``fail_silently`` the message is not counted."""
+    env = worker_env(own_redis.url, smtp_server.url, MAILGUARD_ENQUEUE_TIMEOUT="1s")
+    old = process_settings.use_settings(Settings.from_env(env))
+    app = client_app(env)
+    previous = celery.current_app._get_current_object()
+    app.set_current()
+    own_redis.stop()
+    try:
+        with pytest.raises(NotEnqueued, match=r"mail not enqueued: the .* safe"):
+            mail.EmailMessage("s", "b", to=["ada@example.com"]).send()
+        assert mail.EmailMessage("s", "b", to=["ada@example.com"]).send(fail_silently=True) == 0
+    finally:
+        previous.set_current()
+        app.close()
+        process_settings.use_settings(old)

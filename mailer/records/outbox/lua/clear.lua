@@ -8,10 +8,13 @@ KEYS[1]   "<ns>:{outbox:<queue>}:at:<lane>": sorted set, member the mail id, sco
 KEYS[2]   "<ns>:{outbox:<queue>}:payloads": hash, mail id -> the message's payload (opaque bytes)
 KEYS[3]   "<ns>:{outbox:<queue>}:marks": hash, lane -> the latest write time (ms) of an entry a
           worker received from that lane
+KEYS[4]   "<ns>:{outbox:<queue>}:cleared": sorted set, mail id -> when a receipt found no entry
+          (epoch ms, Redis's clock): put.lua writes nothing for such a mail (its put came late)
 ARGV[1]   mail id
 ARGV[2]   1 to move the lane's mark, 0 not to
 ARGV[3]   the lane (the field of KEYS[3])
 ARGV[4]   time to live in milliseconds: the marks expire that long after the last one moved
+ARGV[5]   milliseconds a receipt that found no entry is remembered (KEYS[4]; receipts only)
 
 Reply: 1 when there was an entry in this lane, else 0 (a payload left without one is removed).
 ]]
@@ -19,6 +22,13 @@ Reply: 1 when there was an entry in this lane, else 0 (a payload left without on
 local at = redis.call('ZSCORE', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
 if not at then
+  if ARGV[2] == '1' then
+    local t = redis.call('TIME')
+    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', now - tonumber(ARGV[5]))
+    redis.call('ZADD', KEYS[4], now, ARGV[1])
+    redis.call('PEXPIRE', KEYS[4], ARGV[5])
+  end
   return 0
 end
 redis.call('ZREM', KEYS[1], ARGV[1])

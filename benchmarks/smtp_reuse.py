@@ -1,0 +1,183 @@
+"""SMTP connection reuse benchmark: mails per second through a STARTTLS + AUTH relay with one
+session carrying many mails (``MAILGUARD_SMTP_SESSION_MAILS``, default 100) against one
+session per mail (``SESSION_MAILS=1``: a TCP connect, EHLO, STARTTLS, EHLO, AUTH and QUIT for
+each mail, as a plain Celery task that opens its own connection does). A program, not a test
+(``make bench``).
+
+The relay is an aiosmtpd server on loopback started here (STARTTLS with a self-signed
+certificate made by ``openssl``, AUTH PLAIN/LOGIN), in this process's threads; or, with
+``--relay smtp+starttls://user:password@127.0.0.1:PORT`` and ``--ca-file`` (or
+``--no-verify``), a relay of one's own such as a Postfix on loopback (then the mails are
+counted by the sender only). Rounds of ``--mails`` mails (default 300) alternate between the
+two ways, ``--rounds`` each (default 5), so both meet the same load; one mail at a time, each
+to its own recipient, the envelopes built before the clock starts. For each way: the median
+mails per second and the connections the server counted; then reuse / per mail, round by
+round. Target: reuse at least 3x.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from benchmarks.limiter import _machine
+from devservers.smtp_server import SmtpTestServer, TestCertificate
+from mailer.mail.envelope import Envelope, envelope_of
+from mailer.mail.message import Mail
+from mailer.mail.transports.smtp import SmtpTransport
+from mailer.mail.transports.smtp_tls import TlsOptions, client_context
+
+#: The two ways measured: their label and the mails one session carries.
+WAYS = (("per mail", 1), ("reuse", 100))
+#: The target: reuse's mails per second over one session per mail's.
+TARGET = 3.0
+USER, PASSWORD = "bench", "bench-secret"
+
+
+@dataclass
+class Figures:
+    """Each way's mails per second and server-counted connections per round (None: a relay of
+    one's own, which is not counted here)."""
+
+    rates: dict[str, list[float]] = field(default_factory=lambda: {w: [] for w, _ in WAYS})
+    connections: dict[str, list[int | None]] = field(
+        default_factory=lambda: {w: [] for w, _ in WAYS}
+    )
+
+    def median(self, way: str) -> float:
+        return statistics.median(self.rates[way])
+
+    @property
+    def ratio(self) -> float:
+        """Reuse's median mails per second over one session per mail's."""
+        return self.median("reuse") / self.median("per mail")
+
+    @property
+    def paired(self) -> list[float]:
+        """Reuse / per mail, round by round (adjacent in time)."""
+        return [r / p for r, p in zip(self.rates["reuse"], self.rates["per mail"], strict=True)]
+
+
+@dataclass(frozen=True)
+class Relay:
+    """Where the mails go: the URL and the TLS options the transport uses."""
+
+    url: str
+    tls: TlsOptions
+    server: SmtpTestServer | None = None  # the aiosmtpd relay started here, counting
+
+
+def envelopes(count: int, round_: int, way: str) -> list[Envelope]:
+    """``count`` mails, each to its own recipient, built before the clock starts."""
+    tag = way.replace(" ", "-")
+    return [
+        envelope_of(
+            Mail(
+                to=f"r{n}@example.com",
+                subject=f"Bench {round_} {tag} {n}",
+                body="Your code is 482913\n",
+                mail_id=f"bench-{round_}-{tag}-{n}",
+                sender="bench@sender.example",
+            )
+        )
+        for n in range(count)
+    ]
+
+
+def one_round(relay: Relay, mails: int, round_: int, way: str, session_mails: int) -> float:
+    """Mails per second of one round of ``way``; the server (if ours) got each mail once."""
+    transport = SmtpTransport.from_url(
+        relay.url, ssl_context=client_context(relay.tls), session_mails=session_mails
+    )
+    batch = envelopes(mails, round_, way)
+    before = len(relay.server.delivered) if relay.server is not None else 0
+    started = time.perf_counter()
+    for item in batch:
+        transport.send(item)
+    transport.close()  # the last QUIT is part of the way's cost
+    elapsed = time.perf_counter() - started
+    if relay.server is not None:
+        got = [str(d.message["Subject"]) for d in relay.server.delivered[before:]]
+        expected = [str(e.message["Subject"]) for e in batch]
+        if got != expected:
+            raise SystemExit(f"the relay did not get each mail of {way} once, in order")
+    return mails / elapsed
+
+
+def measure(
+    mails: int = 300, rounds: int = 5, relay: Relay | None = None, session_mails: int = 100
+) -> Figures:
+    """Both ways, ``rounds`` rounds each, alternating; against an aiosmtpd STARTTLS + AUTH
+    relay started here unless ``relay`` is given."""
+    figures = Figures()
+    with tempfile.TemporaryDirectory(prefix="smtp-reuse-") as directory:
+        server = None
+        if relay is None:
+            cert = TestCertificate.create(Path(directory))
+            server = SmtpTestServer((USER, PASSWORD), tls="starttls", cert=cert).start()
+            relay = Relay(
+                f"smtp+starttls://{USER}:{PASSWORD}@127.0.0.1:{server.port}",
+                TlsOptions(ca_file=str(cert.cert)),
+                server,
+            )
+        try:
+            one_round(relay, 20, -1, "per mail", 1)  # warm: imports, the first handshake
+            for round_ in range(rounds):
+                for way, carried in WAYS:
+                    opened = server.connections if server is not None else 0
+                    per_session = carried if carried == 1 else session_mails
+                    figures.rates[way].append(one_round(relay, mails, round_, way, per_session))
+                    count = server.connections - opened if server is not None else None
+                    figures.connections[way].append(count)
+        finally:
+            if server is not None:
+                server.stop()
+    return figures
+
+
+def print_figures(figures: Figures, mails: int) -> None:
+    print(f"\n{'way':<10} {'mails/s':>9} {'connections a round':>20} {'mails a connection':>19}")
+    for way, _ in WAYS:
+        counted = [c for c in figures.connections[way] if c is not None]
+        connections = statistics.median(counted) if counted else None
+        shown = "not counted" if connections is None else f"{connections:,.0f}"
+        per = "" if not connections else f"{mails / connections:,.1f}"
+        print(f"{way:<10} {figures.median(way):>9,.0f} {shown:>20} {per:>19}")
+    met = "yes" if figures.ratio >= TARGET else "no"
+    print(
+        f"\nreuse / per mail: {figures.ratio:.1f}x (target >= {TARGET:g}x: {met}); round by "
+        f"round {', '.join(f'{r:.1f}' for r in figures.paired)}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mails", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--session-mails", type=int, default=100)
+    parser.add_argument(
+        "--relay", help="smtp+starttls://user:password@127.0.0.1:PORT (default: aiosmtpd here)"
+    )
+    parser.add_argument("--ca-file", help="the relay's CA (PEM), with --relay")
+    parser.add_argument("--no-verify", action="store_true", help="with --relay: verify=off")
+    args = parser.parse_args()
+    logging.getLogger("mail.log").setLevel(logging.ERROR)  # aiosmtpd's deprecation notes
+    relay = None
+    if args.relay:
+        relay = Relay(args.relay, TlsOptions(ca_file=args.ca_file, verify=not args.no_verify))
+    where = "aiosmtpd STARTTLS + AUTH on loopback" if relay is None else "the given relay"
+    print(
+        f"SMTP reuse benchmark: {args.mails:,} mails a round, {args.rounds} rounds, through "
+        f"{where}; {_machine()}"
+    )
+    figures = measure(args.mails, args.rounds, relay, args.session_mails)
+    print_figures(figures, args.mails)
+
+
+if __name__ == "__main__":
+    main()
