@@ -299,12 +299,13 @@ def _schedule_gauges() -> tuple[Any, ...]:
 
 
 def _hold_gauges() -> tuple[Any, ...]:
-    """The sender's hold gauge, when holds are on and shared (read from the limiter's Redis
-    per scrape; memory holds live in each pool process, out of the server's sight)."""
+    """The sender's and the transport's hold gauges, when holds are on and shared (read from
+    the limiter's Redis per scrape; memory holds live in each pool process, out of sight)."""
     if settings.throttle_hold is None or is_memory(settings.limiter_url):
         return ()
     holds = build_holds(settings)
-    return (metrics.HoldCollector(holds.sender), metrics.PaceCollector(holds.pace.rate_now))
+    held = metrics.HoldCollector(holds.sender, transport=holds.transport.held)
+    return (held, metrics.PaceCollector(holds.pace.rate_now))
 
 
 def _reputation_gauges() -> tuple[Any, ...]:

@@ -11,7 +11,8 @@ data, and the engine only passes it on:
    script call (:mod:`mailer.guard.front`): one round trip before sending, one after.
 3. **gates** (:mod:`mailer.guard.gates`): each gate's ``before_admit`` hook, in order:
    suppression (:mod:`~mailer.guard.gates.suppression`), the bulk kinds' unsubscribe and
-   reputation (:mod:`~mailer.guard.gates.bulk`), then holds (:mod:`~mailer.guard.gates.holds`).
+   reputation (:mod:`~mailer.guard.gates.bulk`), the transport's hold
+   (:mod:`~mailer.guard.gates.transport`), then holds (:mod:`~mailer.guard.gates.holds`).
 4. **admit** (:mod:`mailer.guard.admission`, booking through :mod:`mailer.guard.booking`):
    :class:`Admitted` (send now), or ``Later`` (booked; limiter down), or ``Finish``
    (``dropped``).
@@ -43,6 +44,7 @@ from mailer.guard.gates import Gate, read_together
 from mailer.guard.gates.bulk import bulk_gates, sent_recorder
 from mailer.guard.gates.holds import HoldsGate
 from mailer.guard.gates.suppression import SuppressionGate
+from mailer.guard.gates.transport import TransportGate
 from mailer.guard.sending import Sending
 from mailer.guard.settle import Settle
 from mailer.guard.validate import Validator
@@ -127,8 +129,10 @@ class Guard:
         suppression = SuppressionGate(self.suppressions, config, metrics)
         gates: list[Gate] = [suppression]
         gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics)
-        if self.holds is not None:
-            gates.append(HoldsGate(self.holds, booking, config, metrics))
+        self._transport_gate: TransportGate | None = None
+        if self.holds is not None:  # the transport's hold first: a TLS refusal holds no sender
+            self._transport_gate = TransportGate(self.holds.transport, booking, config, metrics)
+            gates += [self._transport_gate, HoldsGate(self.holds, booking, config, metrics)]
         self._gates = tuple(gates)
         self._front = Front(claim, booking, self._gates)
         self._admission = Admission(booking, config, self._kinds, metrics)
@@ -214,6 +218,8 @@ class Guard:
         while True:
             sent = self._sending.send(mail, admitted, progress)
             if not isinstance(sent, Refused):
+                if self._transport_gate is not None:
+                    self._transport_gate.on_sent(mail, sent)  # a probe accepted lifts the hold
                 return sent, admitted
             answer = self._on_send_error(mail, sent)
             if not isinstance(answer, Admitted):

@@ -39,9 +39,8 @@ from tenacity import (
 from mailer import defaults
 from mailer.crashpoints import crash_point
 from mailer.durations import human
-from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
+from mailer.errors import PermanentSendError, SendError, mask_url
 from mailer.mail.envelope import Envelope
-from mailer.mail.replies import temporary
 from mailer.mail.transports.base import (
     RefusedRecipient,
     SendReceipt,
@@ -49,6 +48,7 @@ from mailer.mail.transports.base import (
     wire_bytes,
 )
 from mailer.mail.transports.retrying import worth_retrying
+from mailer.mail.transports.smtp_errors import smtp_send_error, text_of
 from mailer.mail.transports.smtp_sessions import Session, Sessions, quit_session
 from mailer.mail.transports.smtp_tls import warn_unverified
 from mailer.mail.transports.smtp_url import SCHEMES, Security, url_options
@@ -336,7 +336,7 @@ class SmtpTransport:
             # Some recipients were refused but others accepted: the mail is out, no retry here
             # (the guard records each refused one and retries a deferred one alone).
             log.info("SMTP send of %s: %d recipient(s) refused", envelope.message_id, len(refused))
-        return code, mask_addresses(_text(text), recipients), _refused(refused, recipients)
+        return code, mask_addresses(text_of(text), recipients), _refused(refused, recipients)
 
     def _connect(self) -> _SMTP:
         if self.security == "ssl":
@@ -355,41 +355,6 @@ class SmtpTransport:
         return self._ssl_context
 
 
-def smtp_send_error(exc: BaseException, recipients: list[str], doing: str) -> SendError:
-    """An ``smtplib`` or socket error as a transient or permanent ``SendError`` (``doing``
-    names the step in its text; ``recipients`` are masked in it). Also for transports that reach
-    SMTP through another library (Django's SMTP backend)."""
-    code: int | None = None
-    text = ""
-    if isinstance(exc, smtplib.SMTPRecipientsRefused):
-        replies = list(exc.recipients.values())
-        code, raw = max(replies, key=lambda r: r[0]) if replies else (550, b"")
-        text = _text(raw)
-        transient = temporary(code)
-        reason = f"{doing}: the server {'deferred' if transient else 'refused'} the recipient"
-    elif isinstance(exc, smtplib.SMTPResponseException):
-        code, text = exc.smtp_code, _text(exc.smtp_error)
-        transient = temporary(code)
-        verb = "deferred" if transient else "refused"
-        reason = f"{doing}: the server {verb} ({type(exc).__name__})"
-    else:
-        detail = f"{type(exc).__name__}: {exc}"
-        # Missing STARTTLS, SMTPUTF8 or AUTH support, or an untrusted certificate, is a
-        # configuration problem that a retry would only repeat.
-        transient = isinstance(exc, smtplib.SMTPServerDisconnected) or not isinstance(
-            exc, (smtplib.SMTPException, ssl.SSLCertVerificationError)
-        )
-        reason = f"{doing}: {detail}"
-    reason = mask_addresses(reason, recipients)
-    text = mask_addresses(text, recipients)
-    error = TransientSendError if transient else PermanentSendError
-    return error(reason, code=code, reply=text)
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-
-
 def _reset(client: _SMTP) -> None:
     """``RSET`` on a reused session: ``_Stale`` (and the session closed) unless it answers 250."""
     try:
@@ -406,7 +371,7 @@ def _refused(
 ) -> tuple[RefusedRecipient, ...]:
     """``sendmail``'s refused recipients (address: (code, reply)), their replies masked."""
     return tuple(
-        RefusedRecipient(address, code, mask_addresses(_text(raw), recipients))
+        RefusedRecipient(address, code, mask_addresses(text_of(raw), recipients))
         for address, (code, raw) in refused.items()
     )
 
