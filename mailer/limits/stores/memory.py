@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from mailer.clock import Clock, system_clock, to_us
-from mailer.limits import sliding_log
+from mailer.limits import ordering, sliding_log
 from mailer.limits.decision import Decision, new_decision
 from mailer.limits.keys import KeyHasher
 from mailer.limits.policy import Policy
@@ -54,12 +54,14 @@ def warn_forked() -> None:
 
 
 class _Log:
-    __slots__ = ("expires_ms", "tags", "ts")
+    __slots__ = ("expires_ms", "orders", "tags", "ts")
 
     def __init__(self) -> None:
         self.ts: list[int] = []
         self.tags: list[int] = []
         self.expires_ms = 0
+        #: The order stamps of its future bookings, by tag (:mod:`mailer.limits.ordering`).
+        self.orders: dict[int, str] = {}
 
 
 class SlidingMemoryStore:
@@ -74,6 +76,8 @@ class SlidingMemoryStore:
     client = None
     #: Judges a late booked mail itself (``acquire(..., late_ms=)``): see sliding_log._held.
     judges_lateness = True
+    #: Keeps a recipient's booked order (``acquire(..., order=)``): see mailer.limits.ordering.
+    keeps_order = True
 
     def __init__(
         self,
@@ -110,6 +114,7 @@ class SlidingMemoryStore:
         share: float = 1.0,  # the recipient's own budget: no share
         not_before_ms: int = 0,
         late_ms: int = -1,
+        order: str = "",
     ) -> Decision:
         if self._generation != _fork_generation:
             self._generation = _fork_generation
@@ -124,10 +129,16 @@ class SlidingMemoryStore:
             if log is None:
                 log = logs[key] = _Log()
             elif log.ts and log.ts[0] <= now - spec.max_window_ms:
-                sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
-            raw = sliding_log.acquire(
-                log.ts, log.tags, now, spec, tag, max_wait_ms, hi, not_before_ms, late_ms
-            )
+                keep = ordering.ORDER_GRACE_MS if order and late_ms >= 0 else 0
+                sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms, keep)
+            if order and tag and late_ms >= 0:
+                raw = _ordered(log, tag, order, now, hi, spec, max_wait_ms, not_before_ms, late_ms)
+            else:
+                raw = sliding_log.acquire(
+                    log.ts, log.tags, now, spec, tag, max_wait_ms, hi, not_before_ms, late_ms
+                )
+            if order and raw[1] and tag:
+                raw = _in_order(log, raw, tag, order, now, hi, not_before_ms, spec)
             if raw[0] or raw[1]:
                 log.expires_ms = log.ts[-1] + spec.max_window_ms
                 logs.move_to_end(key)
@@ -220,3 +231,57 @@ class SlidingMemoryStore:
             if log.expires_ms > now_ms:
                 return
             del logs[key]
+
+
+def _in_order(  # noqa: PLR0917 - one call from acquire, under its lock
+    log: _Log,
+    raw: RawDecision,
+    tag: int,
+    order: str,
+    now: int,
+    hi: int,
+    not_before_ms: int,
+    spec: TierSpec,
+) -> RawDecision:
+    """A booking's answer after :func:`~mailer.limits.ordering.keep_order`: the slot it holds
+    then, its binding tier that of the entries before that slot (as when it was first booked)."""
+    named = tag & sliding_log.TAG_BITS
+    i = next(j for j, g in enumerate(log.tags) if g & sliding_log.TAG_BITS == named)
+    k = ordering.keep_order(log.ts, log.tags, log.orders, i, order, hi, not_before_ms)
+    if k == i:
+        return raw
+    at = log.ts[k]
+    tier = sliding_log.earliest(log.ts[:k], now, spec, hi)[1]
+    return (0, 1, at, at - now, tier, *sliding_log.remaining(log.ts, at, spec))
+
+
+def _ordered(  # noqa: PLR0917 - one call from acquire, under its lock
+    log: _Log,
+    tag: int,
+    order: str,
+    now: int,
+    hi: int,
+    spec: TierSpec,
+    max_wait_ms: int,
+    not_before_ms: int,
+    late_ms: int,
+) -> RawDecision:
+    """A stamped decision that judges late runs: a booking reached on time, or a mail not in
+    the log, that waits behind an earlier mail's booking reached and not yet run
+    (:func:`~mailer.limits.ordering.waits_behind`) goes behind that booking's place (judged
+    again; or booked no earlier than :func:`~mailer.limits.sliding_log.behind`); anything
+    else is decided as without a stamp."""
+    ts, tags = log.ts, log.tags
+    named = tag & sliding_log.TAG_BITS
+    i = next((j for j, g in enumerate(tags) if g & sliding_log.TAG_BITS == named), None)
+    if i is None:
+        if ordering.waits_behind(ts, tags, log.orders, len(ts), order, now):
+            not_before_ms = max(not_before_ms, sliding_log.behind(ts, tags, now, hi, spec))
+    elif (
+        tags[i] & sliding_log.BOOKED
+        and ts[i] <= hi
+        and now - ts[i] <= late_ms
+        and ordering.waits_behind(ts, tags, log.orders, i, order, now)
+    ):
+        return sliding_log.judge(ts, tags, i, now, hi, spec, max_wait_ms)
+    return sliding_log.acquire(ts, tags, now, spec, tag, max_wait_ms, hi, not_before_ms, late_ms)
