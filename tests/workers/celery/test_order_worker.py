@@ -10,8 +10,8 @@ killed (SIGKILL, its pool with it) mid-stream.
 
 Before the stream a first mail is sent and delivered: the promise holds from the recipient's
 first wait on (a mail that finds its recipient with room goes at once, whatever was sent
-before it and has not reached the limiter yet: docs/schedule.md). The same race on an injected
-clock, 20 runs of 20: tests/limits/test_order.py.
+before it and has not reached the limiter yet: docs/explanation/limiter.md). The same race on
+an injected clock, 20 runs of 20: tests/limits/test_order.py.
 """
 
 from __future__ import annotations
