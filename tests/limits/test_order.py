@@ -17,7 +17,8 @@ import random
 
 import pytest
 
-from mailer import Limiter, ManualClock
+from devservers.redis_servers import RedisClusterServers
+from mailer import Limiter, ManualClock, Policy
 from mailer.limits.ordering import check_order, keep_order, order_key
 from mailer.limits.sliding_log import BOOKED
 from tests.conftest import LimiterFactory
@@ -182,3 +183,20 @@ class _Unstamped:
     def acquire(self, recipient: str, **options: object) -> object:
         options.pop("order", None)
         return self.limiter.acquire(recipient, **options)  # type: ignore[arg-type]
+
+
+def test_the_order_is_kept_on_a_redis_cluster(cluster: RedisClusterServers) -> None:
+    """On Redis Cluster the stamps' hash shares its log's hash slot: the same exchange."""
+    clock = ManualClock(T0)
+    policy = Policy.parse("1/2s", name="recipient")
+    limiter = Limiter.from_url(cluster.url, policy, secret="s", clock=clock, namespace="ordc")
+    try:
+        assert limiter.keeps_order
+        assert _ask(limiter, 1).allowed  # type: ignore[attr-defined]
+        assert _ask(limiter, 3).at == T0 + 2  # type: ignore[attr-defined]
+        assert _ask(limiter, 2).at == T0 + 2  # type: ignore[attr-defined]
+        assert _ask(limiter, 3).at == T0 + 4  # type: ignore[attr-defined]
+        limiter.reset(ADA)
+        assert limiter.peek(ADA).allowed
+    finally:
+        limiter.close()
