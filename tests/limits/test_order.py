@@ -16,10 +16,11 @@ import itertools
 import random
 
 import pytest
+import redis
 
 from devservers.redis_servers import RedisClusterServers
 from mailer import Limiter, ManualClock, Policy
-from mailer.limits.ordering import check_order, keep_order, order_key
+from mailer.limits.ordering import ORDER_GRACE_MS, check_order, keep_order, order_key
 from mailer.limits.sliding_log import BOOKED
 from tests.conftest import LimiterFactory
 from tests.limits.order_checker import out_of_order, over_limit
@@ -200,3 +201,24 @@ def test_the_order_is_kept_on_a_redis_cluster(cluster: RedisClusterServers) -> N
         assert limiter.peek(ADA).allowed
     finally:
         limiter.close()
+
+
+def test_a_stamped_log_outlives_a_short_window_while_its_bookings_may_wait(
+    redis_url: str,
+) -> None:
+    """Under ``1/2s`` a stamped log and its stamps' hash live 10 minutes past the newest
+    entry (a booking reached in an outage still holds the mails stamped after it back)."""
+    policy = Policy.parse("1/2s", name="recipient")
+    limiter = Limiter.from_url(redis_url, policy, secret="s", clock=ManualClock(T0), namespace="t")
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert _ask(limiter, 1).allowed  # type: ignore[attr-defined]
+        assert _ask(limiter, 2).booked  # type: ignore[attr-defined]
+        key = limiter.storage_key("recipient", ADA)
+        slack = 3_600_000  # a simulated clock adds an hour to every TTL
+        assert client.pttl(key) == client.pttl(key + ":o")
+        assert 2_000 + ORDER_GRACE_MS + slack - 1_000 < client.pttl(key)
+        assert client.pttl(key) <= 2_000 + ORDER_GRACE_MS + slack
+    finally:
+        limiter.close()
+        client.close()

@@ -121,6 +121,7 @@ class SlidingMemoryStore:
             warn_forked()
         key = self._hasher.digest(recipient)
         spec = self._spec
+        keep = ordering.ORDER_GRACE_MS if order and late_ms >= 0 else 0
         with self._lock:
             now_us = to_us(self._clock())
             now, hi = now_us // 1000, -(-now_us // 1000)  # never early: now down, stored up
@@ -129,7 +130,6 @@ class SlidingMemoryStore:
             if log is None:
                 log = logs[key] = _Log()
             elif log.ts and log.ts[0] <= now - spec.max_window_ms:
-                keep = ordering.ORDER_GRACE_MS if order and late_ms >= 0 else 0
                 sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms, keep)
             if order and tag and late_ms >= 0:
                 raw = _ordered(log, tag, order, now, hi, spec, max_wait_ms, not_before_ms, late_ms)
@@ -139,8 +139,8 @@ class SlidingMemoryStore:
                 )
             if order and raw[1] and tag:
                 raw = _in_order(log, raw, tag, order, now, hi, not_before_ms, spec)
-            if raw[0] or raw[1]:
-                log.expires_ms = log.ts[-1] + spec.max_window_ms
+            if raw[0] or raw[1]:  # a stamped late call's bookings are kept ORDER_GRACE_MS
+                log.expires_ms = log.ts[-1] + max(spec.max_window_ms, keep)
                 logs.move_to_end(key)
             elif not log.ts:
                 del logs[key]

@@ -321,12 +321,13 @@ local function decide(key, mode, tag, max_wait, not_before, late, order)
 
 -- Decode in one unpack, keeping only the entries a window ending at or after now can see.
 local ts, tags, n = {}, {}, 0
+local life = late >= 0 and (order or '') ~= '' and math.max(max_window, ORDER_GRACE) or max_window
 local raw = redis.call('GET', key)
 if raw then
   local count = (#raw - 6) / 10
   local v = {struct.unpack('>I6' .. string.rep('I4I6', count), raw)}
   local base, cut = v[1], now - max_window
-  local kept = (order or '') ~= '' and late >= 0 and math.min(cut, now - ORDER_GRACE) or cut
+  local kept = now - life -- a stamped late call keeps the bookings reached within ORDER_GRACE
   for j = 2, 2 * count, 2 do
     local t = base + v[j]
     if t > cut or (t > kept and v[j + 1] >= BOOKED) then
@@ -414,15 +415,13 @@ if record then
   if allowed == 1 then ts[n] = hi elseif tag ~= 0 then tags[n] = tag % BOOKED + BOOKED end
   dirty = true
 end
-if (order or '') ~= '' and booked == 1 and tag ~= 0 then -- a slot booked after it
-  local moved, t = reorder(ts, tags, n, tag, order, not_before, key .. ':o', ttl_slack)
-  if moved then at, seen, tier, dirty = moved, moved, t, true end
-end
+local moved, t = reorder(ts, tags, n, tag, booked == 1 and order, not_before, key, life, ttl_slack)
+if moved then at, seen, tier, dirty = moved, moved, t, true end -- a slot booked after it
 if dirty then
   if n == 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, pack(ts, tags, n), 'PX', ts[n] + max_window - now + ttl_slack)
+    redis.call('SET', key, pack(ts, tags, n), 'PX', ts[n] + life - now + ttl_slack)
   end
 end
 

@@ -106,15 +106,17 @@ local function floor_behind(ts, tags, n, order, okey, not_before, fresh)
   return lb
 end
 
--- keep_order for the booking tagged `tag`: its new slot and binding tier (that of the entries
--- before the slot) when it moved, else nil. The hash gets the log's TTL (`slack` added).
-local function reorder(ts, tags, n, tag, order, not_before, okey, slack)
+-- keep_order for the booking tagged `tag` (`order` false or "": none): its new slot and binding
+-- tier (that of the entries before the slot) when it moved, else nil. The hash beside the log
+-- `key` lives as long as it: `life` ms after its newest entry, `slack` added.
+local function reorder(ts, tags, n, tag, order, not_before, key, life, slack)
+  if not order or order == '' or tag == 0 or n == 0 then return nil end
   local i = 0
   for j = 1, n do
     if tags[j] % BOOKED == tag % BOOKED then i = j break end
   end
   if i == 0 then return nil end
-  local k = keep_order(ts, tags, n, i, order, not_before, okey, ts[n] + max_window - now + slack)
+  local k = keep_order(ts, tags, n, i, order, not_before, key .. ':o', ts[n] + life - now + slack)
   if k == i then return nil end
   local _, tier = earliest(ts, k - 1)
   return ts[k], tier
