@@ -222,3 +222,46 @@ def test_a_stamped_log_outlives_a_short_window_while_its_bookings_may_wait(
     finally:
         limiter.close()
         client.close()
+
+
+def _stamped_trace(limiter: Limiter, clock: ManualClock, seed: int) -> list[tuple[object, ...]]:
+    """A random trace of stamped calls on one recipient (bookings, runs early, on time and
+    late, holds, releases, calls judging lateness or not): every answer."""
+    rng = random.Random(seed)
+    answers: list[tuple[object, ...]] = []
+    for _ in range(200):
+        clock.advance(rng.choice([0.0, 0.0004, 0.001, 0.4, 1.0, 2.0, 3.0, 7.0, 12.0]))
+        n = rng.randrange(12)
+        if rng.random() < 0.1:
+            answers.append(("released", limiter.release(ADA, f"m{n}")))
+            continue
+        hold = rng.choice([None, None, None, clock.now + 5.0])
+        d = limiter.acquire(
+            ADA,
+            mail_id=f"m{n}",
+            max_wait=60,
+            late_after=rng.choice([None, LATE, LATE]),
+            not_before=hold,
+            order=_stamp(n, priority=rng.choice([5, 5, 5, 9])),
+        )
+        answers.append((d.allowed, d.booked, d.at_ms, d.wait_ms, str(d.tier), d.remaining))
+    return answers
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("tiers", ["1/2s, 3/10s", "1/2s", "2/1s, 4/20s"])
+def test_memory_and_the_script_answer_stamped_traces_alike(
+    redis_url: str, seed: int, tiers: str
+) -> None:
+    """The Lua script mirrors the memory store on stamped calls: the same answers, call by call."""
+    policy = Policy.parse(tiers, name="recipient")
+    answers = []
+    for url in ("memory://", redis_url):
+        clock = ManualClock(T0)
+        namespace = f"tr{seed}-{len(tiers)}"
+        limiter = Limiter.from_url(url, policy, secret="s", clock=clock, namespace=namespace)
+        try:
+            answers.append(_stamped_trace(limiter, clock, seed))
+        finally:
+            limiter.close()
+    assert answers[0] == answers[1]

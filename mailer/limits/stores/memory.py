@@ -126,11 +126,13 @@ class SlidingMemoryStore:
             now_us = to_us(self._clock())
             now, hi = now_us // 1000, -(-now_us // 1000)  # never early: now down, stored up
             logs = self._logs
-            log = logs.get(key)
-            if log is None:
-                log = logs[key] = _Log()
-            elif log.ts and log.ts[0] <= now - spec.max_window_ms:
-                sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms, keep)
+            stored = logs.get(key)
+            if stored is None:
+                log = stored = logs[key] = _Log()
+            elif stored.ts and stored.ts[0] <= now - spec.max_window_ms:
+                log = _pruned(stored, now, spec.max_window_ms, keep)
+            else:
+                log = stored
             if order and tag and late_ms >= 0:
                 raw = _ordered(log, tag, order, now, hi, spec, max_wait_ms, not_before_ms, late_ms)
             else:
@@ -139,6 +141,8 @@ class SlidingMemoryStore:
                 )
             if order and raw[1] and tag:
                 raw = _in_order(log, raw, tag, order, now, hi, not_before_ms, spec)
+            if log is not stored:  # written back only when the decision changed it
+                log = _written(stored, log, now, spec.max_window_ms)
             if raw[0] or raw[1]:  # a stamped late call's bookings are kept ORDER_GRACE_MS
                 log.expires_ms = log.ts[-1] + max(spec.max_window_ms, keep)
                 logs.move_to_end(key)
@@ -194,8 +198,10 @@ class SlidingMemoryStore:
             if log is None:
                 return False
             now = to_us(self._clock()) // 1000
-            sliding_log.prune(log.ts, log.tags, now, self._spec.max_window_ms)
-            released = sliding_log.release(log.ts, log.tags, tag)
+            view = _pruned(log, now, self._spec.max_window_ms, 0)
+            released = sliding_log.release(view.ts, view.tags, tag)
+            if view is not log:
+                _written(log, view, now, self._spec.max_window_ms)
             if not log.ts:
                 del self._logs[key]
             return released
@@ -285,3 +291,37 @@ def _ordered(  # noqa: PLR0917 - one call from acquire, under its lock
     ):
         return sliding_log.judge(ts, tags, i, now, hi, spec, max_wait_ms)
     return sliding_log.acquire(ts, tags, now, spec, tag, max_wait_ms, hi, not_before_ms, late_ms)
+
+
+def _pruned(log: _Log, now: int, max_window_ms: int, keep: int) -> _Log:
+    """``log`` pruned for ``now`` (in place), keeping its bookings reached within ``keep`` ms
+    (:func:`~mailer.limits.sliding_log.prune`); a call that keeps none (``keep`` 0) while the
+    log holds such bookings works on a pruned copy instead (:func:`_written` writes it back
+    only if the call changed it), as the Redis script reads them past and writes only a log it
+    changed: a stamped call after it finds them as it would on Redis."""
+    if keep or not _holds_kept(log, now, max_window_ms):
+        sliding_log.prune(log.ts, log.tags, now, max_window_ms, keep)
+        return log
+    view = _Log()
+    view.ts, view.tags, view.orders = list(log.ts), list(log.tags), log.orders
+    sliding_log.prune(view.ts, view.tags, now, max_window_ms)
+    return view
+
+
+def _holds_kept(log: _Log, now: int, max_window_ms: int) -> bool:
+    """Whether ``log`` holds a booking past the longest window that a stamped call keeps."""
+    cut, oldest = now - max_window_ms, now - ordering.ORDER_GRACE_MS
+    return any(
+        oldest < t <= cut and g & sliding_log.BOOKED for t, g in zip(log.ts, log.tags, strict=True)
+    )
+
+
+def _written(stored: _Log, view: _Log, now: int, max_window_ms: int) -> _Log:
+    """``stored`` after a call that worked on ``view`` (a pruned copy): ``view``'s entries
+    when the call changed them, else ``stored`` as it was."""
+    before = _Log()
+    before.ts, before.tags = list(stored.ts), list(stored.tags)
+    sliding_log.prune(before.ts, before.tags, now, max_window_ms)
+    if (before.ts, before.tags) != (view.ts, view.tags):
+        stored.ts, stored.tags = view.ts, view.tags
+    return stored
