@@ -4,8 +4,8 @@ Every mail carries an *order* stamp (:func:`order_key`): its kind's priority, th
 ``send_mail.delay`` was called (microseconds on the caller's clock, strictly increasing within
 one process), as one fixed-width string of 18 digits that sorts as it should (highest priority
 first, then earliest). A log of recipient sliding tiers keeps the stamp beside each of its
-future bookings (:mod:`mailer.limits.stores.memory`, ``stores/lua/sliding_log.lua``, as a hash
-beside the log).
+bookings (:mod:`mailer.limits.stores.memory`; on Redis ``stores/lua/sliding_order.lua``, a hash
+``<key>:o`` beside the log, in its hash slot, with its TTL).
 
 When a stamped mail is booked, :func:`keep_order` exchanges slots: the future bookings of mails
 stamped *after* it that hold earlier slots (and none before a hold's ``not_before``) each move
@@ -13,14 +13,17 @@ one place back, and this mail takes the first of their slots. Only which mail ho
 changes, never the slots themselves: the log's times are the same before and after, so the
 policy ("never over") is untouched; a mail moved back finds its later slot when its run comes
 at the old one and waits for it ("never early"); only the mail being booked moves forward, to
-a slot still ahead. A booking without a stamp (a library call, a hold's booking in a store
-that keeps none) is never moved and moves none.
+a slot still ahead. A booking without a stamp (a library call without ``order``, a message
+published without ``_order``) is never moved and moves none.
 
 A booking reached on time does not go while a booking before it, stamped before it, has been
 reached less than :data:`ORDER_GRACE_MS` ago and its run has not come yet (an outage, a killed
 worker: :func:`waits_behind`): it is judged again behind that booking's place (``sliding_log.
-_judged``), so the earlier mail goes first when its run comes. The grace bounds what a booking
-whose run never comes (its mail dropped elsewhere) costs the mails after it.
+_judged``), so the earlier mail goes first when its run comes; a mail not in the log is booked
+behind those places (``sliding_log.behind``). Only calls that judge lateness (``late_ms``) wait
+so, and they keep such bookings in the log (and the log alive) that long past the longest
+window. The grace bounds what a booking whose run never comes (its mail dropped by a gate)
+costs the mails after it.
 
 What it does not order: a mail that finds its recipient with room now is sent at once (a mail
 enqueued before it whose run has not reached the limiter yet books the next slot); slots
@@ -38,7 +41,7 @@ ORDER_WIDTH = 18
 _TOP_PRIORITY = 9
 _MICROS = 10**17
 #: How long a reached booking whose run has not come holds back the bookings stamped after it,
-#: in ms after its slot (``stores/lua/sliding_log.lua`` has the same number).
+#: in ms after its slot (compiled into ``stores/lua/sliding_order.lua``).
 ORDER_GRACE_MS = 600_000
 
 

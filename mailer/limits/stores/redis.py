@@ -22,6 +22,7 @@ from mailer.clock import Clock, to_us
 from mailer.errors import BackendUnavailable
 from mailer.limits.decision import Decision, new_decision
 from mailer.limits.keys import KeyHasher
+from mailer.limits.ordering import ORDER_GRACE_MS
 from mailer.limits.policy import Policy, Tier
 from mailer.limits.sliding_log import TierSpec
 from mailer.limits.stores.server_clock import redis_clock
@@ -52,6 +53,7 @@ def compile_script(policy: Policy) -> tuple[str, str]:
         "--[[LIMITS]]": ", ".join(map(str, spec.limits)),
         "--[[WINDOWS]]": ", ".join(map(str, spec.windows)),
         "--[[MAX_WINDOW]]": str(spec.max_window_ms),
+        "--[[ORDER_GRACE]]": str(ORDER_GRACE_MS),
         # the room per tier once a first entry is kept (every limit is at least 1)
         "--[[ROOMS_AFTER_ONE]]": ", ".join(str(limit - 1) for limit in spec.limits),
         "--[[REPLY]]": ">BBI8I8B" + "I4" * len(spec.limits),  # Lua struct: reply_format

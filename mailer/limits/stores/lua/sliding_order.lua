@@ -55,7 +55,7 @@ end
 -- Whether entry j's booking (reached, on time) waits behind a booking before it stamped before
 -- `order` (the hash `okey`) and reached less than ORDER_GRACE ms ago, its run not come yet
 -- (waits_behind in mailer/limits/ordering.py).
-local ORDER_GRACE = 600000
+local ORDER_GRACE = --[[ORDER_GRACE]] -- ms: ORDER_GRACE_MS, compiled in
 local function waits_behind(ts, tags, j, order, okey)
   if (order or '') == '' then return false end
   local orders = nil
