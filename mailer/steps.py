@@ -190,6 +190,11 @@ class Progress:
     #: Greylisting replies so far: the step of the greylisting schedule
     #: (:func:`mailer.guard.retry_schedule.greylist_wait`), never a budget.
     greylists: int = 0
+    #: When ``send_mail.delay`` was called, epoch microseconds on the caller's clock, strictly
+    #: increasing within one producer process (0: unknown): the mail's place in its
+    #: recipient's booked order (:mod:`mailer.limits.ordering`). It rides in the message itself
+    #: (``_order``), so it is never carried here (not in :meth:`as_dict`).
+    order: int = 0
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}
