@@ -140,8 +140,14 @@ def _timezone(value: str) -> str:
 
 
 def _reputation(value: str) -> Thresholds | None:
-    """``off`` (None) or thresholds: ``complaint 0.3%, bounce 5%``."""
-    return None if value.strip().lower() == "off" else Thresholds.parse(value)
+    """``off`` (None), ``on`` (the providers' complaint rate, 0.3 %) or thresholds:
+    ``complaint 0.3%, bounce 5%``; without a complaint rate, the providers' is taken."""
+    word = value.strip().lower()
+    if word == "off":
+        return None
+    if word == "on":
+        return Thresholds().with_provider_defaults()
+    return Thresholds.parse(value).with_provider_defaults()
 
 
 def _on_off(value: str) -> bool:
