@@ -120,3 +120,6 @@ ALLOW_EVICTION = False
 #: How long a mail that ended ``failed`` keeps its payload for ``mailguard retry`` (7 days, as
 #: long as its recorded outcome: :data:`OUTCOME_TTL`).
 FAILED_RETENTION = float(OUTCOME_TTL)
+#: A sender on a warm-up plan that sent nothing this long starts over on day 1 (30 days: the
+#: span after which SendGrid asks an IP to be warmed up again).
+WARMUP_IDLE = 30 * 86_400.0

@@ -17,6 +17,7 @@ from mailer.limits.policy import Policy
 from mailer.limits.windows import zone
 from mailer.providers.resolver import parse_servers
 from mailer.records.reputation.base import Thresholds
+from mailer.records.warmup.plans import Plan, parse_plans
 
 PREFIX = "MAILGUARD_"
 #: Variables that tests read (``MAILGUARD_CRASH_AT``: :mod:`mailer.crashpoints`): not settings,
@@ -150,6 +151,11 @@ def _reputation(value: str) -> Thresholds | None:
     return Thresholds.parse(value).with_provider_defaults()
 
 
+def _warmup(value: str) -> dict[str, Plan] | None:
+    """``off`` (None) or plans: ``orders@example.org: sendgrid; example.org: 50, 100, 200``."""
+    return None if value.strip().lower() == "off" else parse_plans(value)
+
+
 def _on_off(value: str) -> bool:
     """``on`` or ``off`` (also ``1``/``0``, ``true``/``false``, ``yes``/``no``)."""
     word = value.strip().lower()
@@ -210,6 +216,8 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("DNS_TIMEOUT", "dns_timeout", parse_duration),
     ("ALLOW_EVICTION", "allow_eviction", _on_off),
     ("FAILED_RETENTION", "failed_retention", _off_or_duration),
+    ("WARMUP", "warmup", _warmup),
+    ("WARMUP_IDLE", "warmup_idle", parse_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

@@ -54,6 +54,7 @@ from mailer.records.holds import Holds
 from mailer.records.ledger import Ledger
 from mailer.records.reputation import Reputation
 from mailer.records.suppression import Suppressions
+from mailer.records.warmup import Warmup
 from mailer.steps import Fail, Finish, Later, Progress, Step
 from mailer.unsubscribe import Unsubscribe
 
@@ -82,6 +83,7 @@ class Guard:
         metrics: Metrics,
         unsubscribe: Unsubscribe | None = None,
         reputation: Reputation | None = None,
+        warmup: Warmup | None = None,
     ) -> None:
         self.limiter = limiter
         self.ledger = ledger
@@ -93,6 +95,8 @@ class Guard:
         #: Bulk kinds' one-click unsubscribe and the sender reputation; None: off.
         self.unsubscribe = unsubscribe
         self.reputation = reputation
+        #: Senders' warm-up plans (:mod:`mailer.records.warmup`); None: off.
+        self.warmup = warmup
         self.config = config
         self._clock = clock
         self._kinds = kinds
@@ -125,7 +129,7 @@ class Guard:
         self._validator = Validator(self._kinds, config, clock, booking.recipient_key)
         claim = Claim(self.ledger, config, metrics, booking.release)
         gates: list[Gate] = [SuppressionGate(self.suppressions, config, metrics)]
-        gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics)
+        gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics, self.warmup)
         if self.holds is not None:
             gates.append(HoldsGate(self.holds, booking, config, metrics))
         self._gates = tuple(gates)

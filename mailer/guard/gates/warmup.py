@@ -1,0 +1,84 @@
+"""The warm-up gate: a sender on a warm-up plan sends no more in a day than the plan allows
+(:mod:`mailer.records.warmup`).
+
+Before admission, each mail of a sender on a plan is counted for it (one script call: the
+day, the count and the allowance in one atomic step). A mail over the day's allowance waits
+for the next day: ``deferred`` / ``warmup``, run again when the next day starts plus
+:data:`ORDER_STEP` per place among the day's waiting mails, so they come back in the order
+they came. It is never dropped for the plan (a wait past the kind's ``max_wait`` ends it
+``expired`` at admission, as any wait would). A transactional kind is counted and never
+waits. A mail run again after its booking is not counted twice. A plan that cannot be read
+lets the mail through (logged): the plan paces the sender, it never holds mail hostage to an
+outage.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+from mailer import outcomes as why
+from mailer.durations import human
+from mailer.errors import BackendUnavailable
+from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, log_fields
+from mailer.guard.gates import Reads
+from mailer.metrics import Metrics
+from mailer.records.warmup import Taken, Warmup
+from mailer.steps import Later, Progress, Step
+
+log = logging.getLogger("mailguard")
+
+#: Seconds between two waiting mails' runs on the next day (their order kept: 1 ms apart).
+ORDER_STEP = 0.001
+
+
+class WarmupGate:
+    """Counts each mail of a sender on a plan; defers what is over the day's allowance."""
+
+    def __init__(self, warmup: Warmup, config: GuardConfig, metrics: Metrics) -> None:
+        self.warmup = warmup
+        self.config = config
+        self.metrics = metrics
+
+    def reads(self, mail: Prepared) -> Reads | None:
+        return None  # the count is its own script call
+
+    def before_admit(
+        self, mail: Prepared, progress: Progress, raws: list[Any] | None
+    ) -> Prepared | Admitted | Step:
+        try:
+            taken = self.warmup.take(mail.draft.sender, mail.mail_id, force=mail.kind.transactional)
+        except BackendUnavailable:
+            self.metrics.backend_down("limiter")
+            log.warning("mail %s: warm-up plan unreadable (limiter down)", mail.mail_id)
+            return mail
+        if taken is None or taken.admitted:
+            return mail
+        return self._deferred(mail, progress, taken)
+
+    def _deferred(self, mail: Prepared, progress: Progress, taken: Taken) -> Later:
+        wait = max(taken.next_day - self.warmup.now(), 0.0) + taken.position * ORDER_STEP
+        progress = replace(progress, deferrals=progress.deferrals + 1)
+        detail = (
+            f"warm-up day {taken.day}: {taken.used} of {taken.allowance} mails used; "
+            f"waits for day {taken.day + 1} (place {taken.position})"
+        )
+        waiting = mail.base.but(
+            status="deferred",
+            reason=why.WARMUP,
+            wait=wait,
+            deferrals=progress.deferrals,
+            detail=detail,
+        )
+        log.info(
+            "mail %s deferred %s: %s",
+            mail.mail_id,
+            human(wait),
+            detail,
+            extra=log_fields(waiting),
+        )
+        return Later(wait, waiting, progress)
+
+    def on_send_error(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:
+        return None
