@@ -58,7 +58,8 @@ class WarmupGate:
         return self._deferred(mail, progress, taken)
 
     def _deferred(self, mail: Prepared, progress: Progress, taken: Taken) -> Later:
-        wait = max(taken.next_day - self.warmup.now(), 0.0) + taken.position * ORDER_STEP
+        now = self.warmup.now()
+        wait = max(taken.next_day - now, 0.0) + taken.position * ORDER_STEP
         progress = replace(progress, deferrals=progress.deferrals + 1)
         detail = (
             f"warm-up day {taken.day}: {taken.used} of {taken.allowance} mails used; "
@@ -68,6 +69,8 @@ class WarmupGate:
             status="deferred",
             reason=why.WARMUP,
             wait=wait,
+            due=now + wait,
+            decided_at=now,
             deferrals=progress.deferrals,
             detail=detail,
         )
