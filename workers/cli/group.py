@@ -19,6 +19,7 @@ from workers.cli import (
     simulate,
     status,
     suppression,
+    warmup,
     worker,
 )
 from workers.cli.errors import OneLineErrors
@@ -53,5 +54,6 @@ for command in (
     health.health,
     settings.settings,
     retry.retry,
+    warmup.warmup,
 ):
     main.add_command(command)
