@@ -5,14 +5,20 @@ starved, a mail past its kind's deadline ends expired, an idle sender starts ove
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
+import pytest
+
 from mailer import Kind, Kinds, Limiter, ManualClock, Policy
-from mailer.factory import memory_guard
+from mailer.factory import build_guard, memory_guard
 from mailer.guard import Finish, Guard, Later, MailRequest, Progress, Step
 from mailer.mail.kinds import BUILTIN_KINDS
 from mailer.mail.transports import MemoryTransport
 from mailer.metrics import NO_METRICS
 from mailer.records.ledger import MemoryLedger
 from mailer.records.warmup import DAY, Warmup, parse_plans, warmup_from_url
+from mailer.settings import Settings
+from tests.round_trips import round_trips
 
 SENDER = "News <news@example.org>"
 KINDS = Kinds([*BUILTIN_KINDS, Kind("newsletter", max_wait=3 * DAY), Kind("digest", max_wait=3600)])
@@ -115,3 +121,38 @@ def test_an_idle_sender_starts_over_on_day_one() -> None:
     assert isinstance(guard.process(_mail(4)), Later)
     standing = warmup.standing("example.org")
     assert (standing.day, standing.used, standing.waiting) == (1, 1, 1)
+
+
+def test_on_redis_a_plan_costs_one_script_call_and_one_round_trip(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same newsletter through two guards on one Redis, plans off then on: with the plan, one
+    more round trip (the count's ``EVALSHA``) and no other; the suppression and reputation
+    reads still ride together. Each guard sends one mail first."""
+    trips = []
+    for plans in ("off", "example.org: 1000"):
+        env = {
+            "MAILGUARD_SECRET": "test-secret",
+            "MAILGUARD_SENDER": SENDER,
+            "MAILGUARD_POLICY": "1000/1s",
+            "MAILGUARD_SMTP_URL": "memory://",
+            "MAILGUARD_LIMITER_URL": redis_url,
+            "MAILGUARD_KIND_NEWSLETTER_UNSUBSCRIBE": "1",
+            "MAILGUARD_UNSUBSCRIBE_URL": "https://example.org/unsubscribe",
+            "MAILGUARD_REPUTATION": "on",
+            "MAILGUARD_WARMUP": plans,
+        }
+        guard = build_guard(Settings.from_env(env), metrics=NO_METRICS)
+        ids = iter(range(100))
+
+        def run(guard: Guard = guard, ids: Iterator[int] = ids, base: str = plans) -> Step:
+            n = next(ids)
+            request = MailRequest(to=f"r{n}@example.com", mail_id=f"{base}-{n}",
+                                  kind="newsletter", subject="s", body="b")  # fmt: skip
+            return guard.process(request)
+
+        assert _sent(run())
+        count, step = round_trips(monkeypatch, run)
+        assert _sent(step)
+        trips.append(count)
+    assert trips[1] == trips[0] + 1, trips

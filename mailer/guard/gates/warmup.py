@@ -44,7 +44,10 @@ class WarmupGate:
         self.metrics = metrics
 
     def reads(self, mail: Prepared) -> Reads | None:
-        return None  # the count is its own script call
+        """No key: the count is its own script call; on Redis, the client, so that the other
+        gates still read together when they share it."""
+        client = self.warmup.client
+        return None if client is None else (client, [])
 
     def before_admit(
         self, mail: Prepared, progress: Progress, raws: list[Any] | None

@@ -25,6 +25,11 @@ class RedisWarmupStore:
         self._prefix = f"{namespace}:{{warmup}}"
         self._take = self._redis.script(TAKE_SCRIPT)
 
+    @property
+    def client(self) -> Any:
+        """The redis-py client (to share a connection, or one ``MGET`` with other stores)."""
+        return self._redis.client
+
     def keys(self, sid: str) -> list[str]:
         """The sender's three keys (state, even days' mails, odd days' mails)."""
         return [f"{self._prefix}:{name}:{sid}" for name in ("state", "mails0", "mails1")]

@@ -43,6 +43,11 @@ class Warmup:
         self.day_length = day_length  # s: one day of a plan (a test may shorten it)
         self.idle = idle  # s without a mail after which a sender starts over on day 1
 
+    @property
+    def client(self) -> Any:
+        """The redis-py client of the store; None in memory."""
+        return self.store.client if isinstance(self.store, RedisWarmupStore) else None
+
     def now(self) -> float:
         """Now on the clock the plans count on (the limiter's), epoch seconds."""
         return self._clock()
