@@ -11,7 +11,8 @@ data, and the engine only passes it on:
    script call (:mod:`mailer.guard.front`): one round trip before sending, one after.
 3. **gates** (:mod:`mailer.guard.gates`): each gate's ``before_admit`` hook, in order:
    suppression (:mod:`~mailer.guard.gates.suppression`), the bulk kinds' unsubscribe and
-   reputation (:mod:`~mailer.guard.gates.bulk`), then holds (:mod:`~mailer.guard.gates.holds`).
+   reputation and the senders' warm-up plans (:mod:`~mailer.guard.gates.bulk`), then holds
+   (:mod:`~mailer.guard.gates.holds`).
 4. **admit** (:mod:`mailer.guard.admission`, booking through :mod:`mailer.guard.booking`):
    :class:`Admitted` (send now), or ``Later`` (booked; limiter down), or ``Finish``
    (``dropped``).
