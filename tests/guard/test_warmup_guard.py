@@ -83,9 +83,10 @@ def test_a_login_code_is_not_starved_by_the_plan() -> None:
 
 def test_a_wait_past_the_kinds_deadline_ends_expired_not_sent() -> None:
     """A ``digest`` mail (max_wait 1 h) over the allowance waits for day 2, whose start is
-    past its deadline: its next run ends it expired (never sent, never lost silently)."""
+    past its deadline: its next run ends it expired (never sent, never lost silently), without
+    spending day 2's allowance."""
     clock = ManualClock(1_700_000_000.0)
-    guard, _ = _guard(clock, "example.org: 1")
+    guard, warmup = _guard(clock, "example.org: 1")
     assert _sent(guard.process(_mail(0, kind="digest")))
     clock.advance(10.0)
     later = guard.process(_mail(1, kind="digest"))
@@ -94,6 +95,7 @@ def test_a_wait_past_the_kinds_deadline_ends_expired_not_sent() -> None:
     ended = guard.process(_mail(1, kind="digest"), later.progress)
     assert isinstance(ended, Finish) and ended.outcome.status == "dropped"
     assert ended.outcome.reason == "expired"
+    assert warmup.standing("example.org").used == 0  # day 2's allowance not spent on it
 
 
 def test_a_sender_without_a_plan_and_a_rerun_are_not_held() -> None:

@@ -7,7 +7,8 @@ for the next day: ``deferred`` / ``warmup``, run again when the next day starts 
 :data:`ORDER_STEP` per place among the day's waiting mails, so they come back in the order
 they came. It is never dropped for the plan (a wait past the kind's ``max_wait`` ends it
 ``expired`` at admission, as any wait would). A transactional kind is counted and never
-waits. A mail run again after its booking is not counted twice. A plan that cannot be read
+waits. A mail run again after its booking is not counted twice, nor one past its deadline
+(admission ends it ``expired``). A plan that cannot be read
 lets the mail through (logged): the plan paces the sender, it never holds mail hostage to an
 outage.
 """
@@ -23,6 +24,7 @@ from mailer.durations import human
 from mailer.errors import BackendUnavailable
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, log_fields
 from mailer.guard.gates import Reads
+from mailer.guard.retry_schedule import kept_for
 from mailer.metrics import Metrics
 from mailer.records.warmup import Taken, Warmup
 from mailer.steps import Later, Progress, Step
@@ -52,6 +54,8 @@ class WarmupGate:
     def before_admit(
         self, mail: Prepared, progress: Progress, raws: list[Any] | None
     ) -> Prepared | Admitted | Step:
+        if self._expired(mail, progress):
+            return mail  # admission ends it expired: not counted in the day's allowance
         try:
             taken = self.warmup.take(mail.draft.sender, mail.mail_id, force=mail.kind.transactional)
         except BackendUnavailable:
@@ -61,6 +65,13 @@ class WarmupGate:
         if taken is None or taken.admitted:
             return mail
         return self._deferred(mail, progress, taken)
+
+    def _expired(self, mail: Prepared, progress: Progress) -> bool:
+        """Whether the mail is past its kind's deadline (as admission judges it)."""
+        if not progress.first_seen:
+            return False
+        past = self.warmup.now() - progress.first_seen - kept_for(mail.kind, progress, self.config)
+        return past > self.config.late_tolerance
 
     def _deferred(self, mail: Prepared, progress: Progress, taken: Taken) -> Later:
         now = self.warmup.now()
