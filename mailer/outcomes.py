@@ -27,6 +27,8 @@ SUPPRESSED = "suppressed"
 UNSUBSCRIBED = "unsubscribed"
 #: A bulk kind's mail waiting while its sender is paused by its reputation (a rate too high).
 REPUTATION = "reputation"
+#: Waiting for the next day of its sender's warm-up plan (the day's allowance is used).
+WARMUP = "warmup"
 #: Booked after a hold (the server asked us to slow down): ``hold`` names it.
 HELD = "held"
 IN_FLIGHT = "in_flight"

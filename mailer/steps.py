@@ -75,6 +75,7 @@ VOCABULARY: tuple[Word, ...] = (
     Word("booked after a hold (slow down)", "Defer", "Later", "deferred", why.HELD, DEFERRED),
     Word("recipients found no common slot", "", "Later", "deferred", why.CONTENDED, DEFERRED),
     Word("bulk kind, sender paused", "", "Later", "deferred", why.REPUTATION, DEFERRED),
+    Word("warm-up plan: day's allowance used", "", "Later", "deferred", why.WARMUP, DEFERRED),
     Word("limiter down (fail_closed)", "", "Later", "deferred", why.LIMITER_UNAVAILABLE, DEFERRED),
     Word("ledger down (either mode)", "", "Later", "deferred", why.LEDGER_UNAVAILABLE, DEFERRED),
     Word("SMTP 4xx, timeout, lost link", "", "Later", "deferred", why.SMTP_TRANSIENT, DEFERRED),

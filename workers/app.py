@@ -20,8 +20,9 @@ from kombu import Queue
 
 from mailer import defaults, metrics
 from mailer.errors import BackendUnavailable
-from mailer.factory import build_guard, build_holds, build_reputation
+from mailer.factory import build_guard, build_holds, build_reputation, build_warmup
 from mailer.logs import JsonFormatter, in_utc
+from mailer.records.warmup.gauges import WarmupCollector
 from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import parking, priority, process_settings, redis_checks, routing, state
@@ -279,7 +280,12 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         server = metrics.serve(
             settings.metrics_host,
             settings.metrics_port,
-            collectors=(*_schedule_gauges(), *_hold_gauges(), *_reputation_gauges()),
+            collectors=(
+                *_schedule_gauges(),
+                *_hold_gauges(),
+                *_reputation_gauges(),
+                *_warmup_gauges(),
+            ),
         )
     except OSError as exc:
         if made:
@@ -314,6 +320,15 @@ def _reputation_gauges() -> tuple[Any, ...]:
     if reputation is None or is_memory(settings.effective_ledger_url):
         return ()
     return (metrics.ReputationCollector(reputation.standings, reputation.limits.thresholds),)
+
+
+def _warmup_gauges() -> tuple[Any, ...]:
+    """Each warm-up plan's gauges, when plans are on and shared (the limiter's Redis, read per
+    scrape on this machine's clock)."""
+    warmup = build_warmup(settings)
+    if warmup is None or is_memory(settings.limiter_url):
+        return ()
+    return (WarmupCollector(warmup.standings),)
 
 
 @signals.worker_process_shutdown.connect

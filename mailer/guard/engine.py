@@ -11,8 +11,9 @@ data, and the engine only passes it on:
    script call (:mod:`mailer.guard.front`): one round trip before sending, one after.
 3. **gates** (:mod:`mailer.guard.gates`): each gate's ``before_admit`` hook, in order:
    suppression (:mod:`~mailer.guard.gates.suppression`), the bulk kinds' unsubscribe and
-   reputation (:mod:`~mailer.guard.gates.bulk`), the transport's hold
-   (:mod:`~mailer.guard.gates.transport`), then holds (:mod:`~mailer.guard.gates.holds`).
+   reputation and the senders' warm-up plans (:mod:`~mailer.guard.gates.bulk`), the
+   transport's hold (:mod:`~mailer.guard.gates.transport`), then holds
+   (:mod:`~mailer.guard.gates.holds`).
 4. **admit** (:mod:`mailer.guard.admission`, booking through :mod:`mailer.guard.booking`):
    :class:`Admitted` (send now), or ``Later`` (booked; limiter down), or ``Finish``
    (``dropped``).
@@ -56,6 +57,7 @@ from mailer.records.holds import Holds
 from mailer.records.ledger import Ledger
 from mailer.records.reputation import Reputation
 from mailer.records.suppression import Suppressions
+from mailer.records.warmup import Warmup
 from mailer.steps import Fail, Finish, Later, Progress, Step
 from mailer.unsubscribe import Unsubscribe
 
@@ -84,6 +86,7 @@ class Guard:
         metrics: Metrics,
         unsubscribe: Unsubscribe | None = None,
         reputation: Reputation | None = None,
+        warmup: Warmup | None = None,
     ) -> None:
         self.limiter = limiter
         self.ledger = ledger
@@ -95,6 +98,8 @@ class Guard:
         #: Bulk kinds' one-click unsubscribe and the sender reputation; None: off.
         self.unsubscribe = unsubscribe
         self.reputation = reputation
+        #: Senders' warm-up plans (:mod:`mailer.records.warmup`); None: off.
+        self.warmup = warmup
         self.config = config
         self._clock = clock
         self._kinds = kinds
@@ -128,7 +133,7 @@ class Guard:
         claim = Claim(self.ledger, config, metrics, booking.release)
         suppression = SuppressionGate(self.suppressions, config, metrics)
         gates: list[Gate] = [suppression]
-        gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics)
+        gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics, self.warmup)
         self._transport_gate: TransportGate | None = None
         if self.holds is not None:  # the transport's hold first: a TLS refusal holds no sender
             self._transport_gate = TransportGate(self.holds.transport, booking, config, metrics)

@@ -20,6 +20,7 @@ from workers.cli import (
     status,
     suppression,
     transport,
+    warmup,
     worker,
 )
 from workers.cli.errors import OneLineErrors
@@ -55,5 +56,6 @@ for command in (
     settings.settings,
     retry.retry,
     transport.transport,
+    warmup.warmup,
 ):
     main.add_command(command)
