@@ -114,6 +114,8 @@ def _check_bulk(settings: Values) -> None:
         )
     if settings.reputation_min < 1:
         raise ValueError(f"{PREFIX}REPUTATION_MIN must be >= 1, got {settings.reputation_min}")
+    if not 86_400 <= settings.warmup_idle <= 365 * 86_400:
+        raise ValueError(f"{PREFIX}WARMUP_IDLE must be 1d-365d, got {_s(settings.warmup_idle)}")
 
 
 def _check_pace(settings: Values) -> None:

@@ -20,8 +20,9 @@ from kombu import Queue
 
 from mailer import defaults, metrics
 from mailer.errors import BackendUnavailable
-from mailer.factory import build_guard, build_holds, build_reputation
+from mailer.factory import build_guard, build_holds, build_reputation, build_warmup
 from mailer.logs import JsonFormatter, in_utc
+from mailer.records.warmup.gauges import WarmupCollector
 from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import parking, priority, process_settings, quorum, redis_checks, routing, state
@@ -285,7 +286,12 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         server = metrics.serve(
             settings.metrics_host,
             settings.metrics_port,
-            collectors=(*_schedule_gauges(), *_hold_gauges(), *_reputation_gauges()),
+            collectors=(
+                *_schedule_gauges(),
+                *_hold_gauges(),
+                *_reputation_gauges(),
+                *_warmup_gauges(),
+            ),
         )
     except OSError as exc:
         if made:
@@ -305,12 +311,13 @@ def _schedule_gauges() -> tuple[Any, ...]:
 
 
 def _hold_gauges() -> tuple[Any, ...]:
-    """The sender's hold gauge, when holds are on and shared (read from the limiter's Redis
-    per scrape; memory holds live in each pool process, out of the server's sight)."""
+    """The sender's and the transport's hold gauges, when holds are on and shared (read from
+    the limiter's Redis per scrape; memory holds live in each pool process, out of sight)."""
     if settings.throttle_hold is None or is_memory(settings.limiter_url):
         return ()
     holds = build_holds(settings)
-    return (metrics.HoldCollector(holds.sender), metrics.PaceCollector(holds.pace.rate_now))
+    held = metrics.HoldCollector(holds.sender, transport=holds.transport.held)
+    return (held, metrics.PaceCollector(holds.pace.rate_now))
 
 
 def _reputation_gauges() -> tuple[Any, ...]:
@@ -319,6 +326,15 @@ def _reputation_gauges() -> tuple[Any, ...]:
     if reputation is None or is_memory(settings.effective_ledger_url):
         return ()
     return (metrics.ReputationCollector(reputation.standings, reputation.limits.thresholds),)
+
+
+def _warmup_gauges() -> tuple[Any, ...]:
+    """Each warm-up plan's gauges, when plans are on and shared (the limiter's Redis, read per
+    scrape on this machine's clock)."""
+    warmup = build_warmup(settings)
+    if warmup is None or is_memory(settings.limiter_url):
+        return ()
+    return (WarmupCollector(warmup.standings),)
 
 
 @signals.worker_process_shutdown.connect
