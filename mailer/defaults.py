@@ -123,3 +123,6 @@ FAILED_RETENTION = float(OUTCOME_TTL)
 #: A sender on a warm-up plan that sent nothing this long starts over on day 1 (30 days: the
 #: span after which SendGrid asks an IP to be warmed up again).
 WARMUP_IDLE = 30 * 86_400.0
+#: The RabbitMQ queue type of the mail queues (``classic`` or ``quorum``: replicated, one queue per
+#: priority lane; see :mod:`workers.priority`).
+QUEUE_TYPE = "classic"

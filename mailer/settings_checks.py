@@ -207,6 +207,11 @@ def _delivery_bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
             not 0.1 <= settings.dns_timeout <= 30,
             f"100ms-30s, got {_s(settings.dns_timeout)}",
         ),
+        (
+            "QUEUE_TYPE",
+            settings.queue_type not in ("classic", "quorum"),
+            f"classic or quorum, got {settings.queue_type!r:.40}",
+        ),
     )
 
 

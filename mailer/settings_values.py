@@ -92,6 +92,7 @@ class Values:
     failed_retention: float | None = defaults.FAILED_RETENTION
     warmup: dict[str, Plan] | None = None
     warmup_idle: float = defaults.WARMUP_IDLE
+    queue_type: str = defaults.QUEUE_TYPE
 
     @property
     def longest_countdown(self) -> float:

@@ -25,10 +25,11 @@ from mailer.logs import JsonFormatter, in_utc
 from mailer.records.warmup.gauges import WarmupCollector
 from mailer.settings import Settings
 from mailer.storage import is_memory
-from workers import parking, priority, process_settings, redis_checks, routing, state
+from workers import parking, priority, process_settings, quorum, redis_checks, routing, state
+from workers.broker_cluster import worker_broker
 from workers.broker_transport import redis_options, transport_for
 from workers.failing_stop import FailingStopStep
-from workers.liveness import Liveness, LivenessStep, broker_identity, register
+from workers.liveness import Liveness, LivenessStep, register
 from workers.parking import schedule_for
 from workers.promoter import PromoterStep
 
@@ -67,6 +68,8 @@ def transport_options(config: Settings) -> dict[str, Any]:
         {"visibility_timeout": config.visibility_timeout},
     )
     options.update(priority.transport_options(config.broker_url))
+    if quorum.quorum_on(config):  # a quorum queue needs the publisher's confirms
+        options["confirm_publish"] = True
     if config.restore_interval is not None:
         # kombu sweeps every ``interval`` s but scans only every ``throttle``-th sweep: scan each.
         options["unacked_restore_interval"] = config.restore_interval
@@ -144,6 +147,7 @@ def create_app(config: Settings) -> Celery:
         task_track_started=False,
         **{routing.MARK: True},  # send_mail's queue is this app's default one
     )
+    celery.conf.update(quorum.app_settings(config, state.SEND_MAIL))  # lanes, on quorum
     # Every worker publishes parked mails when they are due (workers/promoter.py), says when
     # it last consumed (workers/liveness.py) and ends after an unrecoverable error
     # (workers/failing_stop.py).
@@ -235,6 +239,7 @@ def _redis_keeps_the_mail(sender: Any = None, **_: Any) -> None:
     persistence and of a quorum queue without a delivery limit (:mod:`workers.redis_checks`)."""
     if sender is not None:
         redis_checks.check_at_start(process_settings.current(), sender)
+        quorum.declare_dead_letters(sender.app, process_settings.current())
 
 
 @signals.worker_init.connect
@@ -249,8 +254,9 @@ def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
         return
     broker = str(sender.app.conf.broker_url)
     hostname = str(getattr(sender, "hostname", "") or "worker")
+    identity = worker_broker(sender.app)  # a RabbitMQ cluster by its name
     try:
-        other = register(liveness, hostname, broker, time.time())
+        other = register(liveness, hostname, broker, time.time(), identity=identity)
         if other is None and (moved := parking.adopt_legacy(config)):
             log.warning("mailguard: %d parked mail(s) moved into the queue's schedule", moved)
     except BackendUnavailable as exc:
@@ -258,7 +264,7 @@ def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
         return
     if other is not None:
         raise SystemExit(
-            f"mailguard: this worker consumes from {broker_identity(broker)} but {other}, "
+            f"mailguard: this worker consumes from {identity} but {other}, "
             f"for the same MAILGUARD_QUEUE {config.queue!r} on the same ledger: their parked "
             "mails would be published to each other's broker; give one of them another "
             "MAILGUARD_QUEUE, or both the same broker"
