@@ -11,11 +11,12 @@ certificate made by ``openssl``, AUTH PLAIN/LOGIN), in this process's threads; o
 ``--postfix``, a real Postfix on loopback started here (:class:`devservers.postfix.PostfixRelay`:
 STARTTLS with a throwaway certificate, SMTP AUTH through cyrus sasldb, a mailbox per recipient;
 needs root and Debian's postfix and sasl2-bin), whose Maildirs are checked to hold each mail
-once and whose log counts the connections. Rounds of ``--mails`` mails (default 300)
-alternate between the two ways, ``--rounds`` each (default 5), so both meet the same load; one
-mail at a time, each to its own recipient, the envelopes built before the clock starts. For
-each way: the median mails per second and the connections the server counted; then reuse /
-per mail, round by round. Target: reuse at least 3x.
+once and whose log counts the connections (its queue and Maildirs under ``TMPDIR``: Postfix
+syncs each mail to disk there before it replies, a cost reuse does not save). Rounds of
+``--mails`` mails (default 300) alternate between the two ways, ``--rounds`` each (default 5),
+so both meet the same load; one mail at a time, each to its own recipient, the envelopes built
+before the clock starts. For each way: the median mails per second and the connections the
+server counted; then reuse / per mail, round by round. Target: reuse at least 3x.
 """
 
 from __future__ import annotations
