@@ -31,12 +31,14 @@ from __future__ import annotations
 import logging
 import socket
 from typing import Any
+from urllib.parse import quote
 
 from kombu.transport import redis
 from kombu.utils.json import dumps
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from mailer.crashpoints import crash_point
+from mailer.storage import is_sentinel, parse_sentinel_url
 from workers import outbox_ride
 from workers.priority import broker_scheme
 
@@ -187,6 +189,25 @@ def redis_options(broker_url: str, options: dict[str, Any]) -> dict[str, Any]:
     if broker_scheme(broker_url) not in (*REDIS_SCHEMES, *SENTINEL_SCHEMES):
         return options
     return {**SOCKET_OPTIONS, **RESTORE_OPTIONS, **options}
+
+
+def sentinel_form(url: str) -> tuple[str, dict[str, Any]]:
+    """For mailguard's ``redis+sentinel://[:password@]h1:p1,h2:p2/service[/db]`` (every role's
+    one form, :func:`mailer.storage.parse_sentinel_url`): kombu's and Celery's form of it,
+    ``sentinel://[:password@]h1:p1/db;sentinel://[:password@]h2:p2/db``, and the transport
+    options that name the master (``{"master_name": service}``: a broker's
+    ``broker_transport_options``, a result backend's ``result_backend_transport_options``).
+    Any other URL is returned as it is, with no options. ``ValueError`` for a bad Sentinel URL."""
+    if not is_sentinel(url):
+        return url, {}
+    parsed = parse_sentinel_url(url)
+    auth = f":{quote(parsed.password, safe='')}@" if parsed.password else ""
+    hosts = (f"[{h}]" if ":" in h else h for h, _ in parsed.sentinels)
+    urls = (
+        f"sentinel://{auth}{host}:{port}/{parsed.db}"
+        for host, (_, port) in zip(hosts, parsed.sentinels, strict=True)
+    )
+    return ";".join(urls), {"master_name": parsed.service}
 
 
 def transport_for(broker_url: str) -> str | None:

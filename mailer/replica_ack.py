@@ -1,0 +1,69 @@
+"""A write behind Sentinel that a failover cannot lose: the script, then ``WAIT 1``.
+
+Redis replicates asynchronously: a write the master acknowledged can be missing from the
+replica the sentinels promote when the master dies. For the writes a promise rests on (a
+limiter booking: the mail is then sent in its slot; a ledger claim or record: the mail is then
+sent, or known sent), :class:`AcknowledgedRedis` sends each script with ``WAIT 1 <ms>`` on one
+connection (a pipeline), so the answer comes back only once a replica holds the write.
+
+- One replica acknowledged: the write survives the promotion of that replica.
+- None within :data:`WAIT_MS`, while the master has a replica: :class:`NotReplicated` (a
+  ``redis.ConnectionError``, so the stores report their backend unavailable and the guard
+  defers the mail, fail-closed). The write stays on the master: a booking then holds a slot no
+  mail uses (the safe side), a claim expires with its lease.
+- A master without any replica (``INFO replication``: ``connected_slaves:0``): nothing can be
+  promoted, so nothing is waited for; looked at again after :data:`ALONE_RECHECK` seconds.
+
+:func:`mailer.storage.client_from_url` builds one for every ``redis+sentinel://`` URL. Not
+for writes whose answer nobody waits for (the outbox's puts, sent in a pipeline of their own)
+nor for plain commands (a suppression's ``SET``): they stay asynchronous. A script that only
+reads waits too, for nothing: ``WAIT`` answers at once when the connection wrote nothing new.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import redis
+import redis.exceptions
+
+#: Milliseconds a write behind Sentinel waits for one replica to acknowledge it.
+WAIT_MS = 1000
+#: Seconds a master seen without a replica is not waited on before it is looked at again.
+ALONE_RECHECK = 1.0
+
+
+class NotReplicated(redis.exceptions.ConnectionError):
+    """No replica acknowledged a write within :data:`WAIT_MS`: a failover could lose it."""
+
+
+class AcknowledgedRedis(redis.Redis):
+    """The client of a Sentinel master (``redis_class`` of ``Sentinel.master_for``) whose
+    scripts (``EVALSHA``, ``EVAL``, however sent) return once one replica holds their writes:
+    each is sent with ``WAIT 1`` :data:`WAIT_MS` on one connection. Other commands, and the
+    commands of its pipelines, are sent as they are."""
+
+    #: When the master was last seen without replicas (monotonic seconds; 0: not seen so).
+    alone_since: float = 0.0
+
+    def execute_command(self, *args: Any, **options: Any) -> Any:
+        name = str(args[0]).upper() if args else ""
+        if name not in SCRIPTS or time.monotonic() - self.alone_since < ALONE_RECHECK:
+            return super().execute_command(*args, **options)
+        pipe = self.pipeline(transaction=False)
+        pipe.execute_command(*args, **options)
+        pipe.execute_command("WAIT", 1, WAIT_MS)
+        answer, acknowledged = pipe.execute(raise_on_error=False)
+        if isinstance(answer, Exception):
+            raise answer  # NoScriptError included: the script did not run
+        if isinstance(acknowledged, int) and acknowledged >= 1:
+            return answer
+        if int(self.info("replication").get("connected_slaves", 0)) == 0:
+            self.alone_since = time.monotonic()
+            return answer
+        raise NotReplicated(f"no replica acknowledged a write within {WAIT_MS} ms (WAIT 1)")
+
+
+#: The commands whose writes are waited for.
+SCRIPTS = frozenset({"EVALSHA", "EVAL"})
