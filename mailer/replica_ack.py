@@ -50,10 +50,10 @@ class AcknowledgedRedis(redis.Redis):
     def execute_command(self, *args: Any, **options: Any) -> Any:
         name = str(args[0]).upper() if args else ""
         if name not in SCRIPTS or time.monotonic() - self.alone_since < ALONE_RECHECK:
-            return super().execute_command(*args, **options)
+            return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         pipe = self.pipeline(transaction=False)
-        pipe.execute_command(*args, **options)
-        pipe.execute_command("WAIT", 1, WAIT_MS)
+        pipe.execute_command(*args, **options)  # type: ignore[no-untyped-call]
+        pipe.execute_command("WAIT", 1, WAIT_MS)  # type: ignore[no-untyped-call]
         answer, acknowledged = pipe.execute(raise_on_error=False)
         if isinstance(answer, Exception):
             raise answer  # NoScriptError included: the script did not run
