@@ -38,18 +38,42 @@ class NotReplicated(redis.exceptions.ConnectionError):
     """No replica acknowledged a write within :data:`WAIT_MS`: a failover could lose it."""
 
 
+class ReplicaWait:
+    """Whether a write must wait for a replica, and the verdict on ``WAIT``'s answer, for one
+    client (or one kombu channel): a master seen without any replica is not waited on for
+    :data:`ALONE_RECHECK` seconds."""
+
+    def __init__(self) -> None:
+        self.alone_since = 0.0  # monotonic seconds; 0: never seen alone
+
+    def needed(self) -> bool:
+        """Whether to send ``WAIT 1`` :data:`WAIT_MS` after the write."""
+        return time.monotonic() - self.alone_since >= ALONE_RECHECK
+
+    def check(self, client: Any, acknowledged: Any) -> None:
+        """``WAIT``'s answer judged: :class:`NotReplicated` when no replica took the write while
+        the master (``client``) has one; a master without replicas is remembered as alone."""
+        if isinstance(acknowledged, int) and acknowledged >= 1:
+            return
+        if int(client.info("replication").get("connected_slaves", 0)) == 0:
+            self.alone_since = time.monotonic()
+            return
+        raise NotReplicated(f"no replica acknowledged a write within {WAIT_MS} ms (WAIT 1)")
+
+
 class AcknowledgedRedis(redis.Redis):
     """The client of a Sentinel master (``redis_class`` of ``Sentinel.master_for``) whose
     scripts (``EVALSHA``, ``EVAL``, however sent) return once one replica holds their writes:
     each is sent with ``WAIT 1`` :data:`WAIT_MS` on one connection. Other commands, and the
     commands of its pipelines, are sent as they are."""
 
-    #: When the master was last seen without replicas (monotonic seconds; 0: not seen so).
-    alone_since: float = 0.0
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.replica_wait = ReplicaWait()
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         name = str(args[0]).upper() if args else ""
-        if name not in SCRIPTS or time.monotonic() - self.alone_since < ALONE_RECHECK:
+        if name not in SCRIPTS or not self.replica_wait.needed():
             return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         pipe = self.pipeline(transaction=False)
         pipe.execute_command(*args, **options)  # type: ignore[no-untyped-call]
@@ -57,12 +81,8 @@ class AcknowledgedRedis(redis.Redis):
         answer, acknowledged = pipe.execute(raise_on_error=False)
         if isinstance(answer, Exception):
             raise answer  # NoScriptError included: the script did not run
-        if isinstance(acknowledged, int) and acknowledged >= 1:
-            return answer
-        if int(self.info("replication").get("connected_slaves", 0)) == 0:
-            self.alone_since = time.monotonic()
-            return answer
-        raise NotReplicated(f"no replica acknowledged a write within {WAIT_MS} ms (WAIT 1)")
+        self.replica_wait.check(self, acknowledged)
+        return answer
 
 
 #: The commands whose writes are waited for.

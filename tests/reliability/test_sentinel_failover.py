@@ -78,6 +78,30 @@ def test_a_booking_no_replica_took_sends_nothing(deployment: RedisSentinel) -> N
     limiter.close()
 
 
+def test_a_publish_no_replica_took_is_an_error_for_the_caller(deployment: RedisSentinel) -> None:
+    """With the replica frozen, ``apply_async`` on the Sentinel broker fails (not
+    acknowledged: a failover could lose it) instead of answering for a message only the master
+    holds; thawed, it is acknowledged and answered. The ledger answers the copy the master kept."""
+    base = f"redis+sentinel://{deployment.hosts}/mymaster"
+    app = client_app({"MAILGUARD_BROKER_URL": f"{base}/1", "MAILGUARD_RESULT_BACKEND": f"{base}/2"})
+    replica = deployment.replicas[0].process
+    assert replica is not None
+    send_mail = app.tasks[TASK]
+    try:
+        send_mail.apply_async(args=["ada@example.com"], kwargs={"subject": "s", "body": "b"})
+        os.kill(replica.pid, signal.SIGSTOP)
+        try:
+            with pytest.raises(Exception, match="replica"):
+                send_mail.apply_async(
+                    args=["bob@example.com"], kwargs={"subject": "s", "body": "b"}, retry=False
+                )
+        finally:
+            os.kill(replica.pid, signal.SIGCONT)
+        send_mail.apply_async(args=["cy@example.com"], kwargs={"subject": "s", "body": "b"})
+    finally:
+        app.close()
+
+
 def publish(app: Any, mail_id: str, recipient: str, tries: list[float]) -> AsyncResult[Any]:
     """``send_mail.apply_async`` as a caller's process does, tried again every 0.2 s while it
     fails (no master known yet); the moment of each failure is appended to ``tries``."""

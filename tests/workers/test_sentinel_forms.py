@@ -15,6 +15,7 @@ from devservers.redis_servers import RedisSentinel, RedisServer
 from mailer.settings import Settings
 from workers.app import create_app
 from workers.broker_transport import SOCKET_OPTIONS, sentinel_form
+from workers.cli.health import held, queued
 
 URL = "redis+sentinel://:s%40cret@127.0.0.1:26379,[::1]:26380/mail/3"
 
@@ -84,3 +85,28 @@ def test_a_worker_refuses_a_master_that_evicts_through_the_sentinels(
     assert len(lines) == 1, worker.log()[-3000:]
     assert "MAILGUARD_BROKER_URL, MAILGUARD_LIMITER_URL" in lines[0], lines[0]
     assert "maxmemory-policy allkeys-lru" in lines[0], lines[0]
+
+
+@pytest.fixture
+def behind_sentinel() -> Iterator[RedisSentinel]:
+    master = RedisServer().start()
+    sentinel = RedisSentinel(master).start()
+    yield sentinel
+    sentinel.cleanup()
+    master.cleanup()
+
+
+def test_health_counts_the_queue_behind_sentinel(behind_sentinel: RedisSentinel) -> None:
+    """``mailguard health`` counts the mail queue on a ``redis+sentinel://`` broker (every
+    priority list) and the messages held, as on a plain Redis."""
+    broker = behind_sentinel.url.rsplit("/", 1)[0] + "/1"
+    app = create_app(Settings(broker_url=broker))
+    try:
+        for to in ("ada@example.com", "bob@example.com"):
+            app.tasks["mailguard.send_mail"].apply_async(
+                args=[to], kwargs={"subject": "s", "body": "b"}
+            )
+    finally:
+        app.close()
+    assert queued(broker, "mail") == 2
+    assert held(broker, "mail") == 0
