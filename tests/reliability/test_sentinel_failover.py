@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from celery.result import AsyncResult
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
@@ -125,6 +126,37 @@ def final(result: AsyncResult[Any]) -> Any:
     return None
 
 
+def unsettled(
+    deployment: RedisSentinel, smtp: SmtpTestServer, results: dict[str, list[AsyncResult[Any]]]
+) -> list[str]:
+    """Each mail neither delivered nor final: its tasks' states and where the broker (the
+    current master's db 1) keeps their messages, to say why."""
+    copies = Counter(d.message["Subject"] for d in smtp.delivered)
+    lines = []
+    port = deployment.master_port()
+    broker = redis.Redis(port=port or 0, db=1)
+    try:
+        lists = {k: broker.lrange(k, 0, -1) for k in broker.keys("*") if broker.type(k) == b"list"}
+        unacked = b" ".join(broker.hvals("unacked"))
+        for mail_id, rs in results.items():
+            if copies[mail_id] or any(final(r) for r in rs):
+                continue
+            for r in rs:
+                places = [
+                    k.decode()
+                    for k, items in lists.items()
+                    if any(r.id.encode() in i for i in items)
+                ]
+                if r.id.encode() in unacked:
+                    places.append("unacked")
+                with contextlib.suppress(Exception):
+                    places.append(f"state {r.state}")
+                lines.append(f"{mail_id} task {r.id}: {', '.join(places) or 'nowhere'}")
+    finally:
+        broker.close()
+    return lines
+
+
 def over_admissions(times: dict[str, list[float]], policy: Policy, slack: float) -> int:
     """Windows (each shortened by ``slack`` s) in which a recipient's times exceed a tier."""
     over = 0
@@ -183,7 +215,10 @@ def test_the_master_killed_while_mails_flow(deployment: RedisSentinel) -> None:
             copies = Counter(d.message["Subject"] for d in smtp.delivered)
             return all(copies[m] or any(final(r) for r in rs) for m, rs in results.items())
 
-        poll(settled, 90, "every mail delivered or given a final outcome")
+        deadline = time.monotonic() + 90
+        while not settled() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        stuck = unsettled(deployment, smtp, results)
         delivered = smtp.delivered
         copies = Counter(d.message["Subject"] for d in delivered)
         # Workers back: the first mail the server took once a replica was promoted.
@@ -219,6 +254,11 @@ def test_the_master_killed_while_mails_flow(deployment: RedisSentinel) -> None:
             "first delivery after the promotion, s after the kill": round(resumed, 2),
         }
         print(f"sentinel failover: {figures}")
+        assert not stuck, (
+            f"{figures}\n"
+            + "\n".join(stuck)
+            + "".join(f"\n--- {w.name}:\n{w.log()[-4000:]}" for w in workers)
+        )
         assert figures["duplicates"] == 0, figures
         assert figures["lost"] == 0, figures
         assert figures["over (booked slots)"] == 0, figures
