@@ -116,6 +116,8 @@ def _check_bulk(settings: Values) -> None:
         )
     if settings.reputation_min < 1:
         raise ValueError(f"{PREFIX}REPUTATION_MIN must be >= 1, got {settings.reputation_min}")
+    if not 86_400 <= settings.warmup_idle <= 365 * 86_400:
+        raise ValueError(f"{PREFIX}WARMUP_IDLE must be 1d-365d, got {_s(settings.warmup_idle)}")
 
 
 def _check_pace(settings: Values) -> None:
@@ -206,6 +208,11 @@ def _delivery_bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
             "DNS_TIMEOUT",
             not 0.1 <= settings.dns_timeout <= 30,
             f"100ms-30s, got {_s(settings.dns_timeout)}",
+        ),
+        (
+            "QUEUE_TYPE",
+            settings.queue_type not in ("classic", "quorum"),
+            f"classic or quorum, got {settings.queue_type!r:.40}",
         ),
     )
 
