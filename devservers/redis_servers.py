@@ -1,8 +1,9 @@
 """Real Redis servers the tests and benchmarks start, stop and restart themselves.
 
-A single ``redis-server``, a three-node cluster, a sentinel. Neither the suite nor the
-benchmarks rely on a server already running on the machine. If ``redis-server`` cannot be
-started the fixture fails the test (it never skips): a missing server is a broken environment.
+A single ``redis-server``, a three-node cluster, sentinels (with replicas for a failover).
+Neither the suite nor the benchmarks rely on a server already running on the machine. If
+``redis-server`` cannot be started the fixture fails the test (it never skips): a missing server
+is a broken environment.
 """
 
 from __future__ import annotations
@@ -164,38 +165,144 @@ class RedisClusterServers:
 
 
 class RedisSentinel:
-    """A redis-server in sentinel mode watching ``master`` under the service name ``mymaster``."""
+    """Sentinels watching ``master`` under the service name ``service`` (``mymaster``), with
+    ``replicas`` redis-servers replicating it: by default one sentinel and no replica.
 
-    def __init__(self, master: RedisServer, service: str = "mymaster") -> None:
+    ``RedisSentinel(master, replicas=1, sentinels=3)`` is a failover deployment: a quorum of
+    two, ``down_after_ms`` (1000) before a master is judged down and ``failover_timeout_ms``
+    (3000) for a failover, every server on a loopback port of :func:`free_port`. ``master``
+    must be started; :meth:`start` starts the replicas (and waits until they are in sync),
+    then the sentinels. Each is stopped by its process (SIGKILL); :meth:`kill_master` kills
+    whichever server the sentinels name as master now.
+    """
+
+    def __init__(
+        self,
+        master: RedisServer,
+        service: str = "mymaster",
+        *,
+        replicas: int = 0,
+        sentinels: int = 1,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 3000,
+    ) -> None:
         self.master = master
         self.service = service
-        self.server = RedisServer()
-        config = self.server.dir / "sentinel.conf"
-        config.write_text(
-            f"port {self.server.port}\nbind 127.0.0.1\n"
-            f"sentinel monitor {service} 127.0.0.1 {master.port} 1\n"
-            f"sentinel down-after-milliseconds {service} 1000\n"
-        )
-        self.config = config
+        self.replicas = [
+            RedisServer(extra_args=("--replicaof", "127.0.0.1", str(master.port)))
+            for _ in range(replicas)
+        ]
+        self.sentinels = [RedisServer() for _ in range(sentinels)]
+        quorum = sentinels // 2 + 1
+        for server in self.sentinels:
+            (server.dir / "sentinel.conf").write_text(
+                f"port {server.port}\nbind 127.0.0.1\ndir {server.dir}\n"
+                f"sentinel monitor {service} 127.0.0.1 {master.port} {quorum}\n"
+                f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
+                f"sentinel failover-timeout {service} {failover_timeout_ms}\n"
+                f"sentinel parallel-syncs {service} 1\n"
+            )
+        self.server = self.sentinels[0]  # the one sentinel of the single form
+        self.config = self.server.dir / "sentinel.conf"
+
+    @property
+    def hosts(self) -> str:
+        """Every sentinel's ``host:port``, comma-separated (the ``redis+sentinel://`` netloc)."""
+        return ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels)
 
     @property
     def url(self) -> str:
-        return f"redis+sentinel://127.0.0.1:{self.server.port}/{self.service}/0"
+        return f"redis+sentinel://{self.hosts}/{self.service}/0"
 
-    def start(self, timeout: float = 10.0) -> RedisSentinel:
+    def start(self, timeout: float = 20.0) -> RedisSentinel:
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.cleanup()  # never leave half a deployment running
+            raise
+
+    def _start(self, timeout: float) -> RedisSentinel:
+        for replica in self.replicas:
+            replica.start()
+        deadline = time.monotonic() + timeout
+        while self.replicas and not self._in_sync():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the replicas did not reach master_link_status:up")
+            time.sleep(0.05)
         binary = shutil.which("redis-server")
         assert binary is not None
-        self.server.process = subprocess.Popen(
-            [binary, str(self.config), "--sentinel", "--logfile", str(self.server.dir / "s.log")],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.server.ping():
-                return self
+        for server in self.sentinels:
+            server.process = subprocess.Popen(
+                [
+                    binary,
+                    str(server.dir / "sentinel.conf"),
+                    "--sentinel",
+                    "--logfile",
+                    str(server.dir / "s.log"),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        while not all(s.ping() for s in self.sentinels):
+            if time.monotonic() > deadline:
+                raise RuntimeError("redis sentinel did not start")
             time.sleep(0.05)
-        raise RuntimeError("redis sentinel did not start")
+        while self.replicas and not self._replicas_seen():
+            if time.monotonic() > deadline:
+                raise RuntimeError("the sentinels did not discover the replicas")
+            time.sleep(0.1)
+        return self
+
+    def _in_sync(self) -> bool:
+        return all(
+            "master_link_status:up" in self._cli(r.port, "info", "replication")
+            for r in self.replicas
+        )
+
+    def _replicas_seen(self) -> bool:
+        """Every sentinel knows every replica and the other sentinels (a failover needs both)."""
+        for server in self.sentinels:
+            master = self._cli(server.port, "sentinel", "master", self.service).split()
+            fields = dict(zip(master[::2], master[1::2], strict=False))
+            if int(fields.get("num-slaves", 0)) < len(self.replicas):
+                return False
+            if int(fields.get("num-other-sentinels", 0)) < len(self.sentinels) - 1:
+                return False
+        return True
+
+    @staticmethod
+    def _cli(port: int, *args: str) -> str:
+        return subprocess.run(
+            ["redis-cli", "-p", str(port), *args],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        ).stdout
+
+    def master_port(self) -> int | None:
+        """The port of the master as the first sentinel that answers names it (None: none)."""
+        for server in self.sentinels:
+            answer = self._cli(
+                server.port, "sentinel", "get-master-addr-by-name", self.service
+            ).split()
+            if len(answer) == 2 and answer[1].isdigit():
+                return int(answer[1])
+        return None
+
+    def servers(self) -> list[RedisServer]:
+        """The master the deployment started with and its replicas."""
+        return [self.master, *self.replicas]
+
+    def kill_master(self) -> RedisServer:
+        """SIGKILL the server the sentinels name as master now; returns it (stopped)."""
+        port = self.master_port()
+        server = next(s for s in self.servers() if s.port == port)
+        server.stop()
+        return server
 
     def cleanup(self) -> None:
-        self.server.cleanup()
+        for server in self.sentinels:
+            server.cleanup()
+        for replica in self.replicas:
+            replica.cleanup()

@@ -5,8 +5,8 @@ in-process worker, the memory limiter, the console transport. A deployment sets 
 
 | variable | type | default | example | meaning |
 |---|---|---|---|---|
-| ``MAILGUARD_BROKER_URL`` | URL | ``memory://`` | ``redis://localhost:6379/1`` | Celery broker (``redis://…``, ``amqp://…``) |
-| ``MAILGUARD_RESULT_BACKEND`` | URL | ``cache+memory://`` | ``redis://localhost:6379/2`` | where outcomes are stored (``redis://…``) |
+| ``MAILGUARD_BROKER_URL`` | URL | ``memory://`` | ``redis://localhost:6379/1`` | Celery broker (``redis://…``, ``amqp://…``, ``redis+sentinel://…``) |
+| ``MAILGUARD_RESULT_BACKEND`` | URL | ``cache+memory://`` | ``redis://localhost:6379/2`` | where outcomes are stored (``redis://…``, ``redis+sentinel://…``) |
 | ``MAILGUARD_LIMITER_URL`` | URL | ``memory://`` | ``redis://localhost:6379/0`` | limiter storage (``redis://…`` for several processes) |
 | ``MAILGUARD_LEDGER_URL`` | URL | the limiter URL | ``redis://ledger:6379/0`` | where sent-markers and send claims live |
 | ``MAILGUARD_SMTP_URL`` | URL | ``console://`` | ``smtp://relay:587?starttls=1`` | ``smtp://host:port``, ``smtps://user:pass@host``, ``?starttls=1``; ``console://``, ``memory://`` |

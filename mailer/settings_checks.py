@@ -13,6 +13,7 @@ from mailer.mail.kinds import MAX_LIFETIME
 from mailer.mail.transports import registry as transports
 from mailer.settings_env import PREFIX
 from mailer.settings_values import Values
+from mailer.storage import is_sentinel, parse_sentinel_url
 
 #: RabbitMQ's default ``consumer_timeout``: a message held unacknowledged longer closes its
 #: channel. Countdown tasks are held by the worker until they run, so they must stay below it.
@@ -48,6 +49,7 @@ def check(settings: Values) -> None:
     _check_bulk(settings)
     _check_smtp(settings)
     _check_failed(settings)
+    _check_sentinel(settings)
 
 
 def problems(settings: Values) -> list[str]:
@@ -269,3 +271,23 @@ def _check_failed(settings: Values) -> None:
     kept = settings.failed_retention
     if kept is not None and not 60 <= kept <= 30 * 86_400:
         raise ValueError(f"{PREFIX}FAILED_RETENTION must be 1m-30d or off, got {_s(kept)}")
+
+
+def _check_sentinel(settings: Values) -> None:
+    """Every ``redis+sentinel://`` URL (broker, result backend, limiter, ledger) is one that
+    :func:`mailer.storage.parse_sentinel_url` reads: sentinels, a service, a db number."""
+    urls = (
+        ("BROKER_URL", settings.broker_url),
+        ("RESULT_BACKEND", settings.result_backend),
+        ("LIMITER_URL", settings.limiter_url),
+        ("LEDGER_URL", settings.ledger_url or ""),
+    )
+    for variable, url in urls:
+        if is_sentinel(url):
+            try:
+                parse_sentinel_url(url)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{PREFIX}{variable} must be redis+sentinel://[:password@]host:port"
+                    f"[,host:port...]/<service>[/<db>]: {exc}"
+                ) from None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -19,6 +20,7 @@ import redis
 import redis.exceptions
 
 from mailer.errors import BackendUnavailable, mask_url
+from mailer.replica_ack import AcknowledgedRedis
 
 T = TypeVar("T")
 
@@ -139,7 +141,8 @@ def client_from_url(url: str, **options: Any) -> Any:
     - ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS): Redis Cluster, any node
       as the entry point; every key of one subject shares a hash tag, so one slot.
     - ``redis+sentinel://[:password@]host:port[,host:port...]/service[/db]``: the current
-      master of ``service`` as told by the sentinels, followed across failovers.
+      master of ``service`` as told by the sentinels, followed across failovers; its scripts
+      (bookings, claims) return once a replica holds their writes (:mod:`mailer.replica_ack`).
 
     Timeouts default to 2 s (connect and reply), so an outage is reported quickly.
     """
@@ -154,14 +157,29 @@ def client_from_url(url: str, **options: Any) -> Any:
     return redis.Redis.from_url(url, **options)
 
 
-def _sentinel_master(url: str, **options: Any) -> Any:
-    from redis.sentinel import Sentinel  # noqa: PLC0415 - only for sentinel URLs
+@dataclass(frozen=True)
+class SentinelURL:
+    """A ``redis+sentinel://`` URL's parts: the sentinels' ``(host, port)``, the service (the
+    master's name in the sentinels' configuration), the database and the password, if any (the
+    master's; the sentinels are asked without one)."""
 
+    sentinels: tuple[tuple[str, int], ...]
+    service: str
+    db: int = 0
+    password: str | None = None
+
+
+def is_sentinel(url: object) -> bool:
+    """Whether ``url`` names a Redis behind Sentinel (``redis+sentinel://``)."""
+    return scheme(url) == "redis+sentinel"
+
+
+def parse_sentinel_url(url: str) -> SentinelURL:
+    """The parts of ``redis+sentinel://[:password@]host:port[,host:port...]/service[/db]``;
+    ``ValueError`` (one line, the password masked) for a bad address, no service or a bad db."""
     parts = urlsplit(url)
-    hosts_part = parts.netloc.rsplit("@", 1)[-1]
-    password = (
-        unquote(parts.netloc.rsplit("@", 1)[0].split(":", 1)[-1]) if "@" in parts.netloc else None
-    )
+    userinfo, _, hosts_part = parts.netloc.rpartition("@")
+    password = unquote(userinfo.split(":", 1)[-1]) if userinfo else None
     sentinels = []
     for host_port in hosts_part.split(","):
         host, _, port = host_port.rpartition(":")
@@ -171,11 +189,26 @@ def _sentinel_master(url: str, **options: Any) -> Any:
     path = [p for p in parts.path.split("/") if p]
     if not path:
         raise ValueError(f"sentinel URL {mask_url(url)} names no service: .../<service>[/db]")
+    if len(path) > 2 or (len(path) == 2 and not path[1].isdigit()):
+        raise ValueError(f"sentinel URL {mask_url(url)}: the path is /<service>[/<db number>]")
     db = int(path[1]) if len(path) > 1 else 0
+    return SentinelURL(tuple(sentinels), path[0], db, password or None)
+
+
+def _sentinel_master(url: str, **options: Any) -> Any:
+    from redis.sentinel import Sentinel  # noqa: PLC0415 - only for sentinel URLs
+
+    parsed = parse_sentinel_url(url)
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
-        sentinels,
+        list(parsed.sentinels),
         socket_timeout=options["socket_timeout"],
         socket_connect_timeout=options["socket_connect_timeout"],
     )
     master = sentinel.master_for  # redis-py leaves these two untyped
-    return master(path[0], db=db, password=password, **options)  # type: ignore[no-untyped-call]
+    return master(  # type: ignore[no-untyped-call]
+        parsed.service,
+        redis_class=AcknowledgedRedis,  # its scripts wait for a replica (mailer.replica_ack)
+        db=parsed.db,
+        password=parsed.password,
+        **options,
+    )

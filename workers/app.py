@@ -27,7 +27,7 @@ from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import parking, priority, process_settings, quorum, redis_checks, routing, state
 from workers.broker_cluster import worker_broker
-from workers.broker_transport import redis_options, transport_for
+from workers.broker_transport import redis_options, sentinel_form, transport_for
 from workers.failing_stop import FailingStopStep
 from workers.liveness import Liveness, LivenessStep, register
 from workers.parking import schedule_for
@@ -60,14 +60,16 @@ CONNECTION_SETTINGS: dict[str, Any] = {
 
 
 def transport_options(config: Settings) -> dict[str, Any]:
-    """The broker's transport options: the visibility timeout, if set the restore sweep, and
+    """The broker's transport options: the visibility timeout, if set the restore sweep, behind
+    Sentinel the master's name (:func:`~workers.broker_transport.sentinel_form`), and
     on Redis sockets that never block for minutes and a short restore lock
     (:func:`~workers.broker_transport.redis_options`)."""
+    broker, sentinel = sentinel_form(config.broker_url)
     options: dict[str, Any] = redis_options(
-        config.broker_url,
-        {"visibility_timeout": config.visibility_timeout},
+        broker,
+        {"visibility_timeout": config.visibility_timeout, **sentinel},
     )
-    options.update(priority.transport_options(config.broker_url))
+    options.update(priority.transport_options(broker))
     if quorum.quorum_on(config):  # a quorum queue needs the publisher's confirms
         options["confirm_publish"] = True
     if config.restore_interval is not None:
@@ -112,12 +114,9 @@ def create_app(config: Settings) -> Celery:
     It never makes itself the current app: a project's own app, when there is one, stays the
     app that ``send_mail.delay`` goes through (``send_mail`` is a shared task).
     """
-    celery = MailguardApp(
-        "mailguard",
-        broker=config.broker_url,
-        backend=config.result_backend,
-        set_as_current=False,
-    )
+    broker = sentinel_form(config.broker_url)[0]  # redis+sentinel:// in kombu's form
+    backend, backend_sentinel = sentinel_form(config.result_backend)
+    celery = MailguardApp("mailguard", broker=broker, backend=backend, set_as_current=False)
     celery.conf.update(
         include=["workers.tasks"],
         task_queues=(
@@ -141,6 +140,7 @@ def create_app(config: Settings) -> Celery:
         # No countdown may outlive the Redis broker's visibility timeout (no duplicate delivery).
         broker_transport_options=transport_options(config),
         broker_transport=priority.broker_transport(config.broker_url),
+        result_backend_transport_options=backend_sentinel,  # behind Sentinel: the master's name
         result_expires=defaults.OUTCOME_TTL,
         **CONNECTION_SETTINGS,
         worker_hijack_root_logger=False,
@@ -153,7 +153,7 @@ def create_app(config: Settings) -> Celery:
     # (workers/failing_stop.py).
     for step in WORKER_STEPS:
         celery.steps["worker"].add(step)
-    transport = transport_for(config.broker_url)
+    transport = transport_for(broker)
     if transport is not None:
         # kombu's Redis transport, with a broker restart no longer ending the worker.
         celery.conf.broker_transport = transport

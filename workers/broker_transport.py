@@ -31,12 +31,15 @@ from __future__ import annotations
 import logging
 import socket
 from typing import Any
+from urllib.parse import quote
 
 from kombu.transport import redis
 from kombu.utils.json import dumps
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from mailer.crashpoints import crash_point
+from mailer.replica_ack import WAIT_MS, ReplicaWait
+from mailer.storage import is_sentinel, parse_sentinel_url
 from workers import outbox_ride
 from workers.priority import broker_scheme
 
@@ -170,12 +173,41 @@ class Transport(redis.Transport):
     Channel = Channel
 
 
-class SentinelChannel(_OneClient, _Contained, redis.SentinelChannel):
+class _Acknowledged:
+    """A publish behind Sentinel returns once a replica holds it: the ``LPUSH`` and
+    ``WAIT 1`` on one connection (:mod:`mailer.replica_ack`), so a failover cannot lose a mail
+    ``send_mail.delay`` answered for. None acknowledged while the master has a replica: a
+    connection error (Celery's publish retry sends it again; the ledger answers a second copy
+    without sending twice). A batched publish (the promoter's) is not waited on: its schedule
+    entry is removed only after it, on the same master, so it cannot be lost alone."""
+
+    _expires: Any
+    priority_steps: Any
+
+    def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
+        wait = self.__dict__.setdefault("_mailguard_wait", ReplicaWait())
+        if kwargs.get("_publish_batch") is not None or not wait.needed():
+            return super()._put(queue, message, **kwargs)  # type: ignore[misc,no-any-return]
+        pri = self._get_message_priority(message, reverse=False)  # type: ignore[attr-defined]
+        with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
+            pipe = client.pipeline(transaction=False)
+            pipe.lpush(self._q_for_pri(queue, pri), dumps(message))  # type: ignore[attr-defined]
+            if self._expires and queue in self._expires:
+                for step in self.priority_steps:
+                    key = self._q_for_pri(queue, step)  # type: ignore[attr-defined]
+                    pipe.pexpire(key, self._expires[queue])
+            pipe.execute_command("WAIT", 1, WAIT_MS)
+            wait.check(client, pipe.execute()[-1])
+        return None
+
+
+class SentinelChannel(_Acknowledged, _OneClient, _Contained, redis.SentinelChannel):
     QoS = QoS
 
 
 class SentinelTransport(redis.SentinelTransport):
-    """``sentinel://`` broker transport (kombu's) with :class:`QoS`."""
+    """``sentinel://`` broker transport (kombu's) with :class:`QoS`; each publish returns once
+    a replica holds it (:class:`_Acknowledged`)."""
 
     Channel = SentinelChannel
 
@@ -187,6 +219,25 @@ def redis_options(broker_url: str, options: dict[str, Any]) -> dict[str, Any]:
     if broker_scheme(broker_url) not in (*REDIS_SCHEMES, *SENTINEL_SCHEMES):
         return options
     return {**SOCKET_OPTIONS, **RESTORE_OPTIONS, **options}
+
+
+def sentinel_form(url: str) -> tuple[str, dict[str, Any]]:
+    """For mailguard's ``redis+sentinel://[:password@]h1:p1,h2:p2/service[/db]`` (every role's
+    one form, :func:`mailer.storage.parse_sentinel_url`): kombu's and Celery's form of it,
+    ``sentinel://[:password@]h1:p1/db;sentinel://[:password@]h2:p2/db``, and the transport
+    options that name the master (``{"master_name": service}``: a broker's
+    ``broker_transport_options``, a result backend's ``result_backend_transport_options``).
+    Any other URL is returned as it is, with no options. ``ValueError`` for a bad Sentinel URL."""
+    if not is_sentinel(url):
+        return url, {}
+    parsed = parse_sentinel_url(url)
+    auth = f":{quote(parsed.password, safe='')}@" if parsed.password else ""
+    hosts = (f"[{h}]" if ":" in h else h for h, _ in parsed.sentinels)
+    urls = (
+        f"sentinel://{auth}{host}:{port}/{parsed.db}"
+        for host, (_, port) in zip(hosts, parsed.sentinels, strict=True)
+    )
+    return ";".join(urls), {"master_name": parsed.service}
 
 
 def transport_for(broker_url: str) -> str | None:

@@ -28,6 +28,7 @@ from mailer.redis_fitness import Role, assess
 from mailer.settings import Settings
 from mailer.settings_env import PREFIX
 from mailer.storage import is_cluster, is_redis
+from workers.broker_transport import sentinel_form
 from workers.priority import AMQP_SCHEMES, broker_scheme
 
 log = logging.getLogger("mailguard.worker")
@@ -39,7 +40,9 @@ def check_at_start(config: Settings, worker: Any) -> None:
     ``config``'s stores. SystemExit: Celery swallows exceptions raised by signal handlers."""
     app = worker.app
     broker = str(app.conf.broker_url or "")
-    variable = BROKER if broker == config.broker_url else "the Celery app's broker_url"
+    variable = (
+        BROKER if broker == sentinel_form(config.broker_url)[0] else "the Celery app's broker_url"
+    )
     options = dict(app.conf.broker_transport_options or {})
     urls = [url.strip() for url in broker.split(";")]
     for url in urls:

@@ -29,7 +29,7 @@ from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable
 from mailer.storage import is_memory
 from workers import priority
-from workers.broker_transport import redis_options
+from workers.broker_transport import redis_options, sentinel_form
 from workers.cli import transport, views
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
@@ -97,7 +97,7 @@ def held(broker_url: str, queue: str) -> int | None:
     for its slot, or a run under way), on a Redis broker; None on another broker (RabbitMQ
     puts a dead consumer's messages back in the queue itself). A worker's sweep puts a dead
     worker's back after the visibility timeout: with no worker running they stay."""
-    if priority.broker_scheme(broker_url) not in priority.REDIS_SCHEMES:
+    if priority.broker_scheme(sentinel_form(broker_url)[0]) not in priority.REDIS_SCHEMES:
         return None
     with _connect(broker_url) as conn:
         channel: Any = conn.default_channel
@@ -107,9 +107,11 @@ def held(broker_url: str, queue: str) -> int | None:
 
 
 def _connect(broker_url: str) -> Connection:
-    """A connection to ``broker_url`` with the workers' priority steps (Redis: ten lists)."""
-    options = redis_options(broker_url, priority.transport_options(broker_url))
-    return Connection(broker_url, connect_timeout=5.0, transport_options=options)
+    """A connection to ``broker_url`` with the workers' priority steps (Redis: ten lists);
+    ``redis+sentinel://`` in kombu's form, with the master's name."""
+    url, sentinel = sentinel_form(broker_url)
+    options = redis_options(url, {**priority.transport_options(url), **sentinel})
+    return Connection(url, connect_timeout=5.0, transport_options=options)
 
 
 def _routing_key(raw: Any) -> str | None:
