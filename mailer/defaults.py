@@ -123,3 +123,6 @@ FAILED_RETENTION = float(OUTCOME_TTL)
 #: A sender on a warm-up plan that sent nothing this long starts over on day 1 (30 days: the
 #: span after which SendGrid asks an IP to be warmed up again).
 WARMUP_IDLE = 30 * 86_400.0
+#: The window a throttling relay's count is learned over by the sender's pace, seconds (60:
+#: Postfix's default ``anvil_rate_time_unit``, and the per-minute limits of most relays).
+PACE_WINDOW = 60.0

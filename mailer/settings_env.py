@@ -218,6 +218,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("FAILED_RETENTION", "failed_retention", _off_or_duration),
     ("WARMUP", "warmup", _warmup),
     ("WARMUP_IDLE", "warmup_idle", parse_duration),
+    ("PACE_WINDOW", "pace_window", parse_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

@@ -92,6 +92,7 @@ class Values:
     failed_retention: float | None = defaults.FAILED_RETENTION
     warmup: dict[str, Plan] | None = None
     warmup_idle: float = defaults.WARMUP_IDLE
+    pace_window: float = defaults.PACE_WINDOW
 
     @property
     def longest_countdown(self) -> float:
