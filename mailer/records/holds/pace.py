@@ -3,10 +3,14 @@ not as a herd at the hold's end.
 
 When the sender is held (a throttling reply), a pace starts at the hold's end: the first mails
 go one at a time, ``start`` mails/s; the rate then grows by ``step`` mails/s every second while
-no throttling reply comes (additive increase), and halves at the next one (multiplicative
-decrease), which then books the refused mail at the pace's next slot instead of holding every
-worker again. A configured ``sender:`` tier bounds the rate (``cap``): once the rate reaches it,
-the pace ends and the tier paces alone. Without a tier the pace ends :data:`FORGET_AFTER`
+mail is sent and no throttling reply comes (additive increase). At the next one, the mails
+accepted in the last window (``MAILGUARD_PACE_WINDOW``) before it are the relay's count per
+window: the pace then sends that many per window (plus :data:`MARGIN`), no longer growing;
+with nothing accepted before it the rate halves (multiplicative decrease). Either way the
+refused mail is booked at the pace's next slot instead of holding every worker again; a
+learned count outlives the pace (:data:`LEARNED_FOR`), and the next pace starts from it. A
+configured ``sender:`` tier bounds the rate (``cap``): once the rate reaches it, the pace ends
+and the tier paces alone. Without a tier the pace ends :data:`FORGET_AFTER`
 seconds after its last change.
 
 The pace gives **slots** (epoch seconds on the holds' clock) one after the other, each
@@ -16,7 +20,8 @@ no new slot. A slow-down forgets the reservations, so mails booked under the fas
 new slot when they run.
 
 Stored next to the holds: ``<namespace>:pace:{sender}`` (JSON ``{rate, since, next, step, cap,
-level}``) and ``<namespace>:pace:{sender}:slots`` (a hash, mail tag -> slot); memory:
+level, quota, window, given, idle}``), ``<namespace>:pace:{sender}:slots`` (a hash, mail tag ->
+slot) and ``<namespace>:pace:{sender}:learned`` (JSON ``{quota, window, until}``); memory:
 :class:`MemoryPaceStore`; Redis: :class:`~mailer.records.holds.pace_redis.RedisPaceStore`
 (``lua/pace.lua``, one atomic step per call).
 
