@@ -265,6 +265,32 @@ def test_a_throttling_reply_while_paced_halves_the_rate_and_holds_nobody(
     assert pace is not None and pace.level == 1
 
 
+def test_a_throttling_reply_after_accepted_mails_learns_the_count_per_window(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After the hold, six mails go at their slots and the seventh gets a 421: six per window
+    (``MAILGUARD_PACE_WINDOW``, 60 s) is learned, the refused mail waits for the next window
+    (66 s after the first of the six) and the pace no longer grows."""
+    guard, transport = guard_on(clock, throttle_hold=5.0)
+    transport.fail_next(1, code=SHAPED[0], reply=SHAPED[1])
+    steps = [guard.process(mail(n)) for n in range(7)]
+    assert all(isinstance(s, Later) for s in steps)
+    for n, step in enumerate(steps[:6]):
+        clock.set(step.outcome.due)
+        assert guard.process(mail(n), step.progress).outcome.status == "sent"
+    clock.set(steps[6].outcome.due)
+    transport.fail_next(1, code=SHAPED[0], reply=SHAPED[1])
+    with caplog.at_level("INFO", logger="mailguard"):
+        refused = guard.process(mail(6), steps[6].progress)
+    assert isinstance(refused, Later) and refused.outcome.hold == "pace"
+    assert refused.outcome.due == pytest.approx(steps[0].outcome.due + 66.0, abs=1e-6)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("6 per 60 s learned" in line for line in lines), lines
+    assert guard.holds is not None
+    pace = guard.holds.pace.current()
+    assert pace is not None and (pace.quota, pace.step) == (6, 0.0)
+
+
 def test_without_a_slow_start_held_mails_are_booked_at_the_hold_end(clock: ManualClock) -> None:
     """``MAILGUARD_PACE_START=off``: the hold ends in one go, as before."""
     limiter = Limiter.from_url("memory://", Policy.parse("100/1s"), clock=clock)
