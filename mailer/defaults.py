@@ -126,3 +126,6 @@ WARMUP_IDLE = 30 * 86_400.0
 #: The RabbitMQ queue type of the mail queues (``classic`` or ``quorum``: replicated, one queue per
 #: priority lane; see :mod:`workers.priority`).
 QUEUE_TYPE = "classic"
+#: The window a throttling relay's count is learned over by the sender's pace, seconds (60:
+#: Postfix's default ``anvil_rate_time_unit``, and the per-minute limits of most relays).
+PACE_WINDOW = 60.0

@@ -135,6 +135,7 @@ def build_holds(
             max_hold=settings.throttle_hold_max,
             pace_start=settings.pace_start,
             pace_step=settings.pace_step,
+            pace_window=settings.pace_window,
         )
 
 

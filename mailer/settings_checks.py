@@ -126,6 +126,8 @@ def _check_pace(settings: Values) -> None:
         raise ValueError(f"{PREFIX}PACE_START must be 0.01-10000 mails/s or off, got {start:g}")
     if not 0 <= settings.pace_step <= 10_000:
         raise ValueError(f"{PREFIX}PACE_STEP must be 0-10000 mails/s, got {settings.pace_step:g}")
+    if not 1 <= settings.pace_window <= 86_400:
+        raise ValueError(f"{PREFIX}PACE_WINDOW must be 1s-1d, got {settings.pace_window:g} s")
 
 
 def _check_watch(settings: Values) -> None:

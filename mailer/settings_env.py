@@ -219,6 +219,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("WARMUP", "warmup", _warmup),
     ("WARMUP_IDLE", "warmup_idle", parse_duration),
     ("QUEUE_TYPE", "queue_type", _text),
+    ("PACE_WINDOW", "pace_window", parse_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

@@ -93,6 +93,7 @@ class Values:
     warmup: dict[str, Plan] | None = None
     warmup_idle: float = defaults.WARMUP_IDLE
     queue_type: str = defaults.QUEUE_TYPE
+    pace_window: float = defaults.PACE_WINDOW
 
     @property
     def longest_countdown(self) -> float:

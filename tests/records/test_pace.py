@@ -24,6 +24,7 @@ from mailer.records.holds.pace import (
     MemoryPaceStore,
     Pace,
     PaceStore,
+    learned_pace,
     sender_cap,
     slow_pace,
     start_pace,
@@ -75,6 +76,39 @@ def test_a_sender_tier_bounds_the_pace_and_ends_it_once_reached() -> None:
         start_pace(0.0, rate=0.0, step=1.0, cap=0.0)
 
 
+def test_a_refusal_after_accepted_mails_learns_the_count_per_window() -> None:
+    """Six slots, the sixth refused: the five before it in the last 10 s are the relay's count
+    per window; the pace then sends five per 11 s (the window plus 10 %), the first a window
+    after the first counted, and no longer grows. A refusal with nothing counted keeps the
+    learned rate, one slot on."""
+    pace = start_pace(0.0, rate=1.0, step=0.5, cap=0.0)
+    slots = []
+    for _ in range(6):
+        slot, pace = take_slot(pace, 0.0)
+        slots.append(slot)
+    learned = slow_pace(pace, slots[-1] + 0.05, asked=0.0, window=10.0)
+    assert (learned.quota, learned.window, learned.step, learned.level) == (5, 10.0, 0.0, 1)
+    assert learned.rate == pytest.approx(5 / 11.0) and learned.next == pytest.approx(11.0)
+    after = []
+    for _ in range(6):
+        slot, learned = take_slot(learned, 0.0)
+        after.append(slot)
+    assert after[5] - after[0] == pytest.approx(11.0), "five per window and a tenth, spread"
+    edge = slow_pace(learned, after[0] + 0.01, asked=after[0], window=10.0)
+    assert edge.quota == 5 and edge.rate == learned.rate
+    assert edge.next == pytest.approx(after[0] + 0.01 + 11.0 / 5)
+    assert learned_pace(start_pace(0.0, rate=1.0, step=0.5, cap=0.2), 5, 10.0).rate == 0.2
+
+
+def test_only_seconds_with_mail_sent_grow_the_rate() -> None:
+    """A pace nobody asked for a slot for 99 s has grown by one second's step, not 100."""
+    pace = start_pace(0.0, rate=1.0, step=0.5, cap=0.0)
+    _, pace = take_slot(pace, 0.0)
+    slot, pace = take_slot(pace, 100.0)
+    assert slot == 100.0 and pace.idle == pytest.approx(99.0)
+    assert pace.rate_at(100.0) == pytest.approx(1.5)
+
+
 # The store's contract: memory and Redis --------------------------------------------------------
 
 
@@ -85,7 +119,7 @@ def store(request: pytest.FixtureRequest) -> Iterator[PaceStore]:
         return
     url = str(request.getfixturevalue("redis_url"))
     client = client_from_url(url)
-    client.delete(KEY, f"{KEY}:slots")
+    client.delete(KEY, f"{KEY}:slots", f"{KEY}:learned")
     yield RedisPaceStore(client, url)
     client.close()
 
@@ -122,6 +156,34 @@ def test_the_store_ends_a_pace_that_reached_its_cap(store: PaceStore) -> None:
     assert store.take(KEY, "m1", 0.5) is not None
     assert store.take(KEY, "m2", 1.5) is None
     assert store.get(KEY) is None
+
+
+def test_the_store_keeps_a_learned_count_past_its_pace(store: PaceStore) -> None:
+    """A count learned at a refusal outlives the pace (forgotten 600 s after the refusal): a
+    pace started later begins from it, five per 11 s, not from the slow start's 1/s."""
+    store.start(KEY, start_pace(0.0, rate=1.0, step=0.5, cap=0.0))
+    given = [store.take(KEY, f"m{n}", 0.0) for n in range(6)]
+    last = given[-1]
+    assert last is not None
+    learned = store.slow(KEY, last[0] + 0.05, asked=0.0, window=10.0)
+    assert learned is not None and learned.written and learned.quota == 5
+    assert learned.next == pytest.approx(11.0, abs=1e-3)
+    assert store.take(KEY, "late", learned.since + 601.0) is None, "the pace is forgotten"
+    again = store.start(KEY, start_pace(900.0, rate=1.0, step=0.5, cap=0.0))
+    assert (again.quota, again.step) == (5, 0.0) and again.rate == pytest.approx(5 / 11.0)
+    first = store.take(KEY, "n1", 900.0)
+    second = store.take(KEY, "n2", 900.0)
+    assert first is not None and second is not None
+    assert second[0] - first[0] == pytest.approx(11.0 / 5, abs=1e-3)
+
+
+def test_the_store_learns_nothing_without_a_window(store: PaceStore) -> None:
+    """``window`` 0: the rate halves, as the slow start alone does."""
+    store.start(KEY, start_pace(0.0, rate=1.0, step=0.0, cap=0.0))
+    for n in range(3):
+        store.take(KEY, f"m{n}", 0.0)
+    slowed = store.slow(KEY, 2.0, asked=0.0)
+    assert slowed is not None and slowed.quota == 0 and slowed.rate == 0.5
 
 
 @pytest.mark.redis
@@ -201,6 +263,32 @@ def test_a_throttling_reply_while_paced_halves_the_rate_and_holds_nobody(
     assert guard.holds is not None and guard.holds.sender() is None
     pace = guard.holds.pace.current()
     assert pace is not None and pace.level == 1
+
+
+def test_a_throttling_reply_after_accepted_mails_learns_the_count_per_window(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After the hold, six mails go at their slots and the seventh gets a 421: six per window
+    (``MAILGUARD_PACE_WINDOW``, 60 s) is learned, the refused mail waits for the next window
+    (66 s after the first of the six) and the pace no longer grows."""
+    guard, transport = guard_on(clock, throttle_hold=5.0)
+    transport.fail_next(1, code=SHAPED[0], reply=SHAPED[1])
+    steps = [guard.process(mail(n)) for n in range(7)]
+    assert all(isinstance(s, Later) for s in steps)
+    for n, step in enumerate(steps[:6]):
+        clock.set(step.outcome.due)
+        assert guard.process(mail(n), step.progress).outcome.status == "sent"
+    clock.set(steps[6].outcome.due)
+    transport.fail_next(1, code=SHAPED[0], reply=SHAPED[1])
+    with caplog.at_level("INFO", logger="mailguard"):
+        refused = guard.process(mail(6), steps[6].progress)
+    assert isinstance(refused, Later) and refused.outcome.hold == "pace"
+    assert refused.outcome.due == pytest.approx(steps[0].outcome.due + 66.0, abs=1e-6)
+    lines = [r.getMessage() for r in caplog.records]
+    assert any("6 per 60 s learned" in line for line in lines), lines
+    assert guard.holds is not None
+    pace = guard.holds.pace.current()
+    assert pace is not None and (pace.quota, pace.step) == (6, 0.0)
 
 
 def test_without_a_slow_start_held_mails_are_booked_at_the_hold_end(clock: ManualClock) -> None:

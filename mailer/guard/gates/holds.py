@@ -350,12 +350,14 @@ class HoldsGate:
         cause: str,
         at: float,
     ) -> Admitted | Step:
-        """The pace was halved (or had been, for a send admitted before): book ``mail`` at its
+        """The pace was slowed (or had been, for a send admitted before): book ``mail`` at its
         next slot in it, with the reply that slowed it as the cause."""
-        if pace.written:  # of refusals at once, one halves the pace and tells it
+        if pace.written:  # of refusals at once, one slows the pace and tells it
+            learned = f", {pace.quota} per {pace.window:g} s learned" if pace.quota else ""
             log.warning(
-                "pace slowed: sender at %.3g mails/s (%s), level %d",
+                "pace slowed: sender at %.3g mails/s%s (%s), level %d",
                 pace.rate,
+                learned,
                 cause,
                 pace.level,
                 extra=log_fields(base) | {"hold": SENDER, "pace": pace.rate},

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mailer.clock import Clock, system_clock
-from mailer.defaults import THROTTLE_HOLD_MAX
+from mailer.defaults import PACE_WINDOW, THROTTLE_HOLD_MAX
 from mailer.limits.keys import KeyHasher, check_key
 from mailer.records.holds.base import SENDER, Hold, HoldStore, decode_hold
 from mailer.records.holds.memory import MemoryHoldStore
@@ -166,11 +166,13 @@ def holds_from_url(
     max_hold: float = THROTTLE_HOLD_MAX,
     pace_start: float | None = PACE_START,
     pace_step: float = PACE_STEP,
+    pace_window: float = PACE_WINDOW,
 ) -> Holds:
     """Holds on ``memory://`` or a Redis URL (the limiter's); ``client`` reuses a redis-py
     client. Times are ``clock``'s on both (a hold's JSON carries its own ``until``). The
     sender's pace after a hold (:mod:`mailer.records.holds.pace`) lives beside them, starting
-    at ``pace_start`` mails/s (None: no slow start) and growing by ``pace_step`` per second."""
+    at ``pace_start`` mails/s (None: no slow start), growing by ``pace_step`` per second and
+    learning a relay's count per ``pace_window`` seconds."""
     clock = clock or system_clock
     store: HoldStore
     pace_store: PaceStore
@@ -180,7 +182,14 @@ def holds_from_url(
         client = client if client is not None else client_from_url(url)
         store = RedisHoldStore(client, url, cluster=is_cluster(url))
         pace_store = RedisPaceStore(client, url)
-    pace = SenderPace(pace_store, namespace=namespace, clock=clock, rate=pace_start, step=pace_step)
+    pace = SenderPace(
+        pace_store,
+        namespace=namespace,
+        clock=clock,
+        rate=pace_start,
+        step=pace_step,
+        window=pace_window,
+    )
     return Holds(
         store, secret=secret, namespace=namespace, clock=clock, max_hold=max_hold, pace=pace
     )

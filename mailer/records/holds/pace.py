@@ -3,10 +3,14 @@ not as a herd at the hold's end.
 
 When the sender is held (a throttling reply), a pace starts at the hold's end: the first mails
 go one at a time, ``start`` mails/s; the rate then grows by ``step`` mails/s every second while
-no throttling reply comes (additive increase), and halves at the next one (multiplicative
-decrease), which then books the refused mail at the pace's next slot instead of holding every
-worker again. A configured ``sender:`` tier bounds the rate (``cap``): once the rate reaches it,
-the pace ends and the tier paces alone. Without a tier the pace ends :data:`FORGET_AFTER`
+mail is sent and no throttling reply comes (additive increase). At the next one, the mails
+accepted in the last window (``MAILGUARD_PACE_WINDOW``) before it are the relay's count per
+window: the pace then sends that many per window (plus :data:`MARGIN`), no longer growing;
+with nothing accepted before it the rate halves (multiplicative decrease). Either way the
+refused mail is booked at the pace's next slot instead of holding every worker again; a
+learned count outlives the pace (:data:`LEARNED_FOR`), and the next pace starts from it. A
+configured ``sender:`` tier bounds the rate (``cap``): once the rate reaches it, the pace ends
+and the tier paces alone. Without a tier the pace ends :data:`FORGET_AFTER`
 seconds after its last change.
 
 The pace gives **slots** (epoch seconds on the holds' clock) one after the other, each
@@ -16,7 +20,8 @@ no new slot. A slow-down forgets the reservations, so mails booked under the fas
 new slot when they run.
 
 Stored next to the holds: ``<namespace>:pace:{sender}`` (JSON ``{rate, since, next, step, cap,
-level}``) and ``<namespace>:pace:{sender}:slots`` (a hash, mail tag -> slot); memory:
+level, quota, window, given, idle}``), ``<namespace>:pace:{sender}:slots`` (a hash, mail tag ->
+slot) and ``<namespace>:pace:{sender}:learned`` (JSON ``{quota, window, until}``); memory:
 :class:`MemoryPaceStore`; Redis: :class:`~mailer.records.holds.pace_redis.RedisPaceStore`
 (``lua/pace.lua``, one atomic step per call).
 
@@ -37,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from mailer.clock import Clock, system_clock
+from mailer.defaults import PACE_WINDOW
 from mailer.limits.policy import Policy
 
 #: The lowest rate a slow-down leaves, in mails/s.
@@ -47,6 +53,12 @@ FORGET_AFTER = 600.0
 PACE_START = 1.0
 #: The additive increase, in mails/s gained per second without a throttling reply.
 PACE_STEP = 0.5
+#: A learned plan spreads the count over this many windows (a margin for the two clocks).
+MARGIN = 1.1
+#: How long a learned count per window outlives its pace, seconds: a day.
+LEARNED_FOR = 86400.0
+#: The most slots a pace remembers for counting, the latest kept.
+GIVEN_MAX = 200
 
 
 @dataclass(frozen=True)
@@ -64,10 +76,18 @@ class Pace:
     cap: float = 0.0
     level: int = 0
     written: bool = field(default=False, compare=False)
+    #: the learned count per ``window`` seconds (0: none learned; the rate then grows).
+    quota: int = 0
+    window: float = 0.0
+    #: the slots given since ``since`` (the latest :data:`GIVEN_MAX`), epoch seconds.
+    given: tuple[float, ...] = ()
+    #: seconds since ``since`` in which no mail asked for a slot (they do not grow the rate).
+    idle: float = 0.0
 
     def rate_at(self, t: float) -> float:
-        """The rate at ``t``, in mails/s (the one at ``since`` before then)."""
-        rate = self.rate + self.step * max(t - self.since, 0.0)
+        """The rate at ``t``, in mails/s (the one at ``since`` before then); only the seconds
+        in which mail was sent (not ``idle``) grow it."""
+        rate = self.rate + self.step * max(t - self.since - self.idle, 0.0)
         return min(rate, self.cap) if self.cap else rate
 
     def over(self, now: float) -> bool:
@@ -90,17 +110,47 @@ def take_slot(pace: Pace, now: float) -> tuple[float, Pace]:
     """The next slot (epoch seconds, at or after ``now``) and the pace after giving it: the
     slot after it comes ``1 / rate`` later, at the rate of this slot."""
     slot = max(now, pace.next)
-    return slot, replace(pace, next=slot + 1.0 / pace.rate_at(slot))
+    idle = pace.idle + max(now - pace.next, 0.0)
+    given = (*pace.given, slot)[-GIVEN_MAX:]
+    paced = replace(pace, idle=idle, given=given)
+    return slot, replace(paced, next=slot + 1.0 / paced.rate_at(slot))
 
 
-def slow_pace(pace: Pace, now: float, asked: float) -> Pace:
-    """The pace after a throttling reply at ``now`` to a send admitted at ``asked``: halved
-    (never below :data:`FLOOR`), its next slot ``1 / rate`` from now. A reply to a send admitted
-    before the last change (``asked < since``) was answered already: ``pace`` as it is."""
+def slow_pace(pace: Pace, now: float, asked: float, window: float = 0.0) -> Pace:
+    """The pace after a throttling reply at ``now`` to a send admitted at ``asked``.
+
+    With a ``window`` (seconds, the relay's), the mails accepted in the last ``window`` before
+    the reply (the slots given since the last change up to ``now``, less the refused one) are
+    the relay's count per window: from then on the pace sends that many per
+    ``window * MARGIN``, spread, the first a window after the first one counted, and no longer
+    grows. Nothing counted: a
+    learned rate is kept, its next slot ``1 / rate`` from now; else the rate halves (never
+    below :data:`FLOOR`). A reply to a send admitted before the last change
+    (``asked < since``) was answered already: ``pace`` as it is."""
     if asked < pace.since:
         return pace
-    rate = max(pace.rate_at(now) / 2.0, FLOOR)
-    return replace(pace, rate=rate, since=now, next=now + 1.0 / rate, level=pace.level + 1)
+    counted = [slot for slot in pace.given if now - window <= slot <= now] if window > 0 else []
+    level = pace.level + 1
+    if len(counted) > 1:
+        quota, span = len(counted) - 1, window * MARGIN
+        rate = quota / span
+        first = max(counted[0] + span, now)
+        return Pace(
+            rate=rate, since=now, next=first, step=0.0, cap=pace.cap, level=level,
+            quota=quota, window=window,
+        )  # fmt: skip
+    rate = pace.rate_at(now) if pace.quota else max(pace.rate_at(now) / 2.0, FLOOR)
+    return replace(
+        pace, rate=rate, since=now, next=now + 1.0 / rate, level=level, given=(), idle=0.0
+    )
+
+
+def learned_pace(pace: Pace, quota: int, window: float) -> Pace:
+    """``pace`` (a new one) starting from a count of ``quota`` mails per ``window`` seconds
+    learned before: that many per ``window * MARGIN``, not growing (bounded by its cap)."""
+    rate = quota / (window * MARGIN)
+    rate = min(rate, pace.cap) if pace.cap else rate
+    return replace(pace, rate=rate, step=0.0, quota=quota, window=window)
 
 
 def sender_cap(policy: Policy) -> float:
@@ -119,6 +169,10 @@ def encode_pace(pace: Pace) -> str:
             "step": pace.step,
             "cap": pace.cap,
             "level": pace.level,
+            "quota": pace.quota,
+            "window": pace.window,
+            "given": list(pace.given),
+            "idle": pace.idle,
         }
     )
 
@@ -135,14 +189,20 @@ def decode_pace(raw: bytes | str | None) -> Pace | None:
         step=float(data["step"]),
         cap=float(data["cap"]),
         level=int(data["level"]),
+        quota=int(data.get("quota", 0)),
+        window=float(data.get("window", 0.0)),
+        given=tuple(float(slot) for slot in data.get("given") or ()),
+        idle=float(data.get("idle", 0.0)),
     )
 
 
 class PaceStore(Protocol):
     """Where the pace lives; every method one atomic step."""
 
-    def start(self, key: str, pace: Pace) -> None:
-        """Set the pace at ``key`` (forgetting the one there and its reservations)."""
+    def start(self, key: str, pace: Pace) -> Pace:
+        """Set the pace at ``key`` (forgetting the one there and its reservations), from the
+        count per window learned there within :data:`LEARNED_FOR` if any
+        (:func:`learned_pace`); the pace set."""
         ...
 
     def take(self, key: str, tag: str, now: float) -> tuple[float, Pace] | None:
@@ -151,9 +211,10 @@ class PaceStore(Protocol):
         is in force (one that is over is deleted)."""
         ...
 
-    def slow(self, key: str, now: float, asked: float) -> Pace | None:
+    def slow(self, key: str, now: float, asked: float, window: float = 0.0) -> Pace | None:
         """:func:`slow_pace` of the pace at ``key``, forgetting the reservations when it
-        changed (then ``written``); None when no pace is in force."""
+        changed (then ``written``) and keeping a count it learned for :data:`LEARNED_FOR`;
+        None when no pace is in force."""
         ...
 
     def get(self, key: str) -> Pace | None: ...
@@ -166,11 +227,16 @@ class MemoryPaceStore:
         self._lock = threading.Lock()
         self._paces: dict[str, Pace] = {}
         self._slots: dict[str, dict[str, float]] = {}
+        self._learned: dict[str, tuple[int, float, float]] = {}  # quota, window, until
 
-    def start(self, key: str, pace: Pace) -> None:
+    def start(self, key: str, pace: Pace) -> Pace:
         with self._lock:
+            learned = self._learned.get(key)
+            if learned is not None and learned[2] > pace.since:
+                pace = learned_pace(pace, learned[0], learned[1])
             self._paces[key] = pace
             self._slots.pop(key, None)
+            return pace
 
     def take(self, key: str, tag: str, now: float) -> tuple[float, Pace] | None:
         with self._lock:
@@ -191,16 +257,18 @@ class MemoryPaceStore:
                 slots[tag] = slot
             return slot, pace
 
-    def slow(self, key: str, now: float, asked: float) -> Pace | None:
+    def slow(self, key: str, now: float, asked: float, window: float = 0.0) -> Pace | None:
         with self._lock:
             pace = self._paces.get(key)
             if pace is None:
                 return None
-            slowed = slow_pace(pace, now, asked)
+            slowed = slow_pace(pace, now, asked, window)
             if slowed is pace:
                 return pace
             self._paces[key] = slowed
             self._slots.pop(key, None)
+            if slowed.quota:
+                self._learned[key] = (slowed.quota, slowed.window, now + LEARNED_FOR)
             return replace(slowed, written=True)
 
     def get(self, key: str) -> Pace | None:
@@ -220,30 +288,30 @@ class SenderPace:
         clock: Clock | None = None,
         rate: float | None = PACE_START,
         step: float = PACE_STEP,
+        window: float = PACE_WINDOW,
     ) -> None:
         self._store = store
         self.key = f"{namespace}:pace:{{sender}}"  # one Cluster slot with its reservations
         self._clock = clock or system_clock
         self.rate = rate
         self.step = step
+        self.window = window
 
     def start(self, at: float, cap: float) -> Pace | None:
         """Start the slow start at ``at`` (a hold's end), bounded by ``cap`` mails/s (0: none);
         None when the slow start is off."""
         if self.rate is None:
             return None
-        pace = start_pace(at, rate=self.rate, step=self.step, cap=cap)
-        self._store.start(self.key, pace)
-        return pace
+        return self._store.start(self.key, start_pace(at, rate=self.rate, step=self.step, cap=cap))
 
     def take(self, tag: str) -> tuple[float, Pace] | None:
         """Mail ``tag``'s slot (see :meth:`PaceStore.take`); None: no pace in force."""
         return self._store.take(self.key, tag, self._clock())
 
     def slow(self, asked: float) -> Pace | None:
-        """Halve the pace after a throttling reply to a send admitted at ``asked``; None: no
-        pace in force."""
-        return self._store.slow(self.key, self._clock(), asked)
+        """Slow the pace after a throttling reply to a send admitted at ``asked``
+        (:func:`slow_pace` over :attr:`window`); None: no pace in force."""
+        return self._store.slow(self.key, self._clock(), asked, self.window)
 
     def current(self) -> Pace | None:
         """The pace in force now, or None."""
