@@ -204,6 +204,9 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("DNS_TIMEOUT", "dns_timeout", parse_duration),
     ("ALLOW_EVICTION", "allow_eviction", _on_off),
     ("FAILED_RETENTION", "failed_retention", _off_or_duration),
+    ("FLEET_LEASE", "fleet_lease", parse_duration),
+    ("LIVENESS_BEAT", "liveness_beat", parse_duration),
+    ("POLICY_CHECK", "policy_check", parse_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

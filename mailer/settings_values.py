@@ -89,6 +89,9 @@ class Values:
     dns_timeout: float = defaults.DNS_TIMEOUT
     allow_eviction: bool = defaults.ALLOW_EVICTION
     failed_retention: float | None = defaults.FAILED_RETENTION
+    fleet_lease: float = defaults.FLEET_LEASE
+    liveness_beat: float = defaults.LIVENESS_BEAT
+    policy_check: float = defaults.POLICY_CHECK
 
     @property
     def longest_countdown(self) -> float:
