@@ -23,6 +23,8 @@ import socket
 import time
 from typing import Any
 
+import redis
+
 from mailer.clock import Clock
 from mailer.storage import RedisStore
 
@@ -58,6 +60,7 @@ class Lease:
         self._clock = clock
         self._holding = False
         self._next = -1.0  # clock: the next time Redis is asked
+        self._getex = True  # whether the server knows GETEX
 
     @property
     def holding(self) -> bool:
@@ -73,13 +76,27 @@ class Lease:
         client = self._redis.client
         was, self._holding = self._holding, False  # until Redis says otherwise
         self._next = now + self.retry
-        if was and self._redis.call(client.getex, self.key, px=ms) == self.token.encode():
+        if was and self._renew(ms) == self.token.encode():
             self._holding = True  # renewed: the holder's one command
         elif self._redis.call(client.set, self.key, self.token, nx=True, px=ms):
             self._holding = True  # free (or lapsed): taken; the others' one command
         if self._holding:
             self._next = now + self.ttl / 3
         return self._holding
+
+    def _renew(self, ms: int) -> Any:
+        """The key's value, its expiry set to ``ms`` from now: one ``GETEX`` (Redis 6.2+), or a
+        ``PEXPIRE`` and a ``GET`` in one round trip on a Redis without it."""
+        client = self._redis.client
+        if self._getex:
+            try:
+                return self._redis.call(client.getex, self.key, px=ms)
+            except redis.ResponseError:  # unknown command: an older Redis
+                self._getex = False
+        pipe = client.pipeline(transaction=False)
+        pipe.pexpire(self.key, ms)
+        pipe.get(self.key)
+        return self._redis.call(pipe.execute)[1]
 
     def release(self) -> None:
         """Give the lease up if this process holds it (another worker takes it at its next

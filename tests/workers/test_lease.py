@@ -167,3 +167,24 @@ def test_a_promoter_without_the_lease_reads_nothing_of_the_schedule(
         promoter.stop()
         app.close()
         ledger.close()
+
+
+def test_a_redis_without_getex_renews_in_one_round_trip(
+    redis_url: str, client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a Redis that does not know ``GETEX`` (before 6.2) the holder renews with a
+    ``PEXPIRE`` and a ``GET`` in one pipeline, and keeps its lease."""
+    clock = Clock()
+    lease = Lease(client, redis_url, "promoter:mail", clock=clock)
+    assert lease.held()
+
+    def unknown(*_: object, **__: object) -> None:
+        raise redis.ResponseError("unknown command 'GETEX'")
+
+    monkeypatch.setattr(client, "getex", unknown)
+    client.pexpire(lease.key, 500)
+    clock.now += lease.ttl / 3
+    before = _calls(client)
+    assert lease.held()
+    assert _spent(client, before) == {"pexpire": 1, "get": 1}
+    assert client.pttl(lease.key) > 2_000
