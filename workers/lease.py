@@ -3,7 +3,8 @@
 One string key, ``<ns>:{lease:<name>}``, its value the holder's token (its hostname and a
 random part; no address, no secret), its expiry the lease's end. A worker takes it with
 ``SET key token NX PX ttl``; its holder renews it with ``GETEX key PX ttl`` (one command: it
-answers the value, so the holder sees whether it still holds it); when the holder dies, its
+answers the value, so the holder sees whether it still holds it; a ``PEXPIRE`` and a ``GET`` in
+one round trip on a Redis before 6.2); when the holder dies, its
 key expires within ``ttl`` and the next worker that tries takes it.
 
 The polling costs of a fleet: the holder one command each ``ttl / 3`` seconds, every other
