@@ -183,7 +183,8 @@ class Promoter:
             return
         try:
             wait_wake(seconds)
-        except BackendUnavailable:
+        except Exception as exc:  # Redis down or refusing: sleep here; the next look reports it
+            log.debug("mailguard promoter: no wake list: %s", exc)
             self._stop.wait(seconds)
 
     def promote_once(self) -> int:
