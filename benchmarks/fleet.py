@@ -41,6 +41,7 @@ FLEETS = (1, 4, 8)
 BASE, PER_WORKER = 10.0, 1.0  # the target: at most BASE + PER_WORKER * n above the floor
 QUEUE = "mail"
 
+
 @dataclass
 class Idle:
     """One fleet's idle cost: commands per second, and the busiest commands (per second)."""
@@ -74,8 +75,7 @@ def measure_fleet(
 ) -> Idle:
     """Start ``count`` workers of ``app_module``, let them settle, measure, stop them."""
     workers = [
-        CeleryWorker(env, concurrency=1, name=f"f{n}", app_module=app_module)
-        for n in range(count)
+        CeleryWorker(env, concurrency=1, name=f"f{n}", app_module=app_module) for n in range(count)
     ]
     try:
         for worker in workers:

@@ -7,12 +7,16 @@ each mail, as a plain Celery task that opens its own connection does). A program
 The relay is an aiosmtpd server on loopback started here (STARTTLS with a self-signed
 certificate made by ``openssl``, AUTH PLAIN/LOGIN), in this process's threads; or, with
 ``--relay smtp+starttls://user:password@127.0.0.1:PORT`` and ``--ca-file`` (or
-``--no-verify``), a relay of one's own such as a Postfix on loopback (then the mails are
-counted by the sender only). Rounds of ``--mails`` mails (default 300) alternate between the
-two ways, ``--rounds`` each (default 5), so both meet the same load; one mail at a time, each
-to its own recipient, the envelopes built before the clock starts. For each way: the median
-mails per second and the connections the server counted; then reuse / per mail, round by
-round. Target: reuse at least 3x.
+``--no-verify``), a relay of one's own (then the mails are counted by the sender only); or, with
+``--postfix``, a real Postfix on loopback started here (:class:`devservers.postfix.PostfixRelay`:
+STARTTLS with a throwaway certificate, SMTP AUTH through cyrus sasldb, a mailbox per recipient;
+needs root and Debian's postfix and sasl2-bin), whose Maildirs are checked to hold each mail
+once and whose log counts the connections (its queue and Maildirs under ``TMPDIR``: Postfix
+syncs each mail to disk there before it replies, a cost reuse does not save). Rounds of
+``--mails`` mails (default 300) alternate between the two ways, ``--rounds`` each (default 5),
+so both meet the same load; one mail at a time, each to its own recipient, the envelopes built
+before the clock starts. For each way: the median mails per second and the connections the
+server counted; then reuse / per mail, round by round. Target: reuse at least 3x.
 """
 
 from __future__ import annotations
@@ -22,10 +26,14 @@ import logging
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from email import message_from_bytes
 from pathlib import Path
 
 from benchmarks.limiter import _machine
+from devservers.postfix import PostfixRelay
 from devservers.smtp_server import SmtpTestServer, TestCertificate
 from mailer.mail.envelope import Envelope, envelope_of
 from mailer.mail.message import Mail
@@ -37,6 +45,8 @@ WAYS = (("per mail", 1), ("reuse", 100))
 #: The target: reuse's mails per second over one session per mail's.
 TARGET = 3.0
 USER, PASSWORD = "bench", "bench-secret"
+#: The mails of the warm-up round (one session per mail), before the clock starts.
+WARM = 20
 
 
 @dataclass
@@ -126,7 +136,7 @@ def measure(
                 server,
             )
         try:
-            one_round(relay, 20, -1, "per mail", 1)  # warm: imports, the first handshake
+            one_round(relay, WARM, -1, "per mail", 1)  # warm: imports, the first handshake
             for round_ in range(rounds):
                 for way, carried in WAYS:
                     opened = server.connections if server is not None else 0
@@ -138,6 +148,45 @@ def measure(
             if server is not None:
                 server.stop()
     return figures
+
+
+@contextmanager
+def postfix_relay(mails: int) -> Iterator[tuple[Relay, PostfixRelay]]:
+    """A Postfix of its own on loopback (STARTTLS with a throwaway certificate, AUTH as
+    ``USER``), a mailbox for each of the ``mails`` recipients (``r0`` ...), and the
+    :class:`Relay` that sends to it verifying that certificate; removed on exit."""
+    with tempfile.TemporaryDirectory(prefix="smtp-reuse-postfix-") as directory:
+        cert = TestCertificate.create(Path(directory))
+        users = [f"r{n}" for n in range(max(mails, WARM))]
+        with PostfixRelay(users, cert=cert, logins={USER: PASSWORD}) as postfix:
+            url = f"smtp+starttls://{USER}:{PASSWORD}@127.0.0.1:{postfix.port}"
+            yield Relay(url, TlsOptions(ca_file=str(cert.cert))), postfix
+
+
+def postfix_received(postfix: PostfixRelay, mails: int, rounds: int, timeout: float = 60) -> int:
+    """Check that ``postfix``'s Maildirs hold each mail of the run once (the warm-up round and
+    ``rounds`` rounds of each way, by Subject), waiting up to ``timeout`` s for its queue to
+    drain; the SMTP connections its log counted."""
+    expected = {
+        str(e.message["Subject"])
+        for round_, way, count in [(-1, "per mail", WARM)]
+        + [(r, w, mails) for r in range(rounds) for w, _ in WAYS]
+        for e in envelopes(count, round_, way)
+    }
+    deadline = time.monotonic() + timeout
+    while postfix.queued() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    subjects = [
+        str(message_from_bytes(raw)["Subject"])
+        for messages in postfix.delivered().values()
+        for raw in messages
+    ]
+    if len(subjects) != len(expected) or set(subjects) != expected:
+        raise SystemExit(
+            f"Postfix's Maildirs do not hold each mail once: {len(subjects)} messages, "
+            f"{len(set(subjects))} distinct, {len(expected)} sent"
+        )
+    return postfix.log_count("disconnect from")
 
 
 def print_figures(figures: Figures, mails: int) -> None:
@@ -165,18 +214,45 @@ def main() -> None:
     )
     parser.add_argument("--ca-file", help="the relay's CA (PEM), with --relay")
     parser.add_argument("--no-verify", action="store_true", help="with --relay: verify=off")
+    parser.add_argument(
+        "--postfix",
+        action="store_true",
+        help="start a STARTTLS + AUTH Postfix on loopback here and send through it (root)",
+    )
     args = parser.parse_args()
     logging.getLogger("mail.log").setLevel(logging.ERROR)  # aiosmtpd's deprecation notes
+    if args.postfix:
+        run_postfix(args.mails, args.rounds, args.session_mails)
+        return
     relay = None
     if args.relay:
         relay = Relay(args.relay, TlsOptions(ca_file=args.ca_file, verify=not args.no_verify))
     where = "aiosmtpd STARTTLS + AUTH on loopback" if relay is None else "the given relay"
-    print(
-        f"SMTP reuse benchmark: {args.mails:,} mails a round, {args.rounds} rounds, through "
-        f"{where}; {_machine()}"
-    )
+    _headline(args.mails, args.rounds, where)
     figures = measure(args.mails, args.rounds, relay, args.session_mails)
     print_figures(figures, args.mails)
+
+
+def run_postfix(mails: int, rounds: int, session_mails: int) -> Figures:
+    """The benchmark through a Postfix started here (:func:`postfix_relay`), its Maildirs
+    checked (:func:`postfix_received`); the figures, printed."""
+    with postfix_relay(mails) as (relay, postfix):
+        _headline(mails, rounds, f"Postfix STARTTLS + AUTH on 127.0.0.1:{postfix.port}")
+        figures = measure(mails, rounds, relay, session_mails)
+        connections = postfix_received(postfix, mails, rounds)
+    print_figures(figures, mails)
+    print(
+        f"Postfix's Maildirs hold each of the {WARM + 2 * rounds * mails:,} mails once; "
+        f"its log counted {connections:,} SMTP connections"
+    )
+    return figures
+
+
+def _headline(mails: int, rounds: int, where: str) -> None:
+    print(
+        f"SMTP reuse benchmark: {mails:,} mails a round, {rounds} rounds, through {where}; "
+        f"{_machine()}"
+    )
 
 
 if __name__ == "__main__":

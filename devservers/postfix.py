@@ -16,7 +16,9 @@ mechanism:
   (``smtpd_client_message_rate_limit``, ``smtpd_client_connection_rate_limit``) per
   ``rate_time_unit``, loopback not exempt;
 - ``greylist_delay``: a :class:`devservers.postgrey.Postgrey` of its own asked through
-  ``check_policy_service``, started and stopped with the relay.
+  ``check_policy_service``, started and stopped with the relay;
+- ``refused_subject``: a message whose Subject contains this text is refused at the end of
+  DATA with ``550 5.7.1`` (``header_checks``), until :meth:`PostfixRelay.stop_refusing`.
 
 Postfix needs root and the package's ``postfix`` user; :meth:`stop` sends SIGTERM to the
 master's pid (its children exit with it). Not for production use: a test-infrastructure helper.
@@ -35,7 +37,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from devservers.ports import free_port
-from devservers.postfix_config import HOSTNAME, InstanceConfig, write_config, write_sasldb
+from devservers.postfix_config import (
+    HOSTNAME,
+    InstanceConfig,
+    write_config,
+    write_header_checks,
+    write_sasldb,
+)
 from devservers.postgrey import Postgrey, installed_binary
 from devservers.smtp_server import TestCertificate
 
@@ -66,6 +74,7 @@ class PostfixRelay:
         connection_rate_limit: int | None = None,
         rate_time_unit: str = "60s",
         greylist_delay: int | None = None,
+        refused_subject: str | None = None,
     ) -> None:
         self.users = tuple(users)
         self.domain = domain
@@ -85,6 +94,7 @@ class PostfixRelay:
             connection_rate_limit=connection_rate_limit,
             rate_time_unit=rate_time_unit,
             policy_service=self.postgrey.address if self.postgrey else None,
+            refused_subject=refused_subject,
         )
         self._written = False
 
@@ -180,6 +190,12 @@ class PostfixRelay:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def stop_refusing(self) -> None:
+        """Empty the ``refused_subject`` table and restart Postfix (its processes read the
+        table at their start): from now on every Subject is accepted."""
+        write_header_checks(self.config, None)
+        self.restart()
 
     def cleanup(self) -> None:
         """Stop everything and remove the instance's directory (mailboxes and queue included)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -36,6 +37,7 @@ class InstanceConfig:
     connection_rate_limit: int | None
     rate_time_unit: str
     policy_service: str | None
+    refused_subject: str | None = None
 
     @property
     def etc(self) -> Path:
@@ -85,6 +87,8 @@ def main_cf(config: InstanceConfig) -> dict[str, str]:
             + ([f"check_policy_service {config.policy_service}"] if config.policy_service else [])
         ),
     }
+    if config.refused_subject is not None:
+        params["header_checks"] = f"regexp:{config.etc}/header_checks"
     if config.cert is not None:
         params |= {
             "smtpd_tls_security_level": "may",
@@ -154,6 +158,7 @@ def write_config(config: InstanceConfig) -> None:
     (config.etc / "main.cf").write_text("\n".join(lines) + "\n")
     smtpd = f"127.0.0.1:{config.port} inet n - n - - smtpd\n"
     (config.etc / "master.cf").write_text(smtpd + MASTER_CF)
+    write_header_checks(config, config.refused_subject)
     (config.etc / "vmailbox").write_text(
         "".join(f"{user}@{config.domain} {config.domain}/{user}/\n" for user in config.users)
     )
@@ -163,6 +168,16 @@ def write_config(config: InstanceConfig) -> None:
     (d / "data").mkdir(mode=0o700)
     account = pwd.getpwnam("postfix")
     os.chown(d / "data", account.pw_uid, account.pw_gid)
+
+
+def write_header_checks(config: InstanceConfig, refused_subject: str | None) -> None:
+    """The ``header_checks`` table: a message whose Subject contains ``refused_subject`` is
+    refused at the end of DATA (``550 5.7.1 Subject refused by this relay``); empty with None.
+    Read by Postfix's processes at their start (a restart takes a change in)."""
+    if refused_subject is not None and not re.fullmatch(r"[A-Za-z0-9 -]+", refused_subject):
+        raise ValueError("refused_subject: letters, digits, spaces and hyphens only")
+    rule = f"/^Subject:.*{refused_subject}/ REJECT 5.7.1 Subject refused by this relay\n"
+    (config.etc / "header_checks").write_text(rule if refused_subject is not None else "")
 
 
 def write_sasldb(config: InstanceConfig, logins: Mapping[str, str]) -> None:

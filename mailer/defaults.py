@@ -70,8 +70,10 @@ def backoff(failures: int, *, first: float, cap: float) -> float:
 
 #: The sender reputation's rolling window (24 h), in 24 buckets of an hour.
 REPUTATION_WINDOW = 86_400.0
-#: Mails sent in the window below which no rate counts (a few complaints of a tiny volume).
-REPUTATION_MIN = 100
+#: Mails sent in the window below which no rate counts: 1000, the floor mature reputation gates
+#: use for complaints (a 0.1 % warning is one complaint in a thousand: under that volume a
+#: single complaint would cross it, and two would pause a sender at 0.3 % of 700).
+REPUTATION_MIN = 1000
 #: How long a bulk mail paused by the sender's reputation waits before it looks again (5 min).
 REPUTATION_RECHECK = 300.0
 
@@ -118,6 +120,12 @@ ALLOW_EVICTION = False
 #: How long a mail that ended ``failed`` keeps its payload for ``mailguard retry`` (7 days, as
 #: long as its recorded outcome: :data:`OUTCOME_TTL`).
 FAILED_RETENTION = float(OUTCOME_TTL)
+#: A sender on a warm-up plan that sent nothing this long starts over on day 1 (30 days: the
+#: span after which SendGrid asks an IP to be warmed up again).
+WARMUP_IDLE = 30 * 86_400.0
+#: The RabbitMQ queue type of the mail queues (``classic`` or ``quorum``: replicated, one queue per
+#: priority lane; see :mod:`workers.priority`).
+QUEUE_TYPE = "classic"
 #: How long the fleet lease lasts without renewal: the one worker of a queue that polls the
 #: schedule, the watchdog and the outbox (``workers/lease.py``); its holder renews it every third
 #: of that, and another worker takes it over within this plus 2 s once the holder dies.

@@ -20,6 +20,7 @@ from mailer.records.outbox import Outbox, outbox_from_url
 from mailer.records.policy import LivePolicies, policies_from_url
 from mailer.records.reputation import Limits, Reputation, reputation_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
+from mailer.records.warmup import Warmup, warmup_from_url
 from mailer.settings import Settings
 from mailer.unsubscribe import Signer, Unsubscribe
 
@@ -69,6 +70,21 @@ def build_reputation(settings: Settings, ledger: Ledger | None = None) -> Reputa
     return reputation_from_url(
         settings.effective_ledger_url, limits, client=client, default_sender=settings.sender
     )
+
+
+def build_warmup(settings: Settings, limiter: Limiter | None = None) -> Warmup | None:
+    """The warm-up plans (``MAILGUARD_WARMUP``) where the limiter lives, on its clock and its
+    Redis client; None: off."""
+    if settings.warmup is None:
+        return None
+    with _naming("LIMITER_URL"):
+        return warmup_from_url(
+            settings.limiter_url,
+            settings.warmup,
+            clock=None if limiter is None else limiter.now,
+            client=None if limiter is None else limiter.client,
+            idle=settings.warmup_idle,
+        )
 
 
 def build_unsubscribe(settings: Settings, suppressions: Suppressions) -> Unsubscribe | None:
@@ -162,6 +178,7 @@ def build_guard(settings: Settings, *, metrics: Metrics | None = None) -> Guard:
         metrics=metrics if metrics is not None else default_metrics(),
         unsubscribe=build_unsubscribe(settings, suppressions),
         reputation=build_reputation(settings, ledger),
+        warmup=build_warmup(settings, limiter),
     )
 
 
@@ -186,6 +203,7 @@ def rebuild_guard(old: Guard, settings: Settings) -> Guard:
         metrics=old.metrics,
         unsubscribe=old.unsubscribe,
         reputation=old.reputation,
+        warmup=old.warmup,
     )
 
 
@@ -218,6 +236,7 @@ def memory_guard(
     metrics: Metrics | None = None,
     suppressions: Suppressions | None = None,
     holds: Holds | None = None,
+    warmup: Warmup | None = None,
 ) -> Guard:
     """A guard whose suppression list and holds live in this process unless given: for tests,
     examples and single-process tools. Not for workers: each process would keep its own list
@@ -242,4 +261,5 @@ def memory_guard(
         config=config,
         clock=clock,
         metrics=metrics if metrics is not None else default_metrics(),
+        warmup=warmup,
     )

@@ -38,7 +38,8 @@ Metrics (labels are bounded: never the recipient, the mail id or a caller's unkn
 - ``mailguard_sender_pace_rate`` (gauge, read from the holds at each scrape by
   :class:`PaceCollector`): the sender's learned rate after a hold, in mails/s (the slow start:
   :mod:`mailer.records.holds.pace`); 0 when no pace is in force.
-
+- ``mailguard_transport_held`` (gauge, read by :class:`HoldCollector`): 1 while the transport
+  is held (the relay refuses our own side: :mod:`mailer.records.holds.transport`), else 0.
 - ``mailguard_reputation_rate{sender,rate}``, ``mailguard_reputation_paused{sender}``,
   ``mailguard_reputation_sent{sender}`` (gauges, read from the counters at each scrape by
   :class:`ReputationCollector`, with ``MAILGUARD_REPUTATION`` on): each sender's complaint and
@@ -62,6 +63,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mailer.clock import Clock, system_clock
+from mailer.metrics_holds import HoldCollector as HoldCollector  # noqa: PLC0414
+from mailer.metrics_holds import PaceCollector as PaceCollector  # noqa: PLC0414
 from mailer.outcomes import Outcome
 
 if TYPE_CHECKING:
@@ -70,7 +73,6 @@ if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
     from prometheus_client.metrics_core import Metric
 
-    from mailer.records.holds import Hold
     from mailer.records.reputation import Standing, Thresholds
     from mailer.records.schedule import ScheduleStats
 
@@ -311,57 +313,6 @@ class ScheduleCollector:
         due = stats.earliest_due
         overdue.add_metric([], 0.0 if due is None else max(self._clock() - due, 0.0))
         yield overdue
-
-
-class HoldCollector:
-    """The sender's hold as a gauge, read when scraped (one ``GET`` per scrape).
-
-    ``sender`` is :meth:`mailer.records.holds.Holds.sender`; holds that cannot be read yield no
-    sample rather than failing the scrape.
-    """
-
-    def __init__(self, sender: Callable[[], Hold | None], clock: Clock = system_clock) -> None:
-        self._sender = sender
-        self._clock = clock
-
-    def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
-
-        try:
-            hold = self._sender()
-        except Exception:  # the scrape goes on without the hold
-            return
-        left = GaugeMetricFamily(
-            "mailguard_sender_hold_seconds",
-            "Seconds left on the sender's hold (0: no hold in force): no worker sends until then.",
-        )
-        left.add_metric([], 0.0 if hold is None else max(hold.until - self._clock(), 0.0))
-        yield left
-
-
-class PaceCollector:
-    """The sender's learned rate after a hold as a gauge, read when scraped (one ``GET``).
-
-    ``rate`` is :meth:`mailer.records.holds.pace.SenderPace.rate_now`; a pace that cannot be
-    read yields no sample rather than failing the scrape.
-    """
-
-    def __init__(self, rate: Callable[[], float]) -> None:
-        self._rate = rate
-
-    def collect(self) -> Iterator[Metric]:
-        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
-
-        try:
-            rate = self._rate()
-        except Exception:  # the scrape goes on without the pace
-            return
-        gauge = GaugeMetricFamily(
-            "mailguard_sender_pace_rate",
-            "The sender's learned rate after a hold, mails/s (0: no pace in force).",
-        )
-        gauge.add_metric([], rate)
-        yield gauge
 
 
 class ReputationCollector:

@@ -27,6 +27,8 @@ SUPPRESSED = "suppressed"
 UNSUBSCRIBED = "unsubscribed"
 #: A bulk kind's mail waiting while its sender is paused by its reputation (a rate too high).
 REPUTATION = "reputation"
+#: Waiting for the next day of its sender's warm-up plan (the day's allowance is used).
+WARMUP = "warmup"
 #: Booked after a hold (the server asked us to slow down): ``hold`` names it.
 HELD = "held"
 IN_FLIGHT = "in_flight"
@@ -37,6 +39,9 @@ SMTP_TRANSIENT = "smtp_transient"
 SMTP_PERMANENT = "smtp_permanent"
 #: Cancelled by an operator (``mailguard cancel``) before it was sent: never sent.
 CANCELLED = "cancelled"
+#: A ``sent`` mail the relay took for some recipients and refused for others at ``RCPT``:
+#: ``refused`` names each refused one.
+PARTIAL = "partial"
 
 #: The fields :meth:`Outcome.as_waiting_dict` never stores: ``message_id`` is derived again
 #: when the mail is sent; the ``recipient`` key is what the schedule's entry of the waiting mail
@@ -68,7 +73,11 @@ class Outcome:
     is when the limiter admitted it, on the limiter's clock: never before ``due``, and where
     the policy's spacing is promised (two mails to one recipient admitted at least the
     spacing less ``MAILGUARD_LATE_TOLERANCE`` apart); ``sent_at`` is after the server took
-    it. None for a mail sent unguarded (``fail_open``).
+    it. None for a mail sent unguarded (``fail_open``). ``refused`` (a ``sent`` mail's, reason
+    ``partial``) has one dict per recipient the relay refused at ``RCPT`` while it took the mail
+    for the others: ``recipient`` (its keyed hash, as above), ``code``, ``reply`` (addresses
+    masked), ``suppressed`` (a hard bounce: the address is suppressed) and ``retry`` (a
+    temporary refusal: the mail id of the copy sent to that recipient alone, else None).
     """
 
     status: Status
@@ -91,11 +100,15 @@ class Outcome:
     sent_at: float | None = None
     hold: str | None = None
     admitted_at: float | None = None
+    refused: tuple[dict[str, Any], ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (what ``AsyncResult(mail_id).get()`` returns). Every field is a
-        scalar: a plain copy, not ``dataclasses.asdict``'s deep one (a tenth of the cost)."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+        """A JSON-ready dict (what ``AsyncResult(mail_id).get()`` returns). Every field but
+        ``refused`` is a scalar: a plain copy, not ``dataclasses.asdict``'s deep one (a tenth of
+        the cost); ``refused`` is a list of new dicts."""
+        values = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        values["refused"] = [dict(entry) for entry in self.refused]
+        return values
 
     def as_waiting_dict(self, task_id: str | None = None) -> dict[str, Any]:
         """The compact form of a ``deferred`` outcome, stored while the mail waits (the meta of
@@ -114,6 +127,7 @@ class Outcome:
         final outcomes keep every field (:meth:`as_dict`)."""
         implied = _waiting_defaults(task_id, stored_whole=False)
         values = self.as_dict()
+        values["refused"] = self.refused  # () when none: the default, left out
         if self.decided_at is not None:
             values["decided_at"] = round(self.decided_at, 3)
             if _decided_implied(self.decided_at, self.due, self.wait):
@@ -155,7 +169,12 @@ class Outcome:
         """The inverse of :meth:`as_dict` (a missing field is its default); unknown keys are
         ignored."""
         known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in known})
+        values = {k: v for k, v in data.items() if k in known}
+        refused = values.get("refused")
+        values["refused"] = (
+            tuple(dict(r) for r in refused) if isinstance(refused, list | tuple) else ()
+        )
+        return cls(**values)
 
     def but(self, **changes: Any) -> Outcome:
         """A copy with ``changes``."""

@@ -115,6 +115,8 @@ def _check_bulk(settings: Values) -> None:
         )
     if settings.reputation_min < 1:
         raise ValueError(f"{PREFIX}REPUTATION_MIN must be >= 1, got {settings.reputation_min}")
+    if not 86_400 <= settings.warmup_idle <= 365 * 86_400:
+        raise ValueError(f"{PREFIX}WARMUP_IDLE must be 1d-365d, got {_s(settings.warmup_idle)}")
 
 
 def _check_pace(settings: Values) -> None:
@@ -206,6 +208,11 @@ def _delivery_bounds(settings: Values) -> tuple[tuple[str, bool, str], ...]:
             not 0.1 <= settings.dns_timeout <= 30,
             f"100ms-30s, got {_s(settings.dns_timeout)}",
         ),
+        (
+            "QUEUE_TYPE",
+            settings.queue_type not in ("classic", "quorum"),
+            f"classic or quorum, got {settings.queue_type!r:.40}",
+        ),
     )
 
 
@@ -272,6 +279,4 @@ def _check_fleet(settings: Values) -> None:
     if not 1 <= settings.liveness_beat <= 5:
         raise ValueError(f"{PREFIX}LIVENESS_BEAT must be 1s-5s, got {_s(settings.liveness_beat)}")
     if not 0.1 <= settings.policy_check <= 60:
-        raise ValueError(
-            f"{PREFIX}POLICY_CHECK must be 100ms-1m, got {_s(settings.policy_check)}"
-        )
+        raise ValueError(f"{PREFIX}POLICY_CHECK must be 100ms-1m, got {_s(settings.policy_check)}")

@@ -17,6 +17,7 @@ from mailer.limits.policy import Policy
 from mailer.limits.windows import zone
 from mailer.providers.resolver import parse_servers
 from mailer.records.reputation.base import Thresholds
+from mailer.records.warmup.plans import Plan, parse_plans
 
 PREFIX = "MAILGUARD_"
 #: Variables that tests read (``MAILGUARD_CRASH_AT``: :mod:`mailer.crashpoints`): not settings,
@@ -140,8 +141,19 @@ def _timezone(value: str) -> str:
 
 
 def _reputation(value: str) -> Thresholds | None:
-    """``off`` (None) or thresholds: ``complaint 0.3%, bounce 5%``."""
-    return None if value.strip().lower() == "off" else Thresholds.parse(value)
+    """``off`` (None), ``on`` (the providers' complaint rate, 0.3 %) or thresholds:
+    ``complaint 0.3%, bounce 5%``; without a complaint rate, the providers' is taken."""
+    word = value.strip().lower()
+    if word == "off":
+        return None
+    if word == "on":
+        return Thresholds().with_provider_defaults()
+    return Thresholds.parse(value).with_provider_defaults()
+
+
+def _warmup(value: str) -> dict[str, Plan] | None:
+    """``off`` (None) or plans: ``orders@example.org: sendgrid; example.org: 50, 100, 200``."""
+    return None if value.strip().lower() == "off" else parse_plans(value)
 
 
 def _on_off(value: str) -> bool:
@@ -204,6 +216,9 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("DNS_TIMEOUT", "dns_timeout", parse_duration),
     ("ALLOW_EVICTION", "allow_eviction", _on_off),
     ("FAILED_RETENTION", "failed_retention", _off_or_duration),
+    ("WARMUP", "warmup", _warmup),
+    ("WARMUP_IDLE", "warmup_idle", parse_duration),
+    ("QUEUE_TYPE", "queue_type", _text),
     ("FLEET_LEASE", "fleet_lease", parse_duration),
     ("LIVENESS_BEAT", "liveness_beat", parse_duration),
     ("POLICY_CHECK", "policy_check", parse_duration),

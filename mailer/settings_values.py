@@ -15,6 +15,7 @@ from mailer.mail.kinds import Kinds
 from mailer.mail.transports.registry import DEFAULT as DEFAULT_TRANSPORT
 from mailer.records.holds.pace import PACE_START, PACE_STEP
 from mailer.records.reputation.base import Thresholds
+from mailer.records.warmup.plans import Plan
 from mailer.settings_env import ALL_INTERFACES
 
 FailMode = Literal["fail_closed", "fail_open"]
@@ -89,6 +90,9 @@ class Values:
     dns_timeout: float = defaults.DNS_TIMEOUT
     allow_eviction: bool = defaults.ALLOW_EVICTION
     failed_retention: float | None = defaults.FAILED_RETENTION
+    warmup: dict[str, Plan] | None = None
+    warmup_idle: float = defaults.WARMUP_IDLE
+    queue_type: str = defaults.QUEUE_TYPE
     fleet_lease: float = defaults.FLEET_LEASE
     liveness_beat: float = defaults.LIVENESS_BEAT
     policy_check: float = defaults.POLICY_CHECK

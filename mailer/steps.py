@@ -60,6 +60,7 @@ class Word:
 
 VOCABULARY: tuple[Word, ...] = (
     Word("limiter: allowed", "Send", "Finish", "sent", None, SUCCESS),
+    Word("sent, some recipients refused at RCPT", "Send", "Finish", "sent", why.PARTIAL, SUCCESS),
     Word("limiter: booked", "Defer", "Later", "deferred", why.BOOKED, DEFERRED),
     Word("limiter: refused (too far)", "Drop", "Finish", "dropped", why.RATE_LIMITED, SUCCESS),
     Word("past the kind's deadline", "", "Finish", "dropped", why.EXPIRED, SUCCESS),
@@ -74,6 +75,7 @@ VOCABULARY: tuple[Word, ...] = (
     Word("booked after a hold (slow down)", "Defer", "Later", "deferred", why.HELD, DEFERRED),
     Word("recipients found no common slot", "", "Later", "deferred", why.CONTENDED, DEFERRED),
     Word("bulk kind, sender paused", "", "Later", "deferred", why.REPUTATION, DEFERRED),
+    Word("warm-up plan: day's allowance used", "", "Later", "deferred", why.WARMUP, DEFERRED),
     Word("limiter down (fail_closed)", "", "Later", "deferred", why.LIMITER_UNAVAILABLE, DEFERRED),
     Word("ledger down (either mode)", "", "Later", "deferred", why.LEDGER_UNAVAILABLE, DEFERRED),
     Word("SMTP 4xx, timeout, lost link", "", "Later", "deferred", why.SMTP_TRANSIENT, DEFERRED),
@@ -189,6 +191,11 @@ class Progress:
     #: Greylisting replies so far: the step of the greylisting schedule
     #: (:func:`mailer.guard.retry_schedule.greylist_wait`), never a budget.
     greylists: int = 0
+    #: When ``send_mail.delay`` was called, epoch microseconds on the caller's clock, strictly
+    #: increasing within one producer process (0: unknown): the mail's place in its
+    #: recipient's booked order (:mod:`mailer.limits.ordering`). It rides in the message itself
+    #: (``_order``), so it is never carried here (not in :meth:`as_dict`).
+    order: int = 0
 
     def as_dict(self) -> dict[str, int | str | float]:
         fields: dict[str, int | str | float] = {name: getattr(self, name) for name in _COUNTERS}

@@ -20,14 +20,16 @@ from kombu import Queue
 
 from mailer import defaults, metrics
 from mailer.errors import BackendUnavailable
-from mailer.factory import build_guard, build_holds, build_reputation
+from mailer.factory import build_guard, build_holds, build_reputation, build_warmup
 from mailer.logs import JsonFormatter, in_utc
+from mailer.records.warmup.gauges import WarmupCollector
 from mailer.settings import Settings
 from mailer.storage import is_memory
-from workers import parking, priority, process_settings, redis_checks, routing, state
+from workers import parking, priority, process_settings, quorum, redis_checks, routing, state
+from workers.broker_cluster import worker_broker
 from workers.broker_transport import redis_options, transport_for
 from workers.failing_stop import FailingStopStep
-from workers.liveness import Liveness, LivenessStep, broker_identity, register
+from workers.liveness import Liveness, LivenessStep, register
 from workers.parking import schedule_for
 from workers.promoter import PromoterStep
 
@@ -66,6 +68,8 @@ def transport_options(config: Settings) -> dict[str, Any]:
         {"visibility_timeout": config.visibility_timeout},
     )
     options.update(priority.transport_options(config.broker_url))
+    if quorum.quorum_on(config):  # a quorum queue needs the publisher's confirms
+        options["confirm_publish"] = True
     if config.restore_interval is not None:
         # kombu sweeps every ``interval`` s but scans only every ``throttle``-th sweep: scan each.
         options["unacked_restore_interval"] = config.restore_interval
@@ -143,6 +147,7 @@ def create_app(config: Settings) -> Celery:
         task_track_started=False,
         **{routing.MARK: True},  # send_mail's queue is this app's default one
     )
+    celery.conf.update(quorum.app_settings(config, state.SEND_MAIL))  # lanes, on quorum
     # Every worker publishes parked mails when they are due (workers/promoter.py), says when
     # it last consumed (workers/liveness.py) and ends after an unrecoverable error
     # (workers/failing_stop.py).
@@ -234,6 +239,7 @@ def _redis_keeps_the_mail(sender: Any = None, **_: Any) -> None:
     persistence and of a quorum queue without a delivery limit (:mod:`workers.redis_checks`)."""
     if sender is not None:
         redis_checks.check_at_start(process_settings.current(), sender)
+        quorum.declare_dead_letters(sender.app, process_settings.current())
 
 
 @signals.worker_init.connect
@@ -248,8 +254,9 @@ def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
         return
     broker = str(sender.app.conf.broker_url)
     hostname = str(getattr(sender, "hostname", "") or "worker")
+    identity = worker_broker(sender.app)  # a RabbitMQ cluster by its name
     try:
-        other = register(liveness, hostname, broker, time.time())
+        other = register(liveness, hostname, broker, time.time(), identity=identity)
         if other is None and (moved := parking.adopt_legacy(config)):
             log.warning("mailguard: %d parked mail(s) moved into the queue's schedule", moved)
     except BackendUnavailable as exc:
@@ -257,7 +264,7 @@ def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
         return
     if other is not None:
         raise SystemExit(
-            f"mailguard: this worker consumes from {broker_identity(broker)} but {other}, "
+            f"mailguard: this worker consumes from {identity} but {other}, "
             f"for the same MAILGUARD_QUEUE {config.queue!r} on the same ledger: their parked "
             "mails would be published to each other's broker; give one of them another "
             "MAILGUARD_QUEUE, or both the same broker"
@@ -279,7 +286,12 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
         server = metrics.serve(
             settings.metrics_host,
             settings.metrics_port,
-            collectors=(*_schedule_gauges(), *_hold_gauges(), *_reputation_gauges()),
+            collectors=(
+                *_schedule_gauges(),
+                *_hold_gauges(),
+                *_reputation_gauges(),
+                *_warmup_gauges(),
+            ),
         )
     except OSError as exc:
         if made:
@@ -299,12 +311,13 @@ def _schedule_gauges() -> tuple[Any, ...]:
 
 
 def _hold_gauges() -> tuple[Any, ...]:
-    """The sender's hold gauge, when holds are on and shared (read from the limiter's Redis
-    per scrape; memory holds live in each pool process, out of the server's sight)."""
+    """The sender's and the transport's hold gauges, when holds are on and shared (read from
+    the limiter's Redis per scrape; memory holds live in each pool process, out of sight)."""
     if settings.throttle_hold is None or is_memory(settings.limiter_url):
         return ()
     holds = build_holds(settings)
-    return (metrics.HoldCollector(holds.sender), metrics.PaceCollector(holds.pace.rate_now))
+    held = metrics.HoldCollector(holds.sender, transport=holds.transport.held)
+    return (held, metrics.PaceCollector(holds.pace.rate_now))
 
 
 def _reputation_gauges() -> tuple[Any, ...]:
@@ -313,6 +326,15 @@ def _reputation_gauges() -> tuple[Any, ...]:
     if reputation is None or is_memory(settings.effective_ledger_url):
         return ()
     return (metrics.ReputationCollector(reputation.standings, reputation.limits.thresholds),)
+
+
+def _warmup_gauges() -> tuple[Any, ...]:
+    """Each warm-up plan's gauges, when plans are on and shared (the limiter's Redis, read per
+    scrape on this machine's clock)."""
+    warmup = build_warmup(settings)
+    if warmup is None or is_memory(settings.limiter_url):
+        return ()
+    return (WarmupCollector(warmup.standings),)
 
 
 @signals.worker_process_shutdown.connect

@@ -21,10 +21,15 @@ from mailer.mail.seal import unseal
 from workers import process_settings
 
 #: Keyword arguments only mailguard itself passes: ``_progress`` (sealed: see
-#: :mod:`mailer.mail.seal`) and ``_requested_at``, the epoch seconds of ``send_mail.delay`` (a
+#: :mod:`mailer.mail.seal`), ``_requested_at``, the epoch seconds of ``send_mail.delay`` (a
 #: kind's ``max_wait`` counts from it; the guard never lets it be later than the mail's first run,
-#: so a forged value can only shorten the mail's own deadline).
-PRIVATE = ("_progress", "_requested_at")
+#: so a forged value can only shorten the mail's own deadline) and ``_order``, the epoch
+#: microseconds of that call, strictly increasing in its process (:mod:`workers.stamps`: the
+#: mail's place in its recipient's booked order, :mod:`mailer.limits.ordering`; a forged value
+#: moves only this mail within its own recipient's bookings, never past the policy).
+PRIVATE = ("_progress", "_requested_at", "_order")
+#: The bound of ``_order`` (epoch microseconds: below year 5138).
+_ORDER_BOUND = 10**17
 
 #: The workers running, as (process id, worker id): a ``memory://`` broker lives inside one
 #: process, so a mail enqueued on it is read only if a worker of that same process consumes it.
@@ -98,6 +103,11 @@ def check_call(args: Any, kwargs: Any, *, addresses: bool = True) -> dict[str, A
         or not 0 <= requested < 1e11
     ):
         raise InvalidArguments("send_mail: _requested_at is private to mailguard")
+    order = call.get("_order")
+    if order is not None and (
+        isinstance(order, bool) or not isinstance(order, int) or not 0 < order < _ORDER_BOUND
+    ):
+        raise InvalidArguments("send_mail: _order is private to mailguard")
     _check_kind(call, settings.kinds)
     _check_transportable(args, kwargs)
     return call

@@ -97,7 +97,11 @@ class ConfirmedPublisher:
     def _open(self) -> tuple[Any, _Confirms]:
         if self._producer is None or self._confirms is None:
             self.close()
-            self._connection = self._app.connection_for_write(heartbeat=0)
+            # Its own confirms, batched: not py-amqp's wait per publish (``confirm_publish``,
+            # on for quorum queues), which would take the acknowledgements counted here.
+            self._connection = self._app.connection_for_write(
+                heartbeat=0, transport_options={"confirm_publish": False}
+            )
             channel = self._connection.default_channel
             self._confirms = _Confirms(channel)
             self._producer = self._connection.Producer(channel)

@@ -2,7 +2,8 @@
 message, when its process was last seen, and the broker it consumes from.
 
 One hash per queue, ``<ns>:{workers:<queue>}``, one field per worker hostname, a JSON record
-(no address, no password: the broker is written as :func:`broker_identity`). A worker writes
+(no address, no password: the broker is written as :func:`broker_identity`, a RabbitMQ
+cluster by its name: :mod:`workers.broker_cluster`). A worker writes
 its record at start, when it consumed since the last write (at most once a second, not per
 mail: a thread reads a time the consumer sets) and every ``MAILGUARD_LIVENESS_BEAT`` seconds
 otherwise (at most :data:`BEAT`); it removes it when it stops. ``mailguard health``
@@ -125,11 +126,14 @@ class Liveness:
                 self.forget(record.hostname)
 
 
-def conflict(records: list[WorkerRecord], me: WorkerRecord, now: float) -> WorkerRecord | None:
+def conflict(
+    records: list[WorkerRecord], me: WorkerRecord, now: float, *, also: str = ""
+) -> WorkerRecord | None:
     """A running worker of the same queue (another hostname, seen within :data:`GONE`) whose
-    broker is not ``me``'s, or None."""
+    broker is neither ``me``'s nor ``also`` (another name of it), or None."""
+    mine = {me.broker, also} - {""}
     for other in records:
-        if other.hostname != me.hostname and not other.gone(now) and other.broker != me.broker:
+        if other.hostname != me.hostname and not other.gone(now) and other.broker not in mine:
             return other
     return None
 
@@ -226,12 +230,17 @@ class LivenessStep(bootsteps.StartStopStep):
 registered: list[tuple[Liveness, WorkerRecord]] = []
 
 
-def register(liveness: Liveness, hostname: str, broker_url: str, now: float) -> str | None:
+def register(
+    liveness: Liveness, hostname: str, broker_url: str, now: float, *, identity: str | None = None
+) -> str | None:
     """Write this worker's first record, unless a running worker of the queue consumes from
-    another broker: then that worker's hostname and broker, in words, and nothing written."""
-    me = WorkerRecord(hostname, broker_identity(broker_url), started=now, seen=now)
+    another broker: then that worker's hostname and broker, in words, and nothing written.
+    ``identity``: the broker as :mod:`workers.broker_cluster` names it (default: the URL's)."""
+    me = WorkerRecord(hostname, identity or broker_identity(broker_url), started=now, seen=now)
     liveness.prune(now)
-    other = conflict(liveness.read(), me, now)
+    # A record naming the broker by its address (a worker whose node sent no cluster name)
+    # is of the same broker as this one by its cluster name when the address is this one's.
+    other = conflict(liveness.read(), me, now, also=broker_identity(broker_url))
     if other is not None:
         return f"worker {other.hostname} consumes from {other.broker}"
     liveness.write(me)

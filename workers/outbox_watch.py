@@ -45,7 +45,7 @@ from kombu.exceptions import ChannelError
 from mailer.durations import human
 from mailer.metrics import default_metrics
 from mailer.records.outbox import LANES, ORDER_SLACK, Outbox, Pending, RedisOutbox
-from workers import state
+from workers import routing, state
 from workers.outbox import retry_receipts
 from workers.payload import Parked
 
@@ -199,7 +199,10 @@ class OutboxWatch:
             if self._connection is None:
                 self._connection = self.publisher.app.connection_for_read()
             channel = self._connection.default_channel
-            return int(channel.queue_declare(queue=self.queue, passive=True).message_count)
+            names = routing.mail_queues(self.publisher.app, self.queue)  # quorum: each lane
+            return sum(
+                int(channel.queue_declare(queue=q, passive=True).message_count) for q in names
+            )
         except ChannelError:  # not found: a Redis queue with no list left is empty
             self.close()
             return 0

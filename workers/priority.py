@@ -9,6 +9,8 @@ waiting messages per priority in its own way, and Celery passes ``priority`` thr
 - **RabbitMQ**: the mail queue is declared with ``x-max-priority: 9`` and a kind of priority
   ``p`` is published at ``p``. RabbitMQ cannot add that argument to an existing queue: a queue
   declared by an older version must be deleted (or ``MAILGUARD_QUEUE`` renamed) once.
+- **RabbitMQ quorum queues** (``MAILGUARD_QUEUE_TYPE=quorum``): no ``x-max-priority``; one
+  quorum queue per priority lane instead, the publish routed by ``p`` (:mod:`workers.quorum`).
 - **memory** (the in-process broker of the demo and of embedded defaults): a queue ordered by
   priority, higher first, then by arrival (:mod:`workers.memory_broker`); ``p`` as is.
 

@@ -59,7 +59,7 @@ from mailer.errors import BackendUnavailable
 from mailer.metrics import default_metrics
 from mailer.records.schedule import TAKE_AHEAD, RedisSchedule, Schedule, Taken
 from mailer.settings import Settings
-from workers import outbox, parking, priority, process_settings, routing, state
+from workers import outbox, parking, priority, process_settings, quorum, routing, state
 from workers.confirmed import ConfirmedPublisher, confirms_needed
 from workers.lease import Lease
 from workers.outbox_watch import OutboxWatch
@@ -109,6 +109,7 @@ class Promoter:
         queue = routing.queue_option(app, task_name, settings.queue)  # where send_mail goes
         route = app.amqp.router.route(queue, task_name, (), {}, app.tasks.get(task_name))
         self._route = dict(route)
+        self._lanes = app.conf.get(routing.LOGICAL)  # the lanes' common name, on quorum lanes
         self._reply_to = ""  # this thread's (app.thread_oid), set by each batch
         self._sent_event = bool(app.conf.task_send_sent_event)
         park_after = settings.park_after if settings.park_after is not None else DUE_STALE
@@ -309,11 +310,15 @@ class Promoter:
     def send(self, producer: Any, message: Any, level: int | None) -> None:
         """Publish ``message`` at broker priority ``level`` through ``producer``, to this
         worker's ``send_mail`` queue (no declaration, no retries: the caller's)."""
+        route = self._route
+        if self._lanes:  # quorum lanes (workers.quorum): the level's lane
+            route = {**route, "queue": self._amqp.queues[quorum.lane_queue(self._lanes, level)]}
+            route["routing_key"] = route["queue"].routing_key
         self._amqp.send_task_message(
             producer,
             self.task_name,
             message,
-            **self._route,
+            **route,
             priority=level,
             declare=[],
             retry=False,

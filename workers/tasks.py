@@ -32,9 +32,11 @@ from workers import app as _app  # makes mailguard's app this process's default
 from workers import failed, outbox, outbox_ride, parking, priority, process_settings, routing, state
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
+from workers.corecipients import run
 from workers.enqueue import bounded
 from workers.outcomes import store_waiting
 from workers.process_settings import use_settings
+from workers.stamps import arrived, stamped
 from workers.state import guard
 
 __all__ = [
@@ -89,8 +91,7 @@ class GuardedTask(Task[Any, Any]):
     ) -> Any:
         call = check_call(args, kwargs)
         check_consumed(self.app.conf.broker_url, _broker_setting(self.app))
-        if "_requested_at" not in call:
-            kwargs = {**(kwargs or {}), "_requested_at": round(time.time(), 3)}
+        kwargs = stamped(call, kwargs)  # _requested_at and _order, unless the call has them
         if "queue" not in options:  # MAILGUARD_QUEUE, unless the app's task_routes route it
             options.update(
                 routing.queue_option(self.app, self.name, process_settings.current().queue)
@@ -206,8 +207,7 @@ def _show_parked(task: Task[Any, Any], task_id: str, kwargs: dict[str, Any], due
 
 
 def _broker_setting(app: Any) -> str:
-    """What names ``app``'s broker in a refusal: mailguard's variable, or a project app's
-    ``broker_url``."""
+    """What names ``app``'s broker in a refusal: mailguard's variable or the app's broker_url."""
     if app is _app.app:
         return "MAILGUARD_BROKER_URL"
     return f"the broker_url of Celery app {app.main!r}"
@@ -269,6 +269,7 @@ def send_mail(
     mime: str | None = None,
     _progress: str | None = None,
     _requested_at: float | None = None,
+    _order: int | None = None,
 ) -> dict[str, Any]:
     """Send one mail to ``to``, or defer it to its booked slot, or drop it; exactly once.
 
@@ -310,8 +311,7 @@ def send_mail(
     progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
     if (self.request.delivery_info or {}).get("redelivered"):  # a copy: see Progress.redelivered
         progress = replace(progress, redelivered=True)
-    if not progress.requested_at and _requested_at:  # the caller's clock: queue wait only
-        progress = replace(progress, requested_at=min(float(_requested_at), time.time()))
+    progress = arrived(progress, _requested_at, _order)  # the caller's stamps (workers.stamps)
     _count_queue_wait(self.request.eta, progress.requested_at, kind)
     step = _process(request, progress, settings, watched=bool(_progress))
     crash_point("recorded")
@@ -332,7 +332,7 @@ def _process(
     a finished mail) of a mail deferred before (``watched``: it may have an entry in the
     schedule) removes that entry, so the watchdog never publishes it. (The run's start was
     told to the schedule at the hand-off to the pool: :mod:`workers.request`.)"""
-    step = guard().process(request, progress)
+    step = run(send_mail, request, progress)  # and the copies for co-recipients refused a time
     if step.outcome.reason == SUPERSEDED:  # the entry is the run's that carries the mail on
         return step
     if not isinstance(step, Later) and (watched or step.outcome.deferrals):

@@ -12,7 +12,10 @@ real time. Where the limiter judges lateness (recipient sliding tiers, one recip
 so inside the decision, against the slots actually sent, in the recipient's booked order:
 the bookings reached before it go first, the bookings after it move back only as far as the
 policy requires (:func:`mailer.limits.sliding_log._judged`); elsewhere the run gives the slot
-back and asks again (:meth:`Admission.rebook`). A limiter that is down defers
+back and asks again (:meth:`Admission.rebook`). Where the limiter keeps a recipient's booked
+order (:mod:`mailer.limits.ordering`), a mail booked takes the slot of a future booking of a
+mail sent after it (:meth:`~mailer.guard.booking.Booking.order_of`), which finds its later
+slot when its run comes. A limiter that is down defers
 (``fail_closed``) or lets the mail go unguarded (``fail_open``); recipients that found no
 common slot always defer.
 """
@@ -81,7 +84,8 @@ class Admission:
                     return window
                 now, max_wait = window
                 started = time.perf_counter()
-                decision = self.booking.acquire(mail, max_wait)
+                order = self.booking.order_of(mail, progress)
+                decision = self.booking.acquire(mail, max_wait, order=order)
                 self.metrics.decision(time.perf_counter() - started)
             if self._judged(mail):
                 late = self._judged_late(mail, progress, decision, now)

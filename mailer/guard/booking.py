@@ -35,6 +35,7 @@ from mailer.guard.retry_schedule import kept_for
 from mailer.limits.decision import Decision, backlog_detail, backlog_full
 from mailer.limits.limiter import MAX_WAIT, Limiter
 from mailer.limits.multi import acquire_all, release_all
+from mailer.limits.ordering import order_key
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
 from mailer.records.holds import Hold
@@ -155,12 +156,29 @@ class Booking:
             return None
         return min(max(left, 0.0), MAX_WAIT)
 
-    def acquire(self, mail: Prepared, max_wait: float, not_before: float | None = None) -> Decision:
+    def acquire(
+        self,
+        mail: Prepared,
+        max_wait: float,
+        not_before: float | None = None,
+        *,
+        order: str = "",
+    ) -> Decision:
         """The limiter's decision for ``mail`` in every scope; ``not_before`` (epoch seconds,
         a hold's end) books the earliest slot at or after it. Where the limiter judges lateness
-        (:attr:`judges_lateness`), a one-recipient mail's late run is judged in this same call.
-        Raises ``BackendUnavailable``, and ``Contended`` for several recipients that found no
-        common slot."""
+        (:attr:`judges_lateness`), a one-recipient mail's late run is judged in this same call;
+        where it keeps the booked order, ``order`` (:meth:`order_of`) takes the slot of a later
+        mail's future booking. Raises ``BackendUnavailable``, and ``Contended`` for several
+        recipients that found no common slot."""
+        if order and not mail.more_keys and self.limiter.keeps_order:
+            return self.limiter.acquire(
+                mail.limit_key,
+                mail_id=mail.mail_id,
+                max_wait=max_wait,
+                not_before=not_before,
+                late_after=self.config.late_tolerance if self.judges_lateness else None,
+                order=order,
+            )
         if mail.more_keys:  # several recipients: one slot that suits them all
             return acquire_all(
                 _ForMail(self.limiter, mail),
@@ -185,6 +203,15 @@ class Booking:
             share=mail.kind.share,
             not_before=not_before,
         )
+
+    def order_of(self, mail: Prepared, progress: Progress) -> str:
+        """``mail``'s place in its recipient's booked order: its kind's priority, then when it
+        was sent (:func:`~mailer.limits.ordering.order_key`); "" when unknown (a message
+        published without ``_order``, or one out of range)."""
+        try:
+            return order_key(mail.kind.priority, progress.order)
+        except ValueError:
+            return ""
 
     @property
     def judges_lateness(self) -> bool:
@@ -261,7 +288,12 @@ class Booking:
             now, max_wait = window
             if holds_slot or progress.due or progress.first_run_copy or progress.send_failures:
                 self.give_back(mail)  # the slot it holds (a first run's copy: its admission)
-            decision = self.acquire(mail, max_wait, not_before=after.end(now, max_wait))
+            decision = self.acquire(
+                mail,
+                max_wait,
+                not_before=after.end(now, max_wait),
+                order=self.order_of(mail, progress),
+            )
         except (BackendUnavailable, Contended) as exc:
             if isinstance(exc, Contended):
                 return backend_down(self.config, base, progress, exc, why.CONTENDED)

@@ -11,7 +11,9 @@ data, and the engine only passes it on:
    script call (:mod:`mailer.guard.front`): one round trip before sending, one after.
 3. **gates** (:mod:`mailer.guard.gates`): each gate's ``before_admit`` hook, in order:
    suppression (:mod:`~mailer.guard.gates.suppression`), the bulk kinds' unsubscribe and
-   reputation (:mod:`~mailer.guard.gates.bulk`), then holds (:mod:`~mailer.guard.gates.holds`).
+   reputation and the senders' warm-up plans (:mod:`~mailer.guard.gates.bulk`), the
+   transport's hold (:mod:`~mailer.guard.gates.transport`), then holds
+   (:mod:`~mailer.guard.gates.holds`).
 4. **admit** (:mod:`mailer.guard.admission`, booking through :mod:`mailer.guard.booking`):
    :class:`Admitted` (send now), or ``Later`` (booked; limiter down), or ``Finish``
    (``dropped``).
@@ -43,6 +45,7 @@ from mailer.guard.gates import Gate, read_together
 from mailer.guard.gates.bulk import bulk_gates, sent_recorder
 from mailer.guard.gates.holds import HoldsGate
 from mailer.guard.gates.suppression import SuppressionGate
+from mailer.guard.gates.transport import TransportGate
 from mailer.guard.sending import Sending
 from mailer.guard.settle import Settle
 from mailer.guard.validate import Validator
@@ -54,6 +57,7 @@ from mailer.records.holds import Holds
 from mailer.records.ledger import Ledger
 from mailer.records.reputation import Reputation
 from mailer.records.suppression import Suppressions
+from mailer.records.warmup import Warmup
 from mailer.steps import Fail, Finish, Later, Progress, Step
 from mailer.unsubscribe import Unsubscribe
 
@@ -82,6 +86,7 @@ class Guard:
         metrics: Metrics,
         unsubscribe: Unsubscribe | None = None,
         reputation: Reputation | None = None,
+        warmup: Warmup | None = None,
     ) -> None:
         self.limiter = limiter
         self.ledger = ledger
@@ -93,6 +98,8 @@ class Guard:
         #: Bulk kinds' one-click unsubscribe and the sender reputation; None: off.
         self.unsubscribe = unsubscribe
         self.reputation = reputation
+        #: Senders' warm-up plans (:mod:`mailer.records.warmup`); None: off.
+        self.warmup = warmup
         self.config = config
         self._clock = clock
         self._kinds = kinds
@@ -124,14 +131,20 @@ class Guard:
         booking = Booking(self.limiter, config, clock, metrics)
         self._validator = Validator(self._kinds, config, clock, booking.recipient_key)
         claim = Claim(self.ledger, config, metrics, booking.release)
-        gates: list[Gate] = [SuppressionGate(self.suppressions, config, metrics)]
-        gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics)
-        if self.holds is not None:
-            gates.append(HoldsGate(self.holds, booking, config, metrics))
+        suppression = SuppressionGate(self.suppressions, config, metrics)
+        gates: list[Gate] = [suppression]
+        gates += bulk_gates(self.unsubscribe, self.reputation, config, metrics, self.warmup)
+        self._transport_gate: TransportGate | None = None
+        if self.holds is not None:  # the transport's hold first: a TLS refusal holds no sender
+            self._transport_gate = TransportGate(self.holds.transport, booking, config, metrics)
+            gates += [self._transport_gate, HoldsGate(self.holds, booking, config, metrics)]
         self._gates = tuple(gates)
         self._front = Front(claim, booking, self._gates)
         self._admission = Admission(booking, config, self._kinds, metrics)
-        self._sending = Sending(self.transport, booking, config, booking.stamp)  # sent_at vs due
+        # booking.stamp: sent_at is compared with due (the limiter's clock)
+        self._sending = Sending(
+            self.transport, booking, config, booking.stamp, suppression.suppress_refused
+        )
         self._settle = Settle(self.ledger, metrics, booking.release, patience=config.claim_lease)
         self._settle.record_sent = sent_recorder(self.ledger, self.reputation, metrics)
 
@@ -210,6 +223,8 @@ class Guard:
         while True:
             sent = self._sending.send(mail, admitted, progress)
             if not isinstance(sent, Refused):
+                if self._transport_gate is not None:
+                    self._transport_gate.on_sent(mail, sent)  # a probe accepted lifts the hold
                 return sent, admitted
             answer = self._on_send_error(mail, sent)
             if not isinstance(answer, Admitted):

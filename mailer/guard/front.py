@@ -160,6 +160,7 @@ class Front:
                 mail_tag(mail.mail_id),
                 check_max_wait(max_wait),
                 int(late * 1000),
+                self.booking.order_of(mail, progress),
             )
         except ValueError:
             return None, None

@@ -11,12 +11,15 @@ gate took it: ``failed`` for a permanent error; else the mail is tried again lat
 backoff doubling up to ``retry_backoff_max``, until its kind's lifetime: then ``dropped`` /
 ``expired`` with the last reply (:mod:`mailer.guard.retry_schedule`). No count of refusals
 ends a mail; the quick tries within one run are the transport's (``MAILGUARD_SMTP_ATTEMPTS``).
+A mail the server took for some recipients only is ``sent`` / ``partial``, each refused one in
+its ``refused`` (:mod:`mailer.guard.corecipients`).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import replace
+from typing import Any
 
 from mailer import outcomes as why
 from mailer.clock import Clock
@@ -24,6 +27,7 @@ from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import InvalidMessage, PermanentSendError, TransientSendError
 from mailer.guard.booking import Booking
+from mailer.guard.corecipients import Suppress, refusals
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, failure, log_fields
 from mailer.guard.retry_schedule import expired, next_try, retry_wait
 from mailer.guard.validate import message_of
@@ -37,15 +41,23 @@ log = logging.getLogger("mailguard")
 
 
 class Sending:
-    """Sends through ``transport``; ``booking`` gives back the slot of a mail that cannot go."""
+    """Sends through ``transport``; ``booking`` gives back the slot of a mail that cannot go;
+    ``suppress`` suppresses a co-recipient refused for good (:mod:`mailer.guard.corecipients`;
+    default: none is)."""
 
     def __init__(
-        self, transport: Transport, booking: Booking, config: GuardConfig, clock: Clock
+        self,
+        transport: Transport,
+        booking: Booking,
+        config: GuardConfig,
+        clock: Clock,
+        suppress: Suppress | None = None,
     ) -> None:
         self.transport = transport
         self.booking = booking
         self.config = config
         self._clock = clock
+        self._suppress: Suppress = suppress or (lambda _mail, _key, _hashed, _error: False)
 
     def send(self, mail: Prepared, admitted: Admitted, progress: Progress) -> Step | Refused:
         """``sent``, ``dropped`` / ``invalid`` (a message that fails to build), or the refusal."""
@@ -61,9 +73,14 @@ class Sending:
         except (PermanentSendError, TransientSendError) as exc:
             tried = replace(progress, attempts=progress.attempts + exc.attempts)
             return Refused(exc, base, tried, mail)
+        refused: tuple[dict[str, Any], ...] = ()
+        if receipt.refused:
+            key = self.booking.recipient_key
+            refused = refusals(receipt, envelope, mail, key, self._suppress)
         outcome = base.but(
             status="sent",
-            reason=None,
+            reason=why.PARTIAL if refused else None,
+            refused=refused,
             attempts=progress.attempts + receipt.attempts,
             smtp_code=receipt.code,
             smtp_reply=receipt.reply,
@@ -74,6 +91,16 @@ class Sending:
             detail=None if admitted.guarded else UNGUARDED,
         )
         log.info("mail %s sent to %s", mail.mail_id, base.recipient, extra=log_fields(outcome))
+        for entry in refused:
+            log.warning(
+                "mail %s: recipient %s refused (%s %s)%s",
+                mail.mail_id,
+                entry["recipient"],
+                entry["code"],
+                entry["reply"],
+                f", retried alone as {entry['retry']}" if entry["retry"] else "",
+                extra=log_fields(outcome) | {"recipient": entry["recipient"]},
+            )
         return Finish(outcome)
 
     def after_refusal(self, refused: Refused) -> Step:

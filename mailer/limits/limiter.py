@@ -37,6 +37,7 @@ from mailer.limits.checks import (
 )
 from mailer.limits.decision import Decision
 from mailer.limits.keys import MAX_KEY_LENGTH, check_key, mail_tag
+from mailer.limits.ordering import check_order
 from mailer.limits.policy import Policy, Tier
 from mailer.limits.scopes import STATUS_RECIPIENT, scope_tiers
 from mailer.limits.stores import Store, open_store
@@ -138,6 +139,7 @@ class Limiter:
         share: float = 1.0,
         not_before: float | None = None,
         late_after: float | None = None,
+        order: str = "",
     ) -> Decision:
         """Admit one mail to ``recipient`` now, book a later slot, or refuse; atomically over
         every tier of every scope the mail has a key in.
@@ -156,9 +158,17 @@ class Limiter:
         now against the recipient's entries actually sent, in booked order: behind the
         bookings reached before it, the bookings after it moved back as far as the policy
         then requires (``sliding_log._held``, ``_judged``).
+        ``order`` (only where :attr:`keeps_order`, else ignored): the mail's order stamp
+        (:func:`mailer.limits.ordering.order_key`; with a ``mail_id``); a booking takes the
+        slot of a future booking stamped after it, which moves one place back
+        (:func:`mailer.limits.ordering.keep_order`).
         Raises ``ValueError`` for a bad argument, :class:`mailer.errors.BackendUnavailable`
         when the storage cannot be reached.
         """
+        if order and self.keeps_order:
+            return self._acquire_ordered(
+                recipient, mail_id, max_wait, late_after, not_before, check_order(order)
+            )
         if late_after is not None and self.judges_lateness:
             return self._acquire_late(recipient, mail_id, max_wait, late_after, not_before)
         # The common case (a str key, no mail id, no wait) skips the helper calls: hot path.
@@ -181,6 +191,34 @@ class Limiter:
         of recipient sliding tiers only (the single-key stores); else the caller re-books."""
         return bool(getattr(self.store, "judges_lateness", False))
 
+    @property
+    def keeps_order(self) -> bool:
+        """Whether :meth:`acquire` keeps a recipient's booked order (``order``): a policy of
+        recipient sliding tiers only (the single-key stores); else mails book as they come."""
+        return bool(getattr(self.store, "keeps_order", False))
+
+    def _acquire_ordered(  # noqa: PLR0917 - acquire's own arguments, checked here
+        self,
+        recipient: str,
+        mail_id: str | None,
+        max_wait: float,
+        late_after: float | None,
+        not_before: float | None,
+        order: str,
+    ) -> Decision:
+        check_key(recipient)
+        late_ms = -1 if late_after is None or not self.judges_lateness else _late_ms(late_after)
+        nb = 0 if not_before is None else not_before_ms(not_before)
+        return self.store.acquire(  # type: ignore[call-arg]
+            recipient,
+            0 if mail_id is None else mail_tag(mail_id),
+            check_max_wait(max_wait),
+            None,
+            not_before_ms=nb,
+            late_ms=late_ms,
+            order=order,
+        )
+
     def _acquire_late(
         self,
         recipient: str,
@@ -190,8 +228,7 @@ class Limiter:
         not_before: float | None,
     ) -> Decision:
         check_key(recipient)
-        if not 0 <= late_after <= MAX_WAIT:
-            raise ValueError(f"late_after must be 0 to {MAX_WAIT:.0f} seconds, got {late_after}")
+        late_ms = _late_ms(late_after)
         nb = 0 if not_before is None else not_before_ms(not_before)
         return self.store.acquire(  # type: ignore[call-arg]
             recipient,
@@ -199,7 +236,7 @@ class Limiter:
             check_max_wait(max_wait),
             None,
             not_before_ms=nb,
-            late_ms=int(late_after * 1000),
+            late_ms=late_ms,
         )
 
     def acquire_many(
@@ -277,3 +314,10 @@ class Limiter:
     def close(self) -> None:
         """Release the store's connections (memory: forget everything)."""
         self.store.close()
+
+
+def _late_ms(late_after: float) -> int:
+    """``late_after`` (seconds, 0 to ``MAX_WAIT``) as whole ms; ``ValueError`` otherwise."""
+    if not 0 <= late_after <= MAX_WAIT:
+        raise ValueError(f"late_after must be 0 to {MAX_WAIT:.0f} seconds, got {late_after}")
+    return int(late_after * 1000)

@@ -52,12 +52,38 @@ class TierSpec:
         self.max_window_ms = max(self.windows)
 
 
-def prune(ts: list[int], tags: list[int], now_ms: int, max_window_ms: int) -> None:
-    """Drop, in place, the entries that no window ending at or after ``now_ms`` can see."""
+def prune(
+    ts: list[int], tags: list[int], now_ms: int, max_window_ms: int, keep_booked_ms: int = 0
+) -> None:
+    """Drop, in place, the entries that no window ending at or after ``now_ms`` can see; with
+    ``keep_booked_ms`` longer than the longest window, keep the bookings (flagged
+    :data:`BOOKED`) reached less than that ago (a recipient's booked order waits for their
+    runs: :mod:`mailer.limits.ordering`; they hold no window's room)."""
     cut = bisect_right(ts, now_ms - max_window_ms)
-    if cut:
-        del ts[:cut]
-        del tags[:cut]
+    if not cut:
+        return
+    if keep_booked_ms > max_window_ms:
+        oldest = now_ms - keep_booked_ms
+        kept = [j for j in range(cut) if tags[j] & BOOKED and ts[j] > oldest]
+        if kept:
+            ts[:cut] = [ts[j] for j in kept]
+            tags[:cut] = [tags[j] for j in kept]
+            return
+    del ts[:cut]
+    del tags[:cut]
+
+
+def behind(ts: list[int], tags: list[int], now_ms: int, hi: int, spec: TierSpec) -> int:
+    """The earliest ms at which a mail fits after the places of the bookings reached and not
+    yet run (each where its run would place it, in order: as :func:`_judged` places them), among
+    the entries sent: where a mail that waits behind them may go first."""
+    placed = [t for t, g in zip(ts, tags, strict=True) if not g & BOOKED]
+    lb = now_ms
+    for t, g in zip(ts, tags, strict=True):
+        if g & BOOKED and t <= hi:
+            lb = _stored(_fit(placed, lb, now_ms, hi, spec), now_ms, hi)
+            insort(placed, lb)
+    return _fit(placed, lb, now_ms, hi, spec)
 
 
 def remaining(ts: list[int], at_ms: int, spec: TierSpec) -> tuple[int, ...]:
@@ -233,6 +259,21 @@ def _judged(  # noqa: PLR0917 - the positional hot path of acquire
         insort(placed, last)
         _insert(ts, tags, last, flagged)
     return (0, 1, t, t - now_ms, tier, *remaining(ts, t, spec))
+
+
+def judge(  # noqa: PLR0917 - the positional hot path of acquire
+    ts: list[int],
+    tags: list[int],
+    i: int,
+    now_ms: int,
+    hi: int,
+    spec: TierSpec,
+    max_wait_ms: int,
+) -> RawDecision:
+    """Entry ``i``'s mail judged again now, in its recipient's booked order (:func:`_judged`),
+    whether or not it is late: for a booking that waits behind an earlier one reached before it
+    (:func:`mailer.limits.ordering.waits_behind`)."""
+    return _judged(ts, tags, i, now_ms, hi, spec, max_wait_ms)
 
 
 def _fit(placed: list[int], lb: int, now_ms: int, hi: int, spec: TierSpec) -> int:

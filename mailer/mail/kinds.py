@@ -55,6 +55,7 @@ _ENV_FIELDS = (
     ("_BODY", "body"),
     ("_HTML", "html"),
     ("_UNSUBSCRIBE", "unsubscribe"),
+    ("_TRANSACTIONAL", "transactional"),
 )
 _FLAGS = {"1": True, "true": True, "yes": True, "on": True, "0": False, "false": False, "no": False}
 _FLAGS["off"] = False
@@ -113,6 +114,9 @@ class Kind:
     #: ``0`` makes ``max_wait`` the kind's deadline (the built-in ``code`` kind's); None: the
     #: process's ``MAILGUARD_LIFETIME`` (5 days). See :func:`lifetime_of`.
     lifetime: float | None = None
+    #: A transactional kind (a login code): a sender's warm-up plan counts its mails but never
+    #: makes them wait (:mod:`mailer.records.warmup`).
+    transactional: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
@@ -143,8 +147,9 @@ class Kind:
         ):
             raise ValueError(f"kind {self.name!r}: share must be a number in (0, 1]")
         object.__setattr__(self, "share", float(self.share))
-        if not isinstance(self.unsubscribe, bool):
-            raise ValueError(f"kind {self.name!r}: unsubscribe must be True or False")
+        for flag in ("unsubscribe", "transactional"):
+            if not isinstance(getattr(self, flag), bool):
+                raise ValueError(f"kind {self.name!r}: {flag} must be True or False")
         for field in ("subject", "body", "html"):
             source = getattr(self, field)
             if source is None:
@@ -180,6 +185,7 @@ BUILTIN_KINDS = (
         max_wait=300.0,
         priority=MAX_PRIORITY,
         lifetime=0.0,  # its max_wait is its deadline, through temporary failures too
+        transactional=True,
     ),
     Kind("notice", max_wait=DAY),
 )
@@ -215,7 +221,8 @@ class Kinds(Mapping[str, Kind]):
         ``..._PRIORITY`` a whole number 0-9 (higher first); ``..._SHARE`` a number in
         (0, 1], the part of each shared-scope tier the kind may fill; ``..._SUBJECT``,
         ``..._BODY`` and ``..._HTML`` are templates, an empty value
-        removing the template; ``..._UNSUBSCRIBE`` is ``1`` for a bulk kind (or ``0``).
+        removing the template; ``..._UNSUBSCRIBE`` is ``1`` for a bulk kind (or ``0``), and
+        ``..._TRANSACTIONAL`` ``1`` for a kind a warm-up plan never makes wait.
         ``<NAME>`` is the kind name in upper case; a new name adds a kind
         (waiting up to a day unless ``MAX_WAIT`` says otherwise). A kind whose ``MAX_WAIT`` is
         set and whose ``LIFETIME`` is not has its ``MAX_WAIT`` as its deadline, through
@@ -228,7 +235,7 @@ class Kinds(Mapping[str, Kind]):
                 continue
             name, field = _split_env_name(variable)
             value = environ[variable]
-            if field == "unsubscribe":
+            if field in ("unsubscribe", "transactional"):
                 changes.setdefault(name, {})[field] = _flag(variable, value)
             elif field in ("max_wait", "lifetime"):
                 try:

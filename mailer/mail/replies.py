@@ -1,24 +1,37 @@
 """What a mail server's reply asks of the sender: a small pure classifier.
 
 :func:`reaction_to_reply` reads an SMTP reply (code and text, including the enhanced status
-code such as ``4.7.0``) and answers a :class:`Reaction`. A 4xx is read in this order:
+code such as ``4.7.0``) and answers a :class:`Reaction`. The corpus of real replies it is
+tested on, each with its source, is ``tests/mail/reply_corpus.py``. A 4xx is read in this order:
 
 - ``GREYLIST``: greylisting: retry this mail alone after a delay, hold nobody. A 4xx that says
-  greylist / graylist / Postgrey; a ``450`` / ``451`` with ``4.2.0`` or ``4.7.1`` that says try
-  again later (or please retry, come back later); a ``4.7.500``-``4.7.699`` (Microsoft) that
-  says server busy or try again later, without rate wording.
-- ``HOLD_RECIPIENT``: this recipient receives too fast, hold it alone: ``450`` without an
-  enhanced code, ``4.2.1`` (Gmail's "receiving mail at a rate"), or such a text in a 4xx.
+  greylist / graylist / Postgrey.
+- ``HOLD_RECIPIENT``: this recipient receives too fast, hold it alone: a text that says so
+  (Gmail's "receiving mail at a rate", "receiving email too quickly", Exchange's "recipient
+  thread limit exceeded", "the recipient ... has exceeded their message rate limit").
+- ``RETRY`` for a full mailbox (``4.2.2``), whatever its words.
 - ``HOLD_SENDER``: the relay states that we send too fast, hold every worker: a text that says
-  rate, throttl, too many messages / connections / requests, volume, a sending or daily quota,
-  or asks to try again in a stated delay ("try again in 5 minutes"), whatever the code.
+  rate, throttl, too many messages / connections / requests, too much mail, too many <things>
+  from <us> (Postfix's anvil: ``too many recipients from``, ``too many connections from``),
+  too frequent, volume, a sending or daily quota or limit, a limit exceeded or reached, the
+  maximum number of connections, Microsoft's ``RP-001``-``RP-003``, Yahoo's ``[TS01]``-
+  ``[TSS04]``, "messages from <ip> temporarily deferred", or asks to try again in a stated
+  delay ("try again in 5 minutes"), whatever the code.
+- ``HOLD_RECIPIENT`` too for ``450`` without an enhanced code and for ``4.2.1``.
+- ``GREYLIST`` too for a ``450`` / ``451`` with ``4.2.0`` or ``4.7.1`` that says try again
+  later (or please retry, come back later), and a ``4.7.500``-``4.7.699`` (Microsoft) that says
+  server busy or try again later.
 - ``RETRY``: any other 4xx: network and timeout conditions (``421 4.4.x``), ``421 4.7.0 Try
-  again later`` and ``454`` without rate wording, mailbox full (``4.2.2``), unknown replies.
+  again later`` and ``454`` without rate wording, insufficient storage (``4.3.1``), one
+  message's recipient limit (``452 4.5.3 Error: too many recipients``), unknown replies.
 
-A 5xx: ``SUPPRESS`` the address when the mailbox is gone (``550``/``551``/``553`` with ``5.1.x``,
-not ``5.1.7``/``5.1.8``, which are about the sender, or a text that says user unknown, no such
-user, mailbox unavailable, does not exist and the like); any other 5xx is ``FAIL`` (this mail
-only). Any other code is ``RETRY``.
+A 5xx: ``HOLD_TRANSPORT`` when the fault is our own side's, so every mail through this relay
+would be refused alike: authentication required or refused (``530``, ``534``, ``535``), the
+sender refused (``5.1.7`` / ``5.1.8``, "Sender address rejected", an unverified sender
+identity), relaying denied to our client ("Relay access denied"); ``SUPPRESS`` the address when
+the mailbox is gone (``550``/``551``/``553`` with ``5.1.x``, or a text that says user unknown,
+no such user, mailbox unavailable, does not exist and the like); any other 5xx is ``FAIL``
+(this mail only). Any other code is ``RETRY``.
 
 ``hold`` is the delay the reply states ("try again in 2 minutes", "greylisted for 300 seconds"),
 in seconds, when it states one between 1 s and a day; otherwise None (the caller's configured
@@ -42,6 +55,7 @@ class Action(enum.Enum):
     HOLD_SENDER = "hold_sender"
     HOLD_RECIPIENT = "hold_recipient"
     SUPPRESS = "suppress"
+    HOLD_TRANSPORT = "hold_transport"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +79,28 @@ MAX_STATED_HOLD = 86_400.0
 _ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
 _RATE = re.compile(
     r"\brate(?:s|d|[- ]?limit\w*)?\b|throttl|too many (?:messages|mails|e-?mails|connections"
-    r"|concurrent|requests|sessions|transactions)|\bvolume\b|(?:sending|message|daily|hourly) "
-    r"(?:quota|limit)|quota exceeded",
+    r"|concurrent|requests|sessions|transactions)|too many [\w -]{1,30}? from\b|too much mail"
+    r"|too (?:frequent|fast)|\bvolume\b|(?:sending|message|daily|hourly) (?:quota|limit)"
+    r"|quota exceeded|\blimit (?:exceeded|reached)|exceeded (?:our|the|your|its) (?:[\w-]+ )?"
+    r"limit|reached its limit|maximum number of connections|limits for how many"
+    r"|\bRP-00[1-3]\b|\[TSS?0[1-4]\]|messages? from \S+ (?:\S+ )?temporarily deferred",
     re.IGNORECASE,
 )
-_RECIPIENT_RATE = re.compile(r"receiving (?:mail|messages) (?:at|too)", re.IGNORECASE)
+_RECIPIENT_RATE = re.compile(
+    r"receiving (?:e-?mail|mail|messages) (?:at|too)|recipient thread limit"
+    r"|recipient \S+ has exceeded (?:their|its)",
+    re.IGNORECASE,
+)
+# A 5xx that refuses our own side (credentials, sender, relaying), not this mail.
+_OUR_SIDE = re.compile(
+    r"authentication (?:required|failed|unsuccessful|credentials invalid)|username and password"
+    r" not accepted|application-specific password|sender address rejected|relay access denied"
+    r"|relaying denied|not (?:permitted|allowed) to relay|verified sender identity"
+    r"|must issue a starttls",
+    re.IGNORECASE,
+)
+_AUTH_CODES = {530, 534, 535}
+_SENDER_REFUSED = re.compile(r"sender address rejected|verified sender identity", re.IGNORECASE)
 _GREYLISTED = re.compile(r"gr[ae]y-?list|postgrey", re.IGNORECASE)
 _TRY_LATER = re.compile(
     r"try (?:again )?later|retry later|please retry|come back later|server (?:is )?busy",
@@ -118,6 +149,9 @@ def reaction_to_reply(code: int, reply: str) -> Reaction:
         return Reaction(action, None if action is Action.RETRY else stated_hold(text))
     if 500 <= code < 600:
         klass, subject, detail = status
+        ours = klass == "5" and (subject, detail) in _SENDER_STATUS
+        if code in _AUTH_CODES or ours or _OUR_SIDE.search(text):
+            return Reaction(Action.HOLD_TRANSPORT)
         mailbox = klass == "5" and subject == "1" and (subject, detail) not in _SENDER_STATUS
         if (code in (550, 551, 553) and mailbox) or _GONE.search(text):
             return Reaction(Action.SUPPRESS)
@@ -164,15 +198,21 @@ def _transient(code: int, status: tuple[str, ...], text: str) -> Action:
     """The action for a 4xx reply (the order of the module's list)."""
     if _GREYLISTED.search(text):
         return Action.GREYLIST
-    if (code == 450 and not status[0]) or status == ("4", "2", "1"):
-        return Action.HOLD_RECIPIENT
     if _RECIPIENT_RATE.search(text):
         return Action.HOLD_RECIPIENT
-    if _RATE.search(text) or (stated_hold(text) is not None and _ASKS_DELAY.search(text)):
+    # a full mailbox (4.2.2) is no rate, whatever its words ("size limit exceeded")
+    if tuple(status) != ("4", "2", "2") and _sender_rate(text):
         return Action.HOLD_SENDER
+    if (code == 450 and not status[0]) or status == ("4", "2", "1"):
+        return Action.HOLD_RECIPIENT
     if _TRY_LATER.search(text) and _greylisting_status(code, status):
         return Action.GREYLIST
     return Action.RETRY
+
+
+def _sender_rate(text: str) -> bool:
+    """True when a 4xx ``text`` says we send too fast, or asks to try again in a stated delay."""
+    return bool(_RATE.search(text) or (stated_hold(text) is not None and _ASKS_DELAY.search(text)))
 
 
 def _greylisting_status(code: int, status: tuple[str, ...]) -> bool:
@@ -181,6 +221,16 @@ def _greylisting_status(code: int, status: tuple[str, ...]) -> bool:
     if code in (450, 451) and tuple(status) in _GREYLIST_STATUS:
         return True
     return status[:2] == ("4", "7") and status[2].isdigit() and 500 <= int(status[2]) <= 699
+
+
+def sender_refused(reply: str) -> bool:
+    """True when a ``HOLD_TRANSPORT`` reply refuses our sender alone (``5.1.7`` / ``5.1.8``,
+    "Sender address rejected", an unverified sender identity), not the relay's credentials,
+    certificate or relaying (those hold every sender)."""
+    status = _ENHANCED.search(reply or "")
+    if status is not None and (status[2], status[3]) in _SENDER_STATUS:
+        return True
+    return _SENDER_REFUSED.search(reply or "") is not None
 
 
 def rate_worded(text: str) -> bool:

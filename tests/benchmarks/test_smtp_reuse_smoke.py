@@ -1,8 +1,8 @@
 """The SMTP reuse benchmark still runs (``python -m benchmarks.smtp_reuse``) at toy sizes: both
-ways through its own STARTTLS + AUTH aiosmtpd relay, and through a relay given by URL (the
-``--relay`` path a Postfix run takes). Nothing here is timed: the figures of a toy run mean
-nothing; the connections the server counted and each mail arriving once (which the program
-checks itself) must hold."""
+ways through its own STARTTLS + AUTH aiosmtpd relay, through a relay given by URL (the
+``--relay`` path) and through a Postfix it starts itself (``--postfix``). Nothing here is
+timed: the figures of a toy run mean nothing; the connections the server counted and each mail
+arriving once (which the program checks itself) must hold."""
 
 from __future__ import annotations
 
@@ -40,3 +40,14 @@ def test_a_relay_given_by_url(test_certificate: TestCertificate) -> None:
         assert figures.connections == {"per mail": [None], "reuse": [None]}
         assert len(server.delivered) == 20 + 5 + 5  # the warm-up round, then each way
         assert server.connections == 20 + 5 + 2  # reuse: 3 + 2 mails
+
+
+def test_through_a_postfix_it_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--postfix``: a STARTTLS + AUTH Postfix of its own; its Maildirs hold each mail once
+    (checked by the program) and its log counted the warm-up's, each per-mail and the reuse
+    sessions (3 + 2 mails)."""
+    figures = smtp_reuse.run_postfix(mails=5, rounds=1, session_mails=3)
+    assert all(len(figures.rates[way]) == 1 for way, _ in smtp_reuse.WAYS)
+    shown = capsys.readouterr().out
+    assert f"hold each of the {smtp_reuse.WARM + 10} mails once" in shown, shown
+    assert f"counted {smtp_reuse.WARM + 5 + 2} SMTP connections" in shown, shown

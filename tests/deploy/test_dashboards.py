@@ -305,6 +305,7 @@ def busy_worker(
         MAILGUARD_THROTTLE_HOLD="1s",
         MAILGUARD_LATE_TOLERANCE="100ms",
         MAILGUARD_REPUTATION="complaint 0.3%",  # the reputation gauges: senders counted
+        MAILGUARD_WARMUP="warm.example.net: 1000",  # the warm-up gauges: a plan to show
     )
     worker = CeleryWorker(env, concurrency=1).start()
     app = client_app(env)

@@ -91,8 +91,10 @@ def test_the_cli_reference_has_every_command(site: Path) -> None:
 
 
 def test_the_metrics_reference_names_every_family(site: Path) -> None:
-    """Every metric family ``mailer/metrics.py`` serves is described."""
-    source = (ROOT / "mailer/metrics.py").read_text()
+    """Every metric family ``mailer/metrics.py`` (and its holds' gauges) serves is described."""
+    source = "".join(
+        (ROOT / name).read_text() for name in ("mailer/metrics.py", "mailer/metrics_holds.py")
+    )
     names = set(re.findall(r'"(mailguard_[a-z_]+)"', source))
     assert len(names) >= 10
     page = _page(site, "reference/metrics")

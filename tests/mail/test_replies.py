@@ -19,6 +19,7 @@ HOLD_RECIPIENT = Action.HOLD_RECIPIENT
 SUPPRESS = Action.SUPPRESS
 FAIL = Action.FAIL
 RETRY = Action.RETRY
+HOLD_TRANSPORT = Action.HOLD_TRANSPORT
 
 REPLIES = [
     # Amazon SES
@@ -86,11 +87,11 @@ REPLIES = [
     ),
     (452, "4.3.1 Insufficient system storage", RETRY),
     (421, "4.3.2 Service shutting down", RETRY),
-    (554, "5.7.1 <a@example.com>: Relay access denied", FAIL),
+    (554, "5.7.1 <a@example.com>: Relay access denied", HOLD_TRANSPORT),  # our client
     (450, "4.7.1 <a@example.com>: Recipient address rejected: Greylisted", GREYLIST),
     (551, "5.1.6 User has moved; please try <b@example.com>", SUPPRESS),
     (553, "5.1.3 Bad recipient address syntax", SUPPRESS),
-    (553, "5.1.8 <bounce@example.org>: Sender address rejected: Domain not found", FAIL),
+    (553, "5.1.8 <bounce@example.org>: Sender address rejected: Domain not found", HOLD_TRANSPORT),
     (550, "5.7.1 Message rejected as spam by Content Filtering.", FAIL),
     # Postgrey, and greylisting in Postfix, sendmail and Exim setups
     (

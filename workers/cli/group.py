@@ -19,6 +19,8 @@ from workers.cli import (
     simulate,
     status,
     suppression,
+    transport,
+    warmup,
     worker,
 )
 from workers.cli.errors import OneLineErrors
@@ -53,5 +55,7 @@ for command in (
     health.health,
     settings.settings,
     retry.retry,
+    transport.transport,
+    warmup.warmup,
 ):
     main.add_command(command)

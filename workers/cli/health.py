@@ -8,8 +8,9 @@ mail waiting for its slot in a worker since killed). A worker is **silent** when
 nothing (nor started) for ``--silent-for`` seconds; it is **gone** when its process has not
 written its record for a while (:data:`workers.liveness.GONE`: killed, or its host down).
 Exit 0 when nothing is due or every worker asked about consumes; 1 when one is silent while
-mail is due, or none runs while mail is due (no record, or only gone ones; the same code as a
-refusal: a probe need not tell them apart).
+mail is due, or none runs while mail is due (no record, or only gone ones), or the transport
+is held (the relay refuses our own side: ``mailguard transport``); the same code as a
+refusal: a probe need not tell them apart.
 Records are in the ledger's Redis (:mod:`workers.liveness`); addresses are never printed.
 """
 
@@ -29,7 +30,7 @@ from mailer.errors import BackendUnavailable
 from mailer.storage import is_memory
 from workers import priority
 from workers.broker_transport import redis_options
-from workers.cli import views
+from workers.cli import transport, views
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
 from workers.liveness import Liveness, WorkerRecord
@@ -153,6 +154,7 @@ def health(worker: str | None, silent_for: str, broker: str | None, as_json: boo
     running = any(not r.gone(now) for r in records)
     due = bool(waiting) or (upcoming is not None and upcoming <= now) or bool(taken and not running)
     verdicts, problem = judge(records, due=due, now=now, bound=bound, worker=worker)
+    problem = problem or transport.held_problem(settings)  # the relay refuses our own side
     _show(verdicts, (waiting, taken), upcoming, now, as_json=as_json, problem=problem)
     if problem:
         fail(problem)

@@ -81,7 +81,7 @@ def show_outcome(mail_id: str, state: str, meta: Any) -> None:
     )
     if isinstance(meta, Mapping):
         for name, value in meta.items():
-            if value is None or name == "mail_id":
+            if value is None or value == [] or name == "mail_id":  # [] : no refused recipient
                 continue
             table.add_row(name, _outcome_value(name, value))
     else:

@@ -11,7 +11,8 @@ A gate (:class:`Gate`) plugs into two hook points of the pipeline
   :class:`~mailer.guard.data.Admitted` (the gate booked the mail again and its slot is now:
   the engine sends again).
 
-The gates are :class:`~mailer.guard.gates.suppression.SuppressionGate` and
+The gates are :class:`~mailer.guard.gates.suppression.SuppressionGate`, the bulk kinds' and
+warm-up plans' gates when on (:mod:`~mailer.guard.gates.bulk`) and
 :class:`~mailer.guard.gates.holds.HoldsGate`, in that order. A new concern adds a gate.
 """
 

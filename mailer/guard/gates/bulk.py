@@ -1,6 +1,7 @@
 """The bulk kinds' gates and their count of mails sent, wired in one place for the engine:
 :class:`~mailer.guard.gates.unsubscribe.UnsubscribeGate` (with one-click unsubscribe on),
-then :class:`~mailer.guard.gates.reputation.ReputationGate` (with the reputation on), and
+then :class:`~mailer.guard.gates.reputation.ReputationGate` (with the reputation on), then
+:class:`~mailer.guard.gates.warmup.WarmupGate` (with warm-up plans), and
 :func:`sent_recorder`, the ledger's record of each mail sent with the reputation's count riding
 on its round trip."""
 
@@ -14,10 +15,12 @@ from mailer.guard.data import GuardConfig, Prepared
 from mailer.guard.gates import Gate
 from mailer.guard.gates.reputation import ReputationGate
 from mailer.guard.gates.unsubscribe import UnsubscribeGate
+from mailer.guard.gates.warmup import WarmupGate
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
 from mailer.records.ledger import Ledger, RedisLedger
 from mailer.records.reputation import Reputation
+from mailer.records.warmup import Warmup
 from mailer.unsubscribe import Unsubscribe
 
 log = logging.getLogger("mailguard")
@@ -28,13 +31,17 @@ def bulk_gates(
     reputation: Reputation | None,
     config: GuardConfig,
     metrics: Metrics,
+    warmup: Warmup | None = None,
 ) -> list[Gate]:
-    """The gates of the parts that are on, in their order (before holds: a hold books)."""
+    """The gates of the parts that are on, in their order (before holds: a hold books); the
+    warm-up gate last, so that a mail another gate stops is not counted in its plan."""
     gates: list[Gate] = []
     if unsubscribe is not None:
         gates.append(UnsubscribeGate(unsubscribe, config, metrics))
     if reputation is not None:
         gates.append(ReputationGate(reputation, config, metrics))
+    if warmup is not None:
+        gates.append(WarmupGate(warmup, config, metrics))
     return gates
 
 

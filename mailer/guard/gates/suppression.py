@@ -80,25 +80,39 @@ class SuppressionGate:
             return None
         if reaction_of(exc).action is not Action.SUPPRESS:
             return None
+        self._suppress(mail, mail.limit_key, mail.base.recipient, exc)
+        return None
+
+    def suppress_refused(
+        self, mail: Prepared, key: str, hashed: str, exc: PermanentSendError
+    ) -> bool:
+        """A co-recipient (limit key ``key``, ``hashed`` its keyed hash) refused for good at
+        ``RCPT`` while the mail went to the others: suppressed as a hard bounce of its own
+        would be, when the reply says the mailbox is gone. True when it was suppressed."""
+        if reaction_of(exc).action is not Action.SUPPRESS:
+            return False
+        return self._suppress(mail, key, hashed, exc)
+
+    def _suppress(
+        self, mail: Prepared, key: str, hashed: str | None, exc: PermanentSendError
+    ) -> bool:
         cause = f"{exc.code or ''} {exc.reply}".strip()
         try:
-            self.suppressions.suppress(
-                mail.limit_key, seconds=self.config.suppress_for, cause=cause
-            )
+            self.suppressions.suppress(key, seconds=self.config.suppress_for, cause=cause)
         except BackendUnavailable:
             self.metrics.backend_down("ledger")
             log.warning(
                 "mail %s: could not suppress its recipient (ledger unavailable)", mail.mail_id
             )
-            return None
+            return False
         log.warning(
             "mail %s: recipient %s suppressed for %s after a hard bounce",
             mail.mail_id,
-            mail.base.recipient,
+            hashed,
             human(self.config.suppress_for),
-            extra={"mail_id": mail.mail_id, "recipient": mail.base.recipient},
+            extra={"mail_id": mail.mail_id, "recipient": hashed},
         )
-        return None
+        return True
 
 
 def _dropped(mail: Prepared, entry: Suppression) -> Finish:

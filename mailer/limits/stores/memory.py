@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from mailer.clock import Clock, system_clock, to_us
-from mailer.limits import sliding_log
+from mailer.limits import ordering, sliding_log
 from mailer.limits.decision import Decision, new_decision
 from mailer.limits.keys import KeyHasher
 from mailer.limits.policy import Policy
@@ -54,12 +54,14 @@ def warn_forked() -> None:
 
 
 class _Log:
-    __slots__ = ("expires_ms", "tags", "ts")
+    __slots__ = ("expires_ms", "orders", "tags", "ts")
 
     def __init__(self) -> None:
         self.ts: list[int] = []
         self.tags: list[int] = []
         self.expires_ms = 0
+        #: The order stamps of its future bookings, by tag (:mod:`mailer.limits.ordering`).
+        self.orders: dict[int, str] = {}
 
 
 class SlidingMemoryStore:
@@ -74,6 +76,8 @@ class SlidingMemoryStore:
     client = None
     #: Judges a late booked mail itself (``acquire(..., late_ms=)``): see sliding_log._held.
     judges_lateness = True
+    #: Keeps a recipient's booked order (``acquire(..., order=)``): see mailer.limits.ordering.
+    keeps_order = True
 
     def __init__(
         self,
@@ -110,26 +114,37 @@ class SlidingMemoryStore:
         share: float = 1.0,  # the recipient's own budget: no share
         not_before_ms: int = 0,
         late_ms: int = -1,
+        order: str = "",
     ) -> Decision:
         if self._generation != _fork_generation:
             self._generation = _fork_generation
             warn_forked()
         key = self._hasher.digest(recipient)
         spec = self._spec
+        keep = ordering.ORDER_GRACE_MS if order and late_ms >= 0 else 0
         with self._lock:
             now_us = to_us(self._clock())
             now, hi = now_us // 1000, -(-now_us // 1000)  # never early: now down, stored up
             logs = self._logs
-            log = logs.get(key)
-            if log is None:
-                log = logs[key] = _Log()
-            elif log.ts and log.ts[0] <= now - spec.max_window_ms:
-                sliding_log.prune(log.ts, log.tags, now, spec.max_window_ms)
-            raw = sliding_log.acquire(
-                log.ts, log.tags, now, spec, tag, max_wait_ms, hi, not_before_ms, late_ms
-            )
-            if raw[0] or raw[1]:
-                log.expires_ms = log.ts[-1] + spec.max_window_ms
+            stored = logs.get(key)
+            if stored is None:
+                log = stored = logs[key] = _Log()
+            elif stored.ts and stored.ts[0] <= now - spec.max_window_ms:
+                log = _pruned(stored, now, spec.max_window_ms, keep)
+            else:
+                log = stored
+            if order and tag and late_ms >= 0:
+                raw = _ordered(log, tag, order, now, hi, spec, max_wait_ms, not_before_ms, late_ms)
+            else:
+                raw = sliding_log.acquire(
+                    log.ts, log.tags, now, spec, tag, max_wait_ms, hi, not_before_ms, late_ms
+                )
+            if order and raw[1] and tag:
+                raw = _in_order(log, raw, tag, order, now, hi, not_before_ms, spec)
+            if log is not stored:  # written back only when the decision changed it
+                log = _written(stored, log, now, spec.max_window_ms)
+            if raw[0] or raw[1]:  # a stamped late call's bookings are kept ORDER_GRACE_MS
+                log.expires_ms = log.ts[-1] + max(spec.max_window_ms, keep)
                 logs.move_to_end(key)
             elif not log.ts:
                 del logs[key]
@@ -183,8 +198,10 @@ class SlidingMemoryStore:
             if log is None:
                 return False
             now = to_us(self._clock()) // 1000
-            sliding_log.prune(log.ts, log.tags, now, self._spec.max_window_ms)
-            released = sliding_log.release(log.ts, log.tags, tag)
+            view = _pruned(log, now, self._spec.max_window_ms, 0)
+            released = sliding_log.release(view.ts, view.tags, tag)
+            if view is not log:
+                _written(log, view, now, self._spec.max_window_ms)
             if not log.ts:
                 del self._logs[key]
             return released
@@ -220,3 +237,91 @@ class SlidingMemoryStore:
             if log.expires_ms > now_ms:
                 return
             del logs[key]
+
+
+def _in_order(  # noqa: PLR0917 - one call from acquire, under its lock
+    log: _Log,
+    raw: RawDecision,
+    tag: int,
+    order: str,
+    now: int,
+    hi: int,
+    not_before_ms: int,
+    spec: TierSpec,
+) -> RawDecision:
+    """A booking's answer after :func:`~mailer.limits.ordering.keep_order`: the slot it holds
+    then, its binding tier that of the entries before that slot (as when it was first booked)."""
+    named = tag & sliding_log.TAG_BITS
+    i = next(j for j, g in enumerate(log.tags) if g & sliding_log.TAG_BITS == named)
+    k = ordering.keep_order(log.ts, log.tags, log.orders, i, order, hi, not_before_ms)
+    if k == i:
+        return raw
+    at = log.ts[k]
+    tier = sliding_log.earliest(log.ts[:k], now, spec, hi)[1]
+    return (0, 1, at, at - now, tier, *sliding_log.remaining(log.ts, at, spec))
+
+
+def _ordered(  # noqa: PLR0917 - one call from acquire, under its lock
+    log: _Log,
+    tag: int,
+    order: str,
+    now: int,
+    hi: int,
+    spec: TierSpec,
+    max_wait_ms: int,
+    not_before_ms: int,
+    late_ms: int,
+) -> RawDecision:
+    """A stamped decision that judges late runs: a booking reached on time, or a mail not in
+    the log, that waits behind an earlier mail's booking reached and not yet run
+    (:func:`~mailer.limits.ordering.waits_behind`) goes behind that booking's place (judged
+    again; or booked no earlier than :func:`~mailer.limits.sliding_log.behind`); anything
+    else is decided as without a stamp."""
+    ts, tags = log.ts, log.tags
+    named = tag & sliding_log.TAG_BITS
+    i = next((j for j, g in enumerate(tags) if g & sliding_log.TAG_BITS == named), None)
+    if i is None:
+        if ordering.waits_behind(ts, tags, log.orders, len(ts), order, now):
+            not_before_ms = max(not_before_ms, sliding_log.behind(ts, tags, now, hi, spec))
+    elif (
+        tags[i] & sliding_log.BOOKED
+        and ts[i] <= hi
+        and now - ts[i] <= late_ms
+        and ordering.waits_behind(ts, tags, log.orders, i, order, now)
+    ):
+        return sliding_log.judge(ts, tags, i, now, hi, spec, max_wait_ms)
+    return sliding_log.acquire(ts, tags, now, spec, tag, max_wait_ms, hi, not_before_ms, late_ms)
+
+
+def _pruned(log: _Log, now: int, max_window_ms: int, keep: int) -> _Log:
+    """``log`` pruned for ``now`` (in place), keeping its bookings reached within ``keep`` ms
+    (:func:`~mailer.limits.sliding_log.prune`); a call that keeps none (``keep`` 0) while the
+    log holds such bookings works on a pruned copy instead (:func:`_written` writes it back
+    only if the call changed it), as the Redis script reads them past and writes only a log it
+    changed: a stamped call after it finds them as it would on Redis."""
+    if keep or not _holds_kept(log, now, max_window_ms):
+        sliding_log.prune(log.ts, log.tags, now, max_window_ms, keep)
+        return log
+    view = _Log()
+    view.ts, view.tags, view.orders = list(log.ts), list(log.tags), log.orders
+    sliding_log.prune(view.ts, view.tags, now, max_window_ms)
+    return view
+
+
+def _holds_kept(log: _Log, now: int, max_window_ms: int) -> bool:
+    """Whether ``log`` holds a booking past the longest window that a stamped call keeps."""
+    cut, oldest = now - max_window_ms, now - ordering.ORDER_GRACE_MS
+    return any(
+        oldest < t <= cut and g & sliding_log.BOOKED for t, g in zip(log.ts, log.tags, strict=True)
+    )
+
+
+def _written(stored: _Log, view: _Log, now: int, max_window_ms: int) -> _Log:
+    """``stored`` after a call that worked on ``view`` (a pruned copy): ``view``'s entries
+    when the call changed them, else ``stored`` as it was."""
+    before = _Log()
+    before.ts, before.tags = list(stored.ts), list(stored.tags)
+    sliding_log.prune(before.ts, before.tags, now, max_window_ms)
+    if (before.ts, before.tags) != (view.ts, view.tags):
+        stored.ts, stored.tags = view.ts, view.tags
+    return stored

@@ -22,6 +22,7 @@ from mailer.clock import Clock, to_us
 from mailer.errors import BackendUnavailable
 from mailer.limits.decision import Decision, new_decision
 from mailer.limits.keys import KeyHasher
+from mailer.limits.ordering import ORDER_GRACE_MS
 from mailer.limits.policy import Policy, Tier
 from mailer.limits.sliding_log import TierSpec
 from mailer.limits.stores.server_clock import redis_clock
@@ -37,6 +38,9 @@ from mailer.storage import (
 SCRIPT_TEMPLATE = (
     resources.files("mailer.limits.stores").joinpath("lua/sliding_log.lua").read_text()
 )
+#: The functions of a recipient's booked order (:mod:`mailer.limits.ordering`), compiled into
+#: the script at its ``--[[ORDERING]]`` marker.
+ORDERING = resources.files("mailer.limits.stores").joinpath("lua/sliding_order.lua").read_text()
 
 
 def compile_script(policy: Policy) -> tuple[str, str]:
@@ -49,12 +53,13 @@ def compile_script(policy: Policy) -> tuple[str, str]:
         "--[[LIMITS]]": ", ".join(map(str, spec.limits)),
         "--[[WINDOWS]]": ", ".join(map(str, spec.windows)),
         "--[[MAX_WINDOW]]": str(spec.max_window_ms),
+        "--[[ORDER_GRACE]]": str(ORDER_GRACE_MS),
         # the room per tier once a first entry is kept (every limit is at least 1)
         "--[[ROOMS_AFTER_ONE]]": ", ".join(str(limit - 1) for limit in spec.limits),
         "--[[REPLY]]": ">BBI8I8B" + "I4" * len(spec.limits),  # Lua struct: reply_format
         **_unrolled(spec),
     }
-    source = SCRIPT_TEMPLATE
+    source = SCRIPT_TEMPLATE.replace("--[[ORDERING]]", ORDERING)
     for marker, text in markers.items():
         source = source.replace(marker, text)
     return source, hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis's script name
@@ -145,6 +150,9 @@ class SlidingRedisStore:
 
     #: Judges a late booked mail itself (``acquire(..., late_ms=)``): see sliding_log._held.
     judges_lateness = True
+    #: Keeps a recipient's booked order (``acquire(..., order=)``), the stamps in a hash
+    #: ``<key>:o`` beside the log: see mailer.limits.ordering.
+    keeps_order = True
 
     def __init__(
         self,
@@ -190,11 +198,15 @@ class SlidingRedisStore:
         share: float = 1.0,  # the recipient's own budget: no share
         not_before_ms: int = 0,
         late_ms: int = -1,
+        order: str = "",
     ) -> Decision:
         now = "" if self._clock is None else to_us(self._clock())
         key = self._hasher.storage_key(recipient)
-        if late_ms >= 0:
-            args: tuple[object, ...] = ("a", now, tag, max_wait_ms, not_before_ms, late_ms)
+        args: tuple[object, ...]
+        if order:
+            args = ("a", now, tag, max_wait_ms, not_before_ms, late_ms, order)
+        elif late_ms >= 0:
+            args = ("a", now, tag, max_wait_ms, not_before_ms, late_ms)
         elif not_before_ms:
             args = ("a", now, tag, max_wait_ms, not_before_ms)
         else:  # the usual call (the script's quick path): no tuple built
@@ -222,14 +234,17 @@ class SlidingRedisStore:
         return self._decision(self._evalsha([key], list(args)))
 
     def late_call(
-        self, recipient: str, tag: int, max_wait_ms: int, late_ms: int
+        self, recipient: str, tag: int, max_wait_ms: int, late_ms: int, order: str = ""
     ) -> tuple[str, tuple[object, ...]]:
         """The key and arguments :meth:`acquire` sends with ``late_ms`` (no hold) to run
         :attr:`script`, for a caller that runs that decision inside a script of its own on
         :attr:`client` (the ledger's begin: :mod:`mailer.records.ledger.ride`); answer its
-        reply with :meth:`decision_of`."""
+        reply with :meth:`decision_of`. ``order``: the mail's order stamp ("" for none)."""
         now = "" if self._clock is None else to_us(self._clock())
-        return self._hasher.storage_key(recipient), ("a", now, tag, max_wait_ms, 0, late_ms)
+        key = self._hasher.storage_key(recipient)
+        if order:
+            return key, ("a", now, tag, max_wait_ms, 0, late_ms, order)
+        return key, ("a", now, tag, max_wait_ms, 0, late_ms)
 
     def decision_of(self, raw: bytes) -> Decision:
         """The decision :attr:`script`'s reply says."""
@@ -274,8 +289,9 @@ class SlidingRedisStore:
                 "a Redis limiter forgets one recipient at a time (its storage is shared): "
                 "give a recipient"
             )
+        key = self._hasher.storage_key(recipient)
         with redis_down_as_unavailable(self.url):
-            self._client.delete(self._hasher.storage_key(recipient))
+            self._client.delete(key, key + ":o")
 
     def close(self) -> None:
         close_client(self._client)

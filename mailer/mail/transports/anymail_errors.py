@@ -11,8 +11,9 @@ suppressed, every recipient: Postmark's ``ErrorCode``
 rate limit / throttling / too many requests
 ``AnymailAPIError`` without an answer (no connection, a   retry
 timeout), HTTP 408 or 5xx
-``AnymailAPIError`` HTTP 401 / 403                        fail, and an error logged naming the
-                                                          ESP: its credentials are refused
+``AnymailAPIError`` HTTP 401 / 403                        hold the transport (its credentials
+                                                          are refused), an error logged naming
+                                                          the ESP and its settings
 ``AnymailAPIError`` any other 4xx (an invalid request:    fail this mail
 Postmark's 422 with ``ErrorCode`` 300)
 ``AnymailUnsupportedFeature``, ``AnymailInvalidAddress``  fail this mail
@@ -60,8 +61,7 @@ def anymail_error(exc: Exception, recipients: list[str], esp: str) -> SendError 
     status = exc.status_code if isinstance(exc.status_code, int) else None
     if status in (401, 403):
         log.error(
-            "%s refuses the credentials (HTTP %d): every mail fails until they are fixed "
-            "(the ANYMAIL_%s_* settings)",
+            "%s refuses the credentials (HTTP %d): fix the ANYMAIL_%s_* settings",
             esp_name(exc, esp),
             status,
             esp_name(exc, esp).upper().replace(" ", "_"),

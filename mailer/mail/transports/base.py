@@ -19,6 +19,19 @@ from mailer.mail.envelope import Envelope
 
 
 @dataclass(frozen=True, slots=True)
+class RefusedRecipient:
+    """A recipient the server refused at ``RCPT`` while it accepted the mail for others.
+
+    ``address`` is the envelope address as sent (in clear: never log it, the guard turns it
+    into its limit key); ``code`` and ``reply`` are the server's reply to its ``RCPT``
+    (every recipient address masked)."""
+
+    address: str
+    code: int
+    reply: str
+
+
+@dataclass(frozen=True, slots=True)
 class SendReceipt:
     """The server accepted the message.
 
@@ -26,7 +39,9 @@ class SendReceipt:
     masked), ``attempts`` how many tries it took (1 when the first one worked). An API
     transport has no SMTP reply: ``code`` is None, ``reply`` the provider's answer,
     ``provider`` names the provider (``postmark``, ``ses``) and ``provider_message_id`` is the
-    id the provider gave the mail (None when it gave none).
+    id the provider gave the mail (None when it gave none). ``refused`` are the recipients the
+    server refused at ``RCPT`` while it took the mail for the others (empty: every recipient
+    accepted; only the SMTP transport reads them, see docs/howto/transports.md).
     """
 
     message_id: str | None
@@ -35,6 +50,7 @@ class SendReceipt:
     attempts: int = 1
     provider: str | None = None
     provider_message_id: str | None = None
+    refused: tuple[RefusedRecipient, ...] = ()
 
 
 @runtime_checkable

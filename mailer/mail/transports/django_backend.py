@@ -35,7 +35,7 @@ from mailer.mail.transports.anymail_errors import anymail_error
 from mailer.mail.transports.base import SendReceipt, mask_addresses
 from mailer.mail.transports.retrying import send_with_retries
 from mailer.mail.transports.ses import ses_send_error
-from mailer.mail.transports.smtp import smtp_send_error
+from mailer.mail.transports.smtp_errors import smtp_send_error
 
 #: The backend that would enqueue again rather than send.
 QUEUEING_BACKEND = "workers.django.EmailBackend"

@@ -19,7 +19,9 @@ SES ``MessageRejected``, ``MailFromDomainNotVerified``,   fail this mail (``FAIL
 ``BadRequestException``, ``NotFoundException``
 Anymail ``AnymailRecipientsRefused``                      fail and suppress the recipient
 an HTTP 429, or a 4xx that says rate limit / throttling   hold the sender
-another HTTP 4xx (an invalid request, bad credentials)    fail this mail
+HTTP 401 / 403, SES's credential errors                   hold the transport (our credentials
+(``InvalidClientTokenId``, ``SignatureDoesNotMatch``...)  are refused: every mail would be)
+another HTTP 4xx (an invalid request)                     fail this mail
 a network error, an HTTP 408 or 5xx                       retry (``RETRY``)
 anything else                                             retry until the kind's lifetime,
                                                           then ``dropped`` / ``expired`` with
@@ -47,6 +49,20 @@ SES_THROTTLING = frozenset(
 #: SES error codes that say the account may not send at all for now: a long sender hold.
 SES_PAUSED = frozenset(
     {"AccountSendingPausedException", "SendingPausedException", "AccountSuspendedException"}
+)
+#: SES error codes that refuse our credentials (every mail alike): hold the transport.
+SES_CREDENTIALS = frozenset(
+    {
+        "InvalidClientTokenId",
+        "SignatureDoesNotMatch",
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "IncompleteSignature",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "AccessDenied",
+        "AccessDeniedException",
+    }
 )
 #: SES error codes that refuse this mail for good.
 SES_REJECTED = frozenset(
@@ -81,6 +97,8 @@ def ses_error(
             reply=reply,
             reaction=Reaction(Action.HOLD_SENDER, hold=paused_hold),
         )
+    if code in SES_CREDENTIALS or status in (401, 403):
+        return credentials_refused(reply)
     if code in SES_REJECTED:
         return rejected(reply)
     if status is not None and status >= 500:
@@ -90,11 +108,13 @@ def ses_error(
 
 def http_error(status: int | None, reply: str) -> SendError:
     """An HTTP API's error by its status and its answer ``reply``: 429, or a 4xx whose answer
-    says rate limit or throttling, holds the sender; no answer (None), 408 or a 5xx retries;
-    any other 4xx (an invalid request, refused credentials) fails this mail; anything else is
-    unknown (bounded retries)."""
+    says rate limit or throttling, holds the sender; 401 / 403 (refused credentials) hold the
+    transport; no answer (None), 408 or a 5xx retries; any other 4xx (an invalid request)
+    fails this mail; anything else is unknown (bounded retries)."""
     if status == 429 or (status is not None and 400 <= status < 500 and rate_worded(reply)):
         return throttled(reply)
+    if status in (401, 403):
+        return credentials_refused(reply)
     if status is None or status == 408 or status >= 500:
         return network(reply)
     if 400 <= status < 500:
@@ -106,6 +126,16 @@ def throttled(reply: str) -> TransientSendError:
     """The provider says we send too fast: hold the sender (the configured length)."""
     return TransientSendError(
         "the provider throttles us", reply=reply, reaction=Reaction(Action.HOLD_SENDER)
+    )
+
+
+def credentials_refused(reply: str) -> PermanentSendError:
+    """The provider refuses our credentials: hold the transport (every mail would be refused
+    alike; :mod:`mailer.records.holds.transport`), fail nothing."""
+    return PermanentSendError(
+        "the provider refused our credentials",
+        reply=reply,
+        reaction=Reaction(Action.HOLD_TRANSPORT),
     )
 
 

@@ -39,11 +39,16 @@ from tenacity import (
 from mailer import defaults
 from mailer.crashpoints import crash_point
 from mailer.durations import human
-from mailer.errors import PermanentSendError, SendError, TransientSendError, mask_url
+from mailer.errors import PermanentSendError, SendError, mask_url
 from mailer.mail.envelope import Envelope
-from mailer.mail.replies import temporary
-from mailer.mail.transports.base import SendReceipt, mask_addresses, wire_bytes
+from mailer.mail.transports.base import (
+    RefusedRecipient,
+    SendReceipt,
+    mask_addresses,
+    wire_bytes,
+)
 from mailer.mail.transports.retrying import worth_retrying
+from mailer.mail.transports.smtp_errors import smtp_send_error, text_of
 from mailer.mail.transports.smtp_sessions import Session, Sessions, quit_session
 from mailer.mail.transports.smtp_tls import warn_unverified
 from mailer.mail.transports.smtp_url import SCHEMES, Security, url_options
@@ -244,7 +249,7 @@ class SmtpTransport:
             raise PermanentSendError("the envelope has no recipient", attempts=0)
         attempts = 0
 
-        def attempt() -> tuple[int, str]:
+        def attempt() -> tuple[int, str, tuple[RefusedRecipient, ...]]:
             nonlocal attempts
             attempts += 1
             try:
@@ -262,20 +267,23 @@ class SmtpTransport:
             before_sleep=lambda state: _log_retry(state, message_id),
         )
         try:
-            code, reply = retrying(attempt)
+            code, reply, refused = retrying(attempt)
         except SendError as exc:
             log.warning("SMTP send of %s failed: %s", message_id, exc)
             raise
-        return SendReceipt(message_id=message_id, code=code, reply=reply, attempts=attempts)
+        return SendReceipt(
+            message_id=message_id, code=code, reply=reply, attempts=attempts, refused=refused
+        )
 
     def close(self) -> None:
         """Close (``QUIT``) this process's idle sessions; the next mail opens a new one."""
         self.sessions.close()
 
-    def _attempt(self, envelope: Envelope) -> tuple[int, str]:
+    def _attempt(self, envelope: Envelope) -> tuple[int, str, tuple[RefusedRecipient, ...]]:
         """One try: on an idle session (checked with ``RSET``), else, or when that session
-        turns out dead before the mail's DATA, on a fresh connection. The DATA reply, or the
-        ``SendError`` it raised."""
+        turns out dead before the mail's DATA, on a fresh connection. The DATA reply and the
+        recipients refused at RCPT while others were accepted, or the ``SendError`` it
+        raised."""
         recipients = list(envelope.recipients)
         session = self.sessions.take()
         if session is not None:
@@ -304,7 +312,7 @@ class SmtpTransport:
 
     def _on(
         self, session: Session, envelope: Envelope, recipients: list[str], *, reused: bool
-    ) -> tuple[int, str]:
+    ) -> tuple[int, str, tuple[RefusedRecipient, ...]]:
         """The mail on ``session``; the session is kept for the next mail unless it failed.
         ``_Stale`` when a reused session died before DATA began (the caller opens another)."""
         client = session.client
@@ -325,11 +333,10 @@ class SmtpTransport:
             raise smtp_send_error(exc, recipients, "sending") from None
         self.sessions.give_back(session)
         if refused:
-            # Some recipients were refused but others accepted: the mail is out, no retry.
-            log.warning(
-                "SMTP send of %s: %d recipient(s) refused", envelope.message_id, len(refused)
-            )
-        return code, mask_addresses(_text(text), recipients)
+            # Some recipients were refused but others accepted: the mail is out, no retry here
+            # (the guard records each refused one and retries a deferred one alone).
+            log.info("SMTP send of %s: %d recipient(s) refused", envelope.message_id, len(refused))
+        return code, mask_addresses(text_of(text), recipients), _refused(refused, recipients)
 
     def _connect(self) -> _SMTP:
         if self.security == "ssl":
@@ -348,41 +355,6 @@ class SmtpTransport:
         return self._ssl_context
 
 
-def smtp_send_error(exc: BaseException, recipients: list[str], doing: str) -> SendError:
-    """An ``smtplib`` or socket error as a transient or permanent ``SendError`` (``doing``
-    names the step in its text; ``recipients`` are masked in it). Also for transports that reach
-    SMTP through another library (Django's SMTP backend)."""
-    code: int | None = None
-    text = ""
-    if isinstance(exc, smtplib.SMTPRecipientsRefused):
-        replies = list(exc.recipients.values())
-        code, raw = max(replies, key=lambda r: r[0]) if replies else (550, b"")
-        text = _text(raw)
-        transient = temporary(code)
-        reason = f"{doing}: the server {'deferred' if transient else 'refused'} the recipient"
-    elif isinstance(exc, smtplib.SMTPResponseException):
-        code, text = exc.smtp_code, _text(exc.smtp_error)
-        transient = temporary(code)
-        verb = "deferred" if transient else "refused"
-        reason = f"{doing}: the server {verb} ({type(exc).__name__})"
-    else:
-        detail = f"{type(exc).__name__}: {exc}"
-        # Missing STARTTLS, SMTPUTF8 or AUTH support, or an untrusted certificate, is a
-        # configuration problem that a retry would only repeat.
-        transient = isinstance(exc, smtplib.SMTPServerDisconnected) or not isinstance(
-            exc, (smtplib.SMTPException, ssl.SSLCertVerificationError)
-        )
-        reason = f"{doing}: {detail}"
-    reason = mask_addresses(reason, recipients)
-    text = mask_addresses(text, recipients)
-    error = TransientSendError if transient else PermanentSendError
-    return error(reason, code=code, reply=text)
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-
-
 def _reset(client: _SMTP) -> None:
     """``RSET`` on a reused session: ``_Stale`` (and the session closed) unless it answers 250."""
     try:
@@ -392,6 +364,16 @@ def _reset(client: _SMTP) -> None:
     if code != 250:
         quit_session(client)
         raise _Stale
+
+
+def _refused(
+    refused: dict[str, tuple[int, bytes]], recipients: list[str]
+) -> tuple[RefusedRecipient, ...]:
+    """``sendmail``'s refused recipients (address: (code, reply)), their replies masked."""
+    return tuple(
+        RefusedRecipient(address, code, mask_addresses(text_of(raw), recipients))
+        for address, (code, raw) in refused.items()
+    )
 
 
 def _dropped(exc: BaseException) -> bool:
@@ -419,7 +401,7 @@ def _log_retry(state: RetryCallState, message_id: str | None) -> None:
     )
 
 
-def _send(client: _SMTP, envelope: Envelope) -> dict[str, object]:
+def _send(client: _SMTP, envelope: Envelope) -> dict[str, tuple[int, bytes]]:
     """``sendmail`` from the envelope's sender to its recipients, with SMTPUTF8 when an
     envelope address needs it; the message without its ``Bcc`` header and without rewriting a
     body line that starts ``From `` (as Django's SMTP backend sends ``as_bytes()``)."""

@@ -22,6 +22,9 @@ trip.
 - :mod:`mailer.records.holds.memory`: :class:`MemoryHoldStore`, inside one process
 - :mod:`mailer.records.holds.redis`: :class:`RedisHoldStore`; its scripts ``lua/put.lua`` and
   ``lua/witness.lua``
+- :mod:`mailer.records.holds.transport`: :class:`TransportHold`, the transport's hold (our own
+  side refused: credentials, certificate, sender), probed with one mail on a doubling backoff
+  and kept until the relay accepts a mail; its script ``lua/transport.lua``
 - :mod:`mailer.records.holds.holds`: :class:`Holds` (what the guard uses) and
   :func:`holds_from_url`, which picks the store by the URL's scheme
 
@@ -39,15 +42,18 @@ from mailer.records.holds.base import RECIPIENT, SENDER, Hold, HoldStore, next_h
 from mailer.records.holds.holds import Holds, holds_from_url
 from mailer.records.holds.memory import MemoryHoldStore
 from mailer.records.holds.redis import RedisHoldStore
+from mailer.records.holds.transport import TRANSPORT, TransportHold
 
 __all__ = [
     "RECIPIENT",
     "SENDER",
+    "TRANSPORT",
     "Hold",
     "HoldStore",
     "Holds",
     "MemoryHoldStore",
     "RedisHoldStore",
+    "TransportHold",
     "holds_from_url",
     "next_hold",
 ]

@@ -129,6 +129,25 @@ class HoldStore(Protocol):
         are left; at ``count`` or more the set is emptied (one caller sees it reach ``count``)."""
         ...
 
+    def start(self, key: str, now: float, seconds: float, cause: str, *, keep: float) -> Hold:
+        """The transport's hold at ``key``: the one stored, else a new one lasting ``seconds``
+        (``written``); kept ``keep`` seconds (:func:`~mailer.records.holds.transport.
+        start_transport`, at once)."""
+        ...
+
+    def claim(self, key: str, now: float, max_hold: float, *, keep: float) -> Hold | None:
+        """Claim the probe of the transport's hold at ``key``
+        (:func:`~mailer.records.holds.transport.claim_probe`, at once: one caller is the probe)."""
+        ...
+
+    def lift(self, key: str) -> bool:
+        """Delete the hold at ``key``; True when there was one."""
+        ...
+
+    def scan(self, prefix: str) -> list[tuple[str, Hold]]:
+        """Every hold whose key starts with ``prefix``, with its key."""
+        ...
+
     def shared_client(self) -> Any:
         """The redis-py client that reads these keys with one ``MGET`` beside other keys of the
         same client; None where that cannot be done (memory, Cluster: keys in other slots)."""

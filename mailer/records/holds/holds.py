@@ -14,6 +14,7 @@ from mailer.records.holds.memory import MemoryHoldStore
 from mailer.records.holds.pace import PACE_START, PACE_STEP, MemoryPaceStore, PaceStore, SenderPace
 from mailer.records.holds.pace_redis import RedisPaceStore
 from mailer.records.holds.redis import RedisHoldStore
+from mailer.records.holds.transport import TransportHold
 from mailer.storage import client_from_url, is_cluster, is_memory
 
 
@@ -44,6 +45,10 @@ class Holds:
         self.max_hold = max_hold
         #: The sender's pace after a hold (the slow start); in memory unless given.
         self.pace = pace or SenderPace(MemoryPaceStore(), namespace=namespace, clock=self._clock)
+        #: The transport's hold (our own side refused), kept until lifted.
+        self.transport = TransportHold(
+            store, secret=secret, namespace=namespace, clock=self._clock, max_hold=max_hold
+        )
 
     @classmethod
     def from_url(

@@ -8,9 +8,12 @@ from typing import Any
 
 from mailer.clock import Clock, system_clock
 from mailer.records.holds.base import Hold, next_hold
+from mailer.records.holds.transport import claim_probe, start_transport
 
 #: Past this many holds, the ones no longer remembered are forgotten at the next put.
 FORGET_AFTER = 10_000
+#: The end of the key of a hold kept until lifted (the transport's), never forgotten so.
+KEPT = ":hold:{transport}"
 
 
 class MemoryHoldStore:
@@ -41,7 +44,9 @@ class MemoryHoldStore:
             self._holds[key] = hold
             if len(self._holds) > FORGET_AFTER:
                 now = self._clock()
-                self._holds = {k: h for k, h in self._holds.items() if h.remembered(now)}
+                self._holds = {
+                    k: h for k, h in self._holds.items() if h.remembered(now) or KEPT in k
+                }
             return replace(hold, written=True)
 
     def get(self, keys: list[str]) -> list[Hold | None]:
@@ -58,6 +63,27 @@ class MemoryHoldStore:
             if distinct >= count:
                 del self._evidence[key]
             return distinct
+
+    def start(self, key: str, now: float, seconds: float, cause: str, *, keep: float) -> Hold:
+        with self._lock:
+            hold = start_transport(self._holds.get(key), now, seconds, cause)
+            self._holds[key] = replace(hold, written=False)
+            return hold
+
+    def claim(self, key: str, now: float, max_hold: float, *, keep: float) -> Hold | None:
+        with self._lock:
+            hold = claim_probe(self._holds.get(key), now, max_hold)
+            if hold is not None:
+                self._holds[key] = replace(hold, written=False)
+            return hold
+
+    def lift(self, key: str) -> bool:
+        with self._lock:
+            return self._holds.pop(key, None) is not None
+
+    def scan(self, prefix: str) -> list[tuple[str, Hold]]:
+        with self._lock:
+            return [(key, hold) for key, hold in self._holds.items() if key.startswith(prefix)]
 
     def shared_client(self) -> Any:
         return None

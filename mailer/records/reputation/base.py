@@ -17,6 +17,12 @@ RATES: dict[str, Event] = {"complaint": "c", "bounce": "b"}
 #: Buckets per window: the window rolls by 1/24 of its length (an hour of a day).
 BUCKETS = 24
 
+#: The complaint rate a sender must stay under (Gmail's sender guidelines,
+#: support.google.com/mail/answer/81126, and Yahoo's, senders.yahooinc.com: 0.3 %): pauses.
+PROVIDER_COMPLAINT_PAUSE = 0.003
+#: The complaint rate Gmail asks senders to keep under (the same page: 0.1 %): a warning line.
+PROVIDER_COMPLAINT_WARNING = 0.001
+
 _ITEM = re.compile(r"^\s*(\w+)\s+([0-9]*\.?[0-9]+)\s*%\s*$")
 
 
@@ -45,6 +51,14 @@ class Thresholds:
                 raise ValueError(f"{item.strip()[:40]!r}: the percentage must be > 0 and <= 100")
             found[match.group(1).lower()] = percent / 100
         return cls(**found)
+
+    def with_provider_defaults(self) -> Thresholds:
+        """These thresholds, with the complaint rate at which Gmail and Yahoo act
+        (:data:`PROVIDER_COMPLAINT_PAUSE`, 0.3 %) when none is given. Bounces keep None: no
+        mailbox provider publishes a bounce rate."""
+        if self.complaint is not None:
+            return self
+        return Thresholds(PROVIDER_COMPLAINT_PAUSE, self.bounce)
 
     def items(self) -> list[tuple[str, float]]:
         """The thresholds set, as ``(rate, fraction)``, complaint first."""
@@ -142,12 +156,14 @@ def crossed(standing: Standing, limits: Limits) -> tuple[str, float, float]:
 
 @dataclass(frozen=True)
 class Limits:
-    """What a count is judged by: the thresholds, the window (seconds) and the minimum volume
-    (mails sent in the window) below which no rate counts."""
+    """What a count is judged by: the thresholds, the window (seconds), the minimum volume
+    (mails sent in the window) below which no rate counts, and the complaint rate (a fraction)
+    at which a complaint logs a WARNING before any pause (None: no warning)."""
 
     thresholds: Thresholds
     window: float
     minimum: int
+    warning: float | None = PROVIDER_COMPLAINT_WARNING
 
     @property
     def bucket(self) -> float:

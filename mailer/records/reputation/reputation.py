@@ -33,7 +33,8 @@ class Reputation:
     """Count, judge, read and resume per sender (an address or ``Name <address>``). Thread-safe.
     Raises :class:`~mailer.errors.BackendUnavailable` when the ledger's Redis is down. Logs an
     ERROR line when a count pauses a sender (which rate crossed which threshold), a WARNING when
-    a pause lifts."""
+    a pause lifts, a WARNING when a complaint leaves the complaint rate at or over the warning
+    rate (:attr:`Limits.warning`, 0.1 %) without a pause."""
 
     def __init__(
         self, store: Any, limits: Limits, *, clock: Clock | None = None, default_sender: str = ""
@@ -128,7 +129,30 @@ class Reputation:
             sid_of(address), address, events, now=self._clock(), limits=self.limits, mark=mark
         )
         _log_transition(counted, self.limits)
+        if "c" in events:
+            _warn_complaints(counted.standing, self.limits)
         return counted
+
+
+def _warn_complaints(standing: Standing, limits: Limits) -> None:
+    """A WARNING for a complaint that leaves an unpaused sender at or over the warning rate
+    (Gmail's 0.1 %), with at least the minimum volume sent: one line per such complaint."""
+    rate = standing.rate("complaint")
+    warning = limits.warning
+    if warning is None or standing.paused or standing.sent < max(limits.minimum, 1):
+        return
+    if rate >= warning:
+        log.warning(
+            "sender %s: complaint rate %s at or over the warning %s (%d complaints, %d mails "
+            "sent in the window); its bulk kinds pause at %s",
+            standing.sender,
+            percent(rate),
+            percent(warning),
+            standing.complained,
+            standing.sent,
+            percent(limits.thresholds.complaint) if limits.thresholds.complaint else "no rate",
+            extra={"sender": standing.sender},
+        )
 
 
 def _by_sender(standing: Standing) -> str:

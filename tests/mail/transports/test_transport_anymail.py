@@ -127,12 +127,15 @@ def test_an_invalid_request_fails_the_mail_and_suppresses_nobody(
 def test_refused_credentials_fail_and_log_an_error_naming_postmark(
     stub: PostmarkStub, clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A wrong server token (HTTP 401): ``failed``, an error logged naming Postmark and the
-    settings to fix; the token is never logged."""
+    """A wrong server token (HTTP 401): the transport is held and the mail waits (deferred /
+    held, hold transport), not failed; an error logged naming Postmark and the settings to
+    fix; the token is never logged. With holds off the mail fails."""
     guard = guard_on(stub, clock, token="wrong-token")
     step = guard.process(request("pm-5"))
-    assert isinstance(step, Fail), step
+    assert isinstance(step, Later) and step.outcome.hold == "transport", step
     assert step.outcome.smtp_reply is not None and "HTTP 401" in step.outcome.smtp_reply
+    unheld = guard_on(stub, clock, token="wrong-token", throttle_hold=None)
+    assert isinstance(unheld.process(request("pm-5b")), Fail)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert any("Postmark refuses the credentials" in e and "ANYMAIL_POSTMARK_" in e for e in errors)
     assert "wrong-token" not in caplog.text

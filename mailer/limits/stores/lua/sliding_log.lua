@@ -31,6 +31,8 @@ ARGV[6]   optional, acquire only: late, in ms (-1 or absent: never late). A mail
           booked at the earliest time that fits there (the bookings after it moved back, in
           order, each only as far as the policy requires), or refused (its entry given back).
           Mirrors _held and _judged in mailer/limits/sliding_log.py.
+ARGV[7]   optional, acquire only: the mail's order stamp ("" none): its recipient's booked order
+          (lua/sliding_order.lua, compiled in at ORDERING). A stamped call skips the quick path.
 
 The usual call may send ARGV as {tag, max_wait} alone: acquire on the server's TIME, as
 {"a", "", tag, max_wait} (two arguments fewer to send and unpack); or nothing: tag and max_wait 0.
@@ -79,7 +81,8 @@ if us % 1000 ~= 0 then hi = now + 1 end
 -- log (or none): the usual call, a mail decided now. Read, decide, write, reply, before any
 -- of the functions below are built; a mail id found in the log (a run asked again, a booking
 -- reached, a late run) goes on to the full path, which reads the log again.
-if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0') then
+if (mode == 'a' or mode == 'p') and (ARGV[5] == nil or ARGV[5] == '0')
+    and (ARGV[7] == nil or ARGV[7] == '') then
   local key, tag, own = KEYS[1], tonumber(tag_arg), 0
   if mode == 'a' and tag ~= 0 then own = tag % BOOKED end
   local raw = redis.call('GET', key)
@@ -312,19 +315,22 @@ local function judged(ts, tags, n, j, max_wait)
   return 0, 1, t, tier, t, n
 end
 
--- One decision for one key; `tag` 0 means no mail id.
-local function decide(key, mode, tag, max_wait, not_before, late)
+--[[ORDERING]]
+-- One decision for one key; `tag` 0 means no mail id; `order` "" means no stamp.
+local function decide(key, mode, tag, max_wait, not_before, late, order)
 
 -- Decode in one unpack, keeping only the entries a window ending at or after now can see.
 local ts, tags, n = {}, {}, 0
+local life = late >= 0 and (order or '') ~= '' and math.max(max_window, ORDER_GRACE) or max_window
 local raw = redis.call('GET', key)
 if raw then
   local count = (#raw - 6) / 10
   local v = {struct.unpack('>I6' .. string.rep('I4I6', count), raw)}
   local base, cut = v[1], now - max_window
+  local kept = now - life -- a stamped late call keeps the bookings reached within ORDER_GRACE
   for j = 2, 2 * count, 2 do
     local t = base + v[j]
-    if t > cut then
+    if t > cut or (t > kept and v[j + 1] >= BOOKED) then
       n = n + 1
       ts[n], tags[n] = t, v[j + 1]
     end
@@ -373,6 +379,9 @@ if mode == 'a' and tag ~= 0 then
               if fits and window_max(sent, ns, at, windows[i]) >= limits[i] then fits = false end
             end
           end
+          if fits and late >= 0 and waits_behind(ts, tags, j, order, key .. ':o') then
+            fits = false -- behind an earlier mail whose run has not come: judged behind it
+          end
           dirty = true
           if fits then
             tags[j], allowed = tags[j] - BOOKED, 1
@@ -386,10 +395,12 @@ if mode == 'a' and tag ~= 0 then
   end
 end
 
+local floor = floor_behind(ts, tags, n, order, key .. ':o', not_before, -- or the hold's end
+  not found and mode == 'a' and tag ~= 0 and late >= 0)
 if not found then
   local t
   t, tier = earliest(ts, n)
-  if not_before > t then t, tier = not_before, 0 end
+  if floor > t then t, tier = floor, 0 end
   at = t
   if t == now then
     allowed, tier, record = 1, 0, mode == 'a'
@@ -404,11 +415,13 @@ if record then
   if allowed == 1 then ts[n] = hi elseif tag ~= 0 then tags[n] = tag % BOOKED + BOOKED end
   dirty = true
 end
+local moved, t = reorder(ts, tags, n, tag, booked == 1 and order, not_before, key, life, ttl_slack)
+if moved then at, seen, tier, dirty = moved, moved, t, true end -- a slot booked after it
 if dirty then
   if n == 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, pack(ts, tags, n), 'PX', ts[n] + max_window - now + ttl_slack)
+    redis.call('SET', key, pack(ts, tags, n), 'PX', ts[n] + life - now + ttl_slack)
   end
 end
 
@@ -433,4 +446,4 @@ if mode == 'm' then
   return replies
 end
 return decide(KEYS[1], mode, tonumber(tag_arg), tonumber(max_wait_arg), tonumber(ARGV[5] or '0'),
-  tonumber(ARGV[6] or '-1'))
+  tonumber(ARGV[6] or '-1'), ARGV[7] or '')
