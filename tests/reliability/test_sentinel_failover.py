@@ -135,6 +135,7 @@ def unsettled(
     lines = []
     port = deployment.master_port()
     broker = redis.Redis(port=port or 0, db=1)
+    ledger = redis.Redis(port=port or 0, db=0)
     try:
         lists = {k: broker.lrange(k, 0, -1) for k in broker.keys("*") if broker.type(k) == b"list"}
         unacked = b" ".join(broker.hvals("unacked"))
@@ -151,10 +152,38 @@ def unsettled(
                     places.append("unacked")
                 with contextlib.suppress(Exception):
                     places.append(f"state {r.state}")
+                places.append(outbox_state(ledger, mail_id))
                 lines.append(f"{mail_id} task {r.id}: {', '.join(places) or 'nowhere'}")
     finally:
         broker.close()
+        ledger.close()
     return lines
+
+
+def outbox_state(ledger: Any, mail_id: str) -> str:
+    """Where the outbox (the current master's db 0) keeps ``mail_id``: its entry's lane and
+    write time, a payload, a receipt's tombstone; and each lane's mark (epoch ms)."""
+    found = []
+    with contextlib.suppress(Exception):
+        for key in ledger.scan_iter(match="*{outbox:*"):
+            kind = ledger.type(key)
+            name = key.decode()
+            if kind == b"zset" and (at := ledger.zscore(key, mail_id)) is not None:
+                found.append(f"{name.rsplit(':', 1)[-1] if ':at:' in name else name}={at:.0f}")
+            elif kind == b"hash" and name.endswith(":payloads") and ledger.hexists(key, mail_id):
+                found.append("payload")
+            elif kind == b"hash" and name.endswith(":marks"):
+                found.append(f"marks {ledger.hgetall(key)}")
+    return "outbox: " + (" ".join(found) or "nothing")
+
+
+def naming(log: str, stuck: list[str]) -> str:
+    """The lines of a worker's log that name an unsettled mail or its task, or the outbox."""
+    names = {word for line in stuck for word in line.split()[:3] if word != "task"}
+    names = {n.rstrip(":") for n in names}
+    return "\n".join(
+        line[:300] for line in log.splitlines() if "outbox" in line or any(n in line for n in names)
+    )
 
 
 def over_admissions(times: dict[str, list[float]], policy: Policy, slack: float) -> int:
@@ -257,6 +286,7 @@ def test_the_master_killed_while_mails_flow(deployment: RedisSentinel) -> None:
         assert not stuck, (
             f"{figures}\n"
             + "\n".join(stuck)
+            + "".join(f"\n--- {w.name} on them:\n{naming(w.log(), stuck)}" for w in workers)
             + "".join(f"\n--- {w.name}:\n{w.log()[-4000:]}" for w in workers)
         )
         assert figures["duplicates"] == 0, figures

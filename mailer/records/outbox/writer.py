@@ -111,6 +111,9 @@ class LaterWriter:
             self._connection = None
             pool = self._store.client.connection_pool
             connection = self._store.call(pool.make_connection)
+            # Connected first: a connection's first command connects it without the Sentinel
+            # lookup (redis-py 8), to its default host (localhost:6379), not to the master.
+            self._store.call(connection.connect)
             # Loaded once per connection (a server restarted has none), so that a write is
             # not refused for want of it and run only when its answer is read, much later.
             self._store.call(connection.send_command, "SCRIPT", "LOAD", self._source)
