@@ -38,6 +38,7 @@ from devservers.redis_servers import RedisSentinel, RedisServer
 from devservers.smtp_server import SmtpTestServer
 from mailer import Limiter, Policy
 from mailer.errors import BackendUnavailable
+from mailer.records.outbox import LANES, outbox_from_url
 from mailer.settings import Settings
 from tests.waiting import poll
 from workers import tasks
@@ -57,6 +58,27 @@ def deployment() -> Iterator[RedisSentinel]:
     yield sentinels
     sentinels.cleanup()
     master.cleanup()
+
+
+def test_the_outboxs_later_writes_reach_the_master_and_its_replica(
+    deployment: RedisSentinel,
+) -> None:
+    """The outbox's puts and receipts travel on a connection of their own, whose answers are
+    read later: behind Sentinel that connection asks the sentinels for the master (it once
+    went to localhost:6379, so a first message lost at a failover was never published again).
+    Three puts and one receipt land on the master and reach its replica."""
+    url = f"redis+sentinel://{deployment.hosts}/mymaster/0"
+    outbox = outbox_from_url(url)
+    for n in range(3):
+        outbox.put_later(f"m{n}", LANES[0], b"payload")
+    outbox.received_later("m0", LANES[0])
+    outbox.settle()
+    for server in (deployment.master, *deployment.replicas):
+        client = redis.Redis(port=server.port)
+        poll(lambda c=client: c.hlen(outbox.payloads_key) == 2, 5, "the puts to arrive")  # type: ignore[misc]
+        assert client.hexists(outbox.payloads_key, "m1"), server.port
+        client.close()
+    outbox.close()
 
 
 def test_a_booking_no_replica_took_sends_nothing(deployment: RedisSentinel) -> None:
