@@ -53,7 +53,8 @@ FLAKE_TESTS ?= tests/reliability/crash \
 	tests/reliability/test_drain_worker.py tests/reliability/test_chaos.py \
 	tests/workers/celery/test_pace_worker.py \
 	tests/workers/celery/test_parking.py::test_every_worker_killed_with_parked_mails \
-	tests/reliability/test_quorum_failover.py
+	tests/reliability/test_quorum_failover.py \
+	tests/reliability/test_sentinel_failover.py
 .PHONY: flake
 flake: install
 	@sh .ci/install-redis
