@@ -234,6 +234,11 @@ def test_a_worker_killed_with_mails_deferred_raises_no_alarm(
     try:
         poll(lambda: len(smtp_server.delivered) >= 1, 30, "the first mail to be sent")
         poll(lambda: _outbox_size() == 0, 20, "every first message to be received")
+        # Killed once both later mails are deferred (their runs ended, the schedule watching
+        # their countdowns), not merely received: a received mail whose run has not started
+        # is the visibility timeout's to bring back, not the schedule's.
+        deferred = lambda: sum(r.state == "DEFERRED" for r in results) >= 2  # noqa: E731
+        poll(deferred, 20, "two mails to be deferred")
     finally:
         killed.kill()
     second = CeleryWorker(env, name="w2").start()
