@@ -169,7 +169,10 @@ def test_a_rabbitmq_node_killed_under_load(cluster_stack: ClusterStack) -> None:
     )
     check(result, "quorum node killed")
     assert outcome["status"] == "sent", outcome
-    assert before_code < backlog / 2, f"the code mail waited for {before_code} of {backlog}"
+    # No backlog left when the code mail went (the kill came late): nothing to overtake.
+    assert backlog == 0 or before_code < backlog / 2, (
+        f"the code mail waited for {before_code} of {backlog}"
+    )
     assert len(stack.cluster.running()) == 2
     alive = [w for w in stack.workers if w.process is not None and w.process.poll() is None]
     assert len(alive) == 2, "both workers outlived the node"
