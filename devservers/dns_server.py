@@ -17,10 +17,8 @@ Not for production use: a test-infrastructure helper.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -29,6 +27,7 @@ from pathlib import Path
 
 from devservers.ports import free_port
 from devservers.postgrey import installed_binary
+from devservers.processes import terminate
 
 #: An MX record: (domain, target host, preference).
 MxRecord = tuple[str, str, int]
@@ -122,13 +121,7 @@ class DnsServer:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM to the pid, SIGKILL after ``timeout`` seconds; nothing if not running."""
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=timeout)
+        terminate(self.process, timeout)
         self.process = None
 
     def cleanup(self) -> None:

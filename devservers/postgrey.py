@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -22,6 +21,7 @@ import time
 from pathlib import Path
 
 from devservers.ports import free_port
+from devservers.processes import terminate
 
 #: What postgrey answers a greylisted RCPT with, through Postfix (``--greylist-text``'s
 #: default; Postfix prefixes ``450 4.2.0 <rcpt>: Recipient address rejected:``).
@@ -115,13 +115,7 @@ class Postgrey:
 
     def stop(self, timeout: float = 10.0) -> None:
         """SIGTERM to the pid, SIGKILL after ``timeout`` seconds; nothing if not running."""
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait(timeout=timeout)
+        terminate(self.process, timeout)
         self.process = None
         self.pidfile.unlink(missing_ok=True)
 
