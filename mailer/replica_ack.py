@@ -11,8 +11,11 @@ connection (a pipeline), so the answer comes back only once a replica holds the 
   ``redis.ConnectionError``, so the stores report their backend unavailable and the guard
   defers the mail, fail-closed). The write stays on the master: a booking then holds a slot no
   mail uses (the safe side), a claim expires with its lease.
-- A master without any replica (``INFO replication``: ``connected_slaves:0``): nothing can be
-  promoted, so nothing is waited for; looked at again after :data:`ALONE_RECHECK` seconds.
+- A master without any replica (``INFO replication``: ``connected_slaves:0``, as after a
+  failover that promoted the only one): nothing can be promoted, so nothing is waited for. Its
+  replicas are counted again (``INFO``, which does not block) every :data:`ALONE_RECHECK`
+  seconds, and writes are waited for again once one is back: a write never stalls on a ``WAIT``
+  that no replica can answer.
 
 :func:`mailer.storage.client_from_url` builds one for every ``redis+sentinel://`` URL. Not
 for writes whose answer nobody waits for (the outbox's puts, sent in a pipeline of their own)
@@ -46,19 +49,35 @@ class ReplicaWait:
     def __init__(self) -> None:
         self.alone_since = 0.0  # monotonic seconds; 0: never seen alone
 
-    def needed(self) -> bool:
-        """Whether to send ``WAIT 1`` :data:`WAIT_MS` after the write."""
-        return time.monotonic() - self.alone_since >= ALONE_RECHECK
+    def needed(self, client: Any) -> bool:
+        """Whether to send ``WAIT 1`` :data:`WAIT_MS` after a write on ``client``: no for a master
+        seen without replicas, whose replicas are counted again (``INFO``) once
+        :data:`ALONE_RECHECK` seconds have passed."""
+        if not self.alone_since:
+            return True
+        now = time.monotonic()
+        if now - self.alone_since < ALONE_RECHECK:
+            return False
+        if _replicas(client) == 0:
+            self.alone_since = now
+            return False
+        self.alone_since = 0.0
+        return True
 
     def check(self, client: Any, acknowledged: Any) -> None:
         """``WAIT``'s answer judged: :class:`NotReplicated` when no replica took the write while
         the master (``client``) has one; a master without replicas is remembered as alone."""
         if isinstance(acknowledged, int) and acknowledged >= 1:
             return
-        if int(client.info("replication").get("connected_slaves", 0)) == 0:
+        if _replicas(client) == 0:
             self.alone_since = time.monotonic()
             return
         raise NotReplicated(f"no replica acknowledged a write within {WAIT_MS} ms (WAIT 1)")
+
+
+def _replicas(client: Any) -> int:
+    """How many replicas the master behind ``client`` has connected (``INFO replication``)."""
+    return int(client.info("replication").get("connected_slaves", 0))
 
 
 class AcknowledgedRedis(redis.Redis):
@@ -73,7 +92,7 @@ class AcknowledgedRedis(redis.Redis):
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
         name = str(args[0]).upper() if args else ""
-        if name not in SCRIPTS or not self.replica_wait.needed():
+        if name not in SCRIPTS or not self.replica_wait.needed(self):
             return super().execute_command(*args, **options)  # type: ignore[no-untyped-call]
         pipe = self.pipeline(transaction=False)
         pipe.execute_command(*args, **options)  # type: ignore[no-untyped-call]

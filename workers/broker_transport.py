@@ -186,10 +186,12 @@ class _Acknowledged:
 
     def _put(self, queue: str, message: Any, **kwargs: Any) -> None:
         wait = self.__dict__.setdefault("_mailguard_wait", ReplicaWait())
-        if kwargs.get("_publish_batch") is not None or not wait.needed():
+        if kwargs.get("_publish_batch") is not None:
             return super()._put(queue, message, **kwargs)  # type: ignore[misc,no-any-return]
         pri = self._get_message_priority(message, reverse=False)  # type: ignore[attr-defined]
         with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
+            if not wait.needed(client):
+                return super()._put(queue, message, **kwargs)  # type: ignore[misc,no-any-return]
             pipe = client.pipeline(transaction=False)
             pipe.lpush(self._q_for_pri(queue, pri), dumps(message))  # type: ignore[attr-defined]
             if self._expires and queue in self._expires:
