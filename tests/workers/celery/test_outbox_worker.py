@@ -29,7 +29,9 @@ GRACE = 1.0  # MAILGUARD_OUTBOX_GRACE in these tests, seconds
 #: either side, and the 3 s every restart promise of the reliability guide allows.
 ON_TIME = GRACE + SETTLE + 2 * POLL + 3.0
 
-pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
+#: Above the sum of this file's bounds (a worker's start 40 s, the polls 70 s, its stop 20 s),
+#: so that a mail not sent fails with its poll's message and the worker's log.
+pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(150)]
 
 
 @pytest.fixture
@@ -148,8 +150,12 @@ def test_a_backlog_older_than_the_grace_is_not_doubled(
             results.append(_send(app, f"bulk-{n:02}"))
             enqueued[message_id(f"bulk-{n:02}", SENDER)] = time.time()
             time.sleep(0.1)  # spread over more than the order slack: the marks move past some
-        poll(lambda: all(r.ready() for r in results), 60, "every mail to be sent")
-        poll(lambda: _outbox_size() == 0, 10, "every entry to be cleared")
+        try:
+            poll(lambda: all(r.ready() for r in results), 60, "every mail to be sent")
+            poll(lambda: _outbox_size() == 0, 10, "every entry to be cleared")
+        except AssertionError as exc:
+            states = {r.id: r.state for r in results if not r.ready()}
+            raise AssertionError(f"{exc}: {states}\n{worker.log()[-6000:]}") from exc
         log = worker.log()
     finally:
         worker.stop()
