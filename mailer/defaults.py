@@ -129,3 +129,13 @@ QUEUE_TYPE = "classic"
 #: The window a throttling relay's count is learned over by the sender's pace, seconds (60:
 #: Postfix's default ``anvil_rate_time_unit``, and the per-minute limits of most relays).
 PACE_WINDOW = 60.0
+#: How long the fleet lease lasts without renewal: the one worker of a queue that polls the
+#: schedule, the watchdog and the outbox (``workers/lease.py``); its holder renews it every third
+#: of that, and another worker takes it over within this plus 2 s once the holder dies.
+FLEET_LEASE = 3.0
+#: Seconds between two writes of an idle worker's liveness record (one ``HSET``); kept under a
+#: third of the 15 s after which ``mailguard health`` calls a worker gone.
+LIVENESS_BEAT = 5.0
+#: Seconds between two reads of the live policy's version, per worker process (one ``GET``, made
+#: by a mail's run, never while idle).
+POLICY_CHECK = 1.0

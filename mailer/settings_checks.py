@@ -50,6 +50,7 @@ def check(settings: Values) -> None:
     _check_smtp(settings)
     _check_failed(settings)
     _check_sentinel(settings)
+    _check_fleet(settings)
 
 
 def problems(settings: Values) -> list[str]:
@@ -293,3 +294,13 @@ def _check_sentinel(settings: Values) -> None:
                     f"{PREFIX}{variable} must be redis+sentinel://[:password@]host:port"
                     f"[,host:port...]/<service>[/<db>]: {exc}"
                 ) from None
+
+
+def _check_fleet(settings: Values) -> None:
+    """The fleet's polling rates: the lease, the liveness beat, the live policy's reads."""
+    if not 1 <= settings.fleet_lease <= 60:
+        raise ValueError(f"{PREFIX}FLEET_LEASE must be 1s-1m, got {_s(settings.fleet_lease)}")
+    if not 1 <= settings.liveness_beat <= 5:
+        raise ValueError(f"{PREFIX}LIVENESS_BEAT must be 1s-5s, got {_s(settings.liveness_beat)}")
+    if not 0.1 <= settings.policy_check <= 60:
+        raise ValueError(f"{PREFIX}POLICY_CHECK must be 100ms-1m, got {_s(settings.policy_check)}")

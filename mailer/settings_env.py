@@ -220,6 +220,9 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("WARMUP_IDLE", "warmup_idle", parse_duration),
     ("QUEUE_TYPE", "queue_type", _text),
     ("PACE_WINDOW", "pace_window", parse_duration),
+    ("FLEET_LEASE", "fleet_lease", parse_duration),
+    ("LIVENESS_BEAT", "liveness_beat", parse_duration),
+    ("POLICY_CHECK", "policy_check", parse_duration),
 )
 
 #: The variables :meth:`mailer.settings.Settings.from_env` reads (besides ``MAILGUARD_KIND_*``).

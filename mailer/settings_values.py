@@ -94,6 +94,9 @@ class Values:
     warmup_idle: float = defaults.WARMUP_IDLE
     queue_type: str = defaults.QUEUE_TYPE
     pace_window: float = defaults.PACE_WINDOW
+    fleet_lease: float = defaults.FLEET_LEASE
+    liveness_beat: float = defaults.LIVENESS_BEAT
+    policy_check: float = defaults.POLICY_CHECK
 
     @property
     def longest_countdown(self) -> float:

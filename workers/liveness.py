@@ -5,8 +5,9 @@ One hash per queue, ``<ns>:{workers:<queue>}``, one field per worker hostname, a
 (no address, no password: the broker is written as :func:`broker_identity`, a RabbitMQ
 cluster by its name: :mod:`workers.broker_cluster`). A worker writes
 its record at start, when it consumed since the last write (at most once a second, not per
-mail: a thread reads a time the consumer sets) and every :data:`BEAT` seconds otherwise; it
-removes it when it stops. ``mailguard health`` (:mod:`workers.cli.health`) reads them.
+mail: a thread reads a time the consumer sets) and every ``MAILGUARD_LIVENESS_BEAT`` seconds
+otherwise (at most :data:`BEAT`); it removes it when it stops. ``mailguard health``
+(:mod:`workers.cli.health`) reads them.
 
 The record also keeps the deployment whole: every worker of a queue parks into the queue's one
 schedule, and a promoter publishes through its own app's broker, so workers of one queue that
@@ -32,6 +33,7 @@ from celery import bootsteps, signals
 
 from mailer.errors import BackendUnavailable
 from mailer.storage import RedisStore, client_from_url, is_memory
+from workers import process_settings
 
 log = logging.getLogger("mailguard.worker")
 
@@ -155,11 +157,13 @@ def _note_consumption(**_: Any) -> None:
 
 class Beat:
     """A thread that keeps ``record`` (this worker's) in ``liveness``: at once when the
-    consumer took a message since the last write, checked every second; every :data:`BEAT`
-    seconds otherwise. Redis being down is logged once, and the thread carries on."""
+    consumer took a message since the last write, checked every second; every ``beat`` seconds
+    otherwise (``MAILGUARD_LIVENESS_BEAT``, at most :data:`BEAT`: a record unseen for
+    :data:`GONE` is of a worker gone). Redis being down is logged once; the thread carries on."""
 
-    def __init__(self, liveness: Liveness, record: WorkerRecord) -> None:
+    def __init__(self, liveness: Liveness, record: WorkerRecord, *, beat: float = BEAT) -> None:
         self.liveness = liveness
+        self.beat = beat
         self.record = record
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mailguard-liveness", daemon=True)
@@ -180,7 +184,7 @@ class Beat:
         while not self._stop.wait(1.0):
             now = time.time()
             consumed = _consumed[0]
-            if consumed <= self.record.consumed and now - written < BEAT:
+            if consumed <= self.record.consumed and now - written < self.beat:
                 continue
             self.record = WorkerRecord(**{**asdict(self.record), "seen": now, "consumed": consumed})
             try:
@@ -209,7 +213,8 @@ class LivenessStep(bootsteps.StartStopStep):
     def start(self, worker: Any) -> None:
         if registered:
             liveness, record = registered[0]
-            self.beat = Beat(liveness, record)
+            beat = min(process_settings.current().liveness_beat, BEAT)
+            self.beat = Beat(liveness, record, beat=beat)
             self.beat.start()
 
     def stop(self, worker: Any) -> None:

@@ -2,11 +2,14 @@
 is published again (:mod:`mailer.records.outbox`: the story; the enqueue and receipt sides:
 :mod:`workers.outbox`).
 
-Run by the promoter's thread (:class:`workers.promoter.Promoter`) every :data:`POLL` seconds:
+Run by the promoter's thread (:class:`workers.promoter.Promoter`, in the one worker of the
+queue holding the fleet lease) every :data:`POLL` seconds:
 
+0. One ``EXISTS`` over every lane of a Redis outbox: with none (every first message received),
+   nothing more: one command a look while idle.
 1. One script call lists the entries older than ``MAILGUARD_OUTBOX_GRACE`` that are behind
    their lane's mark (a later message of their lane was received, so they were popped) and
-   counts the other old ones: one call a second per worker, while idle too.
+   counts the other old ones.
 2. Only if some old ones are not shown popped: the broker's queue length (a passive declare,
    one round trip). An empty queue shows every old entry popped. A backlog (a newsletter of
    100 000 mails queued for an hour) is neither behind a mark nor in an empty queue: nothing
@@ -36,11 +39,12 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import redis
 from kombu.exceptions import ChannelError
 
 from mailer.durations import human
 from mailer.metrics import default_metrics
-from mailer.records.outbox import ORDER_SLACK, Outbox, Pending
+from mailer.records.outbox import LANES, ORDER_SLACK, Outbox, Pending, RedisOutbox
 from workers import routing, state
 from workers.outbox import retry_receipts
 from workers.payload import Parked
@@ -67,6 +71,19 @@ def finished_in_ledger(mail_id: str) -> bool:
     """Whether the ledger of this process's guard holds ``mail_id``'s final outcome (sent,
     dropped or failed): one read of the ledger."""
     return state.guard().ledger.recorded(mail_id) is not None
+
+
+def lanes_empty(outbox: Outbox) -> bool:
+    """Whether a Redis ``outbox`` holds no entry in any lane (one ``EXISTS``; the lanes share
+    one hash slot); False for another outbox or when Redis cannot say (the full look then
+    runs, and reports Redis down)."""
+    if not isinstance(outbox, RedisOutbox):
+        return False
+    keys = [outbox.lane_key(lane) for lane in LANES]
+    try:
+        return int(outbox.client.exists(*keys)) == 0
+    except redis.RedisError:
+        return False
 
 
 class OutboxWatch:
@@ -106,6 +123,9 @@ class OutboxWatch:
             return 0
         self._next = now + self.poll
         retry_receipts()  # this process's receipts kept while Redis was down: first
+        if lanes_empty(self.outbox):
+            self._seen = {}
+            return 0
         found = self.outbox.overdue(self.grace, slack=self.slack)
         popped = found.popped
         if found.waiting and self.queue_size() == 0:

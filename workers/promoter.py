@@ -1,10 +1,18 @@
 """The promoter: a thread in every worker's main process that publishes parked mails when due.
 
-Leaderless: each worker polls the schedule every :data:`POLL` seconds with one cheap read
+One worker of a queue at a time: the holder of the queue's fleet lease (:mod:`workers.lease`,
+``MAILGUARD_FLEET_LEASE``; taken over within that many seconds when its holder dies); every
+other worker's thread only tries to take the lease (one command each
+:data:`workers.lease.RETRY` seconds). The holder reads when the next entry falls due
 (:meth:`~mailer.records.schedule.Schedule.next_due`, one pipelined round trip: every shard's
 first watch, and a shard's first parked entry only every :data:`DUE_STALE` seconds, since a
-mail parked by another process is due at least ``MAILGUARD_PARK_AFTER`` later; about 22 Redis
-commands a second with 6 shards while nothing is due); when something is due within a second,
+mail parked by another process is due at least ``MAILGUARD_PARK_AFTER`` later) and sleeps
+until then less the take-ahead, at most :data:`WAIT` seconds (the take-ahead less a margin:
+a mail parked elsewhere is still taken ahead of its due), blocked on the schedule's wake list
+(:meth:`~mailer.records.schedule.RedisSchedule.wait_wake`), which a new first watch pushes
+to: so a countdown's watch is looked at when it falls due, not a poll later. While something
+is due within the take-ahead and not yet takeable it looks every :data:`POLL` seconds. When
+something is due within a second,
 one script call per shard with something due
 (:meth:`~mailer.records.schedule.Schedule.take_due`) atomically moves up to :data:`BATCH` entries
 to *promoting* under a lease (``MAILGUARD_PROMOTE_LEASE``). It publishes each under its own task
@@ -49,17 +57,20 @@ from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import BackendUnavailable
 from mailer.metrics import default_metrics
-from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
+from mailer.records.schedule import TAKE_AHEAD, RedisSchedule, Schedule, Taken
 from mailer.settings import Settings
 from workers import outbox, parking, priority, process_settings, quorum, routing, state
 from workers.confirmed import ConfirmedPublisher, confirms_needed
+from workers.lease import Lease
 from workers.outbox_watch import OutboxWatch
 from workers.payload import Parked
 
 log = logging.getLogger("mailguard")
 
-#: Seconds between two polls while nothing is due (one pipelined read each).
+#: Seconds between two looks while something is due within the take-ahead but not yet taken.
 POLL = 0.3
+#: The longest sleep between two looks at the schedule while nothing is due sooner (seconds).
+WAIT = 0.7
 #: Entries taken and published at most per take (all shards together).
 BATCH = 500
 #: Seconds a poll may rely on an earlier read of a shard's parked entries (see
@@ -102,7 +113,8 @@ class Promoter:
         self._reply_to = ""  # this thread's (app.thread_oid), set by each batch
         self._sent_event = bool(app.conf.task_send_sent_event)
         park_after = settings.park_after if settings.park_after is not None else DUE_STALE
-        self._stale = max(0.0, min(DUE_STALE, park_after - TAKE_AHEAD - 2 * POLL))
+        self._stale = max(0.0, min(DUE_STALE, park_after - TAKE_AHEAD - 2 * WAIT))
+        self._upcoming: float | None = None  # epoch seconds: the next due, as last read
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mailguard-promoter", daemon=True)
         self._down_since = 0.0
@@ -110,6 +122,8 @@ class Promoter:
         self._confirmed = ConfirmedPublisher(app) if confirms_needed(self._broker_url) else None
         #: The watchdog's outbox part (:mod:`workers.outbox_watch`), set by :class:`PromoterStep`.
         self.outbox_watch: OutboxWatch | None = None
+        #: The queue's fleet lease (:mod:`workers.lease`): only its holder polls; None: always.
+        self.fleet_lease: Lease | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -120,12 +134,18 @@ class Promoter:
             self._thread.join(timeout)
         if self.outbox_watch is not None:
             self.outbox_watch.close()
+        if self.fleet_lease is not None:
+            with contextlib.suppress(BackendUnavailable):  # else it ends at its ttl
+                self.fleet_lease.release()
         if self._confirmed is not None:
             self._confirmed.close()
 
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
+                if self.fleet_lease is not None and not self.fleet_lease.held():
+                    self._stop.wait(self.fleet_lease.retry)
+                    continue
                 taken = self.promote_once()
                 if self.outbox_watch is not None:
                     self.outbox_watch.check()
@@ -144,7 +164,29 @@ class Promoter:
                     log.warning("mailguard promoter: the schedule is available again")
                 self._down_since = 0.0
             if taken < BATCH:  # a full batch: more may be due, take again at once
-                self._stop.wait(POLL)
+                self._sleep(self.wait_for(time.time()) if taken == 0 else POLL)
+
+    def wait_for(self, now: float) -> float:
+        """Seconds to sleep after a round that took nothing, at epoch ``now``: until the next
+        due less the take-ahead, at most :data:`WAIT`; :data:`POLL` once that is passed (a
+        watch is taken only when it is due, not ahead)."""
+        upcoming = self._upcoming
+        if upcoming is None:
+            return WAIT
+        ahead = upcoming - TAKE_AHEAD - now
+        return min(ahead, WAIT) if ahead > 0 else POLL
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep ``seconds``, woken early by a new first watch where the schedule can tell."""
+        wait_wake = getattr(self.schedule, "wait_wake", None)
+        if wait_wake is None or self._down_since:
+            self._stop.wait(seconds)
+            return
+        try:
+            wait_wake(seconds)
+        except Exception as exc:  # Redis down or refusing: sleep here; the next look reports it
+            log.debug("mailguard promoter: no wake list: %s", exc)
+            self._stop.wait(seconds)
 
     def promote_once(self) -> int:
         """Take what is due, publish it, forget it; the number of entries taken.
@@ -153,7 +195,7 @@ class Promoter:
         this machine's clock, the take Redis's: a clock behind Redis's delays promotion by the
         difference, one ahead costs an empty take.
         """
-        upcoming = self.schedule.next_due(self._stale)
+        upcoming = self._upcoming = self.schedule.next_due(self._stale)
         if upcoming is None or upcoming > time.time() + TAKE_AHEAD:
             return 0
         taken = self.schedule.take_due(limit=BATCH, lease=self.lease)
@@ -304,6 +346,10 @@ class PromoterStep(bootsteps.StartStopStep):
             log.warning("mailguard promoter not started: %s", exc)
             return
         self.promoter = Promoter(worker.app, schedule, settings)
+        if isinstance(schedule, RedisSchedule):
+            name = f"promoter:{settings.queue}"
+            lease = Lease(schedule.client, schedule.url, name, ttl=settings.fleet_lease)
+            self.promoter.fleet_lease = lease
         parking.promoter_pid[:] = [os.getpid()]
         box = outbox.outbox_for(settings)
         if box is not None and settings.outbox_grace is not None:

@@ -69,10 +69,12 @@ class _Following:
             def build(live: LivePolicy | None) -> Guard:
                 return rebuild_guard(base, env if live is None else live.apply(env))
 
-            self.watch = PolicyWatch(build_policies(env, base.ledger), build)
+            policies = build_policies(env, base.ledger)
+            self.watch = PolicyWatch(policies, build, every=env.policy_check)
 
     def current(self) -> Guard:
-        """The guard for the version in force (the version read at most once a second)."""
+        """The guard for the version in force (its version read at most once each
+        ``MAILGUARD_POLICY_CHECK``)."""
         if self.watch is not None:
             self.guard = self.watch.check() or self.guard
         return self.guard

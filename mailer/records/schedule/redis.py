@@ -121,6 +121,17 @@ class RedisSchedule:
         """The URL it reports when Redis is down."""
         return self._redis.url
 
+    def wait_wake(self, timeout: float) -> bool:
+        """Block up to ``timeout`` seconds (under the client's socket timeout) for a watch that
+        became a shard's first (``watch.lua`` pushes to the shard's ``wake`` list): whether one
+        came. One ``BLPOP`` over every shard's list; on a Redis Cluster (the lists in several
+        slots) a plain sleep, answering False."""
+        if is_cluster(self.url):
+            time.sleep(timeout)
+            return False
+        keys = [shard.wake_key for shard in self._every()]
+        return self._redis.call(self.client.blpop, keys, timeout=max(timeout, 0.01)) is not None
+
     def unavailable(self) -> AbstractContextManager[None]:
         """A block in which Redis being down raises ``BackendUnavailable`` (direct calls)."""
         return self._redis.unavailable()

@@ -48,6 +48,9 @@ class ScheduleShard:
         self.due_key, self.promoting_key = f"{prefix}:due", f"{prefix}:promoting"
         self.payloads_key, self.dead_key = f"{prefix}:payloads", f"{prefix}:dead"
         self.watch_key = f"{prefix}:watch"
+        #: A list the watch script pushes to when its watch becomes the first: the promoter's
+        #: wake (:meth:`~mailer.records.schedule.RedisSchedule.wait_wake`); one item at most.
+        self.wake_key = f"{prefix}:wake"
         self._waiting = [self.due_key, self.promoting_key, self.payloads_key]
         self._all = [*self._waiting, self.watch_key]
         self._park = store.script(PARK_SCRIPT)
@@ -69,7 +72,8 @@ class ScheduleShard:
         self._park(self._all, [stored(mail_id), to_ms(due), payload, earlier(mail_id)])
 
     def watch(self, mail_id: str, due: float, payload: bytes) -> None:
-        self._watch(self._all, [stored(mail_id), to_ms(due), payload, earlier(mail_id)])
+        keys = [*self._all, self.wake_key]
+        self._watch(keys, [stored(mail_id), to_ms(due), payload, earlier(mail_id)])
 
     def running(self, mail_id: str, lease: float) -> bool:
         args = [stored(mail_id), int(lease * 1000), earlier(mail_id)]

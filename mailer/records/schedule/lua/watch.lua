@@ -9,6 +9,8 @@ KEYS[2]   "<ns>:{<shard>}:promoting": set of the mail ids being promoted
 KEYS[3]   "<ns>:{<shard>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
 KEYS[4]   "<ns>:{<shard>}:watch": sorted set, member the mail id of a booked mail a worker
           holds as a countdown, score the time by which a run of it should have been seen (ms)
+KEYS[5]   "<ns>:{<shard>}:wake" (optional): a list; when this watch becomes the shard's first,
+          one item is pushed (the list kept to one), which wakes a promoter blocked on it
 ARGV[1]   mail id, as stored (mailer/records/schedule/ids.py: a UUID as 17 bytes)
 ARGV[2]   when the watchdog may publish it, epoch milliseconds (integer): the countdown's end
           plus the grace
@@ -28,5 +30,9 @@ if ARGV[4] ~= '' and redis.call('HDEL', KEYS[3], ARGV[4]) == 1 then
   redis.call('ZREM', KEYS[1], ARGV[4])
   redis.call('SREM', KEYS[2], ARGV[4])
   redis.call('ZREM', KEYS[4], ARGV[4])
+end
+if KEYS[5] and redis.call('ZRANGE', KEYS[4], 0, 0)[1] == ARGV[1] then
+  redis.call('LPUSH', KEYS[5], '1')
+  redis.call('LTRIM', KEYS[5], 0, 0)
 end
 return 1
