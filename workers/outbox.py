@@ -53,7 +53,7 @@ DOWN_PAUSE = 5.0
 
 _lock = threading.Lock()
 _stores: dict[tuple[int, str, str], Outbox] = {}
-_down_until = {"record": 0.0, "received": 0.0}  # monotonic
+_down_until = {"record": 0.0, "received": 0.0, "discard": 0.0}  # monotonic
 #: Receipts kept at most while the outbox's Redis is down (:func:`retry_receipts`).
 RECEIPTS_KEPT = 10_000
 _receipts: deque[tuple[Outbox, str, str]] = deque()
@@ -96,9 +96,11 @@ def close_writers() -> None:
     """Close the connections of this process's outboxes' writes nobody waits for (their unread
     answers dropped; the next write opens another). For a process whose Redis was flushed or
     replaced under it (the test suite between tests): a write sent to the old one is not
-    answered, nor run again, in the new one; the receipts kept to make later are forgotten.
-    The outboxes stay (their clients stay open)."""
+    answered, nor run again, in the new one; the receipts kept to make later, and the entries
+    of failed publishes kept to remove later, are forgotten. The outboxes stay (their clients
+    stay open)."""
     _receipts.clear()
+    _discards.clear()
     with _lock:
         for box in _stores.values():
             if isinstance(box, RedisOutbox):
@@ -121,7 +123,7 @@ def record(
     :func:`published` after the publish). None when not recorded."""
     if time.monotonic() < _down_until["record"]:
         return None
-    if _discards:
+    if _discards and time.monotonic() >= _down_until["discard"]:
         _discard_left()
     outbox = outbox_for(settings)
     if outbox is None:
@@ -205,13 +207,16 @@ def discard(recorded: Recorded | None) -> None:
 
 def _discard_left() -> None:
     """Remove the entries of failed publishes whose Redis was down then (at the next enqueue:
-    one round trip each, only after such a failure); kept again while it is still down."""
+    one round trip each, only after such a failure); kept again while it is still down, and
+    not tried again for :data:`DOWN_PAUSE` seconds (a caller waits on one failed try at most
+    once a pause, however long the outage)."""
     while _discards:
         recorded = _discards.popleft()
         try:
             recorded.outbox.discard(recorded.mail_id, recorded.lane)
-        except BackendUnavailable:
+        except BackendUnavailable as exc:
             _discards.appendleft(recorded)
+            _pause("discard", f"mailguard outbox: unavailable for a failed publish's entry: {exc}")
             return
 
 

@@ -259,6 +259,28 @@ def test_a_failed_publish_leaves_no_entry(app: Any, env: dict[str, str], box: Re
     assert box.size() == 0
 
 
+def test_a_failed_publishs_entry_on_a_redis_that_stays_down_is_tried_once_a_pause(
+    app: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given a failed publish whose outbox is down (its entry kept to remove later), when mails
+    are enqueued while it stays down, then the removal is tried at the first of them and not
+    again within :data:`workers.outbox.DOWN_PAUSE`: no caller waits on it more than once a
+    pause. The mails are published meanwhile; a process whose Redis is replaced forgets it."""
+    dead = RedisOutbox(redis.Redis(port=free_port(), socket_connect_timeout=0.5), "redis://dead")
+    tries: list[str] = []
+    real = dead.discard
+    monkeypatch.setattr(dead, "discard", lambda *a: tries.append(a[0]) or real(*a))
+    monkeypatch.setitem(outbox._down_until, "discard", 0.0)
+    outbox.discard(outbox.Recorded(dead, "gone-1", "4", b""))
+    assert tries == ["gone-1"] and len(outbox._discards) == 1
+    for n in range(3):
+        _send(app, f"after-{n}")
+    assert tries == ["gone-1", "gone-1"], "tried again within the pause"
+    assert len(outbox._discards) == 1
+    outbox.close_writers()
+    assert not outbox._discards
+
+
 def test_the_grace_setting() -> None:
     """``MAILGUARD_OUTBOX_GRACE``: 10 s by default, ``off`` keeps no outbox, and a value out of
     1 s-10 m is refused in one line naming the variable."""
