@@ -185,13 +185,25 @@ class RabbitCluster:
         return self
 
     @staticmethod
-    def _join(node: RabbitServer, first: str) -> None:
+    def _join(node: RabbitServer, first: str, tries: int = 3) -> None:
         """``stop_app``, ``join_cluster first``, ``start_app`` in one ``rabbitmqctl eval`` (each
-        CLI call boots an Erlang VM: seconds on a loaded machine)."""
+        CLI call boots an Erlang VM: seconds on a loaded machine). Two nodes joining at once
+        can abort each other's schema copy (mnesia's ``schema_prepare``): such a join is tried
+        again, after resetting the node's own data, at most ``tries`` times in all."""
         join = f"ok = rabbit_mnesia:join_cluster('{first}', disc)"
-        done = node.ctl("eval", f"ok = rabbit:stop(), {join}, rabbit:start().")
-        if done.strip() != "ok":
-            raise RuntimeError(f"{node.node} did not join {first}: {done}")
+        script = f"ok = rabbit:stop(), {join}, rabbit:start()."
+        for attempt in range(1, tries + 1):
+            try:
+                done = node.ctl("eval", script)
+            except RuntimeError:
+                if attempt == tries:
+                    raise
+                time.sleep(attempt)
+                script = f"ok = rabbit:stop(), ok = rabbit_mnesia:reset(), {join}, rabbit:start()."
+                continue
+            if done.strip() != "ok":
+                raise RuntimeError(f"{node.node} did not join {first}: {done}")
+            return
 
     def running(self) -> list[str]:
         """The names of the cluster's running nodes, as the first live node sees them."""
