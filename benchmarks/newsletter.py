@@ -328,6 +328,7 @@ class Report:
     codes: int = 0
     codes_received: int = 0
     code_worst: float = float("nan")  # s, enqueue to acceptance, the slowest code mail
+    code_waited: int = -1  # code mails not sent at their first run (deferred or not sent)
     worker_errors: list[str] = field(default_factory=list)
 
     @property
@@ -582,6 +583,16 @@ def parked_at(main: redis.Redis, slots: dict[str, float]) -> set[str]:
     }
 
 
+def _sent_at_once(outcome: object) -> bool:
+    """Whether ``outcome`` (a result's) is ``sent`` with no deferral: the limiter admitted the
+    mail at its first run."""
+    return (
+        isinstance(outcome, dict)
+        and outcome.get("status") == "sent"
+        and not outcome.get("deferrals")
+    )
+
+
 def settle(
     report: Report,
     outcomes: dict[str, dict[str, Any]],
@@ -627,6 +638,9 @@ def settle(
     ]
     report.codes_received = len(waits)
     report.code_worst = max(waits, default=float("nan"))
+    report.code_waited = sum(
+        1 for i, _ in burst.codes.values() if not _sent_at_once(outcomes.get(i, {}).get("result"))
+    )
     report.twice += sum(len(received.get(a.lower(), [])) > 1 for a in burst.codes)
     report.times = sorted(t for times in received.values() for t in times)
     report.accepted = len(report.times)

