@@ -1,6 +1,7 @@
 """Greylisting longer than the old retry budget, by a real postgrey behind a real Postfix:
-postgrey's ``--delay`` (8 s) is more than ``MAILGUARD_SEND_RETRIES`` + 1 tries at
-``MAILGUARD_GREYLIST_DELAY`` (1 s) cover, yet the mail is kept (greylisting counts against no
+postgrey's ``--delay`` (10 s) is more than ``MAILGUARD_SEND_RETRIES`` + 1 tries at
+``MAILGUARD_GREYLIST_DELAY`` (1 s) cover (the fourth try is due at 5 s: 5 s to spare for runs
+that come late on a loaded machine), yet the mail is kept (greylisting counts against no
 budget) and arrives once, past the window. The waits are capped by ``RETRY_BACKOFF_MAX`` (2 s)
 to keep the test short; the promise is the same at postgrey's default 300 s."""
 
@@ -19,9 +20,9 @@ from tests.waiting import poll
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
 #: postgrey's ``--delay``, in seconds: longer than the old budget's tries spanned.
-WINDOW = 8
+WINDOW = 10
 #: ``MAILGUARD_SEND_RETRIES``: the old code ended the mail failed after this many + 1 refusals.
-SEND_RETRIES = 3
+SEND_RETRIES = 2
 
 
 @pytest.fixture(scope="module")

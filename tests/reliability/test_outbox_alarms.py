@@ -26,6 +26,7 @@ from mailer.records.outbox import RedisOutbox
 from mailer.settings import Settings
 from tests.waiting import poll
 from workers import outbox, outbox_ride, tasks
+from workers.parking import schedule_for
 
 ALARM = "its first message was popped from the broker and never received"
 AOF = ("--appendonly", "yes", "--appendfsync", "always")
@@ -81,7 +82,10 @@ def _republished(port: int) -> float:
 
 
 def _all_sent_and_cleared(results: list[Any], timeout: float = 60) -> None:
-    poll(lambda: all(r.ready() for r in results), timeout, "every mail to be sent")
+    try:
+        poll(lambda: all(r.ready() for r in results), timeout, "every mail to be sent")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {[(r.id, r.state) for r in results]}") from exc
     for result in results:
         assert result.get(timeout=1)["status"] == "sent"
     poll(lambda: _outbox_size() == 0, 20, "every outbox entry to be cleared")
@@ -237,8 +241,11 @@ def test_a_worker_killed_with_mails_deferred_raises_no_alarm(
         # Killed once both later mails are deferred (their runs ended, the schedule watching
         # their countdowns), not merely received: a received mail whose run has not started
         # is the visibility timeout's to bring back, not the schedule's.
+        # The DEFERRED state is stored before the schedule's watch is written: both awaited.
         deferred = lambda: sum(r.state == "DEFERRED" for r in results) >= 2  # noqa: E731
         poll(deferred, 20, "two mails to be deferred")
+        schedule = schedule_for(tasks.settings)
+        poll(lambda: schedule.stats().watched >= 2, 20, "the schedule watching both countdowns")
     finally:
         killed.kill()
     second = CeleryWorker(env, name="w2").start()
