@@ -191,15 +191,14 @@ class RabbitCluster:
         can abort each other's schema copy (mnesia's ``schema_prepare``): such a join is tried
         again, after resetting the node's own data, at most ``tries`` times in all."""
         join = f"ok = rabbit_mnesia:join_cluster('{first}', disc)"
-        script = f"ok = rabbit:stop(), {join}, rabbit:start()."
-        for attempt in range(1, tries + 1):
+        for attempt in range(tries):
+            reset = "ok = rabbit_mnesia:reset(), " if attempt else ""
             try:
-                done = node.ctl("eval", script)
+                done = node.ctl("eval", f"ok = rabbit:stop(), {reset}{join}, rabbit:start().")
             except RuntimeError:
-                if attempt == tries:
+                if attempt == tries - 1:
                     raise
-                time.sleep(attempt)
-                script = f"ok = rabbit:stop(), ok = rabbit_mnesia:reset(), {join}, rabbit:start()."
+                time.sleep(attempt + 1)
                 continue
             if done.strip() != "ok":
                 raise RuntimeError(f"{node.node} did not join {first}: {done}")

@@ -1,22 +1,23 @@
 """A lease in Redis: which one worker of a queue polls the schedule, the watchdog and the outbox.
 
-One string key, ``<ns>:{lease:<name>}``, its value the holder's token (its hostname and a
-random part; no address, no secret), its expiry the lease's end. A worker takes it with
-``SET key token NX PX ttl``; its holder renews it with ``GETEX key PX ttl`` (one command: it
-answers the value, so the holder sees whether it still holds it; a ``PEXPIRE`` and a ``GET`` in
-one round trip on a Redis before 6.2); when the holder dies, its
-key expires within ``ttl`` and the next worker that tries takes it. A try is
-``SET key token NX PX ttl GET`` (Redis 7.0+; a ``SET`` and, refused, a ``GET`` before): it
-answers the holder's token. A holder on this host whose process is gone (``kill(pid, 0)``: a
-worker killed and started again) is not waited for: its token is deleted (only if it is still
-the value) and the lease taken at once. Containers that share a hostname but not a process
-namespace may take a live holder's lease so: two pollers for a while, harmless as below.
+One string key, ``<ns>:{lease:<name>}``, its value the holder's token (``host:pid:random``; no
+address, no secret), its expiry the lease's end.
+
+- **A try** (a worker that does not hold it): ``SET key token NX PX ttl GET`` (Redis 7.0+; a
+  ``SET ... NX`` and, refused, a ``GET`` before), which takes a free lease or answers the
+  holder's token. A holder on this host whose process is gone (``kill(pid, 0)``: a worker
+  killed and started again) is not waited for: its token is deleted (only while it is still
+  the value) and the lease taken at once. A holder elsewhere that died is replaced once its
+  key expires, within ``ttl`` plus one ``retry``.
+- **A renewal** (the holder): ``GETEX key PX ttl`` (Redis 6.2+; a ``PEXPIRE`` and a ``GET`` in
+  one round trip before), whose answer tells the holder whether it still holds it.
 
 The polling costs of a fleet: the holder one command each ``ttl / 3`` seconds, every other
 worker one each ``retry`` seconds. A worker that finds a lease it held in another's hands
 (it could not renew within ``ttl``: a pause, Redis unreachable) stops polling at once; two
 workers may then both poll for up to one renewal, which the schedule's own promotion lease and
-the ledger make harmless (a copy published twice is not sent twice).
+the ledger make harmless (a copy published twice is not sent twice). Containers that share a
+hostname but not a process namespace may take a live holder's lease: the same harmless overlap.
 
 Not for mutual exclusion that must be exact: only for keeping a poll to one process.
 """
@@ -140,10 +141,13 @@ class Lease:
     def _gone(self, holder: bytes) -> bool:
         """Whether ``holder`` (a token) is a process of this host that no longer runs; if so its
         token is deleted (only while it is still the key's value)."""
-        host, _, rest = holder.decode(errors="replace").rpartition(":")[0].rpartition(":")
-        if host != socket.gethostname() or not rest.isdigit() or int(rest) == os.getpid():
+        parts = holder.decode(errors="replace").rsplit(":", 2)  # host, pid, random
+        if len(parts) != 3:
             return False
-        if _runs(int(rest)):
+        host, pid, _ = parts
+        if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+            return False
+        if _runs(int(pid)):
             return False
         client = self._redis.client
         return bool(self._redis.call(client.eval, _DELETE_IF, 1, self.key, holder))
