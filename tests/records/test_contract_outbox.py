@@ -23,6 +23,7 @@ from mailer.records.outbox import (
     lane_of,
     outbox_from_url,
 )
+from mailer.records.outbox.redis import EXPIRY_REFRESH
 from tests.waiting import poll
 
 
@@ -197,6 +198,49 @@ def test_entries_expire_on_their_own(outbox: Outbox, clock: ManualClock, backend
     clock.advance(86_400 + 1)
     assert outbox.overdue(0.0, drained=True).popped == []
     assert outbox.size() == 0
+
+
+def test_expiries_are_refreshed_at_most_once_a_refresh_interval(redis_url: str) -> None:
+    """Given a Redis outbox whose first put and receipt set the keys' expiry, when more puts and
+    receipts follow within :data:`EXPIRY_REFRESH`, then none of them sends a ``PEXPIRE``; once
+    this process's refresh is that old, the next put and receipt set every key's expiry."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    store = outbox_from_url(redis_url, client=client, queue="mail")
+    assert isinstance(store, RedisOutbox)
+
+    def pexpires() -> int:
+        return int(client.info("commandstats").get("cmdstat_pexpire", {}).get("calls", 0))
+
+    store.put("a", "4", b"A")
+    store.received("a", "4")
+    before = pexpires()
+    for mail in ("b", "c", "d"):
+        store.put(mail, "4", mail.encode())
+    store.received("b", "4")
+    store.received("c", "4")
+    assert pexpires() == before
+    store._refreshed = {k: v - EXPIRY_REFRESH for k, v in store._refreshed.items()}
+    store.put("e", "4", b"E")
+    store.received("d", "4")
+    keys = (store.lane_key("4"), store.payloads_key, store.received_key)
+    assert pexpires() == before + 3
+    assert all(0 < client.pttl(key) <= 86_400_000 for key in keys)
+    client.close()
+
+
+def test_a_put_riding_ahead_of_its_publish_reads_no_receipt(redis_url: str) -> None:
+    """Given a receipt that found no entry, when a put of that mail rides ahead of a publish
+    (:meth:`RedisOutbox.put_command`: no receipt can come before it), then it is written: the
+    riding put reads no receipt (the plain put would have written nothing)."""
+    client = redis.Redis.from_url(redis_url)
+    client.flushdb()
+    store = outbox_from_url(redis_url, client=client, queue="mail")
+    assert isinstance(store, RedisOutbox)
+    store.received("ride", "4")
+    client.execute_command(*store.put_command("ride", "4", b"R"))
+    assert client.hget(store.payloads_key, "ride") == b"R"
+    client.close()
 
 
 def test_lanes_are_the_broker_priorities() -> None:

@@ -193,12 +193,12 @@ def outbox_state(ledger: Any, mail_id: str) -> str:
         for key in ledger.scan_iter(match="*{outbox:*"):
             kind = ledger.type(key)
             name = key.decode()
-            if kind == b"zset" and (at := ledger.zscore(key, mail_id)) is not None:
+            if kind == b"zset" and name.endswith(":received"):
+                found.append(f"marks {ledger.zrange(key, 0, -1, withscores=True)}")
+            elif kind == b"zset" and (at := ledger.zscore(key, mail_id)) is not None:
                 found.append(f"{name.rsplit(':', 1)[-1] if ':at:' in name else name}={at:.0f}")
             elif kind == b"hash" and name.endswith(":payloads") and ledger.hexists(key, mail_id):
                 found.append("payload")
-            elif kind == b"hash" and name.endswith(":marks"):
-                found.append(f"marks {ledger.hgetall(key)}")
     return "outbox: " + (" ".join(found) or "nothing")
 
 

@@ -7,12 +7,16 @@ One outbox per queue (``<q>``, with an owner suffix as the schedule's: see
   mail id by the time its entry was written (epoch milliseconds, Redis's clock)
 - ``<ns>:{outbox:<q>}:payloads``: hash, mail id -> payload (opaque bytes: the task message as
   ``workers/payload.py`` encodes it, as the schedule's)
-- ``<ns>:{outbox:<q>}:marks``: hash, lane -> the latest write time (ms) of an entry received
+- ``<ns>:{outbox:<q>}:received``: sorted set, lane -> the latest write time (ms) of an entry
+  received from it (the lane's mark)
 - ``<ns>:{outbox:<q>}:cleared``: sorted set, mail id -> when a receipt found no entry (ms), for
   :data:`~mailer.records.outbox.base.CLEARED_TTL`: a put arriving after it writes nothing
 
-Every key expires :data:`~mailer.records.outbox.base.OUTBOX_TTL` after the last write, and an
-entry older than that is removed by the next :meth:`RedisOutbox.overdue`. One hash tag, so one
+Every key expires :data:`~mailer.records.outbox.base.OUTBOX_TTL` after a write, set by each
+process at most every :data:`EXPIRY_REFRESH` seconds per lane (a put or a receipt pays for no
+``PEXPIRE`` in between), and an entry older than the TTL is removed by the next
+:meth:`RedisOutbox.overdue`. A put that rides ahead of its own publish reads nothing of the
+receipts (none can come first). One hash tag, so one
 Cluster slot. Mail ids are the only names stored in clear; addresses live inside payloads only as
 the workers encode them.
 """
@@ -20,6 +24,7 @@ the workers encode them.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +48,10 @@ TAKE_SCRIPT = lua_source("mailer.records.outbox", "take")
 _TTL_MS = int(OUTBOX_TTL * 1000)
 _CLEARED_MS = int(CLEARED_TTL * 1000)
 PUT_SHA = hashlib.sha1(PUT_SCRIPT.encode()).hexdigest()  # noqa: S324 # Redis's naming
+#: Seconds between two expiry refreshes of one lane's keys by one process: a key emptied and
+#: written again (a lane whose every entry was received) carries no expiry for at most that
+#: long, and a busy process pays two ``PEXPIRE`` a minute instead of two a mail.
+EXPIRY_REFRESH = 60.0
 
 
 class RedisOutbox:
@@ -56,12 +65,13 @@ class RedisOutbox:
         tag = "".join(c for c in queue if c not in "{}")
         self.prefix = f"{namespace}:{{outbox:{tag}}}"
         self.payloads_key = f"{self.prefix}:payloads"
-        self.marks_key = f"{self.prefix}:marks"
+        self.received_key = f"{self.prefix}:received"
         self.cleared_key = f"{self.prefix}:cleared"
         self._put = self._redis.script(PUT_SCRIPT)
         self._clear = self._redis.script(CLEAR_SCRIPT)
         self._overdue = self._redis.script(OVERDUE_SCRIPT)
         self._take = self._redis.script(TAKE_SCRIPT)
+        self._refreshed: dict[tuple[str, str], float] = {}  # (step, lane) -> monotonic
         pool = getattr(client, "connection_pool", None)
         self._later = self._later_clear = None
         if pool is not None:
@@ -81,29 +91,42 @@ class RedisOutbox:
 
     def _keys(self, lane: str) -> list[str]:
         """The keys of put.lua and clear.lua for an entry of ``lane``."""
-        return [self.lane_key(lane), self.payloads_key, self.marks_key, self.cleared_key]
+        return [self.lane_key(lane), self.payloads_key, self.received_key, self.cleared_key]
+
+    def _ttl(self, step: str, lane: str) -> int:
+        """The TTL (ms) for ``step``'s script to set on ``lane``'s keys: 0 (leave it) when this
+        process set it within the last :data:`EXPIRY_REFRESH` seconds."""
+        now = time.monotonic()
+        last = self._refreshed.get((step, lane))
+        if last is not None and now - last < EXPIRY_REFRESH:
+            return 0
+        self._refreshed[step, lane] = now
+        return _TTL_MS
 
     def put(self, mail_id: str, lane: str, payload: bytes) -> None:
         keys = self._keys(lane)
-        self._put(keys, [mail_id, payload, _TTL_MS, _CLEARED_MS])
+        self._put(keys, [mail_id, payload, self._ttl("put", lane), _CLEARED_MS])
 
     def put_later(self, mail_id: str, lane: str, payload: bytes) -> None:
         """Written to a connection of its own, the answer read later
         (:class:`~mailer.records.outbox.writer.LaterWriter`); a client without one pool (Redis
         Cluster) makes the whole :meth:`put` at once."""
         keys = self._keys(lane)
+        args = [mail_id, payload, self._ttl("put", lane), _CLEARED_MS]
         if self._later is None:
-            self._put(keys, [mail_id, payload, _TTL_MS, _CLEARED_MS])
+            self._put(keys, args)
             return
-        self._later.write(keys, [mail_id, payload, _TTL_MS, _CLEARED_MS])
+        self._later.write(keys, args)
 
     def put_command(self, mail_id: str, lane: str, payload: bytes) -> tuple[Any, ...]:
         """:meth:`put` as one ``EVALSHA`` command, for a caller that sends it itself ahead of
         its own commands, on a connection to this outbox's server with :attr:`db` selected (the
         broker's publish: :mod:`workers.outbox_ride`). An answer ``NOSCRIPT`` (the server lost
-        the script) means nothing was written: :meth:`put` it then."""
+        the script) means nothing was written: :meth:`put` it then. It reads no receipt (none
+        can come before the publish it rides ahead of)."""
         keys = self._keys(lane)
-        return ("EVALSHA", PUT_SHA, len(keys), *keys, mail_id, payload, _TTL_MS, _CLEARED_MS)
+        ttl = self._ttl("put", lane)
+        return ("EVALSHA", PUT_SHA, len(keys), *keys, mail_id, payload, ttl, 0)
 
     @property
     def server(self) -> dict[str, Any]:
@@ -126,11 +149,12 @@ class RedisOutbox:
 
     def received(self, mail_id: str, lane: str) -> bool:
         keys = self._keys(lane)
-        return bool(self._clear(keys, [mail_id, 1, lane, _TTL_MS, _CLEARED_MS]))
+        ttl = self._ttl("received", lane)
+        return bool(self._clear(keys, [mail_id, 1, lane, ttl, _CLEARED_MS]))
 
     def received_later(self, mail_id: str, lane: str) -> None:
         keys = self._keys(lane)
-        args = [mail_id, 1, lane, _TTL_MS, _CLEARED_MS]
+        args = [mail_id, 1, lane, self._ttl("received", lane), _CLEARED_MS]
         if self._later_clear is None:
             self._clear(keys, args)
             return
@@ -155,7 +179,7 @@ class RedisOutbox:
         limit: int = OVERDUE_LIMIT,
         slack: float = ORDER_SLACK,
     ) -> Overdue:
-        keys = [self.payloads_key, self.marks_key, *(self.lane_key(lane) for lane in LANES)]
+        keys = [self.payloads_key, self.received_key, *(self.lane_key(lane) for lane in LANES)]
         args = [_ms(grace), _ms(slack), int(drained), max(int(limit), 0), _TTL_MS, *LANES]
         waiting, *flat = self._overdue(keys, args)
         popped = [

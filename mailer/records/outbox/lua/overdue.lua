@@ -5,8 +5,8 @@ many others are that old. Changes nothing but removing entries past their time t
 Mirrors MemoryOutbox.overdue.
 
 KEYS[1]   "<ns>:{outbox:<queue>}:payloads": hash, mail id -> the message's payload (opaque bytes)
-KEYS[2]   "<ns>:{outbox:<queue>}:marks": hash, lane -> the latest write time (ms) of an entry a
-          worker received from that lane
+KEYS[2]   "<ns>:{outbox:<queue>}:received": sorted set, lane -> the latest write time (ms) of an
+          entry a worker received from that lane (the lane's mark)
 KEYS[3..] "<ns>:{outbox:<queue>}:at:<lane>": sorted set per lane, member the mail id, score the
           time the entry was written (epoch ms, Redis's clock)
 ARGV[1]   grace in milliseconds: only entries written before now - grace
@@ -36,7 +36,7 @@ for i = 3, #KEYS do
   end
   local bound = cutoff
   if ARGV[3] ~= '1' then
-    local mark = redis.call('HGET', KEYS[2], lane)
+    local mark = redis.call('ZSCORE', KEYS[2], lane)
     bound = mark and math.min(cutoff, tonumber(mark) - slack) or -1
   end
   local shown = 0
