@@ -22,6 +22,7 @@ from mailer.records.reputation import Limits, Reputation, reputation_from_url
 from mailer.records.suppression import Suppressions, suppressions_from_url
 from mailer.records.warmup import Warmup, warmup_from_url
 from mailer.settings import Settings
+from mailer.storage import database_beside
 from mailer.unsubscribe import Signer, Unsubscribe
 
 
@@ -106,12 +107,21 @@ def build_policies(settings: Settings, ledger: Ledger | None = None) -> LivePoli
     return policies_from_url(settings.effective_ledger_url, client=client)
 
 
+def outbox_url(settings: Settings) -> str:
+    """Where the outbox of ``settings`` lives: on the ledger's Redis server, in the broker's
+    database when the broker is a plain Redis URL to that server as the same user (a first
+    message's entry then rides in its publish with no database switch:
+    ``workers/outbox_ride.py``), else in the ledger's. A function of the URLs alone, so every
+    producer and worker of a deployment finds it in one place."""
+    ledger = settings.effective_ledger_url
+    return database_beside(ledger, settings.broker_url) or ledger
+
+
 def build_outbox(settings: Settings, *, client: object = None) -> Outbox:
-    """The outbox of ``settings.queue`` where the ledger lives, beside its schedule (``client``:
-    a redis-py client on that URL to share, such as the schedule's)."""
-    url = settings.effective_ledger_url
+    """The outbox of ``settings.queue`` at :func:`outbox_url` (``client``: a redis-py client on
+    that URL to share, such as the schedule's when it is the ledger's)."""
     with _naming("LEDGER_URL" if settings.ledger_url else "LIMITER_URL"):
-        return outbox_from_url(url, client=client, queue=settings.queue)
+        return outbox_from_url(outbox_url(settings), client=client, queue=settings.queue)
 
 
 def build_holds(

@@ -57,6 +57,32 @@ def is_redis(url: object) -> bool:
     return scheme(url) in REDIS_SCHEMES
 
 
+#: The connection settings (redis-py's) that make two URLs reach one server as one user.
+_SERVER = ("host", "port", "username", "password", "path", "connection_class")
+
+
+def database_beside(url: str, other: str) -> str | None:
+    """``url`` naming ``other``'s database instead of its own, when both are plain Redis URLs
+    (``redis://``, ``rediss://``) to one server as one user in different databases (the
+    database in the path); else None."""
+    if scheme(url) not in ("redis", "rediss") or scheme(other) != scheme(url):
+        return None
+    try:
+        mine, theirs = (redis.connection.parse_url(u) for u in (url, other))  # type: ignore[no-untyped-call]
+    except ValueError:
+        return None
+    fill = {"port": 6379, "username": None, "password": None}
+    if tuple((fill | mine).get(k) for k in _SERVER) != tuple(
+        (fill | theirs).get(k) for k in _SERVER
+    ):
+        return None
+    db, own = int(theirs.get("db") or 0), int(mine.get("db") or 0)
+    parts = urlsplit(url)
+    if db == own or "db=" in parts.query:
+        return None
+    return parts._replace(path=f"/{db}").geturl()
+
+
 def is_cluster(url: object) -> bool:
     """Whether ``url`` names a Redis Cluster (``redis+cluster://``, ``rediss+cluster://``)."""
     return scheme(url).endswith("+cluster")

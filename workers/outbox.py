@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mailer.errors import BackendUnavailable
-from mailer.factory import build_outbox
+from mailer.factory import build_outbox, outbox_url
 from mailer.records.outbox import Outbox, RedisOutbox, lane_of
 from mailer.records.schedule import MemorySchedule, RedisSchedule
 from mailer.settings import Settings
@@ -74,20 +74,23 @@ class Recorded:
 
 
 def outbox_for(settings: Settings) -> Outbox | None:
-    """This process's outbox beside the queue's schedule; None when ``MAILGUARD_OUTBOX_GRACE``
-    is off or no promoter can see a memory one."""
+    """This process's outbox, at :func:`mailer.factory.outbox_url` (on the queue's schedule's
+    client when that is the ledger's database); None when ``MAILGUARD_OUTBOX_GRACE`` is off or
+    no promoter can see a memory one."""
     if settings.outbox_grace is None:
         return None
-    key = (os.getpid(), settings.effective_ledger_url, settings.queue)
+    url = outbox_url(settings)
+    key = (os.getpid(), url, settings.queue)
     known = _stores.get(key)  # a dict read: no lock needed
     if isinstance(known, RedisOutbox):
         return known
     schedule = parking.schedule_for(settings)
     if isinstance(schedule, MemorySchedule) and parking.promoter_pid != [os.getpid()]:
         return None
+    beside = url == settings.effective_ledger_url and isinstance(schedule, RedisSchedule)
     with _lock:
         if key not in _stores:
-            client = schedule.client if isinstance(schedule, RedisSchedule) else None
+            client = schedule.client if beside else None
             _stores[key] = build_outbox(settings, client=client)
         return _stores[key]
 

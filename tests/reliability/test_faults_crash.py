@@ -117,7 +117,7 @@ def _holds_only_countdowns(
         return False
     client = redis.Redis(port=broker.port, db=BROKER_DB)
     try:
-        queued = sum(client.llen(key) for key in client.scan_iter("mail*"))
+        queued = sum(client.llen(key) for key in client.scan_iter("mail*", _type="list"))
     finally:
         client.close()
     held = unacked_headers(broker.port)

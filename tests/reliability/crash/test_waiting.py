@@ -94,7 +94,7 @@ def _holds_only_countdowns(run: CrashRun, schedule: RedisSchedule) -> bool:
     port = int(run.env["MAILGUARD_BROKER_URL"].rsplit(":", 1)[1].split("/")[0])
     client = redis.Redis(port=port, db=BROKER_DB)
     try:
-        queued = sum(client.llen(key) for key in client.scan_iter("mail*"))
+        queued = sum(client.llen(key) for key in client.scan_iter("mail*", _type="list"))
     finally:
         client.close()
     held = unacked_headers(port)

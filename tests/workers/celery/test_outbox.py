@@ -88,7 +88,7 @@ def _send(app: Any, mail_id: str, **options: Any) -> Any:
 def _queued(broker: redis.Redis) -> list[str]:
     """The mail ids queued in the broker, next to be popped first, every priority list."""
     ids: list[str] = []
-    for key in sorted(broker.scan_iter("mail*")):
+    for key in sorted(broker.scan_iter("mail*", _type="list")):
         if broker.type(key) == b"list":
             for raw in reversed(broker.lrange(key, 0, -1)):  # kombu pushes left, pops right
                 ids.append(_mail_id(raw))
@@ -104,7 +104,7 @@ def _mail_id(raw: bytes) -> str:
 def _pop(broker: redis.Redis) -> tuple[str, int | None]:
     """Pop the next message as a consumer does (the lowest priority list first: kombu's order
     for mailguard's steps); its mail id and priority."""
-    for key in sorted(broker.scan_iter("mail*")):
+    for key in sorted(broker.scan_iter("mail*", _type="list")):
         raw = broker.rpop(key)
         if raw is not None:
             message = json.loads(raw)
@@ -308,7 +308,7 @@ def test_a_caller_s_countdown_is_kept_by_the_copy(
 
 def _pop_raw(broker: redis.Redis) -> bytes:
     """The next message as the broker holds it, from whichever priority list."""
-    for key in sorted(broker.scan_iter("mail*")):
+    for key in sorted(broker.scan_iter("mail*", _type="list")):
         if broker.type(key) == b"list" and (raw := broker.rpop(key)) is not None:
             return bytes(raw)
     raise AssertionError("nothing queued")

@@ -16,6 +16,7 @@ import redis
 
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.smtp_server import SmtpTestServer
+from mailer.factory import outbox_url
 from mailer.mail.message import message_id
 from mailer.records.outbox import RedisOutbox
 from mailer.settings import Settings
@@ -41,11 +42,11 @@ def env(redis_url: str, smtp_server: SmtpTestServer) -> Iterator[dict[str, str]]
     env = worker_env(
         redis_url, smtp_server.url, MAILGUARD_POLICY="100/1s", MAILGUARD_OUTBOX_GRACE="1s"
     )
-    ledger = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
-    stale = list(ledger.scan_iter(match="mailguard:{outbox:*"))  # other files' mails, same Redis
+    box = redis.Redis.from_url(outbox_url(Settings.from_env(env)))
+    stale = list(box.scan_iter(match="mailguard:{outbox:*"))  # other files' mails, same Redis
     if stale:
-        ledger.delete(*stale)
-    ledger.close()
+        box.delete(*stale)
+    box.close()
     previous = tasks.use_settings(Settings.from_env(env))
     yield env
     tasks.use_settings(previous)
@@ -69,7 +70,7 @@ def _steal(env: dict[str, str], task_id: str) -> tuple[bytes, bytes]:
     after its ``BRPOP`` would; its list and the message as it was."""
     broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
     try:
-        for key in broker.scan_iter("mail*"):
+        for key in broker.scan_iter("mail*", _type="list"):
             if broker.type(key) != b"list":
                 continue
             for raw in broker.lrange(key, 0, -1):
