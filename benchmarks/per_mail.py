@@ -55,6 +55,8 @@ import importlib, sys
 module, name = sys.argv[1].split(":")
 task = getattr(importlib.import_module(module), name)
 tag, count = sys.argv[2], int(sys.argv[3])
+import time
+print(time.time(), flush=True)
 for i in range(count):
     task.delay(f"user-{tag}-{i}@example.com", "Your code", "Your code is 493 112.")
 """
@@ -134,13 +136,18 @@ def count_one(
     return Count(app, layout, (after - before - ours - idle * span) / mails, idle)
 
 
-def _run_enqueuer(env: dict[str, str], task: str, tag: str, count: int) -> None:
-    subprocess.run(
+def _run_enqueuer(env: dict[str, str], task: str, tag: str, count: int) -> float:
+    """Run the enqueuer of ``count`` mails of ``task``; when its first ``delay()`` began
+    (epoch s: after its imports)."""
+    done = subprocess.run(
         [sys.executable, "-c", _ENQUEUE, task, tag, str(count)],
         env=env,
         check=True,
         timeout=TIMEOUT,
+        capture_output=True,
+        text=True,
     )
+    return float(done.stdout.split()[0])
 
 
 def run(mails: int = MAILS, monitor: bool = False) -> list[Count]:
