@@ -559,6 +559,8 @@ def held(main: redis.Redis, broker: redis.Redis, ids: Iterable[str]) -> set[str]
     schedule = RedisSchedule(main, "redis://", queue="mail")  # the workers' (parking.py)
     found = {i for i in wanted if schedule.payload(i) is not None}
     for key in broker.scan_iter(count=1000):
+        if key.startswith(b"mailguard:"):  # the outbox, beside the queues: not a place to run
+            continue
         kind = broker.type(key)
         raws = broker.lrange(key, 0, -1) if kind == b"list" else []
         raws += broker.hvals(key) if kind == b"hash" else []

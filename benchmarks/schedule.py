@@ -257,7 +257,7 @@ def _drained(broker: redis.Redis, timeout: float) -> float:
     """Block until the mail queue's lists in the broker are empty (every message taken)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not any(broker.llen(key) for key in broker.keys("mail*")):
+        if not any(broker.llen(key) for key in broker.scan_iter("mail*", _type="list")):
             return time.time()
         time.sleep(POLL)
     raise SystemExit(f"timed out: the broker still holds messages after {timeout:g} s")

@@ -14,7 +14,16 @@ import re
 
 import pytest
 
-from benchmarks import decision, guard, limiter, schedule, schedule_scale, table, waiting_scale
+from benchmarks import (
+    decision,
+    guard,
+    limiter,
+    per_mail,
+    schedule,
+    schedule_scale,
+    table,
+    waiting_scale,
+)
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -47,10 +56,16 @@ def test_the_decision_rows(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_the_guard_and_waiting_rows(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Throughput and commands against the unguarded task (each guarded result checked by the
-    program), and the bytes of parked mails (every mail waiting, each one's record and schedule
-    entries copied at scale)."""
-    well_formed(table.guard_rows(guard.collect(1, 20, quiet=True)), 2)
+    """Throughput against the unguarded task (each guarded result checked by the program),
+    commands per sent mail against a plain task in both layouts (every result stored), and the
+    bytes of parked mails (every mail waiting, each one's record and schedule entries copied at
+    scale)."""
+    well_formed(table.guard_rows(guard.collect(1, 20, quiet=True)), 1)
+    monkeypatch.setattr(per_mail, "IDLE_WINDOW", 0.5)
+    monkeypatch.setattr(per_mail, "WARMUP", 2)
+    commands = table.commands_rows(per_mail.run(10))
+    well_formed(commands, 2)
+    assert all(number(value) > number(floor) > 0 for _, value, floor, _, _ in commands)
     monkeypatch.setattr(schedule, "IDLE", 0.5)
     monkeypatch.setattr(waiting_scale, "LOW", 256)
     monkeypatch.setattr(waiting_scale, "STEPS", 2)

@@ -473,7 +473,7 @@ def test_the_broker_redis_restarted(stack_factory: Callable[..., Stack]) -> None
 
     def all_held() -> bool:
         ran = all(r.state in ("SUCCESS", "DEFERRED") for r in results.values())
-        return ran and not any(broker.llen(k) for k in broker.keys("mail*"))
+        return ran and not any(broker.llen(k) for k in broker.scan_iter("mail*", _type="list"))
 
     poll(all_held, 30, "every mail run once and the queue empty")
     broker.close()
