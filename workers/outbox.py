@@ -3,7 +3,8 @@ and cleared when a worker receives it (:mod:`mailer.records.outbox`: the story; 
 that publishes a lost one again: :mod:`workers.outbox_watch`).
 
 - :func:`record`, at enqueue (:meth:`workers.tasks.GuardedTask.apply_async`): one script call
-  on the ledger's Redis, written before the publish on a connection of its own, its answer
+  on the outbox's Redis (:func:`mailer.factory.outbox_url`), riding in the publish
+  (:mod:`workers.outbox_ride`) or written before it on a connection of its own, its answer
   read later (:mod:`mailer.records.outbox.writer`): the caller pays a system call, not a round
   trip. The write reaches Redis long before a worker can have popped the message and cleared
   it; were a clear ever first, the entry would stay and its copy end as a repeat. If that

@@ -1,12 +1,13 @@
 """The outbox entry written in the broker's own publish: one write to Redis for both.
 
-When the broker is a Redis server and the outbox (the ledger's Redis) is the same server, the
-entry of a mail's first message (:mod:`workers.outbox`) rides in the publish: the broker
-transport (:class:`workers.broker_transport.Channel`) sends the outbox's ``EVALSHA`` and its own
-``LPUSH`` in one write on its connection (with ``SELECT`` around the script when the two use
-different databases), then reads both answers. Redis runs them in that order, so the entry is
-there before any worker can pop the message; and ``send_mail.delay`` pays one system call and
-one wake-up of the server instead of two.
+When the broker is a Redis server and the outbox is on the same server (the outbox then lives
+in the broker's database: :func:`mailer.factory.outbox_url`), the entry of a mail's first
+message (:mod:`workers.outbox`) rides in the publish: the broker transport
+(:class:`workers.broker_transport.Channel`) sends the outbox's ``EVALSHA`` and its own ``LPUSH``
+in one write on its connection (with ``SELECT`` around the script only where a ledger URL names
+its database in its query and the outbox stays there), then reads both answers. Redis runs
+them in that order, so the entry is there before any worker can pop the message; and
+``send_mail.delay`` pays one system call and one wake-up of the server instead of two.
 
 A :class:`Ride` is handed to the transport through a context variable for the length of one
 ``apply_async``. Where the transport is not mailguard's, the servers differ (their host, port,

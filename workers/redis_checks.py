@@ -5,10 +5,11 @@ At ``worker_init`` (:func:`check_at_start`, wired in :mod:`workers.app`):
 - a Redis Cluster broker (``redis+cluster://``, or a ``redis://`` URL that reaches a node with
   ``cluster_enabled:1``) is refused in one line: kombu has no Cluster transport (celery#2852).
   The limiter and the ledger on Cluster (``redis+cluster://``) stay supported;
-- the broker's, the limiter's and the ledger's Redis (the schedule and the outbox live beside
-  the ledger) are judged by :func:`mailer.redis_fitness.assess`: one that may evict keys is
-  refused unless ``MAILGUARD_ALLOW_EVICTION=on`` (then warned), one without persistence is
-  warned, one whose ``INFO``/``CONFIG`` is disabled is warned that the check was not made;
+- the broker's, the limiter's and the ledger's Redis (the schedule lives beside the ledger,
+  the outbox on the ledger's server) are judged by :func:`mailer.redis_fitness.assess`: one
+  that may evict keys is refused unless ``MAILGUARD_ALLOW_EVICTION=on`` (then warned), one
+  without persistence is warned, one whose ``INFO``/``CONFIG`` is disabled is warned that the
+  check was not made;
 - a RabbitMQ quorum queue declared without a delivery limit above ``MAILGUARD_POISON_AFTER``
   is warned. AMQP cannot read a declared queue's arguments (a passive declare answers only its
   counts), so the check reads the queues the app declares (``app.amqp.queues``), not the server.

@@ -1,4 +1,5 @@
-"""The outbox in Redis (the ledger's): one script call per change, keys under one hash tag.
+"""The outbox in Redis (on the ledger's server): one script call per change, keys under one
+hash tag.
 
 One outbox per queue (``<q>``, with an owner suffix as the schedule's: see
 :func:`~mailer.records.outbox.outbox_from_url`):
