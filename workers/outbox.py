@@ -88,10 +88,10 @@ def outbox_for(settings: Settings) -> Outbox | None:
     schedule = parking.schedule_for(settings)
     if isinstance(schedule, MemorySchedule) and parking.promoter_pid != [os.getpid()]:
         return None
-    beside = url == settings.effective_ledger_url and isinstance(schedule, RedisSchedule)
     with _lock:
         if key not in _stores:
-            client = schedule.client if beside else None
+            beside = url == settings.effective_ledger_url
+            client = schedule.client if beside and isinstance(schedule, RedisSchedule) else None
             _stores[key] = build_outbox(settings, client=client)
         return _stores[key]
 
