@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from devservers.celery_worker import client_app, worker_env
+from mailer.factory import outbox_url
 from mailer.records.outbox import RedisOutbox
 from mailer.settings import Settings
 from workers import outbox, outbox_ride, tasks
@@ -172,3 +173,48 @@ def test_a_ledger_database_the_server_refuses_does_not_fail_the_publish(
     finally:
         broker.close()
     assert "outbox" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("broker", "ledger", "outbox_at"),
+    [
+        ("redis://127.0.0.1:6390/1", "redis://127.0.0.1:6390/0", "redis://127.0.0.1:6390/1"),
+        (
+            "redis://:pw@127.0.0.1:6390/1",
+            "redis://:pw@127.0.0.1:6390/0",
+            "redis://:pw@127.0.0.1:6390/1",
+        ),
+        (
+            "rediss://127.0.0.1:6390/1",
+            "rediss://127.0.0.1:6390/0?ssl_cert_reqs=none",
+            "rediss://127.0.0.1:6390/1?ssl_cert_reqs=none",
+        ),
+        ("redis://127.0.0.1:6390/0", "redis://127.0.0.1:6390", "redis://127.0.0.1:6390"),
+        ("redis://127.0.0.1:6390/1", "redis://127.0.0.1:6391/0", "redis://127.0.0.1:6391/0"),
+        (
+            "redis://:a@127.0.0.1:6390/1",
+            "redis://:b@127.0.0.1:6390/0",
+            "redis://:b@127.0.0.1:6390/0",
+        ),
+        (
+            "redis://127.0.0.1:6390/1",
+            "redis://127.0.0.1:6390/?db=0",
+            "redis://127.0.0.1:6390/?db=0",
+        ),
+        ("sentinel://127.0.0.1:26379", "redis://127.0.0.1:26379/0", "redis://127.0.0.1:26379/0"),
+        ("amqp://127.0.0.1:5672//", "redis://127.0.0.1:5672/0", "redis://127.0.0.1:5672/0"),
+        (
+            "redis://127.0.0.1:6390/1;redis://127.0.0.1:6391/1",
+            "redis://127.0.0.1:6390/0",
+            "redis://127.0.0.1:6390/0",
+        ),
+    ],
+)
+def test_the_outbox_lives_in_the_brokers_database_on_the_ledgers_server(
+    broker: str, ledger: str, outbox_at: str
+) -> None:
+    """A plain Redis broker on the ledger's server, as the same user: the outbox in the
+    broker's database (the ledger's URL otherwise: another server or user, Sentinel, AMQP, a
+    failover list, or a database named in the query), whatever transport an app uses."""
+    settings = Settings.from_env({"MAILGUARD_BROKER_URL": broker, "MAILGUARD_LEDGER_URL": ledger})
+    assert outbox_url(settings) == outbox_at
