@@ -1,14 +1,15 @@
 """The map of the code (``docs/explanation/code-map.md``) against the tree: it names every module
 of ``mailer/`` and ``workers/``, every package and every Lua script folder, names nothing that is
-gone, and keeps every table cell readable.
+gone, and keeps every table cell readable; the packages table of "Where a change goes"
+(``house.md``) names nothing that is gone either.
 
 How the map names a path: every backticked word that ends with ``/`` or a file's extension
 (``.py``, ``.lua``...) is a path. A heading whose first backticked word is a folder
 (``### `mailer/limits/` ...``) makes that folder the base of the lines under it; in a table row
 whose first cell starts with a folder, that folder (under the base) is the base of the row's other
-cells. A path is read under its base first, else from the repository's root: ``policy.py`` under
-the heading ``mailer/limits/`` is ``mailer/limits/policy.py``; ``mailer/steps.py`` is itself
-anywhere. A package's ``__init__.py`` is named when its folder is."""
+cells. A path is read under its base, unless only the repository's root holds it: ``policy.py``
+under the heading ``mailer/limits/`` is ``mailer/limits/policy.py``; ``mailer/steps.py`` is
+itself anywhere. A package's ``__init__.py`` is named when its folder is."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 MAP = ROOT / "docs" / "explanation" / "code-map.md"
+#: "Where a change goes": its table of packages names modules and folders as the map does.
+HOUSE = ROOT / "docs" / "explanation" / "house.md"
 PACKAGES = ("mailer", "workers")
 #: A table cell longer than this is a paragraph nobody reads in a table: it becomes rows.
 MAX_CELL = 300
@@ -26,9 +29,10 @@ PATH = re.compile(r"[\w.][\w./-]*(?:/|\.(?:py|lua|json|ya?ml|toml|md|service|tim
 
 
 def _resolve(token: str, base: str) -> str:
-    """The path ``token`` names under ``base`` if it is there, else from the root."""
+    """The path ``token`` names: under ``base``, unless only the root holds it (a path that is
+    nowhere is reported under its base, where the map's reader looks for it)."""
     under = f"{base}{token}"
-    return under if base and (ROOT / under).exists() else token
+    return under if base and ((ROOT / under).exists() or not (ROOT / token).exists()) else token
 
 
 def _first_folder(text: str) -> str | None:
@@ -114,6 +118,19 @@ def test_no_cell_of_the_map_is_a_paragraph() -> None:
     assert not found, "\n".join(found)
 
 
+def test_where_a_change_goes_names_only_what_exists() -> None:
+    """The packages table of ``house.md`` names no module or folder that is gone, and no cell of
+    it is a paragraph (its prose walks through files in the context of its steps, unchecked)."""
+    text = HOUSE.read_text(encoding="utf-8")
+    rows = "\n".join(line if line.startswith("|") else "" for line in text.splitlines())
+    found = [
+        f"line {number}: `{word}` names {path}, which does not exist"
+        for number, word, path in named_paths(rows)
+        if not (ROOT / path).exists()
+    ] + long_cells(text)
+    assert not found, "\n".join(found)
+
+
 def test_the_reading_of_the_map_follows_headings_and_rows() -> None:
     """A heading's folder is the base of its lines, a row's first folder the base of its other
     cells, a full path is read from the root, and a gone path is reported with its line."""
@@ -132,11 +149,11 @@ def test_the_reading_of_the_map_follows_headings_and_rows() -> None:
         "mailer/records/ledger/redis.py",
         "mailer/records/ledger/lua/",
         "mailer/steps.py",
-        "gone.py",
+        "mailer/records/gone.py",
         "ledger/",
     ]
     stale = [line for line in problems(text) if not line.startswith("not in the map")]
     assert stale == [
-        "line 3: `gone.py` names gone.py, which does not exist",
+        "line 3: `gone.py` names mailer/records/gone.py, which does not exist",
         "line 5: `ledger/` names ledger/, which does not exist",
     ]
