@@ -1,4 +1,5 @@
-"""Prometheus metrics of the guard (prometheus-client); no Celery, no server here.
+"""Prometheus metrics of the guard (prometheus-client), and the ``/metrics`` server a worker starts
+(:func:`serve`); no Celery.
 
 :class:`Metrics` holds the metric objects on one registry; the guard records every run into one
 (by default :func:`default_metrics`, on prometheus-client's global registry; :data:`NO_METRICS`

@@ -1,4 +1,5 @@
-"""Celery wiring for mailguard: the Celery app and the ``send_mail`` task.
+"""Celery wiring for mailguard: the app, the ``send_mail`` task, the brokers, the promoter, the
+``mailguard`` command, Django's backend and the demo.
 
-This package is the only place that imports Celery.
+Of the installed packages, this is the only one that imports Celery: ``mailer/`` never does.
 """

@@ -1,4 +1,4 @@
-"""``send_mail``: the Celery task that carries out the guard's steps. The only Celery-aware code.
+"""``send_mail``: the Celery task that carries out the guard's steps, and :func:`cancel` in Python.
 
 >>> send_mail.delay("ada@example.com", subject="Your code", body="493 112")   # doctest: +SKIP
 >>> send_mail.delay("ada@example.com", kind="code", context={"code": "493112"})  # doctest: +SKIP

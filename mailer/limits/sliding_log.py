@@ -1,4 +1,5 @@
-"""The sliding-log algorithm, pure: one decision over every tier of a policy, no I/O, no clock.
+"""The sliding-log algorithm, pure: one recipient's decision over every tier of a policy of
+recipient sliding tiers only, no I/O, no clock.
 
 A key's log is its admission times in milliseconds, oldest first, each with a 48-bit tag
 derived from the mail id (0 for none); bit 47 of a stored tag flags a booking made under a mail

@@ -1,4 +1,5 @@
-"""The ``mailguard`` command: run a worker, send, inspect and reset a recipient, simulate a policy.
+"""The ``mailguard`` command: run a worker, send and follow a mail, read and change what the workers
+share (budgets, schedule, suppressions, holds, policy, reputation, warm-up), simulate a policy.
 
 Configured by the same ``MAILGUARD_*`` variables as the worker (see :mod:`mailer.settings`).
 Exit codes: 0 done, 1 refused or not found (a dropped mail, an unknown mail id, a server that
@@ -19,6 +20,10 @@ Celery is imported only by the commands that need it (``worker``, ``send``, ``ou
 - :mod:`workers.cli.suppression`: the suppression list by hand;
 - :mod:`workers.cli.simulate`: replay traffic through a policy;
 - :mod:`workers.cli.policy`: the live policy (``policy show | set | history``);
+- :mod:`workers.cli.reputation`, :mod:`workers.cli.warmup`: senders' reputation and warm-up;
+- :mod:`workers.cli.transport`: the transport's hold; :mod:`workers.cli.retry`: a failed mail
+  sent again; :mod:`workers.cli.health`: the workers' liveness; :mod:`workers.cli.settings`:
+  every variable and its value;
 - :mod:`workers.cli.views`, :mod:`workers.cli.budget`: tables, and the budget reports.
 """
 

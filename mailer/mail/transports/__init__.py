@@ -1,4 +1,6 @@
-"""Transports hand an envelope's message to a mail server: SMTP, or memory and console for tests."""
+"""Transports hand an envelope's message over: SMTP, Amazon SES, Anymail's ESPs, a Django email
+backend, or memory and console for tests; :mod:`~mailer.mail.transports.registry` picks one by
+name."""
 
 from mailer.mail.envelope import Envelope
 from mailer.mail.transports.base import SendReceipt, Transport

@@ -1,5 +1,5 @@
 """Holds: the mail server asked us to slow down, so nobody sends to it (or to one recipient) for
-a while.
+a while; the transport's hold when it refuses our own side; the sender's pace after a hold.
 
 A reply that states a rate or quota (``454 4.7.0 Throttling failure``, ``421 4.7.28``; see
 :mod:`mailer.mail.replies`) holds the **sender**: no worker opens an SMTP transaction until the
