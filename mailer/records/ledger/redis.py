@@ -216,9 +216,7 @@ class RedisLedger:
             return
         claim, sent, runs, kept = self._keys(outcome.mail_id)
         marker = ("SET", sent, json.dumps(outcome.as_dict()), "EX", SENT_TTL)
-        self._redis.call(
-            send_together, self._redis.client, [marker, ("DEL", claim, runs, kept)]
-        )
+        self._redis.call(send_together, self._redis.client, [marker, ("DEL", claim, runs, kept)])
 
     def record_command(self, outcome: Outcome) -> tuple[str, list[str], list[Any], Any]:
         """:meth:`record` as ``(script, keys, args, client)``, for a caller that sends it in
