@@ -207,7 +207,7 @@ def _freed_by_deleting(admin: redis.Redis, client: redis.Redis, keys: list[bytes
 
 
 #: The ledger's keys of one mail (:mod:`mailer.records.ledger.redis`).
-LEDGER_FAMILIES = ("claim", "sent", "runs", "seen", "turn")
+LEDGER_FAMILIES = ("claim", "sent", "runs", "turn")
 
 
 def _ledger_keys(admin: redis.Redis, ids: list[str]) -> list[bytes | str]:

@@ -46,7 +46,7 @@ import redis
 from devservers.celery_worker import client_app, worker_env
 from devservers.redis_servers import RedisClusterServers, RedisServer
 from mailer.records.schedule import SHARDS, RedisSchedule, ScheduleShard, schedule_from_url
-from mailer.records.schedule.ids import earlier, stored
+from mailer.records.schedule.ids import stored
 from mailer.records.schedule.shard import PARK_SCRIPT
 from mailer.settings import Settings
 from mailer.steps import Progress
@@ -123,7 +123,7 @@ def _flush(client: Any, batch: list[tuple[ScheduleShard, str, int, bytes]]) -> i
     pipe = client.pipeline(transaction=False)
     for shard, mail_id, due_ms, payload in batch:
         keys = (shard.due_key, shard.promoting_key, shard.payloads_key, shard.watch_key)
-        pipe.evalsha(PARK_SHA, 4, *keys, stored(mail_id), due_ms, payload, earlier(mail_id))
+        pipe.evalsha(PARK_SHA, 4, *keys, stored(mail_id), due_ms, payload)
     pipe.execute()
     done = len(batch)
     batch.clear()

@@ -25,7 +25,7 @@ from mailer.logs import JsonFormatter, in_utc
 from mailer.records.warmup.gauges import WarmupCollector
 from mailer.settings import Settings
 from mailer.storage import is_memory
-from workers import parking, priority, process_settings, quorum, redis_checks, routing, state
+from workers import priority, process_settings, quorum, redis_checks, routing, state
 from workers.broker_cluster import worker_broker
 from workers.broker_transport import redis_options, sentinel_form, transport_for
 from workers.failing_stop import FailingStopStep
@@ -246,8 +246,8 @@ def _redis_keeps_the_mail(sender: Any = None, **_: Any) -> None:
 def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
     """The queue's workers share one schedule and publish through their own broker: refuse to
     start beside a running worker of the queue that consumes from another broker (one line
-    naming ``MAILGUARD_QUEUE``); else write this worker's liveness record and move the entries
-    of schedules keyed by a broker URL into the queue's one. The ledger down: only logged."""
+    naming ``MAILGUARD_QUEUE``); else write this worker's liveness record. The ledger down:
+    only logged."""
     config = process_settings.current()
     liveness = Liveness.from_url(config.effective_ledger_url, queue=config.queue)
     if sender is None or liveness is None:
@@ -257,8 +257,6 @@ def _one_broker_per_queue(sender: Any = None, **_: Any) -> None:
     identity = worker_broker(sender.app)  # a RabbitMQ cluster by its name
     try:
         other = register(liveness, hostname, broker, time.time(), identity=identity)
-        if other is None and (moved := parking.adopt_legacy(config)):
-            log.warning("mailguard: %d parked mail(s) moved into the queue's schedule", moved)
     except BackendUnavailable as exc:
         log.warning("mailguard: the ledger is unreachable at start: %s", exc)
         return

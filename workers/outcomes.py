@@ -44,7 +44,7 @@ def outcome_of(info: Any, state: str | None = None, task_id: str | None = None) 
 def whole(meta: Any, state: str | None = None, task_id: str | None = None) -> Any:
     """A ``deferred`` outcome dict with every field: the meta of task ``task_id`` in state
     ``DEFERRED`` (:meth:`~mailer.outcomes.Outcome.from_waiting_dict`), or one that says
-    ``status: deferred`` itself (stored by an earlier version); any other meta as it is, a
+    ``status: deferred`` itself (as 0.1.0 stored it); any other meta as it is, a
     malformed one included."""
     if not isinstance(meta, Mapping) or meta.get("status", "deferred") != "deferred":
         return meta

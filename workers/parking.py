@@ -13,8 +13,7 @@ spelled: every worker, ``mailguard scheduled``, ``mailguard cancel`` and
 :func:`workers.tasks.cancel` see the same parked mails. A promoter
 publishes through its own worker's app, so the workers of one queue must consume from one
 broker: a worker refuses to start beside a running one that does not (:mod:`workers.liveness`,
-checked by :mod:`workers.app`), and moves the entries of schedules keyed by a broker URL's hash
-into the queue's one (:mod:`mailer.records.schedule.legacy`). A memory schedule can only be
+checked by :mod:`workers.app`). A memory schedule can only be
 promoted by a promoter in the same process (:mod:`workers.promoter`): without one, nothing is
 parked.
 """
@@ -33,7 +32,6 @@ from mailer.guard.data import iso
 from mailer.records.ledger import Ledger, RedisLedger
 from mailer.records.schedule import MemorySchedule, RedisSchedule, Schedule, schedule_from_url
 from mailer.records.schedule.ids import stored
-from mailer.records.schedule.legacy import move_legacy
 from mailer.records.schedule.park import parked_until
 from mailer.settings import Settings
 from mailer.steps import Later, Progress
@@ -68,23 +66,13 @@ def recognise_parked(settings: Settings, ledger: Ledger) -> bool:
     store = schedule_for(settings)
     if not isinstance(ledger, RedisLedger) or not isinstance(store, RedisSchedule):
         return False
-    if len(store.shards) != 1 or store.legacy is not None:
+    if len(store.shards) != 1:
         return False
     if not ledger.recognise_parked(store.shards[0].payloads_key, stored):
         return False
     with _lock:
         _ledgers[(os.getpid(), settings.effective_ledger_url, settings.queue)] = ledger
     return True
-
-
-def adopt_legacy(settings: Settings) -> int:
-    """Move the entries of the queue's schedules keyed by a broker URL's hash into its one
-    schedule (at a worker's start); how many moved (0 on a memory ledger). Raises
-    ``BackendUnavailable``."""
-    store = schedule_for(settings)
-    if not isinstance(store, RedisSchedule):
-        return 0
-    return move_legacy(store, "mailguard", settings.queue)
 
 
 def park(

@@ -1,7 +1,6 @@
 """A parked mail's payload: the task message a promoter publishes again, in as few bytes as can be.
 
-Version 4 (written: :data:`WRITE_VERSION`), a compact JSON
-array::
+Version 4 (:data:`WRITE_VERSION`, the one written and read), a compact JSON array::
 
     [4, <due, epoch ms>, <args>, <kwargs>, <progress>, <task id>?]
 
@@ -28,16 +27,11 @@ array::
 A payload is stored *packed* when that is shorter (almost always): ``d`` and its JSON as a raw
 deflate stream against :data:`DICTIONARY`, the words a payload is made of (``send_mail``'s
 keywords, a booked mail's progress): a short mail's 92 B of JSON are 58 B packed, which Redis
-keeps in a 64-byte allocation where the JSON took 96. Earlier workers stored a payload over
-200 B zlib-compressed (no dictionary), starting with byte ``0x78`` (``x``); still read.
+keeps in a 64-byte allocation where the JSON took 96. The first byte tells a packed payload
+(``d``) from its JSON (``[``).
 
-Versions 1 to 3 (entries parked by earlier workers) are still read. Version 3 is the same
-array with ``3`` first and every progress value written, in the order of
-:data:`PROGRESS_FIELDS`. Version 2 is version 3 with ``2`` first, the due in epoch seconds and
-the progress's times as epoch seconds.
-Version 1 is a JSON object ``{"v": 1, "args", "kwargs", "due"[, "task"]}`` whose ``kwargs`` hold
-the mail id and the sealed ``_progress``. The first byte tells an object (``{``) from an array
-(``[``, or ``d``: packed, ``x``: compressed), the array's first value its version.
+Nothing else is read: any other bytes are refused (``ValueError``), and the promoter buries
+such an entry as any payload it cannot use.
 """
 
 from __future__ import annotations
@@ -51,11 +45,7 @@ from typing import Any
 from mailer.mail.seal import seal
 from mailer.steps import Progress
 
-#: The newest version read.
-PAYLOAD_VERSION = 4
-#: The version written. No released version parks (0.1.0 has no schedule): the first release
-#: that parks writes the smallest version, 4 (a booked mail's progress 42 -> 28 B of JSON).
-#: Versions 1 to 3, written by development snapshots, are read as they were written.
+#: The version written and read (the array's first value).
 WRITE_VERSION = 4
 #: The first byte of a packed payload: its JSON deflated against :data:`DICTIONARY` follows.
 PACKED = b"d"
@@ -68,22 +58,7 @@ DICTIONARY = (
     b'"headers":{"html":"<p>","kind":"notice","kind":"code","context":{"code":".com",.org",'
     b'@gmail.com",{"subject":"","body":"},[1,null,-[4,1'
 )
-#: The order of a version 2 payload's progress values; a field added later goes at the end
-#: (an older payload then lacks it and it starts at its default).
-PROGRESS_FIELDS = (
-    "attempts",
-    "send_failures",
-    "limiter_failures",
-    "deferrals",
-    "stale_owner",
-    "requested_at",
-    "due",
-    "first_due",
-    "first_seen",
-    "turn",
-    "parent",
-)
-#: The order of a version 4 payload's progress values: those most often at their usual value
+#: The order of a payload's progress values: those most often at their usual value
 #: last, so that they are left out.
 ORDER_4 = (
     "deferrals",
@@ -99,7 +74,7 @@ ORDER_4 = (
     "first_due",
     "greylists",
 )
-#: A version 4 progress value as written when it is left out at the end (times relative to the
+#: A progress value as written when it is left out at the end (times relative to the
 #: payload's due: 0 is the slot itself).
 USUAL_4: dict[str, Any] = {
     "deferrals": 0,
@@ -116,7 +91,7 @@ USUAL_4: dict[str, Any] = {
     "greylists": 0,
 }
 _SEPARATORS = (",", ":")
-#: The progress's times (relative to the due in version 3) and those that are slots, kept exact.
+#: The progress's times (written relative to the due) and those that are slots, kept exact.
 _TIMES = ("requested_at", "due", "first_due", "first_seen")
 _SLOTS = ("due", "first_due")
 
@@ -125,9 +100,9 @@ _SLOTS = ("due", "first_due")
 class Parked:
     """A payload, decoded: what a promoter publishes again.
 
-    ``kwargs`` always hold the mail id. ``progress`` is the unsealed progress of a version 2
-    payload (``kwargs`` then have no ``_progress``); None for version 1, whose ``kwargs`` carry
-    the sealed ``_progress`` as it was.
+    ``kwargs`` always hold the mail id. ``progress`` is the unsealed progress (``kwargs`` then
+    have no ``_progress``); None for a message kept as it was enqueued (its ``kwargs`` as they
+    were, a sealed ``_progress`` among them if it had one).
     """
 
     task_id: str
@@ -140,37 +115,32 @@ class Parked:
     def mail_id(self) -> str:
         return str(self.kwargs["mail_id"])
 
-    def encode(self, version: int = WRITE_VERSION) -> bytes:
+    def encode(self) -> bytes:
         """What the schedule stores: :meth:`array` packed (:func:`pack`) when that is shorter."""
-        raw = self.array(version)
+        raw = self.array()
         packed = pack(raw)
         return packed if len(packed) < len(raw) else raw
 
-    def array(self, version: int = WRITE_VERSION) -> bytes:
-        """The version 2, 3 or 4 JSON array (see the module's docstring); the sealed
-        ``_progress`` of ``kwargs`` is dropped when :attr:`progress` is given (it is sealed
-        again when published)."""
+    def array(self) -> bytes:
+        """The JSON array (see the module's docstring); the sealed ``_progress`` of ``kwargs``
+        is dropped when :attr:`progress` is given (it is sealed again when published)."""
         rest = {k: v for k, v in self.kwargs.items() if k != "mail_id"}
         due_ms = round(self.due * 1000)
         progress: list[Any] | None = None
         if self.progress is not None:
             rest.pop("_progress", None)
             values: dict[str, Any] = dict(self.progress.as_dict())
-            if version >= 3:
-                seen_from = _base(self.progress.requested_at, due_ms) if version == 4 else due_ms
-                for name in _TIMES:
-                    base = seen_from if name == "first_seen" else due_ms
-                    values[name] = _relative(float(values[name]), base, exact=name in _SLOTS)
-            progress = [values[name] for name in PROGRESS_FIELDS]  # 2 and 3: no greylists
-            if version == 4:
-                progress = _shortened([values[name] for name in ORDER_4])
+            seen_from = _base(self.progress.requested_at, due_ms)
+            for name in _TIMES:
+                base = seen_from if name == "first_seen" else due_ms
+                values[name] = _relative(float(values[name]), base, exact=name in _SLOTS)
+            progress = _shortened([values[name] for name in ORDER_4])
             if self.progress.requested_at:
                 rest.pop("_requested_at", None)
-        head = [version, due_ms] if version >= 3 else [2, round(self.due, 3)]
         args: Any = self.args
-        if version == 4 and len(args) == 1 and isinstance(args[0], str):
+        if len(args) == 1 and isinstance(args[0], str):
             args = args[0]  # one address, the usual call: read back as a list of it
-        data: list[Any] = [*head, args, rest, progress]
+        data: list[Any] = [WRITE_VERSION, due_ms, args, rest, progress]
         if self.task_id != self.mail_id:
             data.append(self.task_id)
         return json.dumps(data, separators=_SEPARATORS).encode()
@@ -189,54 +159,37 @@ class Parked:
 
     @classmethod
     def decode(cls, payload: bytes | None, mail_id: str | None = None) -> Parked:
-        """The message of a version 1 or 2 payload parked as ``mail_id`` (needed for version
-        2, which leaves it out); ``ValueError`` saying why for anything else."""
+        """The message of a payload parked as ``mail_id`` (the payload leaves it out);
+        ``ValueError`` saying why for anything else."""
         if not payload:
             raise ValueError("no payload")
         raw = bytes(payload)
         if raw[:1] == PACKED:
             raw = unpack(raw)
-        elif raw[:1] == b"x":
-            try:
-                raw = zlib.decompress(raw)
-            except zlib.error as exc:
-                raise ValueError(f"not zlib: {exc}") from None
         try:
             data = json.loads(raw)
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"not JSON: {exc}") from None
-        if isinstance(data, dict) and data.get("v") == 1:
-            return cls._version1(data)
-        if isinstance(data, list) and data[:1] in ([2], [3], [4]):
+        if isinstance(data, list) and data[:1] == [WRITE_VERSION]:
             return cls._array(data, mail_id)
-        raise ValueError("not a version 1, 2, 3 or 4 payload")
-
-    @classmethod
-    def _version1(cls, data: dict[str, Any]) -> Parked:
-        args, kwargs, due = (data.get(k) for k in ("args", "kwargs", "due"))
-        if not isinstance(kwargs, dict) or not isinstance(kwargs.get("mail_id"), str):
-            raise ValueError("kwargs or mail id missing")
-        task = data.get("task", kwargs["mail_id"])
-        return cls._checked(task, args, kwargs, due, None)
+        raise ValueError(f"not a version {WRITE_VERSION} payload")
 
     @classmethod
     def _array(cls, data: list[Any], mail_id: str | None) -> Parked:
-        """A version 2, 3 or 4 payload (``data[0]``)."""
+        """A payload's array (``data``)."""
         if mail_id is None:
-            raise ValueError("a version 2, 3 or 4 payload needs its mail id")
+            raise ValueError("a payload needs its mail id")
         if len(data) not in (5, 6):
             raise ValueError("not 5 or 6 fields")
-        version, due, args, rest, values = data[:5]
-        if version == 4 and isinstance(args, str):
+        _, due, args, rest, values = data[:5]
+        if isinstance(args, str):
             args = [args]
         if not isinstance(rest, dict) or "mail_id" in rest:
             raise ValueError("kwargs missing")
-        due_ms = 0  # version 2: its times are epoch seconds
-        if version >= 3:
-            if isinstance(due, bool) or not isinstance(due, int):
-                raise ValueError("due missing")
-            due_ms, due = due, due / 1000
-        progress = None if values is None else _progress(version, values, due_ms)
+        if isinstance(due, bool) or not isinstance(due, int):
+            raise ValueError("due missing")
+        due_ms, due = due, due / 1000
+        progress = None if values is None else _progress(values, due_ms)
         task = data[5] if len(data) == 6 else mail_id
         return cls._checked(task, args, rest | {"mail_id": mail_id}, due, progress)
 
@@ -273,7 +226,7 @@ def unpack(packed: bytes) -> bytes:
 
 
 def _shortened(values: list[Any]) -> list[Any]:
-    """A version 4 progress: ``values`` (in the order of :data:`ORDER_4`) less those at the
+    """A written progress: ``values`` (in the order of :data:`ORDER_4`) less those at the
     end that hold their usual value (:data:`USUAL_4`)."""
     usual = [USUAL_4[name] for name in ORDER_4]
     end = len(values)
@@ -287,27 +240,21 @@ def _same(value: Any, usual: Any) -> bool:
     return type(value) is type(usual) and value == usual
 
 
-def _progress(version: int, values: Any, due_ms: int) -> Progress:
-    """The progress of a version 2, 3 or 4 payload from its written ``values`` (``due_ms``: the
-    payload's due, epoch ms; unused by version 2)."""
-    fields = ORDER_4 if version == 4 else PROGRESS_FIELDS
-    if not isinstance(values, list) or len(values) > len(fields):
+def _progress(values: Any, due_ms: int) -> Progress:
+    """The progress of a payload from its written ``values`` (``due_ms``: the payload's due,
+    epoch ms)."""
+    if not isinstance(values, list) or len(values) > len(ORDER_4):
         raise ValueError("progress malformed")
-    named = dict(zip(PROGRESS_FIELDS, values, strict=False))
-    if version == 4:
-        named = USUAL_4 | dict(zip(ORDER_4, values, strict=False))
-    if version >= 3:
-        for name in _TIMES:
-            if name in named and name != "first_seen":
-                named[name] = _absolute(named[name], due_ms)
-        if "first_seen" in named:
-            base = due_ms if version == 3 else _base(named.get("requested_at"), due_ms)
-            named["first_seen"] = _absolute(named["first_seen"], base)
+    named = USUAL_4 | dict(zip(ORDER_4, values, strict=False))
+    for name in _TIMES:
+        if name != "first_seen":
+            named[name] = _absolute(named[name], due_ms)
+    named["first_seen"] = _absolute(named["first_seen"], _base(named.get("requested_at"), due_ms))
     return Progress.from_dict(named)
 
 
 def _base(requested_at: Any, due_ms: int) -> int:
-    """What a version 4 ``first_seen`` counts from, in epoch ms: the request time (a first run
+    """What a written ``first_seen`` counts from, in epoch ms: the request time (a first run
     sees the mail a queue's wait after it, a short count where the due is a booking's wait
     away), or the due without one."""
     if isinstance(requested_at, bool) or not isinstance(requested_at, int | float):
@@ -317,7 +264,7 @@ def _base(requested_at: Any, due_ms: int) -> int:
 
 
 def _relative(value: float, due_ms: int, *, exact: bool) -> int | float | None:
-    """A progress time as version 3 writes it: None for none (0); else milliseconds from the
+    """A progress time as written: None for none (0); else milliseconds from the
     due (``due_ms``, epoch ms), rounded unless ``exact`` (a slot not on a whole millisecond is
     then kept as it is, epoch seconds)."""
     if not value:

@@ -9,8 +9,8 @@ within its poll (a few seconds) and each run is judged again as any run is.
 
 An entry is the pause's when its mail is of a bulk kind, from that sender, and holds no slot
 ahead (``progress.due`` passed or none: a booked mail waits for its slot, and a countdown a
-worker holds is watched for its slot, so neither is touched; nor is a version 1 payload,
-whose slot is sealed). Entries being promoted, or due
+worker holds is watched for its slot, so neither is touched; nor is an entry with no progress,
+whose slot, if any, is sealed in its kwargs). Entries being promoted, or due
 within :data:`SOON` seconds, are left as they are (a promoter may be taking them).
 """
 
@@ -56,5 +56,5 @@ def _waits_on_pause(parked: Parked, bulk: set[str], sender: str, default: str, n
         return False
     if sender_of(str(kwargs.get("from_email") or default)) != sender:
         return False
-    # A version 1 payload seals its progress: its slot cannot be read, so it is left alone.
+    # An entry with no progress (a message kept as enqueued) has no slot to read: left alone.
     return parked.progress is not None and parked.progress.due <= now

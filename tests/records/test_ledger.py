@@ -57,21 +57,20 @@ def test_redis_keys_and_their_expiry(redis_url: str) -> None:
 
 
 @pytest.mark.redis
-def test_redis_reads_the_keys_older_versions_wrote(redis_url: str) -> None:
-    """A claim written by an older version (the owner alone, PX lease) is held while it lives
-    (begin refuses another owner, the hand-off counts nothing, its owner gives it back); a
-    first_seen it kept in its own key answers a copy's begin, and goes with the record."""
+def test_redis_reads_the_claims_0_1_0_wrote(redis_url: str) -> None:
+    """A claim as 0.1.0 wrote it (the owner alone, PX lease) is held while it lives (begin
+    refuses another owner, the hand-off counts nothing, its owner gives it back); then a run
+    claims the mail with its own first_seen, and the record leaves only the sent marker."""
     client = client_from_url(redis_url)
     ledger = RedisLedger(client, redis_url, namespace="old")
     client.set("old:claim:{m}", "w1", px=30_000)
-    client.set("old:seen:{m}", "12.5", ex=86_400)
     assert ledger.begin("m", "w2", 30) is False
     assert ledger.handoff("m") == 0
     ledger.unclaim("m", "w2")
     assert client.get("old:claim:{m}") == b"w1", "not w2's to give back"
     ledger.unclaim("m", "w1")
     assert client.exists("old:claim:{m}") == 0
-    assert ledger.begin("m", "w2", 30, first_seen=99.0) == Claimed(12.5)
+    assert ledger.begin("m", "w2", 30, first_seen=99.0) == Claimed(99.0)
     ledger.record(sent("m"))
     assert sorted(client.keys("old:*")) == [b"old:sent:{m}"]
     client.close()
@@ -156,7 +155,7 @@ def test_redis_a_parked_first_turn_leaves_the_ledger_nothing(redis_url: str) -> 
 @pytest.mark.redis
 def test_redis_parked_keeps_a_claim_a_run_holds(redis_url: str) -> None:
     """``parked`` deletes a given-back claim only: one a run holds (a copy that took it since)
-    stays, and so does a claim an older version wrote (the owner alone)."""
+    stays, and so does a claim as 0.1.0 wrote it (the owner alone)."""
     client = client_from_url(redis_url)
     ledger = RedisLedger(client, redis_url, namespace="ns")
     assert ledger.recognise_parked("ns:{schedule:mail}:payloads")

@@ -1,5 +1,5 @@
-"""The Redis schedule's shards: the mail id picks one, slots spread, takes fair across shards,
-the single-slot schedule of earlier versions read as one more shard (real Redis)."""
+"""The Redis schedule's shards: the mail id picks one, slots spread, takes fair across shards
+(real Redis)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def _calls(client: redis.Redis) -> int:
 
 def test_each_shard_sits_in_its_own_range_of_slots() -> None:
     """Shard ``i`` of ``n`` hashes into the ``i``-th of ``n`` equal slot ranges, whatever the
-    queue (so a Cluster of nodes with equal ranges holds an equal share); one shard is the
-    single-slot schedule's tag."""
+    queue (so a Cluster of nodes with equal ranges holds an equal share); one shard is
+    ``schedule:<queue>``."""
     for queue in ("mail", "mail-eu", "{odd}queue"):
         tags = shard_tags(queue, 6)
         assert len(set(tags)) == 6 and tags == shard_tags(queue, 6), "the same in every process"
@@ -91,59 +91,12 @@ def test_a_take_serves_every_shard_with_due_entries(client: redis.Redis, redis_u
 
 
 def test_an_idle_poll_reads_two_first_entries_a_shard(client: redis.Redis, redis_url: str) -> None:
-    """``next_due`` with nothing parked: two ``ZRANGE`` per shard, nothing else (the single-slot
-    schedule, found empty once, is checked again only a minute later)."""
+    """``next_due`` with nothing parked: two ``ZRANGE`` per shard, nothing else."""
     schedule = RedisSchedule(client, redis_url, shards=SHARDS)
-    assert schedule.next_due() is None  # the first call checks the legacy keys (2 EXISTS)
     before = _calls(client)
     for _ in range(10):
         assert schedule.next_due() is None
     assert _calls(client) - before == 10 * 2 * SHARDS
-
-
-def test_entries_of_the_single_slot_schedule_are_read_as_one_more_shard(
-    client: redis.Redis, redis_url: str
-) -> None:
-    """Entries parked and watched under the single-slot keys of earlier versions are counted,
-    taken and promoted, found by cancel, and their runs' ``running``/``forget`` reach them;
-    once empty, the polls stop reading those keys."""
-    old = RedisSchedule(client, redis_url, shards=1)
-    now = time.time()
-    old.park("due", now - 1, b"D")
-    old.park("later", now + 600, b"L")
-    old.watch("held", now + 600, b"H")
-    old.watch("late", now - 1, b"W")
-    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
-    assert schedule.stats() == ScheduleStats(2, 0, 0, pytest.approx(now - 1, abs=0.01), 2)
-    assert schedule.next_due() == pytest.approx(now - 1, abs=0.01)
-    assert schedule.running("held", 60) is True
-    assert schedule.forget("held") is True
-    taken = schedule.take_due(limit=10, lease=30, ahead=0)
-    assert [(t.mail_id, t.payload, t.watched) for t in taken] == [
-        ("due", b"D", False),
-        ("late", b"W", True),
-    ]
-    assert schedule.done(["due", "late"]) == 2
-    assert schedule.payload("later") == b"L" and schedule.cancel("later") == b"L"
-    assert old.stats() == ScheduleStats(0, 0, 0, None, 0)
-    assert schedule.next_due() is None  # finds the old keys empty
-    before = _calls(client)
-    schedule.next_due()
-    assert _calls(client) - before == 2 * SHARDS, "the old keys are not read any more"
-
-
-def test_a_promoting_legacy_entry_parked_again_keeps_its_new_entry(
-    client: redis.Redis, redis_url: str
-) -> None:
-    """A mail taken from the single-slot keys that runs and parks again before ``done``: the
-    new entry (in its shard) stays; ``done`` removes only the old promoting one."""
-    old = RedisSchedule(client, redis_url, shards=1)
-    old.park("m", time.time() - 1, b"old")
-    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
-    (taken,) = schedule.take_due(lease=30, ahead=0)
-    schedule.park("m", time.time() + 60, b"new")
-    assert schedule.done([taken.mail_id]) == 1
-    assert [(m, p) for m, _, p in schedule.scan()] == [("m", b"new")]
 
 
 def test_a_pollers_read_takes_each_shards_parked_entries_at_most_every_stale_seconds(
@@ -167,20 +120,3 @@ def test_a_pollers_read_takes_each_shards_parked_entries_at_most_every_stale_sec
     assert poller.next_due(3600) == pytest.approx(now + 30, abs=0.01)
     other.watch("held", now + 10, b"W")
     assert poller.next_due(3600) == pytest.approx(now + 10, abs=0.01)
-
-
-def test_parking_a_mail_watched_under_the_single_slot_keys_replaces_its_watch(
-    client: redis.Redis, redis_url: str
-) -> None:
-    """One entry per mail id across layouts: a mail watched by a worker of an earlier version
-    that parks (or is watched) again on this one leaves no watch behind in the old keys."""
-    old = RedisSchedule(client, redis_url, shards=1)
-    now = time.time()
-    old.watch("m", now + 5, b"W")
-    old.watch("n", now + 5, b"W")
-    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
-    schedule.park("m", now + 600, b"P")
-    schedule.watch("n", now + 9, b"V")
-    assert old.stats() == ScheduleStats(0, 0, 0, None, 0)
-    rows = {mail_id: payload for mail_id, _, payload in schedule.scan()}
-    assert rows == {"m": b"P", "n": b"V"}

@@ -48,7 +48,7 @@ def test_the_schedule_works_on_a_cluster(cluster: RedisClusterServers) -> None:
 
 def test_parked_mails_spread_evenly_over_a_clusters_nodes(cluster: RedisClusterServers) -> None:
     """3 000 parked mails on a three-node Cluster: each node holds two shards and about a
-    third of the mails (within 10 %); the single-slot keys of earlier versions stay unused."""
+    third of the mails (within 10 %)."""
     schedule = schedule_from_url(cluster.url)
     assert isinstance(schedule, RedisSchedule)
     now = time.time()
@@ -61,7 +61,6 @@ def test_parked_mails_spread_evenly_over_a_clusters_nodes(cluster: RedisClusterS
         client.close()
     assert sum(per_node) == 3000 and schedule.stats().parked == 3000
     assert max(per_node) <= 1.1 * 1000 and min(per_node) >= 0.9 * 1000, per_node
-    assert schedule.legacy is not None and not schedule.client.exists(schedule.legacy.due_key)
     for n in range(3000):
         schedule.cancel(f"mail-{n}")
     schedule.client.close()

@@ -1,5 +1,5 @@
-"""A parked mail's payload (workers/payload.py): version 3 is small and the same mail; version 1
-and 2 entries, parked by earlier workers, are still read as they were written."""
+"""A parked mail's payload (workers/payload.py): small and the same mail; nothing but the
+version written is read."""
 
 from __future__ import annotations
 
@@ -30,17 +30,18 @@ def _kwargs() -> tuple[dict[str, object], str]:
     return {"subject": "s", "body": "b", "_requested_at": 1795484742.938, "mail_id": MAIL}, sealed
 
 
-def test_version_3_is_the_same_mail_in_a_third_of_the_bytes() -> None:
+def test_a_payload_is_the_same_mail_in_a_third_of_the_bytes() -> None:
     """The mail id, the seal and ``_requested_at`` are left out (the progress keeps its turn);
     decoding with the mail id gives the same call, and the progress sealed again at
     publication unseals to the same progress (turn 0, a caller's eta parked at enqueue, as
     turn 1: a published payload is no first message)."""
     kwargs, sealed = _kwargs()
     entry = Parked(MAIL, ["r1234@example.com"], kwargs | {"_progress": sealed}, 1795484876.062)
-    old = _version1(entry)
-    new = Parked(MAIL, entry.args, entry.kwargs, entry.due, progress=PROGRESS).array(version=3)
-    assert new[:3] == b"[3," and MAIL.encode() not in new and b"_progress" not in new
-    assert len(new) <= 140 and len(new) * 3 < len(old), (len(new), len(old))
+    message = json.dumps({"args": entry.args, "kwargs": entry.kwargs}).encode()
+    new = Parked(MAIL, entry.args, entry.kwargs, entry.due, progress=PROGRESS).array()
+    assert new[:3] == b"[4," and WRITE_VERSION == 4
+    assert MAIL.encode() not in new and b"_progress" not in new
+    assert len(new) <= 140 and len(new) * 3 < len(message), (len(new), len(message))
     back = Parked.decode(new, MAIL)
     assert back.task_id == MAIL and back.args == ["r1234@example.com"]
     assert back.kwargs == {"subject": "s", "body": "b", "mail_id": MAIL}
@@ -61,33 +62,19 @@ def test_a_payload_is_published_with_its_own_turn(turn: int) -> None:
     assert unseal(published["_progress"], MAIL, SECRET) == progress
 
 
-def test_a_version_1_payload_is_read_as_it_was_written() -> None:
-    """Bytes as the first parking workers wrote them (JSON object, sealed ``_progress`` in the
-    kwargs, ``task`` only when it is not the mail id): the same call is published, seal and all."""
+def test_a_message_kept_as_enqueued_is_published_as_it_was() -> None:
+    """A payload with no progress (a message kept as it was enqueued) reads back with its
+    kwargs, a sealed ``_progress`` among them, and is published as it was."""
     kwargs, sealed = _kwargs()
-    written = (
-        '{"v":1,"args":["ada@example.com"],"task":"t-9","kwargs":{"subject":"s","body":"b",'
-        f'"_requested_at":1795484742.938,"mail_id":"{MAIL}","_progress":"{sealed}"}},'
-        '"due":1795484876.062}'
-    ).encode()
-    for given in (None, MAIL):  # the mail id is in the payload itself
-        entry = Parked.decode(written, given)
-        assert entry.task_id == "t-9" and entry.args == ["ada@example.com"]
-        assert entry.kwargs == kwargs | {"_progress": sealed} and entry.progress is None
-        assert entry.due == 1795484876.062
-        assert entry.message_kwargs(MAIL, "another secret") == entry.kwargs  # as it was
-    same = Parked.decode(written.replace(b'"task":"t-9",', b""))
-    assert same.task_id == MAIL
+    entry = Parked("t-9", ["ada@example.com"], kwargs | {"_progress": sealed}, 1795484876.062)
+    back = Parked.decode(entry.encode(), MAIL)
+    assert back == entry and back.progress is None
+    assert back.message_kwargs(MAIL, "another secret") == entry.kwargs
 
 
 def test_a_progress_written_before_first_seen_keeps_its_deadline() -> None:
-    """A version 2 payload and a sealed progress written before ``first_seen`` existed (eight
-    values; no such key) count the kind's deadline from their ``requested_at``, as they did: an
-    upgrade does not give a waiting mail a new deadline."""
-    values = [0, 0, 0, 1, "", 1795484742.938, 1795484876.062, 1795484876.062]
-    written = json.dumps([2, 1795484876.062, ["ada@example.com"], {}, values]).encode()
-    parked = Parked.decode(written, MAIL).progress
-    assert parked is not None and parked.first_seen == parked.requested_at == 1795484742.938
+    """A progress without ``first_seen`` (no such key) counts the kind's deadline from its
+    ``requested_at``."""
     old = {k: v for k, v in PROGRESS.as_dict().items() if k != "first_seen"}
     assert Progress.from_dict(old).first_seen == PROGRESS.requested_at
     assert Progress.from_dict(PROGRESS.as_dict()) == PROGRESS
@@ -95,40 +82,28 @@ def test_a_progress_written_before_first_seen_keeps_its_deadline() -> None:
     assert Progress.from_dict(unseen.as_dict()).first_seen == 0.0
 
 
-def test_version_3_writes_the_progress_s_times_from_the_due() -> None:
+def test_the_progress_s_times_are_written_from_the_due() -> None:
     """A slot the progress holds is the payload's due (``0``), an unset time ``null``, the
-    others whole milliseconds from it: the usual progress is 40 B, half version 2's. Slots
+    others whole milliseconds from it. Slots
     come back exact (a hop compares them for equality), whole milliseconds or not; the
     first time seen and the request time to the millisecond (a deadline is not moved by more
     than half of one)."""
     due = 1795484876.061
     progress = Progress(deferrals=1, due=due, first_due=due, first_seen=1795484743.0126, turn=2)
-    raw = Parked(MAIL, [], {"mail_id": MAIL}, due, progress).array(version=3)
-    assert raw == b'[3,1795484876061,[],{},[0,0,0,1,"",null,0,0,-133048,2,""]]'
+    raw = Parked(MAIL, [], {"mail_id": MAIL}, due, progress).array()
+    assert raw == b"[4,1795484876061,[],{},[1,null,-133048,2]]"
     back = Parked.decode(raw, MAIL).progress
     assert back == replace(progress, first_seen=1795484743.013)
     assert back is not None and (back.due, back.first_due, back.requested_at) == (due, due, 0.0)
     odd = Progress(due=1795484876.0617483, first_due=1795484000.5, requested_at=1795484742.938)
-    again = Parked.decode(Parked(MAIL, [], {"mail_id": MAIL}, due, odd).encode(version=3), MAIL)
+    again = Parked.decode(Parked(MAIL, [], {"mail_id": MAIL}, due, odd).encode(), MAIL)
     assert again.progress == odd and again.due == due
 
 
-def test_version_4_is_written_and_reads_as_versions_2_and_3_do() -> None:
-    """The smallest version is written; a version 2 or 3 entry of the same mail reads the
-    same."""
-    assert WRITE_VERSION == 4
-    entry = Parked(MAIL, ["ada@example.com"], {"mail_id": MAIL}, 1795484876.062, PROGRESS)
-    raw = entry.array()
-    assert raw[:3] == b"[4,"
-    assert len(raw) <= len(entry.array(version=3))
-    older = [Parked.decode(entry.encode(version=v), MAIL) for v in (2, 3)]
-    assert Parked.decode(raw, MAIL) == older[0] == older[1] == entry
-
-
-def test_version_4_leaves_the_usual_values_at_the_end_out() -> None:
-    """A booked mail's progress in version 4: deferrals, request time, first time seen, turn
-    and parent; the counts at 0, no stale owner and its due the slot itself are left out
-    (read back as such), where version 3 writes all eleven values; the first time seen counts
+def test_the_usual_values_at_the_end_are_left_out() -> None:
+    """A booked mail's progress: deferrals, request time, first time seen, turn and parent;
+    the counts at 0, no stale owner and its due the slot itself are left out (read back as
+    such); the first time seen counts
     from the request (74 ms: the queue's wait). A value that is not the usual one is written,
     with every one before it."""
     due = 1795484876.061
@@ -162,25 +137,13 @@ def test_version_4_leaves_the_usual_values_at_the_end_out() -> None:
         (["ada@example.com", "s"], b'["ada@example.com","s"]'),
     ],
 )
-def test_version_4_writes_one_address_as_a_string(args: list[object], written: bytes) -> None:
-    """``send_mail(to, ...)`` with one address (the usual call): its args are that string in
-    version 4, read back as the list; any other args as the list."""
+def test_one_address_is_written_as_a_string(args: list[object], written: bytes) -> None:
+    """``send_mail(to, ...)`` with one address (the usual call): its args are that string,
+    read back as the list; any other args as the list."""
     entry = Parked(MAIL, args, {"mail_id": MAIL}, 1795484876.062, PROGRESS)
     raw = entry.array()
     assert raw.startswith(b"[4,1795484876062," + written + b","), raw
     assert Parked.decode(raw, MAIL) == entry
-
-
-def test_a_version_2_payload_is_read_as_it_was_written() -> None:
-    """Bytes as workers wrote them before version 3 (the due and the progress's times in
-    epoch seconds): the same mail and progress."""
-    values = [0, 0, 0, 1, "", 1795484742.938, 1795484876.0617483, 1795484876.0617483]
-    values += [1795484743.012, 1, "afed39f9"]
-    written = json.dumps([2, 1795484876.062, ["ada@example.com"], {"subject": "s"}, values, "t-9"])
-    entry = Parked.decode(written.encode(), MAIL)
-    assert (entry.task_id, entry.due, entry.args) == ("t-9", 1795484876.062, ["ada@example.com"])
-    assert entry.kwargs == {"subject": "s", "mail_id": MAIL}
-    assert entry.progress == replace(PROGRESS, turn=1, parent="afed39f9")
 
 
 def test_a_payload_is_packed_and_a_caller_s_task_id_kept() -> None:
@@ -206,15 +169,6 @@ def test_a_payload_is_packed_and_a_caller_s_task_id_kept() -> None:
     assert Parked.decode(packed, MAIL) == short
 
 
-def test_a_payload_compressed_by_an_earlier_worker_is_read() -> None:
-    """Earlier workers stored a payload over 200 B zlib-compressed, without the dictionary."""
-    kwargs, _ = _kwargs()
-    entry = Parked(MAIL, ["ada@example.com"], kwargs | {"body": "b" * 300}, 12.25, PROGRESS)
-    written = zlib.compress(entry.array(), 6)
-    assert written[:1] == b"x"
-    assert Parked.decode(written, MAIL) == Parked.decode(entry.encode(), MAIL)
-
-
 @pytest.mark.parametrize(
     "bad",
     [
@@ -222,6 +176,7 @@ def test_a_payload_compressed_by_an_earlier_worker_is_read() -> None:
         b"",
         b"\xff",
         b"x\x9cnot zlib",
+        zlib.compress(b"[4,1,[],{},null]"),  # zlib without the dictionary: not a payload
         b"d",
         b"dnot deflate",
         pack(b"[4,1,[],{},null]")[:-1],  # cut short
@@ -230,13 +185,16 @@ def test_a_payload_compressed_by_an_earlier_worker_is_read() -> None:
         b"[]",
         b'{"v": 3}',
         b'{"v": 1, "task": "t", "args": []}',
+        b'{"v":1,"args":[],"kwargs":{"mail_id":"m"},"due":1.0}',  # no other version is read
+        b"[2, 1.0, [], {}, null]",
+        b"[3, 1, [], {}, null]",
         b'[2, 1.0, [], {"mail_id": "m"}, null]',  # the mail id is never in the kwargs
         b"[2, 1.0, [], {}, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]",  # more progress than there is
         b'[2, "soon", [], {}, null]',
         b"[2, 1.0, {}, {}, null]",
         b"[2, 1.0, [], {}, null, 7]",  # a task id that is not a string
-        b"[3, 1.5, [], {}, null]",  # version 3's due is whole milliseconds
-        b"[3, true, [], {}, null]",
+        b"[4, 1.5, [], {}, null]",  # the due is whole milliseconds
+        b"[4, true, [], {}, null]",
         b"[5, 1, [], {}, null]",
         b"[4, 1, [], {}, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]",
     ],
@@ -245,15 +203,6 @@ def test_anything_else_is_a_value_error(bad: bytes | None) -> None:
     """What the promoter buries (a dead letter), never retried."""
     with pytest.raises(ValueError):
         Parked.decode(bad, "m")
-
-
-def _version1(entry: Parked) -> bytes:
-    """What the version 1 encoder wrote for ``entry``."""
-    data: dict[str, object] = {"v": 1, "args": entry.args}
-    if entry.task_id != entry.kwargs.get("mail_id"):
-        data["task"] = entry.task_id
-    data |= {"kwargs": entry.kwargs, "due": round(entry.due, 3)}
-    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def test_a_parked_mail_keeps_its_greylisting_count() -> None:

@@ -13,8 +13,6 @@ from typing import Any
 import click
 
 from mailer.errors import BackendUnavailable
-from mailer.records.schedule import RedisSchedule, Schedule
-from mailer.records.schedule.legacy import legacy_names
 from mailer.settings import Settings
 from workers.cli import views
 from workers.cli.errors import fail
@@ -72,21 +70,3 @@ def scheduled(as_json: bool) -> None:
             click.echo(f"  {name:<20} {count:>5}")
     for mail_id in dead:
         click.echo(f"dead letter: {mail_id}")
-    _legacy(schedule, settings.queue)
-
-
-def _legacy(schedule: Schedule, queue: str) -> None:
-    """One line per schedule named after a broker URL that still holds mails (a worker that
-    starts moves them into the queue's one)."""
-    if not isinstance(schedule, RedisSchedule):
-        return
-    try:
-        for name in legacy_names(schedule.client, "mailguard", queue):
-            old = RedisSchedule(schedule.client, schedule.url, queue=name)
-            stats = old.stats()
-            click.echo(
-                f"schedule {name}: {stats.parked + stats.promoting} parked, {stats.watched} "
-                "watched, named after a broker URL (the next worker to start moves them in)"
-            )
-    except BackendUnavailable as exc:
-        fail(str(exc))

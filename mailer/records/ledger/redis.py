@@ -16,8 +16,6 @@ Keys, both with the mail id as ``{hash tag}`` so that one mail's keys share a Cl
   :data:`~mailer.records.ledger.base.SENT_TTL` (``EX``)
 - ``<ns>:runs:{<mail id>}``: how many redelivered copies were handed to a pool since a run
   last ended (``handoff.lua``), expiring after :data:`~mailer.records.ledger.base.RUNS_TTL`
-- ``<ns>:seen:{<mail id>}``: ``first_seen`` as versions before the claim kept it: read for a
-  claim that keeps none, deleted with the recorded outcome, never written
 - ``<ns>:turn:{<mail id>}``: the turn of the latest run that claimed the mail
   (``<number>:<parent>``, ``begin.lua``), so that a stale copy ends at its ``begin``; deleted
   with the recorded outcome, expiring after :data:`~mailer.records.ledger.base.TURN_TTL`
@@ -120,11 +118,11 @@ class RedisLedger:
         return self._redis.client
 
     def _keys(self, mail_id: str) -> list[str]:
-        """The claim, the sent marker, the hand-off count, ``first_seen`` as older versions
-        kept it and the turn of ``mail_id`` (one slot)."""
+        """The claim, the sent marker, the hand-off count and the turn of ``mail_id`` (one
+        slot)."""
         tag = f"{{{mail_id}}}"
         ns = self._ns
-        names = ("claim", "sent", "runs", "seen", "turn")
+        names = ("claim", "sent", "runs", "turn")
         return [f"{ns}:{name}:{tag}" for name in names]
 
     def begin(
@@ -191,7 +189,7 @@ class RedisLedger:
         first_seen: float | None,
         turn: Turn | None,
     ) -> tuple[list[str], list[Any]]:
-        claim, sent, _, seen, kept = self._keys(mail_id)
+        claim, sent, _, kept = self._keys(mail_id)
         remember = "" if first_seen is None else repr(float(first_seen))
         number, parent = ("", "") if turn is None else (str(int(turn.number)), turn.parent)
         args: list[Any] = [owner, int(lease * 1000), takeover or "", remember, FIRST_SEEN_TTL]
@@ -200,27 +198,25 @@ class RedisLedger:
         if self._schedule is not None and number == "0" and turn is not None and turn.copy:
             schedule, field = self._schedule[0], self._schedule[1](mail_id)
         args += [number, parent, TURN_TTL, field]
-        return [claim, sent, seen, kept, schedule], args
+        return [claim, sent, kept, schedule], args
 
     def unclaim(self, mail_id: str, owner: str) -> None:
-        claim, _, runs, _, _ = self._keys(mail_id)
+        claim, _, runs, _ = self._keys(mail_id)
         self._unclaim([claim, runs], [owner])
 
     def record(self, outcome: Outcome) -> None:
         """The sent marker and the mail's other keys dropped in one round trip, no script:
         ``SET`` then ``DEL`` written at once (:func:`send_together`). Not atomic, and need not
-        be: every ``begin`` reads the marker first, so a claim, turn or first_seen left by a
+        be: every ``begin`` reads the marker first, so a claim or turn left by a
         connection lost between the two answers nothing and expires (``record.lua``, the same
         in one script, is what :meth:`record_command` gives a caller that pipelines it with its
         own, and what runs on Cluster, whose pipelines send no multi-key ``DEL``)."""
         if not self.reads_together:  # a Cluster pipeline sends no multi-key DEL: the script
             self._record(self._keys(outcome.mail_id), [json.dumps(outcome.as_dict()), SENT_TTL])
             return
-        claim, sent, runs, seen, kept = self._keys(outcome.mail_id)
+        claim, sent, runs, kept = self._keys(outcome.mail_id)
         marker = ("SET", sent, json.dumps(outcome.as_dict()), "EX", SENT_TTL)
-        self._redis.call(
-            send_together, self._redis.client, [marker, ("DEL", claim, runs, seen, kept)]
-        )
+        self._redis.call(send_together, self._redis.client, [marker, ("DEL", claim, runs, kept)])
 
     def record_command(self, outcome: Outcome) -> tuple[str, list[str], list[Any], Any]:
         """:meth:`record` as ``(script, keys, args, client)``, for a caller that sends it in

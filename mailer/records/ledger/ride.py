@@ -21,8 +21,8 @@ suppression, a hold) empty. Otherwise nothing is decided and the caller asks the
 own, as it would without the ride. A decision that raises (foreign data in the key) is not
 made either: the caller's own call meets the error and handles it.
 
-Composed script, keys and arguments: ``KEYS[1..5]`` and ``ARGV[1..9]`` as ``begin.lua``;
-``KEYS[6 .. 5+g]`` the gates' keys, ``KEYS[6+g]`` the decision's key; ``ARGV[10]`` g;
+Composed script, keys and arguments: ``KEYS[1..4]`` and ``ARGV[1..9]`` as ``begin.lua``;
+``KEYS[5 .. 4+g]`` the gates' keys, ``KEYS[5+g]`` the decision's key; ``ARGV[10]`` g;
 ``ARGV[11..]`` the decision's arguments. Reply: begin's, the values of the gates' keys as read,
 then the decision's reply (nil when none was made).
 """
@@ -37,15 +37,15 @@ from typing import Any
 #: ``remembered`` (a first_seen kept before the call) are in scope.
 _RIDE = """\
 local gates = tonumber(ARGV[10])
-local at = 6 + gates -- the decision's key and its value in read
+local at = 5 + gates -- the decision's key and its value in read
 local clear = reply[1] == 1 and (ARGV[4] == '' or not remembered)
-for i = 6, at - 1 do if read[i] then clear = false end end
-reply[at - 3] = false -- the log's value is not sent back; the decision is, when made
+for i = 5, at - 1 do if read[i] then clear = false end end
+reply[at - 2] = false -- the log's value is not sent back; the decision is, when made
 if clear then
   local args = {}
   for i = 11, #ARGV do args[i - 10] = ARGV[i] end
   local ok, answer = pcall(decide, {KEYS[at]}, args, prefetched(KEYS[at], read[at], time))
-  if ok then reply[at - 3] = answer end
+  if ok then reply[at - 2] = answer end
 end
 """
 

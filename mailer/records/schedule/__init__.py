@@ -27,8 +27,6 @@ take hands the entry out and the promoter publishes it again: the watchdog.
 - :mod:`mailer.records.schedule.shard`: :class:`ScheduleShard`, one shard's keys; scripts in
   ``lua/``
 - :mod:`mailer.records.schedule.park`: when a deferral is parked (pure)
-- :mod:`mailer.records.schedule.legacy`: schedules named after a broker URL, moved into the
-  queue's schedule
 - :func:`schedule_from_url`: the one that fits a URL's scheme
 """
 

@@ -2,9 +2,7 @@
 
 A mail id that is a UUID in its usual text form (36 characters, lowercase: Celery's task ids,
 so most mails) is stored as 17 bytes, ``0xff`` and the UUID's 16 bytes; any other id as its
-UTF-8 text. ``0xff`` never occurs in UTF-8, so the two never meet. Earlier versions stored
-every id as its text: :func:`earlier` is that name, for the scripts that must still find an
-entry written so (after an upgrade, until it leaves the schedule).
+UTF-8 text. ``0xff`` never occurs in UTF-8, so the two never meet.
 
 A sorted set member and a hash field of 17 bytes take a 24-byte allocation where 36 take 48:
 about 48 B less a parked mail (its ``due`` member and its ``payloads`` field).
@@ -30,15 +28,9 @@ def stored(mail_id: str) -> bytes:
     return mail_id.encode()
 
 
-def earlier(mail_id: str) -> bytes:
-    """How earlier versions named ``mail_id`` (its text) when that is not :func:`stored`'s
-    name; ``b""`` when it is the same."""
-    text = mail_id.encode()
-    return b"" if stored(mail_id) == text else text
-
-
 def mail_id_of(name: bytes | str) -> str:
-    """The mail id a schedule's member or field ``name`` stands for (either form)."""
+    """The mail id a schedule's member or field ``name`` stands for (a UUID's 17 bytes or an
+    id's text)."""
     raw = name.encode() if isinstance(name, str) else bytes(name)
     if len(raw) == 17 and raw[:1] == MARK:
         return str(uuid.UUID(bytes=raw[1:]))

@@ -21,14 +21,6 @@ entry of every shard in one pipeline (two ``ZRANGE`` a shard: the idle cost of a
 has something due, earliest first shard first: each gets an equal share of ``limit``, the
 shards that filled their share share what is left. No shard waits behind another's backlog;
 what is taken is returned earliest first. :meth:`RedisSchedule.stats` sums the shards.
-
-**Upgrade.** The single-slot schedule of earlier versions, ``<ns>:{schedule:<q>}``, is read as
-one more shard while it holds anything (checked every :data:`LEGACY_RECHECK` seconds, and left
-as soon as a read finds it empty): its entries are promoted where they are (no bulk move at a
-worker's start: a million parked mails would hold it for minutes), and ``done``, ``release``,
-``bury``, ``cancel`` and ``payload`` reach it too meanwhile; ``running`` and ``forget`` (every
-run's) only while it holds watches (a minute after the last worker of an earlier version
-stopped). New entries always go to the shards. ``shards=1`` is that layout exactly.
 """
 
 from __future__ import annotations
@@ -50,8 +42,6 @@ from mailer.storage import RedisStore, is_cluster
 
 #: How many shards a queue's schedule has (every process of a deployment must agree).
 SHARDS = 6
-#: Seconds between two checks of the single-slot schedule of earlier versions once it is empty.
-LEGACY_RECHECK = 60.0
 
 
 def shards_for(url: str) -> int:
@@ -61,8 +51,8 @@ def shards_for(url: str) -> int:
 
 
 def shard_tags(queue: str, count: int) -> list[str]:
-    """The hash tags of ``queue``'s ``count`` shards (the module's docstring); one shard: the
-    single-slot schedule's own, ``schedule:<q>``."""
+    """The hash tags of ``queue``'s ``count`` shards (the module's docstring); one shard:
+    ``schedule:<q>``."""
     clean = "".join(c for c in queue if c not in "{}")
     if count == 1:
         return [f"schedule:{clean}"]
@@ -101,13 +91,6 @@ class RedisSchedule:
             ScheduleShard(self._redis, f"{namespace}:{{{tag}}}")
             for tag in shard_tags(queue, shards)
         ]
-        #: The single-slot schedule of earlier versions (None when it is the one shard).
-        (legacy_tag,) = shard_tags(queue, 1)
-        self.legacy = (
-            None if shards == 1 else ScheduleShard(self._redis, f"{namespace}:{{{legacy_tag}}}")
-        )
-        self._legacy_live = self._legacy_watches = False
-        self._legacy_checked = -math.inf  # monotonic time of the last check
         #: id(shard) -> (monotonic time it was read, its first ``due`` score): see next_due.
         self._due_read: dict[int, tuple[float, float | None]] = {}
 
@@ -129,7 +112,7 @@ class RedisSchedule:
         if is_cluster(self.url):
             time.sleep(timeout)
             return False
-        keys = [shard.wake_key for shard in self._every()]
+        keys = [shard.wake_key for shard in self.shards]
         return self._redis.call(self.client.blpop, keys, timeout=max(timeout, 0.01)) is not None
 
     def unavailable(self) -> AbstractContextManager[None]:
@@ -140,50 +123,19 @@ class RedisSchedule:
         """The shard ``mail_id`` is parked or watched in."""
         return self.shards[zlib.crc32(mail_id.encode()) % len(self.shards)]
 
-    def _legacy(self, *, watches: bool = False) -> ScheduleShard | None:
-        """The single-slot schedule while it may hold entries (``watches``: watched ones),
-        known from a check (one round trip) at most every :data:`LEGACY_RECHECK` seconds."""
-        if self.legacy is None:
-            return None
-        now = time.monotonic()
-        if now - self._legacy_checked >= LEGACY_RECHECK:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.exists(self.legacy.due_key)
-            pipe.exists(self.legacy.watch_key)
-            due, watched = self._redis.call(pipe.execute)
-            self._legacy_live, self._legacy_watches = bool(due or watched), bool(watched)
-            self._legacy_checked = now
-        live = self._legacy_watches if watches else self._legacy_live
-        return self.legacy if live else None
-
-    def _where(self, mail_id: str, *, watches: bool = False) -> list[ScheduleShard]:
-        """Where an entry of ``mail_id`` may be: its shard, and the legacy one while live."""
-        legacy = self._legacy(watches=watches)
-        own = self.shard_of(mail_id)
-        return [own] if legacy is None else [own, legacy]
-
-    def _live(self) -> list[ScheduleShard]:
-        legacy = self._legacy()
-        return self.shards if legacy is None else [*self.shards, legacy]
-
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
-        own, *old = self._where(mail_id, watches=True)
+        own = self.shard_of(mail_id)
         own.park(mail_id, due, payload)
         self._due_read.pop(id(own), None)
-        for shard in old:  # one entry per mail id: a watch an earlier version wrote goes
-            shard.forget(mail_id)
 
     def watch(self, mail_id: str, due: float, payload: bytes) -> None:
-        own, *old = self._where(mail_id, watches=True)
-        own.watch(mail_id, due, payload)
-        for shard in old:
-            shard.forget(mail_id)
+        self.shard_of(mail_id).watch(mail_id, due, payload)
 
     def running(self, mail_id: str, lease: float) -> bool:
-        return any([shard.running(mail_id, lease) for shard in self._where(mail_id, watches=True)])
+        return self.shard_of(mail_id).running(mail_id, lease)
 
     def forget(self, mail_id: str) -> bool:
-        return any([shard.forget(mail_id) for shard in self._where(mail_id, watches=True)])
+        return self.shard_of(mail_id).forget(mail_id)
 
     def release(self, taken: Sequence[Taken], after: float) -> int:
         groups = self._groups(taken)
@@ -196,13 +148,11 @@ class RedisSchedule:
         return sum(shard.done([t.mail_id for t in group]) for shard, group in groups)
 
     def _groups(self, taken: Sequence[Taken]) -> list[tuple[ScheduleShard, list[Taken]]]:
-        """``taken`` by shard (the legacy one gets them all while live: it answers for its own)."""
+        """``taken`` by shard."""
         by_shard: dict[int, list[Taken]] = {}
         for entry in taken:
             by_shard.setdefault(id(self.shard_of(entry.mail_id)), []).append(entry)
-        groups = [(s, by_shard[id(s)]) for s in self.shards if id(s) in by_shard]
-        legacy = self._legacy() if taken else None
-        return groups if legacy is None else [*groups, (legacy, list(taken))]
+        return [(s, by_shard[id(s)]) for s in self.shards if id(s) in by_shard]
 
     def take_due(
         self, limit: int = TAKE_LIMIT, lease: float = PROMOTE_LEASE, ahead: float = TAKE_AHEAD
@@ -232,10 +182,10 @@ class RedisSchedule:
         return [entry for entry, _ in rows]
 
     def _firsts(self, stale: float = 0.0) -> list[tuple[ScheduleShard, float | None]]:
-        """Each live shard and when it next has something to hand out: one pipeline, its
-        ``watch`` first always read, its ``due`` first only when the last read is ``stale``
-        seconds old (see :meth:`next_due`)."""
-        shards = self._live()
+        """Each shard and when it next has something to hand out: one pipeline, its ``watch``
+        first always read, its ``due`` first only when the last read is ``stale`` seconds old
+        (see :meth:`next_due`)."""
+        shards = self.shards
         now = time.monotonic()
         fresh = [
             stale <= 0 or (read := self._due_read.get(id(s))) is None or now - read[0] >= stale
@@ -255,10 +205,6 @@ class RedisSchedule:
             watched = first_of(next(replies))
             times = [t for t in (self._due_read[id(shard)][1], watched) if t is not None]
             firsts.append((shard, min(times, default=None)))
-        if self.legacy is not None and firsts[-1] == (self.legacy, None):
-            # Read empty: checked again in LEGACY_RECHECK.
-            self._legacy_live = self._legacy_watches = False
-            self._legacy_checked = now
         return firsts
 
     def next_due(self, stale: float = 0.0) -> float | None:
@@ -271,25 +217,16 @@ class RedisSchedule:
         return min((t for _, t in self._firsts(stale) if t is not None), default=None)
 
     def bury(self, mail_id: str) -> None:
-        own, *old = self._where(mail_id)
-        held = [shard for shard in old if shard.payload(mail_id) is not None]
-        (held[0] if held else own).bury(mail_id)
+        self.shard_of(mail_id).bury(mail_id)
 
     def cancel(self, mail_id: str) -> bytes | None:
-        payloads = [shard.cancel(mail_id) for shard in self._where(mail_id)]
-        return next((p for p in payloads if p is not None), None)
+        return self.shard_of(mail_id).cancel(mail_id)
 
     def payload(self, mail_id: str) -> bytes | None:
-        return next(
-            (p for shard in self._where(mail_id) if (p := shard.payload(mail_id)) is not None),
-            None,
-        )
-
-    def _every(self) -> list[ScheduleShard]:
-        return self.shards if self.legacy is None else [*self.shards, self.legacy]
+        return self.shard_of(mail_id).payload(mail_id)
 
     def stats(self) -> ScheduleStats:
-        shards = self._every()
+        shards = self.shards
         pipe = self.client.pipeline(transaction=False)
         for shard in shards:
             shard.counts(pipe)
@@ -307,11 +244,11 @@ class RedisSchedule:
         return ScheduleStats(waiting - promoting, promoting, dead, earliest, watched)
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
-        for shard in self._every():
+        for shard in self.shards:
             yield from shard.scan()
 
     def dead_letters(self, limit: int = 100) -> list[tuple[str, bytes]]:
         rows: list[tuple[str, bytes]] = []
-        for shard in self._every():
+        for shard in self.shards:
             rows.extend(shard.dead_letters(limit - len(rows)))
         return rows

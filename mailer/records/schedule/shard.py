@@ -12,9 +12,9 @@ spreads a queue's entries over several): with the prefix ``<p>`` = ``<ns>:{<tag>
 - ``<p>:dead``: hash, mail id -> payload that could not be used
 
 One hash tag, so one Cluster slot (every script touches several keys). Mail ids are the only
-names stored in clear (a UUID as 17 bytes, :mod:`mailer.records.schedule.ids`; an entry an
-earlier version wrote under its text is still found by every method); addresses live inside
-payloads only as the workers encode them.
+names stored in clear (a UUID as 17 bytes, any other id as its text:
+:mod:`mailer.records.schedule.ids`); addresses live inside payloads only as the workers encode
+them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from mailer.clock import to_ms
 from mailer.records.schedule.base import Taken
-from mailer.records.schedule.ids import earlier, mail_id_of, stored
+from mailer.records.schedule.ids import mail_id_of, stored
 from mailer.storage import RedisStore, lua_source
 
 PARK_SCRIPT = lua_source("mailer.records.schedule", "park")
@@ -69,28 +69,23 @@ class ScheduleShard:
         return self._redis.client
 
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
-        self._park(self._all, [stored(mail_id), to_ms(due), payload, earlier(mail_id)])
+        self._park(self._all, [stored(mail_id), to_ms(due), payload])
 
     def watch(self, mail_id: str, due: float, payload: bytes) -> None:
         keys = [*self._all, self.wake_key]
-        self._watch(keys, [stored(mail_id), to_ms(due), payload, earlier(mail_id)])
+        self._watch(keys, [stored(mail_id), to_ms(due), payload])
 
     def running(self, mail_id: str, lease: float) -> bool:
-        args = [stored(mail_id), int(lease * 1000), earlier(mail_id)]
-        return bool(self._running(self._all, args))
+        return bool(self._running(self._all, [stored(mail_id), int(lease * 1000)]))
 
     def forget(self, mail_id: str) -> bool:
-        return bool(self._forget(self._all, [stored(mail_id), earlier(mail_id)]))
+        return bool(self._forget(self._all, [stored(mail_id)]))
 
     def release(self, taken: Sequence[Taken], after: float) -> int:
         if not taken:
             return 0
-        triples = [
-            value
-            for t in taken
-            for value in (stored(t.mail_id), "1" if t.watched else "0", earlier(t.mail_id))
-        ]
-        return int(self._release(self._all, [int(after * 1000), *triples]))
+        pairs = [value for t in taken for value in (stored(t.mail_id), "1" if t.watched else "0")]
+        return int(self._release(self._all, [int(after * 1000), *pairs]))
 
     def take(self, limit: int, lease: float, ahead: float) -> list[tuple[Taken, float]]:
         """Up to ``limit`` entries (take.lua), each with the score it had (epoch ms)."""
@@ -122,24 +117,19 @@ class ScheduleShard:
     def done(self, mail_ids: Sequence[str]) -> int:
         if not mail_ids:
             return 0
-        pairs = [value for mail_id in mail_ids for value in (stored(mail_id), earlier(mail_id))]
-        return int(self._done(self._waiting, pairs))
+        return int(self._done(self._waiting, [stored(mail_id) for mail_id in mail_ids]))
 
     def bury(self, mail_id: str) -> None:
-        self._bury([*self._waiting, self.dead_key], [stored(mail_id), earlier(mail_id)])
+        self._bury([*self._waiting, self.dead_key], [stored(mail_id)])
 
     def cancel(self, mail_id: str) -> bytes | None:
-        payload = self._cancel(self._all, [stored(mail_id), earlier(mail_id)])
+        payload = self._cancel(self._all, [stored(mail_id)])
         return bytes(payload) if payload is not None else None
 
     def payload(self, mail_id: str) -> bytes | None:
-        """The payload of ``mail_id`` (under either of its names: :mod:`.ids`)."""
-        pipe = self.client.pipeline(transaction=False)
-        names = [name for name in (stored(mail_id), earlier(mail_id)) if name]
-        for name in names:
-            pipe.hget(self.payloads_key, name)
-        found = [raw for raw in self._redis.call(pipe.execute) if raw is not None]
-        return bytes(found[0]) if found else None
+        """The payload of ``mail_id``."""
+        raw = self._redis.call(self.client.hget, self.payloads_key, stored(mail_id))
+        return None if raw is None else bytes(raw)
 
     def scan(self) -> Iterator[tuple[str, float | None, bytes]]:
         client = self.client

@@ -13,19 +13,16 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import redis
 from celery import Celery
 
 from devservers.celery_worker import ROOT, CeleryWorker, worker_env
 from devservers.smtp_server import SmtpTestServer
-from mailer.records.schedule import RedisSchedule, ScheduleStats
-from mailer.steps import Progress
+from mailer.records.schedule import RedisSchedule
 from tests.waiting import poll
 from tests.workers.cli.test_cli import run
 from workers import app as mailguard_app
-from workers.payload import Parked
 from workers.tasks import send_mail
 
 
@@ -200,35 +197,6 @@ def test_a_mail_parked_by_a_projects_worker_is_seen_and_cancelled_from_the_cli(
         worker.stop()
         project.close()
         schedule.client.close()
-
-
-def test_mails_parked_under_a_broker_keyed_schedule_are_moved_in_and_sent(
-    redis_url: str, smtp_server: SmtpTestServer
-) -> None:
-    """Given a mail parked in a schedule keyed by a broker URL's hash
-    (``mailguard:{schedule:mail@<hex>}``) and due now, ``mailguard scheduled`` names it, and a
-    project's worker that starts moves it into the queue's schedule and sends it, once; the
-    old schedule is left empty."""
-    env = _project_env(redis_url, smtp_server.url, MAILGUARD_POLICY="1/1s")
-    client = redis.Redis.from_url(env["MAILGUARD_LIMITER_URL"])
-    old = RedisSchedule(client, redis_url, queue="mail@0123456789ab", shards=1)
-    kwargs = {"mail_id": "parked-before", "subject": "old", "body": "x"}
-    entry = Parked("parked-before", ["ada@example.com"], kwargs, time.time(), Progress())
-    old.park("parked-before", entry.due, entry.encode())
-    shown = run(["scheduled"], env)
-    assert shown.returncode == 0, shown.stderr
-    assert "schedule mail@0123456789ab: 1 parked, 0 watched, named after a broker URL" in (
-        shown.stdout
-    )
-    worker = CeleryWorker(env, app_module="tests.workers.celery.project_app").start()
-    try:
-        poll(lambda: len(smtp_server.delivered) == 1, 20, "the old parked mail to be sent")
-        assert "mail(s) moved into the queue's schedule" in worker.log()
-    finally:
-        worker.stop()
-    assert [d.message["Subject"] for d in smtp_server.delivered] == ["old"]
-    assert old.stats() == ScheduleStats(0, 0, 0, None, 0)
-    client.close()
 
 
 def test_a_worker_beside_one_of_its_queue_on_another_broker_refuses_to_start(

@@ -111,44 +111,6 @@ def test_a_parked_mail_is_sent_once_at_its_slot(
     assert schedule.stats() == schedule.stats().__class__(0, 0, 1, None)
 
 
-def test_an_entry_parked_in_the_version_1_format_is_sent_once_at_its_slot(
-    redis_url: str, smtp_server: SmtpTestServer, schedule: RedisSchedule
-) -> None:
-    """A mail parked by a worker of the first format (a JSON object whose kwargs hold the mail
-    id and the sealed progress): today's promoter publishes it as it was, and it is sent once,
-    at its slot, with its booking (one deferral). Made here by rewriting a parked entry."""
-    env = worker_env(
-        redis_url, smtp_server.url, MAILGUARD_POLICY="1/4s, 50/1h", MAILGUARD_PARK_AFTER="1s"
-    )
-    app = client_app(env)
-    worker = CeleryWorker(env).start()
-    try:
-        results = [_send(app, "ada@example.com", f"old-{n}") for n in range(2)]
-        # whichever of the two runs second is booked and parked
-        poll(lambda: schedule.stats().parked == 1, 10, "one of the mails parked")
-        parked = next(n for n in range(2) if schedule.payload(f"old-{n}") is not None)
-        mail_id = f"old-{parked}"
-        entry = Parked.decode(schedule.payload(mail_id), mail_id)
-        assert entry.progress is not None
-        kwargs = entry.message_kwargs(mail_id, env["MAILGUARD_SECRET"])
-        kwargs["_requested_at"] = entry.progress.requested_at
-        old = {"v": 1, "args": entry.args, "kwargs": kwargs, "due": round(entry.due, 3)}
-        old["task"] = entry.task_id  # the task id, not the mail id: written by version 1
-        written = json.dumps(old, separators=(",", ":")).encode()
-        payloads = schedule.shard_of(mail_id).payloads_key
-        assert schedule.client.hset(payloads, mail_id, written) == 0
-        poll(lambda: all(r.ready() for r in results), 20, "both mails to be sent")
-    finally:
-        worker.stop()
-        app.close()
-    received = _received(smtp_server)
-    outcome = results[parked].get(timeout=1)
-    times = received[message_id(mail_id, SENDER)]
-    assert outcome["status"] == "sent" and len(times) == 1 and outcome["deferrals"] == 1
-    assert -EARLY_SLACK <= times[0] - outcome["due"] <= 1.0
-    assert schedule.stats().parked == 0
-
-
 #: Seconds between two first mails of ``test_every_worker_killed_with_parked_mails``: 100
 #: recipients' first mails offered at 33 a second, so each later round falls due at that rate,
 #: under what one restarted worker sends on a loaded 2-core machine (about 80 a second beside the

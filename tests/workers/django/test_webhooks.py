@@ -267,8 +267,9 @@ def test_record_event_rules(url: str) -> None:
         record_event(store, "not an address", "bounced")
 
 
-def test_an_entry_stored_before_sources_still_reads() -> None:
-    """A value written by an earlier version (no source) reads, its source told by its cause."""
+def test_an_entry_without_a_source_reads_its_source_from_its_cause() -> None:
+    """A value with no source (as written when the cause tells it) reads, its source told by
+    its cause."""
     old = Suppression.from_json('{"since": 1.0, "until": 2.0, "cause": "550 5.1.1 unknown"}')
     assert old == Suppression(1.0, 2.0, "550 5.1.1 unknown", "smtp")
     by_hand = Suppression.from_json('{"since": 1.0, "until": 2.0, "cause": "suppressed by hand"}')
@@ -289,8 +290,8 @@ def test_an_entry_stored_before_sources_still_reads() -> None:
 def test_the_source_is_stored_only_when_the_cause_does_not_tell_it(
     cause: str, source: Source, written: bool
 ) -> None:
-    """So a worker of an earlier version (which reads exactly since, until, cause) reads every
-    entry this version writes itself; each reads back the same here."""
+    """An entry is since, until and cause alone unless its cause does not tell its source;
+    each reads back the same."""
     entry = Suppression(1.0, 2.0, cause, source)
     stored = json.loads(entry.to_json())
     assert ("source" in stored) is written

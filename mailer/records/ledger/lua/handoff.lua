@@ -8,7 +8,7 @@ mailer/records/ledger/redis.py loads this file.
 
 KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": "<lease end>:<first_seen>:<owner>" (see
           begin.lua): a run holds the mail while its lease (epoch ms, Redis's clock) has not
-          ended; an older version's claim (the owner alone) while it exists
+          ended; a claim as 0.1.0 wrote it (the owner alone) while it exists
 KEYS[2]   the sent marker, "<namespace>:sent:{<mail id>}": the recorded final outcome
 KEYS[3]   the hand-off count, "<namespace>:runs:{<mail id>}": an integer, deleted by every run
           that ends (unclaim.lua, record). All three keys share the mail id as {hash tag}.

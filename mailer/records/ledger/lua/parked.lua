@@ -9,7 +9,7 @@ memory ledger reads no schedule). mailer/records/ledger/redis.py loads this file
 
 KEYS[1]   the claim, "<namespace>:claim:{<mail id>}": "<lease end>:<first_seen>:<owner>" (see
           begin.lua): deleted when given back (no owner); a claim a run holds (a copy that took
-          it since) and an older version's claim (the owner alone) stay
+          it since) and a claim as 0.1.0 wrote it (the owner alone) stay
 
 Reply: 1 if the claim was deleted, else 0.
 ]]

@@ -9,17 +9,11 @@ KEYS[3]   "<ns>:{<shard>}:payloads": hash, mail id -> the mail's payload (opaque
 KEYS[4]   "<ns>:{<shard>}:dead": hash, mail id -> the payload as it was ("" if none)
 ARGV[1]   mail id, as stored (mailer/records/schedule/ids.py: a UUID as 17 bytes); the
           dead letter is kept under it
-ARGV[2]   the mail id as earlier versions stored it (its text; "" when the same): an entry
-          under it (an earlier version's) is the one buried when ARGV[1] has none
 
 Reply: 1.
 ]]
 
 local id = ARGV[1]
-if ARGV[2] ~= '' and redis.call('HEXISTS', KEYS[3], id) == 0 and
-    redis.call('HEXISTS', KEYS[3], ARGV[2]) == 1 then
-  id = ARGV[2]
-end
 local payload = redis.call('HGET', KEYS[3], id) or ''
 redis.call('ZREM', KEYS[1], id)
 redis.call('SREM', KEYS[2], id)

@@ -8,22 +8,14 @@ KEYS[3]   "<ns>:{<shard>}:payloads": hash, mail id -> the mail's payload (opaque
 KEYS[4]   "<ns>:{<shard>}:watch": sorted set, member the mail id of a booked mail a worker
           holds as a countdown, score the time by which a run of it should have been seen (ms)
 ARGV[1]   mail id, as stored (mailer/records/schedule/ids.py: a UUID as 17 bytes)
-ARGV[2]   the mail id as earlier versions stored it (its text; "" when the same): an entry
-          under it (an earlier version's) is cancelled too
 
 Reply: the payload, or nil when the mail was not in the schedule.
 ]]
 
-local function cancel(id)
-  local payload = redis.call('HGET', KEYS[3], id)
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('SREM', KEYS[2], id)
-  redis.call('ZREM', KEYS[4], id)
-  redis.call('HDEL', KEYS[3], id)
-  return payload
-end
-local payload = cancel(ARGV[1])
-if ARGV[2] ~= '' and redis.call('HEXISTS', KEYS[3], ARGV[2]) == 1 then
-  payload = cancel(ARGV[2]) or payload
-end
+local id = ARGV[1]
+local payload = redis.call('HGET', KEYS[3], id)
+redis.call('ZREM', KEYS[1], id)
+redis.call('SREM', KEYS[2], id)
+redis.call('ZREM', KEYS[4], id)
+redis.call('HDEL', KEYS[3], id)
 return payload

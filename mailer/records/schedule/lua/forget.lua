@@ -9,20 +9,12 @@ KEYS[3]   "<ns>:{<shard>}:payloads": hash, mail id -> the mail's payload (opaque
 KEYS[4]   "<ns>:{<shard>}:watch": sorted set, member the mail id of a booked mail a worker
           holds as a countdown, score the time by which a run of it should have been seen (ms)
 ARGV[1]   mail id, as stored (mailer/records/schedule/ids.py: a UUID as 17 bytes)
-ARGV[2]   the mail id as earlier versions stored it (its text; "" when the same): an entry
-          under it (an earlier version's) goes too
 
 Reply: 1 when an entry was removed, else 0.
 ]]
 
-local function forget(id)
-  redis.call('ZREM', KEYS[1], id)
-  redis.call('SREM', KEYS[2], id)
-  redis.call('ZREM', KEYS[4], id)
-  return redis.call('HDEL', KEYS[3], id)
-end
-local n = forget(ARGV[1])
-if ARGV[2] ~= '' and redis.call('HEXISTS', KEYS[3], ARGV[2]) == 1 then
-  n = n + forget(ARGV[2])
-end
-return n > 0 and 1 or 0
+local id = ARGV[1]
+redis.call('ZREM', KEYS[1], id)
+redis.call('SREM', KEYS[2], id)
+redis.call('ZREM', KEYS[4], id)
+return redis.call('HDEL', KEYS[3], id)

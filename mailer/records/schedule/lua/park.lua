@@ -13,8 +13,6 @@ KEYS[4]   "<ns>:{<shard>}:watch": sorted set, member the mail id of a booked mai
 ARGV[1]   mail id, as stored (mailer/records/schedule/ids.py: a UUID as 17 bytes)
 ARGV[2]   due time, epoch milliseconds (integer)
 ARGV[3]   payload
-ARGV[4]   the mail id as earlier versions stored it (its text; "" when the same): an entry
-          under it (parked by an earlier version) goes
 
 Reply: 1. A promoting entry of the same id (a promoted mail that parks again) stops promoting,
 so the promoter that took it does not forget the new entry (done.lua removes only promoting ones);
@@ -25,9 +23,4 @@ redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-if ARGV[4] ~= '' and redis.call('HDEL', KEYS[3], ARGV[4]) == 1 then
-  redis.call('ZREM', KEYS[1], ARGV[4])
-  redis.call('SREM', KEYS[2], ARGV[4])
-  redis.call('ZREM', KEYS[4], ARGV[4])
-end
 return 1

@@ -10,11 +10,10 @@ KEYS[2]   "<ns>:{<shard>}:promoting": set of the mail ids being promoted
 KEYS[3]   "<ns>:{<shard>}:payloads": hash, mail id -> the mail's payload (opaque bytes)
 KEYS[4]   "<ns>:{<shard>}:watch": sorted set, member the mail id of a booked mail a worker
           holds as a countdown, score the time by which a run of it should have been seen (ms)
-ARGV      the delay, then triples:
+ARGV      the delay, then pairs:
 ARGV[1]   delay in milliseconds, from Redis's now
-          then, from ARGV[2], triples: mail id as stored (mailer/records/schedule/ids.py: a
-          UUID as 17 bytes), 1 if it was a watch else 0, and the mail id as earlier versions stored it (its text; "" when the same):
-          an entry promoting under it (an earlier version's) is released the same
+          then, from ARGV[2], pairs: mail id as stored (mailer/records/schedule/ids.py: a
+          UUID as 17 bytes), and 1 if it was a watch else 0
 
 Reply: how many entries were released.
 ]]
@@ -23,14 +22,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local at = now + tonumber(ARGV[1])
 local n = 0
-for i = 2, #ARGV, 3 do
+for i = 2, #ARGV, 2 do
   local id = ARGV[i]
-  local promoting = redis.call('SREM', KEYS[2], id) == 1
-  if not promoting and ARGV[i + 2] ~= '' then
-    id = ARGV[i + 2]
-    promoting = redis.call('SREM', KEYS[2], id) == 1
-  end
-  if promoting then
+  if redis.call('SREM', KEYS[2], id) == 1 then
     if ARGV[i + 1] == '1' then
       redis.call('ZREM', KEYS[1], id)
       redis.call('ZADD', KEYS[4], at, id)

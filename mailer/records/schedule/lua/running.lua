@@ -11,19 +11,12 @@ KEYS[4]   "<ns>:{<shard>}:watch": sorted set, member the mail id of a booked mai
           holds as a countdown, score the time by which a run of it should have been seen (ms)
 ARGV[1]   mail id, as stored (mailer/records/schedule/ids.py: a UUID as 17 bytes)
 ARGV[2]   the lease in milliseconds: the watch is due again at Redis's now + lease
-ARGV[3]   the mail id as earlier versions stored it (its text; "" when the same): a watch
-          under it (an earlier version's) is moved the same
 
 Reply: 1 when the mail is watched (its score moved), else 0.
 ]]
 
 local id = ARGV[1]
-if not redis.call('ZSCORE', KEYS[4], id) then
-  if ARGV[3] == '' or not redis.call('ZSCORE', KEYS[4], ARGV[3]) then
-    return 0
-  end
-  id = ARGV[3]
-end
+if not redis.call('ZSCORE', KEYS[4], id) then return 0 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[4], now + tonumber(ARGV[2]), id)

@@ -20,8 +20,8 @@ between publishing and forgetting it; such a lease is re-taken up to ARGV[3] ms 
 Earliest first. Then, within the limit, the watchdog's: watches whose score passed with no
 run seen, never ahead (their run may still come); a watch taken is promoting like any entry.
 Reply: a flat array of quadruples: mail id as stored (mailer/records/schedule/ids.py: a UUID
-as 17 bytes, or its text as an earlier version stored it), payload (nil if it vanished), 1 if
-the entry was a watch else 0, the score it had (epoch ms, as a string: the caller merges shards by it), ...
+as 17 bytes), payload (nil if it vanished), 1 if the entry was a watch else 0, the score it
+had (epoch ms, as a string: the caller merges shards by it), ...
 ]]
 
 local t = redis.call('TIME')

@@ -15,8 +15,6 @@ ARGV[1]   mail id, as stored (mailer/records/schedule/ids.py: a UUID as 17 bytes
 ARGV[2]   when the watchdog may publish it, epoch milliseconds (integer): the countdown's end
           plus the grace
 ARGV[3]   payload
-ARGV[4]   the mail id as earlier versions stored it (its text; "" when the same): an entry
-          under it (written by an earlier version) goes
 
 Reply: 1. Replaces a parked, promoting or watched entry of the same id (one entry per mail id);
 a promoting one stops promoting, so its promoter's done.lua leaves the watch alone.
@@ -26,11 +24,6 @@ redis.call('SREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
 redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
-if ARGV[4] ~= '' and redis.call('HDEL', KEYS[3], ARGV[4]) == 1 then
-  redis.call('ZREM', KEYS[1], ARGV[4])
-  redis.call('SREM', KEYS[2], ARGV[4])
-  redis.call('ZREM', KEYS[4], ARGV[4])
-end
 if KEYS[5] and redis.call('ZRANGE', KEYS[4], 0, 0)[1] == ARGV[1] then
   redis.call('LPUSH', KEYS[5], '1')
   redis.call('LTRIM', KEYS[5], 0, 0)
