@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from devservers.celery_worker import client_app, worker_env
+from devservers.redis_servers import RedisServer
 from mailer.factory import outbox_url
 from mailer.records.outbox import RedisOutbox
 from mailer.settings import Settings
@@ -64,28 +65,36 @@ def _entries(box: RedisOutbox) -> set[str]:
     return {key.decode() for key in box.client.hkeys(box.payloads_key)}
 
 
-def test_the_entry_rides_in_the_publish(redis_url: str, server: redis.Redis) -> None:
+def test_the_entry_rides_in_the_publish() -> None:
     """Given the broker on the ledger's server (another database), when 6 mails are enqueued,
     then each entry is in the outbox (in the broker's database) and each message queued, and
     after the first (which opens the connections) every put went in the publish's write: one
-    script call a mail, no ``SELECT``, and no write of the outbox's own."""
-    env = _env(redis_url)
-    seen: dict[str, int] = {}
-
-    def count() -> None:
-        seen.update(select=_calls(server, "select"), evalsha=_calls(server, "evalsha"))
-
-    box = _send(env, [f"ride-{n}" for n in range(6)], between=count)
-    assert _entries(box) >= {f"ride-{n}" for n in range(6)}
-    assert box.server["db"] == 1
-    assert _calls(server, "select") - seen["select"] == 0
-    assert _calls(server, "evalsha") - seen["evalsha"] == 5
-    broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+    script call a mail, no ``SELECT``, and no write of the outbox's own (its writer never
+    connected). A redis-server of the test's own: nothing else runs commands there."""
+    own = RedisServer().start()
+    server = redis.Redis.from_url(own.url)
     try:
-        queued = sum(broker.llen(key) for key in broker.scan_iter("mail*", _type="list"))
+        env = _env(own.url)
+        seen: dict[str, int] = {}
+
+        def count() -> None:
+            seen.update(select=_calls(server, "select"), evalsha=_calls(server, "evalsha"))
+
+        box = _send(env, [f"ride-{n}" for n in range(6)], between=count)
+        assert _entries(box) >= {f"ride-{n}" for n in range(6)}
+        assert box.server["db"] == 1
+        assert _calls(server, "select") - seen["select"] == 0
+        assert _calls(server, "evalsha") - seen["evalsha"] == 5
+        assert box._later is not None and box._later._connection is None, "no put of its own"
+        broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
+        try:
+            queued = sum(broker.llen(key) for key in broker.scan_iter("mail*", _type="list"))
+        finally:
+            broker.close()
+        assert queued == 6
     finally:
-        broker.close()
-    assert queued == 6
+        server.close()
+        own.stop()
 
 
 def test_an_entry_whose_script_the_server_lost_is_written_all_the_same(
