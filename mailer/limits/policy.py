@@ -19,8 +19,9 @@ from MX: every Google Workspace domain is ``google``). ``provider NAME:`` limits
 called NAME (``provider google: 50/1s``); ``provider:`` limits every other provider, each on its
 own count (``outlook``'s mails do not count against ``yahoo``'s). A provider named on its own
 has its own tiers *instead of* ``provider:``'s, so that ``provider: 2000/1h fixed; provider
-google: 20000/1h fixed`` gives Google the larger budget (were both applied, the smaller would always bind).
-Each is a scope of its own (:data:`PROVIDER`, ``provider google``), decided with the others.
+google: 20000/1h fixed`` gives Google the larger budget (were both applied, the smaller would
+always bind). Each is a scope of its own (:data:`PROVIDER`, ``provider google``), decided with
+the others.
 """
 
 from __future__ import annotations
