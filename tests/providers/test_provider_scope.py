@@ -3,6 +3,7 @@ provider found from MX by a real DNS server on loopback (never the internet)."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -12,6 +13,7 @@ import pytest
 from devservers.dns_server import DnsServer
 from devservers.redis_servers import RedisClusterServers
 from mailer import Limiter, ManualClock, Policy
+from mailer.limits.aio import AsyncLimiter
 from mailer.providers import ProviderFinder, provider_finder
 from mailer.providers.resolver import parse_servers
 
@@ -236,3 +238,36 @@ def test_redis_cluster_decides_provider_scopes_scope_by_scope(
         assert limiter.acquire("c@gmail.com", mail_id="c").allowed
     finally:
         limiter.close()
+
+
+def test_the_async_limiter_counts_a_given_provider_with_the_blocking_ones(
+    backend_url: str, clock: ManualClock, finder: ProviderFinder
+) -> None:
+    """AsyncLimiter takes the provider given (it asks no DNS from the event loop): its Google
+    mails and the blocking limiter's, found from MX, share Google's count."""
+    policy = Policy.parse("provider google: 2/1s")
+    namespace = f"prov-{uuid.uuid4().hex[:8]}"
+    blocking = Limiter.from_url(
+        backend_url, policy, clock=clock, secret="s", namespace=namespace, providers=finder
+    )
+    if backend_url == "memory://":
+        aio = AsyncLimiter.sharing(blocking)
+    else:
+        aio = AsyncLimiter.from_url(
+            backend_url, policy, clock=clock, secret="s", namespace=namespace
+        )
+
+    async def scenario() -> None:
+        assert (await aio.acquire("a@shop.test", mail_id="a", provider="google")).allowed
+        assert blocking.acquire("b@new.test", mail_id="b").allowed
+        third = await aio.acquire("c@gmail.com", mail_id="c", max_wait=60, provider="google")
+        assert third.booked and third.scope == "provider google"
+        assert (await aio.peek("d@x.example", provider="google")).wait == 1.0
+        assert (await aio.peek("d@x.example")).allowed, "no provider given: its own"
+        assert await aio.release("c@gmail.com", "c", provider="google")
+        await aio.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        blocking.close()
