@@ -178,7 +178,7 @@ class Limiter:
         most that far away it is booked under ``mail_id`` and returned with ``booked=True``.
         With a ``mail_id`` that already holds an admission or booking, that same slot is
         returned and nothing more is consumed. A refusal consumes nothing. ``share`` in
-        (0, 1] caps this mail's kind in the shared scopes (domain, sender, tenant).
+        (0, 1] caps this mail's kind in the shared scopes (domain, sender, tenant, providers).
         ``not_before`` (epoch seconds, e.g. the end of a hold after a throttling reply) makes
         the slot the earliest admissible time at or after it: booked (within ``max_wait``),
         never now. ``Decision.scope`` and ``.tier`` name the binding scope and tier.
