@@ -14,6 +14,7 @@ from mailer.mail.kinds import Kinds
 from mailer.mail.transports import registry as transports
 from mailer.mail.transports.base import Transport
 from mailer.metrics import Metrics, default_metrics
+from mailer.providers import ProviderFinder, provider_finder
 from mailer.records.holds import Holds, holds_from_url
 from mailer.records.ledger import Ledger, RedisLedger, ledger_from_url
 from mailer.records.outbox import Outbox, outbox_from_url
@@ -27,14 +28,34 @@ from mailer.unsubscribe import Signer, Unsubscribe
 
 
 def build_limiter(settings: Settings) -> Limiter:
-    """The limiter on ``settings.limiter_url`` with the policy, secret and time zone."""
+    """The limiter on ``settings.limiter_url`` with the policy, secret and time zone; for a
+    policy with provider tiers, with the finder of each mail's provider
+    (:func:`build_providers`). Without provider tiers no finder is built: no DNS is asked."""
     with _naming("LIMITER_URL"):
-        return Limiter.from_url(
+        limiter = Limiter.from_url(
             settings.limiter_url,
             settings.policy,
             secret=settings.secret,
             tz=settings.timezone,
             max_bookings=settings.max_bookings,
+        )
+    if settings.policy.provider_scoped:
+        limiter.providers = build_providers(settings, limiter)
+    return limiter
+
+
+def build_providers(settings: Settings, limiter: Limiter | None = None) -> ProviderFinder:
+    """The finder of recipient domains' mailbox providers, asking ``MAILGUARD_DNS_SERVERS``
+    within ``MAILGUARD_DNS_TIMEOUT``; its answers kept where the limiter lives (sharing
+    ``limiter``'s Redis client, so every worker agrees) and timed on the limiter's clock."""
+    with _naming("LIMITER_URL"):
+        return provider_finder(
+            settings.limiter_url,
+            servers=settings.dns_servers,
+            timeout=settings.dns_timeout,
+            secret=settings.secret,
+            clock=None if limiter is None else limiter.now,
+            client=None if limiter is None else limiter.client,
         )
 
 

@@ -144,8 +144,11 @@ class AsyncLimiter:
         max_wait: float = 0.0,
         share: float = 1.0,
         not_before: float | None = None,
+        provider: str | None = None,
     ) -> Decision:
-        """See :meth:`mailer.Limiter.acquire`."""
+        """See :meth:`mailer.Limiter.acquire`. ``provider``: the mail's provider for the
+        provider scopes (None: a shared blocking limiter's finder, else the domain: no DNS is
+        asked from the event loop; find it with ``asyncio.to_thread(finder.provider_of, d)``)."""
         if self._blocking is not None:
             return self._blocking.acquire(
                 recipient,
@@ -154,6 +157,7 @@ class AsyncLimiter:
                 max_wait=max_wait,
                 share=share,
                 not_before=not_before,
+                provider=provider,
             )
         check_key(recipient)
         check_tenant(tenant)
@@ -169,37 +173,50 @@ class AsyncLimiter:
             max_wait_ms=max_wait_ms,
             share=share,
             not_before=nb,
+            provider=provider,
         )
         return self._scoped.decision(
             await self._redis.call(planned.keys, planned.argv()), planned.present
         )
 
     async def peek(
-        self, recipient: str, *, tenant: str | None = None, share: float = 1.0
+        self,
+        recipient: str,
+        *,
+        tenant: str | None = None,
+        share: float = 1.0,
+        provider: str | None = None,
     ) -> Decision:
         """See :meth:`mailer.Limiter.peek`: consumes nothing."""
         if self._blocking is not None:
-            return self._blocking.peek(recipient, tenant=tenant, share=share)
+            return self._blocking.peek(recipient, tenant=tenant, share=share, provider=provider)
         check_key(recipient)
         check_tenant(tenant)
         share = check_share(share)
         if self._single:
             return await self._sliding(recipient, "p", 0, 0)
-        planned = self._scoped.plan("p", recipient, tenant=tenant, share=share)
+        planned = self._scoped.plan("p", recipient, tenant=tenant, share=share, provider=provider)
         return self._scoped.decision(
             await self._redis.call(planned.keys, planned.argv()), planned.present
         )
 
-    async def release(self, recipient: str, mail_id: str, *, tenant: str | None = None) -> bool:
+    async def release(
+        self,
+        recipient: str,
+        mail_id: str,
+        *,
+        tenant: str | None = None,
+        provider: str | None = None,
+    ) -> bool:
         """See :meth:`mailer.Limiter.release`."""
         if self._blocking is not None:
-            return self._blocking.release(recipient, mail_id, tenant=tenant)
+            return self._blocking.release(recipient, mail_id, tenant=tenant, provider=provider)
         check_key(recipient)
         tag = mail_tag(mail_id)
         if self._single:
             key = self._hasher.storage_key(recipient)
             return bool(await self._redis.call([key], ["r", self._now(), tag, 0]))
-        planned = self._scoped.plan("r", recipient, tenant=tenant, tag=tag)
+        planned = self._scoped.plan("r", recipient, tenant=tenant, tag=tag, provider=provider)
         return bool(await self._redis.call(planned.keys, planned.argv()))
 
     async def reset(self, recipient: str) -> None:

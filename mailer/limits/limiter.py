@@ -23,7 +23,7 @@ single-key stores, a faster path with the same answers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from mailer.clock import Clock
 from mailer.errors import mask_url
@@ -39,11 +39,25 @@ from mailer.limits.decision import Decision
 from mailer.limits.keys import MAX_KEY_LENGTH, check_key, mail_tag
 from mailer.limits.ordering import check_order
 from mailer.limits.policy import Policy, Tier
-from mailer.limits.scopes import STATUS_RECIPIENT, scope_tiers
+from mailer.limits.scopes import STATUS_RECIPIENT, build_scopes, scope_tiers
 from mailer.limits.stores import Store, open_store
 from mailer.storage import is_redis
 
-__all__ = ["MAX_WAIT", "Limiter", "not_before_ms", "require_secret"]
+__all__ = ["MAX_WAIT", "Limiter", "Providers", "not_before_ms", "require_secret"]
+
+
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class Providers(Protocol):
+    """What a limiter asks a mail's provider of: :class:`mailer.providers.ProviderFinder`
+    (its answers cached: a known domain costs a dict lookup, never a DNS query)."""
+
+    def provider_of(self, domain: str) -> _Named:
+        """The provider (its ``name``) of recipient ``domain``."""
+        ...
 
 
 def require_secret(url: str, secret: str | bytes | None, entry: str) -> None:
@@ -63,12 +77,22 @@ class Limiter:
 
     Subjects (normalised addresses, domains, tenants) are hashed with ``secret`` before they
     reach storage. Build with :meth:`from_url`. All methods are thread-safe.
+
+    A policy with provider tiers (``provider: ...``, ``provider google: ...``) counts each mail
+    under its recipient domain's provider: ``providers`` (a :class:`~mailer.providers.
+    ProviderFinder`) names it from MX, asked here on every call that does not give
+    ``provider=`` (acquire, peek, release: so every caller, the guard's and the CLI's, counts
+    and gives back under the same provider); without ``providers`` each domain is its own
+    provider. A policy without provider tiers never asks.
     """
 
-    def __init__(self, policy: Policy, store: Store) -> None:
+    def __init__(self, policy: Policy, store: Store, providers: Providers | None = None) -> None:
         self.policy = policy
         self.store = store
         self.url = store.url
+        #: Finds a mail's provider (None: each domain its own); asked only by provider policies.
+        self.providers = providers
+        self._by_provider = policy.provider_scoped
 
     @classmethod
     def from_url(
@@ -81,6 +105,7 @@ class Limiter:
         namespace: str = "mailguard",
         tz: str = "UTC",
         max_bookings: int = MAX_BOOKINGS,
+        providers: Providers | None = None,
     ) -> Limiter:
         """Build a limiter on ``memory://``, ``redis://``, ``rediss://``, ``unix://``,
         ``redis+cluster://`` or ``redis+sentinel://`` storage (see
@@ -95,7 +120,8 @@ class Limiter:
         aligns ``fixed`` tiers' calendar windows. ``max_bookings`` bounds the entries one key
         of a shared scope keeps (``MAILGUARD_MAX_BOOKINGS``): a mail that would add one more
         is refused with ``scope`` set and no ``tier`` (:func:`~mailer.limits.decision.
-        backlog_full`). Raises ``ValueError`` for another URL.
+        backlog_full`). ``providers`` finds a mail's provider for the provider scopes (see the
+        class doc). Raises ``ValueError`` for another URL.
         """
         require_secret(url, secret, "Limiter.from_url")
         store = open_store(
@@ -107,7 +133,7 @@ class Limiter:
             tz=tz,
             max_bookings=max_bookings,
         )
-        return cls(policy, store)
+        return cls(policy, store, providers)
 
     @property
     def client(self) -> Any:
@@ -140,16 +166,19 @@ class Limiter:
         not_before: float | None = None,
         late_after: float | None = None,
         order: str = "",
+        provider: str | None = None,
     ) -> Decision:
         """Admit one mail to ``recipient`` now, book a later slot, or refuse; atomically over
         every tier of every scope the mail has a key in.
 
-        ``tenant`` counts the mail in that tenant's scope (none: in no tenant). ``max_wait``
+        ``tenant`` counts the mail in that tenant's scope (none: in no tenant). ``provider``
+        names the mail's provider for the provider scopes (default: :meth:`provider_of`).
+        ``max_wait``
         (seconds) > 0 turns on reservations: when the earliest time every scope admits is at
         most that far away it is booked under ``mail_id`` and returned with ``booked=True``.
         With a ``mail_id`` that already holds an admission or booking, that same slot is
         returned and nothing more is consumed. A refusal consumes nothing. ``share`` in
-        (0, 1] caps this mail's kind in the shared scopes (domain, sender, tenant).
+        (0, 1] caps this mail's kind in the shared scopes (domain, sender, tenant, providers).
         ``not_before`` (epoch seconds, e.g. the end of a hold after a throttling reply) makes
         the slot the earliest admissible time at or after it: booked (within ``max_wait``),
         never now. ``Decision.scope`` and ``.tier`` name the binding scope and tier.
@@ -180,10 +209,32 @@ class Limiter:
             check_tenant(tenant)
         if share != 1.0 or type(share) is not float:
             share = check_share(share)
-        if not_before is None and tenant is None and share == 1.0:
+        if self._by_provider and provider is None:
+            provider = self.provider_of(recipient)
+        if not_before is None and tenant is None and share == 1.0 and provider is None:
             return self.store.acquire(recipient, tag, wait_ms)  # positional: the faster call
         nb = 0 if not_before is None else not_before_ms(not_before)
-        return self.store.acquire(recipient, tag, wait_ms, tenant, share=share, not_before_ms=nb)
+        if provider is None:
+            return self.store.acquire(
+                recipient, tag, wait_ms, tenant, share=share, not_before_ms=nb
+            )
+        return self.store.acquire(
+            recipient, tag, wait_ms, tenant, share=share, not_before_ms=nb, provider=provider
+        )
+
+    def provider_of(self, recipient: str) -> str | None:
+        """The provider the provider scopes count a mail to ``recipient`` under: its domain's,
+        from :attr:`providers` (cached there); None (the domain is its own provider) without
+        provider tiers, without a finder, or for a recipient without a usable domain."""
+        if not self._by_provider or self.providers is None:
+            return None
+        domain = recipient.rpartition("@")[2]
+        if not domain:
+            return None
+        try:
+            return self.providers.provider_of(domain).name
+        except ValueError:  # not a domain the finder takes (too long): its own provider
+            return None
 
     @property
     def judges_lateness(self) -> bool:
@@ -245,9 +296,11 @@ class Limiter:
         *,
         mail_ids: Sequence[str | None] | None = None,
         max_wait: float = 0.0,
+        providers: Sequence[str | None] | None = None,
     ) -> list[Decision]:
         """:meth:`acquire` for many recipients, answers in order: in one round trip (one
         script call) on one Redis for a single-key policy, one call each otherwise.
+        ``providers``: each recipient's provider (default: :meth:`provider_of`).
 
         Each decision is atomic on its own; rely on nothing more (on Redis Cluster, and in
         memory, the recipients are decided one after the other).
@@ -255,9 +308,18 @@ class Limiter:
         if mail_ids is not None and len(mail_ids) != len(recipients):
             raise ValueError("mail_ids must have one entry per key")
         ids: Sequence[str | None] = mail_ids if mail_ids is not None else [None] * len(recipients)
+        if providers is not None and len(providers) != len(recipients):
+            raise ValueError("providers must have one entry per key")
         checked = [check_key(r) for r in recipients]
         tags = [mail_tag(m) for m in ids]
-        return self.store.acquire_many(checked, tags, check_max_wait(max_wait))
+        if not self._by_provider:
+            return self.store.acquire_many(checked, tags, check_max_wait(max_wait))
+        found = providers if providers is not None else [self.provider_of(r) for r in checked]
+        wait_ms = check_max_wait(max_wait)
+        return [
+            self.store.acquire(r, tag, wait_ms, None, provider=p)
+            for r, tag, p in zip(checked, tags, found, strict=True)
+        ]
 
     def peek(
         self,
@@ -266,21 +328,30 @@ class Limiter:
         tenant: str | None = None,
         share: float = 1.0,
         domain: str | None = None,
+        provider: str | None = None,
     ) -> Decision:
         """Answer as :meth:`acquire` would for a fresh mail now, consuming nothing.
 
         For a web form that wants to say "try again in 42 s" before enqueueing. ``domain``
-        (default: the recipient's) asks about another domain's scope.
+        (default: the recipient's) asks about another domain's scope, ``provider`` (default:
+        :meth:`provider_of`) about another provider's.
         """
         check_key(recipient)
         check_tenant(tenant)
-        return self.store.peek(recipient, tenant, share=check_share(share), domain=domain)
+        if self._by_provider and provider is None:
+            provider = self.provider_of(recipient if domain is None else "@" + domain)
+        if provider is None:
+            return self.store.peek(recipient, tenant, share=check_share(share), domain=domain)
+        return self.store.peek(
+            recipient, tenant, share=check_share(share), domain=domain, provider=provider
+        )
 
     def room(self, scope: str, key: str) -> tuple[tuple[Tier, int], ...]:
         """Per tier of ``scope``, how many more admissions ``key`` has room for now.
 
-        ``key`` is the scope's subject: an address (``recipient``), a domain, ``sender``, or a
-        tenant's name. Read with :meth:`peek` (memory or Redis alike): nothing is consumed.
+        ``key`` is the scope's subject: an address (``recipient``), a domain, ``sender``, a
+        tenant's name, or a provider's (``provider``: any provider's name; ``provider NAME``:
+        NAME). Read with :meth:`peek` (memory or Redis alike): nothing is consumed.
         """
         kept = scope_tiers(self.policy)
         if scope not in {name for name, _ in kept}:
@@ -288,22 +359,42 @@ class Limiter:
         recipient = key if scope == "recipient" else STATUS_RECIPIENT
         domain = key if scope == "domain" else None
         tenant = key if scope == "tenant" else None
-        remaining = self.peek(recipient, domain=domain, tenant=tenant).remaining
+        provider = key if scope.startswith("provider") else None
+        if provider is None and self._by_provider:  # another scope: the domain is its own
+            provider = domain or STATUS_RECIPIENT.rpartition("@")[2]
+        remaining = self.peek(recipient, domain=domain, tenant=tenant, provider=provider).remaining
         offset = 0
-        for name, tiers in kept:
-            if name == scope:
+        for kept_scope in build_scopes(self.policy, secret=None, namespace="mailguard"):
+            tiers = kept_scope.tiers
+            if kept_scope.name == scope:
                 return tuple(zip(tiers, remaining[offset : offset + len(tiers)], strict=True))
-            if name != "tenant" or tenant is not None:  # no tenant: its tiers are not asked
-                offset += len(tiers)
+            if kept_scope.subject(recipient, domain, tenant, provider) is not None:
+                offset += len(tiers)  # a scope the mail has no subject in: its tiers not asked
         raise AssertionError("unreachable: the scope is one of the policy's")
 
-    def release(self, recipient: str, mail_id: str, *, tenant: str | None = None) -> bool:
+    def release(
+        self,
+        recipient: str,
+        mail_id: str,
+        *,
+        tenant: str | None = None,
+        provider: str | None = None,
+    ) -> bool:
         """Give ``mail_id``'s admission or booking back in every scope; whether there was one.
 
         For a mail that failed for good: the recipient should not pay for our failure.
+        ``provider`` (default: :meth:`provider_of`, as :meth:`acquire` asks) names the provider
+        scope it is given back in: the one it was counted in unless its domain's provider
+        changed in between (its MX first learnt, or changed at its TTL), when it is given back
+        in the new one's, as a mail of a tenant given back under another tenant would be.
         """
         tag = mail_tag(mail_id)
-        return self.store.release(check_key(recipient), tag, tenant)
+        checked = check_key(recipient)
+        if self._by_provider and provider is None:
+            provider = self.provider_of(checked)
+        if provider is None:
+            return self.store.release(checked, tag, tenant)
+        return self.store.release(checked, tag, tenant, provider)
 
     def reset(self, recipient: str | None = None) -> None:
         """Forget every admission and booking of ``recipient`` (its own keys: shared scopes

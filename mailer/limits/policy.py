@@ -4,6 +4,8 @@
 '1/1m, 5/1h, 10/1d'
 >>> str(Policy.parse("recipient: 1/60s; sender: 14/1s gcra, 50000/1d fixed"))
 'recipient: 1/1m; sender: 14/1s gcra, 50000/1d fixed'
+>>> str(Policy.parse("provider google: 20000/1h fixed, 50/1s gcra; provider: 2000/1h fixed"))
+'provider: 2000/1h fixed; provider google: 50/1s gcra, 20000/1h fixed'
 
 A text without ``SCOPE:`` is the recipient scope alone (every policy written before scopes).
 Scopes: ``recipient`` (the normalised address), ``domain`` (its domain), ``sender`` (one budget
@@ -11,6 +13,15 @@ for every worker), ``tenant`` (named at ``send_mail.delay(..., tenant=...)``). T
 ``sliding`` (default, the exact sliding log, limit at most 1000), ``fixed`` (calendar windows in
 ``MAILGUARD_TIMEZONE``; ``mo`` is a calendar month) and ``gcra`` (a token bucket of capacity
 ``limit`` refilled at ``limit`` per window).
+
+Provider scopes count by the recipient domain's mailbox provider (:mod:`mailer.providers`, found
+from MX: every Google Workspace domain is ``google``). ``provider NAME:`` limits the provider
+called NAME (``provider google: 50/1s``); ``provider:`` limits every other provider, each on its
+own count (``outlook``'s mails do not count against ``yahoo``'s). A provider named on its own
+has its own tiers *instead of* ``provider:``'s, so that ``provider: 2000/1h fixed; provider
+google: 20000/1h fixed`` gives Google the larger budget (were both applied, the smaller would
+always bind). Each is a scope of its own (:data:`PROVIDER`, ``provider google``), decided with
+the others.
 """
 
 from __future__ import annotations
@@ -34,6 +45,12 @@ MAX_WINDOW_MS = 31 * 86_400_000
 MONTH_MS = 31 * 86_400_000
 #: The scopes a policy may limit, in the order they are decided (and reserved on a Cluster).
 SCOPES = ("recipient", "domain", "sender", "tenant")
+#: The scope of every provider without tiers of its own; a named provider's scope is
+#: ``provider NAME``. Decided after :data:`SCOPES`, ``provider`` first, then by name.
+PROVIDER = "provider"
+#: The most providers a policy may name (each is a scope in the one decision).
+MAX_PROVIDERS = 32
+_PROVIDER_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,62}[a-z0-9])?$")
 #: Tier kinds: the exact sliding log, calendar-aligned fixed windows, GCRA token bucket.
 KINDS = ("sliding", "fixed", "gcra")
 
@@ -90,15 +107,15 @@ class Policy:
         object.__setattr__(self, "tiers", _checked("recipient", self.tiers))
         scopes = []
         for scope, tiers in self.scopes:
-            if scope not in SCOPES[1:]:
-                raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
+            if scope not in SCOPES[1:] and not is_provider_scope(scope):
+                raise ValueError(f"unknown scope {scope!r}: use one of {_SCOPE_NAMES}")
             if tiers:
                 scopes.append((scope, _checked(scope, tiers)))
         if len({scope for scope, _ in scopes}) != len(scopes):
             raise ValueError("duplicate scope: give each scope once")
-        object.__setattr__(
-            self, "scopes", tuple(sorted(scopes, key=lambda pair: SCOPES.index(pair[0])))
-        )
+        if sum(scope.startswith(PROVIDER + " ") for scope, _ in scopes) > MAX_PROVIDERS:
+            raise ValueError(f"too many named providers: at most {MAX_PROVIDERS}")
+        object.__setattr__(self, "scopes", tuple(sorted(scopes, key=_scope_order)))
 
     @classmethod
     def parse(cls, text: str, *, name: str = "default") -> Policy:
@@ -121,16 +138,20 @@ class Policy:
         seen: set[str] = set()
         for section in text.split(";"):
             scope, colon, body = section.partition(":")
-            scope = scope.strip().lower()
+            scope = " ".join(scope.lower().split())
             if not colon:
                 raise ValueError(
                     f"bad scope {section.strip()!r}: expected SCOPE: TIER, TIER such as "
                     "'sender: 14/1s gcra'"
                 )
-            if scope not in SCOPES:
-                raise ValueError(f"unknown scope {scope!r}: use one of {', '.join(SCOPES)}")
+            if scope.partition(" ")[0] == PROVIDER:
+                scope = _provider_scope(scope)
+            elif scope not in SCOPES:
+                raise ValueError(f"unknown scope {scope!r}: use one of {_SCOPE_NAMES}")
             if scope in seen:
-                raise ValueError(f"duplicate scope {scope!r}: give each scope once")
+                named = scope.startswith(PROVIDER + " ")
+                what = f"provider {scope[len(PROVIDER) + 1 :]!r}" if named else f"scope {scope!r}"
+                raise ValueError(f"duplicate {what}: give each {what.split(maxsplit=1)[0]} once")
             seen.add(scope)
             if not body.strip():
                 raise ValueError(f"empty scope {scope!r}: give at least one tier such as '1/60s'")
@@ -140,6 +161,11 @@ class Policy:
             else:
                 scopes.append((scope, tiers))
         return cls(tiers=recipient, name=name, scopes=tuple(scopes))
+
+    @property
+    def provider_scoped(self) -> bool:
+        """Whether any provider scope has tiers (a mail's provider is then looked up)."""
+        return any(is_provider_scope(scope) for scope, _ in self.scopes)
 
     @property
     def scoped(self) -> bool:
@@ -167,6 +193,38 @@ class Policy:
         return "; ".join(
             f"{scope}: " + ", ".join(str(t) for t in tiers) for scope, tiers in self.scope_tiers()
         )
+
+
+_SCOPE_NAMES = ", ".join((*SCOPES, PROVIDER, f"{PROVIDER} NAME"))
+
+
+def is_provider_scope(scope: str) -> bool:
+    """Whether ``scope`` is :data:`PROVIDER` or a named provider's (``provider google``)."""
+    if scope == PROVIDER:
+        return True
+    head, _, name = scope.partition(" ")
+    return head == PROVIDER and _PROVIDER_NAME.match(name) is not None
+
+
+def _scope_order(pair: tuple[str, tuple[Tier, ...]]) -> tuple[int, str]:
+    """Decision order: :data:`SCOPES`, then ``provider``, then named providers by name."""
+    scope = pair[0]
+    return (SCOPES.index(scope), "") if scope in SCOPES else (len(SCOPES), scope)
+
+
+def _provider_scope(scope: str) -> str:
+    """``provider`` or ``provider NAME`` (NAME a provider's name, lower case), else a one-line
+    ``ValueError`` naming the bad form."""
+    words = scope.split(" ")
+    if len(words) == 1:
+        return PROVIDER
+    if len(words) == 2 and _PROVIDER_NAME.match(words[1]):
+        return scope
+    raise ValueError(
+        f"bad provider scope {scope!r}: expected 'provider: TIERS' (every provider) or "
+        "'provider NAME: TIERS' with one provider name such as google, microsoft, yahoo or "
+        "example.net (letters, digits, dots and hyphens)"
+    )
 
 
 def _checked(scope: str, tiers: tuple[Tier, ...]) -> tuple[Tier, ...]:

@@ -1,7 +1,14 @@
 """The scopes of a policy as the limiter keeps them: their tiers, key hashers and subjects.
 
 A mail has a subject in each scope: its recipient (the normalised address), the recipient's
-domain, the one :data:`SENDER_KEY`, and its tenant when it names one. A policy whose only tiers
+domain, the one :data:`SENDER_KEY`, its tenant when it names one, and its provider (the
+recipient domain's mailbox provider, :mod:`mailer.providers`) in the one provider scope that
+applies to it: ``provider google`` for a Google mail when the policy names Google (its subject
+``google``), else ``provider`` (the provider's name: each provider its own count). A mail's
+provider scopes but that one have no subject for it, so it skips them as a mail without a
+tenant skips ``tenant``: one scope per named provider keeps the decision, the stores and the
+Redis script generic (a scope is a list of tiers over subjects), at the cost of one entry per
+named provider in the compiled script. A policy whose only tiers
 are the recipient's sliding tiers is :func:`single_key`: one key per mail, which the stores
 decide on a faster path (the sliding-log script, or a dict of logs in memory).
 """
@@ -9,9 +16,10 @@ decide on a faster path (the sliding-log script, or a dict of logs in memory).
 from __future__ import annotations
 
 from mailer.limits.keys import KeyHasher, check_key
-from mailer.limits.policy import Policy, Tier
+from mailer.limits.policy import PROVIDER, Policy, Tier, is_provider_scope
 
-#: The scopes a kind's share applies to (the recipient's own budget is not shared).
+#: The scopes a kind's share applies to (the recipient's own budget is not shared), and every
+#: provider scope (:data:`~mailer.limits.policy.PROVIDER`, ``provider NAME``).
 SHARED_SCOPES = ("domain", "sender", "tenant")
 #: The sender scope's one subject: every worker and host shares it.
 SENDER_KEY = "sender"
@@ -36,17 +44,23 @@ def scope_tiers(policy: Policy) -> list[tuple[str, tuple[Tier, ...]]]:
 class Scope:
     """One scope of a policy: its tiers, key hasher and the numbers the decision needs."""
 
-    __slots__ = ("digit", "hasher", "keep_ms", "keys", "name", "shared", "tiers")
+    __slots__ = ("digit", "hasher", "keep_ms", "keys", "name", "named", "only", "shared", "tiers")
 
     def __init__(self, name: str, tiers: tuple[Tier, ...], hasher: KeyHasher) -> None:
         self.name = name
         self.tiers = tiers
         self.hasher = hasher
-        self.shared = name in SHARED_SCOPES
+        self.shared = name in SHARED_SCOPES or is_provider_scope(name)
+        # The provider scope's: the providers named on their own, whose mails it skips.
+        self.named: frozenset[str] = frozenset()
+        # A named provider's scope: that provider's name ("" for every other scope).
+        self.only = name[len(PROVIDER) + 1 :] if name.startswith(PROVIDER + " ") else ""
         # How long an entry matters: the longest window (a recipient log without tiers of its
         # own keeps tags as long as any scope's window, for idempotency and release).
         self.keep_ms = max((t.window_ms for t in tiers), default=0)
-        self.digit = ""  # its 1-based index among the policy's scopes, for the Redis script
+        # Its 1-based index among the policy's scopes as one character for the Redis script's
+        # ARGV[7], chr(48 + index): "1".."9", then ":", ";"... for a policy naming providers.
+        self.digit = ""
         # Storage keys of shared subjects (the sender, a few tenants and domains), memoised.
         self.keys: dict[str, str] = {}
 
@@ -55,10 +69,19 @@ class Scope:
         """Whether it keeps a log: the recipient's always (tags), others for sliding tiers."""
         return self.name == "recipient" or any(t.kind == "sliding" for t in self.tiers)
 
-    def subject(self, recipient: str, domain: str | None, tenant: str | None) -> str | None:
+    def subject(
+        self,
+        recipient: str,
+        domain: str | None,
+        tenant: str | None,
+        provider: str | None = None,
+    ) -> str | None:
         """This scope's subject for a mail to ``recipient`` (None: the mail has none here).
 
-        ``domain`` defaults to the part of ``recipient`` after its last ``@``.
+        ``domain`` defaults to the part of ``recipient`` after its last ``@``. ``provider``
+        (the mail's provider's name; None: the domain, as :class:`~mailer.providers.
+        ProviderFinder` names a domain whose MX is not known yet) is the subject of
+        ``provider NAME`` when it is NAME, and of ``provider`` when the policy does not name it.
         """
         name = self.name
         if name == "recipient":
@@ -67,7 +90,14 @@ class Scope:
             return SENDER_KEY
         if name == "tenant":
             return tenant or None
-        return (domain if domain is not None else recipient.rpartition("@")[2]) or None
+        if name == "domain" or not provider:  # no provider given: the domain is its own
+            found = (domain if domain is not None else recipient.rpartition("@")[2]) or None
+            if name == "domain" or found is None:
+                return found
+            provider = found
+        if name == PROVIDER:
+            return None if provider in self.named else provider
+        return provider if provider == self.only else None
 
     def storage_key(self, subject: str) -> str:
         """``subject``'s storage key in this scope, memoised for shared subjects."""
@@ -92,8 +122,11 @@ def build_scopes(policy: Policy, *, secret: str | bytes | None, namespace: str) 
     ]
     longest = max(t.window_ms for _, tiers in policy.scope_tiers() for t in tiers)
     scopes[0].keep_ms = max(scopes[0].keep_ms, longest)
+    named = frozenset(scope.only for scope in scopes if scope.only)
     for index, scope in enumerate(scopes, start=1):
-        scope.digit = str(index)
+        scope.digit = chr(48 + index)
+        if scope.name == PROVIDER:
+            scope.named = named
     return scopes
 
 

@@ -16,7 +16,8 @@ the others using the domain itself until it is known. A DNS failure is bounded b
 resolver's lifetime (``MAILGUARD_DNS_TIMEOUT``, 2 s) and makes the domain its own provider for
 a minute; no failure raises or drops mail.
 
-What the limiter's provider scope will call (not wired yet)::
+What the limiter's provider scopes call (:class:`mailer.Limiter`'s ``providers``; the workers
+build it with :func:`mailer.factory.build_providers` for a policy with provider tiers)::
 
     finder = provider_finder("redis://...", servers=settings.dns_servers)
     finder.provider_of("shop.example")  # Provider(name="google", source="known")

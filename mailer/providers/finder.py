@@ -60,8 +60,8 @@ class _Lru:
 
 
 class ProviderFinder:
-    """``provider_of(domain)``: what the limiter's provider scope will call for each recipient
-    domain (not wired into the limiter yet). Thread-safe.
+    """``provider_of(domain)``: what the limiter's provider scopes call for each recipient
+    domain (:meth:`mailer.Limiter.provider_of`). Thread-safe.
 
     A cached domain costs one dict lookup (the LRU of ``lru_size`` domains in front of the
     store, each entry expiring with its record). A domain unknown to the LRU is read from the

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from mailer.clock import ManualClock
 from mailer.errors import InvalidAddress, UnknownKind
 from mailer.limits.checks import MAX_WAIT
-from mailer.limits.limiter import Limiter
+from mailer.limits.limiter import Limiter, Providers
 from mailer.limits.policy import Policy
 from mailer.mail.address import DEFAULT_RULES, AddressRules, normalise_address
 from mailer.mail.kinds import Kinds
@@ -24,8 +24,13 @@ def simulate(
     *,
     rules: AddressRules = DEFAULT_RULES,
     secret: str | None = None,
+    providers: Providers | None = None,
 ) -> Report:
     """Replay ``attempts`` (any order; equal times keep trace order) through a fresh limiter.
+
+    ``providers`` finds each recipient domain's provider for the provider tiers (a
+    :class:`~mailer.providers.ProviderFinder` asking DNS, as the workers do); without it each
+    domain is its own provider (no DNS asked).
 
     Recipients are normalised into limit keys as the worker does (``Ada+1@Example.com`` and
     ``ada@example.com`` share a budget). Raises ``ValueError`` naming the attempt (its CSV line
@@ -36,7 +41,7 @@ def simulate(
     kinds = kinds if kinds is not None else Kinds.defaults()
     clock = ManualClock(EPOCH)
     secret = secret or secrets.token_hex(16)
-    limiter = Limiter.from_url("memory://", policy, clock=clock, secret=secret)
+    limiter = Limiter.from_url("memory://", policy, clock=clock, secret=secret, providers=providers)
     keys: dict[str, tuple[str, str]] = {}  # address -> (limit key, hashed label)
     waits: dict[str, float] = {}
     results: list[Result | None] = [None] * len(attempts)
@@ -75,12 +80,15 @@ def compare(
     *,
     rules: AddressRules = DEFAULT_RULES,
     secret: str | None = None,
+    providers: Providers | None = None,
 ) -> tuple[Report, Report]:
     """Replay ``attempts`` through ``policy`` and through ``against``: the same trace, the same
     recipient labels (one ``secret``), two independent limiters."""
     secret = secret or secrets.token_hex(16)
-    first = simulate(attempts, policy, kinds, rules=rules, secret=secret)
-    return first, simulate(attempts, against, kinds, rules=rules, secret=secret)
+    first = simulate(attempts, policy, kinds, rules=rules, secret=secret, providers=providers)
+    return first, simulate(
+        attempts, against, kinds, rules=rules, secret=secret, providers=providers
+    )
 
 
 def _label(key: str, secret: str) -> str:

@@ -24,6 +24,11 @@ from mailer.limits.windows import window
 SHARED = ("domain", "sender", "tenant")
 
 
+def _shared(scope: str) -> bool:
+    """Whether ``scope`` is shared: domain, sender, tenant, and every provider scope."""
+    return scope in SHARED or scope.split(" ", maxsplit=1)[0] == "provider"
+
+
 @dataclass
 class Admission:
     stored_ms: int  # the ms the limiter stores (now rounded up, or the booked slot)
@@ -51,7 +56,7 @@ class ScopedModel:
     spent: dict[tuple[str, str, Tier], list[int]] = field(default_factory=dict)
 
     def _limit(self, scope: str, tier: Tier, share: float) -> int:
-        return max(1, math.floor(tier.limit * share + 1e-9)) if scope in SHARED else tier.limit
+        return max(1, math.floor(tier.limit * share + 1e-9)) if _shared(scope) else tier.limit
 
     def _mine(self, scope: str, subject: str) -> list[Admission]:
         return [a for a in self.admissions if a.subjects.get(scope) == subject]
@@ -61,7 +66,7 @@ class ScopedModel:
     ) -> bool:
         mine = self._mine(scope, subject)
         limit = self._limit(scope, tier, share)
-        if tier.kind == "sliding" and scope in SHARED:
+        if tier.kind == "sliding" and _shared(scope):
             # inserted: every window of W ms holding x has room; a mail now is stored at now
             # rounded up, so it must fit seen from now (before it) and from there (after it)
             stored = [a.stored_ms for a in mine]

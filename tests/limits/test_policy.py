@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mailer import Policy, Tier
+from mailer.limits.policy import MAX_PROVIDERS
 
 
 def test_reference_policy_parses_into_sorted_tiers() -> None:
@@ -122,3 +123,60 @@ def test_large_quota_is_fine_as_fixed_or_gcra() -> None:
     """Fixed and gcra tiers keep one counter or timestamp, so their limit is not capped at 1000."""
     policy = Policy.parse("sender: 50000/1d fixed, 14/1s gcra")
     assert [t.limit for t in policy.scopes[0][1]] == [14, 50_000]
+
+
+def test_provider_tiers_parse_for_every_provider_and_named_ones() -> None:
+    """``provider:`` and ``provider NAME:`` parse into scopes of their own, decided after the
+    others (every provider's first, then the named ones by name), and print back."""
+    policy = Policy.parse(
+        "provider yahoo: 20/1s; sender: 14/1s gcra; Provider  Google: 20000/1h fixed, 50/1s gcra; "
+        "provider: 2000/1h fixed; recipient: 1/60s"
+    )
+    assert policy.tiers == (Tier(1, 60_000),)
+    assert [scope for scope, _ in policy.scopes] == [
+        "sender",
+        "provider",
+        "provider google",
+        "provider yahoo",
+    ]
+    assert dict(policy.scopes)["provider google"] == (
+        Tier(50, 1000, "gcra"),
+        Tier(20_000, 3_600_000, "fixed"),
+    )
+    assert policy.provider_scoped and not Policy.parse("sender: 1/1s").provider_scoped
+    text = str(policy)
+    assert text == (
+        "recipient: 1/1m; sender: 14/1s gcra; provider: 2000/1h fixed; "
+        "provider google: 50/1s gcra, 20000/1h fixed; provider yahoo: 20/1s"
+    )
+    assert Policy.parse(text) == policy
+    assert str(Policy.parse("provider example.co.uk: 5/1m")) == "provider example.co.uk: 5/1m"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("provider google: 1/1s; provider GOOGLE: 2/1s", r"^duplicate provider 'google': give"),
+        ("provider: 1/1s; provider: 2/1s", r"^duplicate scope 'provider'"),
+        ("provider google yahoo: 1/1s", r"^bad provider scope 'provider google yahoo': expected"),
+        ("provider g_mail: 1/1s", r"^bad provider scope 'provider g_mail'"),
+        ("provider -x: 1/1s", r"^bad provider scope"),
+        ("providers: 1/1s", r"^unknown scope 'providers': use one of .*provider NAME"),
+        ("provider google:", r"^empty scope 'provider google'"),
+        ("provider google: 1/1s, 2/1000ms", r"^duplicate tier in provider google"),
+        ("provider google: 2000/1h", r"^tier 2000/1h: a sliding tier keeps every admission"),
+        ("provider google: 5/1x", r"^bad tier '5/1x'"),
+    ],
+)
+def test_bad_provider_scopes_are_refused_in_one_line(text: str, message: str) -> None:
+    """An unknown form, a duplicate named provider, a bad tier: one line naming the part."""
+    with pytest.raises(ValueError, match=message) as raised:
+        Policy.parse(text)
+    assert "\n" not in str(raised.value)
+
+
+def test_too_many_named_providers_are_refused() -> None:
+    """Each named provider is a scope of the one decision: at most MAX_PROVIDERS."""
+    Policy.parse("; ".join(f"provider p{i}: 1/1s" for i in range(MAX_PROVIDERS)))
+    with pytest.raises(ValueError, match="too many named providers"):
+        Policy.parse("; ".join(f"provider p{i}: 1/1s" for i in range(MAX_PROVIDERS + 1)))

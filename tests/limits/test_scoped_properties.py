@@ -8,6 +8,7 @@ any tier of any scope in real time; never early (an admission's real time keeps 
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,8 +25,38 @@ POLICIES = [
     "recipient: 1/200ms; sender: 2/1s, 6/1d fixed",
     "domain: 2/500ms gcra; sender: 3/1s fixed, 5/3s",
     "recipient: 1/300ms; sender: 3/1s gcra; tenant: 2/1s gcra",
+    "recipient: 1/300ms; provider: 2/1s fixed; provider google: 3/1s gcra, 4/2s",
+    "domain: 2/1s; provider: 3/1s; tenant: 2/1s fixed",
 ]
-RECIPIENTS = ["r0@a.example", "r1@a.example", "r2@b.example"]
+RECIPIENTS = ["r0@a.example", "r1@a.example", "r2@b.example", "r3@c.example"]
+#: Each domain's provider (a.example and c.example at Google, b.example its own).
+PROVIDERS = {"a.example": "google", "b.example": "b.example", "c.example": "google"}
+
+
+class _Providers:
+    """A finder answering :data:`PROVIDERS` (the DNS is tested in tests/providers/)."""
+
+    @dataclass(frozen=True)
+    class Found:
+        name: str
+
+    def provider_of(self, domain: str) -> _Providers.Found:
+        return self.Found(PROVIDERS.get(domain, domain))
+
+
+def _subjects(policy: Policy, recipient: str, tenant: str | None) -> dict[str, str]:
+    """A mail's subject in each scope ("": none), providers as the limiter finds them."""
+    domain = recipient.rpartition("@")[2]
+    provider = PROVIDERS.get(domain, domain)
+    named = {scope for scope, _ in policy.scopes if scope.startswith("provider ")}
+    subjects = {"recipient": recipient, "domain": domain, "sender": "sender"}
+    subjects["tenant"] = tenant or ""
+    subjects["provider"] = "" if f"provider {provider}" in named else provider
+    for scope in named:
+        subjects[scope] = provider if scope == f"provider {provider}" else ""
+    return subjects
+
+
 START_US = 1_700_006_399_000_000  # 1 s before a UTC midnight
 
 
@@ -72,8 +103,15 @@ def test_memory_and_redis_match_the_model_and_are_never_over_nor_early(
     clock = ManualClock(START_US / 1_000_000)
     namespace = f"scoped-{uuid.uuid4().hex[:12]}"
     limiters = [
-        Limiter.from_url("memory://", policy, clock=clock, secret="s"),
-        Limiter.from_url(redis_server.url, policy, clock=clock, secret="s", namespace=namespace),
+        Limiter.from_url("memory://", policy, clock=clock, secret="s", providers=_Providers()),
+        Limiter.from_url(
+            redis_server.url,
+            policy,
+            clock=clock,
+            secret="s",
+            namespace=namespace,
+            providers=_Providers(),
+        ),
     ]
     try:
         _replay(limiters, policy, clock, ops)
@@ -99,8 +137,15 @@ def test_redis_cluster_decides_scope_by_scope_as_one_redis_does(
     clock = ManualClock(START_US / 1_000_000)
     namespace = f"scoped-{uuid.uuid4().hex[:12]}"
     limiters = [
-        Limiter.from_url("memory://", policy, clock=clock, secret="s"),
-        Limiter.from_url(cluster.url, policy, clock=clock, secret="s", namespace=namespace),
+        Limiter.from_url("memory://", policy, clock=clock, secret="s", providers=_Providers()),
+        Limiter.from_url(
+            cluster.url,
+            policy,
+            clock=clock,
+            secret="s",
+            namespace=namespace,
+            providers=_Providers(),
+        ),
     ]
     try:
         _replay(limiters, policy, clock, ops, exact_binding=False)
@@ -141,12 +186,7 @@ def _replay(
         _, _, ident, max_wait_ms, given_tenant, share = op
         tenant = None if given_tenant is None else str(given_tenant)
         mail_id = None if ident is None else f"m{ident}"
-        subjects = {
-            "recipient": recipient,
-            "domain": recipient.rpartition("@")[2],
-            "sender": "sender",
-            "tenant": tenant or "",
-        }
+        subjects = _subjects(policy, recipient, tenant)
         expected = (
             model.acquire(now_us, subjects, mail_id, int(max_wait_ms), float(share))  # type: ignore[call-overload, arg-type]
             if with_model

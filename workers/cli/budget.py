@@ -4,7 +4,7 @@ The report says, per tier of the policy, how much of it the recipient has used (
 bookings in the window ending now), when its next mail may go and which tier binds, and how
 many sends are booked in the future. The recipient appears only as the keyed hash the outcomes
 carry. For a scoped policy (:func:`scoped_report`): the room of each scope (recipient, domain,
-sender, a tenant).
+sender, a tenant, a provider).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from mailer.limits.limiter import Limiter
-from mailer.limits.policy import MAX_LIMIT, Policy, Tier
+from mailer.limits.policy import MAX_LIMIT, PROVIDER, Policy, Tier
 from mailer.limits.scopes import SENDER_KEY
 from mailer.settings import Settings
 
@@ -61,14 +61,21 @@ def bookings(settings: Settings, key: str, now_ms: int) -> int:
 
 
 def scoped_report(
-    limiter: Limiter, key: str | None, *, tenant: str | None, sender: bool
+    limiter: Limiter,
+    key: str | None,
+    *,
+    tenant: str | None,
+    sender: bool,
+    provider: str | None = None,
 ) -> dict[str, Any]:
     """The budgets of a scoped policy's scopes, read without consuming (their JSON form).
 
     With ``key`` (a recipient's limit key): when its next mail may go (with ``tenant``, as a
-    mail of that tenant) and the room of every scope such a mail is counted in. Without it:
-    the sender scope (``sender``) and the tenant ``tenant``'s scope. Subjects are shown as
-    their keyed hashes (the sender's and a tenant's name as given).
+    mail of that tenant) and the room of every scope such a mail is counted in (its
+    provider's: the limiter's finder names it). Without it: the sender scope (``sender``), the
+    tenant ``tenant``'s scope and the provider ``provider``'s. Subjects are shown as their
+    keyed hashes (the sender's, a tenant's and a provider's name as given; a domain that is
+    its own provider, hashed as in the domain scope).
     """
     policy = limiter.policy
     present = {scope for scope, _ in policy.scope_tiers()}
@@ -88,10 +95,18 @@ def scoped_report(
             asked.append(("recipient", key, report["recipient"]))
         if "domain" in present:
             asked.append(("domain", domain, limiter.storage_key("domain", domain)))
+        if provider is None and policy.provider_scoped and domain:
+            found = limiter.provider_of(key) or domain
+            scope = provider_scope(policy, found)
+            if scope is not None:
+                shown = found if found != domain else limiter.storage_key(scope, found)
+                asked.append((scope, found, shown))
     if (sender or key is not None) and "sender" in present:
         asked.append(("sender", SENDER_KEY, SENDER_KEY))
     if tenant is not None and "tenant" in present:
         asked.append(("tenant", tenant, tenant))
+    if provider is not None and (scope := provider_scope(policy, provider)) is not None:
+        asked.append((scope, provider, provider))
     report["scopes"] = [
         {
             "scope": scope,
@@ -104,6 +119,16 @@ def scoped_report(
         for scope, subject, shown in asked
     ]
     return report
+
+
+def provider_scope(policy: Policy, provider: str) -> str | None:
+    """The scope a mail of ``provider`` is counted in: ``provider NAME`` when the policy names
+    it, else ``provider``; None when the policy has neither."""
+    present = {scope for scope, _ in policy.scopes}
+    for scope in (f"{PROVIDER} {provider}", PROVIDER):
+        if scope in present:
+            return scope
+    return None
 
 
 def _scoped_tier(scope: str | None, tier: object) -> str | None:

@@ -8,7 +8,7 @@ input, 1 for a store no command can see (a ``memory://`` URL belongs to one work
 from __future__ import annotations
 
 from mailer.errors import BackendUnavailable, InvalidAddress
-from mailer.factory import build_policies
+from mailer.factory import build_policies, build_providers
 from mailer.limits.limiter import Limiter
 from mailer.mail.address import normalise_address
 from mailer.settings import Settings
@@ -67,14 +67,18 @@ def shared_limiter_url(settings: Settings) -> None:
 
 
 def shared_limiter(settings: Settings) -> Limiter:
-    """The workers' shared limiter for the configured policy (close it after use)."""
+    """The workers' shared limiter for the configured policy (close it after use); with the
+    workers' finder of each mail's provider for a policy with provider tiers."""
     shared_limiter_url(settings)
     try:
-        return Limiter.from_url(
+        limiter = Limiter.from_url(
             settings.limiter_url, settings.policy, secret=settings.secret, tz=settings.timezone
         )
     except ValueError as exc:
         fail(f"MAILGUARD_LIMITER_URL: {exc}", USAGE)
+    if settings.policy.provider_scoped:  # each mail's provider, as the workers find it
+        limiter.providers = build_providers(settings, limiter)
+    return limiter
 
 
 def recipient_key(address: str) -> str:

@@ -12,6 +12,7 @@ from mailer.durations import parse_duration
 from mailer.errors import MailguardError
 from mailer.limits.policy import Policy
 from mailer.mail.kinds import Kinds
+from mailer.providers import provider_finder
 from workers.cli import views
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import env_settings
@@ -50,6 +51,12 @@ if TYPE_CHECKING:
     metavar="KIND=DURATION",
     help="Override a kind's tolerance, e.g. code=2m (repeatable).",
 )
+@click.option(
+    "--dns",
+    is_flag=True,
+    help="Find each recipient domain's provider from MX (MAILGUARD_DNS_SERVERS), as the "
+    "workers do, for provider tiers (default: each domain is its own provider).",
+)
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), help="Write a PNG chart.")
 @click.option("--top", default=5, show_default=True, type=click.IntRange(0, 100))
 def simulate(
@@ -62,6 +69,7 @@ def simulate(
     policy_text: str | None,
     against_text: str | None,
     max_waits: tuple[str, ...],
+    dns: bool,
     plot_path: str | None,
     top: int,
 ) -> None:
@@ -70,8 +78,11 @@ def simulate(
     A CSV trace has rows time,recipient[,kind[,tenant]] (time in seconds from the start) or
     use a generated --pattern. With neither it runs the built-in example: a day of mixed
     traffic for 1000 recipients with one abused address. Scoped policies (domain, sender,
-    tenant; fixed and gcra tiers) replay as the workers would decide them. --against compares
-    two policies on the same trace (--against current: with the live policy in force).
+    tenant, provider; fixed and gcra tiers) replay as the workers would decide them; with
+    --dns each domain's provider is found from MX as the workers find it (a provider google
+    tier then binds every Workspace domain), without it each domain is its own provider.
+    --against compares two policies on the same trace (--against current: with the live
+    policy in force).
     """
     from mailer import simulate as sim  # noqa: PLC0415 - loaded only for this command
 
@@ -95,11 +106,16 @@ def simulate(
         fail(f"cannot read {csv_path}: {exc.strerror}", USAGE)
     except ValueError as exc:
         fail(str(exc), USAGE)
+    finder = None
+    if dns:  # the workers' resolver settings; answers kept in this process
+        finder = provider_finder(
+            "memory://", servers=settings.dns_servers, timeout=settings.dns_timeout
+        )
     try:
         if against is None:
-            report, other = sim.simulate(attempts, policy, kinds), None
+            report, other = sim.simulate(attempts, policy, kinds, providers=finder), None
         else:
-            report, other = sim.compare(attempts, policy, against, kinds)
+            report, other = sim.compare(attempts, policy, against, kinds, providers=finder)
     except ValueError as exc:
         fail(str(exc), USAGE)
     elapsed = time.perf_counter() - started

@@ -38,36 +38,52 @@ from workers.cli.shared import (
     "--sender", is_flag=True, help="The sender's hold, and its scope's budget (a scoped policy)."
 )
 @click.option("--tenant", metavar="NAME", help="A tenant's budget (a scoped policy).")
+@click.option(
+    "--provider", metavar="NAME", help="A mailbox provider's budget (a policy with provider tiers)."
+)
 @click.option("--dead-letters", is_flag=True, help="List quarantined (poison) mails instead.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-def status(
-    address: str | None, sender: bool, tenant: str | None, dead_letters: bool, as_json: bool
+def status(  # noqa: PLR0917 - one argument per option
+    address: str | None,
+    sender: bool,
+    tenant: str | None,
+    provider: str | None,
+    dead_letters: bool,
+    as_json: bool,
 ) -> None:
     """ADDRESS's budget: per tier used/limit, when the next mail may go, booked sends.
 
     Reads the configured limiter (MAILGUARD_LIMITER_URL, a shared redis://) without
     consuming anything. The address is shown only as the hash the outcomes carry.
-    Under a scoped policy, every scope the mail is counted in (recipient, domain, sender, and
-    with --tenant NAME that tenant); --sender and --tenant NAME without ADDRESS show those
-    shared scopes alone. --sender also shows a hold in force (no worker sends until it ends),
+    Under a scoped policy, every scope the mail is counted in (recipient, domain, sender, its
+    provider's, and with --tenant NAME that tenant); --sender, --tenant NAME and --provider
+    NAME (google, microsoft, a registered domain) without ADDRESS show those shared scopes
+    alone. --sender also shows a hold in force (no worker sends until it ends),
     under any policy, and why: the reply or the evidence (temporary failures of several
     recipients) that started it, and whether its length was stated by the server. With
     --dead-letters (and nothing else): the mails quarantined as poison, newest first.
     """
     settings = live_settings(env_settings())
     if dead_letters:
-        if address is not None or sender or tenant is not None:
-            fail("give either ADDRESS, --sender, --tenant or --dead-letters", USAGE)
+        if address is not None or sender or tenant is not None or provider is not None:
+            fail("give either ADDRESS, --sender, --tenant, --provider or --dead-letters", USAGE)
         _show_dead_letters(settings, as_json)
         return
-    if address is None and not sender and tenant is None:
-        fail("missing ADDRESS (or --sender, --tenant NAME, --dead-letters)", USAGE)
+    if provider is not None and not settings.policy.provider_scoped:
+        fail(f"--provider: policy {settings.policy} has no provider tiers", USAGE)
+    if address is None and not sender and tenant is None and provider is None:
+        fail("missing ADDRESS (or --sender, --tenant NAME, --provider NAME, --dead-letters)", USAGE)
     key = None if address is None else recipient_key(address)
     hold = _sender_hold(settings) if sender else None
     pace = _sender_pace(settings) if sender else None
     if not single_key(settings.policy):  # a report of every scope
         _scoped_status(
-            settings, key, tenant=tenant, sender=sender, as_json=as_json, hold=(hold, pace)
+            settings,
+            key,
+            asked=(tenant, provider.strip().lower() if provider else None),
+            sender=sender,
+            as_json=as_json,
+            hold=(hold, pace),
         )
         return
     if key is None and sender:
@@ -169,19 +185,20 @@ def _scoped_status(
     settings: Settings,
     key: str | None,
     *,
-    tenant: str | None,
+    asked: tuple[str | None, str | None],
     sender: bool,
     as_json: bool,
     hold: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
 ) -> None:
-
+    """``asked``: the tenant and the provider whose scopes to show (None: not asked)."""
+    tenant, provider = asked
     try:
         check_tenant(tenant)
     except ValueError as exc:
         fail(f"--tenant: {exc}", USAGE)
     limiter = shared_limiter(settings)
     try:
-        report = scoped_report(limiter, key, tenant=tenant, sender=sender)
+        report = scoped_report(limiter, key, tenant=tenant, sender=sender, provider=provider)
     except BackendUnavailable as exc:
         fail(str(exc))
     finally:

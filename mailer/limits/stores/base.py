@@ -41,8 +41,10 @@ class Store(Protocol):
         *,
         share: float = 1.0,
         not_before_ms: int = 0,
+        provider: str | None = None,
     ) -> Decision:
-        """Admit now, book within ``max_wait_ms``, or refuse (:meth:`mailer.Limiter.acquire`)."""
+        """Admit now, book within ``max_wait_ms``, or refuse (:meth:`mailer.Limiter.acquire`);
+        ``provider`` (the mail's provider's name) for the provider scopes (None: the domain)."""
 
     def acquire_many(
         self, recipients: Sequence[str], tags: Sequence[int], max_wait_ms: int
@@ -50,11 +52,19 @@ class Store(Protocol):
         """:meth:`acquire` for each recipient (no tenant, full share), answers in order."""
 
     def peek(
-        self, recipient: str, tenant: str | None, *, share: float = 1.0, domain: str | None = None
+        self,
+        recipient: str,
+        tenant: str | None,
+        *,
+        share: float = 1.0,
+        domain: str | None = None,
+        provider: str | None = None,
     ) -> Decision:
         """Answer as :meth:`acquire` would for a fresh mail now, recording nothing."""
 
-    def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
+    def release(
+        self, recipient: str, tag: int, tenant: str | None, provider: str | None = None
+    ) -> bool:
         """Give the mail's slot back in every scope; whether it held one."""
 
     def storage_key(self, scope: str, key: str) -> str:

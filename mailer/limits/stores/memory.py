@@ -113,6 +113,7 @@ class SlidingMemoryStore:
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         not_before_ms: int = 0,
+        provider: str | None = None,  # no provider scope in this shape
         late_ms: int = -1,
         order: str = "",
     ) -> Decision:
@@ -153,17 +154,8 @@ class SlidingMemoryStore:
                 self._until_evict = _EVICT_EVERY
                 self._evict(now)
         index = raw[4]
-        return new_decision(
-            (
-                raw[0] == 1,
-                raw[1] == 1,
-                raw[2],
-                raw[3],
-                self._tiers[index - 1] if index else None,
-                raw[5:],
-                "recipient" if index else None,
-            )
-        )
+        tier, scope = (self._tiers[index - 1], "recipient") if index else (None, None)
+        return new_decision((raw[0] == 1, raw[1] == 1, raw[2], raw[3], tier, raw[5:], scope))
 
     def acquire_many(
         self, recipients: Sequence[str], tags: Sequence[int], max_wait_ms: int
@@ -179,6 +171,7 @@ class SlidingMemoryStore:
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         domain: str | None = None,  # no domain scope in this shape
+        provider: str | None = None,  # no provider scope in this shape
     ) -> Decision:
         key = self._hasher.digest(recipient)
         with self._lock:
@@ -191,7 +184,13 @@ class SlidingMemoryStore:
             sliding_log.prune(ts, list(log.tags), now, self._spec.max_window_ms)
             return self._decision(sliding_log.peek(ts, now, self._spec, hi))
 
-    def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
+    def release(
+        self,
+        recipient: str,
+        tag: int,
+        tenant: str | None,
+        provider: str | None = None,  # no provider scope in this shape
+    ) -> bool:
         key = self._hasher.digest(recipient)
         with self._lock:
             log = self._logs.get(key)

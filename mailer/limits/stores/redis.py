@@ -197,6 +197,7 @@ class SlidingRedisStore:
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         not_before_ms: int = 0,
+        provider: str | None = None,  # no provider scope in this shape
         late_ms: int = -1,
         order: str = "",
     ) -> Decision:
@@ -272,10 +273,17 @@ class SlidingRedisStore:
         *,
         share: float = 1.0,  # the recipient's own budget: no share
         domain: str | None = None,  # no domain scope in this shape
+        provider: str | None = None,  # no provider scope in this shape
     ) -> Decision:
         return self._decision(self._call(recipient, "p", 0))
 
-    def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
+    def release(
+        self,
+        recipient: str,
+        tag: int,
+        tenant: str | None,
+        provider: str | None = None,  # no provider scope in this shape
+    ) -> bool:
         return bool(self._call(recipient, "r", tag))
 
     def storage_key(self, scope: str, key: str) -> str:

@@ -71,8 +71,9 @@ class ScopedMemoryStore:
         *,
         share: float = 1.0,
         not_before_ms: int = 0,
+        provider: str | None = None,
     ) -> Decision:
-        keys = self._keys(recipient, None, tenant)
+        keys = self._keys(recipient, None, tenant, provider)
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
             states = self._load(keys, now_us)
@@ -98,9 +99,15 @@ class ScopedMemoryStore:
         ]
 
     def peek(
-        self, recipient: str, tenant: str | None, *, share: float = 1.0, domain: str | None = None
+        self,
+        recipient: str,
+        tenant: str | None,
+        *,
+        share: float = 1.0,
+        domain: str | None = None,
+        provider: str | None = None,
     ) -> Decision:
-        keys = self._keys(recipient, domain, tenant)
+        keys = self._keys(recipient, domain, tenant, provider)
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
             states = self._load(keys, now_us, create=False)
@@ -108,8 +115,10 @@ class ScopedMemoryStore:
                 states, now_us, tag=0, max_wait_ms=0, share=share, record=False
             )
 
-    def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
-        keys = self._keys(recipient, None, tenant)
+    def release(
+        self, recipient: str, tag: int, tenant: str | None, provider: str | None = None
+    ) -> bool:
+        keys = self._keys(recipient, None, tenant, provider)
         with self._lock:
             now_us = round(self._clock() * 1_000_000)
             states = self._load(keys, now_us, create=False)
@@ -135,13 +144,15 @@ class ScopedMemoryStore:
     def close(self) -> None:
         self.reset(None)
 
-    def _keys(self, recipient: str, domain: str | None, tenant: str | None) -> _Keys:
+    def _keys(
+        self, recipient: str, domain: str | None, tenant: str | None, provider: str | None
+    ) -> _Keys:
         if self._generation != fork_generation():
             self._generation = fork_generation()
             warn_forked()
         out = []
         for scope in self._scopes:
-            subject = scope.subject(recipient, domain, tenant)
+            subject = scope.subject(recipient, domain, tenant, provider)
             if subject is not None:
                 out.append((scope, (scope.name, scope.hasher.digest(check_key(subject)))))
         return out

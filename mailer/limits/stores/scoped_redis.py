@@ -82,6 +82,7 @@ class ScopedRedisStore:
         *,
         share: float = 1.0,
         not_before_ms: int = 0,
+        provider: str | None = None,
     ) -> Decision:
         planned = self.script.plan(
             "a",
@@ -91,6 +92,7 @@ class ScopedRedisStore:
             max_wait_ms=max_wait_ms,
             share=share,
             not_before=not_before_ms,
+            provider=provider,
         )
         answer: Decision = self._run(planned)
         return answer
@@ -103,14 +105,25 @@ class ScopedRedisStore:
         ]
 
     def peek(
-        self, recipient: str, tenant: str | None, *, share: float = 1.0, domain: str | None = None
+        self,
+        recipient: str,
+        tenant: str | None,
+        *,
+        share: float = 1.0,
+        domain: str | None = None,
+        provider: str | None = None,
     ) -> Decision:
-        planned = self.script.plan("p", recipient, tenant=tenant, domain=domain, share=share)
+        planned = self.script.plan(
+            "p", recipient, tenant=tenant, domain=domain, share=share, provider=provider
+        )
         answer: Decision = self._run(planned)
         return answer
 
-    def release(self, recipient: str, tag: int, tenant: str | None) -> bool:
-        return bool(self._run(self.script.plan("r", recipient, tenant=tenant, tag=tag)))
+    def release(
+        self, recipient: str, tag: int, tenant: str | None, provider: str | None = None
+    ) -> bool:
+        planned = self.script.plan("r", recipient, tenant=tenant, tag=tag, provider=provider)
+        return bool(self._run(planned))
 
     def storage_key(self, scope: str, key: str) -> str:
         return find_scope(self.script.scopes, scope, self.policy).hasher.storage_key(key)

@@ -131,13 +131,15 @@ class ScopedScript:
         max_wait_ms: int = 0,
         share: float = 1.0,
         not_before: int = 0,
+        provider: str | None = None,
     ) -> Planned:
-        """The call for ``mode`` (``a`` acquire, ``p`` peek, ``r`` release) of one mail."""
+        """The call for ``mode`` (``a`` acquire, ``p`` peek, ``r`` release) of one mail;
+        ``provider``: its provider's name (None: the domain, :meth:`Scope.subject`)."""
         keys: list[str] = []
         digits = ""
         present: list[Scope] = []
         for scope in self.scopes:
-            subject = scope.subject(recipient, domain, tenant)
+            subject = scope.subject(recipient, domain, tenant, provider)
             if subject is not None:
                 keys.append(scope.storage_key(subject))
                 digits += scope.digit

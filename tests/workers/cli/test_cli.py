@@ -339,7 +339,12 @@ def test_status_and_reset_report_an_unreachable_redis(command: str) -> None:
             1,
             "MAILGUARD_BROKER_URL is memory://",
         ),
-        (["status"], {}, 2, "missing ADDRESS (or --sender, --tenant NAME, --dead-letters)"),
+        (
+            ["status"],
+            {},
+            2,
+            "missing ADDRESS (or --sender, --tenant NAME, --provider NAME, --dead-letters)",
+        ),
         (["frobnicate"], {}, 2, "No such command 'frobnicate'"),
     ],
 )
