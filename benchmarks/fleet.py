@@ -118,9 +118,11 @@ def measure_fleet(
         figures = Idle(count, rate, top)
         if sizes[0]:
             results = redis.Redis.from_url(env["MAILGUARD_RESULT_BACKEND"])
-            figures.burst_rate, span = burst(workers[0].env, app_module, results, sizes[0])
+            try:
+                figures.burst_rate, span = burst(workers[0].env, app_module, results, sizes[0])
+            finally:
+                results.close()
             figures.burst_commands = span.per_mail(rate)
-            results.close()
         if sizes[1] and app_module == "workers.app":
             figures.late_p50, figures.late_p99 = lateness(env, client, sizes[1])
     finally:
@@ -200,7 +202,10 @@ def lateness(env: dict[str, str], client: redis.Redis, count: int) -> tuple[floa
 def park(url: str, count: int) -> int:
     """Park ``count`` mails due in a day in the queue's schedule."""
     schedule = RedisSchedule(redis.Redis.from_url(url), url, queue=QUEUE)
-    return park_bulk(schedule, _entries(count, time.time() + 86_400, 3_600.0))
+    try:
+        return park_bulk(schedule, _entries(count, time.time() + 86_400, 3_600.0))
+    finally:
+        schedule.client.close()
 
 
 def run(
@@ -225,6 +230,7 @@ def run(
                 env, count, "benchmarks.fleet_plain", client, window=window, sizes=sizes
             )
             rows.append((guarded, floor))
+        client.close()  # closed, not left to the collector (a test process runs this)
         return rows
     finally:
         server.stop()

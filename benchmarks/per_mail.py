@@ -155,6 +155,8 @@ def run(mails: int = MAILS, monitor: bool = False) -> list[Count]:
     counts: list[Count] = []
     for layout in ("one server", "split"):
         servers = [RedisServer().start() for _ in range(1 if layout == "one server" else 2)]
+        clients: list[redis.Redis] = []
+        results = redis.Redis()  # replaced below; never connected
         try:
             first = servers[0].url.rsplit("/", 1)[0]
             ledger = servers[-1].url.rsplit("/", 1)[0]
@@ -176,6 +178,8 @@ def run(mails: int = MAILS, monitor: bool = False) -> list[Count]:
                     )
                 )
         finally:
+            for client in [*clients, results]:
+                client.close()  # closed, not left to the collector (a test process runs this)
             for server in servers:
                 server.stop()
     return counts
