@@ -155,8 +155,7 @@ def run(mails: int = MAILS, monitor: bool = False) -> list[Count]:
     counts: list[Count] = []
     for layout in ("one server", "split"):
         servers = [RedisServer().start() for _ in range(1 if layout == "one server" else 2)]
-        clients: list[redis.Redis] = []
-        results = redis.Redis()  # replaced below; never connected
+        opened: list[redis.Redis] = []  # closed at the end, not left to the collector
         try:
             first = servers[0].url.rsplit("/", 1)[0]
             ledger = servers[-1].url.rsplit("/", 1)[0]
@@ -168,6 +167,7 @@ def run(mails: int = MAILS, monitor: bool = False) -> list[Count]:
             )
             clients = [redis.Redis.from_url(s.url) for s in servers]
             results = redis.Redis.from_url(f"{first}/2")
+            opened += [*clients, results]
             for app in APPS:
                 if monitor and layout == "one server":
                     print(f"{app}, one server, per mail (MONITOR):")
@@ -178,8 +178,8 @@ def run(mails: int = MAILS, monitor: bool = False) -> list[Count]:
                     )
                 )
         finally:
-            for client in [*clients, results]:
-                client.close()  # closed, not left to the collector (a test process runs this)
+            for client in opened:
+                client.close()
             for server in servers:
                 server.stop()
     return counts

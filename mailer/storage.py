@@ -9,6 +9,7 @@ Every store (limiter, ledger, schedule, holds, suppressions) is chosen by its UR
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -61,10 +62,11 @@ def is_redis(url: object) -> bool:
 _SERVER = ("host", "port", "username", "password", "path", "connection_class")
 
 
+@functools.lru_cache(maxsize=64)
 def database_beside(url: str, other: str) -> str | None:
     """``url`` naming ``other``'s database instead of its own, when both are plain Redis URLs
     (``redis://``, ``rediss://``) to one server as one user in different databases (the
-    database in the path); else None."""
+    database in the path); else None. Cached: every ``send_mail.delay`` and receipt asks it."""
     if scheme(url) not in ("redis", "rediss") or scheme(other) != scheme(url):
         return None
     try:
