@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import time
 from bisect import bisect_right
 
 import pytest
@@ -217,14 +216,12 @@ def test_no_recipient_is_ever_over_a_tier_in_a_simulated_day() -> None:
                 assert in_window <= tier.limit
 
 
-def test_a_day_for_ten_thousand_recipients_runs_in_seconds() -> None:
-    """A generated day of mixed traffic for 10 000 recipients simulates in under 10 seconds."""
-    started = time.perf_counter()
+def test_a_day_for_ten_thousand_recipients_judges_every_attempt() -> None:
+    """A generated day of mixed traffic for 10 000 recipients: every attempt judged, each
+    recipient counted (its speed is a figure of the how-to, not a bound asserted here)."""
     trace = generate("day", recipients=10_000)
     report = simulate(trace, Policy.parse("1/60s, 5/1h, 10/24h", name="recipient"))
-    elapsed = time.perf_counter() - started
     assert report.recipients == 10_001 and report.total.attempts == len(trace) > 20_000
-    assert elapsed < 10.0, f"{elapsed:.1f} s"
 
 
 # --- scoped policies -------------------------------------------------------------------------

@@ -74,7 +74,9 @@ def judge(
         names = ", ".join(v.record.hostname for v in bad)
         return verdicts, f"{names}: consumed nothing for over {views.duration(bound)}, mail is due"
     if not any(v.problem == "" for v in verdicts):
-        return verdicts, "no running worker consumes the queue while mail is due"
+        gone = ", ".join(v.record.hostname for v in verdicts if v.problem == "gone")
+        named = f" (gone: {gone})" if gone else ""
+        return verdicts, f"no running worker consumes the queue while mail is due{named}"
     return verdicts, ""
 
 

@@ -32,6 +32,7 @@ class Row:
     wait: float | None = None
     due: float | None = None
     sent_at: float | None = None
+    admitted_at: float | None = None  # when the limiter admitted it, on the limiter's clock
     reason: str | None = None
     deferrals: int = 0
     rebooked: bool = False  # came back late for its slot and was booked again (or sent)
@@ -82,6 +83,7 @@ class Row:
         self.reason = meta.get("reason")
         self.due = _float(meta.get("due"))
         self.sent_at = _float(meta.get("sent_at"))
+        self.admitted_at = _float(meta.get("admitted_at"))
         self.deferrals = int(meta.get("deferrals") or 0)
         if self.booked is not None and (self.deferrals > 1 or self.due != self.booked):
             self.rebooked = True
@@ -108,6 +110,7 @@ class Row:
             "wait": self.waited,
             "due": self.due,
             "sent_at": self.sent_at,
+            "admitted_at": self.admitted_at,
             "lateness": self.lateness,
             "reason": self.reason,
             "rebooked": self.rebooked,

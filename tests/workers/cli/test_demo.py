@@ -80,7 +80,8 @@ def check_summary(summary: dict[str, Any]) -> None:
         assert mail["status"] == "sent", mail
         if not mail["rebooked"]:
             assert mail["due"] == mail["booked"], mail
-        assert abs(mail["sent_at"] - mail["due"]) <= 0.5, mail
+        # at its slot on the limiter's clock (the SMTP transaction after it is the machine's)
+        assert 0.0 <= mail["admitted_at"] - mail["due"] + 1e-3 <= 0.5, mail
     rebooked = [m for m in mails if m["rebooked"]]
     start, end = summary["outage"]["from"], summary["outage"]["until"]
     assert summary["rebooked"] == len(rebooked) >= 1, "the worker's pause makes a mail re-book"
@@ -89,7 +90,8 @@ def check_summary(summary: dict[str, Any]) -> None:
     )
     for mail in mails:
         if mail["status"] == "sent":
-            assert mail["sent_at"] - mail["due"] <= 0.5, "sent mails go at their slot"
+            assert mail["admitted_at"] - mail["due"] <= 0.5, "sent mails go at their slot"
+            assert mail["sent_at"] >= mail["admitted_at"], "sent after the limiter admitted it"
 
     dropped = [m for m in mails if m["status"] == "dropped" and m not in overdue]
     code_wait = summary["max_wait"]["code"]

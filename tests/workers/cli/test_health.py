@@ -93,7 +93,7 @@ def test_a_gone_worker_is_reported_not_failed_unless_none_runs() -> None:
     verdicts, problem = judge([gone, fresh], due=True, now=NOW, bound=60, worker=None)
     assert (problem, verdicts[0].problem) == ("", "gone")
     _, alone = judge([gone], due=True, now=NOW, bound=60, worker=None)
-    assert alone == "no running worker consumes the queue while mail is due"
+    assert alone == "no running worker consumes the queue while mail is due (gone: old)"
     _, missing = judge([fresh], due=True, now=NOW, bound=60, worker="w9")
     assert missing.startswith("worker w9 has no liveness record")
 
@@ -130,6 +130,8 @@ def test_health_names_a_frozen_worker_while_a_mail_waits(
             poll(lambda: _queued(run(["health"], env).stdout) >= 1, 10, "a queued mail")
             frozen = run(["health", "--silent-for", "0s"], env)
             assert frozen.returncode == 1, frozen.stdout
+            # named either way: silent while mail is due, or gone (frozen past GONE seconds of
+            # its record, which a loaded machine's slow CLI runs can reach)
             assert "probe@" in frozen.stderr and "mail is due" in frozen.stderr, frozen.stderr
         finally:
             os.kill(worker.process.pid, signal.SIGCONT)
