@@ -8,22 +8,26 @@ finder's answers live in memory and on the suite's redis-server."""
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Iterator
 
 import pytest
 from aiosmtpd.smtp import SMTP as SMTPServer
 from aiosmtpd.smtp import Envelope, Session
+from prometheus_client import CollectorRegistry
 
 from devservers.dns_server import DnsServer
 from devservers.smtp_server import RecordingHandler, SmtpTestServer
 from mailer import Kinds, Limiter, ManualClock, Policy
 from mailer.factory import build_holds, build_transport, memory_guard, relay_of
 from mailer.guard import Guard, Later, MailRequest
+from mailer.metrics import HoldCollector
 from mailer.providers import provider_finder
 from mailer.records.holds import Holds, holds_from_url
 from mailer.records.ledger import MemoryLedger
 from mailer.settings import Settings
 from mailer.steps import Step
+from tests.workers.cli.test_cli import invoke
 
 #: Gmail's reply to a sender whose rate it limits (support.google.com/a/answer/3726730).
 GMAIL_4728 = (
@@ -252,3 +256,28 @@ def test_provider_holds_off_hold_the_sender_and_ask_no_dns(
     smtp_server.handler.reply_to_rcpt(GMAIL_4728)
     assert guard.process(_mail("g1", "ada@gmail.com")).outcome.hold == "sender"
     assert dns_server.queries("gmail.com") == before
+
+
+@pytest.mark.redis
+def test_status_and_the_gauge_show_a_providers_hold(redis_url: str) -> None:
+    """``mailguard status --sender`` names the provider held (text and JSON) and says the
+    sender itself is not held; the gauge has one sample per ruled provider, Google's the
+    seconds left."""
+    env = {"MAILGUARD_LIMITER_URL": redis_url, "MAILGUARD_SECRET": SECRET}
+    holds = build_holds(Settings.from_env(env))
+    assert holds.providers is not None
+    holds.hold_provider("google", 600.0, GMAIL_4728)
+    shown = invoke(["status", "--sender"], env)
+    assert shown.exit_code == 0, shown.output
+    assert "sender: no hold" in shown.stdout
+    assert "sender held at provider google until" in shown.stdout and "4.7.28" in shown.stdout
+    as_json = json.loads(invoke(["status", "--sender", "--json"], env).stdout)
+    assert as_json["hold"] is None and set(as_json["providers"]) == {"google"}
+    registry = CollectorRegistry()
+    registry.register(HoldCollector(holds.sender, providers=holds.provider_holds))
+    left = {
+        name: registry.get_sample_value("mailguard_provider_hold_seconds", {"provider": name})
+        for name in ("google", "microsoft", "yahoo")
+    }
+    assert left["microsoft"] == 0.0 and left["yahoo"] == 0.0
+    assert left["google"] is not None and 590.0 < left["google"] <= 600.0
