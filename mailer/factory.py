@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from urllib.parse import urlsplit
 
 from mailer.clock import Clock, system_clock
 from mailer.guard import Guard, GuardConfig
@@ -152,11 +153,18 @@ def build_holds(
 ) -> Holds:
     """The holds, where the limiter lives: sharing the limiter's Redis client, or the
     ledger's when both live on one URL (the guard then reads holds and suppression together).
-    Their times are the limiter's clock, as every deadline is."""
+    Their times are the limiter's clock, as every deadline is. The slow start after a hold is
+    kept per relay (:func:`relay_of`). With ``MAILGUARD_PROVIDER_HOLDS`` on (the default), the
+    finder of each recipient's provider: the limiter's when its policy has provider tiers, else
+    one of its own (:func:`build_providers`; it asks DNS only for a provider's reply)."""
     client = None if limiter is None else limiter.client
     same_url = settings.effective_ledger_url == settings.limiter_url
     if client is None and isinstance(ledger, RedisLedger) and same_url:
         client = ledger.client
+    finder = None
+    if settings.provider_holds:
+        finder = limiter.providers if limiter is not None else None
+        finder = finder or build_providers(settings, limiter)
     with _naming("LIMITER_URL"):
         return holds_from_url(
             settings.limiter_url,
@@ -167,7 +175,27 @@ def build_holds(
             pace_start=settings.pace_start,
             pace_step=settings.pace_step,
             pace_window=settings.pace_window,
+            relay=relay_of(settings),
+            providers=finder,
         )
+
+
+def relay_of(settings: Settings) -> str:
+    """What names the relay mail leaves through, so each relay has its own pace: ``smtp:<host>:
+    <port>:<user>`` (``MAILGUARD_SMTP_URL``, never its password), ``ses:<region>:<endpoint>``,
+    ``anymail:<esp>``, ``django:<backend>``. Stored only as a keyed hash (the pace's key)."""
+    if settings.transport == "ses":
+        return f"ses:{settings.ses_region or ''}:{settings.ses_endpoint_url or ''}"
+    if settings.transport == "anymail":
+        return f"anymail:{settings.anymail_esp or ''}"
+    if settings.transport == "django":
+        return f"django:{settings.django_backend or ''}"
+    url = urlsplit(settings.smtp_url)
+    try:
+        port = url.port
+    except ValueError:  # refused at start by the settings' checks; named by the rest here
+        port = None
+    return f"{settings.transport}:{url.hostname or url.scheme}:{port or ''}:{url.username or ''}"
 
 
 def build_transport(settings: Settings) -> Transport:

@@ -1,6 +1,7 @@
 """The holds' gauges, read from the holds at each scrape (:mod:`mailer.metrics` lists every
-metric and re-exports these): ``mailguard_sender_hold_seconds`` and ``mailguard_transport_held``
-(:class:`HoldCollector`), ``mailguard_sender_pace_rate`` (:class:`PaceCollector`)."""
+metric and re-exports these): ``mailguard_sender_hold_seconds``, ``mailguard_transport_held``
+and ``mailguard_provider_hold_seconds{provider}`` (:class:`HoldCollector`),
+``mailguard_sender_pace_rate`` (:class:`PaceCollector`)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ class HoldCollector:
     """The sender's hold and the transport's as gauges, read when scraped (one ``GET`` each).
 
     ``sender`` is :meth:`mailer.records.holds.Holds.sender`, ``transport`` (optional)
-    :meth:`mailer.records.holds.TransportHold.held`; holds that cannot be read yield no
+    :meth:`mailer.records.holds.TransportHold.held`, ``providers`` (optional, with provider
+    holds on) :meth:`mailer.records.holds.Holds.provider_holds`: one sample per ruled provider
+    (``google``, ``microsoft``, ``yahoo``), 0 when not held. Holds that cannot be read yield no
     sample rather than failing the scrape.
     """
 
@@ -32,8 +35,9 @@ class HoldCollector:
         clock: Clock = system_clock,
         *,
         transport: Callable[[], list[Hold]] | None = None,
+        providers: Callable[[], dict[str, Hold]] | None = None,
     ) -> None:
-        self._sender, self._transport = sender, transport
+        self._sender, self._transport, self._providers = sender, transport, providers
         self._clock = clock
 
     def collect(self) -> Iterator[Metric]:
@@ -42,6 +46,7 @@ class HoldCollector:
         try:
             hold = self._sender()
             transport = self._transport() if self._transport is not None else []
+            providers = self._providers() if self._providers is not None else {}
         except Exception:  # the scrape goes on without the holds
             return
         left = GaugeMetricFamily(
@@ -58,6 +63,24 @@ class HoldCollector:
             )
             held.add_metric([], float(len(transport)))
             yield held
+        if self._providers is not None:
+            yield self._provider_gauge(providers)
+
+    def _provider_gauge(self, providers: dict[str, Hold]) -> Metric:
+        from prometheus_client.core import GaugeMetricFamily  # noqa: PLC0415
+
+        from mailer.mail.replies import RULED_PROVIDERS  # noqa: PLC0415
+
+        gauge = GaugeMetricFamily(
+            "mailguard_provider_hold_seconds",
+            "Seconds left on the sender's hold at one provider (0: none): its mail alone waits.",
+            labels=["provider"],
+        )
+        now = self._clock()
+        for name in RULED_PROVIDERS:
+            hold = providers.get(name)
+            gauge.add_metric([name], 0.0 if hold is None else max(hold.until - now, 0.0))
+        return gauge
 
 
 class PaceCollector:

@@ -214,6 +214,7 @@ READERS: tuple[tuple[str, str, Callable[[str], object]], ...] = (
     ("ENQUEUE_TIMEOUT", "enqueue_timeout", parse_duration),
     ("DNS_SERVERS", "dns_servers", parse_servers),
     ("DNS_TIMEOUT", "dns_timeout", parse_duration),
+    ("PROVIDER_HOLDS", "provider_holds", _on_off),
     ("ALLOW_EVICTION", "allow_eviction", _on_off),
     ("FAILED_RETENTION", "failed_retention", _off_or_duration),
     ("WARMUP", "warmup", _warmup),

@@ -88,6 +88,7 @@ class Values:
     enqueue_timeout: float = defaults.ENQUEUE_TIMEOUT
     dns_servers: tuple[tuple[str, int], ...] = ()
     dns_timeout: float = defaults.DNS_TIMEOUT
+    provider_holds: bool = True
     allow_eviction: bool = defaults.ALLOW_EVICTION
     failed_retention: float | None = defaults.FAILED_RETENTION
     warmup: dict[str, Plan] | None = None

@@ -314,7 +314,8 @@ def _hold_gauges() -> tuple[Any, ...]:
     if settings.throttle_hold is None or is_memory(settings.limiter_url):
         return ()
     holds = build_holds(settings)
-    held = metrics.HoldCollector(holds.sender, transport=holds.transport.held)
+    providers = holds.provider_holds if holds.providers is not None else None
+    held = metrics.HoldCollector(holds.sender, transport=holds.transport.held, providers=providers)
     return (held, metrics.PaceCollector(holds.pace.rate_now))
 
 

@@ -36,6 +36,12 @@ no such user, mailbox unavailable, does not exist and the like); any other 5xx i
 ``hold`` is the delay the reply states ("try again in 2 minutes", "greylisted for 300 seconds"),
 in seconds, when it states one between 1 s and a day; otherwise None (the caller's configured
 delay applies). Always None for ``RETRY``. Pure: no I/O.
+
+A ``HOLD_SENDER`` reply that names a mailbox provider (:data:`PROVIDER_RULES`: Gmail's
+``4.7.28``, Yahoo's ``[TSS04]`` and ``[TS01]``-``[TS03]``, Microsoft's ``RP-001``-``RP-003``)
+carries that provider's published reaction as its ``rule`` (:class:`ProviderRule`): the guard
+then holds that sender at that provider only, when the mail's recipient is at that provider
+(:mod:`mailer.guard.gates.provider_holds`).
 """
 
 from __future__ import annotations
@@ -59,11 +65,30 @@ class Action(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderRule:
+    """A mailbox provider's own reaction to one of its rate or reputation replies.
+
+    ``provider``: the provider's name as :mod:`mailer.providers` finds it from MX (``google``);
+    ``name``: the reply it reads (``4.7.28``); ``hold``: the least a hold lasts, in seconds
+    (None: the configured ``MAILGUARD_THROTTLE_HOLD``), doubling while the throttling continues
+    as every hold does; ``source``: where the rule is published. After the hold the provider's
+    mail resumes one at a time, growing (the slow start, per sender, relay and provider), and a
+    refusal while it grows holds that provider again (doubled)."""
+
+    provider: str
+    name: str
+    hold: float | None
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
 class Reaction:
-    """The action a reply asks for; ``hold`` is the delay it states, in seconds, or None."""
+    """The action a reply asks for; ``hold`` is the delay it states, in seconds, or None;
+    ``rule`` the provider's own reaction when the reply names one (:data:`PROVIDER_RULES`)."""
 
     action: Action
     hold: float | None = None
+    rule: ProviderRule | None = None
 
     @property
     def hold_action(self) -> bool:
@@ -75,6 +100,44 @@ class Reaction:
 
 #: The longest delay a reply may state and be believed, in seconds (a day).
 MAX_STATED_HOLD = 86_400.0
+
+#: Gmail, on ``4.7.28`` (and its older ``4.7.0`` with the same words and ``gsmtp``): "stop at
+#: least 10 minutes, resume on one connection, wait another 10 on failure, add connections one at
+#: a time on success" (support.google.com/mail/answer/81126 and /a/answer/14229414, as quoted in
+#: /work/shared/RELAY-FACTS.md).
+GMAIL_RATE = ProviderRule(
+    "google", "4.7.28", 600.0, "https://support.google.com/mail/answer/81126 (4.7.28: stop at "
+    "least 10 minutes, resume on one connection, add connections one at a time on success)",
+)  # fmt: skip
+#: Yahoo's ``[TSS04]`` (``[TS04]``) is a suspension: KumoMTA's shipped shaping suspends Yahoo
+#: 2 hours on it (assets/policy-extras/shaping.toml, ``regex = "\\[TS?S04\\]"``,
+#: ``action = "Suspend"``, ``duration = "2 hours"``); senders.yahooinc.com/smtp-error-codes.
+YAHOO_SUSPENSION = ProviderRule(
+    "yahoo", "[TSS04]", 7200.0, "KumoMTA assets/policy-extras/shaping.toml (Yahoo [TSS04]: "
+    "Suspend, 2 hours); https://senders.yahooinc.com/smtp-error-codes/",
+)  # fmt: skip
+#: Yahoo's ``[TS01]``-``[TS03]``: deferrals for volume or complaints (senders.yahooinc.com):
+#: backing off, the configured length doubling while they continue.
+YAHOO_DEFERRAL = ProviderRule(
+    "yahoo", "[TS0x]", None, "https://senders.yahooinc.com/smtp-error-codes/ ([TS01]-[TS03]: "
+    "temporarily deferred for volume or user complaints)",
+)  # fmt: skip
+#: Microsoft's ``RP-001``-``RP-003`` (Outlook.com's rate and reputation throttling: per hour
+#: and day, per connection, connections): backing off, the configured length doubling (KumoMTA's
+#: shipped automation also backs off on "messages from <ip> weren't sent": 1 a minute).
+MICROSOFT_RATE = ProviderRule(
+    "microsoft", "RP-00x", None, "https://sendersupport.olc.protection.outlook.com/pm/"
+    "troubleshooting.aspx (RP-001 rate, RP-002 per connection, RP-003 connections)",
+)  # fmt: skip
+#: Each rule with the words that name it, checked in this order.
+PROVIDER_RULES: tuple[tuple[re.Pattern[str], ProviderRule], ...] = (
+    (re.compile(r"\b4\.7\.28\b|unusual rate of\s+unsolicited mail[\s\S]*\bgsmtp\b"), GMAIL_RATE),
+    (re.compile(r"\[TS?S04\]"), YAHOO_SUSPENSION),
+    (re.compile(r"\[TS0[1-3]\]"), YAHOO_DEFERRAL),
+    (re.compile(r"\bRP-00[1-3]\b"), MICROSOFT_RATE),
+)
+#: The providers a reply can name, so the only ones a provider hold can be for.
+RULED_PROVIDERS: tuple[str, ...] = ("google", "microsoft", "yahoo")
 
 _ENHANCED = re.compile(r"\b([245])\.(\d{1,3})\.(\d{1,3})\b")
 _RATE = re.compile(
@@ -146,7 +209,10 @@ def reaction_to_reply(code: int, reply: str) -> Reaction:
     status = enhanced.groups() if enhanced else ("", "", "")
     if temporary(code):
         action = _transient(code, status, text)
-        return Reaction(action, None if action is Action.RETRY else stated_hold(text))
+        if action is Action.RETRY:
+            return Reaction(action)
+        rule = provider_rule(text) if action is Action.HOLD_SENDER else None
+        return Reaction(action, stated_hold(text), rule)
     if 500 <= code < 600:
         klass, subject, detail = status
         ours = klass == "5" and (subject, detail) in _SENDER_STATUS
@@ -237,6 +303,14 @@ def rate_worded(text: str) -> bool:
     """True when ``text`` says the sender goes too fast: rate limit, throttling, too many
     requests or messages, a sending quota (the words that hold the sender in a 4xx)."""
     return _RATE.search(text or "") is not None
+
+
+def provider_rule(text: str) -> ProviderRule | None:
+    """The provider's rule a rate reply's ``text`` names (:data:`PROVIDER_RULES`), or None."""
+    for words, rule in PROVIDER_RULES:
+        if words.search(text or ""):
+            return rule
+    return None
 
 
 def enhanced_status(reply: str) -> str | None:

@@ -78,3 +78,47 @@ def test_a_relay_refusing_our_credentials_holds_the_transport_not_the_mail() -> 
     assert reaction_to_reply(550, "5.1.1 <ada@example.org>: User unknown").action is (
         Action.SUPPRESS
     )
+
+
+#: The corpus's rate replies that name their provider, with the provider's rule they carry.
+PROVIDER_REPLIES = [
+    ("4.7.28 Gmail has detected an unusual rate", "google", "4.7.28"),
+    ("4.7.0 [216.194.173.80 15] Our system has detected an unusual rate", "google", "4.7.28"),
+    ("4.7.0 [TSS04] Messages from 192.0.2.1", "yahoo", "[TSS04]"),
+    ("4.7.0 [TS01] Messages from", "yahoo", "[TS0x]"),
+    ("4.7.0 [TS02] Temporarily deferred", "yahoo", "[TS0x]"),
+    ("4.7.1 [TS03] All messages", "yahoo", "[TS0x]"),
+    ("RP-001 (SNT0-MC2-F19)", "microsoft", "RP-00x"),
+    ("RP-002 The sending IP", "microsoft", "RP-00x"),
+    ("RP-003 The sending IP", "microsoft", "RP-00x"),
+]
+
+
+@pytest.mark.parametrize(("start", "provider", "name"), PROVIDER_REPLIES)
+def test_a_providers_rate_reply_carries_its_rule(start: str, provider: str, name: str) -> None:
+    """Gmail's 4.7.28 (and its older 4.7.0 with the same words and ``gsmtp``), Yahoo's
+    ``[TSS04]`` and ``[TS01]``-``[TS03]``, Microsoft's ``RP-001``-``RP-003``: a sender hold whose
+    rule names the provider (each rule with its source); the Gmail and Yahoo suspensions last at
+    least 10 minutes and 2 hours."""
+    rows = [r for r in CORPUS if r.text.startswith(start)]
+    assert len(rows) == 1, start
+    reaction = reaction_to_reply(rows[0].code, rows[0].text)
+    assert reaction.action is Action.HOLD_SENDER
+    assert reaction.rule is not None
+    assert (reaction.rule.provider, reaction.rule.name) == (provider, name)
+    assert reaction.rule.source.startswith(("https://", "KumoMTA"))
+    least = {"4.7.28": 600.0, "[TSS04]": 7200.0}.get(name)
+    assert reaction.rule.hold == least
+
+
+def test_no_other_reply_of_the_corpus_names_a_provider() -> None:
+    """Every other reply carries no rule: a relay's own rate replies (Postfix, Exim, SES,
+    SendGrid, Google's SMTP relay quota "Peak SMTP relay limit", Microsoft's 4.7.650 without an
+    ``RP-00x``) hold the sender as before, whoever the recipient."""
+    named = {r.text for r in CORPUS for start, _, _ in PROVIDER_REPLIES if r.text.startswith(start)}
+    others = [r for r in CORPUS if r.text not in named]
+    assert len(others) == len(CORPUS) - len(PROVIDER_REPLIES)
+    for reply in others:
+        assert reaction_to_reply(reply.code, reply.text).rule is None, reply.text
+    peak = reaction_to_reply(450, "4.2.1 Peak SMTP relay limit exceeded for this customer.")
+    assert peak.action is Action.HOLD_SENDER and peak.rule is None

@@ -221,3 +221,44 @@ def test_plain_read_answers_as_active_does(bench: HoldsBench) -> None:
         return
     assert read is not None and read[0] is bench.client
     assert holds.from_raws(read[0].mget(read[1])) == holds.active("ada@example.com")
+
+
+def test_a_provider_hold_doubles_apart_from_the_senders(bench: HoldsBench) -> None:
+    """A provider's hold (``<namespace>:hold:provider:<name>``) doubles while its throttling
+    continues, as the sender's does, and holds neither the sender nor another provider; only
+    the ruled providers' names are taken."""
+    holds = bench.holds
+    first = holds.hold_provider("google", 2, "421 4.7.28", stated=False)
+    assert first.written and first.level == 0 and first.length == pytest.approx(2)
+    again = holds.hold_provider("google", 2, "421 4.7.28")
+    assert again.level == 1 and again.length == pytest.approx(4)
+    assert holds.sender() is None
+    assert set(holds.provider_holds()) == {"google"}
+    assert holds.provider_holds()["google"].level == 1
+    with pytest.raises(ValueError, match="no provider hold"):
+        holds.hold_provider("example.net", 2, "421")
+
+
+def test_the_read_with_provider_holds_answers_alone_as_together(bench: HoldsBench) -> None:
+    """With provider holds on, the keys plain_read names (the sender's, the recipient's, the
+    relay's pace, each provider's hold and pace) read in one MGET answer what ``read`` answers
+    on its own; memory has no such read."""
+    holds = bench.holds
+    holds.providers = object()  # any finder turns them on; none is asked here
+    holds.hold_provider("yahoo", 5, "421 4.7.0 [TSS04]")
+    holds.provider_pace("yahoo").start(holds.now() + 5, cap=0.0)
+    alone = holds.read("ada@example.com")
+    assert set(alone.providers) == {"yahoo"} and alone.sender is None
+    hold, pace = alone.providers["yahoo"]
+    assert hold is not None and pace is not None and pace.since == pytest.approx(hold.until)
+    read = holds.plain_read("ada@example.com")
+    if bench.client is None:
+        assert read is None
+        return
+    assert read is not None and len(read[1]) == 3 + 2 * 3
+    together = holds.read_raws(read[0].mget(read[1]))
+    assert set(together.providers) == {"yahoo"}
+    assert together.providers["yahoo"][0] == hold
+    holds.providers = None
+    off = holds.plain_read("ada@example.com")
+    assert off is not None and len(off[1]) == 3, "provider holds off: the three keys of before"

@@ -14,13 +14,15 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from mailer import BackendUnavailable, Kinds, Limiter, ManualClock, Policy
-from mailer.factory import memory_guard
+from mailer.factory import build_holds, memory_guard
 from mailer.guard import GuardConfig, Later, MailRequest
 from mailer.mail.transports import MemoryTransport
 from mailer.metrics import PaceCollector
-from mailer.records.holds import Holds, MemoryHoldStore
+from mailer.records.holds import Holds, MemoryHoldStore, holds_from_url
 from mailer.records.holds.pace import (
     FLOOR,
+    FORGET_AFTER,
+    MARGIN,
     MemoryPaceStore,
     Pace,
     PaceStore,
@@ -333,9 +335,10 @@ def test_the_pace_gauge_reads_the_learned_rate(clock: ManualClock) -> None:
 def test_status_sender_shows_the_learned_rate(redis_url: str) -> None:
     """status --sender: the pace's rate now (text and JSON), nothing more without one."""
     env = {"MAILGUARD_LIMITER_URL": redis_url, "MAILGUARD_SECRET": "s1"}
-    holds = Holds.from_url(redis_url, secret="s1")
+    holds = build_holds(Settings.from_env(env))  # the relay's pace, as the command reads it
+    key = holds.pace.key
     client = redis.Redis.from_url(redis_url)
-    client.delete(KEY, f"{KEY}:slots")
+    client.delete(key, f"{key}:slots")
     calm = invoke(["status", "--sender"], env)
     assert calm.exit_code == 0 and "paced" not in calm.stdout
     began = holds.now()
@@ -350,5 +353,65 @@ def test_status_sender_shows_the_learned_rate(redis_url: str) -> None:
     low, high = pace.rate_at(began), pace.rate_at(holds.now())
     assert low - 0.01 <= as_json["pace"]["rate_now"] <= high + 0.01, (low, high)
     assert low == pytest.approx(2.0)
-    client.delete(KEY, f"{KEY}:slots")
+    client.delete(key, f"{key}:slots")
     client.close()
+
+
+# Per relay and provider ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def relay_holds(backend_url: str, clock: ManualClock) -> Holds:
+    """Holds whose paces are one relay's, on the test's backend and injected clock (the pace
+    script takes its times from the caller on Redis too)."""
+    return holds_from_url(backend_url, secret="s", clock=clock, relay="smtp:relay.test:587:app")
+
+
+def test_each_relay_and_provider_has_its_own_pace(relay_holds: Holds, backend_url: str) -> None:
+    """The relay's pace lives under its keyed hash (no host or user in clear), each provider's
+    beside it with ``:<name>`` (one Cluster slot); starting Google's leaves the relay's and
+    Yahoo's alone, and a second relay's pace is another key."""
+    key = relay_holds.pace.key
+    assert key.startswith("mailguard:pace:{") and "relay.test" not in key and "app" not in key
+    google = relay_holds.provider_pace("google")
+    assert google.key == f"{key}:google"
+    google.start(relay_holds.now(), cap=0.0)
+    assert google.current() is not None
+    assert relay_holds.pace.current() is None
+    assert relay_holds.provider_pace("yahoo").current() is None
+    other = holds_from_url(backend_url, secret="s", relay="smtp:other.test:25:")
+    assert other.pace.key != key
+    with pytest.raises(ValueError, match="no provider hold"):
+        relay_holds.provider_pace("example.net")
+
+
+def test_a_provider_pace_idle_does_not_grow_and_is_forgotten_to_what_was_measured(
+    relay_holds: Holds, clock: ManualClock
+) -> None:
+    """Google's pace grows only in the seconds mail is sent: after five quiet minutes its next
+    gap is the one before them (not a rate that grew while nobody sent). A refusal learns the
+    count per window; ten minutes without throttling (:data:`FORGET_AFTER`) forget the pace,
+    and the pace after Google's next hold starts from that count per window, not growing."""
+    pace = relay_holds.provider_pace("google")
+    pace.start(clock(), cap=0.0)
+    slots = []
+    for n in range(6):
+        taken = pace.take(f"m{n}")
+        assert taken is not None
+        slots.append(taken[0])
+        clock.set(taken[0])
+    before = slots[-1] - slots[-2]
+    clock.advance(300.0)  # nobody sends
+    after = [pace.take("q1"), pace.take("q2")]
+    assert after[0] is not None and after[1] is not None
+    gap = after[1][0] - after[0][0]
+    # grown by a step or two of sending, not by 300 s x 0.5/s (a gap of 0.007 s)
+    assert before / 2 < gap <= before, (before, gap)
+    clock.set(after[1][0] + 0.01)
+    learned = pace.slow(asked=slots[0])  # MAILGUARD_PACE_WINDOW: 60 s
+    assert learned is not None and learned.quota >= 1 and learned.step == 0.0
+    clock.advance(FORGET_AFTER + 1.0)
+    assert pace.current() is None and pace.take("late") is None, "forgotten"
+    again = pace.start(clock() + 600.0, cap=0.0)
+    assert again is not None and (again.quota, again.step) == (learned.quota, 0.0)
+    assert again.rate == pytest.approx(learned.quota / (60.0 * MARGIN))

@@ -76,6 +76,7 @@ def status(  # noqa: PLR0917 - one argument per option
     key = None if address is None else recipient_key(address)
     hold = _sender_hold(settings) if sender else None
     pace = _sender_pace(settings) if sender else None
+    providers = _provider_holds(settings) if sender else None
     if not single_key(settings.policy):  # a report of every scope
         _scoped_status(
             settings,
@@ -83,11 +84,11 @@ def status(  # noqa: PLR0917 - one argument per option
             asked=(tenant, provider.strip().lower() if provider else None),
             sender=sender,
             as_json=as_json,
-            hold=(hold, pace),
+            hold=(hold, pace, providers),
         )
         return
     if key is None and sender:
-        _show_hold({"scope": "sender"}, hold, pace, as_json=as_json)
+        _show_hold({"scope": "sender"}, hold, pace, providers, as_json=as_json)
         return
     if key is None:
         fail(f"policy {settings.policy} has no sender or tenant scope: give an ADDRESS", USAGE)
@@ -99,7 +100,7 @@ def status(  # noqa: PLR0917 - one argument per option
     finally:
         limiter.close()
     if sender:
-        _show_hold(report, hold, pace, as_json=as_json, show=views.show_status)
+        _show_hold(report, hold, pace, providers, as_json=as_json, show=views.show_status)
     elif as_json:
         click.echo(json.dumps(report, indent=2))
     else:
@@ -130,6 +131,16 @@ def _sender_pace(settings: Settings) -> dict[str, Any] | None:
     return None if current is None else _stored(current) | {"rate_now": rate}
 
 
+def _provider_holds(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Each provider's hold in force (``MAILGUARD_PROVIDER_HOLDS``), by provider name."""
+    try:
+        holds = build_holds(settings)
+        found = holds.provider_holds() if holds.providers is not None else {}
+    except BackendUnavailable as exc:
+        fail(str(exc))
+    return {name: _stored(hold) for name, hold in sorted(found.items())}
+
+
 def _stored(value: Hold | Pace) -> dict[str, Any]:
     """A hold's or a pace's stored fields (not ``written``, which a put or slow-down answers)."""
     fields = asdict(value)
@@ -152,14 +163,16 @@ def _show_hold(
     report: dict[str, Any],
     hold: dict[str, Any] | None,
     pace: dict[str, Any] | None = None,
+    providers: dict[str, dict[str, Any]] | None = None,
     *,
     as_json: bool,
     show: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> None:
-    """``report`` (shown by ``show``, if any), the sender's hold line and its pace's; JSON:
-    one object."""
+    """``report`` (shown by ``show``, if any), the sender's hold line, its pace's and one line
+    per provider held; JSON: one object (``providers``: name -> hold)."""
     if as_json:
-        click.echo(json.dumps(report | {"hold": hold, "pace": pace}, indent=2))
+        held = {"hold": hold, "pace": pace, "providers": providers or {}}
+        click.echo(json.dumps(report | held, indent=2))
         return
     if show is not None:
         show(report)
@@ -179,6 +192,12 @@ def _show_hold(
             f"{left} left, level {hold['level']}; {why}"
         )
     _show_pace(pace)
+    for name, at in (providers or {}).items():
+        left = views.duration(max(at["until"] - time.time(), 0.0))
+        click.echo(
+            f"sender held at provider {name} until {views.when(at['until'])} "
+            f"({at['cause']}), {left} left, level {at['level']}: its mail alone waits"
+        )
 
 
 def _scoped_status(
@@ -188,7 +207,7 @@ def _scoped_status(
     asked: tuple[str | None, str | None],
     sender: bool,
     as_json: bool,
-    hold: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None),
+    hold: tuple[Any, ...] = (None, None, None),
 ) -> None:
     """``asked``: the tenant and the provider whose scopes to show (None: not asked)."""
     tenant, provider = asked

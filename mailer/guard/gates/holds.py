@@ -35,20 +35,21 @@ from mailer.errors import BackendUnavailable, TransientSendError
 from mailer.guard.booking import GREYLISTING, PACE, After, Booking
 from mailer.guard.data import Admitted, GuardConfig, Prepared, Refused, iso, log_fields
 from mailer.guard.gates import Reads
+from mailer.guard.gates.hold_notes import KnownHolds, cause_label, since
+from mailer.guard.gates.provider_holds import PROVIDER, Met, held_by, met, provider_seconds
 from mailer.guard.outage import backend_down
 from mailer.guard.retry_schedule import expired, greylist_wait, next_try
 from mailer.limits.keys import mail_tag
-from mailer.mail.replies import Action, Reaction, enhanced_status, reaction_of
+from mailer.mail.replies import Action, Reaction, reaction_of
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
 from mailer.records.holds import RECIPIENT, SENDER, Hold, Holds
-from mailer.records.holds.pace import Pace, decode_pace, sender_cap
+from mailer.records.holds.holds import Read
+from mailer.records.holds.pace import Pace, SenderPace, provider_cap, sender_cap
 from mailer.steps import Finish, Progress, Step
 
 log = logging.getLogger("mailguard")
 
-#: Recipient holds a worker remembers (to log their end once); the oldest are forgotten first.
-_KNOWN_HOLDS = 1024
 #: The ``cause`` label of holds started by evidence (failures across recipients).
 EVIDENCE = "evidence"
 
@@ -64,10 +65,8 @@ class HoldsGate:
         self.booking = booking
         self.config = config
         self.metrics = metrics
-        # The holds this worker knows are in force (scope or recipient hash -> until), to log
-        # their end once.
-        self._known: dict[str, float] = {}
-        self._known_lock = threading.Lock()
+        # The holds this worker knows are in force, to log their end once.
+        self._note = KnownHolds().note
         # When this thread's run last read the holds, for which mail, and what it saw there:
         # the ``since`` of each hold and of the pace stored, in force or not (see _asked).
         self._read = threading.local()
@@ -83,32 +82,17 @@ class HoldsGate:
         mail at its slot whose deadline comes before a guessed hold's end goes on too."""
         self._read.mail = None
         try:
-            if raws is not None:
-                stored = self.holds.stored_from_raws(raws)
-            else:
-                stored = self.holds.stored(mail.limit_key)
-            sender, recipient = self.holds.in_force(stored)
-            pace = self._pace_read(raws)
-            paced = pace is not None
-            self._read.seen = {
-                SENDER: _since(stored[0]),
-                RECIPIENT: _since(stored[1]),
-                PACE: _since(pace),
-            }
-            self._read.mail = mail.mail_id
+            read, at = self._take_read(mail, raws)
         except BackendUnavailable as exc:
             self.metrics.backend_down("limiter")
             if self.config.fail_open:
                 return mail
             return backend_down(self.config, mail.base, progress, exc, why.LIMITER_UNAVAILABLE)
-        self._note(SENDER, SENDER, sender)
-        self._note(mail.base.recipient or "", f"recipient {mail.base.recipient}", recipient)
-        scope, hold = (SENDER, sender) if sender is not None else (RECIPIENT, recipient)
-        if recipient is not None and (sender is None or recipient.until > sender.until):
-            scope, hold = RECIPIENT, recipient
+        paced = self.holds.pace.rate is not None and read.pace is not None
+        scope, hold = self._strongest(mail, read, at)
         if hold is None or (progress.due and progress.due >= hold.until):
-            # no hold, or already booked after it (a hop towards its slot): the pace, if any
-            return self._pace(mail, progress) if paced else mail
+            # no hold, or already booked after it (a hop towards its slot): the paces, if any
+            return self._paces(mail, progress, paced, at)
         if progress.due and not hold.stated:
             window = self.booking.window(mail, progress)
             if isinstance(window, Finish):
@@ -116,17 +100,69 @@ class HoldsGate:
             now, max_wait = window
             if now + max_wait < hold.until:
                 return mail  # booked before its deadline: it cannot wait the guess out
-        if scope == SENDER and paced:
-            hold = self._paced_hold(mail, hold)
+        pace = self._pace_of(scope) if scope != SENDER or paced else None
+        if pace is not None:
+            hold = self._paced_hold(mail, hold, pace)
         return self.booking.after_hold(
             mail, mail.base, progress, After(scope, hold), holds_slot=False
         )
 
-    def _paced_hold(self, mail: Prepared, hold: Hold) -> Hold:
-        """``hold`` lasting, for ``mail``, until its slot in the pace after the hold (the pace
-        starts at the hold's end, so held mails resume one after the other)."""
+    def _take_read(self, mail: Prepared, raws: list[Any] | None) -> tuple[Read, Met | None]:
+        """The holds and paces ``mail`` meets (from ``raws``, else read now), and what it meets
+        at its provider; the ``since`` of each remembered for this run (:meth:`_asked`)."""
+        read = self.holds.read_raws(raws) if raws is not None else self.holds.read(mail.limit_key)
+        at = met(self.holds, mail, read, self.holds.now())
+        seen = {SENDER: since(read.sender), RECIPIENT: since(read.recipient)}
+        seen[PACE] = since(read.pace)
+        if at is not None:
+            seen |= {at.scope: at.seen_hold, f"{at.scope} {PACE}": at.seen_pace}
+        self._read.seen = seen
+        self._read.mail = mail.mail_id
+        return read, at
+
+    def _strongest(self, mail: Prepared, read: Read, at: Met | None) -> tuple[str, Hold | None]:
+        """Of the holds in force for ``mail`` (the sender's, its recipient's, its provider's),
+        the one that ends last, with its scope; each noted (:meth:`_note`)."""
+        sender, recipient = self.holds.in_force((read.sender, read.recipient))
+        self._note(SENDER, SENDER, sender)
+        self._note(mail.base.recipient or "", f"recipient {mail.base.recipient}", recipient)
+        found = [(SENDER, sender), (RECIPIENT, recipient)]
+        if at is not None:
+            self._note(at.scope, at.scope, at.hold)
+            found.append((at.scope, at.hold))
+        held = [(hold.until, n, scope, hold) for n, (scope, hold) in enumerate(found) if hold]
+        if not held:
+            return SENDER, None
+        _, _, scope, hold = max(held, key=lambda h: (h[0], -h[1]))  # a tie: the first
+        return scope, hold
+
+    def _pace_of(self, scope: str) -> SenderPace | None:
+        """The pace after ``scope``'s hold: the relay's (``sender``), a provider's, or None (a
+        recipient's hold, or the slow start off)."""
+        if scope == RECIPIENT or self.holds.pace.rate is None:
+            return None
+        if scope == SENDER:
+            return self.holds.pace
+        return self.holds.provider_pace(scope.removeprefix(f"{PROVIDER} "))
+
+    def _paces(
+        self, mail: Prepared, progress: Progress, paced: bool, at: Met | None
+    ) -> Prepared | Admitted | Step:
+        """The relay's pace (when ``paced``), then the pace of the mail's provider after its
+        hold (when stored): the mail goes on when both give it its slot now."""
+        passed: Prepared | Admitted | Step = mail
+        if paced:
+            passed = self._pace(mail, progress, self.holds.pace, PACE)
+        if passed is mail and at is not None and at.pace is not None:
+            pace = self.holds.provider_pace(at.name)
+            passed = self._pace(mail, progress, pace, f"{at.scope} {PACE}")
+        return passed
+
+    def _paced_hold(self, mail: Prepared, hold: Hold, pace: SenderPace) -> Hold:
+        """``hold`` lasting, for ``mail``, until its slot in the ``pace`` after the hold (the
+        pace starts at the hold's end, so held mails resume one after the other)."""
         try:
-            taken = self.holds.pace.take(str(mail_tag(mail.mail_id)))
+            taken = pace.take(str(mail_tag(mail.mail_id)))
         except BackendUnavailable:  # the hold alone, then (its end books the mail)
             self.metrics.backend_down("limiter")
             return hold
@@ -134,20 +170,13 @@ class HoldsGate:
             return replace(hold, until=taken[0])
         return hold
 
-    def _pace_read(self, raws: list[Any] | None) -> Pace | None:
-        """The pace that may be in force (its key read with the holds, or, read alone, one in
-        force); None when there is none or the slow start is off."""
-        if self.holds.pace.rate is None:
-            return None
-        if raws is not None and len(raws) > 2:
-            return decode_pace(raws[2])
-        return self.holds.pace.current()
-
-    def _pace(self, mail: Prepared, progress: Progress) -> Prepared | Admitted | Step:
-        """The sender's pace after a hold: ``mail`` goes on at its slot (the one it holds, or
-        the next when it is now); else it is booked at that slot (``deferred`` / ``held``,
-        ``hold`` ``pace``). A mail whose deadline comes first goes on."""
-        pace = self.holds.pace
+    def _pace(
+        self, mail: Prepared, progress: Progress, pace: SenderPace, scope: str
+    ) -> Prepared | Admitted | Step:
+        """A pace after a hold (the relay's, ``scope`` ``pace``; a provider's, ``provider
+        <name> pace``): ``mail`` goes on at its slot (the one it holds, or the next when it is
+        now); else it is booked at that slot (``deferred`` / ``held``, ``hold`` ``scope``). A
+        mail whose deadline comes first goes on."""
         try:
             taken = pace.take(str(mail_tag(mail.mail_id)))
             if taken is None or taken[0] <= self.holds.now():
@@ -164,9 +193,10 @@ class HoldsGate:
         now, max_wait = window
         if progress.due and now + max_wait < slot:
             return mail  # booked before its deadline: it cannot wait for its pace slot
-        cause = f"the sender's pace after a hold, {current.rate_at(slot):.3g} mails/s"
+        whose = "the sender's" if scope == PACE else f"the sender's {scope}"
+        cause = f"{whose} pace after a hold, {current.rate_at(slot):.3g} mails/s"
         wait = Hold(until=slot, level=current.level, cause=cause, since=now)
-        after = After(PACE, wait)
+        after = After(scope, wait)
         return self.booking.after_hold(mail, mail.base, progress, after, holds_slot=False)
 
     def on_send_error(self, mail: Prepared, refused: Refused) -> Admitted | Step | None:
@@ -181,11 +211,15 @@ class HoldsGate:
             return self._greylisted(mail, refused, reaction)
         if reaction.action is Action.RETRY:
             return self._witness(mail, refused)
-        seconds = reaction.hold or self.config.throttle_hold or defaults.THROTTLE_HOLD
+        configured = self.config.throttle_hold or defaults.THROTTLE_HOLD
+        seconds, stated = reaction.hold or configured, bool(reaction.hold)
         scope = SENDER if reaction.action is Action.HOLD_SENDER else RECIPIENT
+        provider = held_by(self.holds, mail, reaction) if scope == SENDER else None
+        if provider is not None:  # the provider's rate reply: that provider's mail alone
+            scope = f"{PROVIDER} {provider}"
+            seconds, stated = provider_seconds(reaction, configured)
         cause = f"{exc.code or ''} {exc.reply or ''}".strip()
-        label = _cause_label(exc.code, exc.reply)
-        stated = bool(reaction.hold)
+        label = cause_label(exc.code, exc.reply)
         return self._hold(
             mail, refused, scope=scope, seconds=seconds, cause=cause, label=label, stated=stated
         )
@@ -272,20 +306,18 @@ class HoldsGate:
                 slowed = self.holds.pace.slow(before if at is None else at)
                 if slowed is not None:  # paced after a hold: halve the pace, no new hold
                     return self._slowed(mail, base, progress, slowed, cause=cause, at=before)
-            if scope == SENDER:
-                hold = self.holds.hold_sender(seconds, cause, asked=asked, stated=stated)
-            else:
-                hold = self.holds.hold_recipient(
-                    mail.limit_key, seconds, cause, asked=asked, stated=stated
-                )
+            hold = self._write(
+                mail, scope, seconds, cause, asked=asked, stated=stated, due=refused.base.due
+            )
         except BackendUnavailable as down:
             # The hold could not be written: its store is the limiter's, so the limiter is
             # down too; defer (fail_closed or not: this mail was just refused).
             self.metrics.backend_down("limiter")
             self.booking.release(mail)
             return backend_down(self.config, base, progress, down, why.LIMITER_UNAVAILABLE)
-        who = SENDER if scope == SENDER else f"recipient {mail.base.recipient}"
-        name = SENDER if scope == SENDER else mail.base.recipient or ""
+        who = name = scope  # the sender, or a provider (``provider google``)
+        if scope == RECIPIENT:
+            who, name = f"recipient {mail.base.recipient}", mail.base.recipient or ""
         self._note(name, who, hold)
         written = hold.written  # of refusals at once, one writes the hold and tells it
         if written:
@@ -299,9 +331,37 @@ class HoldsGate:
                 f"{human(hold.length)}, level {hold.level}",
                 extra=log_fields(base) | {"hold": scope, "until": hold.until, "level": hold.level},
             )  # fmt: skip
-        if scope == SENDER and self.holds.pace.rate is not None:
-            hold = self._start_pace(mail, hold, written=written)
+        if scope != RECIPIENT and self.holds.pace.rate is not None:
+            hold = self._start_pace(mail, hold, written=written, scope=scope)
         return self.booking.after_hold(mail, base, progress, After(scope, hold), holds_slot=True)
+
+    def _write(
+        self,
+        mail: Prepared,
+        scope: str,
+        seconds: float,
+        cause: str,
+        *,
+        asked: float | None,
+        stated: bool,
+        due: float | None,
+    ) -> Hold:
+        """Start (or double) the hold of ``scope``. A provider's: its pace, if one is on, first
+        learns the count per window the refusal tells (:meth:`SenderPace.slow`), which the pace
+        after the new hold starts from; the provider is held again (its rule: wait, then resume
+        one at a time), not merely slowed."""
+        if scope == SENDER:
+            return self.holds.hold_sender(seconds, cause, asked=asked, stated=stated)
+        if scope == RECIPIENT:
+            return self.holds.hold_recipient(
+                mail.limit_key, seconds, cause, asked=asked, stated=stated
+            )
+        pace = self._pace_of(scope)
+        if pace is not None:
+            at = self._asked(mail, due, f"{scope} {PACE}")
+            pace.slow(self.holds.now() if at is None else at)
+        name = scope.removeprefix(f"{PROVIDER} ")
+        return self.holds.hold_provider(name, seconds, cause, asked=asked, stated=stated)
 
     def _asked(self, mail: Prepared, due: float | None, what: str) -> float | None:
         """When the refused send was asked for, as the doubling rule of a hold (``what``:
@@ -313,30 +373,35 @@ class HoldsGate:
         read, the mail's admission (``due``; None: now)."""
         if getattr(self._read, "mail", None) != mail.mail_id:
             return due
-        seen: float = self._read.seen[what]
+        seen: float = self._read.seen.get(what, 0.0)  # a provider's not read: none stored
         return seen
 
-    def _start_pace(self, mail: Prepared, hold: Hold, *, written: bool) -> Hold:
-        """Start the slow start at the end of the sender's ``hold`` (when it was ``written``
-        now), bounded by the policy's sender tier; ``hold`` lasting until ``mail``'s slot in
+    def _start_pace(self, mail: Prepared, hold: Hold, *, written: bool, scope: str) -> Hold:
+        """Start the slow start at the end of ``scope``'s ``hold`` (the sender's or a
+        provider's; when it was ``written`` now), bounded by the policy's tiers for it
+        (:func:`sender_cap`, :func:`provider_cap`); ``hold`` lasting until ``mail``'s slot in
         it. A pace that cannot be written leaves the hold to end in one go (logged)."""
+        policy = self.booking.limiter.policy
+        slow = self._pace_of(scope)
+        assert slow is not None  # the caller's check
+        name = scope.removeprefix(f"{PROVIDER} ")
+        cap = sender_cap(policy) if scope == SENDER else provider_cap(policy, name)
         try:
-            pace = None
-            if written:
-                pace = self.holds.pace.start(hold.until, sender_cap(self.booking.limiter.policy))
-            hold = self._paced_hold(mail, hold)
+            pace = slow.start(hold.until, cap) if written else None
+            hold = self._paced_hold(mail, hold, slow)
         except BackendUnavailable:
             self.metrics.backend_down("limiter")
-            log.warning("the sender's pace after the hold could not be written or read")
+            log.warning("the %s pace after the hold could not be written or read", scope)
             return hold
         if pace is not None:
             log.info(
-                "pace started: sender at %.3g mails/s from %s, +%.3g mails/s each second%s",
+                "pace started: %s at %.3g mails/s from %s, +%.3g mails/s each second%s",
+                scope,
                 pace.rate,
                 iso(pace.since),
                 pace.step,
-                f" up to the sender tier's {pace.cap:.3g}/s" if pace.cap else "",
-                extra={"hold": SENDER, "pace": pace.rate},
+                f" up to the tiers' {pace.cap:.3g}/s" if pace.cap else "",
+                extra={"hold": scope, "pace": pace.rate},
             )
         return hold
 
@@ -366,30 +431,3 @@ class HoldsGate:
         slot = at if taken is None else taken[0]
         wait = Hold(until=slot, level=pace.level, cause=cause, since=at)
         return self.booking.after_hold(mail, base, progress, After(PACE, wait), holds_slot=True)
-
-    def _note(self, name: str, who: str, hold: Hold | None) -> None:
-        """Remember the holds this worker has seen; log once when one it knew has ended."""
-        with self._known_lock:
-            if hold is not None:
-                self._known.pop(name, None)
-                self._known[name] = hold.until
-                while len(self._known) > _KNOWN_HOLDS:
-                    del self._known[next(iter(self._known))]
-                return
-            if self._known.pop(name, None) is None:
-                return
-        log.info("hold ended: %s", who, extra={"hold": who})
-
-
-def _cause_label(code: int | None, reply: str | None) -> str:
-    """A bounded metrics label for a reply: its code and enhanced status (``454 4.7.0``);
-    ``provider`` for an API's answer (no SMTP code)."""
-    if code is None:
-        return "provider"
-    status = enhanced_status(reply or "")
-    return f"{code} {status}" if status else str(code)
-
-
-def _since(found: Hold | Pace | None) -> float:
-    """The ``since`` of a hold or pace read, 0.0 for none (earlier than any stored one)."""
-    return 0.0 if found is None else found.since

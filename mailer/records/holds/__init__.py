@@ -17,6 +17,10 @@ recipient's limit key>}`` (no address in clear); the evidence in ``<namespace>:h
 a sorted set of recipients' keyed hashes. :meth:`Holds.active` reads both holds in one round
 trip.
 
+A rate reply that names its mailbox provider (Gmail's ``4.7.28``...) for a recipient at that
+provider holds that provider's mail alone, ``<namespace>:hold:provider:<name>``, with a pace of
+its own after it; the sender's pace is kept per relay (:func:`holds_from_url`'s ``relay``).
+
 - :mod:`mailer.records.holds.base`: :class:`Hold`, :func:`next_hold` (the doubling rule, pure),
   the :class:`HoldStore` protocol
 - :mod:`mailer.records.holds.memory`: :class:`MemoryHoldStore`, inside one process

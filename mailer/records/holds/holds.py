@@ -4,22 +4,50 @@ by the URL's scheme."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mailer.clock import Clock, system_clock
 from mailer.defaults import PACE_WINDOW, THROTTLE_HOLD_MAX
 from mailer.limits.keys import KeyHasher, check_key
+from mailer.mail.replies import RULED_PROVIDERS
 from mailer.records.holds.base import SENDER, Hold, HoldStore, decode_hold
 from mailer.records.holds.memory import MemoryHoldStore
-from mailer.records.holds.pace import PACE_START, PACE_STEP, MemoryPaceStore, PaceStore, SenderPace
+from mailer.records.holds.pace import (
+    PACE_START,
+    PACE_STEP,
+    MemoryPaceStore,
+    Pace,
+    PaceStore,
+    SenderPace,
+    decode_pace,
+)
 from mailer.records.holds.pace_redis import RedisPaceStore
 from mailer.records.holds.redis import RedisHoldStore
 from mailer.records.holds.transport import TransportHold
 from mailer.storage import client_from_url, is_cluster, is_memory
 
 
+@dataclass(frozen=True)
+class Read:
+    """What the guard reads before admitting a mail, as stored (in force or not; None: none):
+    the sender's hold, the recipient's, the relay's pace, and each ruled provider's hold and
+    pace (``providers``: name -> (hold, pace); empty with provider holds off)."""
+
+    sender: Hold | None
+    recipient: Hold | None
+    pace: Pace | None
+    providers: dict[str, tuple[Hold | None, Pace | None]]
+
+
 class Holds:
     """Set and read holds. Thread-safe. Build with :func:`holds_from_url` (or :meth:`from_url`).
+
+    **Provider holds** (on when ``providers``, a :class:`~mailer.providers.ProviderFinder`, is
+    given): a rate reply that names a provider (:data:`~mailer.mail.replies.PROVIDER_RULES`)
+    holds that provider's mail alone, ``<namespace>:hold:provider:<name>`` (the names are the
+    ruled providers', ``google``, ``microsoft``, ``yahoo``: never a private domain), with its
+    own pace after it, ``<pace key>:<name>`` (:meth:`provider_pace`).
 
     Raises :class:`~mailer.errors.BackendUnavailable` (``backend="limiter"``) when Redis is
     down: the guard then does what it does when the limiter is down (``fail_closed`` defers).
@@ -34,6 +62,7 @@ class Holds:
         clock: Clock | None = None,
         max_hold: float = THROTTLE_HOLD_MAX,
         pace: SenderPace | None = None,
+        providers: Any = None,
     ) -> None:
         if max_hold <= 0:
             raise ValueError(f"max_hold must be > 0 s, got {max_hold}")
@@ -41,6 +70,10 @@ class Holds:
         self._hasher = KeyHasher(secret, f"{namespace}:hold", "hold")
         self._sender_key = f"{namespace}:hold:{SENDER}"
         self._evidence_key = f"{namespace}:hold:evidence"
+        self._provider_keys = [f"{namespace}:hold:provider:{name}" for name in RULED_PROVIDERS]
+        #: The finder of a recipient's provider (:class:`~mailer.providers.ProviderFinder`):
+        #: provider holds are on with it, off (every rate reply holds the sender) without.
+        self.providers = providers
         self._clock = clock or system_clock
         self.max_hold = max_hold
         #: The sender's pace after a hold (the slow start); in memory unless given.
@@ -94,6 +127,74 @@ class Holds:
         """Hold the recipient of limit key ``key`` alone, like :meth:`hold_sender`."""
         return self._hold(self.key_of(key), seconds, cause, asked, stated)
 
+    def hold_provider(
+        self,
+        name: str,
+        seconds: float,
+        cause: str,
+        *,
+        asked: float | None = None,
+        stated: bool = False,
+    ) -> Hold:
+        """Hold the sender at provider ``name`` (one of :data:`~mailer.mail.replies.
+        RULED_PROVIDERS`) alone, like :meth:`hold_sender`."""
+        return self._hold(self.provider_key(name), seconds, cause, asked, stated)
+
+    def provider_key(self, name: str) -> str:
+        """The storage key of provider ``name``'s hold; ``ValueError`` for another name."""
+        if name not in RULED_PROVIDERS:
+            raise ValueError(f"no provider hold for {name!r}: one of {', '.join(RULED_PROVIDERS)}")
+        return self._provider_keys[RULED_PROVIDERS.index(name)]
+
+    def provider_pace(self, name: str) -> SenderPace:
+        """The pace after provider ``name``'s hold: the relay's pace key with ``:<name>`` (one
+        Cluster slot with it), on the same store and settings."""
+        self.provider_key(name)  # a ruled provider's
+        return self.pace.beside(f"{self.pace.key}:{name}")
+
+    def provider_holds(self) -> dict[str, Hold]:
+        """Each provider's hold in force now, by name (one round trip)."""
+        now = self._clock()
+        found = self._store.get(self._provider_keys)
+        return {
+            name: hold
+            for name, hold in zip(RULED_PROVIDERS, found, strict=True)
+            if hold is not None and hold.until > now
+        }
+
+    def read(self, key: str) -> Read:
+        """:class:`Read` for limit key ``key``, read on its own: the holds in one round trip,
+        the paces (one relay's, one Cluster slot) in one more while a slow start is on."""
+        held = [self._sender_key, self.key_of(key)]
+        on = self.providers is not None
+        found = self._store.get(held + self._provider_keys if on else held)
+        paces: list[Pace | None] = [None] * (1 + len(RULED_PROVIDERS))
+        if self.pace.rate is not None:
+            paces = self._pace_store().get_many(self._pace_keys()) if on else [self.pace.current()]
+        return self._read(found, paces)
+
+    def read_raws(self, raws: list[Any]) -> Read:
+        """:class:`Read` from the values at :meth:`plain_read`'s keys."""
+        ruled = len(RULED_PROVIDERS)
+        holds = [decode_hold(raw) for raw in [raws[0], raws[1], *raws[3 : 3 + ruled]]]
+        paces = [decode_pace(raw) for raw in [raws[2], *raws[3 + ruled :]]]
+        return self._read(holds, paces)
+
+    def _read(self, holds: list[Hold | None], paces: list[Pace | None]) -> Read:
+        providers: dict[str, tuple[Hold | None, Pace | None]] = {}
+        if self.providers is not None:
+            for n, name in enumerate(RULED_PROVIDERS):
+                hold, pace = holds[2 + n], paces[1 + n]
+                if hold is not None or pace is not None:
+                    providers[name] = (hold, pace)
+        return Read(holds[0], holds[1], paces[0] if paces else None, providers)
+
+    def _pace_keys(self) -> list[str]:
+        return [self.pace.key, *(f"{self.pace.key}:{name}" for name in RULED_PROVIDERS)]
+
+    def _pace_store(self) -> PaceStore:
+        return self.pace.store
+
     def witness(self, key: str, window: float, count: int) -> int:
         """The recipient of limit key ``key`` failed with a temporary error now: how many
         distinct recipients failed within the last ``window`` seconds (every worker's, by
@@ -130,6 +231,8 @@ class Holds:
         None on memory and on Cluster. Answer with :meth:`from_raws`."""
         client = self._store.shared_client()
         keys = [self._sender_key, self.key_of(key), self.pace.key]
+        if self.providers is not None:  # each ruled provider's hold, then its pace
+            keys += self._provider_keys + self._pace_keys()[1:]
         return None if client is None else (client, keys)
 
     def from_raws(self, raws: list[Any]) -> tuple[Hold | None, Hold | None]:
@@ -167,12 +270,17 @@ def holds_from_url(
     pace_start: float | None = PACE_START,
     pace_step: float = PACE_STEP,
     pace_window: float = PACE_WINDOW,
+    relay: str | None = None,
+    providers: Any = None,
 ) -> Holds:
     """Holds on ``memory://`` or a Redis URL (the limiter's); ``client`` reuses a redis-py
     client. Times are ``clock``'s on both (a hold's JSON carries its own ``until``). The
     sender's pace after a hold (:mod:`mailer.records.holds.pace`) lives beside them, starting
     at ``pace_start`` mails/s (None: no slow start), growing by ``pace_step`` per second and
-    learning a relay's count per ``pace_window`` seconds."""
+    learning a relay's count per ``pace_window`` seconds; one per ``relay`` (what names the
+    relay, ``smtp:host:port:user``: its keyed hash is the key, ``<namespace>:pace:{<hash>}``;
+    None: ``<namespace>:pace:{sender}``). ``providers``: the finder that turns provider holds
+    on (:class:`Holds`)."""
     clock = clock or system_clock
     store: HoldStore
     pace_store: PaceStore
@@ -182,6 +290,9 @@ def holds_from_url(
         client = client if client is not None else client_from_url(url)
         store = RedisHoldStore(client, url, cluster=is_cluster(url))
         pace_store = RedisPaceStore(client, url)
+    key = None
+    if relay is not None:
+        key = KeyHasher(secret, f"{namespace}:pace", "relay").storage_key(check_key(relay))
     pace = SenderPace(
         pace_store,
         namespace=namespace,
@@ -189,7 +300,14 @@ def holds_from_url(
         rate=pace_start,
         step=pace_step,
         window=pace_window,
+        key=key,
     )
     return Holds(
-        store, secret=secret, namespace=namespace, clock=clock, max_hold=max_hold, pace=pace
+        store,
+        secret=secret,
+        namespace=namespace,
+        clock=clock,
+        max_hold=max_hold,
+        pace=pace,
+        providers=providers,
     )

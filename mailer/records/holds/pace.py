@@ -160,6 +160,14 @@ def sender_cap(policy: Policy) -> float:
     return min(rates) if rates else 0.0
 
 
+def provider_cap(policy: Policy, name: str) -> float:
+    """The slowest rate ``policy``'s tiers allow mail to provider ``name``, in mails/s: its
+    ``sender:``, ``provider:`` and ``provider <name>:`` tiers (0: none)."""
+    scopes = ("sender", "provider", f"provider {name}")
+    rates = [t.limit / t.window for scope, kept in policy.scopes if scope in scopes for t in kept]
+    return min(rates) if rates else 0.0
+
+
 def encode_pace(pace: Pace) -> str:
     return json.dumps(
         {
@@ -219,6 +227,11 @@ class PaceStore(Protocol):
 
     def get(self, key: str) -> Pace | None: ...
 
+    def get_many(self, keys: list[str]) -> list[Pace | None]:
+        """The paces stored at ``keys`` (one round trip: the keys of one relay share a Cluster
+        slot), in force or not."""
+        ...
+
 
 class MemoryPaceStore:
     """:class:`PaceStore` in this process (tests, the demo, a threads or solo pool)."""
@@ -275,10 +288,18 @@ class MemoryPaceStore:
         with self._lock:
             return self._paces.get(key)
 
+    def get_many(self, keys: list[str]) -> list[Pace | None]:
+        with self._lock:
+            return [self._paces.get(key) for key in keys]
+
 
 class SenderPace:
     """The sender's pace as the guard uses it: its keys and the holds' clock over a
-    :class:`PaceStore`. ``rate`` None turns the slow start off (holds end in one go)."""
+    :class:`PaceStore`. ``rate`` None turns the slow start off (holds end in one go).
+
+    ``key``: where it lives, ``<namespace>:pace:{sender}`` unless given (the holds give one per
+    relay, ``<namespace>:pace:{<relay's keyed hash>}``, and one per relay and provider, that key
+    with ``:<provider>``: :class:`~mailer.records.holds.Holds`)."""
 
     def __init__(
         self,
@@ -289,9 +310,13 @@ class SenderPace:
         rate: float | None = PACE_START,
         step: float = PACE_STEP,
         window: float = PACE_WINDOW,
+        key: str | None = None,
     ) -> None:
         self._store = store
-        self.key = f"{namespace}:pace:{{sender}}"  # one Cluster slot with its reservations
+        #: Where the pace lives (shared by :meth:`beside`'s paces).
+        self.store = store
+        # one Cluster slot with its reservations and learned count (the hash tag)
+        self.key = key or f"{namespace}:pace:{{sender}}"
         self._clock = clock or system_clock
         self.rate = rate
         self.step = step
@@ -312,6 +337,13 @@ class SenderPace:
         """Slow the pace after a throttling reply to a send admitted at ``asked``
         (:func:`slow_pace` over :attr:`window`); None: no pace in force."""
         return self._store.slow(self.key, self._clock(), asked, self.window)
+
+    def beside(self, key: str) -> SenderPace:
+        """Another pace on the same store, clock and settings, at ``key``."""
+        return SenderPace(
+            self._store, clock=self._clock, rate=self.rate, step=self.step, window=self.window,
+            key=key,
+        )  # fmt: skip
 
     def current(self) -> Pace | None:
         """The pace in force now, or None."""

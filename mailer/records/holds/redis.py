@@ -3,7 +3,8 @@ since, stated}`` with a ``PX`` expiry one length after its end, set by the scrip
 ``lua/put.lua``; the transport's hold (kept until lifted) by ``lua/transport.lua``; the evidence
 of failures across recipients in a sorted set, counted by ``lua/witness.lua``.
 
-Keys: ``<ns>:hold:sender``, ``<ns>:hold:{transport}[:<sender's keyed hash>]``,
+Keys: ``<ns>:hold:sender``, ``<ns>:hold:provider:<google|microsoft|yahoo>``,
+``<ns>:hold:{transport}[:<sender's keyed hash>]``,
 ``<ns>:hold:{<keyed hash of a recipient's limit key>}`` and ``<ns>:hold:evidence`` (members:
 recipients' keyed hashes; no address in clear). On Cluster the holds live in different slots:
 they are read with a pipeline, not one ``MGET``.
