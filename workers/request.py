@@ -50,7 +50,7 @@ from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
 from workers import outbox, parking, process_settings, state
 from workers.call import check_call
-from workers.tasks import Deferred
+from workers.deferring import Deferred
 
 log = logging.getLogger("mailguard")
 

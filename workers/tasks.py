@@ -1,4 +1,5 @@
-"""``send_mail``: the Celery task that carries out the guard's steps, and :func:`cancel` in Python.
+"""``send_mail``: the Celery task that runs a mail through the guard (a deferral is carried out by
+:mod:`workers.deferring`), and :func:`cancel` in Python.
 
 >>> send_mail.delay("ada@example.com", subject="Your code", body="493 112")   # doctest: +SKIP
 >>> send_mail.delay("ada@example.com", kind="code", context={"code": "493112"})  # doctest: +SKIP
@@ -17,15 +18,14 @@ from datetime import datetime, timezone
 from typing import Any
 
 from celery import Task, shared_task, signals
-from celery.exceptions import Ignore, Reject
 from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
 from mailer.crashpoints import crash_point
 from mailer.guard import MailRequest
 from mailer.guard.data import iso
-from mailer.mail.seal import seal, unseal
-from mailer.outcomes import IN_FLIGHT, SUPERSEDED, Outcome
+from mailer.mail.seal import unseal
+from mailer.outcomes import SUPERSEDED, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
@@ -33,6 +33,7 @@ from workers import failed, outbox, outbox_ride, parking, priority, process_sett
 from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
 from workers.cancelling import NotCancelled, cancel_waiting, lookup
 from workers.corecipients import run
+from workers.deferring import Deferred, carry_out
 from workers.enqueue import bounded
 from workers.outcomes import store_waiting
 from workers.process_settings import use_settings
@@ -65,18 +66,6 @@ def __getattr__(name: str) -> Settings:
 
 class MailFailed(Exception):
     """The mail failed for good; ``args[0]`` is the outcome dict (status ``failed``)."""
-
-
-class Deferred(Ignore):
-    """This run ended deferred; its next run is published. ``args[0]`` says until when and why.
-    (A *parked* run does not raise it: it returns its ``deferred`` outcome with the request's
-    ``ignore_result`` set, see :func:`send_mail`.)
-
-    Celery treats it as :class:`~celery.exceptions.Ignore` (the result keeps the
-    :data:`~mailer.steps.DEFERRED` state the task stored); the worker's main process sends a
-    ``task-retried`` event for it (:class:`workers.request.GuardedRequest`), so Flower and
-    ``celery events`` show RETRY.
-    """
 
 
 class GuardedTask(Task[Any, Any]):
@@ -322,7 +311,7 @@ def send_mail(
     if isinstance(step, Fail):  # kept for `mailguard retry` (workers/failed.py)
         failed.keep(settings, self.request, mail_id)
         raise MailFailed(step.outcome.as_dict())
-    return _wait(self, step, mail_id, settings)
+    return carry_out(self, step, mail_id, settings)
 
 
 def _process(
@@ -338,95 +327,6 @@ def _process(
     if not isinstance(step, Later) and (watched or step.outcome.deferrals):
         parking.settled(settings, request.mail_id)
     return step
-
-
-def _wait(task: Task[Any, Any], step: Later, mail_id: str, settings: Settings) -> dict[str, Any]:
-    """Carry out a ``Later``: store the deferred state, then park the next run (return the
-    ``deferred`` outcome) or publish it with its countdown (raise :class:`Deferred`). A copy
-    that found another run sending its mail (``in_flight``) stores no state: that run's
-    outcome, stored under the same task id, must not be overwritten by a stale DEFERRED."""
-    crash_point("booked")
-    if step.outcome.reason != IN_FLIGHT:
-        _show_deferred(task, step, mail_id)
-    again = dict(task.request.kwargs or {})
-    again.update(mail_id=mail_id, _progress=seal(step.progress, mail_id, settings.secret))
-    why = step.outcome.reason or "deferred"
-    if step.outcome.tier:
-        why += f" by {step.outcome.tier}"
-    task_id = str(task.request.id)
-    if parking.park(settings, step, task_id=task_id, args=task.request.args, kwargs=again):
-        # Parked: a promoter publishes it again when due (workers/promoter.py). The run returns
-        # rather than raise Deferred: Celery stores nothing more (the DEFERRED state stays) and
-        # skips an ignored run's cost (two tracebacks of its own tracer, about 1.5 ms, and a
-        # 43 KB pickle back to the main process). The main process still announces
-        # ``task-retried`` (workers/request.py); the worker log says "succeeded: {'status':
-        # 'deferred', ...}".
-        task.request.ignore_result = True
-        return step.outcome.as_dict()
-    # The one cap of a countdown: a longer wait is parked (above) or hops (the run wakes early,
-    # finds its booking and defers again). Celery's names (countdown, eta) start here.
-    countdown = min(step.wait, settings.longest_countdown)
-    if step.due is not None:  # the limiter's clock, not this worker's (mailer.steps.Later)
-        eta = datetime.fromtimestamp(step.due - (step.wait - countdown), timezone.utc)
-    else:
-        eta = datetime.fromtimestamp(state.limiter_now() + countdown, timezone.utc)
-    # The payload beside the booking first, then the countdown: whatever dies after this
-    # (this worker, the broker, the message), the watchdog publishes the mail again. Not for
-    # a copy that found another run sending the mail: the entry is that run's (its turn).
-    args = task.request.args
-    watched = step.outcome.reason != IN_FLIGHT and parking.watch(
-        settings, step, task_id=task_id, args=args, kwargs=again, due=eta.timestamp()
-    )
-    kind = again.get("kind", "default")  # one step above it: its burst cannot make it late
-    next_priority = priority.publish_priority(
-        task.app.conf.broker_url, process_settings.current().kinds, kind, booked=True
-    )
-    try:
-        task.retry(eta=eta, kwargs=again, throw=False, priority=next_priority)
-    except Reject as exc:
-        return _unpublished(task, step, again, exc, watched=watched)
-    raise Deferred(f"deferred until {eta.isoformat(timespec='milliseconds')}: {why}")
-
-
-def _show_deferred(task: Task[Any, Any], step: Later, mail_id: str) -> None:
-    """Store the :data:`~mailer.steps.DEFERRED` state, its outcome compact
-    (:func:`~workers.outcomes.store_waiting`). The state is a view: a result backend
-    that is down (any error of any backend) is logged and the mail still waits, rather than the
-    run failing and its message being acknowledged with the mail never sent."""
-    try:
-        store_waiting(task.backend, str(task.request.id), step.outcome)
-    except Exception as exc:  # whatever the backend raises, the mail must still wait
-        log.warning("mail %s: %s state not stored (result backend: %s)", mail_id, DEFERRED, exc)
-
-
-def _unpublished(
-    task: Task[Any, Any], step: Later, again: dict[str, Any], exc: Reject, *, watched: bool
-) -> dict[str, Any]:
-    """The next run could not be published (the broker is down or refused it): Celery's
-    ``retry`` then rejects this message *without* requeueing it, which would lose the mail.
-    Park it instead, whatever its wait (the promoter publishes it once the broker takes it);
-    with parking off, its watch keeps it (the watchdog publishes it once the broker takes it)
-    and this message is acknowledged, the consumer carrying on. Without a schedule, reject it
-    *with* requeue so that the broker delivers it again."""
-    mail_id = str(again["mail_id"])
-    task_id = str(task.request.id)
-    args = task.request.args
-    settings = process_settings.current()
-    if parking.park(settings, step, task_id=task_id, args=args, kwargs=again, always=True):
-        log.warning("mail %s: its next run could not be published (%s); parked", mail_id, exc)
-        task.request.ignore_result = True
-        return step.outcome.as_dict()
-    if watched:
-        log.warning(
-            "mail %s: its next run could not be published (%s); kept for the watchdog",
-            mail_id,
-            exc,
-            extra={"mail_id": mail_id},
-        )
-        task.request.ignore_result = True
-        return step.outcome.as_dict()
-    log.warning("mail %s: its next run could not be published (%s); requeued", mail_id, exc)
-    raise Reject(exc.args[0] if exc.args else None, requeue=True) from None
 
 
 def cancel(mail_id_or_task_id: str, *, app: Any = None) -> Outcome:
