@@ -29,7 +29,7 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           mailer/limits/shared_log.py): <base>:z a sorted set of ms slots, member "<ms>:<count>"
           and score <ms>, and <base>:h a hash, "n" the number of entries and "<tier>:<limit>"
           "lo,h" a hint (no booking fits that view in ms [lo, h)), read where a decision looks
-          only (a <base>:l of an earlier version is moved there once); <base>:G<tier> a gcra
+          only; <base>:G<tier> a gcra
           tier, a hash: "h" "<floor µs>,<its last tag>,<bookings>,<next id>;<views>" (the
           bucket's arrival time over the emissions up to now, "0": none; the tag of the last of
           them when it alone made the floor; the view limits kept: the tier's and each share's),
