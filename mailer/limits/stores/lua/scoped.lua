@@ -41,10 +41,8 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           after now, I7 time (µs) and I6 tag each (pages and groups of about the cube root of the
           backlog), the last page's bytes going on in the string <base>:G<tier>:t (bookings
           appended at the end, APPENDed; dropped when that page is written whole); with
-          nothing booked, <base>:g<tier> instead, the
-          floor alone as before ("<floor>[,<last>]", one MGET and one SET, the one-timestamp
-          rule); one of earlier versions with bookings ("...|" and I7 µs, I6 tag each) is moved
-          into the hash once,
+          nothing booked, <base>:g<tier> instead, the floor alone ("<floor>[,<last>]", one MGET
+          and one SET, the one-timestamp rule);
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
           "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,

@@ -1,7 +1,8 @@
 -- Paged gcra buckets (docs/explanation/limiter.md, "Long gcra backlogs"): <base>:G<tier> a hash,
--- "h" "floor,last,n,next id;view limits", "i" per page (in time order) the doubles id, first
--- and last emission (µs), count, then per view (b, g, theta), "p<id>" a page (I7 µs, I6 tag per
--- emission). A page's summary for a view (T, c): it maps the arrival time tau entering it to
+-- "h" "floor,last,n,next id;view limits", "i" and "j" the group index and "i<id>" and "k<id>"
+-- a group's page index (per group or page in time order the doubles id, first and last emission
+-- (µs), counts, then per view (b, g, theta); the whole layout in scoped.lua's header), "p<id>" a
+-- page (I7 µs, I6 tag per emission). A page's summary for a view (T, c): it maps the arrival time tau entering it to
 -- max(tau + m·T, b) and the bound R after it to max(R + m·T, g) before it, and none of its gaps
 -- admits a ms when tau >= theta (mailer/gcra_log.py's conditions, tests/limits/test_scoped_gcra_pages.py).
 local NONE = -math.huge
@@ -25,33 +26,6 @@ end
 
 -- the pages and groups of a gcra bucket: reading, summaries, changes (L), made by paged_lib()
 local function pages_lib()
-  -- a gcra tier's bucket {floor, last, n, ts, tags}: the emissions up to now folded into the floor
-  L.read_gcra = function(raw, interval)
-    local g = {floor = 0, n = 0, last = 0}  -- ts, tags and seen made when needed
-    local bar = string.find(raw, '|', 1, true)
-    local head = bar and string.sub(raw, 1, bar - 1) or raw
-    local comma = string.find(head, ',', 1, true)
-    local floor_us = tonumber(comma and string.sub(head, 1, comma - 1) or head) or 0
-    local last = comma and tonumber(string.sub(head, comma + 1)) or 0
-    if bar then
-      g.ts, g.tags = {}, {}
-      local count = (#raw - bar) / 13
-      local v = unpack_records('I7I6', 2, count, raw, bar + 1)
-      for j = 1, 2 * count, 2 do
-        local e = v[j]
-        if e <= now_us then
-          if floor_us <= e then floor_us, last = e, v[j + 1] else last = 0 end
-          floor_us = floor_us + interval
-        else
-          g.n = g.n + 1; g.ts[g.n], g.tags[g.n] = e, v[j + 1]
-        end
-      end
-    end
-    if floor_us > now_us then g.floor, g.last = floor_us, last end
-    return g
-  end
-
-
   local function summarize(ts, m, T, c)
     local b, gg, th = NONE, NONE, NONE
     for i = 1, m do

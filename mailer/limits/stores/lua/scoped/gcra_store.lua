@@ -1,8 +1,7 @@
--- A paged gcra bucket in its hash: parsed (header and group index), built from an earlier
--- version's bookings, saved (L), made by paged_lib()
+-- A paged gcra bucket in its hash: parsed (header and group index) and saved (L), made by
+-- paged_lib()
 local function store_lib()
-  local blank_views, new_group, insert_page = L.blank_views, L.new_group, L.insert_page
-  local insert_group, caps = L.insert_group, L.caps
+  local blank_views = L.blank_views
 
   -- g's header and group index from the hash's fields h and i, refused when mailguard did not
   -- write them
@@ -38,27 +37,6 @@ local function store_lib()
     end
     if total ~= g.n then corrupt(g.st, g.key, 'is not a gcra bucket') end
     g.lastgid = g.gid[g.ng]
-  end
-
-  -- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
-  L.build_gcra = function(g, ts, tags, n)
-    local size, per_group = caps(n)  -- full pages and groups, as appends leave them
-    local q = 0
-    local G = new_group(g)
-    while q < n do
-      local pg = {ts = {}, tags = {}}
-      for r = 1, size do
-        if q + r > n then break end
-        pg.ts[r], pg.tags[r] = ts[q + r], tags[q + r]
-      end
-      insert_page(g, G, G.np + 1, pg)
-      q = q + #pg.ts
-      if G.np >= per_group or q >= n then
-        insert_group(g, g.ng + 1, G)
-        G = new_group(g)
-      end
-    end
-    g.n = n
   end
 
   -- stored when changed: the header, the group index with every view's summaries, the page

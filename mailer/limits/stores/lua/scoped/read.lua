@@ -87,21 +87,11 @@ for r = 1, nnames do
     if raw then
       local f, l = string.match(raw, '^(%d+),(%d+)$')
       if not f then f = string.match(raw, '^%d+$') end
-      if f then  -- nothing booked: the floor alone (and its last tag), the one timestamp
-        local g, floor_us = new_gcra(st, what), tonumber(f)
-        if floor_us > now_us then g.floor, g.last = floor_us, tonumber(l) or 0 end
-        g.small, st.gl[what] = true, g
-      else
-        local bar = string.find(raw, '|', 1, true)
-        local head = bar and string.sub(raw, 1, bar - 1) or raw
-        if not bar or not (string.find(head, '^%d+$') or string.find(head, '^%d+,%d+$'))
-          or (#raw - bar) % 13 ~= 0 or #raw == bar then
-          corrupt(st, names[r], 'is not a gcra bucket')
-        end
-        bounded(st, names[r], (#raw - bar) / 13)
-        st.legacy = st.legacy or {}
-        st.legacy[what] = raw  -- a bucket of an earlier version: moved into pages once
-      end
+      if not f then corrupt(st, names[r], 'is not a gcra bucket') end
+      -- nothing booked: the floor alone (and its last tag), the one timestamp
+      local g, floor_us = new_gcra(st, what), tonumber(f)
+      if floor_us > now_us then g.floor, g.last = floor_us, tonumber(l) or 0 end
+      g.small, st.gl[what] = true, g
     end
   else
     if raw and not string.find(raw, '^%d+$') then corrupt(st, names[r], 'is not a count') end
