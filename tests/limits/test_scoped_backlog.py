@@ -174,17 +174,29 @@ def test_foreign_bytes_in_the_recipients_log_are_refused(redis_url: str) -> None
         (":g1", lambda c, k: c.hset(k, "x", "1"), "is not a string"),
         (":G1", lambda c, k: c.set(k, "x"), "is not a hash"),
         (":G1", lambda c, k: c.hset(k, "h", "soon"), "is not a gcra bucket"),
-        (":G1", lambda c, k: c.hset(k, mapping={"h": "0,0,1,2;2", "i": "x"}), "a gcra bucket"),
-        (":G1", lambda c, k: c.hset(k, mapping={"h": "0,0,99,2;2", "i": ""}), "a gcra bucket"),
-        (":G1", lambda c, k: c.hset(k, mapping={"h": "0,0,999999999,2;2", "i": ""}), "MAX"),
+        (
+            ":G1",
+            lambda c, k: c.hset(k, mapping={"h": "0,0,1,2;2", "i": "x", "j": ""}),
+            "a gcra bucket",
+        ),
+        (
+            ":G1",
+            lambda c, k: c.hset(k, mapping={"h": "0,0,99,2;2", "i": "", "j": ""}),
+            "a gcra bucket",
+        ),
+        (
+            ":G1",
+            lambda c, k: c.hset(k, mapping={"h": "0,0,999999999,2;2", "i": "", "j": ""}),
+            "MAX",
+        ),
     ],
 )
 def test_a_shared_key_mailguard_did_not_write_is_refused(
     redis_url: str, suffix: str, write: object, why: str
 ) -> None:
     """Another type, or members and fields mailguard never writes, in the sender scope's keys
-    (the log's sorted set and hash, a gcra bucket, old or paged): refused naming the scope, not
-    overwritten."""
+    (the log's sorted set and hash, a gcra tier's floor string or its hash): refused naming the
+    scope, not overwritten."""
     tier = "2/1s gcra" if suffix in {":g1", ":G1"} else "2/1s"
     limiter = Limiter.from_url(
         redis_url, Policy.parse(f"sender: {tier}"), clock=ManualClock(START), secret="s"

@@ -36,8 +36,7 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           "i" per group of pages in time order the doubles id, first and last µs, bookings,
           pages, then per view the group's summary (b, g, theta: docs/explanation/limiter.md),
           but the last group's, kept in "j"; "i<id>" that group's pages the same way (id, first,
-          last, bookings, summaries) but the last page's, in "k<id>" ("i" and "i<id>" of an
-          earlier version hold every record, no "j", "k<id>"); "p<id>" a page of the bookings
+          last, bookings, summaries) but the last page's, in "k<id>"; "p<id>" a page of the bookings
           after now, I7 time (µs) and I6 tag each (pages and groups of about the cube root of the
           backlog), the last page's bytes going on in the string <base>:G<tier>:t (bookings
           appended at the end, APPENDed; dropped when that page is written whole); with

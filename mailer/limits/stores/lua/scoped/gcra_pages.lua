@@ -66,11 +66,11 @@ local function pages_lib()
     local G = g.grp[id]
     if G then return G end
     local got = redis.call('HMGET', g.key, 'i' .. fmt(id), 'k' .. fmt(id))
-    local raw = got[1] and got[1] .. (got[2] or '')  -- k<id>: its last page's record, apart
+    local raw = got[1] and got[2] and got[1] .. got[2]  -- k<id>: its last page's record, apart
     local per = 4 + 3 * #g.vlist
     if not raw or #raw ~= 8 * per * g.gpc[q] then corrupt(g.st, g.key, 'is not a gcra bucket') end
     G = {id = id, np = g.gpc[q], pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g),
-      split = got[2] ~= false, rawi = got[1], recs = {}}
+      rawi = got[1], recs = {}}
     local v, k = unpack_records(string.rep('d', per), per, G.np, raw, 1), 0
     local pid, pfirst, plast, pm, nv = G.pid, G.pfirst, G.plast, G.pm, #g.vlist
     local bs, gs, ths = {}, {}, {}
@@ -182,8 +182,10 @@ local function pages_lib()
     regroup(g, q)
   end
 
+  -- a group not in the hash yet: every page record of it is written (other)
   local function new_group(g)
-    local G = {id = g.nextid, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
+    local G = {id = g.nextid, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g),
+      other = true}
     g.nextid = g.nextid + 1
     return G
   end
