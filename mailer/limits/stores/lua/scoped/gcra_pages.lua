@@ -2,9 +2,9 @@
 -- "h" "floor,last,n,next id;view limits", "i" and "j" the group index and "i<id>" and "k<id>"
 -- a group's page index (per group or page in time order the doubles id, first and last emission
 -- (µs), counts, then per view (b, g, theta); the whole layout in scoped.lua's header), "p<id>" a
--- page (I7 µs, I6 tag per emission). A page's summary for a view (T, c): it maps the arrival time tau entering it to
--- max(tau + m·T, b) and the bound R after it to max(R + m·T, g) before it, and none of its gaps
--- admits a ms when tau >= theta (mailer/gcra_log.py's conditions, tests/limits/test_scoped_gcra_pages.py).
+-- page (I7 µs, I6 tag per emission). A page's summary for a view (T, c): it maps the arrival
+-- time tau entering it to max(tau + m·T, b) and the bound R after it to max(R + m·T, g) before
+-- it, and none of its gaps admits a ms when tau >= theta (mailer/gcra_log.py's conditions, tests/limits/test_scoped_gcra_pages.py).
 local NONE = -math.huge
 
 -- the interval and c = (l - 1)·T of g's view with limit l

@@ -1,5 +1,6 @@
 -- the present scopes: {spec, key, ts, tags, n, gl = {}, counts = {}}, read in one MGET: the
--- recipient's log, each gcra tier's bucket, each fixed tier's count in the window holding now (others lazily)
+-- recipient's log, each gcra tier's bucket, each fixed tier's count in the window holding now
+-- (others lazily)
 -- (reads: per name its scope and what it holds: 0 the log, a number a gcra tier, else the name
 -- of a fixed tier's count)
 local P, names, reads = {nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil, nil, nil, nil, nil}

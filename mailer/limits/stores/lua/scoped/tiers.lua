@@ -131,7 +131,7 @@ local function load_gcra(st, ti)
   if not got[1] and not got[2] then return nil end
   if not L.gcra_insert then paged_lib() end
   local g = L.with_pages(new_gcra(st, ti))
-  L.parse_gcra(g, got[1], got[2], got[3] or nil)
+  L.parse_gcra(g, got[1], got[2], got[3])
   g.paged = true
   L.gcra_fold(g)
   return g
