@@ -160,8 +160,7 @@ class Progress:
     tried (``attempts``), its kind's lifetime count from there. ``due`` is the
     slot it holds (epoch seconds on the limiter's clock; 0 for none): a run for the same slot
     is a hop, not another deferral. ``first_due`` is the first slot ever booked for it
-    (lateness is measured against it). A progress written without ``first_seen`` counts from
-    its ``requested_at``.
+    (lateness is measured against it).
     """
 
     attempts: int = 0  # SMTP tries so far
@@ -221,8 +220,6 @@ class Progress:
         except (TypeError, ValueError, OverflowError):
             return cls(turn=-1)
         times = {name: t if 0 <= t < _LATEST_TIME else 0.0 for name, t in times.items()}  # NaN
-        if "first_seen" not in data:  # written before first_seen: the deadline keeps its start
-            times["first_seen"] = times["requested_at"]
         return cls(
             **counters,
             stale_owner=owner,

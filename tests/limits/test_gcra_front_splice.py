@@ -14,10 +14,11 @@ import struct
 import redis
 
 from mailer import Limiter, ManualClock, Policy
+from mailer.limits.stores.gcra_backlog import write_gcra_backlog
 
 START = 1_700_000_000.0
 WEEK = 7 * 86_400.0
-#: The backlog: bookings at half of 14/s (the share's interval), in the one-string form.
+#: The backlog: bookings at half of 14/s (the share's interval), written into the tier's hash.
 COUNT, HALF = 5_000, -(-1_000_000 // 7)
 
 
@@ -54,11 +55,10 @@ def test_front_bookings_splice_one_record_into_their_page_and_page_index(redis_u
     base = limiter.storage_key("sender", "sender")
     first_us = (int(START * 1000) + 1) * 1000
     backlog = [(-(-(first_us + i * HALF) // 1000) * 1000, i + 1) for i in range(COUNT)]
-    packed = b"".join(us.to_bytes(7, "big") + tag.to_bytes(6, "big") for us, tag in backlog)
-    client.set(base + ":g1", b"0|" + packed, px=86_400_000)
+    write_gcra_backlog(client, base + ":G1", backlog, limit=14, window_ms=1000)
     try:
         booked = []
-        for i in range(8):  # pages the bucket, takes the room at now
+        for i in range(8):  # takes the room at now
             d = limiter.acquire(f"w{i}@news.example", max_wait=WEEK)
             if d.booked:
                 booked.append(d.at_ms * 1000)

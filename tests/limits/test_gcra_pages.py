@@ -30,7 +30,7 @@ NOW = NOW_US // 1000
 
 @dataclass
 class ListLog:
-    """The reference: the linear log of earlier versions, bookings in plain lists."""
+    """The reference: a linear log, its bookings in plain lists (searched one by one)."""
 
     floor: int = 0
     times: list[int] = field(default_factory=list)

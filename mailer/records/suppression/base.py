@@ -12,7 +12,7 @@ from typing import Any, Literal, Protocol, get_args
 CAUSE_CHARS = 300
 
 #: Seconds a suppression "for ever" lasts (a complaint): 100 years, a finite time so every
-#: reader (and a worker of an older version) compares and prints it as any other.
+#: reader compares and prints it as any other.
 FOREVER = 100 * 365 * 86_400.0
 
 #: Why an address is suppressed: ``smtp`` (a hard bounce in the SMTP reply), ``bounce`` (a hard
@@ -46,8 +46,8 @@ _EVENTS: dict[str, Source] = {
 def source_of(cause: str) -> Source:
     """The source an entry's cause tells: ``smtp`` for a cause that starts with a reply code
     (``550 5.1.1 ...``), the event's for a webhook's (``bounced: ...``, ``complained``), else
-    ``hand``. For entries stored before sources were kept, and to leave the source out of the
-    stored value when the cause tells it (a worker of an earlier version reads such a value)."""
+    ``hand``. So the stored value leaves the source out when the cause tells it
+    (:meth:`Suppression.to_json`), and reads it back from the cause."""
     if _REPLY.match(cause):
         return "smtp"
     return _EVENTS.get(cause.split(":", 1)[0].strip(), "hand")
@@ -71,8 +71,7 @@ class Suppression:
 
     def to_json(self) -> str:
         """The stored value: ``{"since": ..., "until": ..., "cause": ...}``, with ``"source"``
-        only when the cause does not tell it (:func:`source_of`): what every mailguard writes
-        itself reads in a worker of an earlier version too, during a rolling upgrade."""
+        only when the cause does not tell it (:func:`source_of`)."""
         value = asdict(self)
         if self.source == source_of(self.cause):
             del value["source"]
@@ -80,8 +79,8 @@ class Suppression:
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Suppression:
-        """An entry from its stored value (:meth:`to_json`). An entry stored before sources
-        were kept gets one from its cause (:func:`source_of`); unknown fields are ignored."""
+        """An entry from its stored value (:meth:`to_json`). An entry stored without a source
+        gets the one its cause tells (:func:`source_of`); unknown fields are ignored."""
         data = json.loads(raw)
         cause = str(data.get("cause", ""))
         source = data.get("source")

@@ -29,22 +29,19 @@ KEYS[i]   the base key of the i-th scope named in ARGV[7], "<namespace>:{<keyed 
           mailer/limits/shared_log.py): <base>:z a sorted set of ms slots, member "<ms>:<count>"
           and score <ms>, and <base>:h a hash, "n" the number of entries and "<tier>:<limit>"
           "lo,h" a hint (no booking fits that view in ms [lo, h)), read where a decision looks
-          only (a <base>:l of an earlier version is moved there once); <base>:G<tier> a gcra
-          tier, a hash: "h" "<floor µs>,<its last tag>,<bookings>,<next id>;<views>" (the
-          bucket's arrival time over the emissions up to now, "0": none; the tag of the last of
-          them when it alone made the floor; the view limits kept: the tier's and each share's),
-          "i" per group of pages in time order the doubles id, first and last µs, bookings,
-          pages, then per view the group's summary (b, g, theta: docs/explanation/limiter.md),
-          but the last group's, kept in "j"; "i<id>" that group's pages the same way (id, first,
-          last, bookings, summaries) but the last page's, in "k<id>" ("i" and "i<id>" of an
-          earlier version hold every record, no "j", "k<id>"); "p<id>" a page of the bookings
-          after now, I7 time (µs) and I6 tag each (pages and groups of about the cube root of the
-          backlog), the last page's bytes going on in the string <base>:G<tier>:t (bookings
-          appended at the end, APPENDed; dropped when that page is written whole); with
-          nothing booked, <base>:g<tier> instead, the
-          floor alone as before ("<floor>[,<last>]", one MGET and one SET, the one-timestamp
-          rule); one of earlier versions with bookings ("...|" and I7 µs, I6 tag each) is moved
-          into the hash once,
+          only; <base>:G<tier> a gcra tier, a hash:
+          "h" "<floor µs>,<its last tag>,<bookings>,<next id>;<views>" (the bucket's arrival
+          time over the emissions up to now, "0": none; the tag of the last of them when it
+          alone made the floor; the view limits kept: the tier's and each share's), "i" per
+          group of pages in time order the doubles id, first and last µs, bookings, pages, then
+          per view the group's summary (b, g, theta: docs/explanation/limiter.md), but the last
+          group's, kept in "j"; "i<id>" that group's pages the same way (id, first, last,
+          bookings, summaries) but the last page's, in "k<id>"; "p<id>" a page of the bookings
+          after now, I7 time (µs) and I6 tag each (pages and groups of about the cube root of
+          the backlog), the last page's bytes going on in the string <base>:G<tier>:t (bookings
+          appended at the end, APPENDed; dropped when that page is written whole); with nothing
+          booked, <base>:g<tier> instead, the floor alone ("<floor>[,<last>]", one MGET and one
+          SET, the one-timestamp rule);
           <base>:f<tier>:<window start ms> a fixed tier's count in that window.
 ARGV[1]   mode: "a" acquire, "p" peek (records nothing), "r" release the mail tagged ARGV[3],
           "q" the slot (ms) the mail tagged ARGV[3] holds in the first scope's log, else 0,

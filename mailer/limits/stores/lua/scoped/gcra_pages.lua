@@ -1,9 +1,10 @@
 -- Paged gcra buckets (docs/explanation/limiter.md, "Long gcra backlogs"): <base>:G<tier> a hash,
--- "h" "floor,last,n,next id;view limits", "i" per page (in time order) the doubles id, first
--- and last emission (µs), count, then per view (b, g, theta), "p<id>" a page (I7 µs, I6 tag per
--- emission). A page's summary for a view (T, c): it maps the arrival time tau entering it to
--- max(tau + m·T, b) and the bound R after it to max(R + m·T, g) before it, and none of its gaps
--- admits a ms when tau >= theta (mailer/gcra_log.py's conditions, tests/limits/test_scoped_gcra_pages.py).
+-- "h" "floor,last,n,next id;view limits", "i" and "j" the group index and "i<id>" and "k<id>"
+-- a group's page index (per group or page in time order the doubles id, first and last emission
+-- (µs), counts, then per view (b, g, theta); the whole layout in scoped.lua's header), "p<id>" a
+-- page (I7 µs, I6 tag per emission). A page's summary for a view (T, c): it maps the arrival
+-- time tau entering it to max(tau + m·T, b) and the bound R after it to max(R + m·T, g) before
+-- it, and none of its gaps admits a ms when tau >= theta (mailer/gcra_log.py's conditions, tests/limits/test_scoped_gcra_pages.py).
 local NONE = -math.huge
 
 -- the interval and c = (l - 1)·T of g's view with limit l
@@ -25,33 +26,6 @@ end
 
 -- the pages and groups of a gcra bucket: reading, summaries, changes (L), made by paged_lib()
 local function pages_lib()
-  -- a gcra tier's bucket {floor, last, n, ts, tags}: the emissions up to now folded into the floor
-  L.read_gcra = function(raw, interval)
-    local g = {floor = 0, n = 0, last = 0}  -- ts, tags and seen made when needed
-    local bar = string.find(raw, '|', 1, true)
-    local head = bar and string.sub(raw, 1, bar - 1) or raw
-    local comma = string.find(head, ',', 1, true)
-    local floor_us = tonumber(comma and string.sub(head, 1, comma - 1) or head) or 0
-    local last = comma and tonumber(string.sub(head, comma + 1)) or 0
-    if bar then
-      g.ts, g.tags = {}, {}
-      local count = (#raw - bar) / 13
-      local v = unpack_records('I7I6', 2, count, raw, bar + 1)
-      for j = 1, 2 * count, 2 do
-        local e = v[j]
-        if e <= now_us then
-          if floor_us <= e then floor_us, last = e, v[j + 1] else last = 0 end
-          floor_us = floor_us + interval
-        else
-          g.n = g.n + 1; g.ts[g.n], g.tags[g.n] = e, v[j + 1]
-        end
-      end
-    end
-    if floor_us > now_us then g.floor, g.last = floor_us, last end
-    return g
-  end
-
-
   local function summarize(ts, m, T, c)
     local b, gg, th = NONE, NONE, NONE
     for i = 1, m do
@@ -92,11 +66,11 @@ local function pages_lib()
     local G = g.grp[id]
     if G then return G end
     local got = redis.call('HMGET', g.key, 'i' .. fmt(id), 'k' .. fmt(id))
-    local raw = got[1] and got[1] .. (got[2] or '')  -- k<id>: its last page's record, apart
+    local raw = got[1] and got[2] and got[1] .. got[2]  -- k<id>: its last page's record, apart
     local per = 4 + 3 * #g.vlist
     if not raw or #raw ~= 8 * per * g.gpc[q] then corrupt(g.st, g.key, 'is not a gcra bucket') end
     G = {id = id, np = g.gpc[q], pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g),
-      split = got[2] ~= false, rawi = got[1], recs = {}}
+      rawi = got[1], recs = {}}
     local v, k = unpack_records(string.rep('d', per), per, G.np, raw, 1), 0
     local pid, pfirst, plast, pm, nv = G.pid, G.pfirst, G.plast, G.pm, #g.vlist
     local bs, gs, ths = {}, {}, {}
@@ -208,8 +182,10 @@ local function pages_lib()
     regroup(g, q)
   end
 
+  -- a group not in the hash yet: every page record of it is written (other)
   local function new_group(g)
-    local G = {id = g.nextid, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g)}
+    local G = {id = g.nextid, np = 0, pid = {}, pfirst = {}, plast = {}, pm = {}, views = blank_views(g),
+      other = true}
     g.nextid = g.nextid + 1
     return G
   end

@@ -1,14 +1,13 @@
--- A paged gcra bucket in its hash: parsed (header and group index), built from an earlier
--- version's bookings, saved (L), made by paged_lib()
+-- A paged gcra bucket in its hash: parsed (header and group index) and saved (L), made by
+-- paged_lib()
 local function store_lib()
-  local blank_views, new_group, insert_page = L.blank_views, L.new_group, L.insert_page
-  local insert_group, caps = L.insert_group, L.caps
+  local blank_views = L.blank_views
 
-  -- g's header and group index from the hash's fields h and i, refused when mailguard did not
-  -- write them
+  -- g's header and group index from the hash's fields h, i and j (the last group's record),
+  -- refused when mailguard did not write them
   L.parse_gcra = function(g, h, idx, last)
     local f, l, n, nx, vl = string.match(h or '', '^(%d+),(%d+),(%d+),(%d+);([%d,]*)$')
-    if not f or not idx then corrupt(g.st, g.key, 'is not a gcra bucket') end
+    if not f or not idx or not last then corrupt(g.st, g.key, 'is not a gcra bucket') end
     g.floor, g.last, g.n, g.nextid = tonumber(f), tonumber(l), tonumber(n), tonumber(nx)
     bounded(g.st, g.key, g.n)
     g.vlist = {}
@@ -16,8 +15,8 @@ local function store_lib()
     g.views = blank_views(g)
     local per = 5 + 3 * #g.vlist
     if not g.views[g.tlimit] or #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
-    g.raw_i, g.split_i = idx, last ~= nil  -- "j": the last group's record, apart (else in "i")
-    idx = idx .. (last or '')
+    g.raw_i = idx
+    idx = idx .. last
     if #idx % (8 * per) ~= 0 then corrupt(g.st, g.key, 'is not a gcra bucket') end
     g.ng, g.reshaped = #idx / (8 * per), false
     local v, k, total = unpack_records(string.rep('d', per), per, g.ng, idx, 1), 0, 0
@@ -38,27 +37,6 @@ local function store_lib()
     end
     if total ~= g.n then corrupt(g.st, g.key, 'is not a gcra bucket') end
     g.lastgid = g.gid[g.ng]
-  end
-
-  -- the sorted bookings of an earlier version's bucket, cut in pages and groups at once
-  L.build_gcra = function(g, ts, tags, n)
-    local size, per_group = caps(n)  -- full pages and groups, as appends leave them
-    local q = 0
-    local G = new_group(g)
-    while q < n do
-      local pg = {ts = {}, tags = {}}
-      for r = 1, size do
-        if q + r > n then break end
-        pg.ts[r], pg.tags[r] = ts[q + r], tags[q + r]
-      end
-      insert_page(g, G, G.np + 1, pg)
-      q = q + #pg.ts
-      if G.np >= per_group or q >= n then
-        insert_group(g, g.ng + 1, G)
-        G = new_group(g)
-      end
-    end
-    g.n = n
   end
 
   -- stored when changed: the header, the group index with every view's summaries, the page
@@ -88,7 +66,7 @@ local function store_lib()
     local args = {'h', fmt(g.floor) .. ',' .. fmt(g.last) .. ',' .. fmt(g.n) .. ',' .. fmt(g.nextid) .. ';' ..
       table.concat(g.vlist, ','), 'j', struct.pack(rec, unpack(record(g.ng)))}
     local index = g.raw_i
-    if g.reshaped or not g.split_i then  -- groups added, removed or grown: the whole index
+    if g.reshaped then  -- groups added, removed or grown: the whole index
       local flat = {}
       for q = 1, g.ng - 1 do
         for _, v in ipairs(record(q)) do flat[#flat + 1] = v end
@@ -117,8 +95,8 @@ local function store_lib()
       local from = 1
       local size, rawi = 8 * (per - 1), G.rawi
       -- the same pages as read, some records before the last changed: spliced into i<id>
-      local splice = G.other and G.split and not G.shape and rawi and #rawi == size * (G.np - 1)
-      if (G.other and not splice) or not G.split then from = 1 else from = G.np end
+      local splice = G.other and not G.shape and rawi and #rawi == size * (G.np - 1)
+      if G.other and not splice then from = 1 else from = G.np end
       for j = from, G.np do
         gf[kk + 1], gf[kk + 2], gf[kk + 3], gf[kk + 4] = G.pid[j], G.pfirst[j], G.plast[j], G.pm[j]
         kk = kk + 4
@@ -152,7 +130,7 @@ local function store_lib()
         args[#args + 1], args[#args + 2] = 'i' .. fmt(id), rawi
       end
       args[#args + 1], args[#args + 2] = 'k' .. fmt(id), string.sub(packed, cut + 1)
-      G.other, G.split, G.shape, G.rawi, G.recs = false, true, false, rawi, {}
+      G.other, G.shape, G.rawi, G.recs = false, false, rawi, {}
     end
     -- pages written whole; the last page's appended bytes APPENDed to <G key>:t (the page's
     -- bytes are "p<id>" then that key's), dropped when that page is written whole or removed
@@ -187,7 +165,7 @@ local function store_lib()
     if tail_gone or g.tpid == nil then g.tpid = LG and LG.pid[LG.np] end
     g.lastgid, g.tadd, g.tgone = g.gid[g.ng], nil, nil
     g.changed, g.dirty, g.gdirty, g.gone = false, {}, {}, {}
-    g.raw_i, g.split_i, g.ttouched, g.reshaped = index, true, {}, false
+    g.raw_i, g.ttouched, g.reshaped = index, {}, false
   end
 end
 

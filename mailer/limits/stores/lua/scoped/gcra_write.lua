@@ -205,6 +205,4 @@ local function write_lib()
     end
     if g.floor <= now_us then g.floor, g.last = 0, 0 end
   end
-
-  L.caps = caps
 end

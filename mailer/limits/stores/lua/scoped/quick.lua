@@ -3,7 +3,7 @@
 -- and no calendar-month window. It reads what the general code below reads (one MGET, one
 -- EXISTS for missing keys) and, when every tier admits the mail now, writes and answers exactly
 -- as the general code would, without making that code's tables and functions (most of a
--- call's time). Anything else (data to convert or refuse, a tier that does not admit now, the
+-- call's time). Anything else (data to refuse, a tier that does not admit now, the
 -- mail's tag in the recipient's log) goes on to the general code, with the values read.
 local pre_values, pre_unseen
 local fast = (mode == 'a' or mode == 'p') and ARGV[10] == nil and MAX_BOOKINGS >= 1
@@ -89,7 +89,7 @@ if fast then
         if raw then
           local f = string.match(raw, '^(%d+),%d+$')
           if not f then f = string.match(raw, '^%d+$') end
-          if not f then fast = false break end  -- bookings, of an earlier format, or foreign
+          if not f then fast = false break end  -- foreign: the general code refuses it
           fl = tonumber(f)
           if fl <= now_us then fl = 0 end
         end

@@ -1,5 +1,6 @@
--- the present scopes: {spec, key, ts, tags, n, gl = {}, counts = {}}, read in one MGET: each
--- log, each gcra tier's bucket, each fixed tier's count in the window holding now (others lazily)
+-- the present scopes: {spec, key, ts, tags, n, gl = {}, counts = {}}, read in one MGET: the
+-- recipient's log, each gcra tier's bucket, each fixed tier's count in the window holding now
+-- (others lazily)
 -- (reads: per name its scope and what it holds: 0 the log, a number a gcra tier, else the name
 -- of a fixed tier's count)
 local P, names, reads = {nil, nil, nil}, {nil, nil, nil, nil}, {nil, nil, nil, nil, nil, nil, nil, nil}
@@ -10,10 +11,11 @@ for i = 1, #digits do
   local key = KEYS[i]
   local st = {spec = spec, key = key, n = 0, shared_log = spec[2] == 1 and spec[3] == 1, ts = nil,
     tags = nil, gl = nil, counts = nil}  -- the fields a call may add, sized for at once
-  if spec[3] == 1 then  -- a shared log lives in <base>:z and :h; <base>:l is read to migrate it
+  if st.shared_log then  -- in <base>:z and :h, read where a decision looks (shared_log)
+    any_shared = true
+  elseif spec[3] == 1 then  -- the recipient's log, <base>:l
     st.ts, st.tags = {}, {}
     names[r], reads[2 * r - 1], reads[2 * r], r = key .. ':l', st, 0, r + 1
-    if st.shared_log then any_shared = true end
   end
   local tiers = spec[4]
   for ti = 1, #tiers do
@@ -43,7 +45,8 @@ local function bounded(st, name, count)
   end
 end
 local nnames = r - 1
-local values = pre_values or redis.call('MGET', unpack(names, 1, nnames))
+local values = pre_values or {}  -- nothing to read: a shared sliding log's scopes alone
+if not pre_values and nnames > 0 then values = redis.call('MGET', unpack(names, 1, nnames)) end
 -- the keys MGET found missing: a shared scope's (another type reads as missing too) and, in any
 -- scope, the hash of a gcra tier without its string (its bookings); one EXISTS over all of them
 -- answers the common case (nothing there) in one call, else each is asked as before
@@ -51,7 +54,7 @@ local absent
 for r = 1, nnames do
   if not values[r] then
     local st, what = reads[2 * r - 1], reads[2 * r]
-    if st.spec[2] == 1 and not (what == 0 and st.shared_log) then
+    if st.spec[2] == 1 then
       absent = absent or {}
       absent[#absent + 1] = names[r]
     end
@@ -65,8 +68,7 @@ local unseen = pre_unseen
 if unseen == nil then unseen = absent == nil or redis.call('EXISTS', unpack(absent)) == 0 end
 for r = 1, nnames do
   local st, what, raw = reads[2 * r - 1], reads[2 * r], values[r]
-  local legacy = what == 0 and st.shared_log  -- usually absent: its type is not asked
-  if not raw and st.spec[2] == 1 and not legacy and not unseen and
+  if not raw and st.spec[2] == 1 and not unseen and
     redis.call('EXISTS', names[r]) == 1 then
     corrupt(st, names[r], 'is not a string')  -- another type: MGET reads it as missing
   end
@@ -86,21 +88,11 @@ for r = 1, nnames do
     if raw then
       local f, l = string.match(raw, '^(%d+),(%d+)$')
       if not f then f = string.match(raw, '^%d+$') end
-      if f then  -- nothing booked: the floor alone (and its last tag), the one timestamp
-        local g, floor_us = new_gcra(st, what), tonumber(f)
-        if floor_us > now_us then g.floor, g.last = floor_us, tonumber(l) or 0 end
-        g.small, st.gl[what] = true, g
-      else
-        local bar = string.find(raw, '|', 1, true)
-        local head = bar and string.sub(raw, 1, bar - 1) or raw
-        if not bar or not (string.find(head, '^%d+$') or string.find(head, '^%d+,%d+$'))
-          or (#raw - bar) % 13 ~= 0 or #raw == bar then
-          corrupt(st, names[r], 'is not a gcra bucket')
-        end
-        bounded(st, names[r], (#raw - bar) / 13)
-        st.legacy = st.legacy or {}
-        st.legacy[what] = raw  -- a bucket of an earlier version: moved into pages once
-      end
+      if not f then corrupt(st, names[r], 'is not a gcra bucket') end
+      -- nothing booked: the floor alone (and its last tag), the one timestamp
+      local g, floor_us = new_gcra(st, what), tonumber(f)
+      if floor_us > now_us then g.floor, g.last = floor_us, tonumber(l) or 0 end
+      g.small, st.gl[what] = true, g
     end
   else
     if raw and not string.find(raw, '^%d+$') then corrupt(st, names[r], 'is not a count') end

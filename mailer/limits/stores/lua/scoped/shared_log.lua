@@ -196,14 +196,7 @@ end
 if any_shared then
   shared_lib()
   for _, st in ipairs(P) do
-    if st.shared_log then
-      L.load_shared(st)
-      if st.n > 0 then  -- a log of an earlier version (<base>:l, with tags): moved here once
-        for j = 1, st.n do L.log_add(st, st.ts[j], 1) end
-        redis.call('DEL', st.key .. ':l')
-        st.ts, st.tags, st.n = {}, {}, 0
-      end
-    end
+    if st.shared_log then L.load_shared(st) end
   end
 end
 

@@ -1,5 +1,5 @@
 -- Each tier's questions (the earliest ms it admits one more, the room it has left), and the
--- recipient's log and gcra tiers loaded (an earlier version's bucket moved into pages) and saved.
+-- recipient's log and gcra tiers loaded and saved.
 
 -- earliest ms >= t at which one more emission keeps g's view with limit l, from base (the
 -- floor, or a share's floor); t == now is an admission at now_us (gcra_log.py earliest)
@@ -120,32 +120,19 @@ local function save_log(st)
 end
 
 
--- gcra tier ti of st: its hash's header and index, a bucket of an earlier version (<base>:g<ti>)
--- moved into pages once, the past folded into the floor; nil when nothing is stored
+-- gcra tier ti of st: its hash's header and index, the past folded into the floor; nil when
+-- nothing is stored
 local function load_gcra(st, ti)
-  local tier = st.spec[4][ti]
   if st.gl[ti] then return st.gl[ti] end  -- nothing booked: the one timestamp, read already
-  local raw = st.legacy and st.legacy[ti]
-  if not raw and unseen then return nil end  -- neither its string nor its hash exists
-  local key = st.key .. tier[7]
+  if unseen then return nil end  -- neither its string nor its hash exists
+  local key = st.key .. st.spec[4][ti][7]
   local got = redis.pcall('HMGET', key, 'h', 'i', 'j')
   if got.err then corrupt(st, key, 'is not a hash') end
-  if not got[1] and not got[2] and not raw then return nil end
+  if not got[1] and not got[2] then return nil end
   if not L.gcra_insert then paged_lib() end
   local g = L.with_pages(new_gcra(st, ti))
-  if got[1] or got[2] then L.parse_gcra(g, got[1], got[2], got[3] or nil) end
-  g.paged = got[1] ~= false or got[2] ~= false
-  if raw then
-    g.small, g.moved = true, true
-    local old = L.read_gcra(raw, tier[4])
-    if old.floor > g.floor then g.floor, g.last = old.floor, old.last end
-    if g.ng == 0 and old.n > 0 then
-      L.build_gcra(g, old.ts, old.tags, old.n)
-    else
-      for q = 1, old.n do L.gcra_insert(g, old.ts[q], old.tags[q]) end
-    end
-    g.changed = true
-  end
+  L.parse_gcra(g, got[1], got[2], got[3])
+  g.paged = true
   L.gcra_fold(g)
   return g
 end
@@ -174,9 +161,6 @@ end
 
 for _, st in ipairs(P) do
   for ti, tier in ipairs(st.spec[4]) do
-    if tier[1] == 3 then
-      st.gl[ti] = load_gcra(st, ti)
-      if st.gl[ti] and st.gl[ti].moved then save_gcra(st, ti) end  -- moved over: written at once
-    end
+    if tier[1] == 3 then st.gl[ti] = load_gcra(st, ti) end
   end
 end
