@@ -45,6 +45,7 @@ from devservers.redis_servers import RedisServer
 from mailer import Limiter, ManualClock, Policy
 from mailer.limits.checks import MAX_WAIT
 from mailer.limits.policy import REFERENCE_POLICY
+from mailer.limits.stores.gcra_backlog import write_gcra_backlog
 
 ROUNDS = 5
 #: Backlog sizes of the "decision after N bookings in the sender scope" rows.
@@ -140,8 +141,9 @@ def bench_redis_decisions(url: str) -> list[tuple[str, float, float, float]]:
 def _sender_backlog(url: str, tier: str, count: int, namespace: str) -> Limiter:
     """A limiter under ``sender: <tier>`` whose sender scope holds ``count`` bookings of a
     newsletter (share 0.5, distinct readers, a week's wait), booked by real decisions; a gcra
-    bucket's bookings are written in the earlier one-string form (quicker than 100 000
-    decisions), which one first decision moves into pages before anything is timed."""
+    bucket's bookings are written into its hash as the limiter stores them
+    (:func:`~mailer.limits.stores.gcra_backlog.write_gcra_backlog`: quicker than 100 000
+    decisions)."""
     clock = ManualClock(1_700_000_000.0)
     policy = Policy.parse(f"recipient: 1/60s; sender: {tier}", name="recipient")
     limiter = Limiter.from_url(url, policy, clock=clock, secret="bench", namespace=namespace)
@@ -149,14 +151,11 @@ def _sender_backlog(url: str, tier: str, count: int, namespace: str) -> Limiter:
         client = redis.Redis.from_url(url)
         start = 1_700_000_000_000 + 1
         step = -(-1_000_000 // 7)  # half of 14/s: the share's interval, µs
-        packed = b"".join(
-            (-(-(start * 1000 + i * step) // 1000) * 1000).to_bytes(7, "big")
-            + (i + 1).to_bytes(6, "big")
-            for i in range(count)
-        )
-        client.set(limiter.storage_key("sender", "sender") + ":g1", b"0|" + packed)
+        bookings = [(-(-(start * 1000 + i * step) // 1000) * 1000, i + 1) for i in range(count)]
+        key = limiter.storage_key("sender", "sender") + ":G1"
+        write_gcra_backlog(client, key, bookings, limit=14, window_ms=1000)
         client.close()
-        limiter.peek("warm@news.example", share=0.5)  # moves the bucket into pages, once
+        limiter.peek("warm@news.example", share=0.5)  # the share's view made, once
         return limiter
     for i in range(count):
         limiter.acquire(f"n{i}@news.example", mail_id=f"n{i}", max_wait=MAX_WAIT, share=0.5)
@@ -197,7 +196,7 @@ def bench_backlog(
 
 
 #: Booking orders of the "server time per decision, order" rows: the backlog's spacing (µs,
-#: written in the one-string form as in :func:`_sender_backlog`) and the share of the mails
+#: written into the tier's hash as in :func:`_sender_backlog`) and the share of the mails
 #: then booked: at the end of a full-rate backlog, into the room of a half-rate one (each mail
 #: inserted near the front), at the end of a half-rate one at the share's rate.
 ORDERS = (
@@ -226,13 +225,10 @@ def bench_orders(url: str, counts: tuple[int, int]) -> list[tuple[str, float, fl
             namespace = f"order-{uuid.uuid4().hex[:8]}"
             limiter = Limiter.from_url(url, policy, clock=clock, secret="b", namespace=namespace)
             start = 1_700_000_000_000 + 1
-            packed = b"".join(
-                (-(-(start * 1000 + i * step) // 1000) * 1000).to_bytes(7, "big")
-                + (i + 1).to_bytes(6, "big")
-                for i in range(count)
-            )
-            client.set(limiter.storage_key("sender", "sender") + ":g1", b"0|" + packed)
-            for i in range(8):  # pages the bucket, takes the room at now
+            bookings = [(-(-(start * 1000 + i * step) // 1000) * 1000, i + 1) for i in range(count)]
+            key = limiter.storage_key("sender", "sender") + ":G1"
+            write_gcra_backlog(client, key, bookings, limit=14, window_ms=1000)
+            for i in range(8):  # takes the room at now
                 limiter.acquire(f"w{i}@news.example", max_wait=MAX_WAIT, share=share)
             limiters.append(limiter)
         usec, calls = [0.0, 0.0], [0, 0]
@@ -263,20 +259,18 @@ FRONT_ORDER = "half-rate backlog, share 1.0 inserted at the front, an insertion 
 
 
 def _front_redis(url: str, client: redis.Redis, count: int) -> tuple[Limiter, int]:
-    """A limiter whose sender scope holds ``count`` bookings at the half rate (written in the
-    one-string form as in :func:`bench_orders`) and whose room at now is taken; with the ms
-    of its last booking."""
+    """A limiter whose sender scope holds ``count`` bookings at the half rate (written into the
+    tier's hash as in :func:`bench_orders`) and whose room at now is taken; with the ms of its
+    last booking."""
     policy = Policy.parse("recipient: 1/60s; sender: 14/1s gcra", name="recipient")
     namespace = f"front-{uuid.uuid4().hex[:8]}"
     limiter = Limiter.from_url(
         url, policy, clock=ManualClock(1_700_000_000.0), secret="b", namespace=namespace
     )
     start, step = (1_700_000_000_000 + 1) * 1000, -(-1_000_000 // 7)
-    packed = b"".join(
-        (-(-(start + i * step) // 1000) * 1000).to_bytes(7, "big") + (i + 1).to_bytes(6, "big")
-        for i in range(count)
-    )
-    client.set(limiter.storage_key("sender", "sender") + ":g1", b"0|" + packed)
+    bookings = [(-(-(start + i * step) // 1000) * 1000, i + 1) for i in range(count)]
+    key = limiter.storage_key("sender", "sender") + ":G1"
+    write_gcra_backlog(client, key, bookings, limit=14, window_ms=1000)
     for i in range(FRONT_WARM["redis"]):
         limiter.acquire(f"w{i}@news.example", max_wait=MAX_WAIT)
     return limiter, -(-(start + (count - 1) * step) // 1000)

@@ -53,9 +53,6 @@ _WAITING: dict[str, Any] = {"status": "deferred", "kind": "default", "deferrals"
 #: How far (seconds) a waiting mail's ``decided_at`` may be from ``due - wait`` (the limiter's
 #: clock at the decision) and be left out: the worker's clock read a few ms apart.
 _DECIDED_SLACK = 0.05
-#: The prefix of a recipient key in the default namespace, put back when a waiting record
-#: names the recipient without it (``{<hash>}``).
-_RECIPIENT_PREFIX = "mailguard:"
 
 
 @dataclass(frozen=True)
@@ -143,18 +140,14 @@ class Outcome:
         """The inverse of :meth:`as_waiting_dict` for the record of task ``task_id``: the
         fields left out come back (``deferred``, the task id as mail id, kind ``default``, one
         deferral, ``decided_at`` as ``due - wait``, the rest at their default; ``message_id``
-        and ``recipient`` None, as only the schedule tells the recipient). A record that names
-        a ``recipient`` keeps it, the default namespace put back where it is left out
-        (``{<hash>}``). A meta with a ``status`` (stored whole, or with only the fields at
+        and ``recipient`` None, as only the schedule tells the recipient; a record that names
+        one keeps it). A meta with a ``status`` (stored whole, or with only the fields at
         their default left out) is read as :meth:`from_dict` reads it."""
         stored_whole = "status" in data
         implied = _waiting_defaults(task_id, stored_whole=stored_whole)
         if stored_whole:
             return cls.from_dict(implied | data)
         values = implied | data
-        recipient = values.get("recipient")
-        if isinstance(recipient, str) and recipient.startswith("{"):
-            values["recipient"] = _RECIPIENT_PREFIX + recipient
         due, wait = values.get("due"), values.get("wait")
         if (
             "decided_at" not in data

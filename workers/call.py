@@ -30,6 +30,20 @@ from workers import process_settings
 PRIVATE = ("_progress", "_requested_at", "_order")
 #: The bound of ``_order`` (epoch microseconds: below year 5138).
 _ORDER_BOUND = 10**17
+#: The counters of the unsealed ``_progress`` dict 0.1.0 put in a deferred mail's next run.
+_SHIPPED_COUNTERS = frozenset({"attempts", "send_failures", "limiter_failures", "deferrals"})
+
+
+def shipped_progress(value: Any) -> bool:
+    """True for the ``_progress`` of a mail 0.1.0 deferred: a dict of its four counters, each an
+    int in [0, 10**6]. Its counters are not trusted (nothing sealed them): such a run starts
+    on a fresh progress, its mail kept until its kind's lifetime like any other."""
+    return (
+        isinstance(value, dict)
+        and set(value) <= _SHIPPED_COUNTERS
+        and all(type(n) is int and 0 <= n <= 10**6 for n in value.values())
+    )
+
 
 #: The workers running, as (process id, worker id): a ``memory://`` broker lives inside one
 #: process, so a mail enqueued on it is read only if a worker of that same process consumes it.
@@ -91,9 +105,9 @@ def check_call(args: Any, kwargs: Any, *, addresses: bool = True) -> dict[str, A
     )
     if "_progress" in call:
         mail_id = call.get("mail_id")
-        if (
-            not isinstance(mail_id, str)
-            or unseal(call["_progress"], mail_id, settings.secret) is None
+        if not isinstance(mail_id, str) or (
+            not shipped_progress(call["_progress"])
+            and unseal(call["_progress"], mail_id, settings.secret) is None
         ):
             raise InvalidArguments("send_mail: _progress is private to mailguard")
     requested = call.get("_requested_at")

@@ -256,7 +256,7 @@ def send_mail(
     attachments: list[list[Any]] | None = None,
     charset: str | None = None,
     mime: str | None = None,
-    _progress: str | None = None,
+    _progress: str | dict[str, int] | None = None,
     _requested_at: float | None = None,
     _order: int | None = None,
 ) -> dict[str, Any]:
@@ -297,7 +297,9 @@ def send_mail(
         charset=charset,
         mime=mime,
     )
-    progress = (unseal(_progress, mail_id, settings.secret) if _progress else None) or Progress()
+    # a str: sealed by this version; a dict: a mail 0.1.0 deferred (workers.call.shipped_progress)
+    sealed = _progress if isinstance(_progress, str) else None
+    progress = (unseal(sealed, mail_id, settings.secret) if sealed else None) or Progress()
     if (self.request.delivery_info or {}).get("redelivered"):  # a copy: see Progress.redelivered
         progress = replace(progress, redelivered=True)
     progress = arrived(progress, _requested_at, _order)  # the caller's stamps (workers.stamps)

@@ -70,6 +70,22 @@ def test_a_forged_progress_is_dropped_on_receipt(loose_stack: LooseStack) -> Non
     assert len(smtp.delivered) == before
 
 
+def test_a_mail_010_deferred_is_sent_by_this_version(loose_stack: LooseStack) -> None:
+    """The next run 0.1.0 published for a mail it deferred carries its unsealed ``_progress``
+    (four counters): this version runs it on a fresh progress and sends it, once."""
+    app, _, smtp = loose_stack
+    before = len(smtp.delivered)
+    counters = {"attempts": 1, "send_failures": 1, "limiter_failures": 0, "deferrals": 1}
+    shipped = app.send_task(
+        TASK,
+        args=["dee@example.com"],
+        kwargs={"subject": "s", "body": "b", "mail_id": "deferred-by-010", "_progress": counters},
+    )
+    state, info = settle(app, shipped.id)
+    assert (state, info["status"], info["mail_id"]) == ("SUCCESS", "sent", "deferred-by-010")
+    assert [d.rcpt_tos for d in smtp.delivered[before:]] == [("dee@example.com",)]
+
+
 def test_delay_refuses_what_a_worker_would_drop() -> None:
     """The same checks run at enqueue: one clear error, nothing enqueued."""
     with pytest.raises(InvalidArguments, match="nested deeper than 32"):
