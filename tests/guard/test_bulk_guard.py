@@ -17,7 +17,7 @@ from mailer.factory import build_guard
 from mailer.guard import Finish, Guard, Later, MailRequest
 from mailer.mail.transports.memory import MemoryTransport
 from mailer.metrics import NO_METRICS
-from mailer.records.reputation.reputation import mark_of
+from mailer.records.reputation.keyed import mark_of
 from mailer.settings import Settings
 from tests.mail.transports.postmark_server import PostmarkStub
 from tests.round_trips import round_trips

@@ -44,7 +44,7 @@ from mailer.mail.replies import Action, Reaction, reaction_of
 from mailer.metrics import Metrics
 from mailer.outcomes import Outcome
 from mailer.records.holds import RECIPIENT, SENDER, Hold, Holds
-from mailer.records.holds.holds import Read
+from mailer.records.holds.keyed import Read
 from mailer.records.holds.pace import Pace, SenderPace, provider_cap, sender_cap
 from mailer.steps import Finish, Progress, Step
 

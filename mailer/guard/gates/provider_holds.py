@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from mailer.guard.data import Prepared
 from mailer.mail.replies import Reaction
 from mailer.records.holds import Hold, Holds
-from mailer.records.holds.holds import Read
+from mailer.records.holds.keyed import Read
 from mailer.records.holds.pace import Pace
 
 #: The scope words of a provider's hold and of its pace (``provider google``).

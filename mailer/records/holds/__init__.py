@@ -29,7 +29,7 @@ its own after it; the sender's pace is kept per relay (:func:`holds_from_url`'s 
 - :mod:`mailer.records.holds.transport`: :class:`TransportHold`, the transport's hold (our own
   side refused: credentials, certificate, sender), probed with one mail on a doubling backoff
   and kept until the relay accepts a mail; its script ``lua/transport.lua``
-- :mod:`mailer.records.holds.holds`: :class:`Holds` (what the guard uses) and
+- :mod:`mailer.records.holds.keyed`: :class:`Holds` (what the guard uses) and
   :func:`holds_from_url`, which picks the store by the URL's scheme
 
 >>> from mailer.clock import ManualClock
@@ -43,7 +43,7 @@ its own after it; the sender's pace is kept per relay (:func:`holds_from_url`'s 
 """
 
 from mailer.records.holds.base import RECIPIENT, SENDER, Hold, HoldStore, next_hold
-from mailer.records.holds.holds import Holds, holds_from_url
+from mailer.records.holds.keyed import Holds, holds_from_url
 from mailer.records.holds.memory import MemoryHoldStore
 from mailer.records.holds.redis import RedisHoldStore
 from mailer.records.holds.transport import TRANSPORT, TransportHold

@@ -22,7 +22,7 @@ window. Memory (one process) or the ledger's Redis (every worker).
   :class:`Standing`, :class:`Pause`, the :class:`ReputationStore` protocol
 - :mod:`mailer.records.reputation.memory`, :mod:`mailer.records.reputation.redis` (its script
   ``lua/count.lua``): the stores
-- :mod:`mailer.records.reputation.reputation`: :class:`Reputation` (what the guard, webhooks
+- :mod:`mailer.records.reputation.keyed`: :class:`Reputation` (what the guard, webhooks
   and the CLI use) and :func:`reputation_from_url`
 
 >>> from mailer.clock import ManualClock
@@ -34,7 +34,7 @@ True
 """
 
 from mailer.records.reputation.base import Limits, Pause, Standing, Thresholds, sender_of
-from mailer.records.reputation.reputation import Reputation, reputation_from_url
+from mailer.records.reputation.keyed import Reputation, reputation_from_url
 
 __all__ = [
     "Limits",

@@ -11,7 +11,7 @@ from mailer.defaults import SUPPRESS_FOR
 from mailer.limits.keys import KeyHasher
 from mailer.mail.address import DEFAULT_RULES, AddressRules, normalise_address
 from mailer.records.reputation.base import sender_of
-from mailer.records.reputation.reputation import sid_of
+from mailer.records.reputation.keyed import sid_of
 from mailer.records.suppression.base import (
     CAUSE_CHARS,
     FOREVER,

@@ -16,7 +16,7 @@ the sender is warm: no allowance applies.
 - :mod:`mailer.records.warmup.base`: :class:`Taken`, :class:`Standing`, the store protocol
 - :mod:`mailer.records.warmup.memory`, :mod:`mailer.records.warmup.redis` (its script
   ``lua/take.lua``): the stores
-- :mod:`mailer.records.warmup.warmup`: :class:`Warmup` and :func:`warmup_from_url`
+- :mod:`mailer.records.warmup.keyed`: :class:`Warmup` and :func:`warmup_from_url`
 
 >>> from mailer.clock import ManualClock
 >>> warmup = warmup_from_url("memory://", parse_plans("example.org: 2, 4"), clock=ManualClock())
@@ -25,8 +25,8 @@ the sender is warm: no allowance applies.
 """
 
 from mailer.records.warmup.base import Standing, Taken
+from mailer.records.warmup.keyed import DAY, Warmup, warmup_from_url
 from mailer.records.warmup.plans import BUILT_IN, Plan, parse_plan, parse_plans
-from mailer.records.warmup.warmup import DAY, Warmup, warmup_from_url
 
 __all__ = [
     "BUILT_IN",
