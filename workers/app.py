@@ -22,7 +22,7 @@ from mailer import defaults, metrics
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_guard, build_holds, build_reputation, build_warmup
 from mailer.logs import JsonFormatter, in_utc
-from mailer.records.warmup.gauges import WarmupCollector
+from mailer.records.warmup import WarmupCollector
 from mailer.settings import Settings
 from mailer.storage import is_memory
 from workers import priority, process_settings, quorum, redis_checks, routing, state

@@ -30,9 +30,14 @@ from mailer.crashpoints import crash_point
 from mailer.errors import BackendUnavailable
 from mailer.guard.data import iso
 from mailer.records.ledger import Ledger, RedisLedger
-from mailer.records.schedule import MemorySchedule, RedisSchedule, Schedule, schedule_from_url
-from mailer.records.schedule.ids import stored
-from mailer.records.schedule.park import parked_until
+from mailer.records.schedule import (
+    MemorySchedule,
+    RedisSchedule,
+    Schedule,
+    parked_until,
+    schedule_from_url,
+    stored,
+)
 from mailer.settings import Settings
 from mailer.steps import Later, Progress
 from workers.payload import Parked

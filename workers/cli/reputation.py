@@ -22,8 +22,7 @@ from rich.table import Table
 
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_reputation
-from mailer.records.reputation import Reputation, Standing, sender_of
-from mailer.records.reputation.base import percent
+from mailer.records.reputation import Reputation, Standing, percent, sender_of
 from mailer.settings import Settings
 from workers.cli import views
 from workers.cli.errors import USAGE, fail

@@ -16,8 +16,7 @@ from mailer.errors import BackendUnavailable
 from mailer.factory import build_holds, build_ledger
 from mailer.limits.checks import check_tenant
 from mailer.limits.scopes import single_key
-from mailer.records.holds import Hold
-from mailer.records.holds.pace import Pace
+from mailer.records.holds import Hold, Pace
 from mailer.settings import Settings
 from workers.cli import views
 from workers.cli.budget import budget_report, scoped_report

@@ -20,8 +20,7 @@ from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_suppressions
 from mailer.guard.data import iso
-from mailer.records.suppression import FOREVER, Suppression, Suppressions
-from mailer.records.suppression.base import SOURCE_WORDS
+from mailer.records.suppression import FOREVER, SOURCE_WORDS, Suppression, Suppressions
 from workers.cli.errors import USAGE, confirmed, fail
 from workers.cli.shared import shared_ledger_settings
 

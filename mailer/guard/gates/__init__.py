@@ -25,6 +25,8 @@ from mailer.guard.data import Admitted, Prepared, Refused
 from mailer.steps import Progress, Step
 from mailer.storage import REDIS_DOWN
 
+__all__ = ["Gate", "Reads", "read_together", "shared_reads", "split"]
+
 #: A Redis client and the keys a gate reads before admission (see :meth:`Gate.reads`).
 Reads = tuple[Any, list[str]]
 

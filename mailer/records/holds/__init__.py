@@ -45,6 +45,7 @@ its own after it; the sender's pace is kept per relay (:func:`holds_from_url`'s 
 from mailer.records.holds.base import RECIPIENT, SENDER, Hold, HoldStore, next_hold
 from mailer.records.holds.keyed import Holds, holds_from_url
 from mailer.records.holds.memory import MemoryHoldStore
+from mailer.records.holds.pace import Pace
 from mailer.records.holds.redis import RedisHoldStore
 from mailer.records.holds.transport import TRANSPORT, TransportHold
 
@@ -56,6 +57,7 @@ __all__ = [
     "HoldStore",
     "Holds",
     "MemoryHoldStore",
+    "Pace",
     "RedisHoldStore",
     "TransportHold",
     "holds_from_url",

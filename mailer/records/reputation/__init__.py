@@ -33,7 +33,7 @@ window. Memory (one process) or the ledger's Redis (every worker).
 True
 """
 
-from mailer.records.reputation.base import Limits, Pause, Standing, Thresholds, sender_of
+from mailer.records.reputation.base import Limits, Pause, Standing, Thresholds, percent, sender_of
 from mailer.records.reputation.keyed import Reputation, reputation_from_url
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "Reputation",
     "Standing",
     "Thresholds",
+    "percent",
     "reputation_from_url",
     "sender_of",
 ]

@@ -44,7 +44,9 @@ from mailer.records.schedule.base import (
     ScheduleStats,
     Taken,
 )
+from mailer.records.schedule.ids import stored
 from mailer.records.schedule.memory import MemorySchedule
+from mailer.records.schedule.park import parked_until
 from mailer.records.schedule.redis import SHARDS, RedisSchedule
 from mailer.records.schedule.shard import ScheduleShard
 from mailer.storage import client_from_url, is_memory
@@ -85,5 +87,7 @@ __all__ = [
     "ScheduleShard",
     "ScheduleStats",
     "Taken",
+    "parked_until",
     "schedule_from_url",
+    "stored",
 ]

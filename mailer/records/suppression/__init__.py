@@ -32,14 +32,22 @@ or the ledger's Redis (every worker).
 True
 """
 
-from mailer.records.suppression.base import FOREVER, Source, Suppression, SuppressionStore
-from mailer.records.suppression.events import record_event
+from mailer.records.suppression.base import (
+    FOREVER,
+    SOURCE_WORDS,
+    Source,
+    Suppression,
+    SuppressionStore,
+)
+from mailer.records.suppression.events import SUPPRESSING, record_event
 from mailer.records.suppression.memory import MemorySuppressionStore
 from mailer.records.suppression.redis import RedisSuppressionStore
 from mailer.records.suppression.suppressions import Suppressions, suppressions_from_url
 
 __all__ = [
     "FOREVER",
+    "SOURCE_WORDS",
+    "SUPPRESSING",
     "MemorySuppressionStore",
     "RedisSuppressionStore",
     "Source",

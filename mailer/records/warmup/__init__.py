@@ -25,6 +25,7 @@ the sender is warm: no allowance applies.
 """
 
 from mailer.records.warmup.base import Standing, Taken
+from mailer.records.warmup.gauges import WarmupCollector
 from mailer.records.warmup.keyed import DAY, Warmup, warmup_from_url
 from mailer.records.warmup.plans import BUILT_IN, Plan, parse_plan, parse_plans
 
@@ -35,6 +36,7 @@ __all__ = [
     "Standing",
     "Taken",
     "Warmup",
+    "WarmupCollector",
     "parse_plan",
     "parse_plans",
     "warmup_from_url",
