@@ -14,10 +14,9 @@ from typing import Any
 
 from kombu.utils.json import dumps, loads
 
+from mailer import Kinds
 from mailer.errors import InvalidMessage, MailguardError
-from mailer.mail.arguments import InvalidArguments, check_arguments
-from mailer.mail.kinds import Kinds, check_templates
-from mailer.mail.seal import unseal
+from mailer.mail import InvalidArguments, check_arguments, check_templates, unseal
 from workers import process_settings
 
 #: Keyword arguments only mailguard itself passes: ``_progress`` (sealed: see

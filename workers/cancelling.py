@@ -18,13 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from mailer import AddressRules, Limiter, normalise_address
 from mailer import outcomes as why
 from mailer.crashpoints import crash_point
 from mailer.errors import InvalidAddress, MailguardError
 from mailer.factory import build_guard_limiter
-from mailer.limits.limiter import Limiter
-from mailer.mail.address import AddressRules, normalise_address
-from mailer.mail.envelope import addresses
+from mailer.mail import addresses
 from mailer.outcomes import Outcome
 from mailer.records.ledger import Ledger
 from mailer.records.schedule import Schedule

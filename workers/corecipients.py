@@ -16,8 +16,7 @@ import logging
 from dataclasses import fields
 from typing import Any
 
-from mailer.guard import MailRequest
-from mailer.guard.corecipients import copies
+from mailer.guard import MailRequest, copies
 from mailer.outcomes import Outcome
 from mailer.steps import Finish, Progress, Step
 from workers.state import guard

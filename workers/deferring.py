@@ -16,7 +16,7 @@ from celery import Task
 from celery.exceptions import Ignore, Reject
 
 from mailer.crashpoints import crash_point
-from mailer.mail.seal import seal
+from mailer.mail import seal
 from mailer.outcomes import IN_FLIGHT
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Later

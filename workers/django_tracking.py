@@ -35,8 +35,8 @@ from django.apps import AppConfig
 from django.core.exceptions import ImproperlyConfigured
 
 from mailer.errors import InvalidAddress
-from mailer.guard.data import iso
-from mailer.mail.replies import temporary_reply
+from mailer.guard import iso
+from mailer.mail import temporary_reply
 from mailer.records.suppression import SUPPRESSING, record_event
 from mailer.suppression import reputation_for, suppressions_for
 from workers import process_settings

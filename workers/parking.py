@@ -28,7 +28,7 @@ from typing import Any
 
 from mailer.crashpoints import crash_point
 from mailer.errors import BackendUnavailable
-from mailer.guard.data import iso
+from mailer.guard import iso
 from mailer.records.ledger import Ledger, RedisLedger
 from mailer.records.schedule import (
     MemorySchedule,

@@ -42,7 +42,7 @@ import zlib
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mailer.mail.seal import seal
+from mailer.mail import seal
 from mailer.steps import Progress
 
 #: The version written and read (the array's first value).

@@ -25,7 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mailer.mail.kinds import DEFAULT_PRIORITY, MAX_PRIORITY, Kinds
+from mailer import Kinds
+from mailer.mail import DEFAULT_PRIORITY, MAX_PRIORITY
 
 #: Broker URL schemes whose priorities are kombu's Redis transport's (lower number first).
 REDIS_SCHEMES = ("redis", "rediss", "sentinel")

@@ -45,7 +45,7 @@ from celery.worker.state import task_ready
 
 from mailer import outcomes as why
 from mailer.errors import BackendUnavailable
-from mailer.mail.arguments import InvalidArguments
+from mailer.mail import InvalidArguments
 from mailer.metrics import UNKNOWN_KIND, default_metrics
 from mailer.outcomes import Outcome
 from workers import outbox, parking, process_settings, state

@@ -22,9 +22,8 @@ from celery.utils import uuid
 from celery.utils.time import maybe_make_aware
 
 from mailer.crashpoints import crash_point
-from mailer.guard import MailRequest
-from mailer.guard.data import iso
-from mailer.mail.seal import unseal
+from mailer.guard import MailRequest, iso
+from mailer.mail import unseal
 from mailer.outcomes import SUPERSEDED, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step

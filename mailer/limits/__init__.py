@@ -15,3 +15,9 @@
   searches them), :mod:`~mailer.limits.windows`.
 - :mod:`~mailer.limits.stores`: memory and Redis stores, chosen by URL scheme and policy shape.
 """
+
+from mailer.limits.checks import check_tenant
+from mailer.limits.policy import MAX_LIMIT, PROVIDER
+from mailer.limits.scopes import SENDER_KEY, single_key
+
+__all__ = ["MAX_LIMIT", "PROVIDER", "SENDER_KEY", "check_tenant", "single_key"]

@@ -70,3 +70,17 @@ def test_the_code_imports_from_a_package_only_what_its_face_lists() -> None:
                 if alias.name not in listed and not _is_submodule(node.module, alias.name):
                     wrong.append(f"{path.relative_to(ROOT)}: {alias.name} from {node.module}")
     assert wrong == []
+
+
+def test_workers_import_the_library_through_its_faces() -> None:
+    """``workers/`` imports ``mailer`` from packages only (``from mailer.records.holds import
+    Holds``, ``from mailer import Policy``), never from a module inside one."""
+    reach = []
+    for path in sorted(ROOT.glob("workers/**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                inside = node.module.startswith("mailer.") and not _is_package(node.module)
+                # a top-level module of mailer (mailer.settings, mailer.steps) is its own face
+                if inside and node.module.count(".") > 1:
+                    reach.append(f"{path.relative_to(ROOT)}: from {node.module}")
+    assert reach == []

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mailer.limits.limiter import Limiter
-from mailer.limits.policy import MAX_LIMIT, PROVIDER, Policy, Tier
-from mailer.limits.scopes import SENDER_KEY
+from mailer import Limiter, Policy, Tier
+from mailer.limits import MAX_LIMIT, PROVIDER, SENDER_KEY
 from mailer.settings import Settings
 
 

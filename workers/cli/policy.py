@@ -16,10 +16,9 @@ from dataclasses import asdict
 
 import click
 
+from mailer import Limiter, Policy
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_policies, check_same_keys
-from mailer.limits.limiter import Limiter
-from mailer.limits.policy import Policy
 from mailer.records.policy import KIND_FIELDS, LivePolicies, LivePolicy
 from mailer.settings import Settings
 from workers.cli import views

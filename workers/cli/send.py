@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
+from mailer import render
 from mailer.errors import InvalidMessage, mask_url
-from mailer.mail.kinds import render
 from mailer.steps import DEFERRED, FINAL_STATES
 from workers.cli import views
 from workers.cli.errors import REFUSED, USAGE, fail

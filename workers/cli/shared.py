@@ -7,10 +7,9 @@ input, 1 for a store no command can see (a ``memory://`` URL belongs to one work
 
 from __future__ import annotations
 
+from mailer import Limiter, normalise_address
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_policies, build_providers
-from mailer.limits.limiter import Limiter
-from mailer.mail.address import normalise_address
 from mailer.settings import Settings
 from workers.cli.errors import USAGE, fail
 

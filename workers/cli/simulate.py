@@ -8,10 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from mailer import Kinds, Policy
 from mailer.durations import parse_duration
 from mailer.errors import MailguardError
-from mailer.limits.policy import Policy
-from mailer.mail.kinds import Kinds
 from mailer.providers import provider_finder
 from workers.cli import views
 from workers.cli.errors import USAGE, fail

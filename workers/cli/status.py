@@ -14,8 +14,7 @@ import click
 
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_holds, build_ledger
-from mailer.limits.checks import check_tenant
-from mailer.limits.scopes import single_key
+from mailer.limits import check_tenant, single_key
 from mailer.records.holds import Hold, Pace
 from mailer.settings import Settings
 from workers.cli import views

@@ -19,7 +19,7 @@ import click
 from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable, InvalidAddress
 from mailer.factory import build_suppressions
-from mailer.guard.data import iso
+from mailer.guard import iso
 from mailer.records.suppression import FOREVER, SOURCE_WORDS, Suppression, Suppressions
 from workers.cli.errors import USAGE, confirmed, fail
 from workers.cli.shared import shared_ledger_settings

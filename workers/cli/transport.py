@@ -10,7 +10,7 @@ import click
 
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_holds
-from mailer.guard.data import iso
+from mailer.guard import iso
 from mailer.records.holds import Hold, TransportHold
 from mailer.settings import Settings
 from workers.cli.errors import USAGE, fail

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mailer.durations import human
-from mailer.guard.data import iso
+from mailer.guard import iso
 
 if TYPE_CHECKING:
     from mailer.simulate import Report, Summary

@@ -22,8 +22,8 @@ from typing import Any
 
 from celery import Celery
 
+from mailer import Policy
 from mailer.errors import mask_url
-from mailer.limits.policy import Policy
 from mailer.settings import Settings
 from workers.demo.capture import SmtpCapture
 from workers.demo.rows import Burst, Row

@@ -22,8 +22,7 @@ from typing import Any
 
 from celery import Celery
 
-from mailer.limits.policy import Policy, Tier
-from mailer.mail.kinds import Kinds
+from mailer import Kinds, Policy, Tier
 from mailer.settings import Settings
 from workers.app import create_app
 from workers.process_settings import use_settings
