@@ -41,8 +41,7 @@ from typing import Any
 
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_outbox, outbox_url
-from mailer.records.outbox import Outbox, RedisOutbox, lane_of
-from mailer.records.schedule import MemorySchedule, RedisSchedule
+from mailer.records.outbox import Outbox, lane_of
 from mailer.settings import Settings
 from workers import outbox_ride, parking
 from workers.payload import Parked
@@ -83,15 +82,15 @@ def outbox_for(settings: Settings) -> Outbox | None:
     url = outbox_url(settings)
     key = (os.getpid(), url, settings.queue)
     known = _stores.get(key)  # a dict read: no lock needed
-    if isinstance(known, RedisOutbox):
+    if known is not None and known.client is not None:
         return known
     schedule = parking.schedule_for(settings)
-    if isinstance(schedule, MemorySchedule) and parking.promoter_pid != [os.getpid()]:
+    if schedule.client is None and parking.promoter_pid != [os.getpid()]:
         return None
     with _lock:
         if key not in _stores:
             beside = url == settings.effective_ledger_url
-            client = schedule.client if beside and isinstance(schedule, RedisSchedule) else None
+            client = schedule.client if beside else None
             _stores[key] = build_outbox(settings, client=client)
         return _stores[key]
 
@@ -107,8 +106,7 @@ def close_writers() -> None:
     _discards.clear()
     with _lock:
         for box in _stores.values():
-            if isinstance(box, RedisOutbox):
-                box.close()
+            box.close()
 
 
 def record(
@@ -140,8 +138,10 @@ def record(
         log.warning("mail %s: not kept in the outbox (%s)", mail_id, exc)
         return None
     lane = lane_of(priority)
-    if isinstance(outbox, RedisOutbox) and app is not None and _rides(app, settings):
+    command = None
+    if app is not None and _rides(app, settings):
         command = outbox.put_command(str(mail_id), lane, payload)
+    if command is not None:
         ride = outbox_ride.ride_for(command, outbox.server)
         return Recorded(outbox, str(mail_id), lane, payload, ride)
     recorded = Recorded(outbox, str(mail_id), lane, payload)
@@ -250,9 +250,8 @@ def received(
     except BackendUnavailable as exc:
         _keep(outbox, mail_id, lane)
         _pause("received", f"mailguard outbox: unavailable at receipt, clearing later: {exc}")
-        if isinstance(outbox, RedisOutbox):  # clears sent before the failure, maybe not applied
-            for unsure in outbox.unconfirmed_receipts():
-                _keep(outbox, *unsure)
+        for unsure in outbox.unconfirmed_receipts():  # sent before the failure, maybe not applied
+            _keep(outbox, *unsure)
 
 
 def _keep(outbox: Outbox, mail_id: str, lane: str) -> None:

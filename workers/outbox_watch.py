@@ -44,7 +44,7 @@ from kombu.exceptions import ChannelError
 
 from mailer.durations import human
 from mailer.metrics import default_metrics
-from mailer.records.outbox import LANES, ORDER_SLACK, Outbox, Pending, RedisOutbox
+from mailer.records.outbox import ORDER_SLACK, Outbox, Pending
 from workers import routing, state
 from workers.outbox import retry_receipts
 from workers.payload import Parked
@@ -77,11 +77,10 @@ def lanes_empty(outbox: Outbox) -> bool:
     """Whether a Redis ``outbox`` holds no entry in any lane (one ``EXISTS``; the lanes share
     one hash slot); False for another outbox or when Redis cannot say (the full look then
     runs, and reports Redis down)."""
-    if not isinstance(outbox, RedisOutbox):
+    if outbox.client is None:
         return False
-    keys = [outbox.lane_key(lane) for lane in LANES]
     try:
-        return int(outbox.client.exists(*keys)) == 0
+        return outbox.is_empty()
     except redis.RedisError:
         return False
 

@@ -29,10 +29,8 @@ from typing import Any
 from mailer.crashpoints import crash_point
 from mailer.errors import BackendUnavailable
 from mailer.guard import iso
-from mailer.records.ledger import Ledger, RedisLedger
+from mailer.records.ledger import Ledger
 from mailer.records.schedule import (
-    MemorySchedule,
-    RedisSchedule,
     Schedule,
     parked_until,
     schedule_from_url,
@@ -68,12 +66,8 @@ def recognise_parked(settings: Settings, ledger: Ledger) -> bool:
     ledger nothing (its claim and ``first_seen`` dropped once the payload is written:
     :meth:`~mailer.records.ledger.Ledger.parked`). Only a Redis ledger beside a one-shard Redis
     schedule (not on Cluster); False elsewhere, nothing changed."""
-    store = schedule_for(settings)
-    if not isinstance(ledger, RedisLedger) or not isinstance(store, RedisSchedule):
-        return False
-    if len(store.shards) != 1:
-        return False
-    if not ledger.recognise_parked(store.shards[0].payloads_key, stored):
+    payloads = schedule_for(settings).parked_payloads_key()
+    if payloads is None or not ledger.recognise_parked(payloads, stored):
         return False
     with _lock:
         _ledgers[(os.getpid(), settings.effective_ledger_url, settings.queue)] = ledger
@@ -127,7 +121,7 @@ def _parked(settings: Settings, mail_id: str) -> None:
 
 def _promoted(store: Schedule) -> bool:
     """Whether a promoter can see ``store``: any Redis one; a memory one only in its process."""
-    return not isinstance(store, MemorySchedule) or promoter_pid == [os.getpid()]
+    return store.client is not None or promoter_pid == [os.getpid()]
 
 
 def watch(

@@ -57,7 +57,7 @@ from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import BackendUnavailable
 from mailer.metrics import default_metrics
-from mailer.records.schedule import TAKE_AHEAD, RedisSchedule, Schedule, Taken
+from mailer.records.schedule import TAKE_AHEAD, Schedule, Taken
 from mailer.settings import Settings
 from workers import outbox, parking, priority, process_settings, quorum, routing, state
 from workers.confirmed import ConfirmedPublisher, confirms_needed
@@ -346,7 +346,7 @@ class PromoterStep(bootsteps.StartStopStep):
             log.warning("mailguard promoter not started: %s", exc)
             return
         self.promoter = Promoter(worker.app, schedule, settings)
-        if isinstance(schedule, RedisSchedule):
+        if schedule.client is not None:  # every worker sees it: one promoter at a time
             name = f"promoter:{settings.queue}"
             lease = Lease(schedule.client, schedule.url, name, ttl=settings.fleet_lease)
             self.promoter.fleet_lease = lease

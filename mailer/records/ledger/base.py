@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -114,6 +115,14 @@ class Ledger(Protocol):
         the ledger keeps of it that the parked payload carries (the first run's ``first_seen``
         with the given-back claim), where a late copy of its first message is still known
         stale without it. True when something was dropped."""
+        ...
+
+    def recognise_parked(
+        self, payloads_key: str, field: Callable[[str], str | bytes] = str
+    ) -> bool:
+        """Have ``begin`` end a late first message whose mail is parked under ``payloads_key``
+        (``field(mail_id)`` its field there): True when this ledger can read that key in its
+        own calls (a Redis ledger beside the schedule), False and nothing changed otherwise."""
         ...
 
     def handoff(self, mail_id: str) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from mailer.clock import Clock, system_clock
 from mailer.outcomes import Outcome
@@ -78,6 +79,12 @@ class MemoryLedger:
     def parked(self, mail_id: str) -> bool:
         """Nothing: this ledger reads no schedule, so the first run's ``first_seen`` stays
         for a late copy of its first message (until :data:`FIRST_SEEN_TTL`)."""
+        return False
+
+    def recognise_parked(
+        self, payloads_key: str, field: Callable[[str], str | bytes] = str
+    ) -> bool:
+        """False: this ledger reads no schedule."""
         return False
 
     def record(self, outcome: Outcome) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 #: How long an entry is kept at most, in seconds (a day): a mail still queued after that is
 #: no longer covered. Below the ledger's outcome TTL (7 days), so a copy published again always
@@ -61,6 +61,34 @@ class Outbox(Protocol):
     :data:`ORDER_SLACK`) was popped before that later one was received: if it is still here,
     its message was lost between the broker's pop and the worker's receipt.
     """
+
+    @property
+    def client(self) -> Any:
+        """The Redis client every worker shares; None for an outbox in this process alone."""
+        ...
+
+    def put_command(self, mail_id: str, lane: str, payload: bytes) -> tuple[Any, ...] | None:
+        """:meth:`put` as one command for the broker's publish to send ahead of its own (see
+        :mod:`workers.outbox_ride`); None when this outbox cannot ride in a publish."""
+        ...
+
+    @property
+    def server(self) -> dict[str, Any]:
+        """The connection settings of :attr:`client` (empty without one)."""
+        ...
+
+    def close(self) -> None:
+        """Close the connections of the writes nobody waits for (none in memory)."""
+        ...
+
+    def unconfirmed_receipts(self) -> list[tuple[str, str]]:
+        """The receipts (mail id, lane) written without waiting whose answers were lost with
+        their connection: make them again (none in memory)."""
+        ...
+
+    def is_empty(self) -> bool:
+        """Whether no lane holds an entry (one ``EXISTS`` on Redis)."""
+        ...
 
     def put(self, mail_id: str, lane: str, payload: bytes) -> None:
         """Record ``mail_id``'s message about to be published in ``lane``; replaces an entry of

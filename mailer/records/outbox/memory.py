@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import Any
 
 from mailer.clock import Clock, system_clock
 from mailer.records.outbox.base import (
@@ -121,3 +122,22 @@ class MemoryOutbox:
     def size(self) -> int:
         with self._lock:
             return sum(len(entries) for entries in self._at.values())
+
+    #: No Redis: only this process sees it.
+    client: Any = None
+
+    @property
+    def server(self) -> dict[str, Any]:
+        return {}
+
+    def put_command(self, mail_id: str, lane: str, payload: bytes) -> tuple[Any, ...] | None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+    def unconfirmed_receipts(self) -> list[tuple[str, str]]:
+        return []
+
+    def is_empty(self) -> bool:
+        return self.size() == 0

@@ -119,7 +119,11 @@ class RedisOutbox:
             return
         self._later.write(keys, args)
 
-    def put_command(self, mail_id: str, lane: str, payload: bytes) -> tuple[Any, ...]:
+    def is_empty(self) -> bool:
+        """One ``EXISTS`` of every lane's sorted set (they share one hash slot)."""
+        return int(self.client.exists(*[self.lane_key(lane) for lane in LANES])) == 0
+
+    def put_command(self, mail_id: str, lane: str, payload: bytes) -> tuple[Any, ...] | None:
         """:meth:`put` as one ``EVALSHA`` command, for a caller that sends it itself ahead of
         its own commands, on a connection to this outbox's server with :attr:`db` selected (the
         broker's publish: :mod:`workers.outbox_ride`). An answer ``NOSCRIPT`` (the server lost

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 #: How many due entries one :meth:`Schedule.take_due` moves at most.
 TAKE_LIMIT = 500
@@ -44,6 +44,22 @@ class Schedule(Protocol):
     holds, by the time its run should have been seen), promoting (taken under a lease) or dead
     (undecodable). Times are epoch seconds; the Redis schedule reads Redis's clock.
     """
+
+    @property
+    def client(self) -> Any:
+        """The Redis client every worker shares; None for a schedule in this process alone
+        (only a promoter of this process sees it)."""
+        ...
+
+    @property
+    def url(self) -> str:
+        """The URL it reports (``memory://`` for one in this process)."""
+        ...
+
+    def parked_payloads_key(self) -> str | None:
+        """The one key that holds every parked payload (a one-shard Redis schedule), for a
+        ledger that recognises parked mails in its own calls; None elsewhere."""
+        ...
 
     def park(self, mail_id: str, due: float, payload: bytes) -> None:
         """Park ``mail_id`` until ``due`` with ``payload``; a parked or promoting entry of the

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import threading
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from mailer.clock import Clock, system_clock
 from mailer.records.schedule.base import PROMOTE_LEASE, TAKE_AHEAD, TAKE_LIMIT, ScheduleStats, Taken
@@ -16,6 +17,10 @@ class MemorySchedule:
     Only a worker in the same process can promote what it holds: a prefork child parks into
     its own copy, so the workers park into it only when their promoter runs in-process.
     """
+
+    #: No Redis: only a promoter of this process sees it.
+    client: Any = None
+    url = "memory://"
 
     def __init__(self, clock: Clock | None = None) -> None:
         self._clock = clock or system_clock
@@ -90,6 +95,9 @@ class MemorySchedule:
                 *(Taken(m, self._payloads.get(m)) for m in ids),
                 *(Taken(m, self._payloads.get(m), True) for m in watched),
             ]
+
+    def parked_payloads_key(self) -> str | None:
+        return None
 
     def next_due(self, stale: float = 0.0) -> float | None:
         with self._lock:

@@ -104,6 +104,10 @@ class RedisSchedule:
         """The URL it reports when Redis is down."""
         return self._redis.url
 
+    def parked_payloads_key(self) -> str | None:
+        """The payloads hash of its one shard; None for a sharded (Cluster) schedule."""
+        return self.shards[0].payloads_key if len(self.shards) == 1 else None
+
     def wait_wake(self, timeout: float) -> bool:
         """Block up to ``timeout`` seconds (under the client's socket timeout) for a watch that
         became a shard's first (``watch.lua`` pushes to the shard's ``wake`` list): whether one
