@@ -9,7 +9,6 @@ well.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from kombu.utils.json import dumps, loads
@@ -18,6 +17,7 @@ from mailer import Kinds
 from mailer.errors import InvalidMessage, MailguardError
 from mailer.mail import InvalidArguments, check_arguments, check_templates, unseal
 from workers import process_settings
+from workers.per_process import PerProcess
 
 #: Keyword arguments only mailguard itself passes: ``_progress`` (sealed: see
 #: :mod:`mailer.mail.seal`), ``_requested_at``, the epoch seconds of ``send_mail.delay`` (a
@@ -44,9 +44,9 @@ def shipped_progress(value: Any) -> bool:
     )
 
 
-#: The workers running, as (process id, worker id): a ``memory://`` broker lives inside one
-#: process, so a mail enqueued on it is read only if a worker of that same process consumes it.
-_local_workers: set[tuple[int, int]] = set()
+#: The workers running in this process, by id: a ``memory://`` broker lives inside one process,
+#: so a mail enqueued on it is read only if a worker of that same process consumes it.
+_local_workers: PerProcess[int, bool] = PerProcess()
 
 
 class NoConsumer(MailguardError, RuntimeError):
@@ -55,12 +55,12 @@ class NoConsumer(MailguardError, RuntimeError):
 
 def worker_started(worker: object) -> None:
     """Note that ``worker`` now runs in this process (:mod:`workers.tasks`, on ``worker_init``)."""
-    _local_workers.add((os.getpid(), id(worker)))
+    _local_workers.put(id(worker), True)
 
 
 def worker_stopped(worker: object) -> None:
     """Note that ``worker`` stopped (on ``worker_shutdown``; a second stop is harmless)."""
-    _local_workers.discard((os.getpid(), id(worker)))
+    _local_workers.discard(id(worker))
 
 
 def check_consumed(broker_url: Any, setting: str = "MAILGUARD_BROKER_URL") -> None:
@@ -68,8 +68,7 @@ def check_consumed(broker_url: Any, setting: str = "MAILGUARD_BROKER_URL") -> No
     broker that no worker of this process consumes: the mail would stay PENDING for ever."""
     if not str(broker_url or "").startswith("memory:"):
         return
-    pid = os.getpid()
-    if any(owner == pid for owner, _ in list(_local_workers)):
+    if any(_local_workers.values()):
         return
     raise NoConsumer(
         f"mailguard: {setting} is memory://, a broker inside this process that no worker here "

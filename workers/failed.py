@@ -18,9 +18,7 @@ new id), one whose payload is past its retention, and one never kept.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -31,6 +29,7 @@ from mailer.records.failed import FailedStore, failed_from_url
 from mailer.records.ledger import Ledger
 from mailer.settings import Settings
 from workers.payload import Parked
+from workers.per_process import PerProcess
 
 log = logging.getLogger("mailguard")
 
@@ -45,8 +44,8 @@ _LONG_IDS = uuid.UUID("6f1d4a52-8c3e-4b7a-9a51-2e0f3c9d7b14")
 #: Enqueues a mail again: ``publish(args, kwargs, task_id)``.
 Publish = Callable[[list[Any], dict[str, Any], str], object]
 
-_lock = threading.Lock()
-_stores: dict[tuple[int, str], FailedStore] = {}
+#: This process's stores of failed mails, by ledger URL.
+_stores: PerProcess[str, FailedStore] = PerProcess()
 
 
 class NotRetried(Exception):
@@ -56,11 +55,7 @@ class NotRetried(Exception):
 def store_for(settings: Settings) -> FailedStore:
     """The kept failed mails on the ledger's URL (built once per process and URL)."""
     url = settings.effective_ledger_url
-    key = (os.getpid(), url)
-    with _lock:
-        if key not in _stores:
-            _stores[key] = failed_from_url(url)
-        return _stores[key]
+    return _stores.built(url, lambda: failed_from_url(url))
 
 
 def keep(settings: Settings, request: Any, mail_id: str) -> bool:

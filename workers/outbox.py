@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -45,14 +43,15 @@ from mailer.records.outbox import Outbox, lane_of
 from mailer.settings import Settings
 from workers import outbox_ride, parking
 from workers.payload import Parked
+from workers.per_process import PerProcess
 
 log = logging.getLogger("mailguard")
 
 #: Seconds the outbox is left alone after its Redis was found down (enqueue and receipt each).
 DOWN_PAUSE = 5.0
 
-_lock = threading.Lock()
-_stores: dict[tuple[int, str, str], Outbox] = {}
+#: This process's outboxes by (URL, queue).
+_stores: PerProcess[tuple[str, str], Outbox] = PerProcess()
 _down_until = {"record": 0.0, "received": 0.0, "discard": 0.0}  # monotonic
 #: Receipts kept at most while the outbox's Redis is down (:func:`retry_receipts`).
 RECEIPTS_KEPT = 10_000
@@ -80,19 +79,15 @@ def outbox_for(settings: Settings) -> Outbox | None:
     if settings.outbox_grace is None:
         return None
     url = outbox_url(settings)
-    key = (os.getpid(), url, settings.queue)
-    known = _stores.get(key)  # a dict read: no lock needed
+    key = (url, settings.queue)
+    known = _stores.get(key)
     if known is not None and known.client is not None:
         return known
     schedule = parking.schedule_for(settings)
-    if schedule.client is None and parking.promoter_pid != [os.getpid()]:
+    if schedule.client is None and not parking.promoter_here():
         return None
-    with _lock:
-        if key not in _stores:
-            beside = url == settings.effective_ledger_url
-            client = schedule.client if beside else None
-            _stores[key] = build_outbox(settings, client=client)
-        return _stores[key]
+    client = schedule.client if url == settings.effective_ledger_url else None
+    return _stores.built(key, lambda: build_outbox(settings, client=client))
 
 
 def close_writers() -> None:
@@ -104,9 +99,8 @@ def close_writers() -> None:
     stay open)."""
     _receipts.clear()
     _discards.clear()
-    with _lock:
-        for box in _stores.values():
-            box.close()
+    for box in _stores.values():
+        box.close()
 
 
 def record(

@@ -21,8 +21,6 @@ parked.
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import time
 from typing import Any
 
@@ -39,25 +37,37 @@ from mailer.records.schedule import (
 from mailer.settings import Settings
 from mailer.steps import Later, Progress
 from workers.payload import Parked
+from workers.per_process import PerProcess
 
 log = logging.getLogger("mailguard")
 
-_lock = threading.Lock()
-_stores: dict[tuple[int, str, str], Schedule] = {}
+#: This process's schedules by (ledger URL, queue).
+_stores: PerProcess[tuple[str, str], Schedule] = PerProcess()
 #: The ledger that drops a parked mail's claim, by the key of its schedule in :data:`_stores`.
-_ledgers: dict[tuple[int, str, str], Ledger] = {}
-#: The pid whose promoter runs (a memory schedule is parked into only in that process).
-promoter_pid: list[int] = []
+_ledgers: PerProcess[tuple[str, str], Ledger] = PerProcess()
+#: Whether this process runs the promoter (a memory schedule is parked into only there).
+_promoter: PerProcess[str, bool] = PerProcess()
+
+
+def promoter_runs_here(running: bool = True) -> None:
+    """Say that this process's promoter started (or, ``running`` False, stopped)."""
+    if running:
+        _promoter.put("here", True)
+    else:
+        _promoter.discard("here")
+
+
+def promoter_here() -> bool:
+    """Whether this process runs the promoter (never true in a pool process it forked)."""
+    return bool(_promoter.get("here"))
 
 
 def schedule_for(settings: Settings) -> Schedule:
     """The queue's schedule on the ledger's URL (built once per process, URL and queue)."""
     url = settings.effective_ledger_url
-    key = (os.getpid(), url, settings.queue)
-    with _lock:
-        if key not in _stores:
-            _stores[key] = schedule_from_url(url, queue=settings.queue)
-        return _stores[key]
+    return _stores.built(
+        (url, settings.queue), lambda: schedule_from_url(url, queue=settings.queue)
+    )
 
 
 def recognise_parked(settings: Settings, ledger: Ledger) -> bool:
@@ -69,8 +79,7 @@ def recognise_parked(settings: Settings, ledger: Ledger) -> bool:
     payloads = schedule_for(settings).parked_payloads_key()
     if payloads is None or not ledger.recognise_parked(payloads, stored):
         return False
-    with _lock:
-        _ledgers[(os.getpid(), settings.effective_ledger_url, settings.queue)] = ledger
+    _ledgers.put((settings.effective_ledger_url, settings.queue), ledger)
     return True
 
 
@@ -110,7 +119,7 @@ def _parked(settings: Settings, mail_id: str) -> None:
     """The ledger's claim of ``mail_id``, given back, goes now that the payload is parked (where
     :func:`recognise_parked` wired it). A ledger that is down is only logged: the claim then
     expires with its ``first_seen``."""
-    ledger = _ledgers.get((os.getpid(), settings.effective_ledger_url, settings.queue))
+    ledger = _ledgers.get((settings.effective_ledger_url, settings.queue))
     if ledger is None:
         return
     try:
@@ -121,7 +130,7 @@ def _parked(settings: Settings, mail_id: str) -> None:
 
 def _promoted(store: Schedule) -> bool:
     """Whether a promoter can see ``store``: any Redis one; a memory one only in its process."""
-    return store.client is not None or promoter_pid == [os.getpid()]
+    return store.client is not None or promoter_here()
 
 
 def watch(

@@ -350,7 +350,7 @@ class PromoterStep(bootsteps.StartStopStep):
             name = f"promoter:{settings.queue}"
             lease = Lease(schedule.client, schedule.url, name, ttl=settings.fleet_lease)
             self.promoter.fleet_lease = lease
-        parking.promoter_pid[:] = [os.getpid()]
+        parking.promoter_runs_here()
         box = outbox.outbox_for(settings)
         if box is not None and settings.outbox_grace is not None:
             queue = routing.mail_queue(worker.app, settings.queue)
@@ -363,7 +363,7 @@ class PromoterStep(bootsteps.StartStopStep):
         if self.promoter is not None:
             self.promoter.stop()
             self.promoter = None
-            parking.promoter_pid.clear()
+            parking.promoter_runs_here(False)
 
     def terminate(self, parent: Any) -> None:
         self.stop(parent)

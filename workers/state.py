@@ -15,7 +15,6 @@ Celery-free: it only builds the guard, from :mod:`mailer.factory`.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 
@@ -25,33 +24,34 @@ from mailer.guard import Guard
 from mailer.records.policy import LivePolicy, PolicyWatch
 from mailer.settings import Settings
 from workers import parking, process_settings
+from workers.per_process import PerProcess
 
 #: The name ``send_mail`` is registered and published under (the promoter publishes by it).
 SEND_MAIL = "mailguard.send_mail"
 
-_guard: _Following | None = None
-_guard_pid = 0
+#: This process's one guard (built after the prefork pool forked: see :func:`guard`).
+_guard: PerProcess[str, _Following] = PerProcess()
 _lock = threading.Lock()
 
 
 def guard() -> Guard:
     """This process's guard, built on first use (so after the prefork pool forked: a guard built
     before the fork would share its connections with every pool process)."""
-    global _guard, _guard_pid
     with _lock:
-        if _guard is None or _guard_pid != os.getpid():
-            in_force = process_settings.current()
-            built = build_guard(in_force)
-            parking.recognise_parked(in_force, built.ledger)
-            _guard, _guard_pid = _Following(built, in_force), os.getpid()
-        return _guard.current()
+        return _guard.built("guard", _built).current()
+
+
+def _built() -> _Following:
+    in_force = process_settings.current()
+    built = build_guard(in_force)
+    parking.recognise_parked(in_force, built.ledger)
+    return _Following(built, in_force)
 
 
 def _drop_guard() -> None:
     """Forget the guard: other settings were put in force (the next run builds one from them)."""
-    global _guard  # noqa: PLW0603 - the process's one guard, as guard() keeps it
     with _lock:
-        _guard = None
+        _guard.clear()
 
 
 process_settings.when_replaced(_drop_guard)
