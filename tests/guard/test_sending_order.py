@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
@@ -28,15 +27,10 @@ ADA = "ada@example.com"
 T0 = 1_700_000_000.0
 
 
-@pytest.fixture(params=["memory", "redis"])
-def url(request: pytest.FixtureRequest) -> Iterator[str]:
-    yield "memory://" if request.param == "memory" else str(request.getfixturevalue("redis_url"))
-
-
-def _guard(url: str, clock: ManualClock, namespace: str) -> Guard:
+def _guard(backend_url: str, clock: ManualClock, namespace: str) -> Guard:
     policy = Policy.parse("1/20s, 3/1h", name="recipient")
-    secret = None if url == "memory://" else "s"
-    limiter = Limiter.from_url(url, policy, clock=clock, secret=secret, namespace=namespace)
+    secret = None if backend_url == "memory://" else "s"
+    limiter = Limiter.from_url(backend_url, policy, clock=clock, secret=secret, namespace=namespace)
     assert limiter.keeps_order
     return memory_guard(
         limiter, MemoryLedger(clock), MemoryTransport(), kinds=Kinds.defaults(),
@@ -54,12 +48,12 @@ def _order(n: int) -> int:
 
 @pytest.mark.parametrize("runs", list(itertools.permutations((2, 3, 4))))
 def test_readme_step_4_books_20s_40s_1h_in_sending_order(
-    url: str, clock: ManualClock, runs: tuple[int, int, int]
+    backend_url: str, clock: ManualClock, runs: tuple[int, int, int]
 ) -> None:
     """Mails 2, 3, 4 whose first runs come in ``runs`` order: sent at +20 s, +40 s and +1 h,
     in that order; mail 2's outcome names 1/20s and a 20 s wait, whenever its run came (as
     the README shows)."""
-    guard = _guard(url, clock, namespace="readme-" + "".join(map(str, runs)))
+    guard = _guard(backend_url, clock, namespace="readme-" + "".join(map(str, runs)))
     assert isinstance(guard.process(_mail(1), Progress(order=_order(1))), Finish)
     queue: list[tuple[float, int, int, Progress]] = []
     tick = itertools.count()

@@ -80,17 +80,9 @@ def msg_id(length: int) -> str:
 
 
 @pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    """Dummy credentials; no AWS config file of the machine is read."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_DEFAULT_REGION": REGION,
-        "AWS_CONFIG_FILE": str(tmp_path / "none"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-    }.items():
-        monkeypatch.setenv(name, value)
+def aws_region(aws_env: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dummy credentials (``aws_env``) and this test's region."""
+    monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
 
 
 @pytest.fixture(scope="module")

@@ -31,8 +31,8 @@ def finder(backend_url: str, dns_server: DnsServer, clock: ManualClock) -> Provi
 
 
 @pytest.fixture
-def make(backend_url: str, clock: ManualClock, finder: ProviderFinder) -> Iterator[Make]:
-    """``make(policy)``: a limiter on the test's backend, clock and finder (closed after)."""
+def make_limiter(backend_url: str, clock: ManualClock, finder: ProviderFinder) -> Iterator[Make]:
+    """``make_limiter(policy)``: a limiter on the test's backend, clock and finder (closed)."""
     made: list[Limiter] = []
 
     def build(text: str, **options: object) -> Limiter:
@@ -54,11 +54,11 @@ def make(backend_url: str, clock: ManualClock, finder: ProviderFinder) -> Iterat
 
 
 def test_a_named_provider_binds_every_one_of_its_domains_together(
-    make: Make, clock: ManualClock
+    make_limiter: Make, clock: ManualClock
 ) -> None:
     """provider google: 2/1s: three Workspace domains (MX at Google) share Google's count, so
     the third mail is booked a second later; a mail to Outlook goes at once."""
-    limiter = make("provider google: 2/1s")
+    limiter = make_limiter("provider google: 2/1s")
     first, second, third = (
         limiter.acquire(f"ada@{domain}", mail_id=f"m-{domain}", max_wait=60) for domain in WORKSPACE
     )
@@ -72,9 +72,9 @@ def test_a_named_provider_binds_every_one_of_its_domains_together(
     assert limiter.acquire("dee@googlemail.com", max_wait=60).booked, "Google's as well"
 
 
-def test_every_provider_keeps_its_own_count(make: Make) -> None:
+def test_every_provider_keeps_its_own_count(make_limiter: Make) -> None:
     """provider: 1/1s: one mail per provider per second, each provider on its own count."""
-    limiter = make("provider: 1/1s")
+    limiter = make_limiter("provider: 1/1s")
     answers = {
         domain: limiter.acquire(f"ada@{domain}", max_wait=60)
         for domain in ("gmail.com", "outlook.com", "yahoo.com", "corp.test", "nomx.test")
@@ -88,10 +88,10 @@ def test_every_provider_keeps_its_own_count(make: Make) -> None:
     assert {d.scope for d in again.values()} == {"provider"}
 
 
-def test_a_named_provider_has_its_tiers_instead_of_every_providers(make: Make) -> None:
+def test_a_named_provider_has_its_tiers_instead_of_every_providers(make_limiter: Make) -> None:
     """provider: 1/1s; provider google: 3/1s: Google gets three a second (not the one of
     every other provider), Microsoft one."""
-    limiter = make("provider: 1/1s; provider google: 3/1s gcra")
+    limiter = make_limiter("provider: 1/1s; provider google: 3/1s gcra")
     google = [limiter.acquire(f"r{i}@{d}", max_wait=60) for i, d in enumerate(WORKSPACE * 2)]
     assert [d.allowed for d in google] == [True, True, True, False, False, False]
     assert google[3].scope == "provider google"
@@ -101,11 +101,11 @@ def test_a_named_provider_has_its_tiers_instead_of_every_providers(make: Make) -
 
 
 def test_provider_scopes_decide_with_the_others_in_one_decision(
-    make: Make, clock: ManualClock
+    make_limiter: Make, clock: ManualClock
 ) -> None:
     """recipient, sender and provider together: the latest of them binds; a refusal (past
     max_wait) consumes nothing in the provider scope."""
-    limiter = make("recipient: 1/10s; sender: 3/1s; provider google: 1/1s")
+    limiter = make_limiter("recipient: 1/10s; sender: 3/1s; provider google: 1/1s")
     assert limiter.acquire("a@shop.test", mail_id="a1", max_wait=60).allowed
     booked = limiter.acquire("a@shop.test", mail_id="a2", max_wait=60)
     assert (booked.wait, booked.scope) == (10.0, "recipient")
@@ -118,10 +118,10 @@ def test_provider_scopes_decide_with_the_others_in_one_decision(
 
 
 def test_a_release_gives_the_slot_back_in_the_provider_scope(
-    make: Make, clock: ManualClock
+    make_limiter: Make, clock: ManualClock
 ) -> None:
     """A failed mail's slot is given back to its provider: the next Google mail goes now."""
-    limiter = make("provider google: 2/1s fixed")
+    limiter = make_limiter("provider google: 2/1s fixed")
     clock.advance(0.25)  # not at a window's start (a slot there is not given back: a guess)
     assert limiter.acquire("a@shop.test", mail_id="a").allowed
     assert limiter.acquire("b@new.test", mail_id="b").allowed
@@ -131,10 +131,10 @@ def test_a_release_gives_the_slot_back_in_the_provider_scope(
     assert limiter.acquire("d@gmail.com", mail_id="d").allowed
 
 
-def test_room_and_peek_show_a_providers_count(make: Make) -> None:
+def test_room_and_peek_show_a_providers_count(make_limiter: Make) -> None:
     """room() per provider scope (any provider's name, or the named one's); peek() reads the
     recipient's provider and consumes nothing."""
-    limiter = make("provider: 5/1m fixed; provider google: 3/1s gcra, 100/1h fixed")
+    limiter = make_limiter("provider: 5/1m fixed; provider google: 3/1s gcra, 100/1h fixed")
     limiter.acquire("a@shop.test")
     limiter.acquire("b@outlook.com")
     google = limiter.room("provider google", "google")
@@ -146,11 +146,11 @@ def test_room_and_peek_show_a_providers_count(make: Make) -> None:
 
 
 def test_a_cached_domain_asks_no_dns_and_no_provider_policy_never_asks(
-    make: Make, dns_server: DnsServer
+    make_limiter: Make, dns_server: DnsServer
 ) -> None:
     """The first mail to a domain asks the DNS once; the next mails to it ask nothing (the
     finder's cache). A policy without provider tiers never asks for a provider."""
-    limiter = make("provider google: 100/1s")
+    limiter = make_limiter("provider google: 100/1s")
     before = dns_server.queries("shop.test")
     limiter.acquire("a@shop.test")
     asked = dns_server.queries("shop.test")
@@ -164,15 +164,15 @@ def test_a_cached_domain_asks_no_dns_and_no_provider_policy_never_asks(
         def provider_of(self, domain: str) -> object:
             raise AssertionError(f"asked for {domain}'s provider")
 
-    plain = make("recipient: 1/1s; domain: 5/1s", providers=Refuses())
+    plain = make_limiter("recipient: 1/1s; domain: 5/1s", providers=Refuses())
     assert plain.acquire("a@shop.test", mail_id="x").allowed
     assert plain.peek("b@shop.test").allowed and plain.release("a@shop.test", "x")
     assert plain.acquire_many(["c@shop.test", "d@new.test"])[1].allowed
 
 
-def test_acquire_many_counts_each_recipient_under_its_provider(make: Make) -> None:
+def test_acquire_many_counts_each_recipient_under_its_provider(make_limiter: Make) -> None:
     """acquire_many finds each recipient's provider, or takes them given."""
-    limiter = make("provider google: 2/1s")
+    limiter = make_limiter("provider google: 2/1s")
     answers = limiter.acquire_many([f"r@{d}" for d in WORKSPACE], max_wait=60)
     assert [d.allowed for d in answers] == [True, True, False]
     given = limiter.acquire_many(["a@corp.test", "b@corp.test"], providers=["google", None])
@@ -180,12 +180,12 @@ def test_acquire_many_counts_each_recipient_under_its_provider(make: Make) -> No
 
 
 def test_concurrent_mails_never_go_over_a_providers_tiers(
-    make: Make, finder: ProviderFinder
+    make_limiter: Make, finder: ProviderFinder
 ) -> None:
     """Four threads book 60 mails to Google's domains at once: no second-long window holds
     more than the tier's 5, and none is refused within the wait. (The domains are known
     first: a domain whose lookup another caller is making counts as its own provider.)"""
-    limiter = make("provider google: 5/1s; provider: 2/1s")
+    limiter = make_limiter("provider google: 5/1s; provider: 2/1s")
     assert {finder.provider_of(domain).name for domain in WORKSPACE} == {"google"}
     slots: list[int] = []
     lock = threading.Lock()

@@ -26,7 +26,7 @@ class Bench:
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def bench(request: pytest.FixtureRequest) -> Iterator[Bench]:
+def failed_bench(request: pytest.FixtureRequest) -> Iterator[Bench]:
     clock = ManualClock(1_700_000_000.0)
     if request.param == "memory":
         yield Bench(failed_from_url("memory://", clock=clock), clock)
@@ -37,10 +37,10 @@ def bench(request: pytest.FixtureRequest) -> Iterator[Bench]:
     client.close()
 
 
-def test_a_payload_is_kept_once_and_taken_once(bench: Bench) -> None:
+def test_a_payload_is_kept_once_and_taken_once(failed_bench: Bench) -> None:
     """A second keep (a redelivered copy of the failed run) changes nothing; one take gets the
     payload, the next gets None; the marker names the new id and stops any later keep."""
-    store, now = bench.store, bench.clock()
+    store, now = failed_bench.store, failed_bench.clock()
     assert store.keep("m1", b"one", failed_at=now, retention=DAY)
     assert not store.keep("m1", b"two", failed_at=now + 5, retention=DAY)
     assert store.failed_at("m1") == now
@@ -53,15 +53,15 @@ def test_a_payload_is_kept_once_and_taken_once(bench: Bench) -> None:
     assert store.retried_as("unknown") is None and store.take("unknown", "x", DAY) is None
 
 
-def test_many_takers_at_once_get_one_payload(bench: Bench) -> None:
+def test_many_takers_at_once_get_one_payload(failed_bench: Bench) -> None:
     """Twenty threads take one kept payload at the same moment: exactly one gets it."""
-    bench.store.keep("m2", b"payload", failed_at=bench.clock(), retention=DAY)
+    failed_bench.store.keep("m2", b"payload", failed_at=failed_bench.clock(), retention=DAY)
     barrier = threading.Barrier(20)
     got: list[bytes | None] = []
 
     def take() -> None:
         barrier.wait()
-        got.append(bench.store.take("m2", "m2.retry1", DAY))
+        got.append(failed_bench.store.take("m2", "m2.retry1", DAY))
 
     threads = [threading.Thread(target=take) for _ in range(20)]
     for thread in threads:
@@ -71,9 +71,9 @@ def test_many_takers_at_once_get_one_payload(bench: Bench) -> None:
     assert sorted(got, key=lambda g: g is None) == [b"payload"] + [None] * 19
 
 
-def test_given_back_it_can_be_taken_again(bench: Bench) -> None:
+def test_given_back_it_can_be_taken_again(failed_bench: Bench) -> None:
     """A take whose enqueue failed gives the payload back: kept again, no marker."""
-    store, now = bench.store, bench.clock()
+    store, now = failed_bench.store, failed_bench.clock()
     store.keep("m3", b"p", failed_at=now, retention=DAY)
     payload = store.take("m3", "m3.retry1", DAY)
     assert payload == b"p"
@@ -83,9 +83,9 @@ def test_given_back_it_can_be_taken_again(bench: Bench) -> None:
     assert store.take("m3", "m3.retry1", DAY) == b"p"
 
 
-def test_failed_since_lists_the_kept_ones_in_the_window(bench: Bench) -> None:
+def test_failed_since_lists_the_kept_ones_in_the_window(failed_bench: Bench) -> None:
     """Oldest first; an entry taken is no longer listed; one failed before ``since`` is not."""
-    store, now = bench.store, bench.clock()
+    store, now = failed_bench.store, failed_bench.clock()
     store.keep("old", b"o", failed_at=now - 7200, retention=DAY)
     store.keep("b", b"b", failed_at=now - 60, retention=DAY)
     store.keep("a", b"a", failed_at=now - 120, retention=DAY)

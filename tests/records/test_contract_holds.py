@@ -45,7 +45,7 @@ class HoldsBench:
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def bench(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[HoldsBench]:
+def holds_bench(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[HoldsBench]:
     """Holds at most 10 s on each backend: the test's clock on memory, the wall clock on Redis."""
     if request.param == "memory":
         memory = holds_from_url("memory://", secret="s", clock=clock, max_hold=10)
@@ -59,9 +59,9 @@ def bench(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[HoldsB
 
 
 @pytest.fixture
-def holds(bench: HoldsBench) -> Holds:
+def holds(holds_bench: HoldsBench) -> Holds:
     """The bench's holds, for tests that need no more."""
-    return bench.holds
+    return holds_bench.holds
 
 
 def test_a_hold_doubles_while_in_force_up_to_the_max(holds: Holds) -> None:
@@ -85,14 +85,14 @@ def test_a_stated_delay_longer_than_the_max_is_honoured(holds: Holds) -> None:
     assert hold is not None and hold.until - hold.since == 60
 
 
-def test_a_hold_ends_by_itself_and_a_reply_soon_after_doubles_it(bench: HoldsBench) -> None:
+def test_a_hold_ends_by_itself_and_a_reply_soon_after_doubles_it(holds_bench: HoldsBench) -> None:
     """Past ``until`` no hold is in force; a throttling reply within one length after its end
     means the throttling continued: the next hold doubles (level 1)."""
-    holds = bench.holds
+    holds = holds_bench.holds
     holds.hold_sender(SHORT, "454")
     holds.hold_recipient("ada@example.com", SHORT, "450 4.2.1")
     assert holds.active("ada@example.com") != (None, None)
-    bench.let_pass(PAST_SHORT)
+    holds_bench.let_pass(PAST_SHORT)
     assert holds.active("ada@example.com") == (None, None)
     assert holds.sender() is None
     again = holds.hold_sender(SHORT, "454")
@@ -100,13 +100,13 @@ def test_a_hold_ends_by_itself_and_a_reply_soon_after_doubles_it(bench: HoldsBen
     assert holds.hold_recipient("ada@example.com", SHORT, "450").level == 1
 
 
-def test_a_hold_forgotten_one_length_after_its_end_starts_over(bench: HoldsBench) -> None:
+def test_a_hold_forgotten_one_length_after_its_end_starts_over(holds_bench: HoldsBench) -> None:
     """A throttling reply more than one length after the hold's end starts again from the
     first length (level 0): the throttling had stopped."""
-    holds = bench.holds
+    holds = holds_bench.holds
     holds.hold_sender(SHORT, "454")
     holds.hold_recipient("ada@example.com", SHORT, "450 4.2.1")
-    bench.let_pass(2 * SHORT + 0.1)
+    holds_bench.let_pass(2 * SHORT + 0.1)
     fresh = holds.hold_sender(SHORT, "454")
     assert (fresh.level, round(fresh.length, 3)) == (0, SHORT)
     assert holds.hold_recipient("ada@example.com", SHORT, "450").level == 0
@@ -156,11 +156,11 @@ def test_a_hold_must_last(holds: Holds) -> None:
     assert holds.sender() is None
 
 
-def test_the_stores_put_what_next_hold_says_and_get_in_order(bench: HoldsBench) -> None:
+def test_the_stores_put_what_next_hold_says_and_get_in_order(holds_bench: HoldsBench) -> None:
     """Each store sets :func:`next_hold` of what it holds, atomically, and
     reads many keys at once, in their order, None for a missing one."""
-    store = bench.store
-    now = float(round(time.time())) if bench.client is not None else 100.0  # Redis: its clock
+    store = holds_bench.store
+    now = float(round(time.time())) if holds_bench.client is not None else 100.0  # Redis: its clock
     first = store.put("ns:hold:a", now, 2.0, 10.0, "454")
     assert first == next_hold(None, now, 2.0, 10.0, "454")
     second = store.put("ns:hold:a", now + 1, 2.0, 10.0, "454")
@@ -175,59 +175,59 @@ def test_the_stores_put_what_next_hold_says_and_get_in_order(bench: HoldsBench) 
     assert read == [None, second] and read[1] is not None and not read[1].written
 
 
-def test_evidence_counts_distinct_recipients_within_the_window(bench: HoldsBench) -> None:
+def test_evidence_counts_distinct_recipients_within_the_window(holds_bench: HoldsBench) -> None:
     """Two failures of one recipient count once; the third distinct recipient within the
     window reaches the count, which then starts over; failures older than the window are
     forgotten."""
-    holds = bench.holds
+    holds = holds_bench.holds
     assert holds.witness("ada@example.com", SHORT, 3) == 1
     assert holds.witness("ada@example.com", SHORT, 3) == 1
     assert holds.witness("bob@example.com", SHORT, 3) == 2
     assert holds.witness("cy@example.com", SHORT, 3) == 3
     assert holds.witness("dee@example.com", SHORT, 3) == 1, "the count started over"
-    bench.let_pass(PAST_SHORT)
+    holds_bench.let_pass(PAST_SHORT)
     assert holds.witness("eve@example.com", SHORT, 3) == 1, "dee's failure is forgotten"
     with pytest.raises(ValueError, match="evidence needs"):
         holds.witness("ada@example.com", 0, 3)
 
 
-def test_the_stores_witness_atomically_and_keep_no_address(bench: HoldsBench) -> None:
+def test_the_stores_witness_atomically_and_keep_no_address(holds_bench: HoldsBench) -> None:
     """The bare stores answer the same counts; on Redis the evidence is one sorted set of
     hashes that expires one window after its last failure."""
-    store = bench.store
-    now = float(round(time.time())) if bench.client is not None else 100.0
+    store = holds_bench.store
+    now = float(round(time.time())) if holds_bench.client is not None else 100.0
     counts = [store.witness("ns:hold:evidence", m, now + i * 0.01, 5.0, 3) for i, m in
               enumerate(["h1", "h2", "h1", "h3", "h4"])]  # fmt: skip
     assert counts == [1, 2, 2, 3, 1]
     assert store.witness("ns:hold:evidence", "h5", now + 10.0, 5.0, 3) == 1
-    if bench.client is None:
+    if holds_bench.client is None:
         return
-    client: Any = bench.client
+    client: Any = holds_bench.client
     assert client.zrange("ns:hold:evidence", 0, -1) == [b"h5"]
     assert 0 < client.pttl("ns:hold:evidence") <= 5000
-    bench.holds.witness("ada@example.com", 5.0, 3)
+    holds_bench.holds.witness("ada@example.com", 5.0, 3)
     stored = b" ".join(client.zrange("mailguard:hold:evidence", 0, -1))
     assert stored.startswith(b"{") and b"ada" not in stored
 
 
-def test_plain_read_answers_as_active_does(bench: HoldsBench) -> None:
+def test_plain_read_answers_as_active_does(holds_bench: HoldsBench) -> None:
     """On one Redis the keys plain_read names, read together, answer what active answers;
     memory has no such read (None)."""
-    holds = bench.holds
+    holds = holds_bench.holds
     holds.hold_sender(5, "454")
     read = holds.plain_read("ada@example.com")
-    if bench.client is None:
+    if holds_bench.client is None:
         assert read is None
         return
-    assert read is not None and read[0] is bench.client
+    assert read is not None and read[0] is holds_bench.client
     assert holds.from_raws(read[0].mget(read[1])) == holds.active("ada@example.com")
 
 
-def test_a_provider_hold_doubles_apart_from_the_senders(bench: HoldsBench) -> None:
+def test_a_provider_hold_doubles_apart_from_the_senders(holds_bench: HoldsBench) -> None:
     """A provider's hold (``<namespace>:hold:provider:<name>``) doubles while its throttling
     continues, as the sender's does, and holds neither the sender nor another provider; only
     the ruled providers' names are taken."""
-    holds = bench.holds
+    holds = holds_bench.holds
     first = holds.hold_provider("google", 2, "421 4.7.28", stated=False)
     assert first.written and first.level == 0 and first.length == pytest.approx(2)
     again = holds.hold_provider("google", 2, "421 4.7.28")
@@ -239,11 +239,11 @@ def test_a_provider_hold_doubles_apart_from_the_senders(bench: HoldsBench) -> No
         holds.hold_provider("example.net", 2, "421")
 
 
-def test_the_read_with_provider_holds_answers_alone_as_together(bench: HoldsBench) -> None:
+def test_the_read_with_provider_holds_answers_alone_as_together(holds_bench: HoldsBench) -> None:
     """With provider holds on, the keys plain_read names (the sender's, the recipient's, the
     relay's pace, each provider's hold and pace) read in one MGET answer what ``read`` answers
     on its own; memory has no such read."""
-    holds = bench.holds
+    holds = holds_bench.holds
     holds.providers = object()  # any finder turns them on; none is asked here
     holds.hold_provider("yahoo", 5, "421 4.7.0 [TSS04]")
     holds.provider_pace("yahoo").start(holds.now() + 5, cap=0.0)
@@ -252,7 +252,7 @@ def test_the_read_with_provider_holds_answers_alone_as_together(bench: HoldsBenc
     hold, pace = alone.providers["yahoo"]
     assert hold is not None and pace is not None and pace.since == pytest.approx(hold.until)
     read = holds.plain_read("ada@example.com")
-    if bench.client is None:
+    if holds_bench.client is None:
         assert read is None
         return
     assert read is not None and len(read[1]) == 3 + 2 * 3

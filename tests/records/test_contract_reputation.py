@@ -18,7 +18,7 @@ NEWS = "News <News@Example.org>"
 
 
 @pytest.fixture
-def make(backend_url: str, clock: ManualClock) -> object:
+def make_reputation(backend_url: str, clock: ManualClock) -> object:
     def build(thresholds: str = "complaint 10%, bounce 20%", minimum: int = 10) -> Reputation:
         limits = Limits(Thresholds.parse(thresholds), window=DAY, minimum=minimum)
         return reputation_from_url(
@@ -34,11 +34,11 @@ def _send(rep: Reputation, count: int, sender: str = NEWS, kind: str = "newslett
 
 
 def test_a_complaint_rate_at_its_threshold_pauses_and_says_so_in_an_error_line(
-    make: object, caplog: pytest.LogCaptureFixture
+    make_reputation: object, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Ten mails sent, one complaint (10 %): paused, with an ERROR line naming the rate and the
     threshold; the sender is the From address, lower case."""
-    rep = make()  # type: ignore[operator]
+    rep = make_reputation()  # type: ignore[operator]
     _send(rep, 10)
     with caplog.at_level(logging.ERROR, logger="mailguard"):
         counted = rep.count_event("complained", "<m3-newsletter@example.org>")
@@ -50,18 +50,18 @@ def test_a_complaint_rate_at_its_threshold_pauses_and_says_so_in_an_error_line(
     assert rep.pause_of(NEWS) is not None and rep.pause_of(NEWS).paused  # type: ignore[union-attr]
 
 
-def test_no_rate_counts_below_the_minimum_volume(make: object) -> None:
+def test_no_rate_counts_below_the_minimum_volume(make_reputation: object) -> None:
     """Nine mails and three complaints: under the minimum (10), no pause."""
-    rep = make()  # type: ignore[operator]
+    rep = make_reputation()  # type: ignore[operator]
     _send(rep, 9)
     for n in range(3):
         counted = rep.count_event("complained", f"<m{n}-newsletter@example.org>")
         assert counted is not None and not counted.standing.paused
 
 
-def test_the_pause_lifts_by_itself_when_more_mails_lower_the_rate(make: object) -> None:
+def test_the_pause_lifts_by_itself_when_more_mails_lower_the_rate(make_reputation: object) -> None:
     """Paused at 1/10; mails of other kinds still count: at 1/11 the rate is under 10 %."""
-    rep = make()  # type: ignore[operator]
+    rep = make_reputation()  # type: ignore[operator]
     _send(rep, 10)
     rep.count_event("complained", "<m0-newsletter@example.org>")
     counted = rep.count_sent(NEWS, "code", "<c1@example.org>")
@@ -69,10 +69,12 @@ def test_the_pause_lifts_by_itself_when_more_mails_lower_the_rate(make: object) 
     assert counted.standing.pause is not None and counted.standing.pause.lifted_by == "auto"
 
 
-def test_events_leave_the_window_bucket_by_bucket(make: object, clock: ManualClock) -> None:
+def test_events_leave_the_window_bucket_by_bucket(
+    make_reputation: object, clock: ManualClock
+) -> None:
     """A complaint ages out of the 24 h window (an hour's bucket at a time): the pause lifts at
     the next check; the mails of a day ago leave too."""
-    rep = make(minimum=1)  # type: ignore[operator]
+    rep = make_reputation(minimum=1)  # type: ignore[operator]
     _send(rep, 10)
     rep.count_event("complained", "<m1-newsletter@example.org>")
     clock.advance(DAY - 3600)
@@ -82,10 +84,10 @@ def test_events_leave_the_window_bucket_by_bucket(make: object, clock: ManualClo
     assert (standing.sent, standing.complained, standing.paused) == (0, 0, False)
 
 
-def test_a_webhook_event_is_attributed_by_the_message_id(make: object) -> None:
+def test_a_webhook_event_is_attributed_by_the_message_id(make_reputation: object) -> None:
     """A complaint for a login code's Message-ID counts against that code's sender; one whose
     Message-ID was never marked counts against MAILGUARD_SENDER; other events count nothing."""
-    rep = make()  # type: ignore[operator]
+    rep = make_reputation()  # type: ignore[operator]
     _send(rep, 10)
     _send(rep, 10, sender="codes@example.org", kind="code")
     counted = rep.count_event("complained", "m2-code@example.org")  # brackets or not: one id
@@ -97,10 +99,12 @@ def test_a_webhook_event_is_attributed_by_the_message_id(make: object) -> None:
     assert (news.complained, news.bounced, news.paused) == (0, 0, False)
 
 
-def test_resume_by_hand_forgives_and_records_who_and_when(make: object, clock: ManualClock) -> None:
+def test_resume_by_hand_forgives_and_records_who_and_when(
+    make_reputation: object, clock: ManualClock
+) -> None:
     """A resume lifts the pause, forgives the window's events and records who and when; the
     next count does not pause again (the events are gone); new complaints may."""
-    rep = make()  # type: ignore[operator]
+    rep = make_reputation()  # type: ignore[operator]
     _send(rep, 10)
     rep.count_event("complained", "<m1-newsletter@example.org>")
     clock.advance(60)
@@ -116,8 +120,8 @@ def test_resume_by_hand_forgives_and_records_who_and_when(make: object, clock: M
     assert [s.sender for s in rep.standings()] == ["news@example.org"]
 
 
-def test_a_hard_bounce_in_an_smtp_reply_counts_as_sent_and_bounced(make: object) -> None:
-    rep = make("bounce 20%", minimum=5)  # type: ignore[operator]
+def test_a_hard_bounce_in_an_smtp_reply_counts_as_sent_and_bounced(make_reputation: object) -> None:
+    rep = make_reputation("bounce 20%", minimum=5)  # type: ignore[operator]
     _send(rep, 4)
     counted = rep.count_bounce(NEWS, sent=True)
     assert (counted.standing.sent, counted.standing.bounced) == (5, 1)

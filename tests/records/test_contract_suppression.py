@@ -45,7 +45,9 @@ class SuppressionBench:
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def bench(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[SuppressionBench]:
+def suppression_bench(
+    request: pytest.FixtureRequest, clock: ManualClock
+) -> Iterator[SuppressionBench]:
     """Each backend: the test's clock on memory, the wall clock on Redis."""
     if request.param == "memory":
         memory = suppressions_from_url("memory://", secret="s", clock=clock)
@@ -59,9 +61,9 @@ def bench(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[Suppre
 
 
 @pytest.fixture
-def store(bench: SuppressionBench) -> Suppressions:
+def store(suppression_bench: SuppressionBench) -> Suppressions:
     """The bench's suppression list, for tests that need no more."""
-    return bench.suppressions
+    return suppression_bench.suppressions
 
 
 def test_suppress_look_up_and_lift_by_normalised_address(store: Suppressions) -> None:
@@ -75,12 +77,12 @@ def test_suppress_look_up_and_lift_by_normalised_address(store: Suppressions) ->
     assert store.suppressed("ada@example.com") is None
 
 
-def test_a_suppression_ends_by_itself(bench: SuppressionBench) -> None:
+def test_a_suppression_ends_by_itself(suppression_bench: SuppressionBench) -> None:
     """Past ``until`` the address is no longer suppressed; nothing is left to lift on Redis."""
-    store = bench.suppressions
+    store = suppression_bench.suppressions
     store.suppress("ada@example.com", seconds=SHORT, cause="bounce")
     assert store.suppressed("ada@example.com") is not None
-    bench.let_pass(PAST_SHORT)
+    suppression_bench.let_pass(PAST_SHORT)
     assert store.suppressed("ada@example.com") is None
 
 
@@ -121,9 +123,9 @@ def test_the_key_is_a_keyed_hash_of_the_normalised_address(store: Suppressions) 
     assert key != suppressions_from_url("memory://", secret="t").key_of("ada@example.com")
 
 
-def test_the_stores_put_get_and_delete_by_key(bench: SuppressionBench) -> None:
+def test_the_stores_put_get_and_delete_by_key(suppression_bench: SuppressionBench) -> None:
     """Each store keeps an entry at its key until deleted (or, on Redis, past its TTL)."""
-    store = bench.store
+    store = suppression_bench.store
     entry = Suppression(since=time.time(), until=time.time() + 60, cause="bounce")
     assert store.get("ns:suppressed:{a}") is None
     store.put("ns:suppressed:{a}", entry, 60)
@@ -134,16 +136,16 @@ def test_the_stores_put_get_and_delete_by_key(bench: SuppressionBench) -> None:
     assert store.get("ns:suppressed:{a}") is None
 
 
-def test_plain_read_answers_as_suppressed_does(bench: SuppressionBench) -> None:
+def test_plain_read_answers_as_suppressed_does(suppression_bench: SuppressionBench) -> None:
     """On Redis the key plain_read names, read with the same client, answers what suppressed
     answers; memory has no such read (None)."""
-    store = bench.suppressions
+    store = suppression_bench.suppressions
     store.suppress("ada@example.com", seconds=60, cause="bounce")
     read = store.plain_read("ada@example.com")
-    if bench.client is None:
+    if suppression_bench.client is None:
         assert read is None
         return
-    assert read is not None and read[0] is bench.client
+    assert read is not None and read[0] is suppression_bench.client
     assert read[1] == store.key_of("ada@example.com")
     assert store.from_raw(read[0].get(read[1])) == store.suppressed("ada@example.com")
     assert store.from_raw(None) is None

@@ -1,5 +1,5 @@
 """The sender's pace after a hold (a slow start): the pure AIMD controller on an injected clock,
-the store's contract on memory and a real Redis (same calls, same answers), the guard's use of
+the pace store's contract on memory and a real Redis (same calls, same answers), the guard's use of
 it (held mails resume one after the other; a throttling reply while paced halves the rate
 instead of holding again), its gauge and ``mailguard status --sender``."""
 
@@ -111,11 +111,11 @@ def test_only_seconds_with_mail_sent_grow_the_rate() -> None:
     assert pace.rate_at(100.0) == pytest.approx(1.5)
 
 
-# The store's contract: memory and Redis --------------------------------------------------------
+# The pace store's contract: memory and Redis ---------------------------------------------------
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def store(request: pytest.FixtureRequest) -> Iterator[PaceStore]:
+def pace_store(request: pytest.FixtureRequest) -> Iterator[PaceStore]:
     if request.param == "memory":
         yield MemoryPaceStore()
         return
@@ -127,64 +127,64 @@ def store(request: pytest.FixtureRequest) -> Iterator[PaceStore]:
 
 
 def test_the_store_gives_slots_holds_them_per_mail_and_forgets_them_when_slowed(
-    store: PaceStore,
+    pace_store: PaceStore,
 ) -> None:
     """Each mail gets the next slot and holds it (asking again answers the same slot; asking
     at it gives it up); a slow-down halves the rate and forgets the slots held; no pace: None."""
-    assert store.take(KEY, "m0", 10.0) is None
-    store.start(KEY, start_pace(100.0, rate=1.0, step=0.5, cap=0.0))
-    first, second = store.take(KEY, "m1", 99.0), store.take(KEY, "m2", 99.0)
+    assert pace_store.take(KEY, "m0", 10.0) is None
+    pace_store.start(KEY, start_pace(100.0, rate=1.0, step=0.5, cap=0.0))
+    first, second = pace_store.take(KEY, "m1", 99.0), pace_store.take(KEY, "m2", 99.0)
     assert first is not None and second is not None
     assert (first[0], second[0]) == (100.0, 101.0)
-    again = store.take(KEY, "m2", 99.5)
+    again = pace_store.take(KEY, "m2", 99.5)
     assert again is not None and again[0] == 101.0, "the slot m2 holds"
-    used = store.take(KEY, "m1", 100.0)
+    used = pace_store.take(KEY, "m1", 100.0)
     assert used is not None and used[0] == 100.0
-    slowed = store.slow(KEY, 101.0, asked=100.0)
+    slowed = pace_store.slow(KEY, 101.0, asked=100.0)
     assert slowed is not None and slowed.level == 1 and slowed.written
     assert slowed.rate == pytest.approx((1.0 + 0.5) / 2)
-    echo = store.slow(KEY, 101.1, asked=100.5)
+    echo = pace_store.slow(KEY, 101.1, asked=100.5)
     assert echo == slowed and echo is not None, "a reply answered already"
     assert not echo.written, "only the call that halved it says so"
-    retaken = store.take(KEY, "m2", 101.0)
+    retaken = pace_store.take(KEY, "m2", 101.0)
     assert retaken is not None and retaken[0] == pytest.approx(101.0 + 1 / 0.75, abs=1e-4)
-    current = store.get(KEY)
+    current = pace_store.get(KEY)
     assert current is not None and current.next > retaken[0]
 
 
-def test_the_store_ends_a_pace_that_reached_its_cap(store: PaceStore) -> None:
+def test_the_store_ends_a_pace_that_reached_its_cap(pace_store: PaceStore) -> None:
     """At the sender tier's rate the pace is over: deleted, and no slot is given."""
-    store.start(KEY, start_pace(0.0, rate=1.0, step=1.0, cap=2.0))
-    assert store.take(KEY, "m1", 0.5) is not None
-    assert store.take(KEY, "m2", 1.5) is None
-    assert store.get(KEY) is None
+    pace_store.start(KEY, start_pace(0.0, rate=1.0, step=1.0, cap=2.0))
+    assert pace_store.take(KEY, "m1", 0.5) is not None
+    assert pace_store.take(KEY, "m2", 1.5) is None
+    assert pace_store.get(KEY) is None
 
 
-def test_the_store_keeps_a_learned_count_past_its_pace(store: PaceStore) -> None:
+def test_the_store_keeps_a_learned_count_past_its_pace(pace_store: PaceStore) -> None:
     """A count learned at a refusal outlives the pace (forgotten 600 s after the refusal): a
     pace started later begins from it, five per 11 s, not from the slow start's 1/s."""
-    store.start(KEY, start_pace(0.0, rate=1.0, step=0.5, cap=0.0))
-    given = [store.take(KEY, f"m{n}", 0.0) for n in range(6)]
+    pace_store.start(KEY, start_pace(0.0, rate=1.0, step=0.5, cap=0.0))
+    given = [pace_store.take(KEY, f"m{n}", 0.0) for n in range(6)]
     last = given[-1]
     assert last is not None
-    learned = store.slow(KEY, last[0] + 0.05, asked=0.0, window=10.0)
+    learned = pace_store.slow(KEY, last[0] + 0.05, asked=0.0, window=10.0)
     assert learned is not None and learned.written and learned.quota == 5
     assert learned.next == pytest.approx(11.0, abs=1e-3)
-    assert store.take(KEY, "late", learned.since + 601.0) is None, "the pace is forgotten"
-    again = store.start(KEY, start_pace(900.0, rate=1.0, step=0.5, cap=0.0))
+    assert pace_store.take(KEY, "late", learned.since + 601.0) is None, "the pace is forgotten"
+    again = pace_store.start(KEY, start_pace(900.0, rate=1.0, step=0.5, cap=0.0))
     assert (again.quota, again.step) == (5, 0.0) and again.rate == pytest.approx(5 / 11.0)
-    first = store.take(KEY, "n1", 900.0)
-    second = store.take(KEY, "n2", 900.0)
+    first = pace_store.take(KEY, "n1", 900.0)
+    second = pace_store.take(KEY, "n2", 900.0)
     assert first is not None and second is not None
     assert second[0] - first[0] == pytest.approx(11.0 / 5, abs=1e-3)
 
 
-def test_the_store_learns_nothing_without_a_window(store: PaceStore) -> None:
+def test_the_store_learns_nothing_without_a_window(pace_store: PaceStore) -> None:
     """``window`` 0: the rate halves, as the slow start alone does."""
-    store.start(KEY, start_pace(0.0, rate=1.0, step=0.0, cap=0.0))
+    pace_store.start(KEY, start_pace(0.0, rate=1.0, step=0.0, cap=0.0))
     for n in range(3):
-        store.take(KEY, f"m{n}", 0.0)
-    slowed = store.slow(KEY, 2.0, asked=0.0)
+        pace_store.take(KEY, f"m{n}", 0.0)
+    slowed = pace_store.slow(KEY, 2.0, asked=0.0)
     assert slowed is not None and slowed.quota == 0 and slowed.rate == 0.5
 
 

@@ -29,25 +29,25 @@ def test_a_uuid_is_17_bytes_and_any_other_id_its_text() -> None:
 
 
 @pytest.fixture
-def schedule(redis_url: str) -> Iterator[RedisSchedule]:
+def ids_schedule(redis_url: str) -> Iterator[RedisSchedule]:
     client = redis.Redis.from_url(redis_url)
     yield RedisSchedule(client, redis_url, queue="mail")
     client.close()
 
 
-def _members(schedule: RedisSchedule) -> list[bytes]:
-    shard = schedule.shards[0]
-    return sorted(schedule.client.hkeys(shard.payloads_key))
+def _members(ids_schedule: RedisSchedule) -> list[bytes]:
+    shard = ids_schedule.shards[0]
+    return sorted(ids_schedule.client.hkeys(shard.payloads_key))
 
 
-def test_a_parked_uuid_is_named_by_17_bytes(schedule: RedisSchedule) -> None:
+def test_a_parked_uuid_is_named_by_17_bytes(ids_schedule: RedisSchedule) -> None:
     """Parked, its ``due`` member and ``payloads`` field are 17 bytes; it is taken, read and
     scanned under its text id."""
-    schedule.park(MAIL, 10.0, b"p")
-    assert _members(schedule) == [stored(MAIL)]
-    assert schedule.client.zrange(schedule.shards[0].due_key, 0, -1) == [stored(MAIL)]
-    assert schedule.payload(MAIL) == b"p"
-    assert [(m, p) for m, _, p in schedule.scan()] == [(MAIL, b"p")]
-    (taken,) = schedule.take_due(ahead=0.0)
+    ids_schedule.park(MAIL, 10.0, b"p")
+    assert _members(ids_schedule) == [stored(MAIL)]
+    assert ids_schedule.client.zrange(ids_schedule.shards[0].due_key, 0, -1) == [stored(MAIL)]
+    assert ids_schedule.payload(MAIL) == b"p"
+    assert [(m, p) for m, _, p in ids_schedule.scan()] == [(MAIL, b"p")]
+    (taken,) = ids_schedule.take_due(ahead=0.0)
     assert taken == Taken(MAIL, b"p", False)
-    assert schedule.done([MAIL]) == 1 and _members(schedule) == []
+    assert ids_schedule.done([MAIL]) == 1 and _members(ids_schedule) == []

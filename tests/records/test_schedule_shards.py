@@ -17,16 +17,16 @@ pytestmark = [pytest.mark.redis]
 
 
 @pytest.fixture
-def client(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url)
-    yield client
-    client.close()
+def shard_client(redis_url: str) -> Iterator[redis.Redis]:
+    shard_client = redis.Redis.from_url(redis_url)
+    yield shard_client
+    shard_client.close()
 
 
-def _calls(client: redis.Redis) -> int:
+def _calls(shard_client: redis.Redis) -> int:
     """Commands the server ran so far (``INFO commandstats``, calls inside scripts included),
     without the ``INFO`` calls themselves."""
-    stats = client.info("commandstats")
+    stats = shard_client.info("commandstats")
     return sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
 
 
@@ -44,33 +44,35 @@ def test_each_shard_sits_in_its_own_range_of_slots() -> None:
 
 
 def test_the_mail_id_picks_its_shard_and_ids_spread_evenly(
-    client: redis.Redis, redis_url: str
+    shard_client: redis.Redis, redis_url: str
 ) -> None:
     """6 000 parked mails land about 1 000 in each shard (within 10 %), each where
     :meth:`RedisSchedule.shard_of` says; every call by mail id finds it there."""
-    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
-    pipe = client.pipeline(transaction=False)
+    schedule = RedisSchedule(shard_client, redis_url, shards=SHARDS)
+    pipe = shard_client.pipeline(transaction=False)
     for n in range(6000):
         mail_id = f"mail-{n:05d}-0123456789abcdef0123456789"
         shard = schedule.shard_of(mail_id)
         pipe.zadd(shard.due_key, {mail_id: 1})
     pipe.execute()
-    sizes = [int(client.zcard(shard.due_key)) for shard in schedule.shards]
+    sizes = [int(shard_client.zcard(shard.due_key)) for shard in schedule.shards]
     assert len(sizes) == SHARDS and sum(sizes) == 6000
     assert max(sizes) <= 1.1 * 6000 / SHARDS and min(sizes) >= 0.9 * 6000 / SHARDS
-    client.flushall()
+    shard_client.flushall()
     now = time.time()
     schedule.park("m", now + 60, b"P")
-    assert client.zscore(schedule.shard_of("m").due_key, "m") is not None
+    assert shard_client.zscore(schedule.shard_of("m").due_key, "m") is not None
     assert schedule.payload("m") == b"P" and schedule.cancel("m") == b"P"
     assert schedule.stats() == ScheduleStats(0, 0, 0, None, 0)
 
 
-def test_a_take_serves_every_shard_with_due_entries(client: redis.Redis, redis_url: str) -> None:
+def test_a_take_serves_every_shard_with_due_entries(
+    shard_client: redis.Redis, redis_url: str
+) -> None:
     """One shard holds a backlog of 200 due entries, two others one each: a take of 10 takes
     from all three (no shard waits behind another's backlog), earliest first; the next takes
     drain the backlog (the shards that filled their share get what is left)."""
-    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
+    schedule = RedisSchedule(shard_client, redis_url, shards=SHARDS)
     now = time.time()
     ids = [f"m{n}" for n in range(2000)]
     by_shard: dict[int, list[str]] = {}
@@ -90,29 +92,31 @@ def test_a_take_serves_every_shard_with_due_entries(client: redis.Redis, redis_u
     assert [t.mail_id for t in rest] == busy[8:], "a full take from the one shard left"
 
 
-def test_an_idle_poll_reads_two_first_entries_a_shard(client: redis.Redis, redis_url: str) -> None:
+def test_an_idle_poll_reads_two_first_entries_a_shard(
+    shard_client: redis.Redis, redis_url: str
+) -> None:
     """``next_due`` with nothing parked: two ``ZRANGE`` per shard, nothing else."""
-    schedule = RedisSchedule(client, redis_url, shards=SHARDS)
-    before = _calls(client)
+    schedule = RedisSchedule(shard_client, redis_url, shards=SHARDS)
+    before = _calls(shard_client)
     for _ in range(10):
         assert schedule.next_due() is None
-    assert _calls(client) - before == 10 * 2 * SHARDS
+    assert _calls(shard_client) - before == 10 * 2 * SHARDS
 
 
 def test_a_pollers_read_takes_each_shards_parked_entries_at_most_every_stale_seconds(
-    client: redis.Redis, redis_url: str
+    shard_client: redis.Redis, redis_url: str
 ) -> None:
     """``next_due(stale)``: after a first full read, only the watch sets are read (one
     ``ZRANGE`` a shard) until ``stale`` has passed; what this instance parks or releases is
     seen at once, an entry parked by another process only on the shard's next read; a watch
     written anywhere is seen at once."""
-    poller = RedisSchedule(client, redis_url, shards=SHARDS)
-    other = RedisSchedule(client, redis_url, shards=SHARDS)
+    poller = RedisSchedule(shard_client, redis_url, shards=SHARDS)
+    other = RedisSchedule(shard_client, redis_url, shards=SHARDS)
     now = time.time()
     assert poller.next_due(3600) is None  # the first read: every set
-    before = _calls(client)
+    before = _calls(shard_client)
     assert poller.next_due(3600) is None
-    assert _calls(client) - before == SHARDS, "the watch sets only"
+    assert _calls(shard_client) - before == SHARDS, "the watch sets only"
     other.park("elsewhere", now + 60, b"E")
     assert poller.next_due(3600) is None, "parked elsewhere: seen on the shard's next read"
     assert poller.next_due() == pytest.approx(now + 60, abs=0.01), "a full read sees it"

@@ -28,56 +28,58 @@ AUTH_REFUSED = (535, "5.7.8 Error: authentication failed: authentication failure
 
 
 @pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
-def holds(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[Holds]:
+def transport_holds(request: pytest.FixtureRequest, clock: ManualClock) -> Iterator[Holds]:
     """Holds of at most 15 min on each backend, both on the test's manual clock."""
     if request.param == "memory":
         yield holds_from_url("memory://", secret="s", clock=clock, max_hold=900)
         return
     url = str(request.getfixturevalue("redis_url"))
     client = client_from_url(url)
-    holds = holds_from_url(url, secret="s", client=client, clock=clock, max_hold=900)
-    holds.transport.lift_all()
-    yield holds
-    holds.transport.lift_all()
+    transport_holds = holds_from_url(url, secret="s", client=client, clock=clock, max_hold=900)
+    transport_holds.transport.lift_all()
+    yield transport_holds
+    transport_holds.transport.lift_all()
     client.close()
 
 
 def test_the_first_refusal_writes_the_hold_the_others_find_it(
-    holds: Holds, clock: ManualClock
+    transport_holds: Holds, clock: ManualClock
 ) -> None:
     """Given no hold, the first start writes one for a minute; a second start finds it."""
-    first = holds.transport.start("535 5.7.8 authentication failed")
+    first = transport_holds.transport.start("535 5.7.8 authentication failed")
     assert first.written and (first.length, first.level) == (FIRST, 0)
-    again = holds.transport.start("535 5.7.8 authentication failed")
+    again = transport_holds.transport.start("535 5.7.8 authentication failed")
     assert not again.written and again.until == first.until
-    assert holds.transport.current() == first
+    assert transport_holds.transport.current() == first
 
 
-def test_one_probe_per_backoff_step_doubling_to_the_cap(holds: Holds, clock: ManualClock) -> None:
+def test_one_probe_per_backoff_step_doubling_to_the_cap(
+    transport_holds: Holds, clock: ManualClock
+) -> None:
     """While in force nobody is the probe; once its time has passed one claim is, and the hold
     lasts twice as long from then: 60, 120, 240, 480, then 900 s (the cap), 900 s."""
-    holds.transport.start("535")
-    assert not holds.transport.claim().written  # type: ignore[union-attr]
+    transport_holds.transport.start("535")
+    assert not transport_holds.transport.claim().written  # type: ignore[union-attr]
     lengths = []
     for _ in range(6):
-        clock.set(holds.transport.current().until)  # type: ignore[union-attr]
-        probe = holds.transport.claim()
+        clock.set(transport_holds.transport.current().until)  # type: ignore[union-attr]
+        probe = transport_holds.transport.claim()
         assert probe is not None and probe.written
-        second = holds.transport.claim()
+        second = transport_holds.transport.claim()
         assert second is not None and not second.written and second.until == probe.until
         lengths.append(probe.length)
     assert lengths == [120, 240, 480, 900, 900, 900]
-    assert holds.transport.current().level == 6  # type: ignore[union-attr]
+    assert transport_holds.transport.current().level == 6  # type: ignore[union-attr]
 
 
-def test_a_hold_is_in_force_until_lifted(holds: Holds, clock: ManualClock) -> None:
+def test_a_hold_is_in_force_until_lifted(transport_holds: Holds, clock: ManualClock) -> None:
     """Past its time the hold is still stored (a probe decides); lift removes it, once."""
-    holds.transport.start("535")
+    transport_holds.transport.start("535")
     clock.advance(3600)
-    assert holds.transport.current() is not None
-    assert holds.transport.lift() is True
-    assert holds.transport.current() is None and holds.transport.claim() is None
-    assert holds.transport.lift() is False
+    assert transport_holds.transport.current() is not None
+    assert transport_holds.transport.lift() is True
+    assert transport_holds.transport.current() is None and transport_holds.transport.claim() is None
+    assert transport_holds.transport.lift() is False
 
 
 def test_the_rules_are_pure() -> None:
@@ -198,17 +200,19 @@ def test_holds_off_leave_the_refusal_a_failure(clock: ManualClock) -> None:
 def test_the_transport_gauge_reads_one_while_held(clock: ManualClock) -> None:
     """mailguard_transport_held counts the transport holds stored (the relay's, a sender's);
     0 once lifted."""
-    holds = holds_from_url("memory://", clock=clock)
+    transport_holds = holds_from_url("memory://", clock=clock)
     registry = CollectorRegistry()
-    registry.register(HoldCollector(holds.sender, clock, transport=holds.transport.held))
+    registry.register(
+        HoldCollector(transport_holds.sender, clock, transport=transport_holds.transport.held)
+    )
     Metrics(registry)
     assert registry.get_sample_value("mailguard_transport_held") == 0
-    holds.transport.start("535 5.7.8 refused")
+    transport_holds.transport.start("535 5.7.8 refused")
     clock.advance(3600)
     assert registry.get_sample_value("mailguard_transport_held") == 1
-    holds.transport.start("553 5.1.8 Sender address rejected", "news@example.org")
+    transport_holds.transport.start("553 5.1.8 Sender address rejected", "news@example.org")
     assert registry.get_sample_value("mailguard_transport_held") == 2
-    assert holds.transport.lift_all() == 2
+    assert transport_holds.transport.lift_all() == 2
     assert registry.get_sample_value("mailguard_transport_held") == 0
 
 

@@ -40,17 +40,7 @@ SENDER_ADDRESS = "orders@example.org"
 ADA = "ada@example.com"
 
 
-@pytest.fixture(autouse=True)
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    """Dummy credentials; no AWS config file of the machine is read."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_SESSION_TOKEN": "testing",
-        "AWS_CONFIG_FILE": str(tmp_path / "none"),
-        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
-    }.items():
-        monkeypatch.setenv(name, value)
+pytestmark = pytest.mark.usefixtures("aws_env")
 
 
 @pytest.fixture(scope="module")
