@@ -8,11 +8,13 @@ retried: 5xx replies, TLS certificate errors and missing server features (STARTT
 AUTH), because the same try would fail the same way.
 
 One connection carries several mails (:mod:`mailer.mail.transports.smtp_sessions`: at most
-``session_mails`` mails, idle at most ``session_idle`` seconds; ``RSET`` between mails), so the
-TLS handshake and AUTH are paid once per session, not per mail. A session the server closed
-while idle is found by that ``RSET`` and replaced by a fresh connection at once; so is one that
-dies before the mail's ``DATA`` began (nothing of the mail was accepted). One that dies after
-``DATA`` began is today's rule for any connection: retried, with the caveat of the class.
+``session_mails`` mails, idle at most ``session_idle`` seconds), so the TLS handshake and AUTH
+are paid once per session, not per mail. A session the server closed while idle is found
+before the next mail without a command (its socket has a ``421`` or an end of file to read:
+:func:`~mailer.mail.transports.smtp_sessions.quiet`, no ``RSET`` round trip) and replaced by a
+fresh connection at once; so is one that dies before the mail's ``DATA`` began (nothing of the
+mail was accepted). One that dies after ``DATA`` began is today's rule for any connection:
+retried, with the caveat of the class.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from mailer.mail.transports.base import (
 )
 from mailer.mail.transports.retrying import worth_retrying
 from mailer.mail.transports.smtp_errors import smtp_send_error, text_of
-from mailer.mail.transports.smtp_sessions import Session, Sessions, quit_session
+from mailer.mail.transports.smtp_sessions import Session, Sessions, quiet, quit_session
 from mailer.mail.transports.smtp_tls import warn_unverified
 from mailer.mail.transports.smtp_url import SCHEMES, Security, url_options
 
@@ -280,7 +282,7 @@ class SmtpTransport:
         self.sessions.close()
 
     def _attempt(self, envelope: Envelope) -> tuple[int, str, tuple[RefusedRecipient, ...]]:
-        """One try: on an idle session (checked with ``RSET``), else, or when that session
+        """One try: on an idle session (if :func:`quiet`), else, or when that session
         turns out dead before the mail's DATA, on a fresh connection. The DATA reply and the
         recipients refused at RCPT while others were accepted, or the ``SendError`` it
         raised."""
@@ -318,9 +320,10 @@ class SmtpTransport:
         client = session.client
         assert isinstance(client, _SMTP)
         client.next_mail()
+        if reused and not quiet(client):
+            quit_session(client)
+            raise _Stale
         try:
-            if reused:
-                _reset(client)
             refused = _send(client, envelope)
             code, text = client.data_reply or (250, b"")
         except (smtplib.SMTPException, OSError) as exc:
@@ -353,17 +356,6 @@ class SmtpTransport:
         if self._ssl_context is None:
             self._ssl_context = ssl.create_default_context()
         return self._ssl_context
-
-
-def _reset(client: _SMTP) -> None:
-    """``RSET`` on a reused session: ``_Stale`` (and the session closed) unless it answers 250."""
-    try:
-        code, _ = client.rset()
-    except (smtplib.SMTPException, OSError):
-        code = 0
-    if code != 250:
-        quit_session(client)
-        raise _Stale
 
 
 def _refused(

@@ -8,14 +8,19 @@ takes a session of its own: none is ever shared by two mails at once. A forked p
 uses its parent's sessions (they are forgotten, unclosed, at its first mail: the parent's
 connection stays the parent's).
 
-Not for deciding whether a session is alive: the transport checks that (``RSET``) before it
-reuses one.
+Whether an idle session is still open is asked of its socket, with no round trip
+(:func:`quiet`): a server that closes an idle session writes a ``421`` or closes the connection,
+and either leaves something to read where a live session after a finished mail has nothing.
+The transport asks before it reuses a session.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import smtplib
+import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -110,3 +115,39 @@ def quit_session(client: smtplib.SMTP) -> None:
         pass
     finally:
         client.close()
+
+
+def quiet(client: smtplib.SMTP) -> bool:
+    """Whether the idle ``client``'s server has written nothing since its last reply: the
+    session may carry a mail. False when it has (a ``421`` as it closes an idle session), has
+    closed or reset the connection, or when there is no socket. Asked of the socket without
+    waiting (no command, no round trip); a TLS record that carries no data (a session ticket)
+    is read past. A server that dies after this check is found at ``MAIL FROM``."""
+    sock = client.sock
+    if sock is None:
+        return False
+    if isinstance(sock, ssl.SSLSocket) and sock.pending():
+        return False  # decrypted data already waiting: written since the last reply
+    try:
+        if not _readable(sock):
+            return True
+        timeout = sock.gettimeout()
+        sock.settimeout(0)
+        try:
+            sock.recv(1)  # data (a 421) or b"" (closed): not quiet either way
+        except (ssl.SSLWantReadError, BlockingIOError):
+            return True  # a TLS record with nothing for the application
+        finally:
+            sock.settimeout(timeout)
+    except (OSError, ValueError):  # reset, a TLS alert, a socket closed under us
+        return False
+    return False
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Whether ``sock`` has something to read (data, an end of file, an error) right now."""
+    if hasattr(select, "poll"):  # any descriptor number, unlike select()
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
