@@ -11,6 +11,10 @@ come from its output. Floors, each measured by this program in this run:
 - **the lower bound** (information): a script making only the Redis calls an exact decision on
   the server's clock cannot do without (``TIME``, ``GET``, and ``SET`` for an admission), no
   decision, same client path and rounds (:mod:`benchmarks.decision`);
+- **the reference policy without a provider scope**: the same decisions under the reference
+  policy plus ``provider: 2000/1h fixed; provider google: 50/1s gcra, 20000/1h fixed``,
+  recipients over four providers, the finder warm (:mod:`benchmarks.provider_scope`): the
+  server's and the client's time per decision, with against without, for information;
 - **unguarded task**: a Celery task that builds and sends the same mail with no guard, drained
   by the same worker in interleaved batches (:mod:`benchmarks.guard`);
 - **plain task**: Redis commands per sent mail from ``.delay()`` in a process of its own to the
@@ -32,7 +36,8 @@ come from its output. Floors, each measured by this program in this run:
   parked on one node, 30 000 on a three-node Cluster): promotion lateness p99 against its
   target, and the fullest Cluster node against the mean of the three.
 
-``--decision`` runs the decision rows only (about ten seconds); ``--bytes`` the bytes rows only
+``--decision`` runs the decision rows only, the provider scope's included (about twenty
+seconds); ``--bytes`` the bytes rows only
 (about a minute).
 """
 
@@ -47,6 +52,7 @@ from benchmarks import (
     guard,
     limiter,
     per_mail,
+    provider_scope,
     schedule,
     schedule_scale,
     waiting_scale,
@@ -112,6 +118,30 @@ def decision_rows(figures: dict[str, decision.Figures]) -> list[Row]:
                 f"(no-op {noop.server_us:.2f}, bound {bound.server_us:.2f})",
                 ">= 1.00",
                 _met(ours.server_us <= seed.server_us),
+            )
+        )
+    return rows
+
+
+def provider_rows(figures: provider_scope.Figures) -> list[Row]:
+    """The decision with a provider scope against without, same rounds: the server's time per
+    decision, then the client's (round trip included)."""
+    with_, without = provider_scope.CONTENDERS[1], provider_scope.CONTENDERS[0]
+    rows: list[Row] = []
+    for label, figure in (
+        ("decision with a provider scope: server time per decision, us", figures.server_us),
+        ("  same, client time per decision, us (round trip)", figures.client_us),
+    ):
+        low, high = figures.spread(figure)
+        rows.append(
+            (
+                label,
+                f"{figures.median(figure, with_):.1f}",
+                f"without {figures.median(figure, without):.1f} / {figures.ratio(figure):.2f} "
+                f"({low:.2f}-{high:.2f}; admitted {figures.median(figures.admitted, with_):.0%} "
+                f"/ {figures.median(figures.admitted, without):.0%})",
+                "information",
+                "",
             )
         )
     return rows
@@ -265,7 +295,10 @@ def main() -> None:
         version = redis.Redis.from_url(server.url).info("server")["redis_version"]
         print(f"machine: {_machine()}, redis-server {version} on loopback; load {_load()}")
         only_bytes = "--bytes" in sys.argv[1:]
-        rows = [] if only_bytes else decision_rows(decision.measure(server.url))
+        rows = []
+        if not only_bytes:
+            rows = decision_rows(decision.measure(server.url))
+            rows += provider_rows(provider_scope.measure(server.url))
     finally:
         server.cleanup()
     if "--decision" not in sys.argv[1:]:
