@@ -1,6 +1,6 @@
 """The one table: each headline figure as a ratio to its floor measured in the same run.
 
-A program, not a test: ``make bench`` runs it first (``python -m benchmarks.table``), about three
+A program, not a test: ``make bench`` runs it first (``python -m benchmarks.table``), about four
 minutes on a 2-core machine. The README's and docs/explanation/performance.md's tables
 come from its output. Floors, each measured by this program in this run:
 
@@ -21,6 +21,11 @@ come from its output. Floors, each measured by this program in this run:
   stored result, every server counted, against a plain Celery task on the same broker and
   backend: one Redis laid out as the README deploys it, and broker and ledger on two servers
   (:mod:`benchmarks.per_mail`);
+- **a connection per mail**: SMTP through a STARTTLS + AUTH Postfix on loopback, its queue on
+  disk (:mod:`benchmarks.smtp_reuse` ``--postfix``): the mails a second of a connection carrying
+  up to 100 mails against a connection per mail (connect, EHLO, STARTTLS, EHLO, AUTH, the mail,
+  QUIT: a plain Celery task's way), rounds alternating, Postfix's Maildirs checked to hold each
+  mail once;
 - bytes per waiting mail have no floor: a real worker parks a thousand mails
   (:mod:`benchmarks.schedule`), and copies of what they wrote (schedule, result records,
   ledger) fill a fresh Redis to 32 768-65 536 waiting mails (:mod:`benchmarks.waiting_scale`):
@@ -55,6 +60,7 @@ from benchmarks import (
     provider_scope,
     schedule,
     schedule_scale,
+    smtp_reuse,
     waiting_scale,
 )
 from benchmarks.limiter import _machine
@@ -274,6 +280,23 @@ def scale_rows() -> list[Row]:
     ]
 
 
+def smtp_rows(mails: int = 300, rounds: int = 5) -> list[Row]:
+    """Reuse against a connection per mail through a Postfix started here (root, Debian's
+    postfix): mails a second, the median of the rounds' ratios, and its range."""
+    figures, _ = smtp_reuse.collect_postfix(mails, rounds, quiet=True)
+    paired = figures.paired
+    return [
+        (
+            "SMTP via Postfix, STARTTLS + AUTH, queue on disk: mails/s, up to 100 a connection",
+            f"{figures.median('reuse'):,.0f}",
+            f"a connection per mail {figures.median('per mail'):,.0f} / {figures.ratio:.2f}x "
+            f"(rounds {min(paired):.2f}-{max(paired):.2f})",
+            f">= {smtp_reuse.TARGET:g}x",
+            _met(figures.ratio >= smtp_reuse.TARGET),
+        )
+    ]
+
+
 def print_table(rows: list[Row]) -> None:
     """``rows`` under a header, columns padded."""
     rows = [("measure", "value", "floor / ratio", "target", "met"), *rows]
@@ -308,7 +331,7 @@ def main() -> None:
         waiting = schedule.run_design("parked", "5s", WAITING_MAILS, 60.0, waiting_only=True)
         rows += waiting_rows(waiting)
         if not only_bytes:
-            rows += gcra_rows() + scale_rows()
+            rows += gcra_rows() + scale_rows() + smtp_rows()
     print(
         f"(load at the end {_load()}; rates are medians over {decision.ROUNDS} interleaved "
         "rounds, a ratio of rates the median of the rounds' ratios)"

@@ -105,3 +105,9 @@ def test_the_gcra_and_scale_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = table.scale_rows()
     well_formed(rows, 2)
     assert rows[0][4] == "yes", "every mail of the slice promoted, none over a second late"
+
+
+def test_the_smtp_reuse_row() -> None:
+    """Reuse against a connection per mail through a Postfix of its own (its Maildirs checked
+    by the program to hold each mail once): one row."""
+    well_formed(table.smtp_rows(mails=5, rounds=2), 1)
