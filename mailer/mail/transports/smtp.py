@@ -12,9 +12,11 @@ One connection carries several mails (:mod:`mailer.mail.transports.smtp_sessions
 are paid once per session, not per mail. A session the server closed while idle is found
 before the next mail without a command (its socket has a ``421`` or an end of file to read:
 :func:`~mailer.mail.transports.smtp_sessions.quiet`, no ``RSET`` round trip) and replaced by a
-fresh connection at once; so is one that dies before the mail's ``DATA`` began (nothing of the
-mail was accepted). One that dies after ``DATA`` began is today's rule for any connection:
-retried, with the caveat of the class.
+fresh connection at once; so is one that dies before the mail's data began (nothing of the
+mail was accepted). One that dies after it began is today's rule for any connection: retried,
+with the caveat of the class. A server that offers ``PIPELINING`` gets a mail's ``MAIL FROM``,
+``RCPT TO`` and ``DATA`` in one write (:mod:`mailer.mail.transports.smtp_client`): one round
+trip where there were three, the same outcomes.
 """
 
 from __future__ import annotations
@@ -25,8 +27,7 @@ import socket
 import ssl
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
 from tenacity import (
@@ -39,7 +40,6 @@ from tenacity import (
 )
 
 from mailer import defaults
-from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, mask_url
 from mailer.mail.envelope import Envelope
@@ -50,58 +50,13 @@ from mailer.mail.transports.base import (
     wire_bytes,
 )
 from mailer.mail.transports.retrying import worth_retrying
+from mailer.mail.transports.smtp_client import _SMTP, _SMTPSSL
 from mailer.mail.transports.smtp_errors import smtp_send_error, text_of
 from mailer.mail.transports.smtp_sessions import Session, Sessions, quiet, quit_session
 from mailer.mail.transports.smtp_tls import warn_unverified
 from mailer.mail.transports.smtp_url import SCHEMES, Security, url_options
 
-if TYPE_CHECKING:
-    from _typeshed import ReadableBuffer
-
 log = logging.getLogger(__name__)
-
-
-class _SMTP(smtplib.SMTP):
-    """``smtplib.SMTP`` that keeps the reply to DATA, which ``sendmail`` throws away, and
-    writes ``MAIL FROM`` and ``RCPT TO`` with the envelope's checked addresses as they are
-    (``smtplib``'s own would parse each one again: ``quoteaddr``)."""
-
-    data_reply: tuple[int, bytes] | None = None
-    #: True once this mail's ``DATA`` command went out (a failure then may have delivered it).
-    data_started = False
-
-    def mail(self, sender: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
-        if any(option.lower() == "smtputf8" for option in options) and self.does_esmtp:
-            if not self.has_extn("smtputf8"):
-                raise smtplib.SMTPNotSupportedError("SMTPUTF8 not supported by server")
-            self.command_encoding = "utf-8"
-        self.putcmd("mail", f"FROM:<{sender}>{self._options(options)}")
-        return self.getreply()
-
-    def rcpt(self, recip: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
-        self.putcmd("rcpt", f"TO:<{recip}>{self._options(options)}")
-        return self.getreply()
-
-    def _options(self, options: Sequence[str]) -> str:
-        return " " + " ".join(options) if options and self.does_esmtp else ""
-
-    def data(self, msg: ReadableBuffer | str) -> tuple[int, bytes]:
-        self.data_started = True
-        crash_point("smtp-data")
-        reply = super().data(msg)
-        crash_point("smtp-accepted")
-        self.data_reply = reply
-        return reply
-
-    def next_mail(self) -> None:
-        """Forget the last mail's state (its DATA reply, SMTPUTF8) before the next one."""
-        self.data_reply = None
-        self.data_started = False
-        self.command_encoding = "ascii"
-
-
-class _SMTPSSL(smtplib.SMTP_SSL, _SMTP):
-    """The implicit-TLS variant, keeping the DATA reply too."""
 
 
 class _Stale(Exception):
@@ -394,13 +349,11 @@ def _log_retry(state: RetryCallState, message_id: str | None) -> None:
 
 
 def _send(client: _SMTP, envelope: Envelope) -> dict[str, tuple[int, bytes]]:
-    """``sendmail`` from the envelope's sender to its recipients, with SMTPUTF8 when an
-    envelope address needs it; the message without its ``Bcc`` header and without rewriting a
-    body line that starts ``From `` (as Django's SMTP backend sends ``as_bytes()``)."""
+    """The transaction (``sendmail``'s, pipelined where offered) from the envelope's sender to
+    its recipients, with SMTPUTF8 when an envelope address needs it; the message without its
+    ``Bcc`` header and without rewriting a body line that starts ``From `` (as Django's SMTP
+    backend sends ``as_bytes()``)."""
     international = envelope.smtputf8
     options = ("SMTPUTF8", "BODY=8BITMIME") if international else ()
     data = wire_bytes(envelope.message, utf8=international)
-    refused = client.sendmail(
-        envelope.sender, list(envelope.recipients), data, mail_options=options
-    )
-    return dict(refused)
+    return client.transaction(envelope.sender, list(envelope.recipients), data, options)
