@@ -15,7 +15,7 @@ before the next mail without a command (its socket has a ``421`` or an end of fi
 fresh connection at once; so is one that dies before the mail's data began (nothing of the
 mail was accepted). One that dies after it began is today's rule for any connection: retried,
 with the caveat of the class. A server that offers ``PIPELINING`` gets a mail's ``MAIL FROM``,
-``RCPT TO`` and ``DATA`` in one write (:mod:`mailer.mail.transports.smtp_client`): one round
+``RCPT TO`` and ``DATA`` in one write (:mod:`mailer.mail.transports.smtp_sessions`): one round
 trip where there were three, the same outcomes.
 """
 
@@ -50,9 +50,15 @@ from mailer.mail.transports.base import (
     wire_bytes,
 )
 from mailer.mail.transports.retrying import worth_retrying
-from mailer.mail.transports.smtp_client import _SMTP, _SMTPSSL
 from mailer.mail.transports.smtp_errors import smtp_send_error, text_of
-from mailer.mail.transports.smtp_sessions import Session, Sessions, quiet, quit_session
+from mailer.mail.transports.smtp_sessions import (
+    _SMTP,
+    _SMTPSSL,
+    Session,
+    Sessions,
+    quiet,
+    quit_session,
+)
 from mailer.mail.transports.smtp_tls import warn_unverified
 from mailer.mail.transports.smtp_url import SCHEMES, Security, url_options
 
