@@ -1,6 +1,6 @@
 """The one table: each headline figure as a ratio to its floor measured in the same run.
 
-A program, not a test: ``make bench`` runs it first (``python -m benchmarks.table``), about three
+A program, not a test: ``make bench`` runs it first (``python -m benchmarks.table``), about four
 minutes on a 2-core machine. The README's and docs/explanation/performance.md's tables
 come from its output. Floors, each measured by this program in this run:
 
@@ -11,12 +11,21 @@ come from its output. Floors, each measured by this program in this run:
 - **the lower bound** (information): a script making only the Redis calls an exact decision on
   the server's clock cannot do without (``TIME``, ``GET``, and ``SET`` for an admission), no
   decision, same client path and rounds (:mod:`benchmarks.decision`);
+- **the reference policy without a provider scope**: the same decisions under the reference
+  policy plus ``provider: 2000/1h fixed; provider google: 50/1s gcra, 20000/1h fixed``,
+  recipients over four providers, the finder warm (:mod:`benchmarks.provider_scope`): the
+  server's and the client's time per decision, with against without, for information;
 - **unguarded task**: a Celery task that builds and sends the same mail with no guard, drained
   by the same worker in interleaved batches (:mod:`benchmarks.guard`);
 - **plain task**: Redis commands per sent mail from ``.delay()`` in a process of its own to the
   stored result, every server counted, against a plain Celery task on the same broker and
   backend: one Redis laid out as the README deploys it, and broker and ledger on two servers
   (:mod:`benchmarks.per_mail`);
+- **a connection per mail**: SMTP through a STARTTLS + AUTH Postfix on loopback, its queue on
+  disk (:mod:`benchmarks.smtp_reuse` ``--postfix``): the mails a second of a connection carrying
+  up to 100 mails against a connection per mail (connect, EHLO, STARTTLS, EHLO, AUTH, the mail,
+  QUIT: a plain Celery task's way), rounds alternating, Postfix's Maildirs checked to hold each
+  mail once;
 - bytes per waiting mail have no floor: a real worker parks a thousand mails
   (:mod:`benchmarks.schedule`), and copies of what they wrote (schedule, result records,
   ledger) fill a fresh Redis to 32 768-65 536 waiting mails (:mod:`benchmarks.waiting_scale`):
@@ -32,7 +41,8 @@ come from its output. Floors, each measured by this program in this run:
   parked on one node, 30 000 on a three-node Cluster): promotion lateness p99 against its
   target, and the fullest Cluster node against the mean of the three.
 
-``--decision`` runs the decision rows only (about ten seconds); ``--bytes`` the bytes rows only
+``--decision`` runs the decision rows only, the provider scope's included (about twenty
+seconds); ``--bytes`` the bytes rows only
 (about a minute).
 """
 
@@ -47,8 +57,10 @@ from benchmarks import (
     guard,
     limiter,
     per_mail,
+    provider_scope,
     schedule,
     schedule_scale,
+    smtp_reuse,
     waiting_scale,
 )
 from benchmarks.limiter import _machine
@@ -112,6 +124,30 @@ def decision_rows(figures: dict[str, decision.Figures]) -> list[Row]:
                 f"(no-op {noop.server_us:.2f}, bound {bound.server_us:.2f})",
                 ">= 1.00",
                 _met(ours.server_us <= seed.server_us),
+            )
+        )
+    return rows
+
+
+def provider_rows(figures: provider_scope.Figures) -> list[Row]:
+    """The decision with a provider scope against without, same rounds: the server's time per
+    decision, then the client's (round trip included)."""
+    with_, without = provider_scope.CONTENDERS[1], provider_scope.CONTENDERS[0]
+    rows: list[Row] = []
+    for label, figure in (
+        ("decision with a provider scope: server time per decision, us", figures.server_us),
+        ("  same, client time per decision, us (round trip)", figures.client_us),
+    ):
+        low, high = figures.spread(figure)
+        rows.append(
+            (
+                label,
+                f"{figures.median(figure, with_):.1f}",
+                f"without {figures.median(figure, without):.1f} / {figures.ratio(figure):.2f} "
+                f"({low:.2f}-{high:.2f}; admitted {figures.median(figures.admitted, with_):.0%} "
+                f"/ {figures.median(figures.admitted, without):.0%})",
+                "information",
+                "",
             )
         )
     return rows
@@ -244,6 +280,23 @@ def scale_rows() -> list[Row]:
     ]
 
 
+def smtp_rows(mails: int = 300, rounds: int = 5) -> list[Row]:
+    """Reuse against a connection per mail through a Postfix started here (root, Debian's
+    postfix): mails a second, the median of the rounds' ratios, and its range."""
+    figures, _ = smtp_reuse.collect_postfix(mails, rounds, quiet=True)
+    paired = figures.paired
+    return [
+        (
+            "SMTP via Postfix, STARTTLS + AUTH, queue on disk: mails/s, up to 100 a connection",
+            f"{figures.median('reuse'):,.0f}",
+            f"a connection per mail {figures.median('per mail'):,.0f} / {figures.ratio:.2f}x "
+            f"(rounds {min(paired):.2f}-{max(paired):.2f})",
+            f">= {smtp_reuse.TARGET:g}x",
+            _met(figures.ratio >= smtp_reuse.TARGET),
+        )
+    ]
+
+
 def print_table(rows: list[Row]) -> None:
     """``rows`` under a header, columns padded."""
     rows = [("measure", "value", "floor / ratio", "target", "met"), *rows]
@@ -265,7 +318,10 @@ def main() -> None:
         version = redis.Redis.from_url(server.url).info("server")["redis_version"]
         print(f"machine: {_machine()}, redis-server {version} on loopback; load {_load()}")
         only_bytes = "--bytes" in sys.argv[1:]
-        rows = [] if only_bytes else decision_rows(decision.measure(server.url))
+        rows = []
+        if not only_bytes:
+            rows = decision_rows(decision.measure(server.url))
+            rows += provider_rows(provider_scope.measure(server.url))
     finally:
         server.cleanup()
     if "--decision" not in sys.argv[1:]:
@@ -275,7 +331,7 @@ def main() -> None:
         waiting = schedule.run_design("parked", "5s", WAITING_MAILS, 60.0, waiting_only=True)
         rows += waiting_rows(waiting)
         if not only_bytes:
-            rows += gcra_rows() + scale_rows()
+            rows += gcra_rows() + scale_rows() + smtp_rows()
     print(
         f"(load at the end {_load()}; rates are medians over {decision.ROUNDS} interleaved "
         "rounds, a ratio of rates the median of the rounds' ratios)"

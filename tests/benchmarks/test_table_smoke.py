@@ -19,6 +19,7 @@ from benchmarks import (
     guard,
     limiter,
     per_mail,
+    provider_scope,
     schedule,
     schedule_scale,
     table,
@@ -53,6 +54,17 @@ def test_the_decision_rows(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(decision, "ROUNDS", 2)
     monkeypatch.setattr(decision, "CALLS", 50)
     well_formed(table.decision_rows(decision.measure(redis_url)), 8)
+
+
+def test_the_provider_scope_rows(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The decision with a provider scope against without (its own DNS server for the warm-up;
+    the program checks that the decisions asked it nothing): two rows; without the scope
+    every decision admits."""
+    monkeypatch.setattr(provider_scope, "ROUNDS", 2)
+    monkeypatch.setattr(provider_scope, "CALLS", 50)
+    figures = provider_scope.measure(redis_url)
+    assert figures.admitted[provider_scope.CONTENDERS[0]] == [1.0, 1.0]
+    well_formed(table.provider_rows(figures), 2)
 
 
 def test_the_guard_and_waiting_rows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,3 +105,9 @@ def test_the_gcra_and_scale_rows(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = table.scale_rows()
     well_formed(rows, 2)
     assert rows[0][4] == "yes", "every mail of the slice promoted, none over a second late"
+
+
+def test_the_smtp_reuse_row() -> None:
+    """Reuse against a connection per mail through a Postfix of its own (its Maildirs checked
+    by the program to hold each mail once): one row."""
+    well_formed(table.smtp_rows(mails=5, rounds=2), 1)

@@ -8,11 +8,15 @@ retried: 5xx replies, TLS certificate errors and missing server features (STARTT
 AUTH), because the same try would fail the same way.
 
 One connection carries several mails (:mod:`mailer.mail.transports.smtp_sessions`: at most
-``session_mails`` mails, idle at most ``session_idle`` seconds; ``RSET`` between mails), so the
-TLS handshake and AUTH are paid once per session, not per mail. A session the server closed
-while idle is found by that ``RSET`` and replaced by a fresh connection at once; so is one that
-dies before the mail's ``DATA`` began (nothing of the mail was accepted). One that dies after
-``DATA`` began is today's rule for any connection: retried, with the caveat of the class.
+``session_mails`` mails, idle at most ``session_idle`` seconds), so the TLS handshake and AUTH
+are paid once per session, not per mail. A session the server closed while idle is found
+before the next mail without a command (its socket has a ``421`` or an end of file to read:
+:func:`~mailer.mail.transports.smtp_sessions.quiet`, no ``RSET`` round trip) and replaced by a
+fresh connection at once; so is one that dies before the mail's data began (nothing of the
+mail was accepted). One that dies after it began is today's rule for any connection: retried,
+with the caveat of the class. A server that offers ``PIPELINING`` gets a mail's ``MAIL FROM``,
+``RCPT TO`` and ``DATA`` in one write (:mod:`mailer.mail.transports.smtp_sessions`): one round
+trip where there were three, the same outcomes.
 """
 
 from __future__ import annotations
@@ -23,8 +27,7 @@ import socket
 import ssl
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
 from tenacity import (
@@ -37,7 +40,6 @@ from tenacity import (
 )
 
 from mailer import defaults
-from mailer.crashpoints import crash_point
 from mailer.durations import human
 from mailer.errors import PermanentSendError, SendError, mask_url
 from mailer.mail.envelope import Envelope
@@ -49,57 +51,18 @@ from mailer.mail.transports.base import (
 )
 from mailer.mail.transports.retrying import worth_retrying
 from mailer.mail.transports.smtp_errors import smtp_send_error, text_of
-from mailer.mail.transports.smtp_sessions import Session, Sessions, quit_session
+from mailer.mail.transports.smtp_sessions import (
+    _SMTP,
+    _SMTPSSL,
+    Session,
+    Sessions,
+    quiet,
+    quit_session,
+)
 from mailer.mail.transports.smtp_tls import warn_unverified
 from mailer.mail.transports.smtp_url import SCHEMES, Security, url_options
 
-if TYPE_CHECKING:
-    from _typeshed import ReadableBuffer
-
 log = logging.getLogger(__name__)
-
-
-class _SMTP(smtplib.SMTP):
-    """``smtplib.SMTP`` that keeps the reply to DATA, which ``sendmail`` throws away, and
-    writes ``MAIL FROM`` and ``RCPT TO`` with the envelope's checked addresses as they are
-    (``smtplib``'s own would parse each one again: ``quoteaddr``)."""
-
-    data_reply: tuple[int, bytes] | None = None
-    #: True once this mail's ``DATA`` command went out (a failure then may have delivered it).
-    data_started = False
-
-    def mail(self, sender: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
-        if any(option.lower() == "smtputf8" for option in options) and self.does_esmtp:
-            if not self.has_extn("smtputf8"):
-                raise smtplib.SMTPNotSupportedError("SMTPUTF8 not supported by server")
-            self.command_encoding = "utf-8"
-        self.putcmd("mail", f"FROM:<{sender}>{self._options(options)}")
-        return self.getreply()
-
-    def rcpt(self, recip: str, options: Sequence[str] = ()) -> tuple[int, bytes]:
-        self.putcmd("rcpt", f"TO:<{recip}>{self._options(options)}")
-        return self.getreply()
-
-    def _options(self, options: Sequence[str]) -> str:
-        return " " + " ".join(options) if options and self.does_esmtp else ""
-
-    def data(self, msg: ReadableBuffer | str) -> tuple[int, bytes]:
-        self.data_started = True
-        crash_point("smtp-data")
-        reply = super().data(msg)
-        crash_point("smtp-accepted")
-        self.data_reply = reply
-        return reply
-
-    def next_mail(self) -> None:
-        """Forget the last mail's state (its DATA reply, SMTPUTF8) before the next one."""
-        self.data_reply = None
-        self.data_started = False
-        self.command_encoding = "ascii"
-
-
-class _SMTPSSL(smtplib.SMTP_SSL, _SMTP):
-    """The implicit-TLS variant, keeping the DATA reply too."""
 
 
 class _Stale(Exception):
@@ -280,7 +243,7 @@ class SmtpTransport:
         self.sessions.close()
 
     def _attempt(self, envelope: Envelope) -> tuple[int, str, tuple[RefusedRecipient, ...]]:
-        """One try: on an idle session (checked with ``RSET``), else, or when that session
+        """One try: on an idle session (if :func:`quiet`), else, or when that session
         turns out dead before the mail's DATA, on a fresh connection. The DATA reply and the
         recipients refused at RCPT while others were accepted, or the ``SendError`` it
         raised."""
@@ -318,9 +281,10 @@ class SmtpTransport:
         client = session.client
         assert isinstance(client, _SMTP)
         client.next_mail()
+        if reused and not quiet(client):
+            quit_session(client)
+            raise _Stale
         try:
-            if reused:
-                _reset(client)
             refused = _send(client, envelope)
             code, text = client.data_reply or (250, b"")
         except (smtplib.SMTPException, OSError) as exc:
@@ -353,17 +317,6 @@ class SmtpTransport:
         if self._ssl_context is None:
             self._ssl_context = ssl.create_default_context()
         return self._ssl_context
-
-
-def _reset(client: _SMTP) -> None:
-    """``RSET`` on a reused session: ``_Stale`` (and the session closed) unless it answers 250."""
-    try:
-        code, _ = client.rset()
-    except (smtplib.SMTPException, OSError):
-        code = 0
-    if code != 250:
-        quit_session(client)
-        raise _Stale
 
 
 def _refused(
@@ -402,13 +355,11 @@ def _log_retry(state: RetryCallState, message_id: str | None) -> None:
 
 
 def _send(client: _SMTP, envelope: Envelope) -> dict[str, tuple[int, bytes]]:
-    """``sendmail`` from the envelope's sender to its recipients, with SMTPUTF8 when an
-    envelope address needs it; the message without its ``Bcc`` header and without rewriting a
-    body line that starts ``From `` (as Django's SMTP backend sends ``as_bytes()``)."""
+    """The transaction (``sendmail``'s, pipelined where offered) from the envelope's sender to
+    its recipients, with SMTPUTF8 when an envelope address needs it; the message without its
+    ``Bcc`` header and without rewriting a body line that starts ``From `` (as Django's SMTP
+    backend sends ``as_bytes()``)."""
     international = envelope.smtputf8
     options = ("SMTPUTF8", "BODY=8BITMIME") if international else ()
     data = wire_bytes(envelope.message, utf8=international)
-    refused = client.sendmail(
-        envelope.sender, list(envelope.recipients), data, mail_options=options
-    )
-    return dict(refused)
+    return client.transaction(envelope.sender, list(envelope.recipients), data, options)

@@ -1,12 +1,16 @@
 """SMTP sessions kept between mails, against a real aiosmtpd server (STARTTLS + AUTH where the
 reuse is the point): one connection carries several mails, the count and the idle bounds open
-another, a session the server dropped is replaced without losing or doubling a mail, a forked
-child never touches its parent's connection. Connections are counted by the server."""
+another, a session the server dropped (or closed with a ``421``) is replaced without losing or
+doubling a mail and found so without a command, a forked child never touches its parent's
+connection. Connections are counted by the server."""
 
 from __future__ import annotations
 
 import os
+import smtplib
+import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -16,6 +20,8 @@ from mailer.clock import ManualClock
 from mailer.mail.envelope import Envelope, envelope_of
 from mailer.mail.message import Mail
 from mailer.mail.transports import SmtpTransport
+from mailer.mail.transports import smtp as smtp_module
+from mailer.mail.transports.smtp_sessions import quiet
 
 
 def envelope(n: int, to: str = "ada@example.com") -> Envelope:
@@ -61,8 +67,9 @@ def tls_transport(
 def test_one_session_carries_many_mails_with_one_handshake_and_login(
     tls_server: SmtpTestServer, test_certificate: TestCertificate
 ) -> None:
-    """Ten mails: one connection, one STARTTLS, one AUTH, RSET before each reuse, each mail
-    delivered once, in order."""
+    """Ten mails: one connection, one STARTTLS, one AUTH, no command between mails (no RSET,
+    no NOOP: a TLS session ticket does not look like a closed session), each mail delivered
+    once, in order."""
     transport = tls_transport(tls_server, test_certificate)
     receipts = [transport.send(envelope(n)) for n in range(10)]
     assert [r.attempts for r in receipts] == [1] * 10
@@ -70,7 +77,7 @@ def test_one_session_carries_many_mails_with_one_handshake_and_login(
     assert tls_server.connections == 1
     assert tls_server.handler.logins == [(b"ada", b"s3cret")]
     assert len(tls_server.handler.peer_certs) == 1  # one TLS handshake
-    assert tls_server.handler.rset_commands == 9
+    assert tls_server.handler.rset_commands == tls_server.handler.noop_commands == 0
     transport.close()
     assert len(transport.sessions) == 0
 
@@ -118,8 +125,8 @@ def test_a_session_the_server_dropped_between_mails_loses_and_doubles_nothing(
     tls_server: SmtpTestServer, test_certificate: TestCertificate
 ) -> None:
     """The server closes the idle connections after each mail: every next mail finds its
-    session dead (RSET), opens another at once (not a retry: one attempt) and is delivered
-    once."""
+    session closed before it sends a command, opens another at once (not a retry: one attempt)
+    and is delivered once."""
     transport = tls_transport(tls_server, test_certificate)
     for n in range(4):
         receipt = transport.send(envelope(n))
@@ -131,13 +138,15 @@ def test_a_session_the_server_dropped_between_mails_loses_and_doubles_nothing(
 
 
 def test_a_session_dropped_at_mail_from_is_replaced_before_data(
-    smtp_server: SmtpTestServer,
+    smtp_server: SmtpTestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The server answers RSET, then drops the connection at the next command (MAIL FROM):
-    nothing of the mail went out, so it goes on a fresh connection at once, delivered once."""
+    """The session looked open when the mail took it, then the connection dropped (the server
+    died after the check): MAIL FROM fails with no reply, nothing of the mail went out, so it
+    goes on a fresh connection at once, delivered once."""
     transport = SmtpTransport("127.0.0.1", smtp_server.port, sleep=no_sleep)
     transport.send(envelope(0))
-    smtp_server.drop_after_reset()
+    smtp_server.drop_sessions()
+    monkeypatch.setattr(smtp_module, "quiet", lambda client: True)
     receipt = transport.send(envelope(1))
     assert receipt.attempts == 1
     assert subjects(smtp_server) == ["Mail 0", "Mail 1"]
@@ -187,7 +196,6 @@ def test_a_forked_child_never_uses_its_parents_session(smtp_server: SmtpTestServ
     transport.send(envelope(2))
     assert subjects(smtp_server) == ["Mail 0", "Mail 1", "Mail 2"]
     assert smtp_server.connections == 2  # the parent's one, the child's one
-    assert smtp_server.handler.rset_commands == 1  # the parent's reuse; the child reused none
 
 
 def test_threads_never_share_a_session(smtp_server: SmtpTestServer) -> None:
@@ -213,3 +221,104 @@ def test_threads_never_share_a_session(smtp_server: SmtpTestServer) -> None:
         f"Mail {10 * t + n}" for t in range(4) for n in range(5)
     )
     assert 1 <= smtp_server.connections <= 4
+
+
+def test_a_quiet_session_is_one_whose_server_wrote_nothing() -> None:
+    """``quiet`` asks the socket alone: nothing to read is quiet; a ``421`` the server wrote
+    as it closes an idle session, an end of file or no socket at all is not; asking reads
+    nothing from a quiet session."""
+    client = smtplib.SMTP()
+    assert not quiet(client)  # never connected
+    ours, servers = socket.socketpair()
+    with ours, servers:
+        client.sock = ours
+        assert quiet(client)
+        assert quiet(client)  # asking twice changes nothing
+        servers.sendall(b"421 4.4.2 relay.example Error: timeout exceeded\r\n")
+        assert not quiet(client)
+    other, closed = socket.socketpair()
+    with other:
+        client.sock = other
+        closed.close()
+        assert not quiet(client)
+    client.sock = None
+
+
+class ClosingRelay:
+    """A minimal SMTP relay on loopback that says ``421`` on each connection a moment after it
+    accepted a mail (as a relay closing an idle session), then neither reads nor closes it: a
+    command sent there would be answered by that 421 (:meth:`after_421` tells what came).
+    Counts its connections and the mails it accepted."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.connections = 0
+        self.mails: list[bytes] = []
+        self.said_421: list[socket.socket] = []  # kept open until the end
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:  # closed: the test is over
+                return
+            self.connections += 1
+            with conn.makefile("rb") as lines:
+                self._session(conn, lines)
+
+    def _session(self, conn: socket.socket, lines: object) -> None:
+        conn.sendall(b"220 closing.test ESMTP\r\n")
+        for line in lines:  # type: ignore[attr-defined]
+            verb = line[:4].upper()
+            if verb == b"DATA":
+                conn.sendall(b"354 go ahead\r\n")
+                body = b"".join(iter(lines.readline, b".\r\n"))  # type: ignore[attr-defined]
+                self.mails.append(body)
+                conn.sendall(b"250 2.0.0 queued\r\n")
+                time.sleep(0.05)  # idle: then the relay's timeout
+                conn.sendall(b"421 4.4.2 closing.test Error: timeout exceeded\r\n")
+                self.said_421.append(conn)
+                return
+            conn.sendall(b"221 bye\r\n" if verb == b"QUIT" else b"250 ok\r\n")
+            if verb == b"QUIT":
+                break
+        conn.close()
+
+    def after_421(self) -> list[bytes]:
+        """What each connection that was told 421 received since (``b""``: nothing, or QUIT)."""
+        received = []
+        for conn in self.said_421:
+            conn.settimeout(0.5)
+            try:
+                data = conn.recv(4096)
+            except TimeoutError:
+                data = b""
+            received.append(b"" if data.upper().startswith(b"QUIT") else data)
+        return received
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self.said_421:
+            conn.close()
+
+
+def test_a_session_the_server_closed_with_421_is_replaced_without_a_try() -> None:
+    """A relay that says ``421`` and closes an idle session: the next mail finds it so without
+    a command (nothing but ``QUIT`` reaches that connection), opens another at once (one
+    attempt), delivered once."""
+    relay = ClosingRelay()
+    try:
+        transport = SmtpTransport("127.0.0.1", relay.port, sleep=no_sleep, max_attempts=1)
+        for n in range(3):
+            receipt = transport.send(envelope(n))
+            assert receipt.attempts == 1
+            time.sleep(0.2)  # the relay's 421 has come
+        assert relay.connections == 3
+        assert relay.after_421()[:2] == [b"", b""]
+        assert [b"Subject: Mail %d" % n in mail for n, mail in enumerate(relay.mails)] == [True] * 3
+        transport.close()
+    finally:
+        relay.close()
