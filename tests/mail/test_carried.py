@@ -25,9 +25,10 @@ from mailer.mail.transports.base import Transport
 from mailer.mail.transports.django_backend import DjangoTransport
 from mailer.mail.transports.smtp import SmtpTransport
 from mailer.records.ledger import MemoryLedger
-from tests.mail.transports.test_transport_ses import REGION, aws_env, moto_url, sent_raw
+from tests.mail.transports.test_transport_ses import REGION, moto_url, sent_raw
 
-__all__ = ["aws_env", "moto_url"]  # the SES fixtures, used here as in test_transport_ses.py
+__all__ = ["moto_url"]  # the SES fixture, used here as in test_transport_ses.py
+pytestmark = pytest.mark.usefixtures("aws_env")  # tests/mail/conftest.py
 
 if not settings.configured:  # as workers/django/test_django.py configures it: whichever first
     settings.configure(
