@@ -28,7 +28,6 @@ from mailer.records.ledger import MemoryLedger
 from tests.mail.transports.test_transport_ses import REGION, moto_url, sent_raw
 
 __all__ = ["moto_url"]  # the SES fixture, used here as in test_transport_ses.py
-pytestmark = pytest.mark.usefixtures("aws_env")  # tests/mail/conftest.py
 
 if not settings.configured:  # as workers/django/test_django.py configures it: whichever first
     settings.configure(
@@ -40,6 +39,8 @@ if not settings.configured:  # as workers/django/test_django.py configures it: w
 from django.core.mail import EmailMessage
 
 from workers.django import task_kwargs
+
+pytestmark = pytest.mark.usefixtures("aws_env")  # tests/mail/conftest.py
 
 SMTP_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
 SUBSCRIBERS = ["ada@example.com", "bob@example.com"]
