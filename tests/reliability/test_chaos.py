@@ -34,7 +34,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import CeleryWorker, client_app, start_all, stop_all, worker_env
 from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
@@ -117,8 +117,7 @@ class Stack:
         self.killed: set[int] = set()
         self.task_ids: list[str] = []  # every mail enqueued (see close)
         self.mail_tasks: dict[str, str] = {}  # the task id of each mail of the load, by mail id
-        for worker in self.workers:
-            worker.start()
+        start_all(self.workers)
 
     def kill_main(self, index: int) -> float:
         """SIGKILL worker ``index`` (main and children), as a crash would; start a new one.
@@ -141,8 +140,7 @@ class Stack:
         for task_id in self.task_ids:
             with contextlib.suppress(Exception):
                 consumer.cancel_for(task_id)
-        for worker in self.workers:
-            worker.stop(timeout=10)
+        stop_all(self.workers, timeout=10)
         self.app.close()
         tasks.use_settings(self.previous)
         self.smtp.stop()
