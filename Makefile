@@ -45,11 +45,11 @@ test-fast: install
 
 ## flake: the reliability tests (every crash point, the broker restarts, the drain's spacing,
 ## chaos, a hold's slow start, every worker killed with parked mails) and every test of a time
-## promise on real workers (the newsletter's code mails and pacing, late runs and a stopped
-## worker's mails, the order streams' spacing, the README walk's slots, a new policy within a
-## second, the demo's slots, anvil's windows) FLAKE_RUNS times in a row (default 20) while a
-## busy loop per core keeps the CPU busy; prints "N passed, M failed" and fails if any run
-## failed (.ci/flake keeps each failed run's log).
+## promise on real workers (the newsletter's and the priorities' code mails and pacing, late
+## runs and a stopped worker's mails, the order streams' spacing, the README walk's slots, a
+## new policy within a second, the demo's slots, anvil's windows) FLAKE_RUNS times in a row
+## (default 20) while a busy loop per core keeps the CPU busy; prints "N passed, M failed" and
+## fails if any run failed (.ci/flake keeps each failed run's log).
 FLAKE_RUNS ?= 20
 FLAKE_TESTS ?= tests/reliability/crash \
 	tests/reliability/test_faults_crash.py::test_a_broker_restart_with_countdown_held_mails \
@@ -61,7 +61,7 @@ FLAKE_TESTS ?= tests/reliability/crash \
 	tests/workers/celery/test_parking.py::test_every_worker_killed_with_parked_mails \
 	tests/reliability/test_quorum_failover.py \
 	tests/reliability/test_sentinel_failover.py \
-	tests/workers/celery/test_newsletter.py \
+	tests/workers/celery/test_newsletter.py tests/workers/celery/test_priority.py \
 	tests/guard/test_timing.py \
 	tests/workers/celery/test_order_worker.py \
 	tests/workers/celery/test_readme_walk_worker.py \
