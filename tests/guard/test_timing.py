@@ -51,6 +51,14 @@ def closest_gap(smtp: SmtpTestServer, *, recipients: int, each: int) -> float:
     return min(b - a for times in received.values() for a, b in pairwise(sorted(times)))
 
 
+#: Seconds two outcomes' ``admitted_at`` may disagree with the limiter's own admissions: the
+#: stamp is taken once the limiter's answer is back (a process descheduled in between stamps
+#: later), on the process's estimate of the Redis server's clock (``Limiter.now``: ``TIME`` read
+#: once every 10 s and carried forward on the monotonic clock), so two stamps differ by those
+#: delays (tests/reliability/test_drain_worker.py saw 13 ms beside two busy loops).
+STAMP = 0.05
+
+
 def closest_admissions(outcomes: list[dict[str, object]]) -> float:
     """The closest two sent mails to one recipient were admitted, by their outcomes'
     ``admitted_at`` (the limiter's clock, where the spacing is promised), in seconds."""
@@ -249,7 +257,7 @@ def test_a_stopped_worker_does_not_bunch_late_mails(
     print(f"closest two mails to one recipient: admitted {closest:.2f} s, arrived {arrived:.2f} s")
     # The promise is the policy's spacing less MAILGUARD_LATE_TOLERANCE (1 s by default): a run
     # late by less keeps its slot. That still tells re-booking (>= 1 s) from bunching (0.06 s).
-    promise = 2.0 - defaults.LATE_TOLERANCE
+    promise = 2.0 - defaults.LATE_TOLERANCE - STAMP
     assert closest >= promise, f"two mails to one recipient admitted {closest:.2f} s apart"
 
 
@@ -359,5 +367,5 @@ def test_an_overloaded_worker_never_sends_two_mails_to_one_recipient_too_close(
         f" {rebooked} mails re-booked"
     )
     # A run late by up to the tolerance keeps its slot (so the promise is 1 s less that).
-    promise = 1.0 - OVERLOAD_TOLERANCE
+    promise = 1.0 - OVERLOAD_TOLERANCE - STAMP
     assert closest >= promise, f"two mails to one recipient admitted {closest:.2f} s apart"
