@@ -56,6 +56,7 @@ FLAKE_TESTS ?= tests/reliability/crash \
 	tests/reliability/test_faults_crash.py::test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice \
 	tests/reliability/test_faults_crash.py::test_a_killed_worker_s_countdowns_are_sent_on_time \
 	tests/reliability/test_drain_worker.py tests/reliability/test_chaos.py \
+	tests/reliability/test_chaos_smtp.py \
 	tests/reliability/test_faults_clock.py \
 	tests/workers/celery/test_pace_worker.py \
 	tests/workers/celery/test_parking.py::test_every_worker_killed_with_parked_mails \

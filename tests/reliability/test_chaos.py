@@ -16,7 +16,9 @@ kind of fault mid-run, and ends with an audit taken from the SMTP server's own l
 - **worker deaths**: worker main processes that exited without the test killing them: 0.
 
 The figures of each run are printed (``pytest -s``) and the README's reliability section quotes
-them.
+them. SMTP faults (451s, a 550, dropped connections, one accepted-then-dropped) are in
+``test_chaos_smtp.py``, on this stack: a file of its own, so that the suite's processes (one
+file each) run it beside these.
 """
 
 from __future__ import annotations
@@ -149,8 +151,9 @@ class Stack:
         self.results.cleanup()
 
 
-@pytest.fixture
-def stack_factory() -> Iterator[Callable[..., Stack]]:
+def stacks() -> Iterator[Callable[..., Stack]]:
+    """A factory of :class:`Stack` (``broker``, ``MAILGUARD_*`` overrides), each closed after
+    the test: ``stack_factory`` here and in ``test_chaos_smtp.py``."""
     made: list[Stack] = []
 
     def make(broker: str = "redis", **settings: str) -> Stack:
@@ -160,6 +163,11 @@ def stack_factory() -> Iterator[Callable[..., Stack]]:
     yield make
     for stack in reversed(made):  # the settings each put in force restored in turn
         stack.close()
+
+
+@pytest.fixture
+def stack_factory() -> Iterator[Callable[..., Stack]]:
+    yield from stacks()
 
 
 def load(stack: Stack, prefix: str) -> dict[str, AsyncResult[Any]]:
@@ -400,32 +408,6 @@ def test_the_limiter_redis_frozen(stack_factory: Callable[..., Stack]) -> None:
     time.sleep(3.0)
     os.kill(stack.store.process.pid, signal.SIGCONT)
     check(audit(stack, settle(results, 60)), "limiter freeze")
-
-
-def test_smtp_faults(stack_factory: Callable[..., Stack]) -> None:
-    """451s, a 550, dropped connections and one accepted-then-dropped: one counted duplicate."""
-    stack = stack_factory()
-    stack.smtp.fail_data("451 4.3.0 try later", times=3)
-    stack.smtp.fail_rcpt("451 4.3.0 try later", times=2)
-    stack.smtp.drop_connection(times=2)
-    results = load(stack, "smtp")
-    time.sleep(1.5)
-    stack.smtp.accept_then_drop(times=1)
-    # The 550 only once the accepted-then-dropped mail has been sent again: armed earlier, it
-    # could answer that very retry (a legitimate outcome, but then no duplicate to count).
-    poll(
-        lambda: (
-            max(Counter(d.message["Message-ID"] for d in stack.smtp.delivered).values(), default=0)
-            == 2
-        ),
-        60,
-        "the accepted-then-dropped mail sent again",
-    )
-    stack.smtp.fail_data("550 5.1.1 user unknown", times=1)
-    result = audit(stack, settle(results, 90))
-    check(result, "smtp faults", duplicates=1, failed=1)
-    copies = Counter(d.message["Message-ID"] for d in stack.smtp.delivered)
-    assert max(copies.values()) == 2, "the duplicate carries the same Message-ID"
 
 
 def test_a_hostile_burst_beside_real_mail(stack_factory: Callable[..., Stack]) -> None:
