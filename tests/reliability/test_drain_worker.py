@@ -98,7 +98,10 @@ def test_a_backlog_drains_with_the_spacing_kept_and_no_mail_moving_back_for_long
         f"{min(arrivals):.3f} s"
     )
     assert close == [], f"{len(close)} pairs admitted closer than the promise: {least}"
-    assert "after its slot: sent now" in log, "the backlog made runs late"
+    # The backlog made runs late: kept within the tolerance ("sent now"), or booked again past
+    # it (beside two busy loops, one run in 20 had every late run past the 100 ms).
+    late = "after its slot: sent now" in log or BOOKED_AGAIN.search(log) is not None
+    assert late, "the backlog made runs late"
     again = Counter(BOOKED_AGAIN.findall(log))
     # Each time a late mail is booked again, a mail of its recipient was sent less than the
     # spacing before (a distinct one each time): no mail moves back more often than its
