@@ -44,17 +44,33 @@ test-fast: install
 	$(BIN)/python -m pytest -m "not server" -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS)
 
 ## flake: the reliability tests (every crash point, the broker restarts, the drain's spacing,
-## chaos, a hold's slow start, every worker killed with parked mails) FLAKE_RUNS times in a row (default 20) while a busy loop per core keeps the CPU busy;
-## prints "N passed, M failed" and fails if any run failed (.ci/flake keeps each failed run's log).
+## chaos, a hold's slow start, every worker killed with parked mails) and every test of a time
+## promise on real workers (the newsletter's and the priorities' code mails and pacing, late
+## runs and a stopped worker's mails, the order streams' spacing, the README walk's slots, a
+## new policy within a second, the demo's slots, anvil's windows) FLAKE_RUNS times in a row
+## (default 20) while a busy loop per core keeps the CPU busy; prints "N passed, M failed" and
+## fails if any run failed (.ci/flake keeps each failed run's log).
 FLAKE_RUNS ?= 20
 FLAKE_TESTS ?= tests/reliability/crash \
 	tests/reliability/test_faults_crash.py::test_a_broker_restart_with_countdown_held_mails \
 	tests/reliability/test_faults_crash.py::test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice \
+	tests/reliability/test_faults_crash.py::test_a_killed_worker_s_countdowns_are_sent_on_time \
 	tests/reliability/test_drain_worker.py tests/reliability/test_chaos.py \
+	tests/reliability/test_chaos_smtp.py \
+	tests/reliability/test_faults_clock.py \
 	tests/workers/celery/test_pace_worker.py \
 	tests/workers/celery/test_parking.py::test_every_worker_killed_with_parked_mails \
 	tests/reliability/test_quorum_failover.py \
-	tests/reliability/test_sentinel_failover.py
+	tests/reliability/test_sentinel_failover.py \
+	tests/workers/celery/test_newsletter.py tests/workers/celery/test_priority.py \
+	tests/guard/test_timing.py \
+	tests/workers/celery/test_order_worker.py \
+	tests/workers/celery/test_readme_walk_worker.py \
+	tests/workers/celery/test_outage_order_worker.py \
+	tests/workers/celery/test_first_run_killed.py \
+	tests/workers/celery/test_live_policy_workers.py \
+	tests/workers/cli/test_demo.py \
+	tests/relay/test_pace_relay.py
 .PHONY: flake
 flake: install
 	@sh .ci/install-redis

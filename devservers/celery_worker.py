@@ -1,7 +1,9 @@
 """A real Celery worker in a subprocess (``celery -A workers.app worker``), configured by env.
 
 Tests and the guard benchmark start it against their own redis-server (and aiosmtpd), read its
-log, stop it, or kill its main process or a pool child with SIGKILL.
+log, stop it, or kill its main process or a pool child with SIGKILL. :func:`start_all` and
+:func:`stop_all` start and stop several side by side (a start takes a second or two, a warm
+shutdown some 3 s: a fleet's are not added up).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from celery import Celery
@@ -79,6 +82,11 @@ class CeleryWorker:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> CeleryWorker:
+        """Start the worker and wait until it is ready (at most ``timeout`` seconds)."""
+        return self.launch().wait_ready(timeout)
+
+    def launch(self) -> CeleryWorker:
+        """Start the worker's process without waiting for it (:meth:`wait_ready` waits)."""
         self.log_path.write_text("")
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
@@ -108,6 +116,12 @@ class CeleryWorker:
             start_new_session=True,
         )
         log.close()
+        return self
+
+    def wait_ready(self, timeout: float = 30.0) -> CeleryWorker:
+        """Wait until the launched worker logs ``ready.``; kill it and raise if it does not
+        within ``timeout`` seconds (or exits)."""
+        assert self.process is not None, "launch() first"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if "ready." in self.log():
@@ -140,9 +154,36 @@ class CeleryWorker:
 
     def stop(self, timeout: float = 20.0) -> None:
         """Warm shutdown (SIGTERM); SIGKILL if it takes longer than ``timeout`` seconds."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        stop_all([self], timeout)
+
+
+def start_all(workers: Sequence[CeleryWorker], timeout: float = 30.0) -> list[CeleryWorker]:
+    """Start ``workers`` side by side (each process launched, then each waited for), so that
+    a fleet takes one worker's start rather than their sum; every one is killed if one fails."""
+    try:
+        for worker in workers:
+            worker.launch()
+        for worker in workers:
+            worker.wait_ready(timeout)
+    except BaseException:
+        for worker in workers:
+            worker.kill()
+        raise
+    return list(workers)
+
+
+def stop_all(workers: Sequence[CeleryWorker], timeout: float = 20.0) -> None:
+    """Warm shutdown of ``workers`` side by side: SIGTERM to each running one, then each waited
+    for (a warm shutdown takes some 3 s, most of it Celery's pool closing); one that takes longer
+    than ``timeout`` seconds from the signals is killed."""
+    running = [w for w in workers if w.process is not None and w.process.poll() is None]
+    for worker in running:
+        assert worker.process is not None
+        worker.process.terminate()
+    deadline = time.monotonic() + timeout
+    for worker in running:
+        assert worker.process is not None
+        try:
+            worker.process.wait(timeout=max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            worker.kill()

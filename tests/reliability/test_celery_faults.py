@@ -19,7 +19,7 @@ import redis
 from celery import Celery
 from celery.result import AsyncResult
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import CeleryWorker, client_app, stop_all, worker_env
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
@@ -56,8 +56,7 @@ def workers() -> Iterator[list[CeleryWorker]]:
     """Workers started by a test, stopped (or killed) afterwards."""
     started: list[CeleryWorker] = []
     yield started
-    for worker in started:
-        worker.stop(timeout=10)
+    stop_all(started, timeout=10)
 
 
 def start(workers: list[CeleryWorker], env: dict[str, str], **options: object) -> CeleryWorker:

@@ -16,7 +16,9 @@ kind of fault mid-run, and ends with an audit taken from the SMTP server's own l
 - **worker deaths**: worker main processes that exited without the test killing them: 0.
 
 The figures of each run are printed (``pytest -s``) and the README's reliability section quotes
-them.
+them. SMTP faults (451s, a 550, dropped connections, one accepted-then-dropped) are in
+``test_chaos_smtp.py``, on this stack: a file of its own, so that the suite's processes (one
+file each) run it beside these.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import CeleryWorker, client_app, start_all, stop_all, worker_env
 from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
@@ -117,8 +119,7 @@ class Stack:
         self.killed: set[int] = set()
         self.task_ids: list[str] = []  # every mail enqueued (see close)
         self.mail_tasks: dict[str, str] = {}  # the task id of each mail of the load, by mail id
-        for worker in self.workers:
-            worker.start()
+        start_all(self.workers)
 
     def kill_main(self, index: int) -> float:
         """SIGKILL worker ``index`` (main and children), as a crash would; start a new one.
@@ -141,8 +142,7 @@ class Stack:
         for task_id in self.task_ids:
             with contextlib.suppress(Exception):
                 consumer.cancel_for(task_id)
-        for worker in self.workers:
-            worker.stop(timeout=10)
+        stop_all(self.workers, timeout=10)
         self.app.close()
         tasks.use_settings(self.previous)
         self.smtp.stop()
@@ -151,8 +151,9 @@ class Stack:
         self.results.cleanup()
 
 
-@pytest.fixture
-def stack_factory() -> Iterator[Callable[..., Stack]]:
+def stacks() -> Iterator[Callable[..., Stack]]:
+    """A factory of :class:`Stack` (``broker``, ``MAILGUARD_*`` overrides), each closed after
+    the test: ``stack_factory`` here and in ``test_chaos_smtp.py``."""
     made: list[Stack] = []
 
     def make(broker: str = "redis", **settings: str) -> Stack:
@@ -162,6 +163,11 @@ def stack_factory() -> Iterator[Callable[..., Stack]]:
     yield make
     for stack in reversed(made):  # the settings each put in force restored in turn
         stack.close()
+
+
+@pytest.fixture
+def stack_factory() -> Iterator[Callable[..., Stack]]:
+    yield from stacks()
 
 
 def load(stack: Stack, prefix: str) -> dict[str, AsyncResult[Any]]:
@@ -402,32 +408,6 @@ def test_the_limiter_redis_frozen(stack_factory: Callable[..., Stack]) -> None:
     time.sleep(3.0)
     os.kill(stack.store.process.pid, signal.SIGCONT)
     check(audit(stack, settle(results, 60)), "limiter freeze")
-
-
-def test_smtp_faults(stack_factory: Callable[..., Stack]) -> None:
-    """451s, a 550, dropped connections and one accepted-then-dropped: one counted duplicate."""
-    stack = stack_factory()
-    stack.smtp.fail_data("451 4.3.0 try later", times=3)
-    stack.smtp.fail_rcpt("451 4.3.0 try later", times=2)
-    stack.smtp.drop_connection(times=2)
-    results = load(stack, "smtp")
-    time.sleep(1.5)
-    stack.smtp.accept_then_drop(times=1)
-    # The 550 only once the accepted-then-dropped mail has been sent again: armed earlier, it
-    # could answer that very retry (a legitimate outcome, but then no duplicate to count).
-    poll(
-        lambda: (
-            max(Counter(d.message["Message-ID"] for d in stack.smtp.delivered).values(), default=0)
-            == 2
-        ),
-        60,
-        "the accepted-then-dropped mail sent again",
-    )
-    stack.smtp.fail_data("550 5.1.1 user unknown", times=1)
-    result = audit(stack, settle(results, 90))
-    check(result, "smtp faults", duplicates=1, failed=1)
-    copies = Counter(d.message["Message-ID"] for d in stack.smtp.delivered)
-    assert max(copies.values()) == 2, "the duplicate carries the same Message-ID"
 
 
 def test_a_hostile_burst_beside_real_mail(stack_factory: Callable[..., Stack]) -> None:

@@ -22,7 +22,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import CeleryWorker, client_app, start_all, stop_all, worker_env
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
 from mailer.mail.message import message_id
@@ -219,7 +219,7 @@ def test_a_broker_restart_with_countdown_held_mails(
     env = _env(redis_url, smtp_server, broker, MAILGUARD_POLICY="1/5s, 50/1h")
     app = client_app(env)
     schedule = _schedule(redis_url)
-    workers = [CeleryWorker(env, name=f"w{n}").start() for n in range(2)]
+    workers = start_all([CeleryWorker(env, name=f"w{n}") for n in range(2)])
     results = [
         _send(app, f"user{r}@example.com", f"broker-{r}-{n}") for n in range(3) for r in range(6)
     ]
@@ -238,8 +238,7 @@ def test_a_broker_restart_with_countdown_held_mails(
         for worker in workers:
             assert worker.process is not None and worker.process.poll() is None, worker.log()
     finally:
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
         app.close()
     late = _audit(smtp_server, results, back)
     print(
@@ -270,7 +269,7 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
     )
     app = client_app(env)
     previous = tasks.use_settings(Settings.from_env(env))
-    workers = [CeleryWorker(env, name=f"w{n}").start() for n in range(2)]
+    workers = start_all([CeleryWorker(env, name=f"w{n}") for n in range(2)])
     results: list[AsyncResult[Any]] = []
     deaths: list[str] = []
     try:
@@ -300,8 +299,7 @@ def test_broker_kills_mid_traffic_lose_nothing_and_send_nothing_twice(
             mails=results,
         )
     finally:
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
         app.close()
         tasks.use_settings(previous)
     received = _received(smtp_server)

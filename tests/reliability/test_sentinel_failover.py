@@ -36,7 +36,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import CeleryWorker, client_app, start_all, stop_all, worker_env
 from devservers.redis_servers import RedisSentinel, RedisServer
 from devservers.smtp_server import SmtpTestServer
 from mailer import Limiter, Policy
@@ -243,7 +243,7 @@ def test_the_master_killed_while_mails_flow(deployment: RedisSentinel) -> None:
     )
     app = client_app(env)
     previous = tasks.use_settings(Settings.from_env(env))
-    workers = [CeleryWorker(env, name=f"w{n}").start() for n in (1, 2)]
+    workers = start_all([CeleryWorker(env, name=f"w{n}") for n in (1, 2)])
     results: dict[str, list[AsyncResult[Any]]] = {}
     mails = [
         (f"fo-{r}-{n}", f"user{r}@example.com")
@@ -332,8 +332,7 @@ def test_the_master_killed_while_mails_flow(deployment: RedisSentinel) -> None:
         # relay by the failover arrives that much later (figures printed, not a promise).
         assert not dead, "\n".join(w.log()[-3000:] for w in workers)
     finally:
-        for worker in workers:
-            worker.stop(timeout=10)
+        stop_all(workers, timeout=10)
         app.close()
         tasks.use_settings(previous)
         smtp.stop()

@@ -11,7 +11,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import CeleryWorker, client_app, start_all, stop_all, worker_env
 from devservers.smtp_server import SmtpTestServer
 from mailer.mail.message import message_id
 from tests.waiting import poll
@@ -54,7 +54,7 @@ def test_the_holder_killed_another_worker_promotes(
         redis_url, smtp_server.url, MAILGUARD_POLICY="1/3s, 50/1h", MAILGUARD_PARK_AFTER="1s"
     )
     app = client_app(env)
-    workers = [CeleryWorker(env, name=f"w{n}").start() for n in range(2)]
+    workers = start_all([CeleryWorker(env, name=f"w{n}") for n in range(2)])
     try:
         pids = {w.process.pid: w for w in workers if w.process is not None}
         poll(lambda: _holder_pid(ledger) in pids, 15, "one worker to take the lease")
@@ -66,8 +66,7 @@ def test_the_holder_killed_another_worker_promotes(
         poll(lambda: all(r.ready() for r in results), 40, "every mail " + survivor.log()[-2000:])
         assert survivor.process is not None and _holder_pid(ledger) == survivor.process.pid
     finally:
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
         app.close()
     received: dict[str, list[float]] = {}
     for d in smtp_server.delivered:

@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 from celery.result import AsyncResult
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import CeleryWorker, client_app, start_all, stop_all, worker_env
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
@@ -46,7 +46,7 @@ def test_a_throttling_reply_holds_two_workers_then_every_mail_goes_once_in_order
         MAILGUARD_THROTTLE_HOLD="2s",
     )
     app = client_app(env)
-    workers = [CeleryWorker(env, name=f"w{n}").start() for n in (1, 2)]
+    workers = start_all([CeleryWorker(env, name=f"w{n}") for n in (1, 2)])
     smtp_server.fail_rcpt(THROTTLE, times=1)
     try:
         first = _send(app, "user0@example.com", 0)
@@ -57,8 +57,7 @@ def test_a_throttling_reply_holds_two_workers_then_every_mail_goes_once_in_order
         poll(lambda: all(r.ready() for r in results), 20, "every mail to settle")
         logs = "".join(w.log() for w in workers)
     finally:
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
         app.close()
     throttled = _refused_at(smtp_server, "454")
     assert (held["reason"], held["hold"], held["smtp_code"]) == ("held", "sender", 454), held

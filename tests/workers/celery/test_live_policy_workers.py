@@ -16,7 +16,7 @@ from celery import Celery
 from celery.result import AsyncResult
 from click.testing import CliRunner
 
-from devservers.celery_worker import CeleryWorker, client_app, worker_env
+from devservers.celery_worker import CeleryWorker, client_app, start_all, stop_all, worker_env
 from devservers.smtp_server import SmtpTestServer
 from mailer.records.policy import CHECK_EVERY, RedisPolicyStore
 from mailer.storage import client_from_url
@@ -55,7 +55,9 @@ def test_two_workers_take_a_tighter_policy_within_a_second_without_restart(
         for queue in ("mail-a", "mail-b")
     ]
     apps = [client_app(env) for env in envs]
-    workers = [CeleryWorker(env, name=f"w{n}", concurrency=1).start() for n, env in enumerate(envs)]
+    workers = start_all(
+        [CeleryWorker(env, name=f"w{n}", concurrency=1) for n, env in enumerate(envs)]
+    )
     pids = [w.process.pid for w in workers if w.process is not None]
     runner = CliRunner()
     try:
@@ -101,8 +103,7 @@ def test_two_workers_take_a_tighter_policy_within_a_second_without_restart(
             ), (first, second)
         logs = [w.log() for w in workers]
     finally:
-        for worker in workers:
-            worker.stop()
+        stop_all(workers)
         for app in apps:
             app.close()
     for log in logs:

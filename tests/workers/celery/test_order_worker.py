@@ -6,8 +6,9 @@ one recipient under ``1/2s``. Two workers of four pool processes each run them, 
 limiter; the mails reach the aiosmtpd server (``devservers/smtp_server.py``) in their sending
 order, once each, and never closer than the policy allows (``admitted_at``, the limiter's clock,
 by the independent checker of ``tests/limits/order_checker.py``). The same with one worker
-killed (SIGKILL, its pool with it) mid-stream. And the README's step 4 as written: one worker
-of four pool processes, ``1/20s, 3/1h``, mails 2, 3, 4 booked +20 s, +40 s and +1 h.
+killed (SIGKILL, its pool with it) mid-stream. The README's step 4 as written, on one worker:
+``test_readme_walk_worker.py`` (a file of its own: the suite's processes, one file each, run
+it beside these two).
 
 Before the stream a first mail is sent and delivered: the promise holds from the recipient's
 first wait on (a mail that finds its recipient with room goes at once, whatever was sent
@@ -24,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
+from devservers.celery_worker import ROOT, CeleryWorker, client_app, start_all, stop_all, worker_env
 from devservers.smtp_server import SmtpTestServer
 from tests.limits.order_checker import out_of_order, over_limit
 from tests.waiting import poll
@@ -44,14 +45,6 @@ for line in sys.stdin:
     n = int(line)
     result = send_mail.delay("ada@example.com", subject=f"m{n:02d}", body="b", mail_id=f"o-{n}")
     print(result.id, flush=True)
-"""
-#: The README's step 4, in one producer: mail 1 sent (waited for), then mails 2, 3, 4 in turn.
-README_WALK = """
-from workers.tasks import send_mail
-first = send_mail.delay("ada@example.com", subject="Hello", body="The first mail.")
-print(first.id, first.get(timeout=30)["status"], flush=True)
-more = [send_mail.delay("ada@example.com", subject=f"Mail {n}", body="Hello") for n in (2, 3, 4)]
-print(" ".join(m.id for m in more), flush=True)
 """
 
 
@@ -97,10 +90,9 @@ def env(redis_url: str, smtp_server: SmtpTestServer) -> dict[str, str]:
 
 @pytest.fixture
 def workers(env: dict[str, str]) -> Iterator[list[CeleryWorker]]:
-    started = [CeleryWorker(env, concurrency=4, name=f"w{i}").start() for i in (1, 2)]
+    started = start_all([CeleryWorker(env, concurrency=4, name=f"w{i}") for i in (1, 2)])
     yield started
-    for worker in started:
-        worker.stop()
+    stop_all(started)
 
 
 def _stream(env: dict[str, str], smtp_server: SmtpTestServer, kill: CeleryWorker | None) -> None:
@@ -147,42 +139,3 @@ def test_the_order_holds_with_a_worker_killed_mid_stream(
     """The same stream; once a quarter is delivered one worker is killed (SIGKILL): the other
     sends the rest, in their sending order, each once."""
     _stream(env, smtp_server, kill=workers[0])
-
-
-def test_the_readme_walk_books_20s_40s_1h_in_that_order(
-    redis_url: str, smtp_server: SmtpTestServer
-) -> None:
-    """README steps 3-5: ``1/20s, 3/1h``, one worker of four pool processes; mail 1 sent, mails
-    2, 3, 4 sent in turn: 2 leaves at +20 s, 3 at +40 s, 4 stays booked at +1 h, whichever
-    pool process ran which first; each once. (About 45 s: the two slots are waited for.)"""
-    env = worker_env(redis_url, smtp_server.url, MAILGUARD_POLICY="1/20s, 3/1h")
-    worker = CeleryWorker(env, concurrency=4, name="readme").start()
-    app = client_app(env)
-    try:
-        walk = subprocess.run(
-            [sys.executable, "-c", README_WALK],
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), **env},
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        first_line, more_line = walk.stdout.splitlines()
-        first_id, status = first_line.split()
-        assert status == "sent"
-        more = [app.AsyncResult(task_id) for task_id in more_line.split()]
-        t1 = app.AsyncResult(first_id).get(timeout=10)["admitted_at"]
-        mail_2 = more[0].get(timeout=60)
-        mail_3 = more[1].get(timeout=60)
-        poll(lambda: more[2].state == "DEFERRED" and more[2].info["due"] > t1 + 60, 30, "mail 4")
-        mail_4 = more[2].info
-    finally:
-        worker.stop()
-        app.close()
-    assert (mail_2["status"], mail_3["status"]) == ("sent", "sent")
-    assert mail_2["due"] == pytest.approx(t1 + 20, abs=0.002)
-    assert mail_3["due"] == pytest.approx(t1 + 40, abs=0.002)
-    assert mail_4["due"] == pytest.approx(t1 + 3600, abs=0.002)
-    subjects = [str(d.message["Subject"]) for d in smtp_server.delivered]
-    assert subjects == ["Hello", "Mail 2", "Mail 3"]

@@ -20,7 +20,7 @@ import pytest
 import redis
 from celery.result import AsyncResult
 
-from devservers.celery_worker import ROOT, CeleryWorker, client_app, worker_env
+from devservers.celery_worker import ROOT, CeleryWorker, client_app, start_all, worker_env
 from devservers.redis_servers import RedisServer
 from devservers.smtp_server import SmtpTestServer
 from mailer.mail.message import message_id
@@ -130,7 +130,7 @@ def test_every_worker_killed_with_parked_mails(
         redis_url, smtp_server.url, MAILGUARD_POLICY="1/10s, 50/1h", MAILGUARD_PARK_AFTER="1s"
     )
     app = client_app(env)
-    workers = [CeleryWorker(env, name=f"w{n}").start() for n in range(2)]
+    workers = start_all([CeleryWorker(env, name=f"w{n}") for n in range(2)])
     results = []
     for r in range(100):
         results.append(_send(app, f"user{r}@example.com", f"kill-{r}-0"))

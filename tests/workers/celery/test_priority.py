@@ -14,7 +14,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +35,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(params=["redis", "rabbitmq"])
-def broker_url(request: pytest.FixtureRequest, redis_url: str) -> Iterator[str]:
+def broker_url(request: pytest.FixtureRequest, redis_url: str) -> str:
+    """The test's broker: the Redis of ``redis_url`` (db 1), or the module's RabbitMQ node
+    (``rabbit``: started once, each test on a queue of its own, :func:`_env`)."""
     if request.param == "redis":
-        yield redis_url.rsplit("/", 1)[0] + "/1"
-        return
-    server = RabbitServer().start()
-    yield server.url
-    server.cleanup()
+        return redis_url.rsplit("/", 1)[0] + "/1"
+    rabbit: RabbitServer = request.getfixturevalue("rabbit")
+    return rabbit.url
 
 
 def _env(broker_url: str, redis_url: str, smtp_server: SmtpTestServer) -> dict[str, str]:
