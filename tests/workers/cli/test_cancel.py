@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpTestServer) -> None:
-    """Three mails to one address under ``1/10s`` with ``PARK_AFTER`` 15 s: the first is sent,
-    the second (with a mail id of its own) waits 10 s as a countdown, the third 20 s, parked
+    """Three mails to one address under ``1/30s`` with ``PARK_AFTER`` 45 s: the first is sent,
+    the second (with a mail id of its own) waits 30 s as a countdown, the third 60 s, parked
     (spacing wide enough that the command-line steps below end before either comes due, even
     on a slow machine).
     ``outcome`` names both waiting mails' recipient key (their records leave it to the
@@ -35,8 +35,8 @@ def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpT
     env = worker_env(
         redis_url,
         smtp_server.url,
-        MAILGUARD_POLICY="1/10s, 50/1h",
-        MAILGUARD_PARK_AFTER="15s",
+        MAILGUARD_POLICY="1/30s, 50/1h",
+        MAILGUARD_PARK_AFTER="45s",
         MAILGUARD_KIND_NEWS_PRIORITY="2",
     )
     app = client_app(env)
@@ -45,7 +45,7 @@ def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpT
     schedule = RedisSchedule(schedule_client, env["MAILGUARD_LIMITER_URL"])
     limiter = Limiter.from_url(
         env["MAILGUARD_LIMITER_URL"],
-        Policy.parse("1/10s, 50/1h", name="recipient"),
+        Policy.parse("1/30s, 50/1h", name="recipient"),
         secret=env["MAILGUARD_SECRET"],
     )
     try:
@@ -100,12 +100,12 @@ def test_cancel_a_parked_and_a_countdown_mail(redis_url: str, smtp_server: SmtpT
             "dropped",
             "cancelled",
         )
-        poll(lambda: results[1].state == "SUCCESS", 20, "the countdown mail to run")
+        poll(lambda: results[1].state == "SUCCESS", 45, "the countdown mail to run")
         assert results[1].result["reason"] == "cancelled"
         assert results[1].result["mail_id"] == "own-1", "cancelled by its task id, in the ledger"
         again = run(["cancel", ids[1], "--yes"], env)
         assert again.returncode == 1 and "not waiting" in again.stderr
-        # The countdown mail gives its slot back when its run comes (at its slot, 10 s in).
+        # The countdown mail gives its slot back when its run comes (at its slot, 30 s in).
         poll(
             lambda: limiter.peek("ada@example.com").remaining[1] == 49,
             10,
