@@ -84,7 +84,7 @@ from mailer import Limiter, Policy, defaults, parse_duration
 from mailer.records.schedule import RedisSchedule
 from mailer.records.schedule.ids import stored
 from workers import tasks
-from workers.priority import message_priority
+from workers.brokers.priority import message_priority
 
 RECIPIENT = "1/60s, 5/1h, 10/24h"
 SENDER = "14/1s"

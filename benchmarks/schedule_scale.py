@@ -8,12 +8,13 @@ Each layout is measured in the same run, on the same fresh redis-server: **singl
 1. **park** ``N`` mails (``--mails``, default 100 000): ``N - SLICE`` due in a day (spread over
    an hour), written with the schedule's own ``park.lua`` through pipelines (``EVALSHA``, one
    pipeline a shard; no worker), realistic payloads (a mail id of 36 characters, the payload
-   :class:`workers.payload.Parked` encodes for a short mail). Reported: parking rate, Redis's
+   :class:`workers.waiting.payload.Parked` encodes for a short mail). Reported: parking rate,
+   Redis's
    ``used_memory`` growth per mail, and ``MEMORY USAGE`` of the schedule's own keys per mail
    (over the ``N - SLICE`` parked first);
 2. **promote a slice**: ``SLICE`` more mails (``--slice``) parked once the promoter runs, due
    over ``SPREAD`` seconds from ``LEAD`` seconds on (1 000 a second), with the real promoter
-   (:class:`workers.promoter.Promoter`, its own thread) publishing to a Redis broker (db 1,
+   (:class:`workers.polling.promoter.Promoter`, its own thread) publishing to a Redis broker (db 1,
    the queue's lists). A reader pops the list every few milliseconds;
    **lateness** is the time a message is in the broker minus its due time (negative: published
    ahead with its countdown, as the promoter does within ``TAKE_AHEAD``), p50/p99/max;
@@ -50,8 +51,8 @@ from mailer.records.schedule.ids import stored
 from mailer.records.schedule.shard import PARK_SCRIPT
 from mailer.settings import Settings
 from mailer.steps import Progress
-from workers.payload import Parked
-from workers.promoter import Promoter
+from workers.polling.promoter import Promoter
+from workers.waiting.payload import Parked
 
 MAILS = 100_000
 SLICE = 10_000
@@ -176,7 +177,7 @@ def run_node(
     layout's promoter reads its first entries every poll, as before sharding."""
     figures = Figures()
     env = worker_env(server.url, "memory://", MAILGUARD_QUEUE=QUEUE)
-    os.environ.update(env)  # the promoter's limiter clock (workers.state) reads the process's
+    os.environ.update(env)  # the promoter's limiter clock (workers.run.state) reads the process's
     admin = redis.Redis.from_url(server.url)
     broker = redis.Redis.from_url(env["MAILGUARD_BROKER_URL"])
     admin.flushall()

@@ -34,7 +34,7 @@ from benchmarks.limiter import _machine
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.redis_servers import RedisServer
 from workers import tasks
-from workers.priority import message_priority
+from workers.brokers.priority import message_priority
 
 POLICY = "1/1s, 100/1h"
 SPACING = 1.0  # seconds: the policy's shortest spacing

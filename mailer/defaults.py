@@ -124,14 +124,14 @@ FAILED_RETENTION = float(OUTCOME_TTL)
 #: span after which SendGrid asks an IP to be warmed up again).
 WARMUP_IDLE = 30 * 86_400.0
 #: The RabbitMQ queue type of the mail queues (``classic`` or ``quorum``: replicated, one queue per
-#: priority lane; see :mod:`workers.priority`).
+#: priority lane; see :mod:`workers.brokers.priority`).
 QUEUE_TYPE = "classic"
 #: The window a throttling relay's count is learned over by the sender's pace, seconds (60:
 #: Postfix's default ``anvil_rate_time_unit``, and the per-minute limits of most relays).
 PACE_WINDOW = 60.0
 #: How long the fleet lease lasts without renewal: the one worker of a queue that polls the
-#: schedule, the watchdog and the outbox (``workers/lease.py``); its holder renews it every third
-#: of that, and another worker takes it over within this plus 2 s once the holder dies.
+#: schedule, the watchdog and the outbox (``workers/polling/lease.py``); its holder renews it every
+#: third of that, and another worker takes it over within this plus 2 s once the holder dies.
 FLEET_LEASE = 3.0
 #: Seconds between two writes of an idle worker's liveness record (one ``HSET``); kept under a
 #: third of the 15 s after which ``mailguard health`` calls a worker gone.

@@ -133,7 +133,7 @@ def outbox_url(settings: Settings) -> str:
     """Where the outbox of ``settings`` lives: on the ledger's Redis server, in the broker's
     database when the broker is a plain Redis URL to that server as the same user (a first
     message's entry then rides in its publish with no database switch:
-    ``workers/outbox_ride.py``), else in the ledger's. A function of the URLs alone, so every
+    ``workers/outbox/ride.py``), else in the ledger's. A function of the URLs alone, so every
     producer and worker of a deployment finds it in one place."""
     ledger = settings.effective_ledger_url
     return database_beside(ledger, settings.broker_url) or ledger

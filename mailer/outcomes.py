@@ -45,7 +45,8 @@ PARTIAL = "partial"
 
 #: The fields :meth:`Outcome.as_waiting_dict` never stores: ``message_id`` is derived again
 #: when the mail is sent; the ``recipient`` key is what the schedule's entry of the waiting mail
-#: already holds (its address, hashed again by ``mailguard outcome``: :mod:`workers.cancelling`).
+#: already holds (its address, hashed again by ``mailguard outcome``:
+#: :mod:`workers.waiting.cancelling`).
 _UNSTORED = frozenset({"message_id", "recipient"})
 #: What a waiting mail's record leaves out when the value is this (and the mail id when it is
 #: the task id): :meth:`Outcome.as_waiting_dict`.

@@ -8,7 +8,7 @@ RDB ``save`` points) loses them all when it restarts; a Redis Cluster node reach
 facts (``INFO``, and ``CONFIG GET save`` when the append-only file is off) and :func:`assess`
 turns the facts of every role into one refusal, or warnings of one line each.
 
-Celery-free: the broker's URL is given in redis-py's form by :mod:`workers.redis_checks`.
+Celery-free: the broker's URL is given in redis-py's form by :mod:`workers.brokers.redis_checks`.
 A server that renamed ``INFO`` or ``CONFIG`` (managed services do) or cannot be reached is
 never a refusal: its check is reported as not made.
 """

@@ -227,13 +227,13 @@ def _sentinel_master(url: str, **options: Any) -> Any:
     from redis.sentinel import Sentinel  # noqa: PLC0415 - only for sentinel URLs
 
     parsed = parse_sentinel_url(url)
-    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+    sentinel = Sentinel(  # type: ignore[no-untyped-call,unused-ignore]
         list(parsed.sentinels),
         socket_timeout=options["socket_timeout"],
         socket_connect_timeout=options["socket_connect_timeout"],
     )
     master = sentinel.master_for  # redis-py leaves these two untyped
-    return master(  # type: ignore[no-untyped-call]
+    return master(  # type: ignore[no-untyped-call,unused-ignore]
         parsed.service,
         redis_class=AcknowledgedRedis,  # its scripts wait for a replica (mailer.replica_ack)
         db=parsed.db,

@@ -35,7 +35,7 @@ def redis_url(redis_server: RedisServer) -> Iterator[str]:
     client = redis.Redis.from_url(redis_server.url)
     client.flushall()
     client.close()
-    if (outbox := sys.modules.get("workers.outbox")) is not None:
+    if (outbox := sys.modules.get("workers.outbox.entries")) is not None:
         outbox.close_writers()  # writes of an earlier test, answered (or run again) in this one
     yield redis_server.url
 

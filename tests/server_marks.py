@@ -28,7 +28,7 @@ from devservers.postgrey import Postgrey
 from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisClusterServers, RedisSentinel, RedisServer
 from devservers.smtp_server import SmtpTestServer
-from workers import inprocess
+from workers.brokers import inprocess
 
 #: Fixtures that start or hand out a real server. A test that uses one, directly or through
 #: another fixture, needs a server.

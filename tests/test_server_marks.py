@@ -15,7 +15,7 @@ from devservers.rabbitmq import RabbitServer
 from devservers.redis_servers import RedisClusterServers, RedisServer
 from devservers.smtp_server import SmtpTestServer
 from tests.server_marks import ServerStarted, servers_forbidden
-from workers import inprocess
+from workers.brokers import inprocess
 
 
 def test_this_test_runs_with_servers_forbidden() -> None:

@@ -103,7 +103,7 @@ def test_embedded_defaults_send_a_mail_in_one_process() -> None:
         "import json\n"
         "from workers.app import app\n"
         "from workers.tasks import send_mail\n"
-        "from workers.inprocess import inprocess_worker\n"
+        "from workers.brokers.inprocess import inprocess_worker\n"
         "with inprocess_worker(app):\n"
         "    first = send_mail.delay('ada@example.com', kind='code', context={'code': '42'})\n"
         "    outcome = first.get(timeout=20)\n"  # then the second mail finds the slot taken

@@ -1,7 +1,7 @@
 """The Celery app: ``celery -A workers.app worker``. Configured from ``MAILGUARD_*`` variables.
 
 With no environment at all it runs inside one process: a memory broker (start a worker in the
-same process with :func:`workers.inprocess.inprocess_worker`), the memory limiter and the
+same process with :func:`workers.brokers.inprocess.inprocess_worker`), the memory limiter and the
 console transport. Eager mode is not used: it ignores countdowns, which deferral relies on.
 """
 
@@ -25,22 +25,24 @@ from mailer.logs import JsonFormatter, in_utc
 from mailer.records.warmup import WarmupCollector
 from mailer.settings import Settings
 from mailer.storage import is_memory
-from workers import priority, process_settings, quorum, redis_checks, routing, state
-from workers.broker_cluster import worker_broker
-from workers.broker_transport import redis_options, sentinel_form, transport_for
-from workers.failing_stop import FailingStopStep
-from workers.liveness import Liveness, LivenessStep, register
-from workers.parking import schedule_for
-from workers.promoter import PromoterStep
+from workers.brokers import priority, quorum, redis_checks, routing
+from workers.brokers.cluster import worker_broker
+from workers.brokers.redis_transport import redis_options, sentinel_form, transport_for
+from workers.polling.promoter import PromoterStep
+from workers.process import settings as process_settings
+from workers.process.failing_stop import FailingStopStep
+from workers.process.liveness import Liveness, LivenessStep, register
+from workers.run import state
+from workers.waiting.parking import schedule_for
 
 #: The bootsteps mailguard adds to every worker that runs ``send_mail``.
 WORKER_STEPS = (PromoterStep, LivenessStep, FailingStopStep)
 
-#: The environment's settings (:data:`workers.process_settings.env_settings`): the app is built
+#: The environment's settings (:data:`workers.process.settings.env_settings`): the app is built
 #: from them.
 settings: Settings = process_settings.env_settings
 log = logging.getLogger("mailguard.worker")
-#: Why they are unusable (one line naming the variable), or None (:mod:`workers.process_settings`).
+#: Why they are unusable (one line naming the variable), or None (:mod:`workers.process.settings`).
 settings_error: str | None = process_settings.settings_error
 
 #: Celery's broker connection settings: a connect gives up after 5 s (and is tried again), the
@@ -61,9 +63,9 @@ CONNECTION_SETTINGS: dict[str, Any] = {
 
 def transport_options(config: Settings) -> dict[str, Any]:
     """The broker's transport options: the visibility timeout, if set the restore sweep, behind
-    Sentinel the master's name (:func:`~workers.broker_transport.sentinel_form`), and
+    Sentinel the master's name (:func:`~workers.brokers.redis_transport.sentinel_form`), and
     on Redis sockets that never block for minutes and a short restore lock
-    (:func:`~workers.broker_transport.redis_options`)."""
+    (:func:`~workers.brokers.redis_transport.redis_options`)."""
     broker, sentinel = sentinel_form(config.broker_url)
     options: dict[str, Any] = redis_options(
         broker,
@@ -148,9 +150,9 @@ def create_app(config: Settings) -> Celery:
         **{routing.MARK: True},  # send_mail's queue is this app's default one
     )
     celery.conf.update(quorum.app_settings(config, state.SEND_MAIL))  # lanes, on quorum
-    # Every worker publishes parked mails when they are due (workers/promoter.py), says when
-    # it last consumed (workers/liveness.py) and ends after an unrecoverable error
-    # (workers/failing_stop.py).
+    # Every worker publishes parked mails when they are due (workers/polling/promoter.py), says when
+    # it last consumed (workers/process/liveness.py) and ends after an unrecoverable error
+    # (workers/process/failing_stop.py).
     for step in WORKER_STEPS:
         celery.steps["worker"].add(step)
     transport = transport_for(broker)
@@ -190,7 +192,7 @@ def _promote_on_every_app(sender: Any = None, instance: Any = None, **_: Any) ->
 def _consume_the_mail_queue(sender: Any = None, **_: Any) -> None:
     """Any app's worker that runs ``send_mail`` consumes ``MAILGUARD_QUEUE``, where the task
     publishes itself: added without ``-Q``, refused (one line) by a ``-Q`` that leaves it out
-    (:func:`workers.routing.consume_mail_queue`)."""
+    (:func:`workers.brokers.routing.consume_mail_queue`)."""
     if sender is not None:
         routing.consume_mail_queue(sender, state.SEND_MAIL, process_settings.current().queue)
 
@@ -236,7 +238,8 @@ def _refuse_memory_limiter_in_prefork(sender: Any = None, **_: Any) -> None:
 @signals.worker_init.connect
 def _redis_keeps_the_mail(sender: Any = None, **_: Any) -> None:
     """Refuse a Redis Cluster broker and a Redis that may evict keys, warn of one without
-    persistence and of a quorum queue without a delivery limit (:mod:`workers.redis_checks`)."""
+    persistence and of a quorum queue without a delivery limit
+    (:mod:`workers.brokers.redis_checks`)."""
     if sender is not None:
         redis_checks.check_at_start(process_settings.current(), sender)
         quorum.declare_dead_letters(sender.app, process_settings.current())

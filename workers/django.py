@@ -26,7 +26,7 @@ check, when the message is built). An enqueue error (a bad address, a message ov
 :class:`mailer.errors.NotEnqueued` within ``MAILGUARD_ENQUEUE_TIMEOUT`` (not enqueued: sending
 again is safe). With ``fail_silently`` such a message is skipped and not counted. A broker that
 no worker reads (``memory://``, the default, with no worker in this process) raises
-:class:`workers.call.NoConsumer` whatever ``fail_silently``
+:class:`workers.run.call.NoConsumer` whatever ``fail_silently``
 says: every message would be lost.
 
 The task goes through the current Celery app (``send_mail`` is a shared task): the project's own
@@ -50,7 +50,7 @@ class EmailBackend(BaseEmailBackend):  # type: ignore[misc] # Django ships no ty
 
     def send_messages(self, email_messages: Iterable[EmailMessage]) -> int:
         """Enqueue one task per message that has recipients; return how many were enqueued."""
-        from workers.call import NoConsumer  # noqa: PLC0415 - Celery only when mail is sent
+        from workers.run.call import NoConsumer  # noqa: PLC0415 - Celery only when mail is sent
         from workers.tasks import send_mail  # noqa: PLC0415
 
         enqueued = 0

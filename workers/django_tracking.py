@@ -39,7 +39,7 @@ from mailer.guard import iso
 from mailer.mail import temporary_reply
 from mailer.records.suppression import SUPPRESSING, record_event
 from mailer.suppression import reputation_for, suppressions_for
-from workers import process_settings
+from workers.process import settings as process_settings
 
 log = logging.getLogger("mailguard")
 

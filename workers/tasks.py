@@ -1,12 +1,12 @@
 """``send_mail``: the Celery task that runs a mail through the guard (a deferral is carried out by
-:mod:`workers.deferring`), and :func:`cancel` in Python.
+:mod:`workers.run.deferring`), and :func:`cancel` in Python.
 
 >>> send_mail.delay("ada@example.com", subject="Your code", body="493 112")   # doctest: +SKIP
 >>> send_mail.delay("ada@example.com", kind="code", context={"code": "493112"})  # doctest: +SKIP
 
-The process's settings live in :mod:`workers.process_settings`, its guard in
-:mod:`workers.state`; ``workers.tasks.settings``, ``guard`` and ``use_settings`` are theirs,
-re-exported. The call checks are :mod:`workers.call`'s.
+The process's settings live in :mod:`workers.process.settings`, its guard in
+:mod:`workers.run.state`; ``workers.tasks.settings``, ``guard`` and ``use_settings`` are theirs,
+re-exported. The call checks are :mod:`workers.run.call`'s.
 """
 
 from __future__ import annotations
@@ -28,16 +28,21 @@ from mailer.outcomes import SUPERSEDED, Outcome
 from mailer.settings import Settings
 from mailer.steps import DEFERRED, Fail, Finish, Later, Progress, Step
 from workers import app as _app  # makes mailguard's app this process's default
-from workers import failed, outbox, outbox_ride, parking, priority, process_settings, routing, state
-from workers.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
-from workers.cancelling import NotCancelled, cancel_waiting, lookup
-from workers.corecipients import run
-from workers.deferring import Deferred, carry_out
-from workers.enqueue import bounded
-from workers.outcomes import store_waiting
-from workers.process_settings import use_settings
-from workers.stamps import arrived, stamped
-from workers.state import guard
+from workers.brokers import priority, routing
+from workers.outbox import entries as outbox
+from workers.outbox import ride as outbox_ride
+from workers.process import settings as process_settings
+from workers.process.settings import use_settings
+from workers.run import state
+from workers.run.call import PRIVATE, check_call, check_consumed, worker_started, worker_stopped
+from workers.run.corecipients import run
+from workers.run.deferring import Deferred, carry_out
+from workers.run.enqueue import bounded
+from workers.run.stamps import arrived, stamped
+from workers.run.state import guard
+from workers.waiting import failed, parking
+from workers.waiting.cancelling import NotCancelled, cancel_waiting, lookup
+from workers.waiting.outcomes import store_waiting
 
 __all__ = [
     "PRIVATE",
@@ -57,7 +62,7 @@ log = logging.getLogger("mailguard")
 
 def __getattr__(name: str) -> Settings:
     """``workers.tasks.settings``: the settings in force
-    (:func:`workers.process_settings.current`)."""
+    (:func:`workers.process.settings.current`)."""
     if name == "settings":
         return process_settings.current()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -69,10 +74,10 @@ class MailFailed(Exception):
 
 class GuardedTask(Task[Any, Any]):
     """Bounds its arguments at enqueue and on receipt; publishes each mail at its kind's
-    priority (:mod:`workers.priority`); keeps addresses out of the broker's and the worker's
+    priority (:mod:`workers.brokers.priority`); keeps addresses out of the broker's and the worker's
     logs (``argsrepr``/``kwargsrepr``)."""
 
-    Request = "workers.request:GuardedRequest"
+    Request = "workers.run.request:GuardedRequest"
 
     def apply_async(  # type: ignore[override] # options pass through to Celery unchanged
         self, args: Any = None, kwargs: Any = None, **options: Any
@@ -100,8 +105,8 @@ class GuardedTask(Task[Any, Any]):
         return super().apply_async(args, kwargs, **options)
 
     def _publish_first(self, args: Any, kwargs: dict[str, Any], options: dict[str, Any]) -> Any:
-        """Publish a caller's call, its outbox entry written first (:mod:`workers.outbox`: one
-        script call on the ledger's Redis, in the same write as the publish when the broker is
+        """Publish a caller's call, its outbox entry written first (:mod:`workers.outbox.entries`:
+        one script call on the ledger's Redis, in the same write as the publish when the broker is
         that Redis server, else its answer read later; the mail is published without one when
         that Redis is down). A publish that raises removes the entry (NotEnqueued: bounded)."""
         recorded = None
@@ -273,8 +278,8 @@ def send_mail(
     outcome dict (status ``sent`` or ``dropped``); a failed mail raises :class:`MailFailed`.
     While deferred, ``AsyncResult(id).state`` is :data:`~mailer.steps.DEFERRED` with the
     outcome, compact, as ``info`` (reason, tier, wait, due...; whole through
-    :func:`workers.outcomes.read_state`); a parked run returns that ``deferred`` outcome, not
-    stored: the state stays DEFERRED.
+    :func:`workers.waiting.outcomes.read_state`); a parked run returns that ``deferred`` outcome,
+    not stored: the state stays DEFERRED.
     """
     settings = process_settings.current()
     mail_id = mail_id or str(self.request.id)
@@ -296,12 +301,12 @@ def send_mail(
         charset=charset,
         mime=mime,
     )
-    # a str: sealed by this version; a dict: a mail 0.1.0 deferred (workers.call.shipped_progress)
+    # a str: sealed by this version; a dict: a mail 0.1.0 deferred (run.call.shipped_progress)
     sealed = _progress if isinstance(_progress, str) else None
     progress = (unseal(sealed, mail_id, settings.secret) if sealed else None) or Progress()
     if (self.request.delivery_info or {}).get("redelivered"):  # a copy: see Progress.redelivered
         progress = replace(progress, redelivered=True)
-    progress = arrived(progress, _requested_at, _order)  # the caller's stamps (workers.stamps)
+    progress = arrived(progress, _requested_at, _order)  # the caller's stamps (workers.run.stamps)
     _count_queue_wait(self.request.eta, progress.requested_at, kind)
     step = _process(request, progress, settings, watched=bool(_progress))
     crash_point("recorded")
@@ -309,7 +314,7 @@ def send_mail(
         if step.outcome.reason == SUPERSEDED:  # a stale copy: the mail's state is another run's
             self.request.ignore_result = True
         return step.outcome.as_dict()
-    if isinstance(step, Fail):  # kept for `mailguard retry` (workers/failed.py)
+    if isinstance(step, Fail):  # kept for `mailguard retry` (workers/waiting/failed.py)
         failed.keep(settings, self.request, mail_id)
         raise MailFailed(step.outcome.as_dict())
     return carry_out(self, step, mail_id, settings)
@@ -321,7 +326,7 @@ def _process(
     """One run through the guard. A run that finishes (sent, dropped, failed, or a repeat of
     a finished mail) of a mail deferred before (``watched``: it may have an entry in the
     schedule) removes that entry, so the watchdog never publishes it. (The run's start was
-    told to the schedule at the hand-off to the pool: :mod:`workers.request`.)"""
+    told to the schedule at the hand-off to the pool: :mod:`workers.run.request`.)"""
     step = run(send_mail, request, progress)  # and the copies for co-recipients refused a time
     if step.outcome.reason == SUPERSEDED:  # the entry is the run's that carries the mail on
         return step

@@ -5,7 +5,7 @@ worker's main process while it pickles the arguments for its pool, and the messa
 the next worker. :func:`check_arguments` refuses, with one line naming the argument, anything a
 worker could not carry, and every address the worker would refuse (pure: no Celery, no I/O).
 The kind and its templates' variables are checked against the settings by
-:func:`workers.call.check_call`; the worker's guard still validates the whole mail.
+:func:`workers.run.call.check_call`; the worker's guard still validates the whole mail.
 
 | argument | accepted |
 |---|---|

@@ -8,7 +8,7 @@ counts the parses over real SMTP sends):
    :func:`mailer.mail.address.mailbox` parses it once (``"Name <address>"`` or an address) and
    the call is refused when one is invalid. The call goes on the queue as the caller wrote it.
 2. A Celery worker's receipt check, in its main process
-   (:class:`workers.request.GuardedRequest`), bounds the arguments again before the pool with
+   (:class:`workers.run.request.GuardedRequest`), bounds the arguments again before the pool with
    the same check, addresses bounded (text, one line, how many) but not parsed: the guard
    parses them next, and a producer other than ``delay()`` that queued a bad address gets it
    recorded ``dropped`` / ``invalid`` by the guard.

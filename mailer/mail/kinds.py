@@ -93,7 +93,7 @@ class Kind:
     ``subject``, ``body`` and ``html`` are Jinja2 templates (``None``: the caller must give that
     text, except ``html`` which is optional). ``max_wait`` is in seconds, ``0`` meaning "send
     now or drop". ``priority`` is 0-9: a waiting mail of a higher priority is taken first by the
-    same workers (see ``workers/priority.py``). Templates are compiled on construction, so a
+    same workers (see ``workers/brokers/priority.py``). Templates are compiled on construction, so a
     syntax error raises ``ValueError`` at configuration time, not when the first mail goes out.
     """
 

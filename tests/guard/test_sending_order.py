@@ -1,7 +1,7 @@
 """The README walk through the guard: a recipient's mails go in the order they were sent.
 
 README step 4 under ``1/20s, 3/1h``: mail 1 sent, then mails 2, 3, 4 sent in turn (their
-``_order`` stamps rising, :mod:`workers.stamps`), whose first runs reach the guard in any order
+``_order`` stamps rising, :mod:`workers.run.stamps`), whose first runs reach the guard in any order
 (four pool processes). Each run follows its countdowns on an injected clock: mail 2 leaves at
 +20 s, mail 3 at +40 s, mail 4 at +1 h, in their sending order, memory limiter and Redis alike;
 a mail moved back by an earlier one books again at its old slot and never leaves early.

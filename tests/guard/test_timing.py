@@ -26,7 +26,7 @@ from mailer.settings import Settings
 from tests.guard.test_guard import make_guard, req
 from tests.waiting import poll
 from workers import tasks
-from workers.process_settings import use_settings
+from workers.process.settings import use_settings
 
 
 def run_until_sent(guard, clock, mail_id: str, progress: Progress, longest: float = math.inf):  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ from mailer.mail.arguments import InvalidArguments, check_arguments
 from mailer.mail.envelope import attachments, charset
 from mailer.mail.message import Attachment, Mail, build_message, mail_message_id, message_id
 from mailer.mail.mime import MadeOnceRegistry, file_part, text_part
-from workers.payload import Parked
+from workers.waiting.payload import Parked
 
 
 def _mail(**changes: Any) -> Mail:

@@ -23,7 +23,7 @@ from devservers.postfix import PostfixRelay
 from devservers.redis_servers import RedisServer
 from tests.waiting import poll
 from workers import tasks
-from workers.outcomes import outcome_of
+from workers.waiting.outcomes import outcome_of
 
 #: The relay tests' SASL login (a user of the relay's sasldb) and its password.
 LOGIN, PASSWORD = "mailguard", "relay-secret"

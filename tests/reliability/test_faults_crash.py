@@ -31,7 +31,7 @@ from mailer.settings import Settings
 from tests.reliability.broker_state import BROKER_DB, unacked_headers
 from tests.waiting import poll
 from workers import tasks
-from workers.promoter import KILL_AFTER_PUBLISH, POLL
+from workers.polling.promoter import KILL_AFTER_PUBLISH, POLL
 
 TASK = "mailguard.send_mail"
 SENDER = "mailguard@example.org"

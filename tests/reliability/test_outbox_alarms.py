@@ -25,8 +25,10 @@ from devservers.smtp_server import SmtpTestServer
 from mailer.records.outbox import RedisOutbox
 from mailer.settings import Settings
 from tests.waiting import poll
-from workers import outbox, outbox_ride, tasks
-from workers.parking import schedule_for
+from workers import tasks
+from workers.outbox import entries as outbox
+from workers.outbox import ride as outbox_ride
+from workers.waiting.parking import schedule_for
 
 ALARM = "its first message was popped from the broker and never received"
 AOF = ("--appendonly", "yes", "--appendfsync", "always")

@@ -30,8 +30,9 @@ from mailer.errors import NotEnqueued
 from mailer.settings import Settings
 from tests.reliability.test_chaos import POLICY, audit, check, settle
 from tests.waiting import poll
-from workers import process_settings, tasks
-from workers.liveness import Liveness
+from workers import tasks
+from workers.process import settings as process_settings
+from workers.process.liveness import Liveness
 
 TASK = tasks.send_mail.name
 RECIPIENTS = 100

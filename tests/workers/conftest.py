@@ -18,7 +18,7 @@ import pytest
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from devservers.smtp_server import SmtpTestServer
 from mailer.settings import Settings
-from workers import process_settings
+from workers.process import settings as process_settings
 
 
 @dataclass(frozen=True)

@@ -8,15 +8,15 @@ from kombu.transport.redis import Mutex
 
 from mailer.settings import Settings
 from workers.app import create_app
-from workers.broker_transport import SentinelTransport, Transport, transport_for
+from workers.brokers.redis_transport import SentinelTransport, Transport, transport_for
 
 
 @pytest.mark.parametrize(
     ("url", "expected"),
     [
-        ("redis://127.0.0.1:6379/1", "workers.broker_transport:Transport"),
-        ("rediss://127.0.0.1:6380/1", "workers.broker_transport:Transport"),
-        ("sentinel://127.0.0.1:26379", "workers.broker_transport:SentinelTransport"),
+        ("redis://127.0.0.1:6379/1", "workers.brokers.redis_transport:Transport"),
+        ("rediss://127.0.0.1:6380/1", "workers.brokers.redis_transport:Transport"),
+        ("sentinel://127.0.0.1:26379", "workers.brokers.redis_transport:SentinelTransport"),
         ("amqp://guest:guest@127.0.0.1:5672//", None),
         ("memory://", None),
     ],
@@ -32,7 +32,7 @@ def test_the_app_connects_through_it_with_the_urls_host_and_db() -> None:
     app = create_app(Settings(broker_url="redis://127.0.0.1:6390/3"))
     with app.connection_for_write() as conn:
         assert isinstance(conn, Connection)
-        assert conn.transport_cls == "workers.broker_transport:Transport"
+        assert conn.transport_cls == "workers.brokers.redis_transport:Transport"
         assert isinstance(conn.transport, Transport)
         assert (conn.hostname, conn.port, conn.virtual_host) == ("127.0.0.1", 6390, "3")
     sentinel = create_app(Settings(broker_url="sentinel://127.0.0.1:26390"))

@@ -20,7 +20,7 @@ from mailer import Limiter, Policy
 from mailer.aio import AsyncLimiter
 from mailer.mail.arguments import InvalidArguments
 from mailer.settings import Settings
-from workers.call import check_call
+from workers.run.call import check_call
 
 ROOT = Path(__file__).resolve().parents[2]
 POLICY = Policy.parse("1/60s, 5/1h", name="recipient")

@@ -1,6 +1,6 @@
-"""The fleet lease (:mod:`workers.lease`) on a real redis-server, its clock injected: one holder
-at a time, what each look costs, the holder's renewal, a takeover once the holder's key is gone,
-a holder that finds its lease in another's hands; and the promoter of a worker that does not
+"""The fleet lease (:mod:`workers.polling.lease`) on a real redis-server, its clock injected: one
+holder at a time, what each look costs, the holder's renewal, a takeover once the holder's key is
+gone, a holder that finds its lease in another's hands; and the promoter of a worker that does not
 hold it reads nothing of the schedule or the outbox."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from mailer.errors import BackendUnavailable
 from mailer.records.schedule import RedisSchedule
 from mailer.settings import Settings
 from tests.waiting import poll
-from workers.lease import Lease
-from workers.promoter import Promoter
+from workers.polling.lease import Lease
+from workers.polling.promoter import Promoter
 
 pytestmark = [pytest.mark.redis]
 

@@ -60,7 +60,7 @@ print(json.dumps(seen))
 
 def test_delay_with_no_configuration_refuses_in_one_line_naming_the_broker() -> None:
     """``delay`` and ``apply_async`` on the embedded ``memory://`` broker, with no worker in
-    the process, raise :class:`~workers.call.NoConsumer`: one line naming
+    the process, raise :class:`~workers.run.call.NoConsumer`: one line naming
     ``MAILGUARD_BROKER_URL``, nothing enqueued."""
     seen = run_clean(REFUSED)
     assert len(seen) == 2
@@ -103,7 +103,7 @@ IN_PROCESS = """
 import json
 from workers.app import app
 from workers.tasks import send_mail
-from workers.inprocess import inprocess_worker
+from workers.brokers.inprocess import inprocess_worker
 with inprocess_worker(app):
     outcome = send_mail.delay("ada@example.com", subject="s", body="b").get(timeout=20)
 try:

@@ -1,4 +1,4 @@
-"""A parked mail's payload (workers/payload.py): small and the same mail; nothing but the
+"""A parked mail's payload (workers/waiting/payload.py): small and the same mail; nothing but the
 version written is read."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from mailer.mail.seal import seal, unseal
 from mailer.steps import Progress
-from workers.payload import PACKED, WRITE_VERSION, Parked, pack
+from workers.waiting.payload import PACKED, WRITE_VERSION, Parked, pack
 
 SECRET = "test-secret"
 MAIL = "0b0e6a4c-5a43-4c1e-9f39-6d0a3f2b9e11"

@@ -12,8 +12,8 @@ import redis
 from devservers.celery_worker import client_app, worker_env
 from mailer.records.schedule import SHARDS, RedisSchedule
 from mailer.settings import Settings
-from workers.payload import Parked
-from workers.promoter import DUE_STALE, Promoter
+from workers.polling.promoter import DUE_STALE, Promoter
+from workers.waiting.payload import Parked
 
 pytestmark = [pytest.mark.redis]
 

@@ -19,14 +19,16 @@ from devservers.rabbitmq import RabbitServer
 from devservers.smtp_server import SmtpTestServer
 from mailer.records.schedule import MemorySchedule
 from mailer.settings import Settings
-from workers import process_settings, quorum, routing, tasks
+from workers import tasks
 from workers.app import create_app
-from workers.broker_cluster import cluster_identity, worker_broker
-from workers.liveness import WorkerRecord, conflict
-from workers.outbox_watch import OutboxWatch
-from workers.payload import Parked
-from workers.promoter import Promoter
-from workers.redis_checks import quorum_warnings
+from workers.brokers import quorum, routing
+from workers.brokers.cluster import cluster_identity, worker_broker
+from workers.brokers.redis_checks import quorum_warnings
+from workers.polling.outbox_watch import OutboxWatch
+from workers.polling.promoter import Promoter
+from workers.process import settings as process_settings
+from workers.process.liveness import WorkerRecord, conflict
+from workers.waiting.payload import Parked
 
 TASK = tasks.send_mail.name
 AMQP = "amqp://guest:guest@127.0.0.1:5999//"
@@ -58,7 +60,7 @@ def test_a_mail_goes_to_its_prioritys_lane() -> None:
 
 def test_quorum_lanes_are_declared_as_celery_needs_them() -> None:
     """Quorum queues with confirms, a delivery limit above POISON_AFTER that the start check
-    (``workers.redis_checks``) accepts, a dead-letter target; classic is unchanged."""
+    (``workers.brokers.redis_checks``) accepts, a dead-letter target; classic is unchanged."""
     config = _settings(MAILGUARD_QUEUE_TYPE="quorum", MAILGUARD_POISON_AFTER="4")
     app = create_app(config)
     queues = list(app.amqp.queues.values())

@@ -18,7 +18,7 @@ from devservers.redis_servers import RedisClusterServers, RedisServer
 from mailer.redis_fitness import Role, Server, assess, judge
 from mailer.settings import Settings
 from workers.app import create_app
-from workers.redis_checks import quorum_warnings, redis_form
+from workers.brokers.redis_checks import quorum_warnings, redis_form
 
 TASK = "mailguard.send_mail"
 PERSISTENCE = "no persistence on"

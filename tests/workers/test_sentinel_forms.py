@@ -14,7 +14,7 @@ from devservers.celery_worker import CeleryWorker, worker_env
 from devservers.redis_servers import RedisSentinel, RedisServer
 from mailer.settings import Settings
 from workers.app import create_app
-from workers.broker_transport import SOCKET_OPTIONS, sentinel_form
+from workers.brokers.redis_transport import SOCKET_OPTIONS, sentinel_form
 from workers.cli.health import held, queued
 
 URL = "redis+sentinel://:s%40cret@127.0.0.1:26379,[::1]:26380/mail/3"
@@ -32,7 +32,7 @@ def test_an_app_behind_sentinel_names_the_master_for_broker_and_backend() -> Non
     backend = "redis+sentinel://127.0.0.1:26379/mail/2"
     app = create_app(Settings(broker_url=URL, result_backend=backend))
     assert app.conf.broker_url.startswith("sentinel://:s%40cret@127.0.0.1:26379/3;")
-    assert app.conf.broker_transport == "workers.broker_transport:SentinelTransport"
+    assert app.conf.broker_transport == "workers.brokers.redis_transport:SentinelTransport"
     options = app.conf.broker_transport_options
     assert options["master_name"] == "mail"
     assert {k: options[k] for k in SOCKET_OPTIONS} == SOCKET_OPTIONS

@@ -13,7 +13,7 @@ from celery import Celery
 
 from mailer import outcomes as why
 from mailer.outcomes import Outcome
-from workers.outcomes import outcome_of, read_state, store_waiting
+from workers.waiting.outcomes import outcome_of, read_state, store_waiting
 
 BOOKED = Outcome(
     status="deferred",

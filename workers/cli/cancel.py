@@ -2,7 +2,7 @@
 
 Needs the workers' shared ledger (``MAILGUARD_LEDGER_URL``, else the limiter's URL: a
 ``redis://``), where the schedule lives. Addresses are never printed. The work is
-:mod:`workers.cancelling`'s, shared with :func:`workers.tasks.cancel`.
+:mod:`workers.waiting.cancelling`'s, shared with :func:`workers.tasks.cancel`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import click
 
 from mailer.errors import BackendUnavailable
 from mailer.factory import build_ledger
-from workers.cancelling import (
+from workers.cli.errors import confirmed, fail
+from workers.cli.shared import shared_ledger_settings
+from workers.waiting.cancelling import (
     CANCEL_LEASE,
     NotCancelled,
     cancel_waiting,
@@ -19,10 +21,8 @@ from workers.cancelling import (
     lookup,
     waiting,
 )
-from workers.cancelling import cancelled_outcome as _cancelled
-from workers.cli.errors import confirmed, fail
-from workers.cli.shared import shared_ledger_settings
-from workers.parking import schedule_for
+from workers.waiting.cancelling import cancelled_outcome as _cancelled
+from workers.waiting.parking import schedule_for
 
 __all__ = ["CANCEL_LEASE", "_cancelled", "cancel", "envelope_keys"]
 

@@ -6,12 +6,12 @@ Mail is due when the queue holds messages of any priority (on ``MAILGUARD_BROKER
 a worker took messages and never acknowledged them (Redis: kombu's ``unacked``; a countdown's
 mail waiting for its slot in a worker since killed). A worker is **silent** when it has consumed
 nothing (nor started) for ``--silent-for`` seconds; it is **gone** when its process has not
-written its record for a while (:data:`workers.liveness.GONE`: killed, or its host down).
+written its record for a while (:data:`workers.process.liveness.GONE`: killed, or its host down).
 Exit 0 when nothing is due or every worker asked about consumes; 1 when one is silent while
 mail is due, or none runs while mail is due (no record, or only gone ones), or the transport
 is held (the relay refuses our own side: ``mailguard transport``); the same code as a
 refusal: a probe need not tell them apart.
-Records are in the ledger's Redis (:mod:`workers.liveness`); addresses are never printed.
+Records are in the ledger's Redis (:mod:`workers.process.liveness`); addresses are never printed.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from kombu.exceptions import ChannelError
 from mailer.durations import parse_duration
 from mailer.errors import BackendUnavailable
 from mailer.storage import is_memory
-from workers import priority
-from workers.broker_transport import redis_options, sentinel_form
+from workers.brokers import priority
+from workers.brokers.redis_transport import redis_options, sentinel_form
 from workers.cli import transport, views
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
-from workers.liveness import Liveness, WorkerRecord
-from workers.parking import schedule_for
+from workers.process.liveness import Liveness, WorkerRecord
+from workers.waiting.parking import schedule_for
 
 #: ``--silent-for``'s default, in seconds: above a slow send's longest run (3 SMTP attempts
 #: of 30 s), so a worker whose every process is sending is not taken for a hung one.

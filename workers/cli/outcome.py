@@ -11,12 +11,12 @@ import click
 from mailer.errors import BackendUnavailable, mask_url
 from mailer.factory import build_ledger
 from mailer.steps import PENDING
-from workers.cancelling import Found, lookup
 from workers.cli import views
 from workers.cli.errors import fail
 from workers.cli.shared import env_settings, refuse_problems
-from workers.outcomes import NO_SHARED_RESULTS, read_state
-from workers.parking import schedule_for
+from workers.waiting.cancelling import Found, lookup
+from workers.waiting.outcomes import NO_SHARED_RESULTS, read_state
+from workers.waiting.parking import schedule_for
 
 
 @click.command(short_help="Show a mail's state and outcome.")
@@ -29,8 +29,8 @@ def outcome(mail_id: str, as_json: bool) -> None:
     result backend tells a task id's state; with the workers' shared ledger, a mail id's final
     outcome is found there, and a mail waiting in the schedule (parked, or a countdown a worker
     holds) is shown deferred with its slot, also without a result backend
-    (:func:`workers.cancelling.lookup`). Without one (``MAILGUARD_RESULT_BACKEND``), a task id
-    that is not the mail id, or a countdown mail the schedule does not watch, cannot be told:
+    (:func:`workers.waiting.cancelling.lookup`). Without one (``MAILGUARD_RESULT_BACKEND``), a task
+    id that is not the mail id, or a countdown mail the schedule does not watch, cannot be told:
     the error says so.
     """
     app, _ = celery()

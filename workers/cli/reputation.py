@@ -4,7 +4,7 @@ lift of a pause by hand.
 The counters are the workers' (``MAILGUARD_REPUTATION`` on, the ledger's shared Redis): per
 sender over ``MAILGUARD_REPUTATION_WINDOW``, the mails sent, hard bounces and complaints. A
 sender whose rate crossed its threshold is **paused**: its bulk kinds wait. ``resume`` lifts the
-pause at once and releases the mails that waited on it (:mod:`workers.reputation_release`),
+pause at once and releases the mails that waited on it (:mod:`workers.waiting.reputation_release`),
 forgiving the window's bounces and complaints, and records who and when (shown here
 afterwards); a pause also lifts by itself when the rate falls back.
 """
@@ -27,8 +27,8 @@ from mailer.settings import Settings
 from workers.cli import views
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
-from workers.parking import schedule_for
-from workers.reputation_release import release_paused
+from workers.waiting.parking import schedule_for
+from workers.waiting.reputation_release import release_paused
 
 
 def _open() -> Reputation:

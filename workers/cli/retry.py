@@ -1,5 +1,5 @@
 """``mailguard retry``: enqueue a failed mail again, once, under a new mail id linked to the
-old one (:mod:`workers.failed`).
+old one (:mod:`workers.waiting.failed`).
 
 Needs the workers' shared ledger (``MAILGUARD_LEDGER_URL``, else the limiter's URL: a
 ``redis://``), where the failed mails' payloads are kept. Addresses are never printed.
@@ -18,8 +18,8 @@ from mailer.factory import build_ledger
 from mailer.settings import Settings
 from workers.cli.errors import USAGE, fail
 from workers.cli.shared import shared_ledger_settings
-from workers.failed import NotRetried, failed_since, retry_id
-from workers.failed import retry as retry_mail
+from workers.waiting.failed import NotRetried, failed_since, retry_id
+from workers.waiting.failed import retry as retry_mail
 
 
 @click.command(short_help="Send a failed mail again, once (a new mail id linked to it).")

@@ -17,8 +17,8 @@ from mailer.settings import Settings
 from workers.cli import views
 from workers.cli.errors import fail
 from workers.cli.shared import shared_ledger_settings
-from workers.parking import schedule_for
-from workers.payload import Parked
+from workers.waiting.parking import schedule_for
+from workers.waiting.payload import Parked
 
 
 def _settings() -> Settings:

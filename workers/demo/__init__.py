@@ -1,7 +1,7 @@
 """``mailguard demo``: the main job on embedded defaults, time-compressed to play in under a minute.
 
-Everything runs in this process: a threads-pool Celery worker (:mod:`workers.inprocess`) on the
-memory broker, the memory limiter and ledger, and an aiosmtpd SMTP server on 127.0.0.1 (a free
+Everything runs in this process: a threads-pool Celery worker (:mod:`workers.brokers.inprocess`) on
+the memory broker, the memory limiter and ledger, and an aiosmtpd SMTP server on 127.0.0.1 (a free
 port) that captures what the worker sends. A short script of mails to five fictitious
 recipients (ada, bob, cy, mallory and dee, all ``@example.com``) goes through the real ``send_mail``
 task with a compressed policy, ``1/1s, 5/10s, 10/30s``, and compressed tolerances (``code``
@@ -21,7 +21,7 @@ waits at most 3.75 s, ``default`` and ``notice`` 60 s):
 - at t+14 s a newsletter to 200 readers is queued at once (kind ``notice``, priority 5), and
   right behind it a code for dee (``code``, priority 9): the worker takes the code next, so dee
   receives it well before most readers receive the newsletter (the burst is not compressed
-  by ``--speed``; the memory broker orders each queue by priority, :mod:`workers.memory_broker`).
+  by ``--speed``; the memory broker orders each queue by priority, :mod:`workers.brokers.memory`).
 
 A live table shows each mail queued, deferred (with the binding tier and booked time), sent
 (and how late against its booking) or dropped; the summary gives per recipient the mails sent,

@@ -56,7 +56,8 @@ class Row:
         return self.booked - self.enqueued_at
 
     def update(self, state: str, meta: Any) -> None:
-        """Take a Celery state and its outcome meta (:func:`workers.outcomes.read_state`)."""
+        """Take a Celery state and its outcome meta
+        (:func:`workers.waiting.outcomes.read_state`)."""
         if state == FAILURE and not isinstance(meta, Mapping):
             meta = {}  # an exception other than MailFailed: failed, no outcome to show
         if not isinstance(meta, Mapping):

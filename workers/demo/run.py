@@ -40,7 +40,7 @@ from workers.demo.story import (
     demo_settings,
     script,
 )
-from workers.outcomes import read_state
+from workers.waiting.outcomes import read_state
 
 #: The in-process worker's pool threads.
 CONCURRENCY = 4
@@ -141,7 +141,7 @@ def run_demo(
     :class:`DemoInterrupted` on Ctrl-C, after the worker and the SMTP server have stopped.
     """
     from workers.app import app  # noqa: PLC0415 - Celery and the env's app only when run
-    from workers.inprocess import inprocess_worker  # noqa: PLC0415
+    from workers.brokers.inprocess import inprocess_worker  # noqa: PLC0415
     from workers.tasks import send_mail  # noqa: PLC0415
 
     if redis_url:

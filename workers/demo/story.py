@@ -5,7 +5,7 @@ the app built from the environment when :mod:`workers.app` is imported. The demo
 a second app with a second copy of the task: :func:`configure` points that same app at the
 demo's broker, result backend and queue (the values :func:`workers.app.create_app` derives from
 the demo's :class:`~mailer.settings.Settings`, so the safe defaults have one source), and calls
-:func:`workers.process_settings.use_settings` so the guard is built from the demo's settings
+:func:`workers.process.settings.use_settings` so the guard is built from the demo's settings
 (policy, kinds, limiter, SMTP URL). ``workers.app.settings`` keeps the environment's values: the
 worker-start hooks read it (the prefork check, which a threads pool does not trip, the opt-in
 metrics port and the log format), so those follow the environment as for any worker. The demo
@@ -25,7 +25,7 @@ from celery import Celery
 from mailer import Kinds, Policy, Tier
 from mailer.settings import Settings
 from workers.app import create_app
-from workers.process_settings import use_settings
+from workers.process.settings import use_settings
 
 #: The demo's policy per recipient, before ``--speed``.
 POLICY = "1/1s, 5/10s, 10/30s"

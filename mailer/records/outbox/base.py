@@ -69,7 +69,7 @@ class Outbox(Protocol):
 
     def put_command(self, mail_id: str, lane: str, payload: bytes) -> tuple[Any, ...] | None:
         """:meth:`put` as one command for the broker's publish to send ahead of its own (see
-        :mod:`workers.outbox_ride`); None when this outbox cannot ride in a publish."""
+        :mod:`workers.outbox.ride`); None when this outbox cannot ride in a publish."""
         ...
 
     @property

@@ -7,7 +7,7 @@ One outbox per queue (``<q>``, with an owner suffix as the schedule's: see
 - ``<ns>:{outbox:<q>}:at:<lane>``: sorted set per lane (a broker priority ``0``-``9``, or ``-``),
   mail id by the time its entry was written (epoch milliseconds, Redis's clock)
 - ``<ns>:{outbox:<q>}:payloads``: hash, mail id -> payload (opaque bytes: the task message as
-  ``workers/payload.py`` encodes it, as the schedule's)
+  ``workers/waiting/payload.py`` encodes it, as the schedule's)
 - ``<ns>:{outbox:<q>}:received``: sorted set, lane -> the latest write time (ms) of an entry
   received from it (the lane's mark)
 - ``<ns>:{outbox:<q>}:cleared``: sorted set, mail id -> when a receipt found no entry (ms), for
@@ -126,7 +126,7 @@ class RedisOutbox:
     def put_command(self, mail_id: str, lane: str, payload: bytes) -> tuple[Any, ...] | None:
         """:meth:`put` as one ``EVALSHA`` command, for a caller that sends it itself ahead of
         its own commands, on a connection to this outbox's server with :attr:`db` selected (the
-        broker's publish: :mod:`workers.outbox_ride`). An answer ``NOSCRIPT`` (the server lost
+        broker's publish: :mod:`workers.outbox.ride`). An answer ``NOSCRIPT`` (the server lost
         the script) means nothing was written: :meth:`put` it then. It reads no receipt (none
         can come before the publish it rides ahead of)."""
         keys = self._keys(lane)

@@ -20,9 +20,9 @@ from devservers.celery_worker import client_app
 from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from tests.workers.conftest import StackFactory
-from workers import process_settings
 from workers import unsubscribe as endpoint
 from workers.cli import main
+from workers.process import settings as process_settings
 
 if (
     not django_settings.configured

@@ -18,7 +18,8 @@ from mailer import NotEnqueued
 from mailer.records.outbox import RedisOutbox
 from mailer.settings import Settings
 from tests.waiting import poll
-from workers import outbox, tasks
+from workers import tasks
+from workers.outbox import entries as outbox
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(90)]
 

@@ -17,7 +17,7 @@ from mailer.steps import DEFERRED
 from tests.workers.cli.test_cli import run
 from tests.workers.conftest import StackFactory
 from workers import tasks
-from workers.payload import Parked
+from workers.waiting.payload import Parked
 
 pytestmark = [
     pytest.mark.redis,

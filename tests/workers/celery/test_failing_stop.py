@@ -7,7 +7,7 @@ import pytest
 from devservers.celery_worker import CeleryWorker, client_app, worker_env
 from tests.waiting import poll
 from tests.workers.celery.boom_app import SLEEP
-from workers.failing_stop import EXIT_RESTART, STOP_LIMIT
+from workers.process.failing_stop import EXIT_RESTART, STOP_LIMIT
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(120)]
 

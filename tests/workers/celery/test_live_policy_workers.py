@@ -22,7 +22,7 @@ from mailer.records.policy import CHECK_EVERY, RedisPolicyStore
 from mailer.storage import client_from_url
 from tests.waiting import poll
 from workers.cli import main
-from workers.outcomes import outcome_of
+from workers.waiting.outcomes import outcome_of
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow]
 

@@ -1,7 +1,7 @@
 """The order stamp ``send_mail.delay`` puts on a caller's call (``_order``): made once, checked.
 
 A caller's call gets ``_order`` (epoch microseconds, strictly increasing in the producer's
-process: :mod:`workers.stamps`); a run published again (``_progress``) keeps the one it carries
+process: :mod:`workers.run.stamps`); a run published again (``_progress``) keeps the one it carries
 and gets none; a forged value that is not a whole number of microseconds is refused at enqueue
 as a private keyword, in one line; a run's progress takes the stamp, never carries it.
 """
@@ -15,8 +15,8 @@ import pytest
 
 from mailer.mail.arguments import InvalidArguments
 from mailer.steps import Progress
-from workers.call import check_call
-from workers.stamps import arrived, order_stamp, stamped
+from workers.run.call import check_call
+from workers.run.stamps import arrived, order_stamp, stamped
 
 
 def test_stamps_rise_strictly_even_within_one_microsecond() -> None:

@@ -1,7 +1,7 @@
 """The outbox with a real Redis broker and ledger, no worker: ``send_mail.apply_async`` writes
 each first message's entry before publishing it, a receipt clears it, and the watchdog's outbox
-part (:class:`workers.outbox_watch.OutboxWatch`) publishes again only what was popped and never
-received; a backlog in the queue is never doubled. The test pops messages from the broker's
+part (:class:`workers.polling.outbox_watch.OutboxWatch`) publishes again only what was popped and
+never received; a backlog in the queue is never doubled. The test pops messages from the broker's
 lists itself: a message popped and dropped is exactly what kombu loses when its consumer dies
 between ``BRPOP`` and the unacked record."""
 
@@ -30,10 +30,12 @@ from mailer.records.outbox import RedisOutbox, lane_of
 from mailer.records.schedule import RedisSchedule
 from mailer.settings import Settings
 from mailer.steps import Progress
-from workers import outbox, state, tasks
-from workers.outbox_watch import OutboxWatch
-from workers.payload import Parked
-from workers.promoter import Promoter
+from workers import tasks
+from workers.outbox import entries as outbox
+from workers.polling.outbox_watch import OutboxWatch
+from workers.polling.promoter import Promoter
+from workers.run import state
+from workers.waiting.payload import Parked
 
 pytestmark = [pytest.mark.redis]
 
@@ -264,7 +266,7 @@ def test_a_failed_publishs_entry_on_a_redis_that_stays_down_is_tried_once_a_paus
 ) -> None:
     """Given a failed publish whose outbox is down (its entry kept to remove later), when mails
     are enqueued while it stays down, then the removal is tried at the first of them and not
-    again within :data:`workers.outbox.DOWN_PAUSE`: no caller waits on it more than once a
+    again within :data:`workers.outbox.entries.DOWN_PAUSE`: no caller waits on it more than once a
     pause. The mails are published meanwhile; a process whose Redis is replaced forgets it."""
     dead = RedisOutbox(redis.Redis(port=free_port(), socket_connect_timeout=0.5), "redis://dead")
     tries: list[str] = []

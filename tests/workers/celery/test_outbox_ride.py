@@ -1,5 +1,5 @@
 """The outbox entry rides in the broker's publish when the broker is the ledger's Redis server
-(:mod:`workers.outbox_ride`): one write carries the entry's script and the ``LPUSH``, the entry
+(:mod:`workers.outbox.ride`): one write carries the entry's script and the ``LPUSH``, the entry
 first. A real Redis (broker db 1, ledger db 0), no worker; commands counted with ``INFO
 commandstats``, which do not depend on the machine."""
 
@@ -16,11 +16,13 @@ from devservers.redis_servers import RedisServer
 from mailer.factory import outbox_url
 from mailer.records.outbox import RedisOutbox
 from mailer.settings import Settings
-from workers import outbox, outbox_ride, tasks
+from workers import tasks
+from workers.outbox import entries as outbox
+from workers.outbox import ride as outbox_ride
 
 pytestmark = [pytest.mark.redis]
 
-TRANSPORT = "workers.broker_transport:Transport"
+TRANSPORT = "workers.brokers.redis_transport:Transport"
 
 
 def _env(redis_url: str, **extra: str) -> dict[str, str]:

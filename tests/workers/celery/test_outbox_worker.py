@@ -21,8 +21,9 @@ from mailer.mail.message import message_id
 from mailer.records.outbox import RedisOutbox
 from mailer.settings import Settings
 from tests.waiting import poll
-from workers import outbox, tasks
-from workers.outbox_watch import POLL, SETTLE
+from workers import tasks
+from workers.outbox import entries as outbox
+from workers.polling.outbox_watch import POLL, SETTLE
 
 SENDER = "mailguard@example.org"
 GRACE = 1.0  # MAILGUARD_OUTBOX_GRACE in these tests, seconds

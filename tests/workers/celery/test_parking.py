@@ -29,10 +29,10 @@ from mailer.records.schedule import RedisSchedule
 from mailer.settings import Settings
 from mailer.steps import Later, Progress
 from tests.waiting import poll
-from workers import parking
-from workers.outcomes import read_state
-from workers.payload import Parked
-from workers.promoter import KILL_AFTER_PUBLISH
+from workers.polling.promoter import KILL_AFTER_PUBLISH
+from workers.waiting import parking
+from workers.waiting.outcomes import read_state
+from workers.waiting.payload import Parked
 
 TASK = "mailguard.send_mail"
 SENDER = "mailguard@example.org"
@@ -257,8 +257,8 @@ def test_the_memory_schedule_parks_and_promotes_in_one_process() -> None:
         "import json, time\n"
         "from workers.app import app\n"
         "from workers.tasks import send_mail, settings\n"
-        "from workers.inprocess import inprocess_worker\n"
-        "from workers.parking import schedule_for\n"
+        "from workers.brokers.inprocess import inprocess_worker\n"
+        "from workers.waiting.parking import schedule_for\n"
         "with inprocess_worker(app):\n"
         "    send_mail.delay('ada@example.com', subject='s', body='b').get(timeout=20)\n"
         "    second = send_mail.delay('ada@example.com', subject='s', body='b')\n"
@@ -345,7 +345,7 @@ def test_a_promoted_mail_keeps_its_task_id_request_time_progress_and_priority(
     import base64  # noqa: PLC0415
 
     from mailer.records.schedule import MemorySchedule  # noqa: PLC0415
-    from workers.promoter import Promoter  # noqa: PLC0415
+    from workers.polling.promoter import Promoter  # noqa: PLC0415
 
     env = worker_env(redis_url, "memory://", MAILGUARD_KIND_NEWS_PRIORITY="2")
     app = client_app(env)

@@ -25,7 +25,7 @@ from devservers.smtp_server import SmtpTestServer
 from mailer.mail.kinds import Kinds
 from tests.waiting import poll
 from workers import tasks
-from workers.priority import kind_priority, message_priority, publish_priority
+from workers.brokers.priority import kind_priority, message_priority, publish_priority
 
 TASK = "mailguard.send_mail"
 BULK = 3000
@@ -157,9 +157,9 @@ def test_the_memory_broker_takes_a_code_mail_before_a_queued_burst() -> None:
         "import json\n"
         "from workers.app import app\n"
         "from workers.tasks import send_mail\n"
-        "from workers.inprocess import inprocess_worker\n"
+        "from workers.brokers.inprocess import inprocess_worker\n"
         "app.conf.broker_transport_options |= {'polling_interval': 0.01}\n"
-        "from workers.call import worker_started\n"
+        "from workers.run.call import worker_started\n"
         "worker_started(app)  # the worker started below takes what is queued before it\n"
         "bulk = [send_mail.delay(f'bulk{n}@example.com', subject='s', body='b')\n"
         "        for n in range(30)]\n"

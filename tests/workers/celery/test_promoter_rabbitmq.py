@@ -20,9 +20,9 @@ from devservers.celery_worker import client_app, worker_env
 from devservers.rabbitmq import RabbitServer
 from mailer.records.schedule import MemorySchedule
 from mailer.settings import Settings
-from workers.confirmed import ConfirmedPublisher, Unconfirmed
-from workers.payload import Parked
-from workers.promoter import Promoter
+from workers.brokers.confirmed import ConfirmedPublisher, Unconfirmed
+from workers.polling.promoter import Promoter
+from workers.waiting.payload import Parked
 
 pytestmark = [pytest.mark.redis, pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -178,7 +178,7 @@ def test_cancel_of_a_parked_message_frees_every_recipient(redis_url: str, policy
     from mailer.limits.multi import acquire_all  # noqa: PLC0415
     from mailer.settings import Settings  # noqa: PLC0415
     from workers.cli.cancel import _cancelled  # noqa: PLC0415
-    from workers.payload import Parked  # noqa: PLC0415
+    from workers.waiting.payload import Parked  # noqa: PLC0415
 
     settings = Settings.from_env(
         {

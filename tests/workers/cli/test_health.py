@@ -17,9 +17,9 @@ from mailer.settings import Settings
 from tests.waiting import poll
 from tests.workers.cli.test_cli import run
 from tests.workers.conftest import StackFactory
-from workers import process_settings
 from workers.cli.health import judge
-from workers.liveness import GONE, WorkerRecord, broker_identity, conflict
+from workers.process import settings as process_settings
+from workers.process.liveness import GONE, WorkerRecord, broker_identity, conflict
 from workers.tasks import send_mail
 
 NOW = 1_000_000.0

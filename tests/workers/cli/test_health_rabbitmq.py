@@ -15,7 +15,7 @@ from devservers.smtp_server import SmtpTestServer
 from tests.waiting import poll
 from tests.workers.cli.test_cli import run
 from tests.workers.cli.test_health import _default_kind_mail, _gone, _queued
-from workers.liveness import GONE
+from workers.process.liveness import GONE
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ from mailer.steps import Progress
 from tests.waiting import poll
 from tests.workers.conftest import StackFactory
 from workers.cli import main
-from workers.parking import schedule_for
-from workers.payload import Parked
-from workers.reputation_release import release_paused
+from workers.waiting.parking import schedule_for
+from workers.waiting.payload import Parked
+from workers.waiting.reputation_release import release_paused
 
 NEWS = "news@example.org"
 

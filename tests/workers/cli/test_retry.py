@@ -16,7 +16,7 @@ from mailer.storage import client_from_url
 from tests.waiting import poll
 from tests.workers.cli.test_cli import SCRIPT, one_line_error, run
 from tests.workers.conftest import Stack, StackFactory
-from workers.payload import Parked
+from workers.waiting.payload import Parked
 
 TASK = "mailguard.send_mail"
 REJECTED = "554 5.7.1 message rejected"

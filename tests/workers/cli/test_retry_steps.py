@@ -1,4 +1,4 @@
-""":mod:`workers.failed` on memory stores: the new mail id, a payload given back when the
+""":mod:`workers.waiting.failed` on memory stores: the new mail id, a payload given back when the
 enqueue fails, nothing kept with the retention ``off``, a dropped mail refused."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from mailer.outcomes import Outcome
 from mailer.records.ledger import ledger_from_url
 from mailer.settings import Settings
-from workers import failed
+from workers.waiting import failed
 
 SETTINGS = Settings.from_env({"MAILGUARD_SECRET": "s"})
 

@@ -15,7 +15,7 @@ from mailer.settings import Settings
 from tests.waiting import poll
 from tests.workers.conftest import StackFactory
 from workers.cli import main
-from workers.parking import schedule_for
+from workers.waiting.parking import schedule_for
 
 NEWS = "news@example.org"
 

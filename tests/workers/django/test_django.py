@@ -38,8 +38,8 @@ from django.core import mail
 from django.core.mail import BadHeaderError, EmailMultiAlternatives
 
 from tests.workers.django.test_django_corpus import normalised
-from workers import process_settings
 from workers.django import task_kwargs
+from workers.process import settings as process_settings
 
 SLACK = 0.3  # seconds: admission-to-receipt jitter between two mails
 

@@ -33,8 +33,8 @@ from mailer.records.suppression import (
 )
 from mailer.settings import Settings
 from tests.workers.conftest import StackFactory
-from workers import process_settings
 from workers.cli import main
+from workers.process import settings as process_settings
 
 if not settings.configured:  # as workers/django/test_django.py configures it, whichever runs first
     settings.configure(
